@@ -1,0 +1,471 @@
+"""Stage `build`: compile one lane's runtime from an exact commit, byte-reproducibly.
+
+Preflight refuses, before any work: a lane whose build host is not this host
+(Windows lanes build with MSVC on Windows), a dirty or unpinned source, a
+missing toolchain.  Run: export the commit with `git archive` to the canonical
+source path, configure CMake + Ninja for the lane's single CUDA architecture
+with the deterministic nvcc launcher, build the lane's targets (showing
+`[n/N]`), copy the binaries out, check that every binary prints the same
+identity and that it names this source, lane and toolchain, and write
+`build-identity.json`.
+
+`--prebuilt DIR` takes binaries built elsewhere (the Windows job of the
+release workflow) instead: their hashes and identity are checked and recorded
+exactly like a local build's.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+from collections import deque
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .errors import BuildFailure, EnvironmentProblem, InputError
+from .identity import (
+    BuildIdentity,
+    check_expected,
+    embedded_identity,
+    parse_version_line,
+    require_identical,
+)
+from .lanes import REPO_ROOT, Lane, current_host_platform
+from .register import Artifact
+from .source import SourceSpec, archive_tar, export_tree, resolve_source
+from .stage import Context, Stage
+from .toolchain import CANONICAL_ROOT, Toolchain, for_lane, toolchain_spec
+from .util import ui
+from .util.fs import atomic_write_bytes, copy_file
+from .util.hashing import sha256_bytes, sha256_file
+from .util.jsonio import write_json
+from .util.proc import run, run_text
+
+LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
+IDENTITY_TYPE = "ninfer_release_build_identity"
+_CODE_FILES = ("build.py", "source.py", "identity.py", "toolchain.py", "lanes.py")
+
+
+def build_root(lane: Lane) -> Path:
+    return CANONICAL_ROOT / "build" / lane.id
+
+
+def canonical_source_dir(lane: Lane) -> Path:
+    # Fixed on purpose: -lineinfo embeds absolute .cu paths in device code.
+    return build_root(lane) / "src"
+
+
+@contextmanager
+def lane_lock(lane: Lane):
+    root = build_root(lane)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f"{lane.id}.lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            ui.info(f"another build of {lane.id} holds the canonical source path; waiting")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def host_compiler() -> str:
+    try:
+        return run_text(["c++", "--version"], what="ask the host C++ compiler for its version", failure=EnvironmentProblem).splitlines()[0]
+    except EnvironmentProblem:
+        return "unavailable"
+
+
+def _code_digest() -> str:
+    here = Path(__file__).parent
+    return sha256_bytes(b"".join((here / name).read_bytes() for name in _CODE_FILES) + LAUNCHER.read_bytes())
+
+
+class BuildStage(Stage):
+    name = "build"
+
+    def __init__(
+        self,
+        ctx: Context,
+        lane: Lane,
+        *,
+        source: SourceSpec,
+        toolchain_mode: str = "pinned",
+        prebuilt: Path | None = None,
+        work_dir: Path | None = None,
+        beta: int | None = None,
+    ) -> None:
+        super().__init__(ctx)
+        self.lane = lane
+        self.source_spec = source
+        self.toolchain_mode = toolchain_mode
+        self.prebuilt = prebuilt
+        self.work_dir = work_dir
+        self.beta = beta if beta is not None else lane.beta
+        self.source = None
+        self.toolchain: Toolchain | None = None
+
+    @property
+    def key(self) -> str:
+        return f"build:{self.lane.id}"
+
+    def describe(self) -> str:
+        return f"{self.lane.id} ({self.lane.tag(self.beta)})"
+
+    @property
+    def out_dir(self) -> Path:
+        return self.ctx.dist / self.lane.id / "build"
+
+    # -- preflight -----------------------------------------------------
+    def preflight(self) -> None:
+        lane = self.lane
+        host = current_host_platform()
+        if self.prebuilt is None and lane.build_host != host:
+            raise EnvironmentProblem(
+                f"lane {lane.id} is built on a {lane.build_host} host (MSVC, CUDA {lane.cuda_toolkit}); this host is {host}",
+                file=lane.file,
+                field="platform.build_host",
+                found=host,
+                expected=lane.build_host,
+                why="a Windows-native runtime cannot be compiled on Linux",
+                fix=(
+                    f"either run 'nox -s build-{lane.short_name}' on the Windows job of the release workflow "
+                    f"(.github/workflows/release.yml, job build-windows), or package binaries built there with "
+                    f"'python -m pipeline build --lane {lane.id} --prebuilt DIR'"
+                ),
+            )
+        if self.prebuilt is not None:
+            if not self.prebuilt.is_dir():
+                raise InputError("--prebuilt folder does not exist", field="--prebuilt", found=str(self.prebuilt))
+            for binary in lane.binaries:
+                if not (self.prebuilt / lane.binary_file(binary)).is_file():
+                    raise InputError(
+                        f"prebuilt folder lacks the required binary {lane.binary_file(binary)}",
+                        file=self.prebuilt,
+                        expected=", ".join(lane.binary_file(b) for b in lane.binaries),
+                    )
+        if shutil.which("git") is None:
+            raise EnvironmentProblem("git is not on PATH", why="the source is exported from an exact commit", fix="apt-get install git")
+        self.source = resolve_source(self.source_spec, lane)
+        if self.prebuilt is None and self.toolchain_mode == "pinned":
+            toolchain_spec(lane.cuda_toolkit, host)  # the lock must pin this toolkit before any download
+        ui.info(f"source: {self.source_spec.display} at {self.source.commit}")
+
+    def inputs(self) -> dict[str, Any]:
+        assert self.source is not None
+        data: dict[str, Any] = {
+            "lane": self.lane.id,
+            "lane_file_sha256": self.lane.file_sha256,
+            "beta": self.beta,
+            "source": self.source.to_json(),
+            "code": _code_digest(),
+        }
+        if self.prebuilt is not None:
+            files = sorted(p for p in self.prebuilt.iterdir() if p.is_file())
+            data["prebuilt"] = {p.name: sha256_file(p) for p in files}
+        else:
+            data["toolchain_mode"] = self.toolchain_mode
+            data["host_compiler"] = host_compiler()
+            data["work_dir"] = str(self.work_dir) if self.work_dir else None
+            if self.toolchain_mode == "pinned":
+                data["toolchain"] = toolchain_spec(self.lane.cuda_toolkit, current_host_platform()).digest
+            else:
+                data["toolchain"] = shutil.which("nvcc")
+        return data
+
+    # -- run -------------------------------------------------------------
+    def expected_identity(self, cuda_toolkit: str | None) -> dict[str, str]:
+        assert self.source is not None
+        upstream = self.source.commit if self.source.spec.kind == "embedded-sample" else (self.lane.upstream_base or self.source.commit)
+        expected = {
+            "upstream_base_sha": upstream,
+            "patch_stack_sha": self.source.commit,
+            "build_profile": self.lane.build_profile(self.beta),
+            "build_type": "Release",
+            "cuda_architecture": self.lane.cuda_architecture,
+            "source_dirty": "false",
+        }
+        if cuda_toolkit:
+            expected["cuda_toolkit"] = cuda_toolkit
+        return expected
+
+    def run(self) -> list[Artifact]:
+        assert self.source is not None
+        lane = self.lane
+        bin_dir = self.out_dir / "bin"
+        if self.out_dir.exists():
+            shutil.rmtree(self.out_dir)
+        bin_dir.mkdir(parents=True)
+        source_tar = archive_tar(self.source)
+        atomic_write_bytes(self.out_dir / "source.tar", source_tar)
+        libraries: list[Path] = []
+        if self.prebuilt is not None:
+            identity, toolchain_description = self._import_prebuilt(bin_dir, libraries)
+        else:
+            identity, toolchain_description = self._compile(source_tar, bin_dir)
+        binaries = {lane.binary_file(b): sha256_file(bin_dir / lane.binary_file(b)) for b in self._present_binaries(bin_dir)}
+        document = {
+            "artifact_type": IDENTITY_TYPE,
+            "schema_version": 2,
+            "lane": lane.id,
+            "platform": lane.asset_platform,
+            "component_tag": lane.tag(self.beta),
+            "release_version": f"{lane.version}-beta.{self.beta}",
+            "deployment_profile": lane.deployment_profile(self.beta),
+            **identity.values,
+            "binaries": binaries,
+            "runtime_dependencies": {p.name: sha256_file(p) for p in sorted(libraries)},
+            "toolchain": toolchain_description,
+            "source": self.source.to_json(),
+            "source_tar_sha256": sha256_bytes(source_tar),
+            "source_date_epoch": self.source.commit_time,
+            "build_route": "prebuilt" if self.prebuilt is not None else "local-build",
+        }
+        identity_path = self.out_dir / "build-identity.json"
+        write_json(identity_path, document)
+        register = self.ctx.register
+        artifacts = [
+            register.make("binary", bin_dir / name, stage=self.name, lane=lane.id, name=f"{lane.id}/bin/{name}", binary=name.removesuffix(".exe"))
+            for name in sorted(binaries)
+        ]
+        artifacts += [
+            register.make("runtime-library", lib, stage=self.name, lane=lane.id, name=f"{lane.id}/bin/{lib.name}", library=lib.name, origin="prebuilt-folder")
+            for lib in sorted(libraries)
+        ]
+        artifacts.append(register.make("build-identity", identity_path, stage=self.name, lane=lane.id, name=f"{lane.id}/build-identity.json"))
+        artifacts.append(register.make("source-tar", self.out_dir / "source.tar", stage=self.name, lane=lane.id, name=f"{lane.id}/source.tar", commit=self.source.commit))
+        ui.info(f"build identity: {identity.text()}")
+        for name, digest in sorted(binaries.items()):
+            ui.info(f"{name}: sha256 {digest}")
+        return artifacts
+
+    def _present_binaries(self, bin_dir: Path) -> list[str]:
+        names = list(self.lane.binaries)
+        names += [b for b in self.lane.optional_binaries if (bin_dir / self.lane.binary_file(b)).exists()]
+        return names
+
+    # -- local compile -----------------------------------------------------
+    def _compile(self, source_tar: bytes, bin_dir: Path) -> tuple[BuildIdentity, dict[str, Any]]:
+        lane = self.lane
+        toolchain = for_lane(lane, self.toolchain_mode)
+        self.toolchain = toolchain
+        with lane_lock(lane):
+            src = canonical_source_dir(lane)
+            build = self.work_dir or build_root(lane) / "build"
+            for path in (src, build):
+                if path.exists():
+                    shutil.rmtree(path)
+            export_tree(source_tar, src)
+            env = self._build_env(toolchain)
+            configure = [
+                str(toolchain.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja",
+                f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja}",
+                "-DCMAKE_BUILD_TYPE=Release",
+                f"-DCMAKE_CUDA_ARCHITECTURES={lane.cuda_architecture}",
+                f"-DCMAKE_CUDA_COMPILER={toolchain.nvcc}",
+                f"-DCUDAToolkit_ROOT={toolchain.cuda_home}",
+                f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{LAUNCHER}",
+                *self._identity_cache_args(),
+                *lane.cmake_args,
+            ]
+            ui.step(self.name, f"configure {lane.id}: CUDA {toolchain.cuda_version}, architecture {lane.cuda_architecture}")
+            run(configure, env=env, what=f"configure {lane.id} with CMake", fix="read the CMake output above; the lane's cmake_args or the source may be wrong")
+            self._ninja(toolchain, build, env)
+            for binary in self._wanted_binaries():
+                produced = self._find_binary(build, lane.binary_file(binary))
+                if produced is None:
+                    if binary in lane.binaries:
+                        raise BuildFailure(f"the build did not produce {binary}", file=build, fix=f"check that the CMake target {binary!r} exists in the source")
+                    continue
+                copy_file(produced, bin_dir / lane.binary_file(binary), mode=0o755)
+        identity = self._identity_of_local(bin_dir, toolchain)
+        description = dict(toolchain.description)
+        description["host_cxx_compiler"] = host_compiler()
+        description["launcher_sha256"] = sha256_file(LAUNCHER)
+        return identity, description
+
+    def _wanted_binaries(self) -> list[str]:
+        return [b for b in (*self.lane.binaries, *self.lane.optional_binaries) if b in self.lane.targets]
+
+    def _identity_cache_args(self) -> list[str]:
+        expected = self.expected_identity(None)
+        return [
+            f"-DNINFER_UPSTREAM_BASE_SHA={expected['upstream_base_sha']}",
+            f"-DNINFER_PATCH_STACK_SHA={expected['patch_stack_sha']}",
+            f"-DNINFER_BUILD_PROFILE={expected['build_profile']}",
+            "-DNINFER_SOURCE_DIRTY=OFF",
+        ]
+
+    def _build_env(self, toolchain: Toolchain) -> dict[str, str]:
+        assert self.source is not None
+        path = os.pathsep.join([str(toolchain.nvcc.parent), str(toolchain.cmake.parent), str(toolchain.ninja.parent), "/usr/local/bin", "/usr/bin", "/bin"])
+        env = {
+            "PATH": path,
+            "HOME": os.environ.get("HOME", "/tmp"),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TZ": "UTC",
+            "SOURCE_DATE_EPOCH": str(self.source.commit_time),
+        }
+        return env
+
+    def _ninja(self, toolchain: Toolchain, build: Path, env: dict[str, str]) -> None:
+        targets = list(self.lane.targets)
+        ui.step(self.name, f"compile {self.lane.id}: targets {', '.join(targets)}")
+        command = [str(toolchain.ninja), "-C", str(build), *targets]
+        last = deque(maxlen=40)
+        with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                line = line.rstrip()
+                last.append(line)
+                if line.startswith("[") and "]" in line:
+                    counter, _, rest = line.partition("]")
+                    ui.info(f"compile {counter}] {rest.strip()[:110]}")
+            code = proc.wait()
+        if code != 0:
+            output = "\n".join(last)
+            raise BuildFailure(
+                f"compiling {self.lane.id} failed: ninja exited with status {code}",
+                why=f"its last output was:\n{output}\n",
+                fix="fix the compile error in the source at this commit; the build directory is kept at " + str(build),
+            )
+
+    @staticmethod
+    def _find_binary(build: Path, name: str) -> Path | None:
+        matches = [p for p in build.rglob(name) if p.is_file() and "CMakeFiles" not in p.parts and os.access(p, os.X_OK)]
+        if len(matches) > 1:
+            raise BuildFailure(f"the build produced {len(matches)} files named {name}", found=[str(m) for m in matches])
+        return matches[0] if matches else None
+
+    def _identity_of_local(self, bin_dir: Path, toolchain: Toolchain) -> BuildIdentity:
+        env = dict(os.environ, LD_LIBRARY_PATH=str(toolchain.library_dir))
+        identities: dict[str, BuildIdentity] = {}
+        for binary in self._present_binaries(bin_dir):
+            path = bin_dir / self.lane.binary_file(binary)
+            result = run([path, "--version"], env=env, what=f"ask {binary} for its build identity", failure=BuildFailure, timeout=60)
+            identity = parse_version_line(result.stdout.decode("utf-8", "replace"), binary=binary, origin=str(path))
+            embedded = embedded_identity(path)
+            if embedded is not None and embedded.values != identity.values:
+                raise BuildFailure("the embedded identity differs from --version", file=path)
+            identities[binary] = identity
+        identity = require_identical(identities)
+        check_expected(identity, self.expected_identity(toolchain.cuda_version), origin=str(bin_dir))
+        return identity
+
+    # -- prebuilt -------------------------------------------------------------
+    def _import_prebuilt(self, bin_dir: Path, libraries: list[Path]) -> tuple[BuildIdentity, dict[str, Any]]:
+        lane = self.lane
+        assert self.prebuilt is not None
+        identities: dict[str, BuildIdentity] = {}
+        runnable = lane.target_platform == current_host_platform()
+        wanted = {lane.binary_file(b): b for b in (*lane.binaries, *lane.optional_binaries)}
+        for path in sorted(self.prebuilt.iterdir()):
+            if not path.is_file():
+                continue
+            if path.name in wanted:
+                binary = wanted[path.name]
+                target = bin_dir / path.name
+                copy_file(path, target, mode=0o755)
+                if runnable:
+                    result = run([target, "--version"], what=f"ask prebuilt {binary} for its build identity", failure=BuildFailure, timeout=60)
+                    identity = parse_version_line(result.stdout.decode("utf-8", "replace"), binary=binary, origin=str(path))
+                    embedded = embedded_identity(target)
+                    if embedded is not None and embedded.values != identity.values:
+                        raise BuildFailure("the embedded identity differs from --version", file=path)
+                else:
+                    identity = embedded_identity(target)
+                    if identity is None:
+                        raise InputError(
+                            f"cannot establish the build identity of {path.name} on this host",
+                            file=path,
+                            why=f"it is a {lane.target_platform} binary that cannot run here, and it carries no embedded NINFER-BUILD-IDENTITY marker",
+                            fix="package it on a host of its platform (the Windows job of the release workflow)",
+                        )
+                identities[binary] = identity
+            elif path.suffix.lower() in (".dll", ".so") or ".so." in path.name:
+                target = bin_dir / path.name
+                copy_file(path, target, mode=0o755)
+                libraries.append(target)
+            else:
+                raise InputError(
+                    "prebuilt folder holds a file that is neither a lane binary nor a runtime library",
+                    file=path,
+                    expected="only " + ", ".join(sorted(wanted)) + " and .dll/.so libraries",
+                    fix="remove it; the prebuilt folder is taken whole, so stray files would be bundled by mistake",
+                )
+        identity = require_identical(identities)
+        toolkit = identity.values["cuda_toolkit"]
+        if not toolkit.startswith(lane.cuda_toolkit + "."):
+            raise InputError(
+                "prebuilt binaries were built with another CUDA toolkit than the lane pins",
+                file=self.prebuilt,
+                field="cuda_toolkit",
+                found=toolkit,
+                expected=f"{lane.cuda_toolkit}.x (runtime/lanes/{lane.id}.toml: cuda.toolkit)",
+            )
+        check_expected(identity, self.expected_identity(None), origin=str(self.prebuilt))
+        return identity, {"kind": "prebuilt", "cuda_version": toolkit, "note": "built outside this pipeline run; identity read from the binaries"}
+
+
+# -- front door (CLI and nox) -------------------------------------------------
+
+def build_lane(
+    lane_name: str,
+    *,
+    dist: Path | str = "dist",
+    source: str | None = None,
+    toolchain: str = "pinned",
+    prebuilt: Path | str | None = None,
+    work: Path | str | None = None,
+    beta: int | None = None,
+    lanes_dir: Path | None = None,
+    force: bool = False,
+):
+    from .lanes import find_lane
+    from .source import parse_source
+    from .stage import execute
+
+    lane = find_lane(lane_name, lanes_dir)
+    ctx = Context.open(dist, lanes_dir)
+    stage = BuildStage(
+        ctx,
+        lane,
+        source=parse_source(source),
+        toolchain_mode=toolchain,
+        prebuilt=Path(prebuilt) if prebuilt else None,
+        work_dir=Path(work).resolve() if work else None,
+        beta=beta,
+    )
+    return execute(stage, force=force)
+
+
+def register_cli(sub) -> None:
+    from .cli import add_common
+
+    parser = sub.add_parser("build", help="compile one lane's runtime from an exact commit (or import --prebuilt binaries)")
+    parser.add_argument("--lane", required=True, help="lane id or short name (see 'lanes')")
+    parser.add_argument("--source", help="PATH[@COMMIT] of a git checkout or URL@COMMIT (default: the embedded sample runtime)")
+    parser.add_argument("--prebuilt", type=Path, help="folder of binaries built elsewhere (e.g. the Windows job) to check and record")
+    parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default) or the system nvcc")
+    parser.add_argument("--work", type=Path, help="build directory (default: /var/tmp/omp-ninfer/build/<lane>/build)")
+    parser.add_argument("--beta", type=int, help="component beta number N (default: the lane file's)")
+    parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
+    add_common(parser)
+    parser.set_defaults(
+        func=lambda args: build_lane(
+            args.lane,
+            dist=args.dist,
+            source=args.source,
+            toolchain=args.toolchain,
+            prebuilt=args.prebuilt,
+            work=args.work,
+            beta=args.beta,
+            lanes_dir=args.lanes_dir,
+            force=args.force,
+        )
+        and 0
+    )

@@ -1,0 +1,166 @@
+"""Failure classes of the pipeline and how they are shown.
+
+Every failure a user can meet is a PipelineError: one paragraph that says what
+failed, where (file, field), what was found and what was expected, why it
+probably happened and the exact fix.  Each class has its own exit code so that
+scripts and the release workflow can tell a bad input from a missing tool or a
+tampered byte.  Secrets registered with `register_secret` are scrubbed from
+every rendered message.
+"""
+
+from __future__ import annotations
+
+import os
+from enum import IntEnum
+from pathlib import Path
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    INPUT = 1  # invalid input or contract violation (also: verify/audit found errors)
+    USAGE = 2  # command line misuse
+    ENVIRONMENT = 3  # missing tool, wrong host platform, toolchain problem
+    BUILD = 4  # the compiler, CMake or a packaged tool failed
+    INTEGRITY = 5  # bytes differ from what was recorded; output not reproducible
+    REMOTE = 6  # network, registry or download failure
+    REFUSED = 7  # a publication rule forbids the action (existing tag, not in CI, not ready)
+
+
+_MISSING = object()
+_SECRETS: set[str] = set()
+
+
+def register_secret(value: str | None) -> None:
+    """Remember a secret so that no rendered error or log line can contain it."""
+    if value and len(value) >= 4:
+        _SECRETS.add(value)
+
+
+def redact(text: str) -> str:
+    for secret in sorted(_SECRETS, key=len, reverse=True):
+        text = text.replace(secret, "[REDACTED]")
+    return text
+
+
+def _show(value: object) -> str:
+    if isinstance(value, str):
+        return repr(value) if value else "an empty string"
+    if value is None:
+        return "nothing (null)"
+    return repr(value)
+
+
+class PipelineError(Exception):
+    exit_code: ExitCode = ExitCode.INPUT
+    label = "input"
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        file: str | os.PathLike[str] | None = None,
+        field: str | None = None,
+        found: object = _MISSING,
+        expected: object = _MISSING,
+        why: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.what = what
+        self.file = str(file) if file is not None else None
+        self.field = field
+        self.found = found
+        self.expected = expected
+        self.why = why
+        self.fix = fix
+        super().__init__(self.render())
+
+    def location(self) -> str:
+        parts = []
+        if self.file:
+            parts.append(_display_path(self.file))
+        if self.field:
+            parts.append(self.field)
+        return ": ".join(parts)
+
+    def render(self) -> str:
+        head = self.location()
+        text = f"{head}: {self.what}" if head else self.what
+        details = []
+        if self.found is not _MISSING:
+            details.append(f"found {_show(self.found)}")
+        if self.expected is not _MISSING:
+            expected = self.expected if isinstance(self.expected, str) else _show(self.expected)
+            details.append(f"expected {expected}")
+        if details:
+            text += f" ({'; '.join(details)})"
+        if not text.endswith("."):
+            text += "."
+        if self.why:
+            why = self.why.rstrip(".")
+            text += f" {why[:1].upper()}{why[1:]}."
+        if self.fix:
+            text += f" Fix: {self.fix.rstrip('.')}."
+        return redact(text)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "class": self.label,
+            "exit_code": int(self.exit_code),
+            "file": self.file,
+            "field": self.field,
+            "message": self.render(),
+        }
+
+
+def _display_path(path: str) -> str:
+    try:
+        return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
+    except (ValueError, OSError):
+        return path
+
+
+class InputError(PipelineError):
+    exit_code = ExitCode.INPUT
+    label = "input"
+
+
+class UsageError(PipelineError):
+    exit_code = ExitCode.USAGE
+    label = "usage"
+
+
+class EnvironmentProblem(PipelineError):
+    exit_code = ExitCode.ENVIRONMENT
+    label = "environment"
+
+
+class BuildFailure(PipelineError):
+    exit_code = ExitCode.BUILD
+    label = "build"
+
+
+class IntegrityError(PipelineError):
+    exit_code = ExitCode.INTEGRITY
+    label = "integrity"
+
+
+class RemoteError(PipelineError):
+    exit_code = ExitCode.REMOTE
+    label = "remote"
+
+
+class RefusedError(PipelineError):
+    exit_code = ExitCode.REFUSED
+    label = "refused"
+
+
+EXIT_CODE_TABLE = [
+    (ExitCode.OK, "success (or nothing to do)"),
+    (ExitCode.INPUT, "invalid input, contract violation, or verification found errors"),
+    (ExitCode.USAGE, "command-line usage error"),
+    (ExitCode.ENVIRONMENT, "missing tool, wrong host platform, or toolchain problem"),
+    (ExitCode.BUILD, "the compiler, CMake or a packaged binary failed"),
+    (ExitCode.INTEGRITY, "bytes differ from their record, or an output is not reproducible"),
+    (ExitCode.REMOTE, "network, registry or download failure"),
+    (ExitCode.REFUSED, "a publication rule forbids the action"),
+]

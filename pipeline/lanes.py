@@ -1,0 +1,424 @@
+"""Lanes: one TOML file per GPU lane under runtime/lanes/, loaded into typed objects.
+
+A lane says what to build (CUDA architecture, toolkit, CMake arguments,
+targets), where it can be built (host platform), how its component release is
+named (version, beta number, tag and asset-name patterns), what its package
+may bundle and what its qualification must reach.  The file is the only place
+these facts live; stages read them from the Lane object.
+"""
+
+from __future__ import annotations
+
+import platform as host_platform_module
+import re
+import string
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError
+from .util.hashing import is_commit_hex, sha256_bytes
+from .util.jsonio import read_toml
+from .util.schema import Field, matches, one_of, read_table
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_LANES_DIR = REPO_ROOT / "runtime" / "lanes"
+
+CUDA_ARCHITECTURES = {
+    # CMAKE_CUDA_ARCHITECTURES value -> compute capability
+    "86": "8.6",
+    "89": "8.9",
+    "90": "9.0",
+    "120a": "12.0",
+}
+PLATFORMS = ("linux-x86_64", "windows-x86_64")
+LANE_KINDS = ("container", "windows-native")
+BINARY_NAME = r"[a-z][a-z0-9_-]*"
+PATTERN_FIELDS = ("version", "n")
+
+_TOP = {
+    "schema_version": Field(int, check=lambda v: v == 1, expected="1"),
+    "id": Field(str, check=matches(r"rtx[0-9]{4}-(container|windows-native)"), expected="'rtx<NNNN>-container' or 'rtx<NNNN>-windows-native'"),
+    "short_name": Field(str, check=matches(r"[0-9]{4}"), expected="the four-digit GPU number, e.g. '4090'"),
+    "kind": Field(str, check=one_of(*LANE_KINDS), expected=" or ".join(LANE_KINDS)),
+    "title": Field(str),
+    "gpu": Field(dict),
+    "cuda": Field(dict),
+    "platform": Field(dict),
+    "component": Field(dict),
+    "source": Field(dict),
+    "build": Field(dict),
+    "package": Field(dict),
+    "qualification": Field(dict),
+}
+_GPU = {
+    "name": Field(str),
+    "compute_capability": Field(str, check=matches(r"[0-9]+\.[0-9]"), expected="'<major>.<minor>', e.g. '8.9'"),
+    "minimum_driver_major": Field(int, check=lambda v: v > 0, expected="a positive driver branch, e.g. 580"),
+    "vram_mib": Field(int, check=lambda v: v > 0, expected="a positive number of MiB"),
+}
+_CUDA = {
+    "architecture": Field(str, check=lambda v: v in CUDA_ARCHITECTURES, expected="one of " + ", ".join(repr(a) for a in CUDA_ARCHITECTURES)),
+    "toolkit": Field(str, check=matches(r"13\.[0-9]+"), expected="a CUDA 13 toolkit line such as '13.1'"),
+}
+_PLATFORM = {
+    "build_host": Field(str, check=one_of(*PLATFORMS), expected=" or ".join(PLATFORMS)),
+    "target": Field(str, check=one_of(*PLATFORMS), expected=" or ".join(PLATFORMS)),
+    "asset_platform": Field(str, check=matches(r"(linux|windows)-x86_64-cuda13\.[0-9]+(-rtx[0-9]{4})?"), expected="e.g. 'windows-x86_64-cuda13.3-rtx4090'"),
+}
+_COMPONENT = {
+    "repository": Field(str, check=matches(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), expected="an https://github.com/<owner>/<repo> URL"),
+    "version": Field(str, check=matches(r"[0-9]+\.[0-9]+\.[0-9]+"), expected="a version 'X.Y.Z'"),
+    "beta": Field(int, check=lambda v: v >= 1, expected="a beta number >= 1"),
+    "tag_pattern": Field(str),
+    "stem_pattern": Field(str),
+    "release_id_pattern": Field(str),
+    "deployment_profile": Field(str),
+    "build_profile": Field(str),
+}
+_SOURCE = {
+    "repository": Field(str, check=matches(r"https://\S+"), expected="an https git URL"),
+    "commit": Field(str, required=False, check=is_commit_hex, expected="a full 40-hex commit"),
+    "upstream_base": Field(str, required=False, check=is_commit_hex, expected="a full 40-hex commit"),
+    "note": Field(str, required=False),
+}
+_BUILD = {
+    "generator": Field(str, check=one_of("Ninja"), expected="'Ninja'"),
+    "build_type": Field(str, check=one_of("Release"), expected="'Release'"),
+    "cmake_args": Field(list, items=str),
+    "targets": Field(list, items=str, check=lambda v: len(v) > 0, expected="a non-empty list of CMake targets"),
+    "binaries": Field(list, items=str, check=lambda v: len(v) > 0, expected="a non-empty list of binaries"),
+    "optional_binaries": Field(list, items=str, required=False, default=[]),
+}
+_PACKAGE = {
+    "layout": Field(str, check=one_of("binary-archive", "native-asset-set"), expected="'binary-archive' (container lane) or 'native-asset-set' (Windows lanes)"),
+    "system_libraries": Field(list, items=str),
+    "driver_libraries": Field(list, items=str),
+    "base_image_libraries": Field(list, items=str, required=False, default=[]),
+    "redistributables": Field(list, items=dict, required=False, default=[]),
+    "server_config": Field(str, required=False),
+    "release_spec": Field(str, required=False),
+    "support_scripts": Field(list, items=str, required=False, default=[]),
+}
+_REDISTRIBUTABLE = {
+    "name": Field(str),
+    "origin": Field(str, check=one_of("cuda-toolkit", "directstorage", "vcpkg", "msvc-crt"), expected="cuda-toolkit, directstorage, vcpkg or msvc-crt"),
+    "license": Field(str),
+    "supplier": Field(str),
+    "version": Field(str, required=False),
+}
+_QUALIFICATION = {
+    "advertised_prompt_tokens": Field(int, check=lambda v: v > 0, expected="a positive token count"),
+    "completion_tokens": Field(int, check=lambda v: 1 <= v <= 8192, expected="1..8192"),
+    "min_decode_tokens_per_second": Field((int, float)),
+    "min_prefill_tokens_per_second": Field((int, float)),
+    "max_time_to_first_token_seconds": Field((int, float)),
+    "max_restart_seconds": Field((int, float)),
+    "max_vram_mib": Field(int),
+    "endpoint_port": Field(int, check=lambda v: 1 <= v <= 65535, expected="a TCP port"),
+}
+
+
+@dataclass(frozen=True)
+class Redistributable:
+    name: str
+    origin: str
+    license: str
+    supplier: str
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class Lane:
+    id: str
+    short_name: str
+    kind: str
+    title: str
+    file: Path
+    file_sha256: str
+    gpu_name: str
+    compute_capability: str
+    minimum_driver_major: int
+    vram_mib: int
+    cuda_architecture: str
+    cuda_toolkit: str
+    build_host: str
+    target_platform: str
+    asset_platform: str
+    component_repository: str
+    version: str
+    beta: int
+    tag_pattern: str
+    stem_pattern: str
+    release_id_pattern: str
+    deployment_profile_pattern: str
+    build_profile_pattern: str
+    source_repository: str
+    source_commit: str | None
+    upstream_base: str | None
+    cmake_args: tuple[str, ...]
+    targets: tuple[str, ...]
+    binaries: tuple[str, ...]
+    optional_binaries: tuple[str, ...]
+    package_layout: str
+    system_libraries: tuple[str, ...]
+    driver_libraries: tuple[str, ...]
+    base_image_libraries: tuple[str, ...]
+    redistributables: tuple[Redistributable, ...]
+    server_config: str | None
+    release_spec: str | None
+    support_scripts: tuple[str, ...]
+    qualification: dict[str, Any] = field(default_factory=dict)
+
+    # Names derived from the patterns for one beta number.
+    def _render(self, pattern: str, beta: int | None = None) -> str:
+        return pattern.format(version=self.version, n=self.beta if beta is None else beta)
+
+    def tag(self, beta: int | None = None) -> str:
+        return self._render(self.tag_pattern, beta)
+
+    def stem(self, beta: int | None = None) -> str:
+        return self._render(self.stem_pattern, beta)
+
+    def release_id(self, beta: int | None = None) -> str:
+        return self._render(self.release_id_pattern, beta)
+
+    def deployment_profile(self, beta: int | None = None) -> str:
+        return self._render(self.deployment_profile_pattern, beta)
+
+    def build_profile(self, beta: int | None = None) -> str:
+        return self._render(self.build_profile_pattern, beta)
+
+    def tag_regex(self) -> re.Pattern[str]:
+        return pattern_regex(self.tag_pattern, self.version)
+
+    def beta_from_tag(self, tag: str) -> int:
+        match = self.tag_regex().fullmatch(tag)
+        if not match:
+            raise InputError(
+                "component tag does not match the lane's tag pattern",
+                file=self.file,
+                field="component.tag_pattern",
+                found=tag,
+                expected=f"{self.tag_pattern} with version {self.version}, e.g. {self.tag()}",
+            )
+        return int(match.group("n"))
+
+    @property
+    def is_windows(self) -> bool:
+        return self.target_platform.startswith("windows")
+
+    @property
+    def executable_suffix(self) -> str:
+        return ".exe" if self.is_windows else ""
+
+    def binary_file(self, binary: str) -> str:
+        return binary + self.executable_suffix
+
+    def with_overrides(self, **changes: Any) -> Lane:
+        """A copy with some facts changed (tests and `--lanes-dir` experiments)."""
+        return replace(self, **changes)
+
+
+def pattern_regex(pattern: str, version: str) -> re.Pattern[str]:
+    """Regex for a tag pattern: {version} is literal, {n} a beta number without leading zero."""
+    out = []
+    for literal, name, _spec, _conv in string.Formatter().parse(pattern):
+        out.append(re.escape(literal))
+        if name == "version":
+            out.append(re.escape(version))
+        elif name == "n":
+            out.append(r"(?P<n>[1-9][0-9]*)")
+    return re.compile("".join(out))
+
+
+def _check_pattern(file: Path, key: str, pattern: str, *, needs_n: bool) -> None:
+    try:
+        names = [name for _lit, name, _spec, _conv in string.Formatter().parse(pattern) if name is not None]
+    except ValueError as exc:
+        raise InputError(f"is not a valid pattern ({exc})", file=file, field=key, found=pattern) from None
+    unknown = [n for n in names if n not in PATTERN_FIELDS]
+    if unknown:
+        raise InputError(
+            "uses an unknown placeholder",
+            file=file,
+            field=key,
+            found="{" + unknown[0] + "}",
+            expected="only {version} and {n}",
+        )
+    if needs_n and "n" not in names:
+        raise InputError(
+            "must contain the beta number placeholder {n}",
+            file=file,
+            field=key,
+            found=pattern,
+            expected="a pattern such as 'v{version}-qwen38-4090-beta.{n}'",
+            why="every component cut is a new beta.N tag; a tag without N would be reused, and tags are never moved",
+        )
+    if needs_n and "version" not in names:
+        raise InputError("must contain {version}", file=file, field=key, found=pattern, expected="a pattern containing {version}")
+
+
+def load_lane(path: Path) -> Lane:
+    data = read_toml(path)
+    file = str(path)
+    top = read_table(data, _TOP, file=file)
+    gpu = read_table(top["gpu"], _GPU, file=file, prefix="gpu")
+    cuda = read_table(top["cuda"], _CUDA, file=file, prefix="cuda")
+    plat = read_table(top["platform"], _PLATFORM, file=file, prefix="platform")
+    comp = read_table(top["component"], _COMPONENT, file=file, prefix="component")
+    src = read_table(top["source"], _SOURCE, file=file, prefix="source")
+    build = read_table(top["build"], _BUILD, file=file, prefix="build")
+    pkg = read_table(top["package"], _PACKAGE, file=file, prefix="package")
+    qual = read_table(top["qualification"], _QUALIFICATION, file=file, prefix="qualification")
+
+    if path.stem != top["id"]:
+        raise InputError("lane id must equal the file name", file=file, field="id", found=top["id"], expected=repr(path.stem))
+    if not top["id"].startswith(f"rtx{top['short_name']}-"):
+        raise InputError("short_name must be the GPU number in the id", file=file, field="short_name", found=top["short_name"], expected=repr(top["id"][3:7]))
+    expected_kind = "container" if top["id"].endswith("-container") else "windows-native"
+    if top["kind"] != expected_kind:
+        raise InputError("kind does not match the id", file=file, field="kind", found=top["kind"], expected=repr(expected_kind))
+    arch_cc = CUDA_ARCHITECTURES[cuda["architecture"]]
+    if gpu["compute_capability"] != arch_cc:
+        raise InputError(
+            "GPU compute capability does not match the CUDA architecture",
+            file=file,
+            field="gpu.compute_capability",
+            found=gpu["compute_capability"],
+            expected=f"{arch_cc!r} for cuda.architecture {cuda['architecture']!r}",
+        )
+    if not plat["asset_platform"].startswith(f"{plat['target']}-cuda{cuda['toolkit']}"):
+        raise InputError(
+            "asset platform must name the target platform and CUDA toolkit",
+            file=file,
+            field="platform.asset_platform",
+            found=plat["asset_platform"],
+            expected=f"'{plat['target']}-cuda{cuda['toolkit']}[-rtxNNNN]'",
+        )
+    for key in ("tag_pattern", "stem_pattern", "release_id_pattern", "deployment_profile", "build_profile"):
+        _check_pattern(path, f"component.{key}", comp[key], needs_n=(key == "tag_pattern"))
+    probe = pattern_regex(comp["tag_pattern"], comp["version"])
+    if not probe.fullmatch(comp["tag_pattern"].format(version=comp["version"], n=comp["beta"])):
+        raise InputError("tag pattern does not round-trip", file=file, field="component.tag_pattern", found=comp["tag_pattern"])
+    if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+-[a-z0-9.-]+", comp["tag_pattern"].format(version=comp["version"], n=comp["beta"])):
+        raise InputError(
+            "tag pattern must produce a tag 'vX.Y.Z-<lane words>'",
+            file=file,
+            field="component.tag_pattern",
+            found=comp["tag_pattern"],
+            expected="e.g. 'v{version}-qwen38-4090-beta.{n}'",
+        )
+    for key in ("binaries", "optional_binaries", "targets"):
+        for index, name in enumerate(build[key]):
+            if not re.fullmatch(BINARY_NAME, name):
+                raise InputError("is not a valid binary or target name", file=file, field=f"build.{key}[{index}]", found=name, expected="lowercase letters, digits, '-' and '_'")
+    if "ninfer-serve" not in build["binaries"]:
+        raise InputError("the server binary must be built", file=file, field="build.binaries", found=build["binaries"], expected="a list containing 'ninfer-serve'")
+    missing_targets = [b for b in build["binaries"] if b not in build["targets"]]
+    if missing_targets:
+        raise InputError("a required binary is not among the build targets", file=file, field="build.targets", found=build["targets"], expected=f"a list containing {missing_targets[0]!r}")
+    for index, arg in enumerate(build["cmake_args"]):
+        if arg.startswith(("-DCMAKE_CUDA_ARCHITECTURES", "-DCMAKE_BUILD_TYPE", "-DCMAKE_CUDA_COMPILER", "-DNINFER_PATCH_STACK_SHA", "-DNINFER_UPSTREAM_BASE_SHA", "-DNINFER_SOURCE_DIRTY", "-DNINFER_BUILD_PROFILE")):
+            raise InputError(
+                "sets a value the pipeline owns",
+                file=file,
+                field=f"build.cmake_args[{index}]",
+                found=arg,
+                why="architecture, build type, compiler and identity come from the lane's typed fields and the source commit",
+                fix="remove the argument; change cuda.architecture or component fields instead",
+            )
+    redistributables = tuple(
+        Redistributable(**read_table(item, _REDISTRIBUTABLE, file=file, prefix=f"package.redistributables[{i}]"))
+        for i, item in enumerate(pkg["redistributables"])
+    )
+    expected_layout = "binary-archive" if expected_kind == "container" else "native-asset-set"
+    if pkg["layout"] != expected_layout:
+        raise InputError("package layout does not fit the lane kind", file=file, field="package.layout", found=pkg["layout"], expected=repr(expected_layout))
+    if expected_layout == "native-asset-set":
+        for key in ("server_config", "release_spec"):
+            if not pkg[key]:
+                raise InputError("a Windows lane needs its serving contract file", file=file, field=f"package.{key}", expected="a path under packaging/windows/lanes/")
+        if len(pkg["support_scripts"]) != 4:
+            raise InputError("a Windows lane ships exactly the four lifecycle scripts", file=file, field="package.support_scripts", found=pkg["support_scripts"], expected="four .ps1 paths")
+
+    raw = path.read_bytes()
+    return Lane(
+        id=top["id"],
+        short_name=top["short_name"],
+        kind=top["kind"],
+        title=top["title"],
+        file=path,
+        file_sha256=sha256_bytes(raw),
+        gpu_name=gpu["name"],
+        compute_capability=gpu["compute_capability"],
+        minimum_driver_major=gpu["minimum_driver_major"],
+        vram_mib=gpu["vram_mib"],
+        cuda_architecture=cuda["architecture"],
+        cuda_toolkit=cuda["toolkit"],
+        build_host=plat["build_host"],
+        target_platform=plat["target"],
+        asset_platform=plat["asset_platform"],
+        component_repository=comp["repository"],
+        version=comp["version"],
+        beta=comp["beta"],
+        tag_pattern=comp["tag_pattern"],
+        stem_pattern=comp["stem_pattern"],
+        release_id_pattern=comp["release_id_pattern"],
+        deployment_profile_pattern=comp["deployment_profile"],
+        build_profile_pattern=comp["build_profile"],
+        source_repository=src["repository"],
+        source_commit=src["commit"],
+        upstream_base=src["upstream_base"],
+        cmake_args=tuple(build["cmake_args"]),
+        targets=tuple(build["targets"]),
+        binaries=tuple(build["binaries"]),
+        optional_binaries=tuple(build["optional_binaries"] or ()),
+        package_layout=pkg["layout"],
+        system_libraries=tuple(pkg["system_libraries"]),
+        driver_libraries=tuple(pkg["driver_libraries"]),
+        base_image_libraries=tuple(pkg["base_image_libraries"] or ()),
+        redistributables=redistributables,
+        server_config=pkg["server_config"],
+        release_spec=pkg["release_spec"],
+        support_scripts=tuple(pkg["support_scripts"] or ()),
+        qualification=qual,
+    )
+
+
+def load_lanes(lanes_dir: Path | None = None) -> dict[str, Lane]:
+    directory = lanes_dir or DEFAULT_LANES_DIR
+    files = sorted(directory.glob("*.toml"))
+    if not files:
+        raise InputError("no lane files found", file=directory, expected="runtime/lanes/<lane-id>.toml files")
+    lanes: dict[str, Lane] = {}
+    short: dict[str, str] = {}
+    for path in files:
+        lane = load_lane(path)
+        if lane.short_name in short:
+            raise InputError("two lanes share a short name", file=path, field="short_name", found=lane.short_name, expected=f"a name not used by {short[lane.short_name]}")
+        short[lane.short_name] = lane.id
+        lanes[lane.id] = lane
+    return lanes
+
+
+def find_lane(name: str, lanes_dir: Path | None = None) -> Lane:
+    """Look a lane up by id ('rtx4090-windows-native') or short name ('4090')."""
+    lanes = load_lanes(lanes_dir)
+    for lane in lanes.values():
+        if name in (lane.id, lane.short_name):
+            return lane
+    from .errors import UsageError
+
+    raise UsageError(
+        f"unknown lane {name!r}",
+        expected="one of " + ", ".join(f"{lane.id} ({lane.short_name})" for lane in lanes.values()),
+        fix="run 'python -m pipeline lanes' to list them",
+    )
+
+
+def current_host_platform() -> str:
+    system = host_platform_module.system().lower()
+    machine = host_platform_module.machine().lower()
+    arch = {"amd64": "x86_64", "x86_64": "x86_64"}.get(machine, machine)
+    return f"{system}-{arch}"

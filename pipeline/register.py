@@ -1,0 +1,210 @@
+"""The artefact register: the one way stages hand results to each other.
+
+Every output a stage makes is recorded as a typed entry (kind, name, lane,
+path inside the output folder, SHA-256, size, kind-specific attributes) in
+`<dist>/register.json`.  A later stage asks the register for "the package
+archive of lane X" and gets exactly one entry, whose bytes are re-hashed
+before use; it never globs folders.  The register also remembers, per stage
+and lane, the fingerprint of the inputs of its last successful run, so a
+re-run with unchanged inputs is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import InputError, IntegrityError
+from .util.hashing import sha256_file
+from .util.jsonio import canonical_bytes, read_json_object, write_json
+
+REGISTER_FILE = "register.json"
+REGISTER_TYPE = "omp_ninfer_artifact_register"
+
+# kind -> attributes every entry of that kind must carry
+KINDS: dict[str, frozenset[str]] = {
+    "binary": frozenset({"binary"}),
+    "build-identity": frozenset(),
+    "source-tar": frozenset({"commit"}),
+    "toolchain": frozenset({"toolchain_kind"}),
+    "runtime-library": frozenset({"library", "origin"}),
+    "package-archive": frozenset({"component_tag"}),
+    "source-archive": frozenset({"component_tag"}),
+    "spdx-sbom": frozenset({"component_tag"}),
+    "cdx-sbom": frozenset({"component_tag"}),
+    "inner-checksums": frozenset({"component_tag"}),
+    "outer-checksums": frozenset({"component_tag"}),
+    "package-build-receipt": frozenset({"component_tag"}),
+    "support-script": frozenset({"component_tag"}),
+    "oci-layout": frozenset({"manifest_digest"}),
+    "image-sbom": frozenset({"manifest_digest"}),
+    "publication-receipt": frozenset({"image_reference"}),
+    "lane-receipt": frozenset({"status"}),
+    "release-tree": frozenset({"release"}),
+    "signature-bundle": frozenset({"signed_name"}),
+    "benchmark": frozenset(),
+}
+
+
+@dataclass(frozen=True)
+class Artifact:
+    kind: str
+    name: str
+    path: str  # POSIX path relative to the output folder
+    sha256: str
+    size: int
+    stage: str
+    lane: str | None = None
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown artefact kind {self.kind!r}")
+        missing = KINDS[self.kind] - set(self.attrs)
+        if missing:
+            raise ValueError(f"artefact {self.name!r} of kind {self.kind} lacks attributes {sorted(missing)}")
+        if Path(self.path).is_absolute() or ".." in Path(self.path).parts:
+            raise ValueError(f"artefact path must stay inside the output folder: {self.path!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Register:
+    def __init__(self, dist: Path) -> None:
+        self.dist = dist
+        self.file = dist / REGISTER_FILE
+        self.artifacts: dict[str, Artifact] = {}
+        self.stages: dict[str, dict[str, Any]] = {}
+        if self.file.exists():
+            self._load()
+
+    def _load(self) -> None:
+        data = read_json_object(self.file)
+        if data.get("artifact_type") != REGISTER_TYPE or data.get("schema_version") != 1:
+            raise InputError(
+                "is not an artefact register of schema 1",
+                file=self.file,
+                field="artifact_type",
+                found=data.get("artifact_type"),
+                expected=REGISTER_TYPE,
+                fix="remove the output folder or pass another --dist",
+            )
+        for index, entry in enumerate(data.get("artifacts", [])):
+            try:
+                artifact = Artifact(**entry)
+            except (TypeError, ValueError) as exc:
+                raise InputError(f"entry is malformed: {exc}", file=self.file, field=f"artifacts[{index}]") from None
+            self.artifacts[artifact.name] = artifact
+        self.stages = dict(data.get("stages", {}))
+
+    # -- writing ---------------------------------------------------------
+    def make(self, kind: str, path: Path, *, stage: str, lane: str | None, name: str | None = None, **attrs: Any) -> Artifact:
+        """Hash a file already written under dist and describe it as an artefact."""
+        relative = path.resolve().relative_to(self.dist.resolve()).as_posix()
+        return Artifact(
+            kind=kind,
+            name=name or relative,
+            path=relative,
+            sha256=sha256_file(path),
+            size=path.stat().st_size,
+            stage=stage,
+            lane=lane,
+            attrs=attrs,
+        )
+
+    def record_stage(self, key: str, fingerprint: str, outputs: Iterable[Artifact]) -> None:
+        outputs = list(outputs)
+        # A stage's new outputs replace whatever it wrote before for the same key.
+        for name in self.stages.get(key, {}).get("outputs", []):
+            self.artifacts.pop(name, None)
+        for artifact in outputs:
+            self.artifacts[artifact.name] = artifact
+        self.stages[key] = {"fingerprint": fingerprint, "outputs": sorted(a.name for a in outputs)}
+        self.save()
+
+    def save(self) -> None:
+        document = {
+            "artifact_type": REGISTER_TYPE,
+            "schema_version": 1,
+            "artifacts": [self.artifacts[name].to_json() for name in sorted(self.artifacts)],
+            "stages": self.stages,
+        }
+        write_json(self.file, document)
+
+    # -- reading ---------------------------------------------------------
+    def query(self, kind: str, *, lane: str | None = None, **attrs: Any) -> list[Artifact]:
+        return [
+            artifact
+            for name, artifact in sorted(self.artifacts.items())
+            if artifact.kind == kind
+            and (lane is None or artifact.lane == lane)
+            and all(artifact.attrs.get(key) == value for key, value in attrs.items())
+        ]
+
+    def one(self, kind: str, *, lane: str | None = None, needed_by: str, produced_by: str, **attrs: Any) -> Artifact:
+        found = self.query(kind, lane=lane, **attrs)
+        where = f" for lane {lane}" if lane else ""
+        if not found:
+            raise InputError(
+                f"the register has no {kind} entry{where}",
+                file=self.file,
+                why=f"{needed_by} needs the output of the {produced_by} stage",
+                fix=f"run the {produced_by} stage first with the same --dist",
+            )
+        if len(found) > 1:
+            raise InputError(
+                f"the register has {len(found)} {kind} entries{where}, expected exactly one",
+                file=self.file,
+                found=[a.name for a in found],
+            )
+        return found[0]
+
+    def path_of(self, artifact: Artifact) -> Path:
+        return self.dist / artifact.path
+
+    def verified_path(self, artifact: Artifact) -> Path:
+        """The artefact's file after checking its bytes still match the register."""
+        path = self.path_of(artifact)
+        if not path.exists():
+            raise IntegrityError(
+                f"registered artefact {artifact.name!r} is missing",
+                file=path,
+                fix=f"re-run the {artifact.stage} stage",
+            )
+        actual = sha256_file(path)
+        if actual != artifact.sha256:
+            raise IntegrityError(
+                f"registered artefact {artifact.name!r} changed on disk",
+                file=path,
+                found=actual,
+                expected=artifact.sha256,
+                why="a file in the output folder was edited or replaced after its stage recorded it",
+                fix=f"re-run the {artifact.stage} stage, or find out who changed the file",
+            )
+        return path
+
+    def stage_is_current(self, key: str, fingerprint: str) -> bool:
+        record = self.stages.get(key)
+        if not record or record.get("fingerprint") != fingerprint:
+            return False
+        for name in record.get("outputs", []):
+            artifact = self.artifacts.get(name)
+            if artifact is None:
+                return False
+            path = self.path_of(artifact)
+            if not path.exists() or path.stat().st_size != artifact.size or sha256_file(path) != artifact.sha256:
+                return False
+        return True
+
+    def outputs_of(self, key: str) -> list[Artifact]:
+        return [self.artifacts[name] for name in self.stages.get(key, {}).get("outputs", []) if name in self.artifacts]
+
+
+def fingerprint(inputs: Any) -> str:
+    from .util.hashing import sha256_bytes
+
+    return sha256_bytes(canonical_bytes(json.loads(json.dumps(inputs, default=str))))

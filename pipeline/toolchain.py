@@ -1,0 +1,412 @@
+"""Pinned CUDA toolchains, provisioned from PyPI wheels named in a lock file.
+
+`runtime/toolchain.lock.json` pins, per CUDA toolkit line and host platform,
+every wheel (nvcc, crt, nvvm, cudart, cccl, nvtx, plus cmake and ninja) by
+exact version, URL, size and SHA-256.  Provisioning downloads each wheel
+(hashing while it streams, into a content-addressed cache), refuses any byte
+that differs from the lock, unpacks the wheels into a canonical directory and
+applies the layout fix nvcc.profile needs.  The directory is canonical
+(`/var/tmp/omp-ninfer/toolchains/...`) because the toolkit path is embedded in
+the binaries (nvlink command line), so a different location would change them.
+
+`--toolchain system` uses the nvcc on PATH (or CUDA_HOME) instead; the build
+identity then records it as a system toolchain with its version.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
+from .lanes import REPO_ROOT, Lane, current_host_platform
+from .util import ui
+from .util.fs import atomic_output_dir
+from .util.hashing import is_sha256_hex, sha256_bytes, sha256_file
+from .util.jsonio import canonical_bytes, read_json_object, write_json
+from .util.proc import run_text
+
+LOCK_FILE = REPO_ROOT / "runtime" / "toolchain.lock.json"
+LOCK_TYPE = "omp_ninfer_toolchain_lock"
+CANONICAL_ROOT = Path("/var/tmp/omp-ninfer")
+PYPI_FILES = "https://files.pythonhosted.org/packages/"
+
+# Wheels a CUDA toolkit line consists of (the design's list) plus the build tools.
+CUDA_DISTRIBUTIONS = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-nvtx")
+TOOL_DISTRIBUTIONS = ("cmake", "ninja")
+
+
+def toolchain_root() -> Path:
+    override = os.environ.get("OMP_NINFER_TOOLCHAIN_ROOT")
+    return Path(override) if override else CANONICAL_ROOT / "toolchains"
+
+
+def wheel_cache() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "omp-ninfer" / "wheels"
+
+
+@dataclass(frozen=True)
+class Wheel:
+    distribution: str
+    version: str
+    filename: str
+    url: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ToolchainSpec:
+    toolkit: str
+    platform: str
+    cuda_version: str
+    wheels: tuple[Wheel, ...]
+    cuda_home: str  # relative to the unpacked site folder
+    cmake: str
+    ninja: str
+
+    @property
+    def digest(self) -> str:
+        return sha256_bytes(canonical_bytes(self.to_json()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "toolkit": self.toolkit,
+            "platform": self.platform,
+            "cuda_version": self.cuda_version,
+            "cuda_home": self.cuda_home,
+            "cmake": self.cmake,
+            "ninja": self.ninja,
+            "wheels": [w.__dict__ for w in self.wheels],
+        }
+
+
+@dataclass
+class Toolchain:
+    """A toolchain ready to use: where nvcc, cmake and ninja are, and how to describe it."""
+
+    kind: str  # "pinned" or "system"
+    nvcc: Path
+    cmake: Path
+    ninja: Path
+    cuda_home: Path
+    cuda_version: str
+    description: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def library_dir(self) -> Path:
+        for candidate in (self.cuda_home / "lib", self.cuda_home / "lib64", self.cuda_home / "targets" / "x86_64-linux" / "lib"):
+            if (candidate / "libcudart.so.13").exists() or (candidate / "libcudart.so").exists():
+                return candidate
+        return self.cuda_home / "lib"
+
+
+# -- the lock -------------------------------------------------------------
+
+def load_lock(path: Path = LOCK_FILE) -> dict[str, Any]:
+    lock = read_json_object(path)
+    if lock.get("artifact_type") != LOCK_TYPE or lock.get("schema_version") != 1:
+        raise InputError("is not a toolchain lock of schema 1", file=path, field="artifact_type", found=lock.get("artifact_type"), expected=LOCK_TYPE)
+    return lock
+
+
+def toolchain_spec(toolkit: str, platform: str, *, lock_path: Path = LOCK_FILE) -> ToolchainSpec:
+    lock = load_lock(lock_path)
+    entry = lock.get("toolkits", {}).get(toolkit, {}).get("platforms", {}).get(platform)
+    if entry is None:
+        raise InputError(
+            f"the toolchain lock has no CUDA {toolkit} toolchain for {platform}",
+            file=lock_path,
+            field=f"toolkits.{toolkit}.platforms.{platform}",
+            fix="run 'python -m pipeline toolchain lock' to pin it (see README, Toolchains)",
+        )
+    wheels = []
+    for index, item in enumerate(entry["wheels"]):
+        where = f"toolkits.{toolkit}.platforms.{platform}.wheels[{index}]"
+        if not is_sha256_hex(item.get("sha256")):
+            raise InputError("wheel hash is not 64 lowercase hex digits", file=lock_path, field=f"{where}.sha256", found=item.get("sha256"))
+        if not str(item.get("url", "")).startswith(PYPI_FILES):
+            raise InputError("wheel URL is not a PyPI file URL", file=lock_path, field=f"{where}.url", found=item.get("url"), expected=f"{PYPI_FILES}...")
+        wheels.append(Wheel(**item))
+    return ToolchainSpec(
+        toolkit=toolkit,
+        platform=platform,
+        cuda_version=entry["cuda_version"],
+        wheels=tuple(wheels),
+        cuda_home=entry["cuda_home"],
+        cmake=entry["cmake"],
+        ninja=entry["ninja"],
+    )
+
+
+# -- downloading ------------------------------------------------------------
+
+def fetch_wheel(wheel: Wheel, *, session=None) -> Path:
+    """The wheel's bytes in the content-addressed cache, downloaded if needed and always verified."""
+    cache = wheel_cache()
+    target = cache / wheel.sha256[:2] / wheel.sha256 / wheel.filename
+    if target.exists():
+        if target.stat().st_size == wheel.size and sha256_file(target) == wheel.sha256:
+            return target
+        target.unlink()
+    from .transfer import download_verified  # the blob mover shared with audit
+
+    download_verified(wheel.url, target, expected_sha256=wheel.sha256, expected_size=wheel.size, label=wheel.filename, session=session)
+    return target
+
+
+def _extract_wheel(path: Path, destination: Path) -> None:
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            name = info.filename
+            if name.startswith("/") or ".." in Path(name).parts:
+                raise IntegrityError("wheel holds a path outside its root", file=path, found=name)
+            out = destination / name
+            if info.is_dir():
+                out.mkdir(parents=True, exist_ok=True)
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(info) as source, open(out, "wb") as sink:
+                shutil.copyfileobj(source, sink, 1024 * 1024)
+            mode = (info.external_attr >> 16) & 0o777
+            os.chmod(out, 0o755 if mode & 0o111 else 0o644)
+
+
+def _fix_cuda_layout(cuda_home: Path) -> None:
+    """nvcc.profile expects targets/x86_64-linux/{include,lib}; the wheels ship include/ and lib/."""
+    targets = cuda_home / "targets" / "x86_64-linux"
+    targets.mkdir(parents=True, exist_ok=True)
+    for name in ("include", "lib"):
+        link = targets / name
+        if not link.exists():
+            link.symlink_to(Path("..") / ".." / name)
+    lib64 = cuda_home / "lib64"
+    if not lib64.exists():
+        lib64.symlink_to("lib")
+    cudart = cuda_home / "lib" / "libcudart.so"
+    if not cudart.exists() and (cuda_home / "lib" / "libcudart.so.13").exists():
+        cudart.symlink_to("libcudart.so.13")
+
+
+def provision(spec: ToolchainSpec) -> Toolchain:
+    """Make the pinned toolchain available at its canonical path (a no-op when already there)."""
+    root = toolchain_root() / f"cuda-{spec.cuda_version}-{spec.platform}-{spec.digest[:12]}"
+    marker = root / "toolchain.json"
+    if not (marker.exists() and read_json_object(marker).get("digest") == spec.digest):
+        ui.step("toolchain", f"provisioning CUDA {spec.cuda_version} ({len(spec.wheels)} pinned wheels) into {root}")
+        paths = [fetch_wheel(wheel) for wheel in spec.wheels]
+        with atomic_output_dir(root) as staging:
+            for wheel, path in zip(spec.wheels, paths, strict=True):
+                ui.info(f"unpacking {wheel.filename}")
+                _extract_wheel(path, staging / "site")
+            _fix_cuda_layout(staging / "site" / spec.cuda_home)
+            write_json(staging / "toolchain.json", {"digest": spec.digest, "spec": spec.to_json()})
+    else:
+        ui.info(f"pinned CUDA {spec.cuda_version} toolchain already at {root}")
+    site = root / "site"
+    cuda_home = site / spec.cuda_home
+    toolchain = Toolchain(
+        kind="pinned",
+        nvcc=cuda_home / "bin" / "nvcc",
+        cmake=site / spec.cmake,
+        ninja=site / spec.ninja,
+        cuda_home=cuda_home,
+        cuda_version=spec.cuda_version,
+    )
+    toolchain.description = {
+        "kind": "pinned",
+        "toolkit": spec.toolkit,
+        "cuda_version": spec.cuda_version,
+        "lock_entry_sha256": spec.digest,
+        "root": str(root),
+        "wheels": [{"distribution": w.distribution, "version": w.version, "sha256": w.sha256} for w in spec.wheels],
+    }
+    _check_versions(toolchain, expected_cuda=spec.cuda_version)
+    return toolchain
+
+
+def system_toolchain(lane: Lane) -> Toolchain:
+    nvcc = shutil.which("nvcc")
+    if not nvcc and os.environ.get("CUDA_HOME"):
+        candidate = Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"
+        nvcc = str(candidate) if candidate.exists() else None
+    if not nvcc:
+        raise EnvironmentProblem(
+            "--toolchain system was asked for, but no nvcc is on PATH or under CUDA_HOME",
+            fix="install a CUDA 13 toolkit, or drop --toolchain system to use the pinned wheel toolchain",
+        )
+    cmake = shutil.which("cmake")
+    ninja = shutil.which("ninja") or shutil.which("ninja-build")
+    if not cmake or not ninja:
+        raise EnvironmentProblem(
+            "--toolchain system needs cmake and ninja on PATH",
+            fix="apt-get install cmake ninja-build, or use the pinned toolchain",
+        )
+    nvcc_path = Path(nvcc).resolve()
+    toolchain = Toolchain(
+        kind="system",
+        nvcc=nvcc_path,
+        cmake=Path(cmake),
+        ninja=Path(ninja),
+        cuda_home=nvcc_path.parent.parent,
+        cuda_version="",
+    )
+    toolchain.cuda_version = nvcc_version(toolchain.nvcc)
+    if not toolchain.cuda_version.startswith(lane.cuda_toolkit + "."):
+        ui.warn(
+            f"system nvcc is CUDA {toolchain.cuda_version}, the lane pins CUDA {lane.cuda_toolkit}: "
+            "the build is recorded as a system-toolchain build and is not the pinned release toolchain"
+        )
+    toolchain.description = {"kind": "system", "cuda_version": toolchain.cuda_version, "nvcc": str(toolchain.nvcc)}
+    _check_versions(toolchain, expected_cuda=None)
+    return toolchain
+
+
+def nvcc_version(nvcc: Path) -> str:
+    text = run_text([nvcc, "--version"], what="ask nvcc for its version", failure=EnvironmentProblem)
+    match = re.search(r"release [0-9.]+, V([0-9]+\.[0-9]+\.[0-9]+)", text)
+    if not match:
+        raise EnvironmentProblem("cannot read the CUDA version from 'nvcc --version'", file=str(nvcc), found=text.strip()[-200:])
+    return match.group(1)
+
+
+def _check_versions(toolchain: Toolchain, *, expected_cuda: str | None) -> None:
+    version = nvcc_version(toolchain.nvcc)
+    if expected_cuda and version != expected_cuda:
+        raise IntegrityError(
+            "the provisioned nvcc reports another version than the lock pins",
+            file=str(toolchain.nvcc),
+            found=version,
+            expected=expected_cuda,
+            fix=f"delete {toolchain.cuda_home.parent.parent.parent} and provision again",
+        )
+    cmake_text = run_text([toolchain.cmake, "--version"], what="ask cmake for its version", failure=EnvironmentProblem)
+    ninja_text = run_text([toolchain.ninja, "--version"], what="ask ninja for its version", failure=EnvironmentProblem)
+    toolchain.description.update(
+        {
+            "nvcc_version": version,
+            "cmake_version": cmake_text.split()[2] if cmake_text.startswith("cmake version") else cmake_text.strip(),
+            "ninja_version": ninja_text.strip(),
+        }
+    )
+
+
+def for_lane(lane: Lane, mode: str) -> Toolchain:
+    if mode == "system":
+        return system_toolchain(lane)
+    if mode != "pinned":
+        from .errors import UsageError
+
+        raise UsageError(f"unknown toolchain mode {mode!r}", expected="'pinned' or 'system'")
+    return provision(toolchain_spec(lane.cuda_toolkit, current_host_platform()))
+
+
+# -- writing the lock (maintainers) -------------------------------------------
+
+def _pypi_files(distribution: str, version: str, session) -> list[dict[str, Any]]:
+    response = session.get(f"https://pypi.org/pypi/{distribution}/json", timeout=60)
+    if response.status_code != 200:
+        raise RemoteError(f"PyPI answered HTTP {response.status_code} for {distribution}", fix="check the network and the distribution name")
+    releases = response.json().get("releases", {})
+    if version not in releases:
+        raise InputError(f"PyPI has no {distribution} {version}", found=version, expected="one of " + ", ".join(sorted(releases)[-8:]))
+    return releases[version]
+
+
+def _canonical_url(url: str) -> str:
+    # Mirrors may answer with relative file URLs; the lock always names PyPI's file host.
+    marker = "packages/"
+    if url.startswith(PYPI_FILES):
+        return url
+    index = url.find("/packages/", url.find("packages/") + 1) if url.count("packages/") > 1 else url.find(marker)
+    tail = url[index:].lstrip("/")
+    tail = tail[len("packages/"):] if tail.startswith("packages/") else tail
+    return PYPI_FILES + tail
+
+
+_PLATFORM_TAGS = {"linux-x86_64": ("manylinux", "x86_64"), "windows-x86_64": ("win_amd64", "")}
+
+
+def _pick_wheel(files: list[dict[str, Any]], platform: str) -> dict[str, Any]:
+    tag, arch = _PLATFORM_TAGS[platform]
+    candidates = [
+        f for f in files
+        if f["packagetype"] == "bdist_wheel" and tag in f["filename"] and arch in f["filename"] and "musllinux" not in f["filename"]
+    ]
+    if not candidates:
+        raise InputError(f"no {platform} wheel among {[f['filename'] for f in files]}")
+    return sorted(candidates, key=lambda f: f["filename"])[0]
+
+
+def write_lock(toolkits: dict[str, dict[str, str]], tools: dict[str, str], path: Path = LOCK_FILE, session=None) -> dict[str, Any]:
+    """Pin wheels: toolkits = {"13.1": {"nvidia-cuda-nvcc": "13.1.115", ...}}, tools = {"cmake": "3.31.10", "ninja": "1.13.0"}."""
+    import requests
+
+    session = session or requests.Session()
+    document: dict[str, Any] = {"artifact_type": LOCK_TYPE, "schema_version": 1, "toolkits": {}}
+    for toolkit, versions in sorted(toolkits.items()):
+        platforms: dict[str, Any] = {}
+        for platform in _PLATFORM_TAGS:
+            wheels = []
+            for distribution in (*CUDA_DISTRIBUTIONS, *TOOL_DISTRIBUTIONS):
+                version = versions.get(distribution) or tools[distribution]
+                info = _pick_wheel(_pypi_files(distribution, version, session), platform)
+                wheels.append(
+                    {
+                        "distribution": distribution,
+                        "version": version,
+                        "filename": info["filename"],
+                        "url": _canonical_url(info["url"]),
+                        "sha256": info["digests"]["sha256"],
+                        "size": info["size"],
+                    }
+                )
+            windows = platform.startswith("windows")
+            platforms[platform] = {
+                "cuda_version": versions["nvidia-cuda-nvcc"],
+                "cuda_home": "nvidia/cu13",
+                "cmake": "cmake/data/bin/cmake.exe" if windows else "cmake/data/bin/cmake",
+                "ninja": f"ninja-{tools['ninja']}.data/scripts/ninja" + (".exe" if windows else ""),
+                "wheels": wheels,
+            }
+        document["toolkits"][toolkit] = {"platforms": platforms}
+    write_json(path, document)
+    return document
+
+
+def describe_lock(path: Path = LOCK_FILE) -> list[str]:
+    lock = load_lock(path)
+    lines = []
+    for toolkit, entry in sorted(lock["toolkits"].items()):
+        for platform, spec in sorted(entry["platforms"].items()):
+            total = sum(w["size"] for w in spec["wheels"])
+            lines.append(f"CUDA {toolkit} ({spec['cuda_version']}) {platform}: {len(spec['wheels'])} wheels, {total / 1e6:.0f} MB")
+    return lines
+
+
+# -- front door -------------------------------------------------------------
+
+PINNED_VERSIONS = {
+    # What `toolchain lock` pins; changing a line here and re-running it is the reviewed way to move.
+    "13.1": {"nvidia-cuda-nvcc": "13.1.115", "nvidia-cuda-crt": "13.1.115", "nvidia-nvvm": "13.1.115", "nvidia-cuda-runtime": "13.1.80", "nvidia-cuda-cccl": "13.1.115", "nvidia-nvtx": "13.1.115"},
+    "13.3": {"nvidia-cuda-nvcc": "13.3.73", "nvidia-cuda-crt": "13.3.73", "nvidia-nvvm": "13.3.73", "nvidia-cuda-runtime": "13.3.29", "nvidia-cuda-cccl": "13.3.3.4.1", "nvidia-nvtx": "13.3.29"},
+}
+PINNED_TOOLS = {"cmake": "3.31.10", "ninja": "1.13.0"}
+
+
+def register_cli(sub) -> None:
+    parser = sub.add_parser("toolchain", help="show, provision or re-pin the CUDA toolchains")
+    action = parser.add_subparsers(dest="toolchain_action", required=True)
+    show = action.add_parser("show", help="list what the lock pins")
+    show.set_defaults(func=lambda args: print("\n".join(describe_lock())) or 0)
+    prov = action.add_parser("provision", help="download and unpack a pinned toolchain")
+    prov.add_argument("--toolkit", required=True, help="CUDA toolkit line, e.g. 13.1")
+    prov.set_defaults(func=lambda args: print(provision(toolchain_spec(args.toolkit, current_host_platform())).cuda_home) or 0)
+    lock = action.add_parser("lock", help="re-pin the wheels from PyPI (maintainers; writes runtime/toolchain.lock.json)")
+    lock.set_defaults(func=lambda args: write_lock(PINNED_VERSIONS, PINNED_TOOLS) and print("\n".join(describe_lock())) or 0)

@@ -1,0 +1,181 @@
+"""Moving blobs over HTTP(S): streamed, hashed while they arrive, resumable.
+
+Used for the pinned toolchain wheels and by `audit` for every published
+asset (model artefacts are tens of GiB).  The SHA-256 is computed on the bytes
+as they are written, so a complete file is never read a second time; an
+interrupted download resumes with an HTTP Range request from its `.part`
+file (whose bytes are hashed once to continue the digest).  Connection errors
+and 5xx answers are retried with exponential backoff; a 404 is final.  The
+file appears under its name only after size and hash match.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import IntegrityError, RemoteError
+from .util import ui
+
+CHUNK = 1024 * 1024
+RETRIES = 4
+BACKOFF_SECONDS = 0.5
+
+
+@dataclass
+class Download:
+    url: str
+    path: Path
+    sha256: str
+    size: int
+    resumed_from: int
+    seconds: float
+
+
+def _session(session=None):
+    if session is not None:
+        return session
+    import requests
+
+    return requests.Session()
+
+
+def _hash_existing(path: Path, digest) -> int:
+    size = 0
+    with open(path, "rb") as handle:
+        while chunk := handle.read(CHUNK * 4):
+            digest.update(chunk)
+            size += len(chunk)
+    return size
+
+
+def download(
+    url: str,
+    target: Path,
+    *,
+    label: str | None = None,
+    session=None,
+    expected_size: int | None = None,
+    timeout: float = 60.0,
+    retries: int = RETRIES,
+    progress: bool = True,
+    on_bytes=None,
+) -> Download:
+    """Fetch `url` into `target` (resuming `target.part`), returning its SHA-256 and size."""
+    import requests
+
+    http = _session(session)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_name(target.name + ".part")
+    label = label or target.name
+    started = time.monotonic()
+    attempt = 0
+    resumed_from = 0
+    while True:
+        digest = hashlib.sha256()
+        have = _hash_existing(part, digest) if part.exists() else 0
+        if expected_size is not None and have > expected_size:
+            part.unlink()
+            digest, have = hashlib.sha256(), 0
+        if attempt == 0:
+            resumed_from = have
+        headers = {"Range": f"bytes={have}-"} if have else {}
+        try:
+            response = http.get(url, headers=headers, stream=True, timeout=timeout)
+        except requests.RequestException as exc:
+            attempt += 1
+            if attempt > retries:
+                raise RemoteError(
+                    f"cannot download {label}: {type(exc).__name__}",
+                    file=url,
+                    why=f"{retries + 1} attempts failed; the server is unreachable or the connection broke",
+                    fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
+                ) from None
+            time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+            continue
+        with response:
+            status = response.status_code
+            if status == 416 and expected_size is not None and have == expected_size:
+                pass  # the part file is already complete
+            elif status in (404, 410, 401, 403):
+                raise RemoteError(
+                    f"the server answered HTTP {status} for {label}",
+                    file=url,
+                    why="the asset is not published at this URL (or is not public)",
+                    fix="check that the release and asset exist and are public",
+                )
+            elif status >= 500 or status == 429:
+                attempt += 1
+                if attempt > retries:
+                    raise RemoteError(f"the server kept answering HTTP {status} for {label}", file=url, fix="try again later")
+                time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+                continue
+            elif status not in (200, 206):
+                raise RemoteError(f"unexpected HTTP {status} for {label}", file=url)
+            else:
+                if status == 200 and have:
+                    # The server ignored the Range request: start over.
+                    digest, have = hashlib.sha256(), 0
+                    mode = "wb"
+                else:
+                    mode = "ab" if have else "wb"
+                length = response.headers.get("Content-Length")
+                total = expected_size or (int(length) + have if length and length.isdigit() else None)
+                bar = ui.ByteProgress(label, total) if progress else None
+                if bar:
+                    bar.done = have
+                try:
+                    with open(part, mode) as sink:
+                        for chunk in response.iter_content(CHUNK):
+                            sink.write(chunk)
+                            digest.update(chunk)
+                            have += len(chunk)
+                            if bar:
+                                bar(len(chunk))
+                            if on_bytes:
+                                on_bytes(len(chunk))
+                except (requests.RequestException, OSError) as exc:
+                    attempt += 1
+                    if attempt > retries:
+                        raise RemoteError(
+                            f"download of {label} broke off after {have} bytes: {type(exc).__name__}",
+                            file=url,
+                            fix="run the command again; the partial file is resumed",
+                        ) from None
+                    time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+                    continue
+                if bar:
+                    bar.finish()
+                if expected_size is not None and have < expected_size:
+                    attempt += 1
+                    if attempt > retries:
+                        raise RemoteError(f"download of {label} stopped at {have} of {expected_size} bytes", file=url, fix="run the command again")
+                    continue
+        os.replace(part, target)
+        return Download(url, target, digest.hexdigest(), have, resumed_from, time.monotonic() - started)
+
+
+def download_verified(
+    url: str,
+    target: Path,
+    *,
+    expected_sha256: str,
+    expected_size: int | None = None,
+    label: str | None = None,
+    session=None,
+) -> Download:
+    result = download(url, target, label=label, session=session, expected_size=expected_size)
+    if (expected_size is not None and result.size != expected_size) or result.sha256 != expected_sha256:
+        target.unlink(missing_ok=True)
+        raise IntegrityError(
+            f"downloaded bytes of {label or target.name} do not match the pin",
+            file=url,
+            found=f"sha256 {result.sha256}, {result.size} bytes",
+            expected=f"sha256 {expected_sha256}" + (f", {expected_size} bytes" if expected_size is not None else ""),
+            why="the file at this URL is not the one that was pinned (tampered, replaced, or a wrong pin)",
+            fix="do not use these bytes; check the pin's provenance",
+        )
+    return result

@@ -1,0 +1,90 @@
+"""JSON and TOML documents as the pipeline writes and reads them.
+
+Written documents are UTF-8 without BOM, keys sorted, LF line endings and a
+trailing newline, so that a hash over them is stable.  Reading is strict: a
+BOM, a CR or invalid syntax is an InputError that names the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+from .fs import atomic_write_bytes
+
+
+def canonical_bytes(document: Any, *, indent: int | None = 2) -> bytes:
+    if indent is None:
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    else:
+        text = json.dumps(document, sort_keys=True, indent=indent, ensure_ascii=False)
+    return (text + "\n").encode("utf-8")
+
+
+def compact_identity_bytes(document: Any) -> bytes:
+    """Canonical compact JSON without newline: the form hashed into identities."""
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def write_json(path: str | os.PathLike[str], document: Any, *, indent: int | None = 2) -> bytes:
+    data = canonical_bytes(document, indent=indent)
+    atomic_write_bytes(path, data)
+    return data
+
+
+def check_text_hygiene(path: str | os.PathLike[str], data: bytes) -> None:
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise InputError(
+            "starts with a UTF-8 byte-order mark",
+            file=path,
+            why="hashes are taken over exact bytes and the pipeline writes UTF-8 without BOM",
+            fix="save the file as UTF-8 without BOM",
+        )
+    if b"\r" in data:
+        line = data[: data.index(b"\r")].count(b"\n") + 1
+        raise InputError(
+            f"contains a carriage return (CR) at line {line}",
+            file=path,
+            why="a Windows checkout with core.autocrlf=true rewrites LF to CRLF and changes every hash",
+            fix="run 'git config core.autocrlf false' and check the file out again (git checkout -- <file>)",
+        )
+
+
+def read_json(path: str | os.PathLike[str], *, strict_bytes: bool = True) -> Any:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError("file does not exist", file=path) from None
+    if strict_bytes:
+        check_text_hygiene(path, data)
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=path) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(
+            f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=path
+        ) from None
+
+
+def read_json_object(path: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
+    document = read_json(path, **kwargs)
+    if not isinstance(document, dict):
+        raise InputError("must hold a JSON object", file=path, found=type(document).__name__, expected="object")
+    return document
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise InputError("file does not exist", file=path) from None
+    check_text_hygiene(path, data)
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"is not valid TOML: {exc}", file=path) from None

@@ -1,0 +1,91 @@
+"""What the user sees while the pipeline works: steps, notes and progress.
+
+Everything goes to stderr so stdout stays free for results (`--json`).  Long
+steps show progress: a byte counter with rate for downloads and hashing, an
+`[n/N]` counter for compile steps.  On a terminal the bar redraws in place; in
+CI logs it prints a line every ten percent, so logs stay short.  Every line
+passes through `redact`, so a registered secret can never be printed.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+from ..errors import redact
+
+_QUIET = os.environ.get("OMP_NINFER_QUIET") == "1"
+
+
+def set_quiet(quiet: bool) -> None:
+    global _QUIET
+    _QUIET = quiet
+
+
+def _emit(line: str) -> None:
+    if not _QUIET:
+        sys.stderr.write(redact(line) + "\n")
+        sys.stderr.flush()
+
+
+def step(stage: str, message: str) -> None:
+    _emit(f"==> [{stage}] {message}")
+
+
+def info(message: str) -> None:
+    _emit(f"    {message}")
+
+
+def warn(message: str) -> None:
+    _emit(f"warning: {message}")
+
+
+def human_bytes(count: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if count < 1024 or unit == "TiB":
+            return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
+        count /= 1024
+    return f"{count:.1f} TiB"
+
+
+class ByteProgress:
+    """Progress of a byte stream of known (or unknown) total size."""
+
+    def __init__(self, label: str, total: int | None) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+        self._tty = sys.stderr.isatty() and not _QUIET
+        self._last_decile = -1
+        self._last_draw = 0.0
+
+    def __call__(self, count: int) -> None:
+        self.done += count
+        now = time.monotonic()
+        if self._tty:
+            if now - self._last_draw >= 0.2:
+                self._last_draw = now
+                sys.stderr.write("\r" + redact(self._line(now)) + "\x1b[K")
+                sys.stderr.flush()
+        elif self.total:
+            decile = int(10 * self.done / self.total)
+            if decile != self._last_decile and decile < 10:
+                self._last_decile = decile
+                _emit("    " + self._line(now))
+
+    def _line(self, now: float) -> str:
+        elapsed = max(now - self.start, 1e-6)
+        rate = human_bytes(self.done / elapsed) + "/s"
+        if self.total:
+            pct = 100.0 * self.done / self.total
+            return f"{self.label}: {human_bytes(self.done)} of {human_bytes(self.total)} ({pct:.0f}%) {rate}"
+        return f"{self.label}: {human_bytes(self.done)} {rate}"
+
+    def finish(self) -> float:
+        now = time.monotonic()
+        if self._tty:
+            sys.stderr.write("\r\x1b[K")
+        _emit("    " + self._line(now) + " done")
+        return now - self.start
