@@ -2,13 +2,17 @@
 
 Sessions are thin: each runs `python -m pipeline <command>` (the same
 functions as the CLI) in one shared environment made by pipeline/devenv.py.
-Options for the pipeline sessions come from environment variables, because
-nox hands the same `-- posargs` to every session it runs:
+Run them in release order, e.g. `nox -s build-5090 package image push`.
+Options come from environment variables, because nox hands the same
+`-- posargs` to every session it runs:
 
   PIPELINE_DIST       output folder with the artefact register (default dist)
   PIPELINE_SOURCE     PATH[@COMMIT] or URL@COMMIT (default: the embedded sample runtime)
   PIPELINE_TOOLCHAIN  pinned (default) or system
   PIPELINE_PREBUILT   folder of prebuilt binaries for the lane being built
+  PIPELINE_REGISTRY   HOST[:PORT]/REPO for `push`
+  PIPELINE_RELEASE    product release for `compose`/`verify` (e.g. v0.13.1)
+  PIPELINE_MANIFEST   manifest path or URL for `audit`
 
 Posargs go to `tests` (pytest arguments) only.
 """
@@ -16,10 +20,13 @@ Posargs go to `tests` (pytest arguments) only.
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import nox
 
-from pipeline.devenv import ensure_debian_tools, ensure_env
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # pipeline.devenv is standard-library only
+from pipeline.devenv import ensure_debian_tools, ensure_env  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"
@@ -27,32 +34,101 @@ nox.options.default_venv_backend = "none"
 LANES = {"5090": "rtx5090-container", "4090": "rtx4090-windows-native", "3090": "rtx3090-windows-native"}
 
 
-def _pipeline(session: nox.Session, *args: str) -> None:
+def _pipeline(session: nox.Session, *args: str, dist: bool = True) -> None:
     python = str(ensure_env(session.log))
-    dist = os.environ.get("PIPELINE_DIST", "dist")
-    session.run(python, "-m", "pipeline", *args, "--dist", dist, external=True)
+    extra = ["--dist", os.environ.get("PIPELINE_DIST", "dist")] if dist else []
+    session.run(python, "-m", "pipeline", *args, *extra, external=True)
 
 
-def _build(session: nox.Session, short: str) -> None:
-    args = ["build", "--lane", LANES[short]]
-    for variable, flag in (("PIPELINE_SOURCE", "--source"), ("PIPELINE_TOOLCHAIN", "--toolchain"), ("PIPELINE_PREBUILT", "--prebuilt")):
+def _env_flags(*pairs: tuple[str, str]) -> list[str]:
+    flags: list[str] = []
+    for variable, flag in pairs:
         if os.environ.get(variable):
-            args += [flag, os.environ[variable]]
-    _pipeline(session, *args)
+            flags += [flag, os.environ[variable]]
+    return flags
+
+
+def _required(session: nox.Session, variable: str, example: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        session.error(f"set {variable} first, e.g. {variable}={example}")
+    return value
 
 
 for _short, _lane in LANES.items():
 
-    def _session(session: nox.Session, short: str = _short) -> None:
-        _build(session, short)
+    def _build(session: nox.Session, lane: str = _lane) -> None:
+        flags = _env_flags(("PIPELINE_SOURCE", "--source"), ("PIPELINE_TOOLCHAIN", "--toolchain"), ("PIPELINE_PREBUILT", "--prebuilt"))
+        _pipeline(session, "build", "--lane", lane, *flags)
 
-    _session.__doc__ = f"Build the {_lane} runtime (embedded sample unless PIPELINE_SOURCE/PIPELINE_PREBUILT say otherwise)."
-    nox.session(name=f"build-{_short}", venv_backend="none")(_session)
+    _build.__doc__ = f"Build the {_lane} runtime (the embedded sample unless PIPELINE_SOURCE / PIPELINE_PREBUILT say otherwise)."
+    nox.session(name=f"build-{_short}", venv_backend="none")(_build)
+
+    def _package(session: nox.Session, lane: str = _lane) -> None:
+        _pipeline(session, "package", "--lane", lane)
+
+    _package.__doc__ = f"Package the {_lane} build into its closed asset set."
+    nox.session(name=f"package-{_short}", venv_backend="none")(_package)
+
+    def _qualify(session: nox.Session, lane: str = _lane) -> None:
+        _pipeline(session, "qualify", "--lane", lane, *_env_flags(("PIPELINE_ENDPOINT", "--endpoint")))
+
+    _qualify.__doc__ = f"Qualify the packaged {_lane} bytes into a lane receipt (hardware-pending without a runtime endpoint)."
+    nox.session(name=f"qualify-{_short}", venv_backend="none")(_qualify)
+
+
+@nox.session(venv_backend="none")
+def package(session: nox.Session) -> None:
+    """Package every lane that the register holds a build of."""
+    _pipeline(session, "package", "--all")
+
+
+@nox.session(venv_backend="none")
+def image(session: nox.Session) -> None:
+    """Assemble the RTX 5090 OCI image layout from the packaged binary archive."""
+    _pipeline(session, "image", "--lane", LANES["5090"])
+
+
+@nox.session(venv_backend="none")
+def push(session: nox.Session) -> None:
+    """Push the image by digest to PIPELINE_REGISTRY and write the publication receipt."""
+    _pipeline(session, "push", "--registry", _required(session, "PIPELINE_REGISTRY", "127.0.0.1:5000/alphastorm/ninfer-runtime"))
+
+
+@nox.session(venv_backend="none")
+def qualify(session: nox.Session) -> None:
+    """Qualify every packaged lane into lane receipts (hardware-pending without an endpoint)."""
+    _pipeline(session, "qualify", "--all", *_env_flags(("PIPELINE_ENDPOINT", "--endpoint")))
+
+
+@nox.session(venv_backend="none")
+def compose(session: nox.Session) -> None:
+    """Compose lane receipts and pinned components into manifests/<PIPELINE_RELEASE>/."""
+    _pipeline(session, "compose", "--release", _required(session, "PIPELINE_RELEASE", "v0.13.1"))
+
+
+@nox.session(venv_backend="none")
+def verify(session: nox.Session) -> None:
+    """Verify a release tree against the release contract (PIPELINE_RELEASE, default: the newest)."""
+    _pipeline(session, "verify", *_env_flags(("PIPELINE_RELEASE", "--release")), dist=False)
+
+
+@nox.session(venv_backend="none")
+def audit(session: nox.Session) -> None:
+    """Re-verify every hash of a published release from its public URLs (PIPELINE_MANIFEST)."""
+    _pipeline(session, "audit", _required(session, "PIPELINE_MANIFEST", "manifests/v0.13.1/manifest.json"), dist=False)
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Benchmark the hot paths (hashing, packaging, transfers) against openssl, GNU tar+gzip and curl; writes JSON."""
+    ensure_debian_tools(session.log)
+    _pipeline(session, "bench", dist=False)
 
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """Run the whole test suite, slow CUDA and registry tests included (pytest args after --)."""
+    """Run the whole test suite, slow CUDA and registry tests included (pytest arguments after --)."""
     ensure_debian_tools(session.log)
     python = str(ensure_env(session.log))
     session.run(python, "-m", "pytest", *session.posargs, external=True)
@@ -60,6 +136,6 @@ def tests(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def lint(session: nox.Session) -> None:
-    """Lint the pipeline and the tests with ruff."""
+    """Lint the pipeline, the tests and this file with ruff."""
     python = str(ensure_env(session.log))
     session.run(python, "-m", "ruff", "check", "pipeline", "tests", "noxfile.py", external=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -17,10 +18,22 @@ from .errors import EXIT_CODE_TABLE, ExitCode, PipelineError, UsageError, redact
 from .lanes import load_lanes
 from .util import ui
 
-# Modules that contribute commands, in pipe order.
+# Modules that contribute commands, in pipe order.  A module that does not
+# exist yet (a stage still being written) simply contributes nothing.
 COMMAND_MODULES = (
-    "pipeline.toolchain",
-    "pipeline.build",
+    "toolchain",
+    "build",
+    "package",
+    "sbom",
+    "image",
+    "push",
+    "qualify",
+    "compose",
+    "verify",
+    "audit",
+    "sign",
+    "publish",
+    "bench",
 )
 
 
@@ -78,7 +91,11 @@ def build_parser() -> argparse.ArgumentParser:
     lanes.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     lanes.set_defaults(func=lambda args: print_lanes(args.lanes_dir, args.json))
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register_cli(sub)
+        if importlib.util.find_spec(f"pipeline.{name}") is None:
+            continue
+        module = importlib.import_module(f"pipeline.{name}")
+        if hasattr(module, "register_cli"):
+            module.register_cli(sub)
     return parser
 
 
