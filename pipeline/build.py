@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .cubin import cubin_architectures
 from .errors import BuildFailure, EnvironmentProblem, InputError
 from .identity import (
     BuildIdentity,
@@ -47,7 +48,7 @@ from .util.proc import run, run_text
 
 LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
-_CODE_FILES = ("build.py", "source.py", "identity.py", "toolchain.py", "lanes.py")
+_CODE_FILES = ("build.py", "source.py", "identity.py", "toolchain.py", "lanes.py", "cubin.py")
 
 
 def build_root(lane: Lane) -> Path:
@@ -180,9 +181,9 @@ class BuildStage(Stage):
     def expected_identity(self, cuda_toolkit: str | None) -> dict[str, str]:
         assert self.source is not None
         upstream = self.source.commit if self.source.spec.kind == "embedded-sample" else (self.lane.upstream_base or self.source.commit)
-        expected = {
-            "upstream_base_sha": upstream,
+        expected = {  # the source commit first: it is the most telling mismatch
             "patch_stack_sha": self.source.commit,
+            "upstream_base_sha": upstream,
             "build_profile": self.lane.build_profile(self.beta),
             "build_type": "Release",
             "cuda_architecture": self.lane.cuda_architecture,
@@ -352,9 +353,26 @@ class BuildStage(Stage):
             if embedded is not None and embedded.values != identity.values:
                 raise BuildFailure("the embedded identity differs from --version", file=path)
             identities[binary] = identity
+            self._check_architectures(path)
         identity = require_identical(identities)
         check_expected(identity, self.expected_identity(toolchain.cuda_version), origin=str(bin_dir))
         return identity
+
+    def _check_architectures(self, path: Path) -> None:
+        """The linked GPU code must be exactly the lane's architecture (what cuobjdump --list-elf shows)."""
+        data = path.read_bytes()
+        if not data.startswith(b"\x7fELF"):
+            return
+        cubins = cubin_architectures(data)
+        expected = {f"sm_{self.lane.cuda_architecture}"}
+        if cubins and cubins != expected:
+            raise BuildFailure(
+                "the binary carries GPU code for other architectures than the lane's",
+                file=path,
+                found=sorted(cubins),
+                expected=sorted(expected),
+                why="CMAKE_CUDA_ARCHITECTURES was overridden inside the source, or objects from another build leaked in",
+            )
 
     # -- prebuilt -------------------------------------------------------------
     def _import_prebuilt(self, bin_dir: Path, libraries: list[Path]) -> tuple[BuildIdentity, dict[str, Any]]:
@@ -376,6 +394,7 @@ class BuildStage(Stage):
                     embedded = embedded_identity(target)
                     if embedded is not None and embedded.values != identity.values:
                         raise BuildFailure("the embedded identity differs from --version", file=path)
+                    self._check_architectures(target)
                 else:
                     identity = embedded_identity(target)
                     if identity is None:

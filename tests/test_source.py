@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
-from conftest import git, make_repo
 
+from conftest import git, make_repo
 from pipeline.errors import RefusedError, UsageError
 from pipeline.lanes import find_lane
 from pipeline.source import archive_tar, parse_source, resolve_source
