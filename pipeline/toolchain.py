@@ -320,14 +320,9 @@ def _pypi_files(distribution: str, version: str, session) -> list[dict[str, Any]
 
 
 def _canonical_url(url: str) -> str:
-    # Mirrors may answer with relative file URLs; the lock always names PyPI's file host.
-    marker = "packages/"
-    if url.startswith(PYPI_FILES):
-        return url
-    index = url.find("/packages/", url.find("packages/") + 1) if url.count("packages/") > 1 else url.find(marker)
-    tail = url[index:].lstrip("/")
-    tail = tail[len("packages/"):] if tail.startswith("packages/") else tail
-    return PYPI_FILES + tail
+    # Mirrors may answer with relative file URLs ("../../packages/packages/<path>");
+    # the lock always names PyPI's file host with the same content-addressed path.
+    return PYPI_FILES + url.rsplit("packages/", 1)[1]
 
 
 _PLATFORM_TAGS = {"linux-x86_64": ("manylinux", "x86_64"), "windows-x86_64": ("win_amd64", "")}
