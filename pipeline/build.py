@@ -16,7 +16,6 @@ exactly like a local build's.
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import subprocess
@@ -39,7 +38,7 @@ from .lanes import REPO_ROOT, Lane, current_host_platform
 from .register import Artifact
 from .source import SourceSpec, archive_tar, export_tree, resolve_source
 from .stage import Context, Stage
-from .toolchain import CANONICAL_ROOT, Toolchain, for_lane, toolchain_spec
+from .toolchain import CANONICAL_ROOT, ON_WINDOWS, Toolchain, for_lane, toolchain_spec
 from .util import ui
 from .util.fs import atomic_write_bytes, copy_file
 from .util.hashing import sha256_bytes, sha256_file
@@ -65,6 +64,14 @@ def lane_lock(lane: Lane):
     root = build_root(lane)
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.parent / f"{lane.id}.lock", "w") as handle:
+        if ON_WINDOWS:
+            import msvcrt
+
+            msvcrt.locking(handle.fileno(), msvcrt.LK_LOCK, 1)  # retries for 10 s, then raises
+            yield
+            return
+        import fcntl
+
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -302,16 +309,18 @@ class BuildStage(Stage):
 
     def _build_env(self, toolchain: Toolchain) -> dict[str, str]:
         assert self.source is not None
-        path = os.pathsep.join([str(toolchain.nvcc.parent), str(toolchain.cmake.parent), str(toolchain.ninja.parent), "/usr/local/bin", "/usr/bin", "/bin"])
-        env = {
-            "PATH": path,
+        tools = [str(toolchain.nvcc.parent), str(toolchain.cmake.parent), str(toolchain.ninja.parent)]
+        fixed = {"TZ": "UTC", "SOURCE_DATE_EPOCH": str(self.source.commit_time)}
+        if ON_WINDOWS:
+            # MSVC needs the Visual Studio developer environment (INCLUDE, LIB, PATH) it was started in.
+            return dict(os.environ, PATH=os.pathsep.join([*tools, os.environ.get("PATH", "")]), **fixed)
+        return {
+            "PATH": os.pathsep.join([*tools, "/usr/local/bin", "/usr/bin", "/bin"]),
             "HOME": os.environ.get("HOME", "/tmp"),
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
-            "TZ": "UTC",
-            "SOURCE_DATE_EPOCH": str(self.source.commit_time),
+            **fixed,
         }
-        return env
 
     def _ninja(self, toolchain: Toolchain, build: Path, env: dict[str, str]) -> None:
         targets = list(self.lane.targets)
@@ -343,7 +352,10 @@ class BuildStage(Stage):
         return matches[0] if matches else None
 
     def _identity_of_local(self, bin_dir: Path, toolchain: Toolchain) -> BuildIdentity:
-        env = dict(os.environ, LD_LIBRARY_PATH=str(toolchain.library_dir))
+        if ON_WINDOWS:
+            env = dict(os.environ, PATH=os.pathsep.join([str(toolchain.library_dir), os.environ.get("PATH", "")]))
+        else:
+            env = dict(os.environ, LD_LIBRARY_PATH=str(toolchain.library_dir))
         identities: dict[str, BuildIdentity] = {}
         for binary in self._present_binaries(bin_dir):
             path = bin_dir / self.lane.binary_file(binary)

@@ -33,7 +33,10 @@ from .util.proc import run_text
 
 LOCK_FILE = REPO_ROOT / "runtime" / "toolchain.lock.json"
 LOCK_TYPE = "omp_ninfer_toolchain_lock"
-CANONICAL_ROOT = Path("/var/tmp/omp-ninfer")
+ON_WINDOWS = os.name == "nt"
+# Short and fixed on both hosts: the path is embedded in binaries and MSVC dislikes long paths.
+CANONICAL_ROOT = Path("C:/omp-ninfer") if ON_WINDOWS else Path("/var/tmp/omp-ninfer")
+EXE = ".exe" if ON_WINDOWS else ""
 PYPI_FILES = "https://files.pythonhosted.org/packages/"
 
 # Wheels a CUDA toolkit line consists of (the design's list) plus the build tools.
@@ -101,6 +104,9 @@ class Toolchain:
 
     @property
     def library_dir(self) -> Path:
+        """Where the CUDA runtime library lives (for running --version and the selftest)."""
+        if ON_WINDOWS:
+            return self.cuda_home / "bin" / "x86_64"
         for candidate in (self.cuda_home / "lib", self.cuda_home / "lib64", self.cuda_home / "targets" / "x86_64-linux" / "lib"):
             if (candidate / "libcudart.so.13").exists() or (candidate / "libcudart.so").exists():
                 return candidate
@@ -205,7 +211,8 @@ def provision(spec: ToolchainSpec) -> Toolchain:
             for wheel, path in zip(spec.wheels, paths, strict=True):
                 ui.info(f"unpacking {wheel.filename}")
                 _extract_wheel(path, staging / "site")
-            _fix_cuda_layout(staging / "site" / spec.cuda_home)
+            if not ON_WINDOWS:  # the Windows wheels already have the toolkit's own layout
+                _fix_cuda_layout(staging / "site" / spec.cuda_home)
             write_json(staging / "toolchain.json", {"digest": spec.digest, "spec": spec.to_json()})
     else:
         ui.info(f"pinned CUDA {spec.cuda_version} toolchain already at {root}")
@@ -213,7 +220,7 @@ def provision(spec: ToolchainSpec) -> Toolchain:
     cuda_home = site / spec.cuda_home
     toolchain = Toolchain(
         kind="pinned",
-        nvcc=cuda_home / "bin" / "nvcc",
+        nvcc=cuda_home / "bin" / f"nvcc{EXE}",
         cmake=site / spec.cmake,
         ninja=site / spec.ninja,
         cuda_home=cuda_home,
@@ -234,7 +241,7 @@ def provision(spec: ToolchainSpec) -> Toolchain:
 def system_toolchain(lane: Lane) -> Toolchain:
     nvcc = shutil.which("nvcc")
     if not nvcc and os.environ.get("CUDA_HOME"):
-        candidate = Path(os.environ["CUDA_HOME"]) / "bin" / "nvcc"
+        candidate = Path(os.environ["CUDA_HOME"]) / "bin" / f"nvcc{EXE}"
         nvcc = str(candidate) if candidate.exists() else None
     if not nvcc:
         raise EnvironmentProblem(
