@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InputError
-from .util.hashing import is_commit_hex, sha256_bytes
+from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from .util.jsonio import read_toml
 from .util.schema import Field, matches, one_of, read_table
 
@@ -116,6 +116,11 @@ _QUALIFICATION = {
     "max_restart_seconds": Field((int, float)),
     "max_vram_mib": Field(int),
     "endpoint_port": Field(int, check=lambda v: 1 <= v <= 65535, expected="a TCP port"),
+    # The fixed prompt of the decode/prefill/TTFT benchmark (the completion is completion_tokens).
+    "benchmark_prompt_tokens": Field(int, check=lambda v: v > 0, expected="a positive token count"),
+    # What the runtime must report serving, where no packaged server-config.json binds it (container lane).
+    "model_artifact_sha256": Field(str, required=False, check=is_sha256_hex, expected="64 lowercase hex"),
+    "public_model_id": Field(str, required=False, check=matches(r"[A-Za-z0-9][A-Za-z0-9._-]*"), expected="a model id such as 'q38-ninfer'"),
 }
 
 
@@ -270,7 +275,7 @@ def load_lane(path: Path) -> Lane:
     src = read_table(top["source"], _SOURCE, file=file, prefix="source")
     build = read_table(top["build"], _BUILD, file=file, prefix="build")
     pkg = read_table(top["package"], _PACKAGE, file=file, prefix="package")
-    qual = read_table(top["qualification"], _QUALIFICATION, file=file, prefix="qualification")
+    qual = {k: v for k, v in read_table(top["qualification"], _QUALIFICATION, file=file, prefix="qualification").items() if v is not None}
 
     if path.stem != top["id"]:
         raise InputError("lane id must equal the file name", file=file, field="id", found=top["id"], expected=repr(path.stem))

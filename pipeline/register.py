@@ -42,7 +42,7 @@ KINDS: dict[str, frozenset[str]] = {
     "oci-layout": frozenset({"manifest_digest"}),
     "image-sbom": frozenset({"manifest_digest"}),
     "publication-receipt": frozenset({"image_reference"}),
-    "lane-receipt": frozenset({"status"}),
+    "lane-receipt": frozenset({"status", "component_tag"}),
     "release-tree": frozenset({"release"}),
     "signature-bundle": frozenset({"signed_name"}),
     "benchmark": frozenset(),

@@ -1,0 +1,1279 @@
+"""The qualification harness: gates run against a live NInfer endpoint.
+
+`pipeline/qualify.py` owns the stage, the receipt and its schema; this module
+owns what is measured.  Every gate returns a `Gate` (status passed, failed or
+skipped, a one-sentence reason, and the numbers it measured).  Nothing that
+could carry content (model outputs, the planted nonce, prompts) leaves a gate
+except as `{"redacted": true, "sha256": ...}`, and the API key is registered
+as a secret before the first request, so no message, log line or receipt can
+show it.
+
+The NInfer serving protocol as the harness speaks it
+----------------------------------------------------
+* ``GET /health`` (no key) -> 200 when the model is resident.
+* ``GET /v1/models`` -> ``{"data": [{"id": ...}]}``.
+* ``POST /v1/chat/completions`` (OpenAI Chat; ``stream: true`` gives SSE
+  ``data: {chat.completion.chunk}`` events ending with ``data: [DONE]``;
+  ``stream_options.include_usage`` adds a final usage chunk).
+* ``POST /v1/responses`` with ``previous_response_id``, ``prompt_cache_key``
+  (the session capability within one API-key principal), ``store``;
+  ``GET``/``DELETE /v1/responses/{id}``; ``POST /v1/responses/input_tokens``
+  counts the tokens of an input (used to size fixtures exactly).
+* ``GET /v1/ninfer/status`` -> the runtime's identity: the nine build keys
+  (top level, or under ``build``), ``deployment_profile``, ``binary_sha256``,
+  ``config_sha256``, ``model_artifact_sha256`` (``artifact_sha256`` is
+  accepted), ``listen`` ``{host, port}``, and ``instance_id`` (changes with
+  every process start; used to prove that a restart replaced the process).
+* Bearer authentication (``Authorization: Bearer <key>``) on everything but
+  ``/health``.
+
+Fixtures are generated deterministically (`needle_fixture`): filler words
+from a fixed vocabulary chosen by a SHA-256 counter stream, a planted numeric
+nonce at a fixed depth, and a question.  Their size is calibrated with the
+server's own token counter so the prompt has the lane's advertised size; the
+fixture's SHA-256 is recorded, the text never is.  A per-run salt line in front
+keeps any prefix cache from serving the prompt.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import secrets
+import shlex
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlsplit
+
+from .errors import UsageError, redact, register_secret
+from .identity import IDENTITY_KEYS
+from .util.hashing import sha256_bytes
+
+HARNESS_NAME = "omp-ninfer-qualify"
+HARNESS_VERSION = "1.0.0"
+FIXTURE_GENERATOR = "omp-ninfer-needle-v1"
+
+# Every gate, in the order the harness runs them.
+GATE_ORDER = (
+    "gpu_smoke",
+    "identity",
+    "security",
+    "protocol",
+    "long_context_retrieval",
+    "decode_throughput",
+    "prefill_throughput",
+    "time_to_first_token",
+    "gpu_resources",
+    "restart",
+)
+# The gates that need a live endpoint; every one must pass for a passed receipt.
+ENDPOINT_GATES = GATE_ORDER[1:]
+GATE_STATUSES = ("passed", "failed", "skipped")
+
+# Fraction of the advertised prompt size the measured prompt may differ by.
+PROMPT_SIZE_TOLERANCE = 0.01
+NONCE_DEPTH = 0.37
+RESTART_GRACE_SECONDS = 60.0
+_SELFTEST_LINE = re.compile(
+    r'selftest: ok device="(?P<device>[^"]*)" compute_capability=(?P<cc>[0-9]+\.[0-9]+) '
+    r"cuda_architecture=(?P<arch>[0-9a-z]+) elements=(?P<elements>[0-9]+) "
+    r"max_abs_error=(?P<error>\S+) crc32=(?P<crc>[0-9a-f]{8})"
+)
+
+# 256 short, common words: one byte of the counter stream picks one.
+_WORDS = (
+    "able", "about", "above", "across", "act", "add", "after", "again", "against", "age", "ago", "air",
+    "all", "also", "always", "among", "and", "animal", "answer", "any", "appear", "area", "arm", "around",
+    "art", "ask", "away", "back", "base", "be", "bear", "beauty", "bed", "been", "before", "began",
+    "begin", "behind", "best", "better", "between", "big", "bird", "black", "blue", "board", "boat",
+    "body", "book", "both", "bottom", "box", "boy", "bring", "brought", "build", "busy", "but", "buy",
+    "call", "came", "can", "car", "care", "carry", "case", "cat", "cause", "center", "certain", "change",
+    "check", "child", "city", "class", "clear", "close", "cold", "color", "come", "common", "complete",
+    "contain", "correct", "could", "country", "course", "cover", "cross", "cry", "current", "cut", "dark",
+    "day", "deep", "did", "differ", "direct", "do", "does", "dog", "done", "door", "down", "draw", "dream",
+    "drive", "dry", "during", "each", "early", "earth", "ease", "east", "eat", "edge", "egg", "end",
+    "enough", "even", "ever", "every", "example", "eye", "face", "fact", "fall", "family", "far", "farm",
+    "fast", "father", "feel", "feet", "few", "field", "fig", "final", "find", "fine", "fire", "first",
+    "fish", "five", "floor", "fly", "follow", "food", "foot", "for", "force", "form", "found", "four",
+    "free", "friend", "from", "front", "full", "game", "garden", "gave", "get", "girl", "give", "glass",
+    "go", "gold", "good", "got", "govern", "great", "green", "ground", "group", "grow", "had", "half",
+    "hand", "happen", "hard", "has", "hat", "have", "he", "head", "hear", "heart", "heat", "heavy", "help",
+    "her", "here", "high", "hill", "him", "his", "hold", "hole", "home", "hope", "horse", "hot", "hour",
+    "house", "how", "huge", "hunt", "idea", "if", "inch", "include", "iron", "island", "it", "just",
+    "keep", "kind", "king", "knew", "know", "lake", "land", "large", "last", "late", "laugh", "lay",
+    "lead", "learn", "leave", "left", "leg", "length", "less", "let", "letter", "level", "lie", "life",
+    "light", "like", "line", "list", "listen", "little", "live", "long", "look", "lost", "low", "machine",
+    "made", "main", "make", "man",
+)
+assert len(_WORDS) == 256
+
+
+def redacted(text: str) -> dict[str, Any]:
+    """How anything that could carry content is recorded."""
+    return {"redacted": True, "sha256": sha256_bytes(text.encode("utf-8"))}
+
+
+@dataclass
+class Gate:
+    status: str
+    reason: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.status not in GATE_STATUSES:
+            raise ValueError(f"gate status {self.status!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.data, "status": self.status, "reason": self.reason}
+
+
+def passed(reason: str, **data: Any) -> Gate:
+    return Gate("passed", reason, data)
+
+
+def failed(reason: str, **data: Any) -> Gate:
+    return Gate("failed", reason, data)
+
+
+def skipped(reason: str, **data: Any) -> Gate:
+    return Gate("skipped", reason, data)
+
+
+class GateFailure(Exception):
+    """A step of a gate did not get what the protocol requires."""
+
+
+# -- fixtures ----------------------------------------------------------------
+
+
+def _word_stream(seed: str) -> Iterator[str]:
+    counter = 0
+    while True:
+        block = sha256_bytes(f"{seed}:{counter}".encode()).encode("ascii")
+        counter += 1
+        for index in range(0, 64, 2):
+            yield _WORDS[int(block[index:index + 2], 16)]
+
+
+def filler_words(seed: str, count: int) -> list[str]:
+    stream = _word_stream(seed)
+    return [next(stream) for _ in range(count)]
+
+
+def nonce_for(seed: str) -> str:
+    """A ten-digit number (no leading zero) derived from the fixture seed."""
+    value = int(sha256_bytes(f"nonce:{seed}".encode()), 16)
+    return str(1_000_000_000 + value % 9_000_000_000)
+
+
+NEEDLE_QUESTION = "Question: What is the archive verification number stated in the document above? Answer with the number only."
+CONTINUE_INSTRUCTION = "Continue the text above with more words in the same style."
+
+
+def _paragraphs(words: list[str]) -> str:
+    lines = []
+    for start in range(0, len(words), 16):
+        chunk = words[start:start + 16]
+        lines.append(" ".join(chunk) + ".")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Fixture:
+    """A generated prompt: `text` is sent (salt line included), `fixture_sha256` covers it without the salt."""
+
+    kind: str
+    seed: str
+    words: int
+    body: str
+    salt: str
+    nonce: str | None = None
+
+    @property
+    def text(self) -> str:
+        return f"Document {self.salt}.\n{self.body}"
+
+    @property
+    def fixture_sha256(self) -> str:
+        return sha256_bytes(self.body.encode("utf-8"))
+
+    def describe(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"generator": FIXTURE_GENERATOR, "kind": self.kind, "filler_words": self.words, "salted": True}
+        if self.nonce is not None:
+            data["nonce_depth"] = NONCE_DEPTH
+        return data
+
+
+def needle_fixture(seed: str, words: int, salt: str) -> Fixture:
+    filler = filler_words(seed, words)
+    nonce = nonce_for(seed)
+    at = int(len(filler) * NONCE_DEPTH)
+    before, after = _paragraphs(filler[:at]), _paragraphs(filler[at:])
+    needle = f"The archive verification number is {nonce}."
+    body = "\n".join(part for part in (before, needle, after) if part) + "\n\n" + NEEDLE_QUESTION
+    return Fixture("needle", seed, words, body, salt, nonce)
+
+
+def continuation_fixture(seed: str, words: int, salt: str) -> Fixture:
+    body = _paragraphs(filler_words(seed, words)) + "\n\n" + CONTINUE_INSTRUCTION
+    return Fixture("benchmark", seed, words, body, salt)
+
+
+def size_fixture(
+    make: Callable[[int], Fixture], target_tokens: int, count: Callable[[str], int | None]
+) -> tuple[Fixture, int | None, int]:
+    """The largest fixture whose token count (by the server's counter) is at most `target_tokens`.
+
+    Returns (fixture, its token count or None when the server cannot count, probes used).
+    """
+    words = max(1, int(target_tokens / 1.35))
+    fixture = make(words)
+    tokens = count(fixture.text)
+    probes = 1
+    if tokens is None:
+        return fixture, None, probes
+    low: tuple[int, int] | None = None  # (words, tokens) known <= target
+    high: int | None = None  # words known > target
+    for _ in range(40):
+        if tokens <= target_tokens:
+            low = (words, tokens)
+        else:
+            high = words
+        if tokens == target_tokens:
+            break
+        if low is not None and high is not None:
+            if high - low[0] <= 1:
+                break
+            words = (low[0] + high) // 2
+        else:
+            per_word = max(tokens / words, 0.05)
+            step = int(round((target_tokens - tokens) / per_word))
+            if step == 0:
+                step = 1 if tokens < target_tokens else -1
+            words = max(1, words + step)
+        fixture = make(words)
+        tokens = count(fixture.text)
+        probes += 1
+    if low is None:
+        raise GateFailure(f"even a {words}-word fixture has more than {target_tokens} tokens")
+    if fixture.words != low[0]:
+        fixture = make(low[0])
+    return fixture, low[1], probes
+
+
+# -- GPU facts and sampling ---------------------------------------------------
+
+
+class GpuMonitor(Protocol):
+    def facts(self) -> dict[str, Any] | None: ...
+
+    def sampling(self) -> contextlib.AbstractContextManager[GpuSamples]: ...
+
+
+@dataclass
+class GpuSamples:
+    memory_used_mib: list[float] = field(default_factory=list)
+    power_w: list[float] = field(default_factory=list)
+
+    def add(self, memory: float | None, power: float | None) -> None:
+        if memory is not None:
+            self.memory_used_mib.append(memory)
+        if power is not None:
+            self.power_w.append(power)
+
+
+def _number(text: str) -> float | None:
+    try:
+        return float(text.strip())
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+class NvidiaSmi:
+    """Host facts and VRAM/power sampling through `nvidia-smi` (absent: facts() is None)."""
+
+    def __init__(self, executable: str = "nvidia-smi", index: int = 0, interval: float = 0.25) -> None:
+        self.executable = executable
+        self.index = index
+        self.interval = interval
+        self._facts: dict[str, Any] | None | bool = False
+
+    def _query(self, *args: str, timeout: float = 20.0) -> str | None:
+        try:
+            result = subprocess.run([self.executable, *args], capture_output=True, text=True, timeout=timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return result.stdout if result.returncode == 0 else None
+
+    def facts(self) -> dict[str, Any] | None:
+        if self._facts is not False:
+            return self._facts  # type: ignore[return-value]
+        self._facts = None
+        rows = self._query("--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits")
+        with_cc = rows is not None
+        if rows is None:  # drivers before compute_cap was a query field
+            rows = self._query("--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits")
+        if rows is None:
+            return None
+        lines = [line for line in rows.splitlines() if line.strip()]
+        if not lines or self.index >= len(lines):
+            return None
+        parts = [p.strip() for p in lines[self.index].split(",")]
+        summary = self._query() or ""
+        cuda = re.search(r"CUDA Version:\s*([0-9.]+)", summary)
+        version = self._query("--version") or ""
+        smi = re.search(r"NVIDIA-SMI version\s*:\s*(\S+)", version) or re.search(r"NVIDIA-SMI\s+([0-9.]+)", summary)
+        facts: dict[str, Any] = {
+            "gpu_name": parts[0],
+            "driver": parts[1],
+            "compute_capability": parts[2] if with_cc else None,
+            "memory_total_mib": _number(parts[-1]),
+            "cuda": cuda.group(1) if cuda else None,
+            "nvidia_smi": smi.group(1) if smi else None,
+            "gpu_index": self.index,
+            "gpu_count": len(lines),
+        }
+        if isinstance(facts["memory_total_mib"], float) and facts["memory_total_mib"].is_integer():
+            facts["memory_total_mib"] = int(facts["memory_total_mib"])
+        self._facts = facts
+        return facts
+
+    def sample(self) -> tuple[float | None, float | None]:
+        out = self._query(f"--id={self.index}", "--query-gpu=memory.used,power.draw", "--format=csv,noheader,nounits", timeout=5.0)
+        if not out or not out.strip():
+            return None, None
+        parts = out.strip().splitlines()[0].split(",")
+        return _number(parts[0]), _number(parts[1]) if len(parts) > 1 else None
+
+    @contextlib.contextmanager
+    def sampling(self) -> Iterator[GpuSamples]:
+        samples = GpuSamples()
+        if self.facts() is None:
+            yield samples
+            return
+        stop = threading.Event()
+
+        def loop() -> None:
+            while True:
+                samples.add(*self.sample())
+                if stop.wait(self.interval):
+                    break
+
+        thread = threading.Thread(target=loop, name="nvidia-smi-sampler", daemon=True)
+        thread.start()
+        try:
+            yield samples
+        finally:
+            stop.set()
+            thread.join(timeout=10)
+
+
+# -- restart hooks --------------------------------------------------------------
+
+
+class RestartHook(Protocol):
+    def describe(self) -> str: ...
+
+    def restart(self) -> None:
+        """Stop the serving process and start it again (may return before it is ready)."""
+
+
+class CommandRestartHook:
+    """`--restart-command`: a shell command that stops and restarts the server process."""
+
+    def __init__(self, command: str, timeout: float = 900.0) -> None:
+        if not command.strip():
+            raise UsageError("--restart-command is empty", fix="give the command that restarts the server, e.g. 'docker restart ninfer'")
+        self.command = command
+        self.timeout = timeout
+
+    def describe(self) -> str:
+        return f"command {shlex.split(self.command)[0]!r}"
+
+    def restart(self) -> None:
+        try:
+            result = subprocess.run(self.command, shell=True, capture_output=True, text=True, timeout=self.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            raise GateFailure(f"the restart command did not finish within {self.timeout:.0f} s") from None
+        if result.returncode != 0:
+            tail = (result.stderr or result.stdout).strip().splitlines()[-1:] or [""]
+            raise GateFailure(f"the restart command exited with status {result.returncode}: {redact(tail[0])[:200]}")
+
+
+# -- the HTTP client ----------------------------------------------------------------
+
+_USE_KEY = object()
+
+
+@dataclass
+class ChatResult:
+    status: int
+    text: str
+    usage: dict[str, Any]
+    elapsed: float
+    first_token_at: float | None = None  # seconds after the request was sent
+    last_token_at: float | None = None
+    content_events: int = 0
+    well_formed: bool = True
+    finish_reason: str | None = None
+
+
+def _normalise_base(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise UsageError("--endpoint is not an http(s) URL", found=url, expected="e.g. http://127.0.0.1:18082")
+    if parts.username or parts.password:
+        raise UsageError("--endpoint must not carry credentials", fix="pass the key with --api-key-file")
+    path = parts.path.rstrip("/")
+    if path.endswith("/v1"):
+        path = path[: -len("/v1")]
+    netloc = parts.netloc
+    return f"{parts.scheme}://{netloc}{path}"
+
+
+class Client:
+    def __init__(self, endpoint: str, api_key: str, *, timeout: float = 1800.0) -> None:
+        import requests
+
+        self.base = _normalise_base(endpoint)
+        parts = urlsplit(self.base)
+        self.host = parts.hostname or ""
+        self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        register_secret(api_key)
+        self.api_key = api_key
+        # A wrong key that is certainly not the right one, never recorded.
+        self.wrong_key = "wrong-" + secrets.token_hex(24)
+        register_secret(self.wrong_key)
+        self.timeout = timeout
+        self.session = requests.Session()
+        self.session.trust_env = False  # no proxy between the harness and a loopback endpoint
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def headers(self, key: Any = _USE_KEY) -> dict[str, str]:
+        key = self.api_key if key is _USE_KEY else key
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    def request(self, method: str, path: str, *, key: Any = _USE_KEY, body: Any = None, timeout: float | None = None, stream: bool = False):
+        import requests
+
+        try:
+            return self.session.request(
+                method,
+                self.url(path),
+                headers={**self.headers(key), **({"Content-Type": "application/json"} if body is not None else {})},
+                data=json.dumps(body).encode("utf-8") if body is not None else None,
+                timeout=(10.0, timeout or self.timeout),
+                stream=stream,
+            )
+        except requests.RequestException as exc:
+            raise GateFailure(f"{method} {path} did not complete: {type(exc).__name__}") from None
+
+    def json_of(self, response, what: str) -> dict[str, Any]:
+        try:
+            document = response.json()
+        except ValueError:
+            raise GateFailure(f"{what} answered {response.status_code} with a body that is not JSON") from None
+        if not isinstance(document, dict):
+            raise GateFailure(f"{what} answered with JSON that is not an object")
+        return document
+
+    def expect_json(self, method: str, path: str, *, body: Any = None, status: int = 200, timeout: float | None = None) -> dict[str, Any]:
+        response = self.request(method, path, body=body, timeout=timeout)
+        if response.status_code != status:
+            raise GateFailure(f"{method} {path} answered {response.status_code}, expected {status}")
+        return self.json_of(response, f"{method} {path}")
+
+    def health(self, timeout: float = 10.0) -> int | None:
+        """The /health status code, or None when nothing answered."""
+        import requests
+
+        try:
+            return self.session.get(self.url("/health"), timeout=(5.0, timeout)).status_code
+        except requests.RequestException:
+            return None
+
+    def status(self) -> dict[str, Any]:
+        return self.expect_json("GET", "/v1/ninfer/status", timeout=60)
+
+    def count_tokens(self, model: str, text: str) -> int | None:
+        response = self.request("POST", "/v1/responses/input_tokens", body={"model": model, "input": text}, timeout=300)
+        if response.status_code in (404, 405, 501):
+            return None
+        if response.status_code != 200:
+            raise GateFailure(f"POST /v1/responses/input_tokens answered {response.status_code}")
+        document = self.json_of(response, "POST /v1/responses/input_tokens")
+        value = document.get("input_tokens")
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise GateFailure("POST /v1/responses/input_tokens did not report input_tokens")
+        return value
+
+    def respond(self, model: str, text: str, *, session: str | None, previous: str | None = None, max_tokens: int = 32, store: bool = True, timeout: float | None = None):
+        body: dict[str, Any] = {"model": model, "input": text, "max_output_tokens": max_tokens, "temperature": 0, "store": store}
+        if previous is not None:
+            body["previous_response_id"] = previous
+        if session is not None:
+            body["prompt_cache_key"] = session
+        return self.request("POST", "/v1/responses", body=body, timeout=timeout)
+
+    def chat(self, model: str, text: str, *, max_tokens: int, stream: bool, timeout: float | None = None) -> ChatResult:
+        body: dict[str, Any] = {
+            "model": model,
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": max_tokens,
+            "temperature": 0,
+            "seed": 0,
+            "stream": stream,
+        }
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        start = time.perf_counter()
+        response = self.request("POST", "/v1/chat/completions", body=body, timeout=timeout, stream=stream)
+        if response.status_code != 200:
+            response.close()
+            return ChatResult(response.status_code, "", {}, time.perf_counter() - start)
+        if not stream:
+            document = self.json_of(response, "POST /v1/chat/completions")
+            elapsed = time.perf_counter() - start
+            try:
+                choice = document["choices"][0]
+                text_out = choice["message"]["content"] or ""
+            except (KeyError, IndexError, TypeError):
+                raise GateFailure("a chat completion lacks choices[0].message.content") from None
+            return ChatResult(200, text_out, document.get("usage") or {}, elapsed, finish_reason=choice.get("finish_reason"))
+        return self._read_sse(response, start)
+
+    @staticmethod
+    def _read_sse(response, start: float) -> ChatResult:
+        pieces: list[str] = []
+        usage: dict[str, Any] = {}
+        first = last = None
+        events = 0
+        done = False
+        well_formed = True
+        finish = None
+        buffer = b""
+        try:
+            for chunk in response.iter_content(chunk_size=None):
+                arrived = time.perf_counter() - start
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    line = line.rstrip(b"\r")
+                    if not line or line.startswith(b":"):
+                        continue
+                    if not line.startswith(b"data:"):
+                        if not line.startswith((b"event:", b"id:", b"retry:")):
+                            well_formed = False
+                        continue
+                    payload = line[5:].strip()
+                    if payload == b"[DONE]":
+                        done = True
+                        continue
+                    if done:
+                        well_formed = False
+                    try:
+                        event = json.loads(payload)
+                    except ValueError:
+                        well_formed = False
+                        continue
+                    if event.get("object") not in (None, "chat.completion.chunk"):
+                        well_formed = False
+                    if event.get("usage"):
+                        usage = event["usage"]
+                    for choice in event.get("choices") or []:
+                        delta = (choice or {}).get("delta") or {}
+                        content = delta.get("content")
+                        if content:
+                            pieces.append(content)
+                            events += 1
+                            if first is None:
+                                first = arrived
+                            last = arrived
+                        if choice.get("finish_reason"):
+                            finish = choice["finish_reason"]
+        finally:
+            response.close()
+        return ChatResult(
+            200, "".join(pieces), usage, time.perf_counter() - start, first, last, events, well_formed and done, finish
+        )
+
+
+def response_text(document: dict[str, Any]) -> str:
+    """The assistant text of a Responses API object."""
+    if isinstance(document.get("output_text"), str):
+        return document["output_text"]
+    texts = []
+    for item in document.get("output") or []:
+        if isinstance(item, dict) and item.get("type") == "message":
+            for part in item.get("content") or []:
+                if isinstance(part, dict) and part.get("type") in ("output_text", "text") and isinstance(part.get("text"), str):
+                    texts.append(part["text"])
+    return "".join(texts)
+
+
+def _usage_int(usage: dict[str, Any], *keys: str) -> int | None:
+    value: Any = usage
+    for key in keys:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def contains_exactly(text: str, word: str) -> bool:
+    return re.search(rf"(?<![0-9A-Za-z]){re.escape(word)}(?![0-9A-Za-z])", text) is not None
+
+
+# -- loopback -------------------------------------------------------------------------
+
+
+def is_loopback(host: str | None) -> bool:
+    if not host:
+        return False
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def local_non_loopback_addresses() -> list[str]:
+    """This host's own non-loopback addresses (where a 0.0.0.0 bind would also answer)."""
+    found: set[str] = set()
+    with contextlib.suppress(OSError):
+        for info in socket.getaddrinfo(socket.gethostname(), None):
+            found.add(info[4][0])
+    for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
+        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((probe, 9))  # UDP: no packet is sent; the kernel picks the source address
+            found.add(sock.getsockname()[0])
+    result = []
+    for address in found:
+        try:
+            ip = ipaddress.ip_address(address.split("%")[0])
+        except ValueError:
+            continue
+        if not (ip.is_loopback or ip.is_unspecified or ip.is_link_local):
+            result.append(str(ip))
+    return sorted(result)
+
+
+def tcp_accepts(address: str, port: int, timeout: float = 1.0) -> bool:
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            sock.connect((address, port))
+        except OSError:
+            return False
+        return True
+
+
+# -- the gates ---------------------------------------------------------------------------
+
+
+@dataclass
+class Expected:
+    """What the runtime must report: the package's identity (see qualify.py)."""
+
+    build_identity: dict[str, str]
+    deployment_profile: str
+    server_binary_sha256: str
+    configuration_sha256: str | None
+    model_artifact_sha256: str
+    public_model_id: str | None = None
+
+
+@dataclass
+class RunContext:
+    client: Client
+    lane_id: str
+    thresholds: dict[str, Any]
+    expected: Expected
+    gpu: GpuMonitor
+    restart_hook: RestartHook | None = None
+    model: str | None = None
+    deleted_response: str | None = None
+    samples: GpuSamples = field(default_factory=GpuSamples)
+    benchmark: ChatResult | None = None
+    benchmark_data: dict[str, Any] = field(default_factory=dict)
+    benchmark_error: str | None = None
+
+
+def served_identity(status: dict[str, Any]) -> dict[str, Any]:
+    build = status.get("build") if isinstance(status.get("build"), dict) else status
+    return {
+        "build_identity": {key: build.get(key) for key in IDENTITY_KEYS},
+        "deployment_profile": status.get("deployment_profile"),
+        "server_binary_sha256": status.get("binary_sha256", status.get("server_binary_sha256")),
+        "configuration_sha256": status.get("config_sha256", status.get("configuration_sha256")),
+        "model_artifact_sha256": status.get("model_artifact_sha256", status.get("artifact_sha256")),
+    }
+
+
+def gate_identity(run: RunContext) -> Gate:
+    client = run.client
+    health = client.health()
+    if health != 200:
+        return failed(f"GET /health answered {health}, expected 200 (the model is not resident)", health_status=health)
+    status = client.status()
+    served = served_identity(status)
+    expected = run.expected
+    mismatches: list[dict[str, Any]] = []
+
+    def compare(name: str, found: Any, want: Any) -> None:
+        if found != want:
+            mismatches.append({"field": name, "found": found, "expected": want})
+
+    for key in IDENTITY_KEYS:
+        value = served["build_identity"][key]
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        compare(f"build_identity.{key}", value, expected.build_identity.get(key))
+    compare("deployment_profile", served["deployment_profile"], expected.deployment_profile)
+    compare("server_binary_sha256", served["server_binary_sha256"], expected.server_binary_sha256)
+    if expected.configuration_sha256 is not None:
+        compare("configuration_sha256", served["configuration_sha256"], expected.configuration_sha256)
+    compare("model_artifact_sha256", served["model_artifact_sha256"], expected.model_artifact_sha256)
+    data = {
+        "served": served,
+        "configuration_bound": expected.configuration_sha256 is not None,
+        "status_schema_version": status.get("status_schema_version"),
+        "mismatches": mismatches,
+    }
+    if mismatches:
+        first = mismatches[0]
+        more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
+        return failed(f"the runtime serves other bytes: {first['field']} is {first['found']!r}, the package's is {first['expected']!r}{more}", **data)
+    reason = "status endpoint reports this package's build identity, binary, model and deployment profile"
+    reason += ", and its configuration" if expected.configuration_sha256 is not None else " (no configuration bound for this lane)"
+    return passed(reason, **data)
+
+
+_SECURITY_PROBES = (
+    ("GET", "/v1/models", None),
+    ("GET", "/v1/ninfer/status", None),
+    ("POST", "/v1/chat/completions", {"messages": [{"role": "user", "content": "Reply with OK."}], "max_tokens": 1}),
+    ("POST", "/v1/responses", {"input": "Reply with OK.", "max_output_tokens": 1, "store": False}),
+)
+
+
+def gate_security(run: RunContext) -> Gate:
+    client = run.client
+    matrix: dict[str, dict[str, int]] = {}
+    problems: list[str] = []
+    for method, path, body in _SECURITY_PROBES:
+        if body is not None and run.model:
+            body = {**body, "model": run.model}
+        row = {}
+        for label, key in (("no_key", None), ("wrong_key", client.wrong_key)):
+            response = client.request(method, path, key=key, body=body, timeout=120)
+            row[label] = response.status_code
+            response.close()
+            if response.status_code != 401:
+                problems.append(f"{method} {path} with {label.replace('_', ' ')} answered {response.status_code}, expected 401")
+        matrix[f"{method} {path}"] = row
+    authorised = client.request("GET", "/v1/models", timeout=60).status_code
+    if authorised != 200:
+        problems.append(f"GET /v1/models with the key answered {authorised}, expected 200")
+    status = client.status()
+    listen = status.get("listen") if isinstance(status.get("listen"), dict) else {}
+    reported_host = listen.get("host")
+    reported_loopback = is_loopback(reported_host)
+    if reported_host is None:
+        problems.append("the status endpoint does not report its listen address")
+    elif not reported_loopback:
+        problems.append(f"the server reports it listens on {reported_host}, not a loopback address")
+    endpoint_loopback = is_loopback(client.host)
+    if not endpoint_loopback:
+        problems.append(f"the endpoint host {client.host} is not a loopback address")
+    reachable: list[str] = []
+    addresses: list[str] = []
+    if endpoint_loopback:
+        addresses = local_non_loopback_addresses()
+        reachable = [a for a in addresses if tcp_accepts(a, client.port)]
+        if reachable:
+            problems.append(f"port {client.port} also accepts connections on {', '.join(reachable)}")
+    data = {
+        "unauthenticated": matrix,
+        "authorised_status": authorised,
+        "reported_listen_host": reported_host,
+        "reported_listen_loopback": reported_loopback,
+        "endpoint_loopback": endpoint_loopback,
+        "non_loopback_probe": {"addresses_tried": len(addresses), "reachable": reachable},
+    }
+    if problems:
+        return failed(problems[0] + (f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""), problems=problems, **data)
+    return passed("every probe without a key or with a wrong key got 401; the server listens on loopback only", **data)
+
+
+def gate_protocol(run: RunContext) -> Gate:
+    client, model = run.client, run.model or ""
+    checks: dict[str, Any] = {}
+    statuses: dict[str, int] = {}
+    data: dict[str, Any] = {"checks": checks, "statuses": statuses}
+    first, second_a, second_b = (secrets.token_hex(4) for _ in range(3))
+    words = {"first": f"alpha{first}", "fork_a": f"bravo{second_a}", "fork_b": f"delta{second_b}"}
+    session, other_session = "qualify-" + secrets.token_hex(12), "qualify-" + secrets.token_hex(12)
+
+    def create(label: str, text: str, *, previous: str | None = None, sess: str | None = session, expect: int = 200) -> dict[str, Any] | None:
+        response = client.respond(model, text, session=sess, previous=previous, max_tokens=32, timeout=300)
+        statuses[label] = response.status_code
+        if response.status_code != expect:
+            response.close()
+            raise GateFailure(f"{label}: POST /v1/responses answered {response.status_code}, expected {expect}")
+        if expect != 200:
+            response.close()
+            return None
+        document = client.json_of(response, "POST /v1/responses")
+        if not isinstance(document.get("id"), str) or not document["id"]:
+            raise GateFailure(f"{label}: the response has no id")
+        return document
+
+    try:
+        listing = client.expect_json("GET", "/v1/models", timeout=60)
+        ids = [m.get("id") for m in listing.get("data") or [] if isinstance(m, dict)]
+        checks["models_listed"] = bool(ids) and (model in ids)
+        if not checks["models_listed"]:
+            raise GateFailure(f"GET /v1/models does not list the model {model!r}")
+        parent = create("parent", f"Remember the first code word: {words['first']}. Reply with OK.")
+        assert parent is not None
+        recall = create("continuation", "What is the first code word? Reply with the word only.", previous=parent["id"])
+        assert recall is not None
+        checks["stateful_continuation"] = contains_exactly(response_text(recall), words["first"])
+        if not checks["stateful_continuation"]:
+            raise GateFailure("a continuation with previous_response_id did not recall the parent's content")
+        fork_a = create("fork_a", f"Remember the second code word: {words['fork_a']}. Reply with OK.", previous=parent["id"])
+        fork_b = create("fork_b", f"Remember the second code word: {words['fork_b']}. Reply with OK.", previous=parent["id"])
+        assert fork_a is not None and fork_b is not None
+        ask = "What is the second code word? Reply with the word only."
+        answer_a = create("fork_a_continuation", ask, previous=fork_a["id"])
+        answer_b = create("fork_b_continuation", ask, previous=fork_b["id"])
+        assert answer_a is not None and answer_b is not None
+        text_a, text_b = response_text(answer_a), response_text(answer_b)
+        checks["forks"] = 2
+        checks["fork_isolation"] = (
+            contains_exactly(text_a, words["fork_a"]) and not contains_exactly(text_a, words["fork_b"])
+            and contains_exactly(text_b, words["fork_b"]) and not contains_exactly(text_b, words["fork_a"])
+        )
+        if not checks["fork_isolation"]:
+            raise GateFailure("two forks of one parent did not keep their own state")
+        fetched = client.request("GET", f"/v1/responses/{parent['id']}", timeout=60)
+        statuses["retrieve"] = fetched.status_code
+        if fetched.status_code != 200 or client.json_of(fetched, "GET /v1/responses/{id}").get("id") != parent["id"]:
+            raise GateFailure(f"GET /v1/responses/{{id}} answered {fetched.status_code} for a stored response")
+        # Another session of the same principal must neither continue nor see this state.
+        create("cross_session_continuation", "What is the first code word? Reply with the word only.", previous=parent["id"], sess=other_session, expect=404)
+        checks["cross_session_continuation_refused"] = True
+        isolated = create("isolated_session", "What is the first code word? Reply with the word only.", sess=other_session)
+        assert isolated is not None
+        checks["isolated_private_state_miss"] = not contains_exactly(response_text(isolated), words["first"])
+        if not checks["isolated_private_state_miss"]:
+            raise GateFailure("a new session recalled another session's private content")
+        deleted = client.request("DELETE", f"/v1/responses/{parent['id']}", timeout=60)
+        statuses["parent_delete"] = deleted.status_code
+        if deleted.status_code != 200:
+            raise GateFailure(f"DELETE /v1/responses/{{id}} answered {deleted.status_code}, expected 200")
+        gone = client.request("GET", f"/v1/responses/{parent['id']}", timeout=60)
+        statuses["deleted_retrieve"] = gone.status_code
+        if gone.status_code != 404:
+            raise GateFailure(f"GET of a deleted response answered {gone.status_code}, expected 404")
+        create("deleted_continuation", "What is the first code word?", previous=parent["id"], expect=404)
+        run.deleted_response = parent["id"]
+        survivor = create("surviving_descendant", "What is the first code word? Reply with the word only.", previous=fork_a["id"])
+        assert survivor is not None
+        checks["surviving_descendant_continued"] = contains_exactly(response_text(survivor), words["first"])
+        if not checks["surviving_descendant_continued"]:
+            raise GateFailure("a fork lost its inherited state when its parent was deleted")
+        prompt = "Write a numbered list of twelve everyday objects, one per line."
+        plain = client.chat(model, prompt, max_tokens=64, stream=False, timeout=300)
+        streamed = client.chat(model, prompt, max_tokens=64, stream=True, timeout=300)
+        statuses["chat"], statuses["chat_stream"] = plain.status, streamed.status
+        if plain.status != 200 or streamed.status != 200:
+            raise GateFailure(f"chat completions answered {plain.status} (plain) and {streamed.status} (streaming)")
+        checks["sse_well_formed"] = streamed.well_formed
+        checks["streaming_parity"] = plain.text == streamed.text and bool(plain.text)
+        data["non_streaming_output"] = redacted(plain.text)
+        data["streaming_output"] = redacted(streamed.text)
+        if not streamed.well_formed:
+            raise GateFailure("the SSE stream is malformed (a non-data line, invalid JSON, or no final [DONE])")
+        if not checks["streaming_parity"]:
+            raise GateFailure("the streamed text differs from the non-streamed text of the same request")
+    except GateFailure as problem:
+        return failed(str(problem), **data)
+    return passed(
+        "continuation, two isolated forks, deletion (404 afterwards), cross-session isolation and streaming parity hold",
+        **data,
+    )
+
+
+def gate_long_context(run: RunContext) -> Gate:
+    client, model = run.client, run.model or ""
+    target = int(run.thresholds["advertised_prompt_tokens"])
+    seed = f"{run.lane_id}:needle:{target}"
+    salt = secrets.token_hex(8)
+    fixture, counted, probes = size_fixture(lambda words: needle_fixture(seed, words, salt), target, lambda text: client.count_tokens(model, text))
+    assert fixture.nonce is not None
+    data: dict[str, Any] = {
+        "target_prompt_tokens": target,
+        "fixture_sha256": fixture.fixture_sha256,
+        "fixture": {**fixture.describe(), "calibration_probes": probes, "counted_prompt_tokens": counted},
+        "nonce": redacted(fixture.nonce),
+    }
+    started = time.perf_counter()
+    with run.gpu.sampling() as samples:
+        response = client.respond(model, fixture.text, session="qualify-" + secrets.token_hex(12), max_tokens=32, store=False)
+    elapsed = time.perf_counter() - started
+    _merge(run.samples, samples)
+    data["elapsed_seconds"] = round(elapsed, 3)
+    data["http_status"] = response.status_code
+    if response.status_code != 200:
+        response.close()
+        return failed(f"the {target}-token retrieval request answered {response.status_code}", **data)
+    document = client.json_of(response, "POST /v1/responses")
+    output = response_text(document)
+    usage = document.get("usage") or {}
+    prompt_tokens = _usage_int(usage, "input_tokens")
+    cached = _usage_int(usage, "input_tokens_details", "cached_tokens")
+    exact = contains_exactly(output, fixture.nonce)
+    data.update(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=_usage_int(usage, "output_tokens"),
+        cached_tokens=cached,
+        cold=cached in (0, None),
+        output=redacted(output),
+        exact_output=exact,
+    )
+    if prompt_tokens is None:
+        return failed("the retrieval response reports no usage.input_tokens", **data)
+    if abs(prompt_tokens - target) > target * PROMPT_SIZE_TOLERANCE:
+        return failed(f"the prompt had {prompt_tokens} tokens, not the advertised {target} (tolerance {PROMPT_SIZE_TOLERANCE:.0%})", **data)
+    if not exact:
+        return failed(f"the planted nonce was not recalled exactly at {prompt_tokens} prompt tokens", **data)
+    return passed(f"exact recall of the planted nonce at {prompt_tokens} prompt tokens in {elapsed:.2f} s", **data)
+
+
+def _merge(into: GpuSamples, other: GpuSamples) -> None:
+    into.memory_used_mib.extend(other.memory_used_mib)
+    into.power_w.extend(other.power_w)
+
+
+def run_benchmark(run: RunContext) -> None:
+    """One streamed request of the lane's fixed prompt and completion size; feeds three gates."""
+    client, model = run.client, run.model or ""
+    target = int(run.thresholds["benchmark_prompt_tokens"])
+    completion = int(run.thresholds["completion_tokens"])
+    seed = f"{run.lane_id}:benchmark:{target}"
+    salt = secrets.token_hex(8)
+    try:
+        fixture, counted, probes = size_fixture(lambda words: continuation_fixture(seed, words, salt), target, lambda text: client.count_tokens(model, text))
+        run.benchmark_data = {
+            "fixture_sha256": fixture.fixture_sha256,
+            "fixture": {**fixture.describe(), "calibration_probes": probes, "counted_prompt_tokens": counted},
+            "target_prompt_tokens": target,
+        }
+        with run.gpu.sampling() as samples:
+            run.benchmark = client.chat(model, fixture.text, max_tokens=completion, stream=True)
+        _merge(run.samples, samples)
+    except GateFailure as problem:
+        run.benchmark_error = str(problem)
+
+
+def _benchmark_problem(run: RunContext) -> str | None:
+    if run.benchmark_error:
+        return run.benchmark_error
+    result = run.benchmark
+    if result is None:
+        return "the benchmark did not run"
+    if result.status != 200:
+        return f"the benchmark request answered {result.status}"
+    if not result.well_formed:
+        return "the benchmark's SSE stream is malformed"
+    if result.first_token_at is None:
+        return "the benchmark stream carried no content"
+    return None
+
+
+def gate_decode(run: RunContext) -> Gate:
+    problem = _benchmark_problem(run)
+    threshold = float(run.thresholds["min_decode_tokens_per_second"])
+    wanted = int(run.thresholds["completion_tokens"])
+    if problem:
+        return failed(problem, threshold_tokens_per_second=threshold, **run.benchmark_data)
+    result = run.benchmark
+    assert result is not None and result.first_token_at is not None and result.last_token_at is not None
+    tokens = _usage_int(result.usage, "completion_tokens")
+    data: dict[str, Any] = {
+        "completion_tokens": tokens,
+        "requested_completion_tokens": wanted,
+        "stream_content_events": result.content_events,
+        "threshold_tokens_per_second": threshold,
+        "basis": "client-wall",
+        "wall_seconds": round(result.elapsed, 3),
+    }
+    if tokens is None:
+        return failed("the benchmark stream reports no usage.completion_tokens (stream_options.include_usage)", **data)
+    if tokens < wanted:
+        return failed(f"the completion stopped after {tokens} of {wanted} tokens, so decode was not measured over the fixed size", **data)
+    seconds = result.last_token_at - result.first_token_at
+    if seconds <= 0:
+        return failed("the whole completion arrived at once; decode speed cannot be measured", **data)
+    rate = (tokens - 1) / seconds
+    data.update(decode_seconds=round(seconds, 4), tokens_per_second=round(rate, 2))
+    if rate < threshold:
+        return failed(f"decode ran at {rate:.2f} tokens/s, below the lane's {threshold:g}", **data)
+    return passed(f"decode ran at {rate:.2f} tokens/s over {tokens} tokens (threshold {threshold:g})", **data)
+
+
+def gate_prefill(run: RunContext) -> Gate:
+    problem = _benchmark_problem(run)
+    threshold = float(run.thresholds["min_prefill_tokens_per_second"])
+    if problem:
+        return failed(problem, threshold_tokens_per_second=threshold)
+    result = run.benchmark
+    assert result is not None and result.first_token_at is not None
+    prompt = _usage_int(result.usage, "prompt_tokens")
+    cached = _usage_int(result.usage, "prompt_tokens_details", "cached_tokens") or 0
+    data: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "threshold_tokens_per_second": threshold,
+        "basis": "client-wall (computed prompt tokens / time to first token)",
+        "fixture_sha256": run.benchmark_data.get("fixture_sha256"),
+    }
+    if prompt is None:
+        return failed("the benchmark stream reports no usage.prompt_tokens", **data)
+    computed = prompt - cached
+    data["computed_prompt_tokens"] = computed
+    if computed <= 0:
+        return failed("the whole prompt was served from a prefix cache; prefill was not measured", **data)
+    rate = computed / result.first_token_at
+    data.update(prefill_seconds=round(result.first_token_at, 4), tokens_per_second=round(rate, 2))
+    if rate < threshold:
+        return failed(f"prefill ran at {rate:.2f} tokens/s, below the lane's {threshold:g}", **data)
+    return passed(f"prefill ran at {rate:.2f} tokens/s over {computed} computed prompt tokens (threshold {threshold:g})", **data)
+
+
+def gate_ttft(run: RunContext) -> Gate:
+    problem = _benchmark_problem(run)
+    threshold = float(run.thresholds["max_time_to_first_token_seconds"])
+    if problem:
+        return failed(problem, threshold_seconds=threshold)
+    result = run.benchmark
+    assert result is not None and result.first_token_at is not None
+    ttft = result.first_token_at
+    data = {"seconds": round(ttft, 4), "threshold_seconds": threshold, "prompt_tokens": _usage_int(result.usage, "prompt_tokens")}
+    if ttft > threshold:
+        return failed(f"the first token came after {ttft:.3f} s, above the lane's {threshold:g} s", **data)
+    return passed(f"the first token came after {ttft:.3f} s (threshold {threshold:g} s)", **data)
+
+
+def gate_gpu_resources(run: RunContext) -> Gate:
+    threshold = int(run.thresholds["max_vram_mib"])
+    facts = run.gpu.facts()
+    if facts is None:
+        return skipped("nvidia-smi is not available on this host, so peak VRAM and power were not sampled", threshold_mib=threshold)
+    samples = run.samples
+    if not samples.memory_used_mib:
+        return failed("nvidia-smi answered no memory samples during the benchmark and retrieval", threshold_mib=threshold)
+    peak = max(samples.memory_used_mib)
+    power = max(samples.power_w) if samples.power_w else None
+    data = {
+        "peak_vram_mib": int(peak) if float(peak).is_integer() else peak,
+        "max_power_w": power,
+        "samples": len(samples.memory_used_mib),
+        "threshold_mib": threshold,
+        "scope": "whole-GPU memory.used while the retrieval and benchmark requests ran",
+    }
+    if peak > threshold:
+        return failed(f"peak VRAM was {peak:g} MiB, above the lane's {threshold} MiB", **data)
+    return passed(f"peak VRAM {peak:g} MiB (threshold {threshold} MiB), max power {power if power is not None else 'n/a'} W", **data)
+
+
+def gate_restart(run: RunContext) -> Gate:
+    client, model = run.client, run.model or ""
+    limit = float(run.thresholds["max_restart_seconds"])
+    hook = run.restart_hook
+    if hook is None:
+        return skipped("no restart hook was given (--restart-command), so process restart was not exercised", threshold_seconds=limit)
+    word = f"echo{secrets.token_hex(4)}"
+    session = "qualify-" + secrets.token_hex(12)
+    data: dict[str, Any] = {"threshold_seconds": limit, "hook": hook.describe()}
+    try:
+        context = continuation_fixture(f"{run.lane_id}:restart", 1200, secrets.token_hex(8)).text
+        before = client.status().get("instance_id")
+        first = client.respond(model, f"{context}\n\nRemember the first code word: {word}. Reply with OK.", session=session, max_tokens=16, timeout=600)
+        if first.status_code != 200:
+            raise GateFailure(f"the session before the restart answered {first.status_code}")
+        parent = client.json_of(first, "POST /v1/responses")["id"]
+        started = time.perf_counter()
+        hook.restart()
+        deadline = started + limit + RESTART_GRACE_SECONDS
+        ready = False
+        after = None
+        while time.perf_counter() < deadline:
+            if client.health(timeout=5.0) == 200:
+                with contextlib.suppress(GateFailure):
+                    after = client.status().get("instance_id")
+                    if before is None or after != before:
+                        ready = True
+                        break
+            time.sleep(0.1)
+        seconds = time.perf_counter() - started
+        data["restart_seconds"] = round(seconds, 3)
+        if not ready:
+            if after is not None and after == before:
+                raise GateFailure("the status endpoint reports the same instance_id after the restart: the process was not replaced")
+            raise GateFailure(f"the server did not answer /health within {limit + RESTART_GRACE_SECONDS:.0f} s of the restart")
+        data["process_replaced"] = None if before is None else after != before
+        resumed = client.respond(model, "What is the first code word? Reply with the word only.", session=session, previous=parent, max_tokens=16, timeout=600)
+        data["continuation_status"] = resumed.status_code
+        if resumed.status_code != 200:
+            raise GateFailure(f"continuing the session after the restart answered {resumed.status_code}")
+        document = client.json_of(resumed, "POST /v1/responses")
+        output = response_text(document)
+        data["output"] = redacted(output)
+        data["exact_output"] = contains_exactly(output, word)
+        data["restored_cached_input_tokens"] = _usage_int(document.get("usage") or {}, "input_tokens_details", "cached_tokens")
+        if run.deleted_response is not None:
+            ghost = client.respond(model, "What is the first code word?", session=None, previous=run.deleted_response, max_tokens=8, timeout=120)
+            data["post_restart_deleted_continuation_status"] = ghost.status_code
+            ghost.close()
+            if ghost.status_code != 404:
+                raise GateFailure(f"a response deleted before the restart came back after it (status {ghost.status_code})")
+        if not data["exact_output"]:
+            raise GateFailure("the session continued after the restart did not recall its content")
+        if seconds > limit:
+            raise GateFailure(f"the restart took {seconds:.2f} s, above the lane's {limit:g} s")
+    except GateFailure as problem:
+        return failed(str(problem), **data)
+    return passed(
+        f"restarted in {data['restart_seconds']:.2f} s and continued the session with {data['restored_cached_input_tokens']} cached input tokens restored",
+        **data,
+    )
+
+
+def run_endpoint_gates(run: RunContext, on_gate: Callable[[str, Gate], None]) -> tuple[dict[str, Gate], list[str]]:
+    """Run every endpoint gate in order.  An identity mismatch stops the run: the rest are not run."""
+    results: dict[str, Gate] = {}
+
+    def attempt(name: str, function: Callable[[RunContext], Gate]) -> Gate:
+        try:
+            gate = function(run)
+        except GateFailure as problem:
+            gate = failed(str(problem))
+        results[name] = gate
+        on_gate(name, gate)
+        return gate
+
+    identity = attempt("identity", gate_identity)
+    if identity.status != "passed":
+        return results, [name for name in ENDPOINT_GATES if name not in results]
+    if run.model is None:
+        try:
+            listing = run.client.expect_json("GET", "/v1/models", timeout=60)
+            ids = [m.get("id") for m in listing.get("data") or [] if isinstance(m, dict) and m.get("id")]
+        except GateFailure:
+            ids = []
+        run.model = run.expected.public_model_id or (ids[0] if ids else "")
+    attempt("security", gate_security)
+    attempt("protocol", gate_protocol)
+    attempt("long_context_retrieval", gate_long_context)
+    run_benchmark(run)
+    attempt("decode_throughput", gate_decode)
+    attempt("prefill_throughput", gate_prefill)
+    attempt("time_to_first_token", gate_ttft)
+    attempt("gpu_resources", gate_gpu_resources)
+    attempt("restart", gate_restart)
+    return results, []
+
+
+# -- the GPU smoke gate -------------------------------------------------------------------
+
+
+def gate_gpu_smoke(
+    *,
+    binary: Path | None,
+    binary_sha256: str | None,
+    lane_platform: str,
+    host_platform: str,
+    lane_compute_capability: str,
+    cuda_architecture: str,
+    facts: dict[str, Any] | None,
+    library_dirs: list[Path],
+    timeout: float = 300.0,
+) -> Gate:
+    """Run the packaged `ninfer-serve --selftest` on this host's GPU and check its one line."""
+    if facts is None:
+        return skipped("no NVIDIA driver on this host (nvidia-smi is absent or fails), so the selftest kernel was not run")
+    if lane_platform != host_platform:
+        return skipped(f"the lane's binaries are {lane_platform}; this host is {host_platform}, so they cannot run here")
+    if binary is None or not binary.is_file():
+        return failed("the packaged ninfer-serve binary was not found")
+    env = dict(os.environ)
+    paths = [str(binary.parent), *(str(p) for p in library_dirs)]
+    if env.get("LD_LIBRARY_PATH"):
+        paths.append(env["LD_LIBRARY_PATH"])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(paths)
+    started = time.perf_counter()
+    try:
+        result = subprocess.run([str(binary), "--selftest"], capture_output=True, text=True, timeout=timeout, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return failed(f"ninfer-serve --selftest did not finish within {timeout:.0f} s", binary_sha256=binary_sha256)
+    except OSError as exc:
+        return failed(f"ninfer-serve --selftest could not start: {exc.strerror}", binary_sha256=binary_sha256)
+    seconds = round(time.perf_counter() - started, 3)
+    stdout_lines = [line for line in result.stdout.splitlines() if line.strip()]
+    stderr_lines = [line for line in result.stderr.splitlines() if line.strip()]
+    device_cc = facts.get("compute_capability")
+    lane_device = device_cc == lane_compute_capability if device_cc else None
+    data: dict[str, Any] = {
+        "binary": binary.name,
+        "binary_sha256": binary_sha256,
+        "exit_code": result.returncode,
+        "seconds": seconds,
+        "lane_device": lane_device,
+        "device_compute_capability": device_cc,
+        "lane_compute_capability": lane_compute_capability,
+    }
+    if result.returncode != 0:
+        message = redact(stderr_lines[-1] if stderr_lines else (stdout_lines[-1] if stdout_lines else ""))[:300]
+        data["error_line"] = message
+        if "cannot run on device" in message and lane_device is False:
+            return skipped(
+                f"this host's GPU ({facts.get('gpu_name')}, compute capability {device_cc}) is not the lane's "
+                f"{lane_compute_capability} and the binary carries code for cuda_architecture={cuda_architecture} only",
+                **data,
+            )
+        return failed(f"ninfer-serve --selftest exited with status {result.returncode}: {message}", **data)
+    matches = [m for m in (_SELFTEST_LINE.fullmatch(line.strip()) for line in stdout_lines) if m]
+    if len(stdout_lines) != 1 or len(matches) != 1:
+        return failed("ninfer-serve --selftest did not print exactly one 'selftest: ok ...' line", **data)
+    match = matches[0]
+    data.update(
+        line=stdout_lines[0].strip(),
+        device=match["device"],
+        compute_capability=match["cc"],
+        cuda_architecture=match["arch"],
+        elements=int(match["elements"]),
+        max_abs_error=float(match["error"]),
+        crc32=match["crc"],
+    )
+    if match["arch"] != cuda_architecture:
+        return failed(f"the selftest ran code for cuda_architecture={match['arch']}, the build identity says {cuda_architecture}", **data)
+    return passed(f"selftest kernel ran on {match['device']} (compute capability {match['cc']}) and matched the CPU reference", **data)
+
+
+def is_content_key(key: str) -> bool:
+    """Receipt keys whose values could carry content and must be redacted."""
+    return key in ("output", "nonce", "prompt", "text", "content", "input") or key.endswith(("_output", "_prompt", "_nonce", "_text"))
