@@ -78,3 +78,8 @@ def shared_or_skip(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"{path} is absent: the workplace's shared reference folder is not beside this checkout")
     return path
+
+
+# Fixtures of the registry tests (tests/registry.py): a real docker-registry on 127.0.0.1
+# and a fault-injecting proxy in front of it.
+from registry import auth_registry, fault_proxy, registry_server  # noqa: E402, F401

@@ -1,0 +1,1355 @@
+"""Stage `image`: the RTX 5090 runtime as a reproducible OCI image layout.
+
+Inputs: the lane's binary archive from the register (its bytes re-hashed
+against the register first), and an image definition in `containers/`
+(data: base image by repository and digest, the layers we add, entrypoint,
+cmd, env, port, user, labels).  No Docker engine is involved:
+
+1. **Base.** The base is named by digest only (a tag alone is refused).  Its
+   manifest (or index, then the manifest for the definition's platform),
+   config and layers are pulled by digest from its registry into a
+   content-addressed cache, or read from a local OCI layout (`--base-layout`),
+   and every digest and every layer's diff_id is checked here.  Base layers
+   are used as they are: same bytes, same digests.
+2. **Archive.** The archive must hold one top-level folder named after it,
+   only regular files and folders, a `SHA256SUMS.txt` that lists every other
+   file with its correct hash, and a `build-identity.json` whose binary hashes
+   match `bin/`.  Every archive file must be placed by exactly one copy rule
+   of the definition (or be listed in `archive_ignore`): a new file in the
+   package contract is then a conscious decision, not an accident.
+3. **Our layers** are deterministic tars (sorted, 0:0, mtime = source commit
+   time, fixed modes, gzip header without name or time; or uncompressed).
+4. **Checks on the assembled root filesystem.** The entrypoint resolves to an
+   executable file, and every shared library our ELF binaries need (DT_NEEDED)
+   is found on the loader's path in the image (RUNPATH, LD_LIBRARY_PATH,
+   ld.so.conf.d, default folders; symlinks and whiteouts followed), except the
+   driver libraries the NVIDIA container toolkit injects at run time.
+5. **Config, manifest, index** as canonical JSON; labels and annotations
+   include `org.opencontainers.image.created` = the source commit time, so two
+   runs give the same manifest digest.
+6. **SPDX 2.3 SBOM** of the image (the image, its base by digest, the binary
+   archive by hash, every file of our layers with SHA-1 and SHA-256), written
+   with spdx-tools, validated, parsed back and validated again.
+
+Outputs, under `<dist>/<lane>/image/`: `oci/` (the layout) and the SBOM;
+register entries `oci-layout` and `image-sbom`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import tarfile
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from . import oci
+from .errors import InputError, IntegrityError, RemoteError
+from .lanes import REPO_ROOT, Lane, find_lane
+from .oci_registry import RegistryClient, Repository, credentials_for, parse_repository
+from .register import Artifact
+from .stage import Context, Stage, StageResult, execute
+from .util import ui
+from .util.fs import atomic_output_dir, atomic_write_bytes
+from .util.hashing import file_digests, sha256_bytes, sha256_file
+from .util.jsonio import read_toml
+from .util.schema import Field, matches, one_of, read_table
+
+DEFINITIONS_DIR = REPO_ROOT / "containers"
+OCI_CACHE_ENV = "OMP_NINFER_OCI_CACHE"
+IDENTITY_FILE = "build-identity.json"
+SUMS_FILE = "SHA256SUMS.txt"
+SPDX_CREATOR_TOOL = "omp-ninfer-pipeline-image"
+_CODE_FILES = ("image.py", "oci.py", "oci_registry.py")
+
+# Labels the stage computes; a definition may not set them.
+OCI_PREFIX = "org.opencontainers.image."
+COMPUTED_LABELS = tuple(
+    OCI_PREFIX + key for key in ("created", "source", "revision", "version", "base.name", "base.digest", "ref.name")
+)
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+# -- the image definition ----------------------------------------------------
+
+_TOP = {
+    "schema_version": Field(int, check=lambda v: v == 1, expected="1"),
+    "name": Field(str, check=matches(r"[a-z0-9][a-z0-9._-]*"), expected="a lowercase image name, e.g. 'ninfer-runtime'"),
+    "lane": Field(str),
+    "title": Field(str),
+    "repository": Field(str, expected="the production repository, e.g. 'ghcr.io/alphastorm/ninfer-runtime'"),
+    "platform": Field(str, check=matches(r"linux/[a-z0-9]+(/[a-z0-9]+)?"), expected="os/architecture, e.g. 'linux/amd64'"),
+    "layer_compression": Field(str, check=one_of("gzip", "none"), expected="'gzip' or 'none'"),
+    "gzip_level": Field(int, required=False, default=9, check=lambda v: 1 <= v <= 9, expected="1..9"),
+    "label_namespace": Field(str, check=matches(r"[a-z0-9]+(\.[a-z0-9-]+)+"), expected="a reverse-DNS prefix, e.g. 'io.github.alphastorm.ninfer'"),
+    "archive_ignore": Field(list, items=str, required=False, default=[]),
+    "base": Field(dict),
+    "config": Field(dict),
+    "labels": Field(dict, required=False, default={}),
+    "layer": Field(list, items=dict, expected="one [[layer]] table per layer, in order"),
+}
+_BASE = {
+    "repository": Field(str),
+    "tag": Field(str, required=False, expected="the tag the digest was resolved from (for people; never used to pull)"),
+    "digest": Field(str, expected="'sha256:' + 64 hex digits"),
+    "note": Field(str, required=False),
+}
+_CONFIG = {
+    "entrypoint": Field(list, items=str),
+    "cmd": Field(list, items=str, required=False, default=[]),
+    "working_dir": Field(str, required=False, default="/"),
+    "user": Field(str, check=matches(r"[0-9]+(:[0-9]+)?"), expected="a numeric 'uid[:gid]' (names would need the base's /etc/passwd)"),
+    "exposed_ports": Field(list, items=str, required=False, default=[]),
+    "stop_signal": Field(str, required=False, check=matches(r"SIG[A-Z0-9]+"), expected="a signal name such as 'SIGTERM'"),
+    "env": Field(dict, required=False, default={}),
+}
+_LAYER = {
+    "name": Field(str, check=matches(r"[a-z0-9][a-z0-9-]*"), expected="a short lowercase name"),
+    "comment": Field(str, required=False, default=""),
+    "copy": Field(list, items=dict),
+}
+_COPY = {
+    "from": Field(str, expected="a path inside the archive's top folder; a trailing '/' copies a folder"),
+    "to": Field(str, expected="an absolute path in the image; ends with '/' when 'from' is a folder"),
+    "optional": Field(bool, required=False, default=False),
+}
+
+
+@dataclass(frozen=True)
+class CopyRule:
+    source: str  # relative to the archive's top folder; "bin/" means the folder's files
+    target: str  # absolute in the image
+    optional: bool
+
+    @property
+    def is_folder(self) -> bool:
+        return self.source.endswith("/")
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    name: str
+    comment: str
+    rules: tuple[CopyRule, ...]
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    repository: Repository
+    repository_text: str
+    tag: str | None
+    digest: str
+
+    @property
+    def reference(self) -> str:
+        return self.repository.at(self.digest)
+
+    @property
+    def display_name(self) -> str:
+        return f"{self.repository.name}:{self.tag}" if self.tag else self.repository.name
+
+
+@dataclass(frozen=True)
+class ImageDefinition:
+    file: Path
+    file_sha256: str
+    name: str
+    lane: str
+    title: str
+    repository: str
+    platform: str
+    compression: str
+    gzip_level: int
+    label_namespace: str
+    archive_ignore: tuple[str, ...]
+    base: BaseSpec
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    working_dir: str
+    user: str
+    exposed_ports: tuple[str, ...]
+    stop_signal: str | None
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    layers: tuple[LayerSpec, ...]
+
+    @property
+    def os(self) -> str:
+        return self.platform.split("/")[0]
+
+    @property
+    def architecture(self) -> str:
+        return self.platform.split("/")[1]
+
+
+def _relative_archive_path(value: str, *, file: str, field_name: str) -> str:
+    path = PurePosixPath(value.rstrip("/"))
+    if not value or value.startswith("/") or any(p in ("..", ".") for p in path.parts) or "\\" in value or "//" in value:
+        raise InputError(
+            "is not a clean path inside the archive's top folder",
+            file=file,
+            field=field_name,
+            found=value,
+            expected="a relative path such as 'bin/' or 'LICENSE'",
+        )
+    return value
+
+
+def load_definition(path: Path) -> ImageDefinition:
+    file = str(path)
+    data = read_toml(path)
+    top = read_table(data, _TOP, file=file)
+    base = read_table(top["base"], _BASE, file=file, prefix="base")
+    config = read_table(top["config"], _CONFIG, file=file, prefix="config")
+
+    base_repository = parse_repository(base["repository"], origin=file, field_name="base.repository")
+    if "@" in base["repository"] or ":" in base["repository"].split("/")[-1]:
+        raise InputError("names a tag or digest inside the repository", file=file, field="base.repository", found=base["repository"], expected="the repository alone; the digest goes into base.digest")
+    digest = base["digest"]
+    if not oci.is_digest(digest):
+        tag_note = f" (tag {base['tag']!r})" if base.get("tag") else ""
+        raise InputError(
+            f"the base image is not pinned by digest{tag_note}" if not digest else "base.digest is not a sha256 digest",
+            file=file,
+            field="base.digest",
+            found=digest,
+            expected="'sha256:' + 64 lowercase hex digits",
+            why="a tag can be moved to other bytes at any time; the image must say exactly which base it was built on, so a base given by tag alone is refused",
+            fix=(
+                f"resolve the tag once and pin the answer, e.g. 'skopeo inspect --format {{{{.Digest}}}} "
+                f"docker://{base['repository']}:{base.get('tag') or '<tag>'}', and write it into base.digest"
+            ),
+        )
+    if base.get("tag") is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", base["tag"]):
+        raise InputError("is not a valid tag", file=file, field="base.tag", found=base["tag"])
+
+    platform_arch = top["platform"].split("/")[1]
+    if platform_arch not in ("amd64", "arm64"):
+        raise InputError("platform architecture is not supported", file=file, field="platform", found=top["platform"], expected="linux/amd64 or linux/arm64")
+
+    for index, arg in enumerate(config["entrypoint"]):
+        if not arg:
+            raise InputError("entrypoint arguments must not be empty", file=file, field=f"config.entrypoint[{index}]")
+    if not config["entrypoint"]:
+        raise InputError("entrypoint must name the program to run", file=file, field="config.entrypoint", expected="e.g. ['/opt/ninfer/bin/ninfer-serve']")
+    oci.image_path(config["working_dir"], origin=file, field_name="config.working_dir")
+    for index, port in enumerate(config["exposed_ports"]):
+        if not re.fullmatch(r"[0-9]{1,5}/(tcp|udp)", port) or not 0 < int(port.split("/")[0]) < 65536:
+            raise InputError("is not a port", file=file, field=f"config.exposed_ports[{index}]", found=port, expected="'<1-65535>/tcp' or '/udp'")
+    env: list[tuple[str, str]] = []
+    for name, value in config["env"].items():
+        if not _ENV_NAME.fullmatch(name) or not isinstance(value, str):
+            raise InputError("environment entries are NAME = \"value\" strings", file=file, field=f"config.env.{name}", found=value)
+        env.append((name, value))
+    labels: list[tuple[str, str]] = []
+    for name, value in top["labels"].items():
+        if not isinstance(value, str):
+            raise InputError("label values must be strings", file=file, field=f"labels.{name}", found=value)
+        if name in COMPUTED_LABELS or name.startswith(top["label_namespace"] + "."):
+            raise InputError(
+                "sets a label the pipeline computes",
+                file=file,
+                field=f"labels.{name}",
+                why="source, revision, version, created, base and lane labels come from the build identity and the base digest, so they cannot disagree with the bytes",
+                fix="remove the label",
+            )
+        labels.append((name, value))
+
+    layers: list[LayerSpec] = []
+    names: set[str] = set()
+    for index, raw in enumerate(top["layer"]):
+        spec = read_table(raw, _LAYER, file=file, prefix=f"layer[{index}]")
+        if spec["name"] in names:
+            raise InputError("two layers share one name", file=file, field=f"layer[{index}].name", found=spec["name"])
+        names.add(spec["name"])
+        rules = []
+        for number, item in enumerate(spec["copy"]):
+            where = f"layer[{index}].copy[{number}]"
+            rule = read_table(item, _COPY, file=file, prefix=where)
+            source = _relative_archive_path(rule["from"], file=file, field_name=f"{where}.from")
+            oci.image_path(rule["to"].rstrip("/") or "/", origin=file, field_name=f"{where}.to")
+            if source.endswith("/") != rule["to"].endswith("/"):
+                raise InputError(
+                    "a folder must be copied to a folder and a file to a file path",
+                    file=file,
+                    field=f"{where}.to",
+                    found=f"from {source!r} to {rule['to']!r}",
+                    expected="both ending with '/' (folder) or neither (file)",
+                )
+            rules.append(CopyRule(source, rule["to"], rule["optional"]))
+        if not rules:
+            raise InputError("a layer needs at least one copy rule", file=file, field=f"layer[{index}].copy")
+        layers.append(LayerSpec(spec["name"], spec["comment"], tuple(rules)))
+    if not layers:
+        raise InputError("the image adds no layer", file=file, field="layer", expected="at least one [[layer]]")
+    for index, item in enumerate(top["archive_ignore"]):
+        _relative_archive_path(item, file=file, field_name=f"archive_ignore[{index}]")
+
+    raw = path.read_bytes()
+    return ImageDefinition(
+        file=path,
+        file_sha256=sha256_bytes(raw),
+        name=top["name"],
+        lane=top["lane"],
+        title=top["title"],
+        repository=top["repository"],
+        platform=top["platform"],
+        compression=top["layer_compression"],
+        gzip_level=top["gzip_level"],
+        label_namespace=top["label_namespace"],
+        archive_ignore=tuple(top["archive_ignore"]),
+        base=BaseSpec(base_repository, base["repository"], base.get("tag"), digest),
+        entrypoint=tuple(config["entrypoint"]),
+        cmd=tuple(config["cmd"]),
+        working_dir=config["working_dir"],
+        user=config["user"],
+        exposed_ports=tuple(config["exposed_ports"]),
+        stop_signal=config.get("stop_signal"),
+        env=tuple(env),
+        labels=tuple(labels),
+        layers=tuple(layers),
+    )
+
+
+def definition_for_lane(lane: Lane, definition: Path | None = None) -> ImageDefinition:
+    if definition is not None:
+        loaded = load_definition(definition)
+        if loaded.lane != lane.id:
+            raise InputError("image definition belongs to another lane", file=definition, field="lane", found=loaded.lane, expected=repr(lane.id))
+        return loaded
+    found = []
+    for path in sorted(DEFINITIONS_DIR.glob("*.toml")):
+        loaded = load_definition(path)
+        if loaded.lane == lane.id:
+            found.append(loaded)
+    if len(found) != 1:
+        raise InputError(
+            f"found {len(found)} image definitions for lane {lane.id}",
+            file=DEFINITIONS_DIR,
+            expected="exactly one containers/*.toml with lane = " + repr(lane.id),
+            fix="pass --definition FILE",
+        )
+    return found[0]
+
+
+# -- the base image ------------------------------------------------------------
+
+def oci_cache() -> oci.BlobStore:
+    override = os.environ.get(OCI_CACHE_ENV)
+    if override:
+        return oci.BlobStore(Path(override))
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return oci.BlobStore(Path(base) / "omp-ninfer" / "oci")
+
+
+@dataclass
+class BaseImage:
+    spec: BaseSpec
+    source: str  # "registry" or "layout:<path>"
+    manifest_digest: str  # the platform manifest (equals spec.digest unless the pin is an index)
+    manifest: oci.Manifest
+    config: dict[str, Any]
+    config_descriptor: oci.Descriptor
+    layers: tuple[oci.Descriptor, ...]  # OCI media types, original bytes
+    blob_paths: dict[str, Path]  # digest -> verified file
+    index_digest: str | None = None
+
+
+class _BaseSource:
+    """Where base blobs come from: a registry (through the verified cache) or a local layout."""
+
+    def __init__(self, spec: BaseSpec, layout: Path | None, *, retries: int) -> None:
+        self.spec = spec
+        self.layout = layout
+        self.cache = oci_cache()
+        self.client: RegistryClient | None = None
+        if layout is None:
+            self.client = RegistryClient(spec.repository, credentials=credentials_for(spec.repository.host, use_environment=False), retries=retries)
+
+    @property
+    def label(self) -> str:
+        return f"layout:{self.layout}" if self.layout is not None else "registry"
+
+    def document(self, digest: str, *, what: str) -> tuple[bytes, str | None]:
+        """A manifest or index by digest, verified."""
+        if self.layout is not None:
+            path = oci.BlobStore(self.layout).path(digest)
+            if not path.is_file():
+                raise InputError(
+                    f"the local base layout does not hold {what} {digest}",
+                    file=self.layout,
+                    why="the definition pins this digest; the layout holds other content",
+                    fix=f"copy the pinned base with its digests kept: 'skopeo copy --all --preserve-digests docker://{self.spec.reference} oci:{self.layout}'",
+                )
+            data = path.read_bytes()
+            if oci.digest_bytes(data) != digest:
+                raise IntegrityError(f"{what} bytes in the local base layout do not match their digest", file=path, found=oci.digest_bytes(data), expected=digest)
+            return data, None
+        cached = self.cache.path(digest)
+        if cached.is_file():
+            data = cached.read_bytes()
+            if oci.digest_bytes(data) == digest:
+                return data, None
+            cached.unlink()  # a corrupted cache entry: fetch again
+        assert self.client is not None
+        fetched = self.client.get_manifest(digest)
+        if fetched is None:
+            raise RemoteError(
+                f"the registry {self.spec.repository.api_host} does not serve {what} {digest} in {self.spec.repository.path}",
+                file=self.spec.reference,
+                why="the registry answered 404 (MANIFEST_UNKNOWN) for this digest: it is mistyped, belongs to another repository, or was deleted",
+                fix=f"check the digest, e.g. 'skopeo inspect --raw docker://{self.spec.reference}'",
+            )
+        data, media_type, _header = fetched
+        self.cache.put_bytes(data, media_type or oci.MANIFEST)
+        return data, media_type
+
+    def blob(self, descriptor: oci.Descriptor, *, what: str) -> Path:
+        """A verified local file holding the blob."""
+        if self.layout is not None:
+            path = oci.BlobStore(self.layout).path(descriptor.digest)
+            if not path.is_file():
+                raise InputError(f"the local base layout lacks {what} {descriptor.digest}", file=self.layout, fix="copy the whole base image into the layout (skopeo copy --preserve-digests)")
+            oci.verify_file(path, descriptor, origin=f"the base manifest ({what})")
+            return path
+        path = self.cache.path(descriptor.digest)
+        if path.is_file():
+            try:
+                oci.verify_file(path, descriptor, origin=f"the base manifest ({what})")
+                return path
+            except IntegrityError:
+                ui.warn(f"cached base blob {descriptor.digest} is corrupt; fetching it again")
+                path.unlink()
+        assert self.client is not None
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.client.fetch_blob(descriptor, path, label=f"base {what}")
+        return path
+
+
+def acquire_base(spec: BaseSpec, platform: str, *, layout: Path | None, retries: int = 4) -> BaseImage:
+    source = _BaseSource(spec, layout, retries=retries)
+    origin = spec.reference
+    data, header_type = source.document(spec.digest, what="manifest")
+    document = oci.parse_json_blob(data, origin=origin)
+    media_type = oci.document_media_type(document, header_type)
+    index_digest = None
+    manifest_digest = spec.digest
+    if media_type in oci.INDEX_TYPES:
+        entry = oci.select_platform(oci.parse_index(document, origin=origin), platform, origin=origin)
+        index_digest = spec.digest
+        manifest_digest = entry.digest
+        data, header_type = source.document(entry.digest, what=f"{platform} manifest")
+        origin = spec.repository.at(entry.digest)
+        document = oci.parse_json_blob(data, origin=origin)
+        media_type = oci.document_media_type(document, header_type or entry.media_type)
+    if media_type not in oci.MANIFEST_TYPES:
+        raise InputError("base reference does not name an image manifest", file=origin, found=media_type, expected=" or ".join(oci.MANIFEST_TYPES + oci.INDEX_TYPES))
+    manifest = oci.parse_manifest(document, origin=origin, media_type=media_type)
+    config_descriptor = oci.as_oci_config(manifest.config, origin=origin)
+    layers = tuple(oci.as_oci_layer(layer, origin=origin, index=i) for i, layer in enumerate(manifest.layers))
+    paths: dict[str, Path] = {}
+    config_path = source.blob(manifest.config, what="config")
+    config = oci.parse_config(config_path.read_bytes(), origin=f"{origin} (config)", layer_count=len(layers))
+    wanted_os, _, wanted_arch = platform.partition("/")
+    if config.get("os") != wanted_os or config.get("architecture") != wanted_arch.split("/")[0]:
+        raise InputError(
+            "base image is built for another platform",
+            file=origin,
+            found=f"{config.get('os')}/{config.get('architecture')}",
+            expected=platform,
+        )
+    paths[config_descriptor.digest] = config_path
+    for number, layer in enumerate(layers, 1):
+        paths[layer.digest] = source.blob(layer, what=f"layer {number}/{len(layers)}")
+    ui.info(f"base {spec.display_name}@{spec.digest[:19]}…: {len(layers)} layers, {ui.human_bytes(sum(layer.size for layer in layers))}, from {source.label}")
+    return BaseImage(spec, source.label, manifest_digest, manifest, config, config_descriptor, layers, paths, index_digest)
+
+
+# -- the root file system, for checks ------------------------------------------
+
+@dataclass
+class Node:
+    kind: str  # "file", "dir", "link", "hardlink"
+    mode: int = 0o644
+    target: str = ""
+    text: str | None = None  # contents of ld.so.conf files
+
+
+def _clean(name: str) -> str:
+    while name.startswith("./"):
+        name = name[2:]
+    return name.strip("/")
+
+
+class RootFS:
+    """Paths of the merged image file system (whiteouts applied), enough to resolve files and links."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[str, Node] = {"": Node("dir", 0o755)}
+
+    def apply_layer(self, entries: list[tuple[str, Node]], whiteouts: list[str], opaque: list[str]) -> None:
+        for folder in opaque:
+            prefix = folder + "/" if folder else ""
+            for path in [p for p in self.nodes if p.startswith(prefix) and p != folder]:
+                del self.nodes[path]
+        for path in whiteouts:
+            self.nodes.pop(path, None)
+            prefix = path + "/"
+            for child in [p for p in self.nodes if p.startswith(prefix)]:
+                del self.nodes[child]
+        for path, node in entries:
+            parts = path.split("/")
+            for depth in range(1, len(parts)):
+                self.nodes.setdefault("/".join(parts[:depth]), Node("dir", 0o755))
+            if node.kind != "dir" or path not in self.nodes:
+                self.nodes[path] = node
+            else:
+                self.nodes[path].mode = node.mode
+
+    def collector(self):
+        entries: list[tuple[str, Node]] = []
+        whiteouts: list[str] = []
+        opaque: list[str] = []
+
+        def visit(member: tarfile.TarInfo, tar) -> None:
+            path = _clean(member.name)
+            folder, _, base = path.rpartition("/")
+            if base == ".wh..wh..opq":
+                opaque.append(folder)
+                return
+            if base.startswith(".wh."):
+                whiteouts.append(f"{folder}/{base[4:]}" if folder else base[4:])
+                return
+            if member.isdir():
+                entries.append((path, Node("dir", member.mode)))
+            elif member.issym():
+                entries.append((path, Node("link", member.mode, member.linkname)))
+            elif member.islnk():
+                entries.append((path, Node("hardlink", member.mode, _clean(member.linkname))))
+            elif member.isreg():
+                text = None
+                if (path == "etc/ld.so.conf" or (path.startswith("etc/ld.so.conf.d/") and path.endswith(".conf"))) and member.size < 65536:
+                    handle = tar.extractfile(member)
+                    text = handle.read().decode("utf-8", "replace") if handle else ""
+                entries.append((path, Node("file", member.mode, text=text)))
+
+        def finish() -> None:
+            self.apply_layer(entries, whiteouts, opaque)
+
+        return visit, finish
+
+    def resolve(self, path: str, *, hops: int = 0) -> tuple[str, Node] | None:
+        """Follow symlinks component by component (like the kernel), from the image's root."""
+        parts = [p for p in path.strip("/").split("/") if p and p != "."]
+        current: list[str] = []
+        while parts:
+            part = parts.pop(0)
+            if part == "..":
+                if current:
+                    current.pop()
+                continue
+            candidate = "/".join([*current, part])
+            node = self.nodes.get(candidate)
+            if node is None:
+                return None
+            if node.kind == "link":
+                hops += 1
+                if hops > 40:
+                    return None
+                target = node.target
+                parts = [p for p in target.split("/") if p] + parts
+                if target.startswith("/"):
+                    current = []
+                continue
+            if node.kind == "hardlink":
+                node = self.nodes.get(node.target) or node
+            current.append(part)
+        key = "/".join(current)
+        found = self.nodes.get(key)
+        if found is not None and found.kind == "hardlink":
+            found = self.nodes.get(found.target)
+        return (key, found) if found is not None else None
+
+    def is_file(self, path: str) -> bool:
+        resolved = self.resolve(path)
+        return resolved is not None and resolved[1].kind == "file"
+
+    def is_executable_file(self, path: str) -> bool:
+        resolved = self.resolve(path)
+        return resolved is not None and resolved[1].kind == "file" and bool(resolved[1].mode & 0o111)
+
+    def ld_conf_dirs(self) -> list[str]:
+        dirs: list[str] = []
+        for path in sorted(self.nodes):
+            node = self.nodes[path]
+            if node.text is None:
+                continue
+            for line in node.text.splitlines():
+                line = line.split("#", 1)[0].strip()
+                if line.startswith("/") and " " not in line:
+                    dirs.append(line)
+        return dirs
+
+
+DEFAULT_LIBRARY_DIRS = {
+    "amd64": ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
+    "arm64": ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
+}
+
+
+def elf_dynamic(path: Path) -> tuple[list[str], list[str]] | None:
+    """(DT_NEEDED, RUNPATH or RPATH folders) of an ELF file; None when it is not ELF."""
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"\x7fELF":
+            return None
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        with open(path, "rb") as handle:
+            elf = ELFFile(handle)
+            needed: list[str] = []
+            runpath: list[str] = []
+            for section in elf.iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags():
+                        if tag.entry.d_tag == "DT_NEEDED":
+                            needed.append(tag.needed)
+                        elif tag.entry.d_tag == "DT_RUNPATH":
+                            runpath.extend(tag.runpath.split(":"))
+                        elif tag.entry.d_tag == "DT_RPATH":
+                            runpath.extend(tag.rpath.split(":"))
+            return needed, runpath
+    except ELFError as exc:
+        raise InputError(f"is not a readable ELF file ({exc})", file=path) from None
+
+
+# -- the binary archive -------------------------------------------------------
+
+@dataclass
+class ArchiveContent:
+    artifact: Artifact
+    path: Path
+    root: str  # the top-level folder name
+    files: dict[str, Path]  # relative path -> extracted file
+    executable: dict[str, bool]
+    identity: dict[str, Any]
+    component_tag: str
+
+
+def _parse_sums(text: str, *, origin: str) -> dict[str, str]:
+    sums: dict[str, str] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        match = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
+        if not match:
+            raise InputError("is not a line of 'sha256sum' output", file=origin, field=f"line {number}", found=line[:120], expected="'<64 hex>  <path>'")
+        name = match.group(2)
+        if name.startswith("./"):
+            name = name[2:]
+        if name in sums:
+            raise InputError("lists a file twice", file=origin, field=f"line {number}", found=name)
+        sums[name] = match.group(1)
+    return sums
+
+
+def open_archive(ctx: Context, lane: Lane, staging: Path) -> ArchiveContent:
+    register = ctx.register
+    artifact = register.one("package-archive", lane=lane.id, needed_by="the image stage", produced_by="package")
+    path = register.verified_path(artifact)  # refuses bytes that differ from the register
+    component_tag = artifact.attrs["component_tag"]
+    beta = lane.beta_from_tag(component_tag)
+    expected_name = f"{lane.stem(beta)}-{lane.asset_platform}.tar.gz"
+    if path.name != expected_name:
+        raise InputError("binary archive has an unexpected name", file=path, found=path.name, expected=expected_name)
+    root = expected_name.removesuffix(".tar.gz")
+    files: dict[str, Path] = {}
+    executable: dict[str, bool] = {}
+    staging.mkdir(parents=True, exist_ok=True)
+    try:
+        with tarfile.open(path, "r:gz") as tar:
+            for member in tar:
+                name = member.name[2:] if member.name.startswith("./") else member.name
+                name = name.rstrip("/")
+                parts = PurePosixPath(name).parts
+                if not parts or parts[0] != root or name.startswith("/") or ".." in parts or "\\" in name:
+                    raise InputError(
+                        "archive member is outside the archive's one top-level folder",
+                        file=path,
+                        found=member.name,
+                        expected=f"paths under {root}/",
+                    )
+                relative = "/".join(parts[1:])
+                if member.isdir():
+                    continue
+                if not member.isreg():
+                    raise InputError(
+                        "archive member is not a regular file or folder",
+                        file=path,
+                        found=f"{member.name} ({'symlink' if member.issym() else 'hard link' if member.islnk() else 'special file'})",
+                        why="the image takes files only; links could point outside the folder the image owns",
+                    )
+                if not relative:
+                    raise InputError("the archive's top-level entry must be a folder", file=path, found=member.name)
+                if relative in files:
+                    raise InputError("archive holds a path twice", file=path, found=member.name)
+                target = staging / relative
+                target.parent.mkdir(parents=True, exist_ok=True)
+                source = tar.extractfile(member)
+                assert source is not None
+                with open(target, "wb") as sink:
+                    while chunk := source.read(oci.CHUNK * 4):
+                        sink.write(chunk)
+                files[relative] = target
+                executable[relative] = bool(member.mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise InputError(f"binary archive is not a readable tar.gz ({exc})", file=path) from None
+    if SUMS_FILE not in files or IDENTITY_FILE not in files:
+        raise InputError(
+            f"binary archive lacks {SUMS_FILE if SUMS_FILE not in files else IDENTITY_FILE}",
+            file=path,
+            expected=f"{root}/{SUMS_FILE} and {root}/{IDENTITY_FILE} (the package contract)",
+        )
+    sums = _parse_sums(files[SUMS_FILE].read_text(encoding="utf-8"), origin=f"{path}!{root}/{SUMS_FILE}")
+    payload = set(files) - {SUMS_FILE}
+    if set(sums) != payload:
+        missing = sorted(payload - set(sums))
+        extra = sorted(set(sums) - payload)
+        raise IntegrityError(
+            f"{SUMS_FILE} does not list exactly the archive's files",
+            file=path,
+            found=f"unlisted: {missing[:5]}, listed but absent: {extra[:5]}",
+            expected="every payload file listed once",
+        )
+    for name, expected in sorted(sums.items()):
+        actual = sha256_file(files[name])
+        if actual != expected:
+            raise IntegrityError(f"archive file {name} differs from {SUMS_FILE}", file=path, found=actual, expected=expected)
+    try:
+        identity = json.loads(files[IDENTITY_FILE].read_bytes())
+    except ValueError as exc:
+        raise InputError(f"{IDENTITY_FILE} in the archive is not JSON ({exc})", file=path) from None
+    if not isinstance(identity, dict) or identity.get("artifact_type") != "ninfer_release_build_identity":
+        raise InputError(f"{IDENTITY_FILE} in the archive is not a build identity", file=path, field="artifact_type", expected="ninfer_release_build_identity")
+    binaries = identity.get("binaries") or {}
+    for binary in lane.binaries:
+        relative = f"bin/{lane.binary_file(binary)}"
+        if relative not in files:
+            raise InputError("binary archive lacks a lane binary", file=path, found=sorted(files), expected=f"{root}/{relative}")
+        if not executable[relative]:
+            raise InputError("lane binary in the archive is not executable", file=path, field=relative, fix="re-run the package stage")
+        if binaries.get(lane.binary_file(binary)) != sha256_file(files[relative]):
+            raise IntegrityError(f"{relative} differs from the hash in {IDENTITY_FILE}", file=path, found=sha256_file(files[relative]), expected=binaries.get(lane.binary_file(binary)))
+    if identity.get("component_tag") not in (None, component_tag):
+        raise IntegrityError("the archive's build identity names another component tag", file=path, found=identity.get("component_tag"), expected=component_tag)
+    for key in ("patch_stack_sha", "source_date_epoch"):
+        if key not in identity:
+            raise InputError(f"{IDENTITY_FILE} in the archive lacks {key}", file=path, field=key)
+    # Cross-check with the build stage's identity when the register holds it.
+    recorded = register.query("build-identity", lane=lane.id)
+    if len(recorded) == 1:
+        built = json.loads(register.verified_path(recorded[0]).read_bytes())
+        for key in ("patch_stack_sha", "binaries"):
+            if built.get(key) != identity.get(key):
+                raise IntegrityError(
+                    f"the archive's {IDENTITY_FILE} disagrees with the registered build",
+                    file=path,
+                    field=key,
+                    found=identity.get(key),
+                    expected=built.get(key),
+                    fix="re-run the package stage on this build",
+                )
+    ui.info(f"binary archive {path.name}: sha256 {artifact.sha256}, {len(files)} files, SHA256SUMS and identity verified")
+    return ArchiveContent(artifact, path, root, files, executable, identity, component_tag)
+
+
+def map_archive(definition: ImageDefinition, archive: ArchiveContent) -> list[list[oci.LayerFile]]:
+    """Place every archive file by exactly one copy rule; return the files of each layer."""
+    placed: dict[str, str] = {}
+    layers: list[list[oci.LayerFile]] = []
+    for layer_index, layer in enumerate(definition.layers):
+        members: list[oci.LayerFile] = []
+        for rule_index, rule in enumerate(layer.rules):
+            where = f"layer[{layer_index}].copy[{rule_index}]"
+            if rule.is_folder:
+                matched = sorted(name for name in archive.files if name.startswith(rule.source))
+            else:
+                matched = [rule.source] if rule.source in archive.files else []
+            if not matched:
+                if rule.optional:
+                    continue
+                raise InputError(
+                    "copy rule matches nothing in the binary archive",
+                    file=definition.file,
+                    field=f"{where}.from",
+                    found=rule.source,
+                    expected="a path in " + ", ".join(sorted(archive.files)[:12]),
+                    fix="correct the path, or set optional = true if the package may leave it out",
+                )
+            for name in matched:
+                if name in placed:
+                    raise InputError("two copy rules place the same archive file", file=definition.file, field=where, found=name, expected=f"only the rule at {placed[name]}")
+                placed[name] = where
+                target = rule.target + name[len(rule.source):] if rule.is_folder else rule.target
+                members.append(oci.LayerFile(target, archive.files[name], archive.executable[name]))
+        layers.append(members)
+    unplaced = sorted(set(archive.files) - set(placed) - set(definition.archive_ignore))
+    if unplaced:
+        raise InputError(
+            "binary archive files are placed by no copy rule",
+            file=definition.file,
+            field="layer",
+            found=unplaced,
+            why="every file of the package contract goes into the image unless the definition says otherwise",
+            fix="add a copy rule for them, or list them in archive_ignore",
+        )
+    for index, files in enumerate(layers):
+        if not files:
+            raise InputError("layer would be empty (all its copy rules are optional and matched nothing)", file=definition.file, field=f"layer[{index}]")
+    return layers
+
+
+# -- config, labels, env ------------------------------------------------------
+
+def merge_env(base_env: list[str], definition: ImageDefinition) -> list[str]:
+    values: dict[str, str] = {}
+    order: list[str] = []
+    for item in base_env:
+        name, _, value = item.partition("=")
+        if name not in values:
+            order.append(name)
+        values[name] = value
+    for name, template in definition.env:
+        def substitute(match: re.Match[str], *, var=name) -> str:
+            if match.group(1) not in values:
+                raise InputError(
+                    f"refers to ${{{match.group(1)}}}, which neither the base image nor an earlier entry defines",
+                    file=definition.file,
+                    field=f"config.env.{var}",
+                    expected="a variable of the base image's environment: " + ", ".join(order),
+                )
+            return values[match.group(1)]
+
+        value = _ENV_REF.sub(substitute, template)
+        if name not in values:
+            order.append(name)
+        values[name] = value
+    return [f"{name}={values[name]}" for name in order]
+
+
+def image_labels(definition: ImageDefinition, lane: Lane, archive: ArchiveContent, base: BaseImage) -> dict[str, str]:
+    identity = archive.identity
+    source = identity.get("source") or {}
+    location = source.get("location") if isinstance(source, dict) else None
+    repository = (location or lane.component_repository).removesuffix(".git")
+    ns = definition.label_namespace
+    labels = {
+        OCI_PREFIX + "created": oci.rfc3339(int(identity["source_date_epoch"])),
+        OCI_PREFIX + "source": repository,
+        OCI_PREFIX + "revision": identity["patch_stack_sha"],
+        OCI_PREFIX + "version": archive.component_tag,
+        OCI_PREFIX + "base.name": base.spec.display_name,
+        OCI_PREFIX + "base.digest": base.spec.digest,
+        f"{ns}.lane": lane.id,
+        f"{ns}.component-tag": archive.component_tag,
+        f"{ns}.build-profile": str(identity.get("build_profile", "")),
+        f"{ns}.cuda-architecture": lane.cuda_architecture,
+        f"{ns}.binary-archive": archive.path.name,
+        f"{ns}.binary-archive.sha256": archive.artifact.sha256,
+    }
+    labels.update(dict(definition.labels))
+    return labels
+
+
+def build_config(definition: ImageDefinition, base: BaseImage, layers: list[oci.BuiltLayer], labels: dict[str, str], epoch: int) -> dict[str, Any]:
+    base_config = dict(base.config.get("config") or {})
+    # Base labels stay, except the base's own OCI description labels (its version, title,
+    # ref.name…), which would describe the base and not this image.
+    merged_labels = {k: v for k, v in (base_config.get("Labels") or {}).items() if not k.startswith(OCI_PREFIX)}
+    merged_labels.update(labels)
+    ports = dict.fromkeys(sorted(set(base_config.get("ExposedPorts") or {}) | set(definition.exposed_ports)), {})
+    config: dict[str, Any] = {
+        "Env": merge_env(list(base_config.get("Env") or []), definition),
+        "Entrypoint": list(definition.entrypoint),
+        "Cmd": list(definition.cmd),
+        "WorkingDir": definition.working_dir,
+        "User": definition.user,
+        "Labels": merged_labels,
+    }
+    if ports:
+        config["ExposedPorts"] = {port: {} for port in ports}
+    if definition.stop_signal:
+        config["StopSignal"] = definition.stop_signal
+    for key in ("Volumes", "Healthcheck", "OnBuild", "Shell"):
+        if base_config.get(key):
+            config[key] = base_config[key]
+    created = oci.rfc3339(epoch)
+    history = list(base.config.get("history") or [])
+    for layer in layers:
+        history.append({
+            "created": created,
+            "created_by": f"omp-ninfer pipeline (image stage): layer '{layer.name}' from the binary archive",
+            "comment": next((spec.comment for spec in definition.layers if spec.name == layer.name), ""),
+        })
+    return {
+        "architecture": definition.architecture,
+        "os": definition.os,
+        "created": created,
+        "config": config,
+        "rootfs": {"type": "layers", "diff_ids": [*base.config["rootfs"]["diff_ids"], *(layer.diff_id for layer in layers)]},
+        "history": history,
+    }
+
+
+# -- checks on the assembled file system ----------------------------------------
+
+def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers: list[oci.BuiltLayer], config: dict[str, Any]) -> None:
+    env = dict(item.partition("=")[::2] for item in config["config"]["Env"])
+    program = definition.entrypoint[0]
+    if "/" not in program:
+        candidates = [f"{folder}/{program}" for folder in env.get("PATH", "").split(":") if folder.startswith("/")]
+        program = next((c for c in candidates if rootfs.is_executable_file(c)), program)
+    if not rootfs.is_executable_file(program):
+        raise InputError(
+            "the entrypoint is not an executable file in the image",
+            file=definition.file,
+            field="config.entrypoint[0]",
+            found=definition.entrypoint[0],
+            expected="a path that one of the image's layers provides with an executable mode",
+        )
+    search_common = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d.startswith("/")]
+    search_common += rootfs.ld_conf_dirs()
+    search_common += list(DEFAULT_LIBRARY_DIRS.get(definition.architecture, ()))
+    provided_by_driver = set(lane.driver_libraries)
+    for layer in layers:
+        for item in layer.files:
+            dynamic = elf_dynamic(item.source)
+            if dynamic is None:
+                continue
+            needed, runpath = dynamic
+            origin = str(PurePosixPath(item.path).parent)
+            dirs = [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in runpath] + search_common
+            for library in needed:
+                if library in provided_by_driver:
+                    continue
+                if not any(rootfs.is_file(f"{folder}/{library}") for folder in dirs):
+                    raise InputError(
+                        f"{item.path} needs {library}, which the image does not provide",
+                        file=definition.file,
+                        field="base",
+                        found=f"searched {', '.join(dict.fromkeys(dirs))}",
+                        expected=f"{library} in the base image ({definition.base.display_name}) or in our layers",
+                        why="the binary would not start in this image; the lane expects the base to bring "
+                        + ", ".join(lane.base_image_libraries or ("its libraries",)),
+                        fix="pin a base image that provides the library, or bundle it in the package",
+                    )
+
+
+# -- the SBOM ---------------------------------------------------------------
+
+def write_image_sbom(
+    target: Path,
+    *,
+    definition: ImageDefinition,
+    lane: Lane,
+    archive: ArchiveContent,
+    base: BaseImage,
+    layers: list[oci.BuiltLayer],
+    manifest_digest: str,
+    epoch: int,
+) -> None:
+    from license_expression import get_spdx_licensing
+    from spdx_tools.spdx.model import (
+        Actor,
+        ActorType,
+        Checksum,
+        ChecksumAlgorithm,
+        CreationInfo,
+        Document,
+        ExternalPackageRef,
+        ExternalPackageRefCategory,
+        File,
+        FileType,
+        Package,
+        PackagePurpose,
+        Relationship,
+        RelationshipType,
+        SpdxNoAssertion,
+    )
+    from spdx_tools.spdx.parser.parse_anything import parse_file
+    from spdx_tools.spdx.spdx_element_utils import calculate_package_verification_code
+    from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
+    from spdx_tools.spdx.writer.json.json_writer import write_document_to_stream
+
+    created = datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None)
+    namespace_uuid = uuid.uuid5(uuid.NAMESPACE_URL, f"omp-ninfer:image:{definition.name}:{manifest_digest}")
+    repository = definition.repository
+    document = Document(
+        CreationInfo(
+            spdx_version="SPDX-2.3",
+            spdx_id="SPDXRef-DOCUMENT",
+            name=f"{definition.name}-{archive.component_tag}-image-sbom",
+            data_license="CC0-1.0",
+            document_namespace=f"https://github.com/alphastorm/ninfer/spdx/{definition.name}/{archive.component_tag}/image-{namespace_uuid}",
+            creators=[Actor(ActorType.TOOL, SPDX_CREATOR_TOOL), Actor(ActorType.ORGANIZATION, "alphastorm")],
+            created=created,
+        )
+    )
+    files: list[File] = []
+    for layer in layers:
+        for item in sorted(layer.files, key=lambda f: f.path):
+            sha256, sha1, _size = file_digests(item.source)
+            is_binary = elf_dynamic(item.source) is not None
+            files.append(
+                File(
+                    name="." + item.path,
+                    spdx_id=f"SPDXRef-File-{len(files) + 1}",
+                    checksums=[Checksum(ChecksumAlgorithm.SHA1, sha1), Checksum(ChecksumAlgorithm.SHA256, sha256)],
+                    file_types=[FileType.BINARY if is_binary else FileType.TEXT],
+                    license_concluded=SpdxNoAssertion(),
+                    license_info_in_file=[SpdxNoAssertion()],
+                    copyright_text=SpdxNoAssertion(),
+                    comment=f"layer '{layer.name}' {layer.descriptor.digest}",
+                )
+            )
+    licenses = dict(definition.labels).get(OCI_PREFIX + "licenses")
+    declared = get_spdx_licensing().parse(licenses) if licenses else SpdxNoAssertion()
+    quoted = manifest_digest.replace(":", "%3A")
+    image = Package(
+        spdx_id="SPDXRef-Image",
+        name=definition.name,
+        version=archive.component_tag,
+        # SPDX wants a URL or VCS location here; an OCI reference is neither, so it goes into the purl.
+        download_location=SpdxNoAssertion(),
+        files_analyzed=True,
+        verification_code=calculate_package_verification_code(files),
+        checksums=[Checksum(ChecksumAlgorithm.SHA256, oci.digest_hex(manifest_digest))],
+        license_concluded=SpdxNoAssertion(),
+        license_declared=declared,
+        copyright_text=SpdxNoAssertion(),
+        primary_package_purpose=PackagePurpose.CONTAINER,
+        built_date=created,
+        comment=(
+            f"OCI image {definition.platform}; checksum is the SHA-256 of the image manifest; "
+            f"layers: {', '.join(d.digest for d in (*base.layers, *(built.descriptor for built in layers)))}"
+        ),
+        external_references=[
+            ExternalPackageRef(
+                ExternalPackageRefCategory.PACKAGE_MANAGER,
+                "purl",
+                f"pkg:oci/{definition.name}@{quoted}?arch={definition.architecture}&repository_url={repository}&tag={archive.component_tag}",
+            )
+        ],
+    )
+    base_name = base.spec.repository.path.rsplit("/", 1)[-1]
+    base_package = Package(
+        spdx_id="SPDXRef-BaseImage",
+        name=base.spec.repository.name,
+        version=base.spec.tag,
+        download_location=SpdxNoAssertion(),
+        files_analyzed=False,
+        checksums=[Checksum(ChecksumAlgorithm.SHA256, oci.digest_hex(base.spec.digest))],
+        license_concluded=SpdxNoAssertion(),
+        license_declared=SpdxNoAssertion(),
+        copyright_text=SpdxNoAssertion(),
+        primary_package_purpose=PackagePurpose.CONTAINER,
+        comment=f"base image {base.spec.reference}; {definition.platform} manifest {base.manifest_digest}",
+        external_references=[
+            ExternalPackageRef(
+                ExternalPackageRefCategory.PACKAGE_MANAGER,
+                "purl",
+                f"pkg:oci/{base_name}@{base.spec.digest.replace(':', '%3A')}?arch={definition.architecture}&repository_url={base.spec.repository.name}"
+                + (f"&tag={base.spec.tag}" if base.spec.tag else ""),
+            )
+        ],
+    )
+    archive_package = Package(
+        spdx_id="SPDXRef-BinaryArchive",
+        name=archive.root,
+        version=archive.component_tag,
+        file_name=archive.path.name,
+        download_location=SpdxNoAssertion(),
+        files_analyzed=False,
+        checksums=[Checksum(ChecksumAlgorithm.SHA256, archive.artifact.sha256)],
+        license_concluded=SpdxNoAssertion(),
+        license_declared=declared,
+        copyright_text=SpdxNoAssertion(),
+        primary_package_purpose=PackagePurpose.ARCHIVE,
+        source_info=f"built from {archive.identity['patch_stack_sha']}",
+    )
+    document.packages = [image, base_package, archive_package]
+    document.files = files
+    document.relationships = [
+        Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, "SPDXRef-Image"),
+        Relationship("SPDXRef-Image", RelationshipType.DESCENDANT_OF, "SPDXRef-BaseImage"),
+        Relationship("SPDXRef-Image", RelationshipType.GENERATED_FROM, "SPDXRef-BinaryArchive"),
+        *(Relationship("SPDXRef-Image", RelationshipType.CONTAINS, f.spdx_id) for f in files),
+    ]
+    problems = validate_full_spdx_document(document)
+    if problems:
+        raise InputError("the image SBOM does not validate", file=target, found=[p.validation_message for p in problems[:3]])
+    stream = io.StringIO()
+    write_document_to_stream(document, stream, validate=True)
+    atomic_write_bytes(target, (stream.getvalue() + "\n").encode("utf-8"))
+    reparsed = parse_file(str(target))
+    problems = validate_full_spdx_document(reparsed)
+    if problems or len(reparsed.files) != len(files):
+        raise IntegrityError("the written image SBOM does not parse back to a valid document", file=target, found=[p.validation_message for p in problems[:3]])
+
+
+# -- the stage ----------------------------------------------------------------
+
+def _code_digest() -> str:
+    here = Path(__file__).parent
+    return sha256_bytes(b"".join((here / name).read_bytes() for name in _CODE_FILES))
+
+
+@dataclass
+class ImageResult:
+    manifest_digest: str
+    layout: Path
+    outputs: list[Artifact] = field(default_factory=list)
+
+
+class ImageStage(Stage):
+    name = "image"
+
+    def __init__(self, ctx: Context, lane: Lane, *, definition: Path | None = None, base_layout: Path | None = None, retries: int = 4) -> None:
+        super().__init__(ctx)
+        self.lane = lane
+        self.definition_path = definition
+        self.base_layout = base_layout.resolve() if base_layout else None
+        self.retries = retries
+        self.definition: ImageDefinition | None = None
+        self.archive_artifact: Artifact | None = None
+
+    @property
+    def key(self) -> str:
+        return f"image:{self.lane.id}"
+
+    def describe(self) -> str:
+        return f"{self.lane.id}"
+
+    @property
+    def out_dir(self) -> Path:
+        return self.ctx.dist / self.lane.id / "image"
+
+    def preflight(self) -> None:
+        if self.lane.kind != "container":
+            raise InputError(
+                f"lane {self.lane.id} ships no container image",
+                file=self.lane.file,
+                field="kind",
+                found=self.lane.kind,
+                expected="'container' (the Windows lanes ship native asset sets)",
+            )
+        self.definition = definition_for_lane(self.lane, self.definition_path)
+        self.archive_artifact = self.ctx.register.one("package-archive", lane=self.lane.id, needed_by="the image stage", produced_by="package")
+        self.ctx.register.verified_path(self.archive_artifact)
+        if self.base_layout is not None:
+            oci.read_layout_index(self.base_layout)
+        ui.info(f"definition {self.definition.file.name}: base {self.definition.base.reference}")
+
+    def inputs(self) -> dict[str, Any]:
+        assert self.definition is not None and self.archive_artifact is not None
+        return {
+            "lane": self.lane.id,
+            "lane_file_sha256": self.lane.file_sha256,
+            "definition_sha256": self.definition.file_sha256,
+            "archive_sha256": self.archive_artifact.sha256,
+            "base": self.definition.base.reference,
+            "base_source": str(self.base_layout) if self.base_layout else "registry",
+            "code": _code_digest(),
+            "zlib": oci.zlib_version(),
+        }
+
+    def run(self) -> list[Artifact]:
+        assert self.definition is not None
+        definition, lane, register = self.definition, self.lane, self.ctx.register
+        with atomic_output_dir(self.out_dir) as staging:
+            archive = open_archive(self.ctx, lane, staging / ".archive")
+            epoch = int(archive.identity["source_date_epoch"])
+            base = acquire_base(definition.base, definition.platform, layout=self.base_layout, retries=self.retries)
+
+            layout = staging / "oci"
+            blobs = oci.BlobStore(layout)
+            rootfs = RootFS()
+            for number, layer in enumerate(base.layers, 1):
+                visit, finish = rootfs.collector()
+                diff_id = oci.uncompressed_digest(base.blob_paths[layer.digest], layer.media_type, on_member=visit)
+                finish()
+                expected = base.config["rootfs"]["diff_ids"][number - 1]
+                if diff_id != expected:
+                    raise IntegrityError(
+                        f"base layer {number} does not unpack to the diff_id its config records",
+                        file=base.spec.reference,
+                        field=f"rootfs.diff_ids[{number - 1}]",
+                        found=diff_id,
+                        expected=expected,
+                    )
+                blobs.adopt(base.blob_paths[layer.digest], layer)
+            blobs.adopt(base.blob_paths[base.config_descriptor.digest], base.config_descriptor)
+
+            built: list[oci.BuiltLayer] = []
+            for spec, files in zip(definition.layers, map_archive(definition, archive), strict=True):
+                scratch = staging / ".layers" / spec.name
+                layer = oci.build_layer(files, scratch, epoch=epoch, compression=definition.compression, gzip_level=definition.gzip_level, name=spec.name)
+                annotated = oci.Descriptor(layer.descriptor.media_type, layer.descriptor.digest, layer.descriptor.size)
+                blobs.adopt(scratch, annotated)
+                built.append(oci.BuiltLayer(annotated, layer.diff_id, layer.files, spec.name))
+                visit, finish = rootfs.collector()
+                oci.uncompressed_digest(scratch, annotated.media_type, on_member=visit)
+                finish()
+                ui.info(f"layer {spec.name}: {len(files)} files, {annotated.digest} ({ui.human_bytes(annotated.size)})")
+
+            labels = image_labels(definition, lane, archive, base)
+            config = build_config(definition, base, built, labels, epoch)
+            check_rootfs(rootfs, definition, lane, built, config)
+            config_descriptor = blobs.put_bytes(oci.canonical_json(config), oci.CONFIG)
+            annotations = {k: v for k, v in labels.items() if k.startswith(OCI_PREFIX)}
+            manifest = {
+                "schemaVersion": 2,
+                "mediaType": oci.MANIFEST,
+                "config": config_descriptor.to_json(),
+                "layers": [*(d.to_json() for d in base.layers), *(layer.descriptor.to_json() for layer in built)],
+                "annotations": annotations,
+            }
+            manifest_bytes = oci.canonical_json(manifest)
+            manifest_descriptor = blobs.put_bytes(manifest_bytes, oci.MANIFEST)
+            manifest_digest = manifest_descriptor.digest
+            ref = oci.Descriptor(oci.MANIFEST, manifest_digest, len(manifest_bytes), {oci.REF_NAME: archive.component_tag})
+            oci.write_layout(layout, ref)
+
+            sbom_name = f"{definition.name}-{archive.component_tag}.image.spdx.json"
+            write_image_sbom(
+                staging / sbom_name,
+                definition=definition,
+                lane=lane,
+                archive=archive,
+                base=base,
+                layers=built,
+                manifest_digest=manifest_digest,
+                epoch=epoch,
+            )
+            for scratch_dir in (staging / ".layers", staging / ".archive"):
+                shutil.rmtree(scratch_dir, ignore_errors=True)
+        ui.info(f"image {definition.name}:{archive.component_tag} manifest {manifest_digest}")
+
+        layer_rows = [
+            {"digest": d.digest, "size": d.size, "media_type": d.media_type, "origin": "base", "diff_id": base.config["rootfs"]["diff_ids"][i]}
+            for i, d in enumerate(base.layers)
+        ] + [
+            {"digest": layer.descriptor.digest, "size": layer.descriptor.size, "media_type": layer.descriptor.media_type, "origin": f"layer:{layer.name}", "diff_id": layer.diff_id}
+            for layer in built
+        ]
+        attrs = {
+            "manifest_digest": manifest_digest,
+            "manifest_size": len(manifest_bytes),
+            "config_digest": config_descriptor.digest,
+            "layout": (self.out_dir / "oci").relative_to(self.ctx.dist).as_posix(),
+            "ref_name": archive.component_tag,
+            "component_tag": archive.component_tag,
+            "image_name": definition.name,
+            "production_repository": definition.repository,
+            "platform": definition.platform,
+            "base_repository": base.spec.repository.name,
+            "base_tag": base.spec.tag,
+            "base_digest": base.spec.digest,
+            "base_manifest_digest": base.manifest_digest,
+            "base_reference": base.spec.reference,
+            "binary_archive": archive.path.name,
+            "binary_archive_sha256": archive.artifact.sha256,
+            "source_commit": archive.identity["patch_stack_sha"],
+            "created": oci.rfc3339(epoch),
+            "layers": layer_rows,
+            "layer_compression": definition.compression,
+            "zlib_version": oci.zlib_version(),
+            "definition": definition.file.name,
+            "definition_sha256": definition.file_sha256,
+        }
+        out = self.out_dir
+        return [
+            register.make("oci-layout", out / "oci" / "index.json", stage=self.name, lane=lane.id, name=f"{lane.id}/image/oci", **attrs),
+            register.make(
+                "image-sbom",
+                out / sbom_name,
+                stage=self.name,
+                lane=lane.id,
+                name=f"{lane.id}/image/{sbom_name}",
+                manifest_digest=manifest_digest,
+                component_tag=archive.component_tag,
+            ),
+        ]
+
+
+# -- front door ------------------------------------------------------------------
+
+def build_image(
+    lane_name: str,
+    *,
+    dist: Path | str = "dist",
+    definition: Path | str | None = None,
+    base_layout: Path | str | None = None,
+    lanes_dir: Path | None = None,
+    force: bool = False,
+    retries: int = 4,
+) -> StageResult:
+    lane = find_lane(lane_name, lanes_dir)
+    ctx = Context.open(dist, lanes_dir)
+    stage = ImageStage(
+        ctx,
+        lane,
+        definition=Path(definition) if definition else None,
+        base_layout=Path(base_layout) if base_layout else None,
+        retries=retries,
+    )
+    return execute(stage, force=force)
+
+
+def _print_result(result: StageResult, as_json: bool) -> int:
+    layout = next(a for a in result.outputs if a.kind == "oci-layout")
+    if as_json:
+        print(json.dumps({"manifest_digest": layout.attrs["manifest_digest"], "layout": layout.attrs["layout"], "skipped": result.skipped}, sort_keys=True))
+    else:
+        print(layout.attrs["manifest_digest"])
+    return 0
+
+
+def register_cli(sub) -> None:
+    from .cli import add_common
+
+    parser = sub.add_parser("image", help="assemble the container lane's OCI image layout from its binary archive (no Docker engine)")
+    parser.add_argument("--lane", default="rtx5090-container", help="container lane id or short name (default: rtx5090-container)")
+    parser.add_argument(
+        "--definition",
+        type=Path,
+        default=Path(os.environ["PIPELINE_IMAGE_DEFINITION"]) if os.environ.get("PIPELINE_IMAGE_DEFINITION") else None,
+        help="image definition file (default: $PIPELINE_IMAGE_DEFINITION, else the containers/*.toml of the lane)",
+    )
+    parser.add_argument(
+        "--base-layout",
+        type=Path,
+        default=Path(os.environ["PIPELINE_BASE_LAYOUT"]) if os.environ.get("PIPELINE_BASE_LAYOUT") else None,
+        help="read the pinned base image from this local OCI layout instead of its registry (default: $PIPELINE_BASE_LAYOUT)",
+    )
+    parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    add_common(parser)
+
+    def run(args: argparse.Namespace) -> int:
+        result = build_image(args.lane, dist=args.dist, definition=args.definition, base_layout=args.base_layout, lanes_dir=args.lanes_dir, force=args.force)
+        return _print_result(result, args.json)
+
+    parser.set_defaults(func=run)

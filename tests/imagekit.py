@@ -1,0 +1,276 @@
+"""Test material for the image and push stages: a small CUDA-like base image and binary archives.
+
+The base image stands in for `nvidia/cuda:13.1.x-runtime-ubuntu24.04`: a merged-/usr
+layout (`/lib -> usr/lib`, `/lib64 -> usr/lib64`) carrying this host's loader, libc,
+libm, libstdc++ and libgcc_s, and, when given, the pinned toolchain's
+`libcudart.so.13` under `/usr/local/cuda-13.1/lib64` with `/usr/local/cuda` a
+symlink, like NVIDIA's images.  It is an OCI layout whose top entry is an image
+index (as multi-platform images are), built with the pipeline's own deterministic
+primitives and pushed to the test registry with skopeo (an independent client).
+
+The binary archive follows the package stage's contract: one top folder
+`ninfer-qwen38-rtx5090-v<version>-linux-x86_64-cuda13.1/` with `bin/ninfer`,
+`bin/ninfer-serve`, `LICENSE`, `licenses/`, `VERSION`, `README.md`,
+`RELEASE_NOTES.md`, `build-identity.json` and `SHA256SUMS.txt`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipeline import oci
+from pipeline.lanes import Lane
+from pipeline.register import Register
+from pipeline.util.fs import atomic_write_bytes
+
+EPOCH = 1793534400  # 2026-11-01T12:00:00Z, the sample repository's commit time (conftest.GIT_ENV)
+MULTIARCH = "x86_64-linux-gnu"
+HOST_LIBRARIES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1")
+LOADER = "ld-linux-x86-64.so.2"
+
+
+@dataclass(frozen=True)
+class BaseImageInfo:
+    layout: Path
+    index_digest: str
+    manifest_digest: str
+    config_digest: str
+    layer_digests: tuple[str, ...]
+    ref: str
+
+
+def host_library(name: str) -> Path:
+    for folder in (f"/lib/{MULTIARCH}", f"/usr/lib/{MULTIARCH}", "/lib64", "/usr/lib64"):
+        candidate = Path(folder) / name
+        if candidate.exists():
+            return candidate.resolve()
+    raise FileNotFoundError(name)
+
+
+def _text(work: Path, name: str, text: str) -> Path:
+    path = work / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def build_base_layout(
+    root: Path,
+    *,
+    cudart: Path | None,
+    ref: str = "13.1-runtime-test",
+    with_system_libraries: bool = True,
+    gzip_level: int = 1,
+) -> BaseImageInfo:
+    """Write the test base image as an OCI layout (index -> linux/amd64 manifest) and return its digests."""
+    work = root.parent / (root.name + ".src")
+    work.mkdir(parents=True, exist_ok=True)
+    system = [
+        oci.LayerFile("/lib", None, symlink="usr/lib"),
+        oci.LayerFile("/lib64", None, symlink="usr/lib64"),
+        oci.LayerFile("/bin", None, symlink="usr/bin"),
+        oci.LayerFile(f"/etc/ld.so.conf.d/{MULTIARCH}.conf", _text(work, "multiarch.conf", f"# multiarch support\n/usr/local/lib/{MULTIARCH}\n/lib/{MULTIARCH}\n/usr/lib/{MULTIARCH}\n")),
+        oci.LayerFile("/etc/os-release", _text(work, "os-release", 'NAME="OMP NInfer test base"\nID=test\n')),
+    ]
+    if with_system_libraries:
+        system += [oci.LayerFile(f"/usr/lib/{MULTIARCH}/{name}", host_library(name), executable=True) for name in HOST_LIBRARIES]
+        system.append(oci.LayerFile(f"/usr/lib64/{LOADER}", host_library(LOADER), executable=True))
+    layers_files = [system]
+    if cudart is not None:
+        layers_files.append(
+            [
+                oci.LayerFile("/usr/local/cuda-13.1/lib64/libcudart.so.13", cudart, executable=True),
+                oci.LayerFile("/usr/local/cuda", None, symlink="cuda-13.1"),
+                oci.LayerFile("/etc/ld.so.conf.d/000_cuda.conf", _text(work, "cuda.conf", "/usr/local/cuda/lib64\n")),
+            ]
+        )
+    store = oci.BlobStore(root)
+    layers = []
+    for number, files in enumerate(layers_files):
+        scratch = work / f"layer{number}"
+        built = oci.build_layer(files, scratch, epoch=EPOCH, compression="gzip", gzip_level=gzip_level)
+        store.adopt(scratch, built.descriptor)
+        layers.append(built)
+    created = oci.rfc3339(EPOCH)
+    config = {
+        "architecture": "amd64",
+        "os": "linux",
+        "created": created,
+        "config": {
+            "Env": [
+                "PATH=/usr/local/nvidia/bin:/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                "NVIDIA_VISIBLE_DEVICES=all",
+                "NVIDIA_DRIVER_CAPABILITIES=compute,utility",
+                "LD_LIBRARY_PATH=/usr/local/nvidia/lib:/usr/local/nvidia/lib64",
+                "CUDA_VERSION=13.1.0",
+            ],
+            "Cmd": ["/bin/sh"],
+            "Labels": {"maintainer": "OMP NInfer tests", "org.opencontainers.image.version": "24.04", "org.opencontainers.image.ref.name": "ubuntu"},
+        },
+        "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
+        "history": [{"created": created, "created_by": f"test base layer {i}"} for i in range(len(layers))],
+    }
+    config_descriptor = store.put_bytes(oci.canonical_json(config), oci.CONFIG)
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": oci.MANIFEST,
+        "config": config_descriptor.to_json(),
+        "layers": [layer.descriptor.to_json() for layer in layers],
+    }
+    manifest_descriptor = store.put_bytes(oci.canonical_json(manifest), oci.MANIFEST)
+    platform_entry = oci.Descriptor(oci.MANIFEST, manifest_descriptor.digest, manifest_descriptor.size, platform={"architecture": "amd64", "os": "linux"})
+    index = {"schemaVersion": 2, "mediaType": oci.INDEX, "manifests": [platform_entry.to_json()]}
+    index_descriptor = store.put_bytes(oci.canonical_json(index), oci.INDEX)
+    oci.write_layout(root, oci.Descriptor(oci.INDEX, index_descriptor.digest, index_descriptor.size, {oci.REF_NAME: ref}))
+    return BaseImageInfo(root, index_descriptor.digest, manifest_descriptor.digest, config_descriptor.digest, tuple(layer.descriptor.digest for layer in layers), ref)
+
+
+def push_base(base: BaseImageInfo, host: str, repository: str) -> None:
+    """Publish the base with skopeo (not with the code under test), digests preserved."""
+    subprocess.run(
+        [
+            "skopeo", "copy", "--quiet", "--all", "--preserve-digests", "--dest-tls-verify=false",
+            f"oci:{base.layout}:{base.ref}", f"docker://{host}/{repository}:{base.ref}",
+        ],
+        check=True,
+        capture_output=True,
+    )
+
+
+# -- binary archives -----------------------------------------------------------
+
+def archive_stem(lane: Lane, beta: int | None = None) -> str:
+    return f"{lane.stem(beta)}-{lane.asset_platform}"
+
+
+def fake_identity(lane: Lane, binaries: dict[str, Path], *, commit: str = "a" * 40, epoch: int = EPOCH, beta: int | None = None) -> dict:
+    return {
+        "artifact_type": "ninfer_release_build_identity",
+        "schema_version": 2,
+        "lane": lane.id,
+        "platform": lane.asset_platform,
+        "component_tag": lane.tag(beta),
+        "build_profile": lane.build_profile(beta),
+        "patch_stack_sha": commit,
+        "upstream_base_sha": commit,
+        "binaries": {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in sorted(binaries.items())},
+        "source": {"commit": commit, "commit_time": epoch, "kind": "embedded-sample", "location": None},
+        "source_date_epoch": epoch,
+        "source_dirty": "false",
+    }
+
+
+def write_package(
+    dist: Path,
+    lane: Lane,
+    *,
+    binaries: dict[str, Path],
+    identity: dict | None = None,
+    beta: int | None = None,
+    extra: dict[str, bytes] | None = None,
+    drop: tuple[str, ...] = (),
+    record: bool = True,
+) -> Path:
+    """A binary archive in the package contract's shape, recorded in the register like the package stage does."""
+    identity = identity or fake_identity(lane, binaries, beta=beta)
+    epoch = int(identity["source_date_epoch"])
+    stem = archive_stem(lane, beta)
+    payload: dict[str, tuple[bytes, int]] = {
+        "LICENSE": (b"Apache License 2.0 (test stand-in)\n", 0o644),
+        "licenses/miniargs.txt": (b"MIT License (miniargs, vendored)\n", 0o644),
+        "licenses/tinycrc.txt": (b"Zlib License (tinycrc, vendored)\n", 0o644),
+        "VERSION": (f"{lane.version}-beta.{beta or lane.beta}\n".encode(), 0o644),
+        "README.md": (b"# NInfer runtime\n", 0o644),
+        "RELEASE_NOTES.md": (b"# Release notes\n", 0o644),
+        "build-identity.json": ((json.dumps(identity, sort_keys=True, separators=(",", ":")) + "\n").encode(), 0o644),
+    }
+    for name, path in binaries.items():
+        payload[f"bin/{name}"] = (path.read_bytes(), 0o755)
+    for name, data in (extra or {}).items():
+        payload[name] = (data, 0o644)
+    for name in drop:
+        payload.pop(name, None)
+    sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, (data, _mode) in sorted(payload.items()))
+    payload["SHA256SUMS.txt"] = (sums.encode(), 0o644)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        names = sorted({stem, *(f"{stem}/{n}" for n in payload), *(f"{stem}/{p}" for n in payload for p in _parents(n))})
+        for name in names:
+            relative = name[len(stem) + 1:]
+            info = tarfile.TarInfo(name)
+            info.mtime, info.uid, info.gid, info.uname, info.gname = epoch, 0, 0, "", ""
+            if relative in payload:
+                data, mode = payload[relative]
+                info.size, info.mode = len(data), mode
+                tar.addfile(info, io.BytesIO(data))
+            else:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+    compressed = io.BytesIO()
+    with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, mtime=epoch, compresslevel=9) as gz:
+        gz.write(buffer.getvalue())
+    assets = dist / lane.id / "assets"
+    archive = assets / f"{stem}.tar.gz"
+    atomic_write_bytes(archive, compressed.getvalue())
+    if record:
+        register = Register(dist)
+        source = assets / f"runtime-source-{identity['patch_stack_sha'][:8]}.tar.gz"
+        atomic_write_bytes(source, gzip.compress(b"source", mtime=0))
+        tag = identity["component_tag"]
+        outputs = [
+            register.make("package-archive", archive, stage="package", lane=lane.id, name=f"{lane.id}/{archive.name}", component_tag=tag),
+            register.make("source-archive", source, stage="package", lane=lane.id, name=f"{lane.id}/{source.name}", component_tag=tag),
+        ]
+        register.record_stage(f"package:{lane.id}", "test-made", outputs)
+    return archive
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def stand_in_binaries(folder: Path) -> dict[str, Path]:
+    """ninfer and ninfer-serve stand-ins: this host's /usr/bin/true (a real ELF needing libc.so.6)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    result = {}
+    for name in ("ninfer", "ninfer-serve"):
+        target = folder / name
+        shutil.copyfile(shutil.which("true") or "/usr/bin/true", target)
+        os.chmod(target, 0o755)
+        result[name] = target
+    return result
+
+
+def definition_text(base_repository: str, digest: str, *, tag: str | None = "13.1-runtime-test", extra_layer: str = "", archive_ignore: str = "[]") -> str:
+    """The shipped definition with the test base swapped in (everything else as in production)."""
+    shipped = (Path(__file__).resolve().parent.parent / "containers" / "ninfer-runtime.toml").read_text()
+    lines = []
+    section = ""
+    for line in shipped.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("["):
+            section = stripped
+        if section == "[base]" and stripped.startswith(("repository =", "digest =", "tag =")):
+            key = stripped.split("=", 1)[0].strip()
+            if key == "repository":
+                lines.append(f'repository = "{base_repository}"')
+            elif key == "digest":
+                lines.append(f'digest = "{digest}"')
+            elif tag is not None:
+                lines.append(f'tag = "{tag}"')
+            continue
+        if stripped.startswith("archive_ignore ="):
+            lines.append(f"archive_ignore = {archive_ignore}")
+            continue
+        lines.append(line)
+    return "\n".join(lines) + "\n" + extra_layer
