@@ -4,7 +4,8 @@ Used for the pinned toolchain wheels and by `audit` for every published
 asset (model artefacts are tens of GiB).  The SHA-256 is computed on the bytes
 as they are written, so a complete file is never read a second time; an
 interrupted download resumes with an HTTP Range request from its `.part`
-file (whose bytes are hashed once to continue the digest).  Connection errors
+file: within one call the running digest simply continues after a broken
+connection; only a `.part` left by an earlier run is read back, once.  Connection errors
 and 5xx answers are retried with exponential backoff; a 404 is final.  The
 file appears under its name only after size and hash match.
 """
@@ -33,6 +34,7 @@ class Download:
     size: int
     resumed_from: int
     seconds: float
+    resumed_at: tuple[int, ...] = ()  # byte offsets of every HTTP Range resume (first try included)
 
 
 def _session(session=None):
@@ -74,15 +76,23 @@ def download(
     started = time.monotonic()
     attempt = 0
     resumed_from = 0
+    resumed_at: list[int] = []
+    digest = hashlib.sha256()
+    have = -1  # bytes of `part` already in `digest`; -1: not read yet
     while True:
-        digest = hashlib.sha256()
-        have = _hash_existing(part, digest) if part.exists() else 0
+        # The digest continues across retries: only a .part left by an earlier run
+        # (or one whose size no longer matches what was hashed) is read back.
+        if have < 0 or not part.exists() or part.stat().st_size != have:
+            digest = hashlib.sha256()
+            have = _hash_existing(part, digest) if part.exists() else 0
         if expected_size is not None and have > expected_size:
             part.unlink()
             digest, have = hashlib.sha256(), 0
         if attempt == 0:
             resumed_from = have
         headers = {"Range": f"bytes={have}-"} if have else {}
+        if have:
+            resumed_at.append(have)
         try:
             response = http.get(url, headers=headers, stream=True, timeout=timeout)
         except requests.RequestException as exc:
@@ -155,7 +165,7 @@ def download(
                         raise RemoteError(f"download of {label} stopped at {have} of {expected_size} bytes", file=url, fix="run the command again")
                     continue
         os.replace(part, target)
-        return Download(url, target, digest.hexdigest(), have, resumed_from, time.monotonic() - started)
+        return Download(url, target, digest.hexdigest(), have, resumed_from, time.monotonic() - started, tuple(resumed_at))
 
 
 def download_verified(

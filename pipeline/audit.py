@@ -1,0 +1,990 @@
+"""`audit`: re-verify a published release from its manifest alone, over the network.
+
+For auditors who trust nothing but the manifest (and its Sigstore signature):
+
+    python -m pipeline audit MANIFEST_PATH_OR_URL [--jobs N] [--json] [--cache DIR]
+
+1. read the manifest (a path, or an HTTPS URL downloaded like any asset);
+2. collect every URL / SHA-256 (/ bytes) binding of the release-tree contract
+   (docs/release-tree.md): client binaries, the model artefact, every file of
+   each lane's closed asset set, and the raw-pinned records (qualification
+   summary, compatibility authority, lane receipts, publication receipt,
+   acceptance);
+3. refuse every URL that points outside its release: a release asset must be
+   `<repository>/releases/download/<release_tag>/<file>`, the model
+   `<repository>/resolve/<40-hex revision>/<file>`, a record
+   `raw.githubusercontent.com/<owner>/<repo>/<40-hex commit>/<its own path>`;
+   HTTPS only (plain HTTP is accepted for loopback hosts, i.e. tests);
+4. download everything in parallel (`--jobs`) through `pipeline.transfer`
+   (streamed, SHA-256 computed while writing, HTTP Range resume of `.part`
+   files, retries with backoff): size and hash are checked on the bytes as
+   they arrive, never by a second read;
+5. check each lane's set with `pipeline.assets.check_assets` (closed set,
+   `SHA256SUMS` format and hashes, receipt, package payload, both SBOMs
+   against the payload) and validate every SBOM document with
+   `pipeline.sbom.validate_file`;
+6. verify the Sigstore bundle of each file in `signing.signed_files`
+   (`pipeline.sign.verify_bundle`, offline, pinned trust config);
+7. GET the container image's manifest by digest from the registry
+   (anonymous token flow for GHCR-style registries), hash the bytes and
+   compare with the pinned digest.
+
+One `OK: <item>` or `FAIL: <item>: <reason>` line per item on stdout (with
+`--json`: one JSON document on stdout, the lines on stderr), then a verdict.
+Exit 0 when every item passed, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from .errors import InputError, PipelineError, RemoteError
+from .util import ui
+from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
+
+DEFAULT_JOBS = 4
+DEFAULT_TIMEOUT = 60.0
+_BARE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
+_REPO_PATH = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+RAW_HOST = "raw.githubusercontent.com"
+MANIFEST_MEDIA_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+
+# Lane-row field prefix -> the role of the file in the closed set (docs/release-tree.md).
+SET_FIELDS = (
+    ("package", "package"),
+    ("binary_archive", "package"),
+    ("source_archive", "source"),
+    ("sbom", "spdx"),
+    ("cdx_sbom", "cdx"),
+    ("inner_checksums", "inner-sums"),
+    ("build_receipt", "receipt"),
+    ("installer", "support-script"),
+    ("controller", "support-script"),
+    ("gpu_owner_controller", "support-script"),
+    ("state_protection", "support-script"),
+    ("checksums", "outer-sums"),
+)
+
+
+# -- what is audited --------------------------------------------------------------
+
+
+@dataclass
+class Binding:
+    """One URL / SHA-256 (/ bytes) triple of the manifest, and where it must live."""
+
+    label: str  # what the output line calls it
+    field: str  # manifest field path of the URL
+    url: Any
+    sha256: Any
+    size: Any = None
+    expected_prefix: str | None = None  # the URL must be exactly expected_prefix + name
+    name: str | None = None
+    kind: str = "asset"  # asset | record | set-file
+    group: str | None = None  # lane id for set files
+    role: str | None = None
+    location_error: str | None = None
+
+    @property
+    def cache_name(self) -> str:
+        base = self.name or Path(urlsplit(str(self.url)).path).name or "download"
+        return base
+
+
+@dataclass
+class Item:
+    name: str
+    ok: bool | None  # None: skipped (allowed by a flag)
+    reason: str = ""
+    kind: str = "asset"
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def line(self) -> str:
+        if self.ok is None:
+            return f"SKIP: {self.name}: {self.reason}"
+        if self.ok:
+            return f"OK: {self.name}" + (f" ({self.reason})" if self.reason else "")
+        return f"FAIL: {self.name}: {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"item": self.name, "kind": self.kind, "result": {True: "ok", False: "fail", None: "skip"}[self.ok], "reason": self.reason, **self.details}
+
+
+@dataclass
+class AuditReport:
+    manifest: str
+    release: str | None = None
+    status: str | None = None
+    items: list[Item] = field(default_factory=list)
+    bytes_downloaded: int = 0
+    seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[Item]:
+        return [item for item in self.items if item.ok is False]
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.items) and not self.failed
+
+    def verdict(self) -> str:
+        ok = sum(1 for i in self.items if i.ok)
+        skipped = sum(1 for i in self.items if i.ok is None)
+        rate = ui.human_bytes(self.bytes_downloaded / self.seconds) + "/s" if self.seconds > 0 else "-"
+        tail = f"{ui.human_bytes(self.bytes_downloaded)} downloaded in {self.seconds:.1f} s ({rate})"
+        extra = f", {skipped} skipped" if skipped else ""
+        if self.passed:
+            return f"AUDIT PASSED: {self.release}: all {ok} items OK{extra}; {tail}"
+        return f"AUDIT FAILED: {self.release}: {len(self.failed)} of {len(self.items)} items failed{extra}; {tail}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "manifest": self.manifest,
+            "release": self.release,
+            "status": self.status,
+            "passed": self.passed,
+            "verdict": self.verdict(),
+            "items": [item.to_json() for item in self.items],
+            "failed": len(self.failed),
+            "bytes_downloaded": self.bytes_downloaded,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+# -- URL rules --------------------------------------------------------------------
+
+
+def is_loopback_host(host: str | None) -> bool:
+    if not host:
+        return False
+    return host == "localhost" or host == "::1" or host.startswith("127.")
+
+
+def check_scheme(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        pass
+    elif parts.scheme == "http":
+        if not is_loopback_host(parts.hostname):
+            return "plain HTTP is not accepted (only for loopback test servers); the release must be served over HTTPS"
+    else:
+        return f"is not an HTTPS URL (scheme {parts.scheme or 'none'!r})"
+    if parts.query or parts.fragment:
+        return "carries a query or fragment; a release URL names one immutable file"
+    if parts.username or parts.password:
+        return "carries credentials"
+    if "/../" in parts.path + "/" or "/./" in parts.path + "/":
+        return "contains '.' or '..' path segments"
+    return None
+
+
+def check_location(binding: Binding) -> str | None:
+    url = binding.url
+    if not isinstance(url, str) or not url:
+        return None
+    problem = check_scheme(url)
+    if problem:
+        return problem
+    if binding.expected_prefix is not None:
+        name = binding.name or ""
+        expected = binding.expected_prefix + name
+        if not _BARE_NAME.fullmatch(name) or url != expected:
+            return f"points outside its release: expected {expected}"
+    return None
+
+
+def _raw_prefixes(product_repository: str) -> list[str]:
+    """URL prefixes (before '<commit>/<path>') of raw files of the product repository."""
+    repository = product_repository.rstrip("/")
+    prefixes = [f"{repository}/raw/"]
+    parts = urlsplit(repository)
+    if parts.hostname == "github.com" and _REPO_PATH.fullmatch(parts.path.strip("/")):
+        prefixes.append(f"https://{RAW_HOST}/{parts.path.strip('/')}/")
+    return prefixes
+
+
+def check_raw_location(url: str, path: Any, product_repository: str, release: str) -> str | None:
+    problem = check_scheme(url)
+    if problem:
+        return problem
+    for prefix in _raw_prefixes(product_repository):
+        if url.startswith(prefix):
+            commit, _, rest = url[len(prefix):].partition("/")
+            if not is_commit_hex(commit):
+                return f"is not pinned to a 40-hex commit (found {commit!r}): a branch or tag URL can change"
+            if isinstance(path, str) and rest != path:
+                return f"points outside its release: names {rest!r}, but the record's path is {path!r}"
+            if not rest.startswith(f"manifests/{release}/"):
+                return f"points outside its release: {rest!r} is not under manifests/{release}/"
+            return None
+    return f"points outside its release: expected {_raw_prefixes(product_repository)[-1]}<40-hex commit>/manifests/{release}/…"
+
+
+# -- collecting the bindings of a manifest ------------------------------------------
+
+
+def _get(document: Any, dotted: str) -> Any:
+    node = document
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
+
+
+def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
+    release = manifest.get("release")
+    product_repository = _get(manifest, "product.repository") or ""
+    bindings: list[Binding] = []
+    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+
+    omp = components.get("omp") if isinstance(components.get("omp"), dict) else None
+    if omp is not None:
+        prefix = f"{str(omp.get('upstream_repository') or '').rstrip('/')}/releases/download/{omp.get('upstream_tag')}/"
+        for index, platform in enumerate(omp.get("platforms") or []):
+            if not isinstance(platform, dict):
+                continue
+            name = platform.get("artifact_name")
+            bindings.append(
+                Binding(
+                    label=f"client {platform.get('platform')} {name}",
+                    field=f"components.omp.platforms[{index}].artifact_url",
+                    url=platform.get("artifact_url"),
+                    sha256=platform.get("artifact_sha256"),
+                    size=platform.get("artifact_bytes"),
+                    expected_prefix=prefix,
+                    name=name,
+                )
+            )
+
+    model = components.get("model") if isinstance(components.get("model"), dict) else None
+    if model is not None:
+        revision = model.get("revision")
+        prefix = f"{str(model.get('repository') or '').rstrip('/')}/resolve/{revision}/"
+        binding = Binding(
+            label=f"model {model.get('artifact_name')}",
+            field="components.model.artifact_url",
+            url=model.get("artifact_url"),
+            sha256=model.get("artifact_sha256"),
+            size=model.get("artifact_bytes"),
+            expected_prefix=prefix,
+            name=model.get("artifact_name"),
+        )
+        if revision is not None and not is_commit_hex(revision):
+            binding.location_error = f"the model revision {revision!r} is not a 40-hex commit: a branch URL can change"
+        bindings.append(binding)
+
+    rows: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(components.get("ninfer"), dict):
+        rows.append(("components.ninfer", components["ninfer"]))
+    for index, row in enumerate(components.get("ninfer_variants") or []):
+        if isinstance(row, dict):
+            rows.append((f"components.ninfer_variants[{index}]", row))
+    for where, row in rows:
+        lane = row.get("id") or where
+        prefix = f"{str(row.get('repository') or '').rstrip('/')}/releases/download/{row.get('release_tag')}/"
+        for stem, role in SET_FIELDS:
+            url_field = f"{stem}_url"
+            if url_field not in row:
+                continue
+            url = row.get(url_field)
+            name = row.get(f"{stem}_name") or (Path(urlsplit(url).path).name if isinstance(url, str) else None)
+            if stem == "checksums":
+                name = "SHA256SUMS"
+            bindings.append(
+                Binding(
+                    label=f"{lane} {name or stem}",
+                    field=f"{where}.{url_field}",
+                    url=url,
+                    sha256=row.get(f"{stem}_sha256"),
+                    size=row.get(f"{stem}_bytes"),
+                    expected_prefix=prefix,
+                    name=name,
+                    kind="set-file",
+                    group=lane,
+                    role=role,
+                )
+            )
+        for record_field in ("qualification", "publication_receipt"):
+            record = row.get(record_field)
+            if isinstance(record, dict) and "public_url" in record:
+                bindings.append(_record(f"{lane} {record_field.replace('_', ' ')}", f"{where}.{record_field}", record, "summary" if record_field == "qualification" else "path", "sha256", product_repository, release))
+
+    qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else None
+    if qualification is not None and "public_url" in qualification:
+        bindings.append(_record("qualification summary", "qualification", qualification, "summary", "summary_sha256", product_repository, release))
+        acceptance = qualification.get("acceptance")
+        if isinstance(acceptance, dict) and "public_url" in acceptance:
+            bindings.append(_record("external-installation acceptance", "qualification.acceptance", acceptance, "path", "sha256", product_repository, release))
+    compatibility = manifest.get("compatibility") if isinstance(manifest.get("compatibility"), dict) else None
+    if compatibility is not None and "public_url" in compatibility:
+        bindings.append(_record("compatibility authority", "compatibility", compatibility, "path", "sha256", product_repository, release))
+
+    for binding in bindings:
+        if binding.location_error is None and binding.kind != "record":
+            binding.location_error = check_location(binding)
+    return bindings
+
+
+def _record(label: str, where: str, record: dict[str, Any], path_key: str, sha_key: str, product_repository: str, release: Any) -> Binding:
+    url = record.get("public_url")
+    path = record.get(path_key)
+    binding = Binding(
+        label=label,
+        field=f"{where}.public_url",
+        url=url,
+        sha256=record.get(sha_key),
+        name=Path(path).name if isinstance(path, str) else None,
+        kind="record",
+    )
+    if isinstance(url, str) and url:
+        binding.location_error = check_raw_location(url, path, product_repository, str(release))
+    return binding
+
+
+def binding_problem(binding: Binding) -> str | None:
+    """Why a binding cannot be audited at all (null or malformed values)."""
+    if binding.url is None:
+        return f"not bound: {binding.field} is null"
+    if not isinstance(binding.url, str) or not binding.url:
+        return f"{binding.field} is not a URL (found {binding.url!r})"
+    if not is_sha256_hex(binding.sha256):
+        return f"{binding.field.rsplit('.', 1)[0]}: no SHA-256 bound (found {binding.sha256!r})"
+    if binding.size is not None and (not isinstance(binding.size, int) or isinstance(binding.size, bool) or binding.size < 0):
+        return f"the recorded size is not a byte count (found {binding.size!r})"
+    if binding.location_error:
+        return binding.location_error
+    return None
+
+
+# -- the auditor --------------------------------------------------------------------
+
+
+class _Overall:
+    """One progress line for all parallel downloads, with the overall rate."""
+
+    def __init__(self, total: int | None, enabled: bool) -> None:
+        self.lock = threading.Lock()
+        self.bar = ui.ByteProgress("audit: all assets", total) if enabled else None
+        self.count = 0
+
+    def __call__(self, count: int) -> None:
+        with self.lock:
+            self.count += count
+            if self.bar:
+                self.bar(count)
+
+    def finish(self) -> None:
+        if self.bar:
+            self.bar.finish()
+
+
+@dataclass
+class Fetched:
+    binding: Binding
+    path: Path | None
+    sha256: str | None
+    size: int | None
+    error: str | None = None
+    resumed_at: tuple[int, ...] = ()
+
+
+class Auditor:
+    def __init__(
+        self,
+        source: str,
+        *,
+        jobs: int = DEFAULT_JOBS,
+        cache: Path | None = None,
+        allow_unsigned: bool = False,
+        trust_config: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retries: int | None = None,
+        progress: bool = True,
+        lanes_dir: Path | None = None,
+        session=None,
+        on_item: Callable[[Item], None] | None = None,
+    ) -> None:
+        self.source = source
+        self.jobs = max(1, jobs)
+        self.cache_root = cache
+        self.allow_unsigned = allow_unsigned
+        self.trust_config = trust_config
+        self.timeout = timeout
+        self.retries = retries
+        self.progress = progress
+        self.lanes_dir = lanes_dir
+        self._session = session
+        self._local = threading.local()
+        self.on_item = on_item
+        self.report = AuditReport(manifest=source)
+
+    # -- plumbing
+    def _http(self):
+        if self._session is not None:
+            return self._session
+        session = getattr(self._local, "session", None)
+        if session is None:
+            import requests
+
+            session = requests.Session()
+            session.headers["User-Agent"] = "omp-ninfer-pipeline-audit"
+            self._local.session = session
+        return session
+
+    def add(self, item: Item) -> None:
+        self.report.items.append(item)
+        if self.on_item:
+            self.on_item(item)
+
+    @property
+    def is_url(self) -> bool:
+        return urlsplit(self.source).scheme in ("http", "https")
+
+    def _cache_dir(self, release: str) -> Path:
+        if self.cache_root is not None:
+            return self.cache_root / release
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        return base / "omp-ninfer-audit" / release
+
+    def _download(self, url: str, target: Path, *, sha256: str | None, size: int | None, label: str, on_bytes=None) -> Fetched:
+        """Fetch into target (resuming), hashing while writing; reuse a complete cached copy."""
+        from . import transfer
+
+        binding = Binding(label=label, field="", url=url, sha256=sha256, size=size)
+        if target.is_file() and (size is None or target.stat().st_size == size):
+            digest = sha256_file(target)  # the first and only read of a file from an earlier run
+            if sha256 is None or digest == sha256:
+                return Fetched(binding, target, digest, target.stat().st_size)
+            target.unlink()
+        kwargs: dict[str, Any] = {}
+        if self.retries is not None:
+            kwargs["retries"] = self.retries
+        try:
+            result = transfer.download(
+                url,
+                target,
+                label=label,
+                session=self._http(),
+                expected_size=size,
+                timeout=self.timeout,
+                progress=self.progress and self.jobs == 1,
+                on_bytes=on_bytes,
+                **kwargs,
+            )
+        except PipelineError as error:
+            return Fetched(binding, None, None, None, error=_short_remote(error))
+        return Fetched(binding, result.path, result.sha256, result.size, resumed_at=tuple(getattr(result, "resumed_at", ())))
+
+    # -- steps
+    def load_manifest(self) -> tuple[dict[str, Any], bytes] | None:
+        if self.is_url:
+            problem = check_scheme(self.source)
+            if problem:
+                self.add(Item(f"manifest {self.source}", False, problem, "manifest"))
+                return None
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="omp-ninfer-audit-") as tmp:
+                fetched = self._download(self.source, Path(tmp) / "manifest.json", sha256=None, size=None, label="manifest.json")
+                if fetched.error or fetched.path is None:
+                    self.add(Item(f"manifest {self.source}", False, fetched.error or "download failed", "manifest"))
+                    return None
+                data = fetched.path.read_bytes()
+        else:
+            try:
+                data = Path(self.source).read_bytes()
+            except OSError as exc:
+                raise InputError(f"cannot read the manifest: {exc.strerror}", file=self.source) from None
+        try:
+            manifest = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            self.add(Item(f"manifest {self.source}", False, f"is not valid UTF-8 JSON ({exc})", "manifest"))
+            return None
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("release"), str):
+            self.add(Item(f"manifest {self.source}", False, "is not a release manifest (no 'release')", "manifest"))
+            return None
+        return manifest, data
+
+    def run(self) -> AuditReport:
+        started = time.monotonic()
+        loaded = self.load_manifest()
+        if loaded is None:
+            self.report.seconds = time.monotonic() - started
+            return self.report
+        manifest, data = loaded
+        release = manifest["release"]
+        self.report.release = release
+        self.report.status = manifest.get("status")
+        where = _manifest_release_problem(self.source, release)
+        self.add(
+            Item(
+                f"manifest {Path(urlsplit(self.source).path).name if self.is_url else self.source}",
+                where is None,
+                where or f"release {release}, status {manifest.get('status')}, sha256 {sha256_bytes(data)}",
+                "manifest",
+            )
+        )
+        cache = self._cache_dir(release)
+        bindings = collect_bindings(manifest)
+
+        runnable: list[Binding] = []
+        for binding in bindings:
+            problem = binding_problem(binding)
+            if problem:
+                self.add(Item(binding.label, False, problem, binding.kind, {"field": binding.field}))
+            else:
+                runnable.append(binding)
+        fetched = self._fetch_all(runnable, cache)
+        by_group: dict[str, list[Fetched]] = {}
+        for result in fetched:
+            self.add(self._judge(result))
+            if result.binding.group:
+                by_group.setdefault(result.binding.group, []).append(result)
+
+        for row_where, row in _lane_rows(manifest):
+            lane = row.get("id") or row_where
+            self._audit_set(lane, row, by_group.get(lane, []), cache)
+        for result in fetched:
+            if result.binding.role in ("spdx", "cdx") and result.error is None and self._matches(result):
+                self._validate_sbom(result)
+        self._audit_signatures(manifest, data)
+        container = _get(manifest, "components.ninfer")
+        if isinstance(container, dict) and "oci_reference" in container:
+            self._audit_image(container)
+        self.report.seconds = time.monotonic() - started
+        return self.report
+
+    def _fetch_all(self, bindings: list[Binding], cache: Path) -> list[Fetched]:
+        total = sum(b.size for b in bindings if isinstance(b.size, int)) or None
+        overall = _Overall(total, self.progress and self.jobs > 1)
+
+        def one(binding: Binding) -> Fetched:
+            folder = cache / (binding.group or binding.kind)
+            result = self._download(binding.url, folder / binding.cache_name, sha256=binding.sha256, size=binding.size, label=binding.label, on_bytes=overall)
+            result.binding = binding
+            return result
+
+        if self.jobs == 1 or len(bindings) <= 1:
+            results = [one(b) for b in bindings]
+        else:
+            with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+                results = list(pool.map(one, bindings))
+        overall.finish()
+        self.report.bytes_downloaded += overall.count
+        return results
+
+    @staticmethod
+    def _matches(result: Fetched) -> bool:
+        binding = result.binding
+        return result.sha256 == binding.sha256 and (binding.size is None or result.size == binding.size)
+
+    def _judge(self, result: Fetched) -> Item:
+        binding = result.binding
+        details = {"field": binding.field, "url": binding.url}
+        if result.error:
+            return Item(binding.label, False, result.error, binding.kind, details)
+        details.update({"sha256": result.sha256, "bytes": result.size})
+        if binding.size is not None and result.size != binding.size:
+            self._quarantine(result)
+            return Item(binding.label, False, f"size mismatch: got {result.size} bytes, the manifest binds {binding.size}", binding.kind, details)
+        if result.sha256 != binding.sha256:
+            self._quarantine(result)
+            return Item(binding.label, False, f"SHA-256 mismatch: got {result.sha256}, the manifest binds {binding.sha256}", binding.kind, details)
+        note = f"{ui.human_bytes(result.size or 0)}, sha256 {result.sha256[:16]}…"
+        if result.resumed_at:
+            note += ", resumed with HTTP Range at byte " + ", ".join(str(offset) for offset in result.resumed_at)
+        return Item(binding.label, True, note, binding.kind, details)
+
+    @staticmethod
+    def _quarantine(result: Fetched) -> None:
+        if result.path is not None and result.path.exists():
+            result.path.replace(result.path.with_name(result.path.name + ".rejected"))
+            result.path = None
+
+    # -- closed sets
+    def _audit_set(self, lane: str, row: dict[str, Any], results: list[Fetched], cache: Path) -> None:
+        label = f"set {lane} {row.get('release_tag')}"
+        sums = next((r for r in results if r.binding.role == "outer-sums"), None)
+        if sums is None:
+            self.add(Item(label, False, "the row binds no outer SHA256SUMS (checksums_url)", "set"))
+            return
+        if sums.error or not self._matches(sums) or sums.path is None:
+            self.add(Item(label, False, "its outer SHA256SUMS could not be verified (see above)", "set"))
+            return
+        try:
+            from .assets import parse_sums
+        except ImportError:  # pragma: no cover - pipeline/assets.py is part of the package stage
+            self.add(Item(label, False, "set check not available: pipeline.assets is missing from this checkout", "set"))
+            return
+        try:
+            listed = parse_sums(sums.path.read_bytes(), file=sums.binding.url)
+        except PipelineError as error:
+            self.add(Item(label, False, f"SHA256SUMS: {error.what}", "set"))
+            return
+        problems: list[str] = []
+        for result in results:
+            binding = result.binding
+            if binding.role == "outer-sums":
+                continue
+            if binding.name not in listed:
+                problems.append(f"{binding.field} names {binding.name!r}, which SHA256SUMS does not list")
+            elif listed[binding.name] != binding.sha256:
+                problems.append(f"{binding.field.rsplit('.', 1)[0]}.{binding.field.rsplit('.', 1)[1].removesuffix('_url')}_sha256 differs from SHA256SUMS for {binding.name}")
+        # Every listed file is part of the set: fetch the ones the row does not bind by field.
+        bound = {r.binding.name: r for r in results}
+        prefix = f"{str(row.get('repository') or '').rstrip('/')}/releases/download/{row.get('release_tag')}/"
+        extra = [
+            Binding(label=f"{lane} {name}", field=f"SHA256SUMS: {name}", url=prefix + name, sha256=digest, name=name, kind="set-file", group=lane, role="listed")
+            for name, digest in sorted(listed.items())
+            if name not in bound
+        ]
+        for result in self._fetch_all(extra, cache):
+            self.add(self._judge(result))
+            bound[result.binding.name] = result
+        folder = cache / "sets" / lane
+        if folder.exists():
+            import shutil
+
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        for name in [*sorted(listed), "SHA256SUMS"]:
+            result = bound.get(name)
+            if result is None or result.path is None or result.error or not self._matches(result):
+                problems.append(f"{name} is not available with the bytes SHA256SUMS records")
+                continue
+            _link(result.path, folder / name)
+        if problems:
+            self.add(Item(label, False, "; ".join(problems), "set"))
+            return
+        try:
+            from .assets import check_assets
+            from .lanes import load_lanes
+
+            lanes = load_lanes(self.lanes_dir)
+            lane_obj = lanes.get(lane)
+            beta = lane_obj.beta_from_tag(row.get("release_tag")) if lane_obj is not None else None
+            report = check_assets(folder, lane=lane_obj, beta=beta, lanes_dir=self.lanes_dir)
+        except PipelineError as error:
+            self.add(Item(label, False, error.render(), "set"))
+            return
+        self.add(Item(label, True, f"closed set of {len(report.files)} files, SHA256SUMS matches, receipt and payload agree, SPDX {report.spdx_files} files / CycloneDX {report.cdx_components} components", "set"))
+
+    def _validate_sbom(self, result: Fetched) -> None:
+        assert result.path is not None
+        label = f"sbom {result.binding.name}"
+        try:
+            from .sbom import validate_file
+        except ImportError:  # pragma: no cover - pipeline/sbom.py is part of the package stage
+            self.add(Item(label, False, "SBOM validation not available: pipeline.sbom is missing from this checkout", "sbom"))
+            return
+        try:
+            message = validate_file(result.path)
+        except PipelineError as error:
+            self.add(Item(label, False, error.render(), "sbom"))
+            return
+        self.add(Item(label, True, message.split(": ", 1)[-1], "sbom"))
+
+    # -- signatures
+    def _signed_source(self, release: str, relative: str) -> tuple[str, bool]:
+        """Where a repository-relative signed file lives, relative to where the manifest came from.
+
+        A manifest at `<root>/manifests/<release>/manifest.json` (a raw URL at a
+        commit, or a checkout) has its files under `<root>/`; a manifest served
+        elsewhere (a release asset) has them beside it, by file name.
+        """
+        suffix = f"manifests/{release}/manifest.json"
+        if self.is_url:
+            if self.source.endswith("/" + suffix):
+                return self.source[: -len(suffix)] + relative, True
+            return self.source.rsplit("/", 1)[0] + "/" + relative.rsplit("/", 1)[-1], True
+        path = Path(self.source).resolve()
+        if path.as_posix().endswith("/" + suffix):
+            return str(path.parents[2] / relative), False
+        return str(path.parent / relative.removeprefix(f"manifests/{release}/")), False
+
+    def _fetch_small(self, location: str, is_url: bool, target: Path) -> bytes:
+        if not is_url:
+            return Path(location).read_bytes()
+        fetched = self._download(location, target, sha256=None, size=None, label=Path(urlsplit(location).path).name)
+        if fetched.error or fetched.path is None:
+            raise RemoteError(fetched.error or "download failed", file=location)
+        return fetched.path.read_bytes()
+
+    def _audit_signatures(self, manifest: dict[str, Any], manifest_bytes: bytes) -> None:
+        from . import sign
+
+        signing = manifest.get("signing")
+        release = manifest["release"]
+        if not isinstance(signing, dict):
+            self.add(Item("signatures", None if self.allow_unsigned else False, "the manifest declares no signing block (expected signer and signed files)", "signature"))
+            return
+        identity = signing.get("certificate_identity")
+        issuer = signing.get("certificate_oidc_issuer")
+        files = signing.get("signed_files")
+        suffix = signing.get("bundle_suffix") or sign.BUNDLE_SUFFIX
+        if not isinstance(identity, str) or not isinstance(issuer, str) or not isinstance(files, list) or not files:
+            self.add(Item("signatures", False, "signing block lacks certificate_identity, certificate_oidc_issuer or signed_files", "signature"))
+            return
+        repository, ref = _github_claims(identity)
+        trust = self.trust_config or signing.get("trust_config") or "production"
+        cache = self._cache_dir(release) / "signatures"
+        product_repository = str(_get(manifest, "product.repository") or "").rstrip("/")
+        for relative in files:
+            label = f"signature {relative}"
+            if not isinstance(relative, str) or not relative.startswith(f"manifests/{release}/") or ".." in relative.split("/"):
+                self.add(Item(label, False, f"signed file {relative!r} is outside the release tree manifests/{release}/", "signature"))
+                continue
+            location, is_url = self._signed_source(release, relative)
+            try:
+                if relative == f"manifests/{release}/manifest.json":
+                    data = manifest_bytes
+                else:
+                    data = self._fetch_small(location, is_url, cache / relative)
+            except (PipelineError, OSError) as error:
+                self.add(Item(label, False, f"cannot fetch the signed file: {getattr(error, 'what', error)}", "signature"))
+                continue
+            candidates = [location + suffix]
+            if is_url and product_repository:
+                candidates.append(f"{product_repository}/releases/download/{release}/{Path(relative).name}{suffix}")
+            bundle, tried = None, []
+            for candidate in candidates:
+                tried.append(candidate)
+                try:
+                    bundle = self._fetch_small(candidate, is_url, cache / (relative + suffix))
+                    break
+                except (PipelineError, OSError):
+                    continue
+            if bundle is None:
+                self.add(Item(label, None if self.allow_unsigned else False, "no Sigstore bundle at " + " or ".join(tried), "signature"))
+                continue
+            try:
+                verified = sign.verify_bundle(sign.Sha256Digest(sha256_bytes(data)), bundle, identity=identity, issuer=issuer, trust_config=trust, repository=repository, ref=ref)
+            except sign.SignatureError as error:
+                self.add(Item(label, False, error.reason, "signature", {"identity": identity}))
+                continue
+            except PipelineError as error:
+                self.add(Item(label, False, error.render(), "signature"))
+                continue
+            self.add(Item(label, True, f"signed by {verified.identity}, log index {verified.log_index}", "signature", verified.to_json()))
+
+    # -- the container image
+    def _audit_image(self, row: dict[str, Any]) -> None:
+        reference = row.get("oci_reference")
+        label = f"image {reference}"
+        if not isinstance(reference, str) or not reference:
+            self.add(Item(f"image {row.get('id') or 'container'}", False, "not bound: components.ninfer.oci_reference is null", "image"))
+            return
+        try:
+            host, name, digest = parse_digest_reference(reference)
+        except InputError as error:
+            self.add(Item(label, False, error.what, "image"))
+            return
+        pinned = row.get("oci_manifest_digest")
+        if pinned is not None and pinned != digest:
+            self.add(Item(label, False, f"oci_manifest_digest {pinned} differs from the reference's digest {digest}", "image"))
+            return
+        repository = row.get("oci_repository")
+        if repository is not None and repository != f"{host}/{name}":
+            self.add(Item(label, False, f"oci_reference is not in oci_repository {repository}", "image"))
+            return
+        try:
+            body, media_type = fetch_manifest_by_digest(host, name, digest, session=self._http(), timeout=self.timeout)
+        except PipelineError as error:
+            self.add(Item(label, False, error.what, "image"))
+            return
+        actual = "sha256:" + hashlib.sha256(body).hexdigest()
+        if actual != digest:
+            self.add(Item(label, False, f"image digest mismatch: the registry's manifest bytes hash to {actual}", "image", {"media_type": media_type}))
+            return
+        self.add(Item(label, True, f"registry manifest ({media_type}, {len(body)} bytes) hashes to the pinned digest", "image"))
+
+
+def _link(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(source, target)
+
+
+def _lane_rows(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    rows = []
+    container = _get(manifest, "components.ninfer")
+    if isinstance(container, dict) and "checksums_url" in container:
+        rows.append(("components.ninfer", container))
+    for index, row in enumerate(_get(manifest, "components.ninfer_variants") or []):
+        if isinstance(row, dict) and "checksums_url" in row:
+            rows.append((f"components.ninfer_variants[{index}]", row))
+    return rows
+
+
+def _manifest_release_problem(source: str, release: str) -> str | None:
+    """A manifest fetched from a URL must sit in its own release tree (or be a release asset)."""
+    if urlsplit(source).scheme not in ("http", "https"):
+        return None
+    path = urlsplit(source).path
+    if path.endswith(f"/manifests/{release}/manifest.json") or f"/releases/download/{release}/" in path:
+        return None
+    return f"points outside its release: a manifest of {release} must be served as …/manifests/{release}/manifest.json"
+
+
+def _github_claims(identity: str) -> tuple[str | None, str | None]:
+    match = re.fullmatch(r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/\.github/workflows/[^@]+@(refs/\S+)", identity)
+    return (match.group(1), match.group(2)) if match else (None, None)
+
+
+def _short_remote(error: PipelineError) -> str:
+    text = error.what
+    if error.why:
+        text += f" ({error.why.rstrip('.')})"
+    return text
+
+
+# -- registries ----------------------------------------------------------------------
+
+
+_REFERENCE = re.compile(r"(?P<host>[A-Za-z0-9.-]+(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?)/(?P<name>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)@(?P<digest>sha256:[0-9a-f]{64})")
+
+
+def parse_digest_reference(reference: str) -> tuple[str, str, str]:
+    match = _REFERENCE.fullmatch(reference)
+    if not match:
+        raise InputError(
+            "is not a digest-pinned image reference",
+            field="oci_reference",
+            found=reference,
+            expected="HOST/REPOSITORY@sha256:<64 hex> (never a tag)",
+        )
+    return match.group("host"), match.group("name"), match.group("digest")
+
+
+def _bearer_challenge(header: str) -> dict[str, str] | None:
+    if not header.lower().startswith("bearer "):
+        return None
+    return dict(re.findall(r'([A-Za-z_]+)="([^"]*)"', header[7:]))
+
+
+def fetch_manifest_by_digest(host: str, name: str, digest: str, *, session, timeout: float = DEFAULT_TIMEOUT) -> tuple[bytes, str]:
+    """GET /v2/<name>/manifests/<digest>, with the anonymous token flow; returns (bytes, media type)."""
+    import requests
+
+    bare = host.rsplit(":", 1)[0].strip("[]")
+    scheme = "http" if is_loopback_host(bare) else "https"
+    url = f"{scheme}://{host}/v2/{name}/manifests/{digest}"
+    headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
+    try:
+        response = session.get(url, headers=headers, timeout=timeout)
+        if response.status_code == 401:
+            challenge = _bearer_challenge(response.headers.get("WWW-Authenticate", ""))
+            if challenge is None or "realm" not in challenge:
+                raise RemoteError(f"the registry {host} requires credentials for {name} (HTTP 401 without an anonymous token challenge)", file=url)
+            realm = challenge["realm"]
+            problem = check_scheme(realm)
+            if problem:
+                raise RemoteError(f"the registry's token realm {realm} {problem}", file=url)
+            params = {"scope": challenge.get("scope") or f"repository:{name}:pull"}
+            if challenge.get("service"):
+                params["service"] = challenge["service"]
+            token_response = session.get(realm, params=params, timeout=timeout)
+            if token_response.status_code != 200:
+                raise RemoteError(f"the registry's token service answered HTTP {token_response.status_code} for an anonymous pull token of {name}", file=realm)
+            payload = token_response.json()
+            token = payload.get("token") or payload.get("access_token")
+            if not isinstance(token, str) or not token:
+                raise RemoteError("the registry's token service returned no token", file=realm)
+            from .errors import register_secret
+
+            register_secret(token)
+            response = session.get(url, headers={**headers, "Authorization": f"Bearer {token}"}, timeout=timeout)
+        if response.status_code == 404:
+            raise RemoteError(f"the registry has no manifest {digest} in {host}/{name} (HTTP 404)", file=url)
+        if response.status_code != 200:
+            raise RemoteError(f"the registry answered HTTP {response.status_code} for manifest {digest}", file=url)
+        body = response.content
+    except requests.RequestException as exc:
+        raise RemoteError(f"cannot reach the registry {host}: {type(exc).__name__}", file=url) from None
+    if len(body) > MAX_MANIFEST_BYTES:
+        raise RemoteError(f"the registry returned {len(body)} bytes for a manifest (over {MAX_MANIFEST_BYTES})", file=url)
+    media_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "unknown"
+    return body, media_type
+
+
+# -- command line ----------------------------------------------------------------------
+
+
+def run_audit(args: argparse.Namespace) -> int:
+    as_json = args.json
+
+    def emit(item: Item) -> None:
+        line = item.line()
+        if as_json:
+            import sys
+
+            sys.stderr.write(line + "\n")
+        else:
+            print(line, flush=True)
+
+    if args.jobs < 1:
+        from .errors import UsageError
+
+        raise UsageError("--jobs must be at least 1", field="--jobs", found=args.jobs)
+    auditor = Auditor(
+        args.manifest,
+        jobs=args.jobs,
+        cache=args.cache,
+        allow_unsigned=args.allow_unsigned,
+        trust_config=args.trust_config,
+        timeout=args.timeout,
+        retries=args.retries,
+        progress=not args.quiet,
+        on_item=emit,
+    )
+    report = auditor.run()
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2, sort_keys=True))
+    else:
+        print(report.verdict())
+    return 0 if report.passed else 1
+
+
+def register_cli(sub) -> None:
+    parser = sub.add_parser(
+        "audit",
+        help="re-verify a published release from its manifest: every URL, size, SHA-256, set, SBOM, signature and the image digest",
+        description=(
+            "Download every asset a release manifest binds (parallel, resumable, hashed while downloading), "
+            "verify sizes and SHA-256, each closed asset set and its SHA256SUMS, the SPDX and CycloneDX documents, "
+            "the Sigstore bundles of the signed files and the image digest at the registry. "
+            "Prints one OK:/FAIL: line per item and a verdict; exit 0 when all passed, 1 otherwise."
+        ),
+    )
+    parser.add_argument("manifest", help="manifest.json path or HTTPS URL (e.g. https://raw.githubusercontent.com/<owner>/<repo>/<commit>/manifests/vX.Y.Z/manifest.json)")
+    parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=f"parallel downloads (default {DEFAULT_JOBS})")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout (OK/FAIL lines go to stderr)")
+    parser.add_argument("--cache", type=Path, default=None, help="download folder, kept for resuming (default ~/.cache/omp-ninfer-audit/<release>)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed (default 60)")
+    parser.add_argument("--retries", type=int, default=None, help="retries per download after a broken connection or 5xx (default 4)")
+    parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file")
+    parser.add_argument("--allow-unsigned", action="store_true", help="report missing Sigstore bundles as SKIP instead of FAIL (pre-signing audits only)")
+    parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.set_defaults(func=run_audit)
