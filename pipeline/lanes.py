@@ -92,6 +92,7 @@ _BUILD = {
 }
 _PACKAGE = {
     "layout": Field(str, check=one_of("binary-archive", "native-asset-set"), expected="'binary-archive' (container lane) or 'native-asset-set' (Windows lanes)"),
+    "license": Field(str, check=matches(r"[A-Za-z0-9.+-]+( (AND|OR|WITH) [A-Za-z0-9.+-]+)*"), expected="the runtime's SPDX licence expression, e.g. 'Apache-2.0'"),
     "system_libraries": Field(list, items=str),
     "driver_libraries": Field(list, items=str),
     "base_image_libraries": Field(list, items=str, required=False, default=[]),
@@ -106,6 +107,11 @@ _REDISTRIBUTABLE = {
     "license": Field(str),
     "supplier": Field(str),
     "version": Field(str, required=False),
+    # The licence text shipped beside the library in the package (repository-relative path).
+    "license_file": Field(str),
+    # A library the runtime loads by name (LoadLibrary), so no import table names it:
+    # it is bundled whenever the library named here is.
+    "loaded_by": Field(str, required=False),
 }
 _QUALIFICATION = {
     "advertised_prompt_tokens": Field(int, check=lambda v: v > 0, expected="a positive token count"),
@@ -130,7 +136,9 @@ class Redistributable:
     origin: str
     license: str
     supplier: str
+    license_file: str
     version: str | None = None
+    loaded_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +174,7 @@ class Lane:
     binaries: tuple[str, ...]
     optional_binaries: tuple[str, ...]
     package_layout: str
+    runtime_license: str
     system_libraries: tuple[str, ...]
     driver_libraries: tuple[str, ...]
     base_image_libraries: tuple[str, ...]
@@ -337,6 +346,26 @@ def load_lane(path: Path) -> Lane:
         Redistributable(**read_table(item, _REDISTRIBUTABLE, file=file, prefix=f"package.redistributables[{i}]"))
         for i, item in enumerate(pkg["redistributables"])
     )
+    names = [r.name.lower() for r in redistributables]
+    for index, item in enumerate(redistributables):
+        if names.count(item.name.lower()) > 1:
+            raise InputError("declares a redistributable twice", file=file, field=f"package.redistributables[{index}].name", found=item.name)
+        if not (REPO_ROOT / item.license_file).is_file():
+            raise InputError(
+                "licence file does not exist",
+                file=file,
+                field=f"package.redistributables[{index}].license_file",
+                found=item.license_file,
+                expected="a path relative to the repository root, e.g. packaging/licenses/<licence>.txt",
+            )
+        if item.loaded_by is not None and item.loaded_by.lower() not in names:
+            raise InputError(
+                "is loaded by a library the lane does not declare",
+                file=file,
+                field=f"package.redistributables[{index}].loaded_by",
+                found=item.loaded_by,
+                expected="the name of another [[package.redistributables]] entry",
+            )
     expected_layout = "binary-archive" if expected_kind == "container" else "native-asset-set"
     if pkg["layout"] != expected_layout:
         raise InputError("package layout does not fit the lane kind", file=file, field="package.layout", found=pkg["layout"], expected=repr(expected_layout))
@@ -380,6 +409,7 @@ def load_lane(path: Path) -> Lane:
         binaries=tuple(build["binaries"]),
         optional_binaries=tuple(build["optional_binaries"] or ()),
         package_layout=pkg["layout"],
+        runtime_license=pkg["license"],
         system_libraries=tuple(pkg["system_libraries"]),
         driver_libraries=tuple(pkg["driver_libraries"]),
         base_image_libraries=tuple(pkg["base_image_libraries"] or ()),

@@ -1,0 +1,361 @@
+"""What the runtime binaries import, where each library comes from, and RUNPATH.
+
+The libraries a package bundles are read from the binaries themselves, never
+from a hand list: ELF `DT_NEEDED` entries (pyelftools) and PE import and
+delay-import tables (pefile).  Each imported name is resolved against the
+lane's declarations, in this order:
+
+1. provided by the target — the lane's `system_libraries` (glibc, kernel32,
+   the MSVC CRT when declared system-provided), `driver_libraries` (libcuda,
+   nvcuda) and `base_image_libraries` (the 5090 container's CUDA runtime and
+   FFmpeg): recorded in the dependency graph, never bundled;
+2. a declared redistributable (`[[package.redistributables]]`, with licence
+   and supplier): taken from the prebuilt folder or the build's toolchain;
+3. a library of the pinned toolchain (a CUDA wheel), with the wheel's name,
+   version and licence text;
+4. anything else stops the stage, naming the binary and the library.
+
+Bundled libraries are resolved the same way (their own imports), and a
+redistributable the runtime loads by name (`loaded_by`) comes with the library
+that loads it.  PE names compare case-insensitively, as Windows does.
+
+Linux binaries and bundled libraries get exactly `RUNPATH=$ORIGIN` with
+patchelf (deterministic: the same input bytes give the same output bytes), so
+no build-machine path reaches a package.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import BuildFailure, InputError, IntegrityError
+from .lanes import REPO_ROOT, Lane, Redistributable
+from .util.proc import require_tool, run
+
+ORIGIN = "$ORIGIN"
+
+
+@dataclass(frozen=True)
+class BinaryInfo:
+    path: Path
+    format: str  # "elf" or "pe"
+    machine: str
+    needed: tuple[str, ...]
+    runpath: tuple[str, ...] = ()
+    rpath: tuple[str, ...] = ()
+
+
+def inspect_binary(path: Path) -> BinaryInfo:
+    """The imports (and RUNPATH for ELF) of one executable or library."""
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic == b"\x7fELF":
+        return _inspect_elf(path)
+    if magic[:2] == b"MZ":
+        return _inspect_pe(path)
+    raise InputError(
+        "is neither an ELF nor a PE binary",
+        file=path,
+        found=magic.hex(),
+        expected="7f454c46 (ELF) or 4d5a (PE 'MZ')",
+        fix="only executables and shared libraries belong in bin/",
+    )
+
+
+def _inspect_elf(path: Path) -> BinaryInfo:
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    needed: list[str] = []
+    runpath: list[str] = []
+    rpath: list[str] = []
+    try:
+        with open(path, "rb") as handle:
+            elf = ELFFile(handle)
+            machine = elf["e_machine"]
+            for section in elf.iter_sections():
+                if not isinstance(section, DynamicSection):
+                    continue
+                for tag in section.iter_tags():
+                    kind = tag.entry.d_tag
+                    if kind == "DT_NEEDED":
+                        needed.append(tag.needed)
+                    elif kind == "DT_RUNPATH":
+                        runpath.extend(p for p in tag.runpath.split(":") if p)
+                    elif kind == "DT_RPATH":
+                        rpath.extend(p for p in tag.rpath.split(":") if p)
+    except (ELFError, OSError, ValueError) as exc:
+        raise IntegrityError(f"is not a readable ELF file ({exc})", file=path) from None
+    return BinaryInfo(path, "elf", str(machine), tuple(needed), tuple(runpath), tuple(rpath))
+
+
+def _inspect_pe(path: Path) -> BinaryInfo:
+    import pefile
+
+    try:
+        pe = pefile.PE(str(path), fast_load=True)
+        pe.parse_data_directories(
+            directories=[
+                pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_IMPORT"],
+                pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_DELAY_IMPORT"],
+            ]
+        )
+    except pefile.PEFormatError as exc:
+        raise IntegrityError(f"is not a readable PE file ({exc.value})", file=path) from None
+    try:
+        needed: list[str] = []
+        for attribute in ("DIRECTORY_ENTRY_IMPORT", "DIRECTORY_ENTRY_DELAY_IMPORT"):
+            for entry in getattr(pe, attribute, []):
+                name = entry.dll.decode("ascii", "replace")
+                if name.lower() not in (n.lower() for n in needed):
+                    needed.append(name)
+        machine = pefile.MACHINE_TYPE.get(pe.FILE_HEADER.Machine, hex(pe.FILE_HEADER.Machine))
+    finally:
+        pe.close()
+    return BinaryInfo(path, "pe", str(machine), tuple(needed))
+
+
+# -- the toolchain's libraries ----------------------------------------------
+
+@dataclass(frozen=True)
+class ToolchainLibrary:
+    path: Path
+    distribution: str  # wheel distribution, e.g. nvidia-cuda-runtime ("" for a system toolkit)
+    version: str
+    license_file: Path | None
+
+
+def toolchain_libraries(root: Path | None) -> dict[str, ToolchainLibrary]:
+    """Shared libraries of an unpacked toolchain, by file name, with the wheel that shipped each.
+
+    A pinned toolchain is a folder of unpacked wheels (`<root>/site`); each
+    wheel's `*.dist-info/RECORD` lists its files, so every library maps to its
+    distribution, version and licence text.
+    """
+    found: dict[str, ToolchainLibrary] = {}
+    if root is None or not root.is_dir():
+        return found
+    site = root / "site" if (root / "site").is_dir() else root
+    for record in sorted(site.glob("*.dist-info/RECORD")):
+        dist_info = record.parent
+        base = dist_info.name[: -len(".dist-info")]
+        distribution, _, version = base.rpartition("-")
+        distribution = distribution.replace("_", "-").lower()
+        licenses = sorted(p for p in (dist_info / "licenses").glob("*") if p.is_file()) if (dist_info / "licenses").is_dir() else []
+        license_file = licenses[0] if licenses else None
+        for line in record.read_text("utf-8").splitlines():
+            relative = line.split(",", 1)[0]
+            name = Path(relative).name
+            if not _is_shared_library(name):
+                continue
+            path = site / relative
+            if path.is_file() and name not in found:
+                found[name] = ToolchainLibrary(path, distribution, version, license_file)
+    return found
+
+
+def _is_shared_library(name: str) -> bool:
+    lowered = name.lower()
+    return lowered.endswith((".dll", ".so")) or ".so." in lowered
+
+
+# -- resolution ---------------------------------------------------------------
+
+@dataclass
+class Library:
+    name: str
+    provided_by: str  # "system", "driver", "base-image" or "bundled"
+    origin: str  # "system", "nvidia-driver", "base-image", "toolchain-wheel" or the redistributable's origin
+    path: Path | None = None
+    redistributable: Redistributable | None = None
+    wheel: tuple[str, str] | None = None  # (distribution, version)
+    license: str | None = None
+    license_file: Path | None = None
+    supplier: str | None = None
+    version: str | None = None
+    imports: tuple[str, ...] = ()
+    needed_by: set[str] = field(default_factory=set)
+
+    @property
+    def bundled(self) -> bool:
+        return self.provided_by == "bundled"
+
+
+@dataclass
+class Resolution:
+    binaries: dict[str, BinaryInfo]  # binary file name -> info
+    libraries: dict[str, Library]  # library name (as first imported) -> library
+    edges: dict[str, tuple[str, ...]]  # binary or bundled library -> library names it imports
+
+    def bundled(self) -> list[Library]:
+        return sorted((lib for lib in self.libraries.values() if lib.bundled), key=lambda lib: lib.name.lower())
+
+    def provided(self) -> list[Library]:
+        return sorted((lib for lib in self.libraries.values() if not lib.bundled), key=lambda lib: lib.name.lower())
+
+
+def _matches(name: str, patterns: Iterable[str], fold: bool) -> bool:
+    key = name.lower() if fold else name
+    return any(fnmatch.fnmatchcase(key, pattern.lower() if fold else pattern) for pattern in patterns)
+
+
+def resolve_libraries(
+    lane: Lane,
+    binaries: Mapping[str, Path],
+    *,
+    candidates: Mapping[str, Path] | None = None,
+    toolchain: Mapping[str, ToolchainLibrary] | None = None,
+    toolchain_version: str | None = None,
+) -> Resolution:
+    """Resolve every import of `binaries` (file name -> path) and of the libraries they pull in.
+
+    `candidates` are libraries that came with the build (the prebuilt folder);
+    `toolchain` the libraries of the toolchain that built it.
+    """
+    fold = lane.is_windows
+    key = (lambda n: n.lower()) if fold else (lambda n: n)
+    candidate_by_key = {key(name): path for name, path in (candidates or {}).items()}
+    toolchain_by_key = {key(name): lib for name, lib in (toolchain or {}).items()}
+    declared = {key(r.name): r for r in lane.redistributables}
+    expected_format = "pe" if lane.is_windows else "elf"
+
+    infos: dict[str, BinaryInfo] = {}
+    for name, path in sorted(binaries.items()):
+        info = inspect_binary(path)
+        if info.format != expected_format:
+            raise InputError(
+                f"is a {info.format.upper()} binary, but lane {lane.id} targets {lane.target_platform}",
+                file=path,
+                expected=f"a {expected_format.upper()} file",
+                fix="package binaries built for the lane's platform",
+            )
+        infos[name] = info
+
+    libraries: dict[str, Library] = {}
+    edges: dict[str, tuple[str, ...]] = {}
+    pending: list[tuple[str, str]] = []  # (importer, library name)
+    for name, info in infos.items():
+        edges[name] = info.needed
+        pending.extend((name, needed) for needed in info.needed)
+
+    def add_bundled(importer: str, wanted: str, item: Library) -> None:
+        libraries[key(wanted)] = item
+        assert item.path is not None
+        info = inspect_binary(item.path)
+        if info.format != expected_format:
+            raise InputError(f"is a {info.format.upper()} library in a {lane.target_platform} package", file=item.path)
+        companions = tuple(c.name for c in lane.redistributables if c.loaded_by and key(c.loaded_by) == key(wanted))
+        item.imports = info.needed
+        # A library loaded by name is a dependency as real as an import: it joins the graph too.
+        edges[item.name] = info.needed + companions
+        pending.extend((item.name, needed) for needed in info.needed + companions)
+
+    while pending:
+        importer, wanted = pending.pop(0)
+        known = libraries.get(key(wanted))
+        if known is not None:
+            known.needed_by.add(importer)
+            continue
+        if _matches(wanted, lane.system_libraries, fold):
+            libraries[key(wanted)] = Library(wanted, "system", "system", needed_by={importer})
+            continue
+        if _matches(wanted, lane.driver_libraries, fold):
+            libraries[key(wanted)] = Library(wanted, "driver", "nvidia-driver", needed_by={importer})
+            continue
+        if _matches(wanted, lane.base_image_libraries, fold):
+            libraries[key(wanted)] = Library(wanted, "base-image", "base-image", needed_by={importer})
+            continue
+        redistributable = declared.get(key(wanted))
+        if redistributable is not None:
+            path = candidate_by_key.get(key(wanted))
+            wheel = None
+            if path is None and key(wanted) in toolchain_by_key:
+                tool_lib = toolchain_by_key[key(wanted)]
+                path, wheel = tool_lib.path, (tool_lib.distribution, tool_lib.version)
+            if path is None:
+                raise BuildFailure(
+                    f"{importer} needs {wanted}, a declared redistributable, but no copy of it came with the build",
+                    file=lane.file,
+                    field="package.redistributables",
+                    found=wanted,
+                    expected="the library in the --prebuilt folder or in the build's toolchain",
+                    fix=f"put {wanted} beside the binaries in the prebuilt folder (the Windows build job copies it from its vcpkg, CUDA or DirectStorage tree) and build again",
+                )
+            version = redistributable.version or (wheel[1] if wheel else None) or (toolchain_version if redistributable.origin == "cuda-toolkit" else None)
+            add_bundled(importer, wanted, Library(
+                name=path.name,
+                provided_by="bundled",
+                origin=redistributable.origin,
+                path=path,
+                redistributable=redistributable,
+                wheel=wheel,
+                license=redistributable.license,
+                license_file=REPO_ROOT / redistributable.license_file,
+                supplier=redistributable.supplier,
+                version=version,
+                needed_by={importer},
+            ))
+            continue
+        tool_lib = toolchain_by_key.get(key(wanted))
+        if tool_lib is not None:
+            add_bundled(importer, wanted, Library(
+                name=tool_lib.path.name,
+                provided_by="bundled",
+                origin="toolchain-wheel",
+                path=tool_lib.path,
+                wheel=(tool_lib.distribution, tool_lib.version) if tool_lib.distribution else None,
+                license="LicenseRef-NVIDIA-CUDA-EULA" if tool_lib.distribution.startswith("nvidia-") else None,
+                license_file=tool_lib.license_file,
+                supplier="NVIDIA Corporation" if tool_lib.distribution.startswith("nvidia-") else None,
+                version=tool_lib.version,
+                needed_by={importer},
+            ))
+            continue
+        where = "the prebuilt folder holds it, but " if key(wanted) in candidate_by_key else ""
+        raise BuildFailure(
+            f"missing library: {importer} imports {wanted}, which is neither provided by the target nor a declared redistributable ({where}it cannot be bundled)",
+            file=lane.file,
+            field="package",
+            found=wanted,
+            expected="a name in system_libraries, driver_libraries or base_image_libraries, a [[package.redistributables]] entry, or a library of the pinned toolchain",
+            why="a package must carry every library its binaries load that the target does not provide, with its licence",
+            fix=f"declare {wanted} in {lane.file.name} (as target-provided, or as a redistributable with licence, licence file and supplier) or remove the dependency from the build",
+        )
+    return Resolution(infos, libraries, edges)
+
+
+def unused_candidates(resolution: Resolution, candidates: Mapping[str, Path], *, fold: bool) -> list[str]:
+    """Libraries that came with the build but nothing imports or loads (they are not bundled)."""
+    key = (lambda n: n.lower()) if fold else (lambda n: n)
+    used = {key(lib.name) for lib in resolution.bundled()}
+    return sorted(name for name in candidates if key(name) not in used)
+
+
+# -- RUNPATH ------------------------------------------------------------------
+
+def set_origin_runpath(path: Path) -> bool:
+    """Make an ELF file's RUNPATH exactly `$ORIGIN` (and drop any RPATH); True when the bytes changed."""
+    info = inspect_binary(path)
+    if info.format != "elf":
+        return False
+    if info.runpath == (ORIGIN,) and not info.rpath:
+        return False
+    patchelf = require_tool("patchelf", purpose="set a relative RUNPATH ($ORIGIN) on Linux binaries", debian_package="patchelf")
+    # One --set-rpath: it turns DT_RPATH into DT_RUNPATH and, since '$ORIGIN' is shorter than
+    # any build path, overwrites the old string in place, so no build path stays in the bytes.
+    run([patchelf, "--set-rpath", ORIGIN, path], what=f"set RUNPATH=$ORIGIN on {path.name}")
+    after = inspect_binary(path)
+    if after.runpath != (ORIGIN,) or after.rpath:
+        raise BuildFailure(
+            "patchelf did not leave RUNPATH=$ORIGIN",
+            file=path,
+            found=f"RUNPATH={':'.join(after.runpath)} RPATH={':'.join(after.rpath)}",
+            expected="RUNPATH=$ORIGIN and no RPATH",
+        )
+    os.chmod(path, 0o755)
+    return True

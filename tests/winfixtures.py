@@ -1,0 +1,159 @@
+"""Real PE binaries for the Windows lanes' tests, cross-compiled with Debian's mingw-w64.
+
+`compile_windows_prebuilt` builds, from the C sources in tests/fixtures/windows/,
+small DLLs under the names the real runtime imports (cudart64_13.dll,
+dstorage.dll + dstoragecore.dll, avformat/avcodec/avutil/swscale, libcurl.dll)
+and three executables that import them and embed the build identity string
+`NINFER-BUILD-IDENTITY:v1 <key=value ...>` exactly once.  The result is a
+folder that `python -m pipeline build --lane 4090 --prebuilt DIR` accepts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from pipeline.identity import IDENTITY_KEYS
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "windows"
+MINGW = "x86_64-w64-mingw32-gcc"
+# Reproducible PE files: no link timestamp, no symbols.
+COMMON = ["-O2", "-s", "-Wl,--no-insert-timestamp"]
+
+# DLL file name -> (source, import library stem, import libraries it links against)
+DLLS = {
+    "avutil-59.dll": ("avutil.c", "avutil", []),
+    "avcodec-61.dll": ("avcodec.c", "avcodec", ["avutil"]),
+    "avformat-61.dll": ("avformat.c", "avformat", ["avcodec", "avutil"]),
+    "swscale-8.dll": ("swscale.c", "swscale", ["avutil"]),
+    "cudart64_13.dll": ("cudart.c", "cudart", []),
+    "dstorage.dll": ("dstorage.c", "dstorage", []),
+    "dstoragecore.dll": ("dstoragecore.c", "dstoragecore", []),
+    "libcurl.dll": ("curl.c", "curl", ["ws2_32"]),
+}
+EXE_LIBS = ["cudart", "dstorage", "avformat", "curl"]
+
+
+def require_mingw() -> str:
+    found = shutil.which(MINGW)
+    if not found:
+        pytest.skip(f"{MINGW} is not installed (Debian: apt-get install gcc-mingw-w64-x86-64; .ci/run installs it)")
+    return found
+
+
+def native_identity(lane, commit: str, beta: int | None = None, **changes: str) -> dict[str, str]:
+    """The identity the build stage expects from a native lane's binaries built from `commit`."""
+    values = {
+        "upstream_base_sha": lane.upstream_base,
+        "patch_stack_sha": commit,
+        "build_profile": lane.build_profile(beta),
+        "build_type": "Release",
+        "cxx_compiler": "MSVC-19.44.35217",
+        "cuda_compiler": "NVIDIA-13.3.73",
+        "cuda_toolkit": "13.3.73",
+        "cuda_architecture": lane.cuda_architecture,
+        "source_dirty": "false",
+    }
+    values.update(changes)
+    return values
+
+
+def _cc(args: list[str], cwd: Path) -> None:
+    result = subprocess.run([MINGW, *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"{MINGW} {' '.join(args)} failed:\n{result.stderr}")
+
+
+def compile_windows_prebuilt(
+    out: Path,
+    identity: dict[str, str],
+    *,
+    binaries: tuple[str, ...] = ("ninfer", "ninfer-serve", "ninfer_bench"),
+    dlls: tuple[str, ...] | None = None,
+) -> Path:
+    require_mingw()
+    work = out.parent / f".{out.name}-work"
+    work.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
+    for dll, (source, stem, libs) in DLLS.items():
+        _cc([*COMMON, "-shared", "-o", dll, str(FIXTURES / source), f"-Wl,--out-implib,lib{stem}.dll.a", "-L.", *(f"-l{lib}" for lib in libs)], work)
+    text = " ".join(f"{key}={identity[key]}" for key in IDENTITY_KEYS)
+    (work / "identity.h").write_text(f'#define NINFER_IDENTITY_RECORD "NINFER-BUILD-IDENTITY:v1 {text}"\n')
+    for binary in binaries:
+        _cc([*COMMON, f'-DNINFER_BINARY="{binary}"', "-I.", "-o", f"{binary}.exe", str(FIXTURES / "ninfer_app.c"), "-L.", *(f"-l{lib}" for lib in EXE_LIBS)], work)
+        shutil.copyfile(work / f"{binary}.exe", out / f"{binary}.exe")
+    for dll in dlls if dlls is not None else tuple(DLLS):
+        shutil.copyfile(work / dll, out / dll)
+    shutil.rmtree(work)
+    return out
+
+
+# -- a whole native workspace, made once per test session ---------------------------
+
+_CACHE: dict[str, object] = {}
+
+
+class NativeWorkspace:
+    """The sample in its own repository, a lanes folder whose 4090 lane pins that commit
+    (with a release spec that binds it), and mingw-built prebuilt binaries."""
+
+    def __init__(self, root: Path) -> None:
+        import json
+
+        from conftest import SAMPLE, make_repo
+        from pipeline.lanes import DEFAULT_LANES_DIR, REPO_ROOT, load_lane
+        from pipeline.util.jsonio import canonical_bytes
+
+        self.root = root
+        self.repo = root / "ninfer"
+        self.commit = make_repo(self.repo, SAMPLE)
+        self.lanes_dir = root / "lanes"
+        self.contract = root / "contract"
+        self.lanes_dir.mkdir()
+        self.contract.mkdir()
+        for path in DEFAULT_LANES_DIR.glob("*.toml"):
+            text = path.read_text()
+            if path.stem == "rtx4090-windows-native":
+                frozen = "7a25cd72f490183e4113f1e84e68e36d653ddd28"
+                assert frozen in text
+                text = text.replace(frozen, self.commit)
+                spec = json.loads((REPO_ROOT / "packaging/windows/lanes/rtx4090/release-spec.json").read_text())
+                spec["source"]["commit"] = self.commit
+                (self.contract / "release-spec.json").write_bytes(canonical_bytes(spec))
+                shutil.copyfile(REPO_ROOT / "packaging/windows/lanes/rtx4090/server-config.json", self.contract / "server-config.json")
+                text = text.replace("packaging/windows/lanes/rtx4090/server-config.json", str(self.contract / "server-config.json"))
+                text = text.replace("packaging/windows/lanes/rtx4090/release-spec.json", str(self.contract / "release-spec.json"))
+            (self.lanes_dir / path.name).write_text(text)
+        self.lane = load_lane(self.lanes_dir / "rtx4090-windows-native.toml")
+        self.prebuilt = compile_windows_prebuilt(root / "prebuilt", native_identity(self.lane, self.commit))
+
+    def build(self, dist: Path, prebuilt: Path | None = None):
+        from pipeline.build import build_lane
+
+        return build_lane("4090", dist=dist, source=str(self.repo), prebuilt=prebuilt or self.prebuilt, lanes_dir=self.lanes_dir)
+
+    def package(self, dist: Path, **kwargs):
+        from pipeline.package import package_lane
+
+        return package_lane("4090", dist=dist, lanes_dir=self.lanes_dir, **kwargs)
+
+
+def native_workspace(tmp_path_factory) -> NativeWorkspace:
+    if "workspace" not in _CACHE:
+        require_mingw()
+        _CACHE["workspace"] = NativeWorkspace(tmp_path_factory.mktemp("native"))
+    return _CACHE["workspace"]  # type: ignore[return-value]
+
+
+def packaged_native_set(tmp_path_factory) -> tuple[NativeWorkspace, Path]:
+    """(workspace, dist) with the 4090 lane built from the mingw binaries and packaged once."""
+    if "dist" not in _CACHE:
+        workspace = native_workspace(tmp_path_factory)
+        dist = tmp_path_factory.mktemp("native-dist") / "dist"
+        workspace.build(dist)
+        workspace.package(dist)
+        _CACHE["dist"] = dist
+    return _CACHE["workspace"], _CACHE["dist"]  # type: ignore[return-value]
