@@ -744,7 +744,7 @@ class Auditor:
         if not isinstance(identity, str) or not isinstance(issuer, str) or not isinstance(files, list) or not files:
             self.add(Item("signatures", False, "signing block lacks certificate_identity, certificate_oidc_issuer or signed_files", "signature"))
             return
-        repository, ref = _github_claims(identity)
+        repository, ref = sign.github_claims(identity)
         trust = self.trust_config or signing.get("trust_config") or "production"
         cache = self._cache_dir(release) / "signatures"
         product_repository = str(_get(manifest, "product.repository") or "").rstrip("/")
@@ -846,11 +846,6 @@ def _manifest_release_problem(source: str, release: str) -> str | None:
     if path.endswith(f"/manifests/{release}/manifest.json") or f"/releases/download/{release}/" in path:
         return None
     return f"points outside its release: a manifest of {release} must be served as …/manifests/{release}/manifest.json"
-
-
-def _github_claims(identity: str) -> tuple[str | None, str | None]:
-    match = re.fullmatch(r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/\.github/workflows/[^@]+@(refs/\S+)", identity)
-    return (match.group(1), match.group(2)) if match else (None, None)
 
 
 def _short_remote(error: PipelineError) -> str:

@@ -110,20 +110,25 @@ def release_signer(repository: str, tag: str, *, trust_config: str = "production
     )
 
 
-SIGNER_FIELDS = ("signing", "signer")
+def github_claims(identity: str) -> tuple[str | None, str | None]:
+    """('owner/repo', 'refs/...') of a GitHub Actions workflow certificate identity, else (None, None)."""
+    match = re.fullmatch(r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/\.github/workflows/[^@/]+@(refs/\S+)", identity)
+    return (match.group(1), match.group(2)) if match else (None, None)
 
 
 def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[str] | None = None) -> SignerIdentity:
-    """The expected signer a release tree declares (`signing` block), else the release workflow's.
+    """The expected signer a release tree declares, per docs/release-tree.md.
 
-    The block carries `identity` (certificate SAN), `issuer`, and optionally
-    `repository`, `ref` and `trust_config` (`production`/`staging`).  Without
-    one, the signer is derived from `product.repository` and `release`.
+    `signing` {`certificate_identity`, `certificate_oidc_issuer`, optional
+    `trust_config` (`production`/`staging`)}; the GitHub repository and ref the
+    policy also checks are read from the identity.  A manifest without a
+    `signing` block gets the release workflow of `product.repository` at the
+    `release` tag.
     """
-    block = next((manifest[key] for key in SIGNER_FIELDS if isinstance(manifest.get(key), dict)), None)
+    block = manifest.get("signing")
     release = manifest.get("release")
-    if block is not None:
-        for name in ("identity", "issuer"):
+    if isinstance(block, dict):
+        for name in ("certificate_identity", "certificate_oidc_issuer"):
             if not isinstance(block.get(name), str) or not block.get(name):
                 raise InputError(
                     "the expected signer lacks a value",
@@ -135,14 +140,9 @@ def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[st
         trust = block.get("trust_config", "production")
         if trust not in TRUST_CONFIGS:
             raise InputError("names an unknown Sigstore instance", file=file, field="signing.trust_config", found=trust, expected=" or ".join(TRUST_CONFIGS))
-        repository = block.get("repository")
-        return SignerIdentity(
-            identity=block["identity"],
-            issuer=block["issuer"],
-            repository=normalize_repository(repository) if repository else None,
-            ref=block.get("ref"),
-            trust_config=trust,
-        )
+        identity = block["certificate_identity"]
+        repository, ref = github_claims(identity)
+        return SignerIdentity(identity=identity, issuer=block["certificate_oidc_issuer"], repository=repository, ref=ref, trust_config=trust)
     product = manifest.get("product") if isinstance(manifest.get("product"), dict) else {}
     repository = product.get("repository")
     if not isinstance(repository, str) or not isinstance(release, str):
@@ -150,7 +150,7 @@ def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[st
             "declares no expected signer",
             file=file,
             field="signing",
-            expected="a 'signing' block {identity, issuer, repository, ref} or product.repository and release",
+            expected="a 'signing' block {certificate_identity, certificate_oidc_issuer, signed_files} or product.repository and release",
             fix="compose the release tree again; it writes the release workflow's identity",
         )
     return release_signer(repository, release)
@@ -415,10 +415,35 @@ def find_release_dir(manifests: Path, release: str | None) -> Path:
     return max(candidates, key=key)
 
 
-def collect_targets(release_dir: Path, dist: Path | None) -> list[SigningTarget]:
-    """The release manifest, the checked-in outer checksum copies and the sets' SHA256SUMS in dist."""
-    files: list[Path] = [release_dir / MANIFEST_NAME]
-    files += sorted(p for p in release_dir.rglob(f"*{OUTER_SUMS_SUFFIX}") if p.is_file())
+def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> list[Path]:
+    """The files `signing.signed_files` names (repository-relative), each inside the release tree."""
+    block = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
+    listed = block.get("signed_files")
+    if listed is None:  # a tree without the list: the manifest and the checked-in outer sums
+        return [release_dir / MANIFEST_NAME, *sorted(p for p in release_dir.rglob(f"*{OUTER_SUMS_SUFFIX}") if p.is_file())]
+    if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
+        raise InputError("must be a list of repository-relative paths", file=file, field="signing.signed_files", found=listed)
+    root = release_dir.resolve().parents[1]
+    tree = release_dir.resolve()
+    paths = []
+    for index, relative in enumerate(listed):
+        path = (root / relative).resolve()
+        if tree not in path.parents and path != tree:
+            raise InputError("names a file outside the release tree", file=file, field=f"signing.signed_files[{index}]", found=relative, expected=f"a path under {release_dir.as_posix()}/")
+        if not path.is_file():
+            raise InputError("names a file that does not exist", file=file, field=f"signing.signed_files[{index}]", found=relative, fix="compose the release tree again")
+        paths.append(path)
+    if (release_dir / MANIFEST_NAME).resolve() not in paths:
+        raise InputError("does not list the manifest itself", file=file, field="signing.signed_files", found=listed, expected=f"{release_dir.as_posix()}/{MANIFEST_NAME} among them")
+    return paths
+
+
+def collect_targets(release_dir: Path, dist: Path | None, manifest: dict[str, Any] | None = None) -> list[SigningTarget]:
+    """The release tree's signed files plus the asset sets' outer SHA256SUMS under dist, one target per content."""
+    manifest_file = release_dir / MANIFEST_NAME
+    if manifest is None:
+        manifest = read_json_object(manifest_file)
+    files: list[Path] = signed_files(manifest, release_dir, file=manifest_file)
     if dist is not None and (dist / "register.json").is_file():
         from .register import Register
 
@@ -633,7 +658,7 @@ def run_sign(args: argparse.Namespace) -> int:
     signer = signer_from_manifest(manifest, file=manifest_file)
     if args.trust_config:
         signer = SignerIdentity(signer.identity, signer.issuer, signer.repository, signer.ref, args.trust_config)
-    targets = collect_targets(release_dir, args.dist)
+    targets = collect_targets(release_dir, args.dist, manifest)
     ui.step("sign", f"{release_dir.name}: {len(targets)} distinct files, expected signer {signer.describe()}")
     if args.dry_run:
         plan = {

@@ -17,9 +17,7 @@ import hashlib
 import http.server
 import json
 import re
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -643,44 +641,6 @@ def test_a_tag_reference_is_refused(server, tmp_path):
 # -- a real docker-registry ------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def docker_registry(tmp_path_factory):
-    """Debian's docker-registry (distribution 2.8) on 127.0.0.1, stopped by PID."""
-    binary = shutil.which("docker-registry")
-    if not binary:
-        pytest.skip("docker-registry is not installed (Debian: apt-get install docker-registry; .ci/run installs it)")
-    root = tmp_path_factory.mktemp("registry")
-    port = _free_port()
-    config = root / "config.yml"
-    config.write_text(
-        "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: " + str(root / "data") + "\n"
-        "http:\n  addr: 127.0.0.1:" + str(port) + "\n"
-    )
-    process = subprocess.Popen([binary, "serve", str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    import requests
-
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/v2/", timeout=1).status_code == 200:
-                break
-        except requests.RequestException:
-            pass
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            pytest.fail("docker-registry did not start")
-        time.sleep(0.1)
-    yield f"127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=10)
-
-
 def _push_image(registry: str, name: str) -> tuple[bytes, str]:
     """Push a small real OCI image (config + one layer) with the distribution API; return (manifest, digest)."""
     import io
@@ -723,27 +683,38 @@ def _push_image(registry: str, name: str) -> tuple[bytes, str]:
 
 
 @pytest.mark.registry
-def test_image_digest_against_a_real_registry(server, tmp_path, docker_registry):
-    name = "alphastorm/ninfer-runtime"
-    _, digest = _push_image(docker_registry, name)
+def test_image_digest_against_a_real_registry(server, tmp_path, registry_server, fault_proxy):
+    """The image engineer's docker-registry fixture (tests/registry.py), and its fault proxy as a tampering mirror."""
+    from registry import ProxyRule
+
+    name = "alphastorm/audit-runtime"
+    pushed, digest = _push_image(registry_server.host, name)
     tree = Tree(server, None, None)
-    reference = f"{docker_registry}/{name}@{digest}"
+    reference = f"{registry_server.host}/{name}@{digest}"
     tree.manifest["components"]["ninfer"] = _image_row(reference, digest)
     report, lines = run_audit(tree.publish(), tmp_path)
-    assert line_for(lines, f"OK: image {reference}") == f"OK: image {reference} (registry manifest (application/vnd.oci.image.manifest.v1+json, {len(_)} bytes) hashes to the pinned digest)"
+    assert line_for(lines, f"OK: image {reference}") == f"OK: image {reference} (registry manifest (application/vnd.oci.image.manifest.v1+json, {len(pushed)} bytes) hashes to the pinned digest)"
     assert report.passed, "\n".join(lines)
 
     # The release pins another digest than the image the registry holds.
     other = "sha256:" + hashlib.sha256(b"another image").hexdigest()
-    wrong = f"{docker_registry}/{name}@{other}"
+    wrong = f"{registry_server.host}/{name}@{other}"
     tree.manifest["components"]["ninfer"] = _image_row(wrong, other)
     report, lines = run_audit(tree.publish(), tmp_path / "wrong")
-    assert fails(lines) == [f"FAIL: image {wrong}: the registry has no manifest {other} in {docker_registry}/{name} (HTTP 404)"]
+    assert fails(lines) == [f"FAIL: image {wrong}: the registry has no manifest {other} in {registry_server.host}/{name} (HTTP 404)"]
 
     # The row's oci_manifest_digest disagrees with its reference.
     tree.manifest["components"]["ninfer"] = {**_image_row(reference, digest), "oci_manifest_digest": other}
     report, lines = run_audit(tree.publish(), tmp_path / "field")
     assert fails(lines) == [f"FAIL: image {reference}: oci_manifest_digest {other} differs from the reference's digest {digest}"]
+
+    # A mirror in front of the real registry flips one byte of the manifest it serves.
+    proxy = fault_proxy(ProxyRule("GET", f"/manifests/{digest}", 1, "corrupt-body"))
+    mirrored = f"{proxy.host}/{name}@{digest}"
+    tree.manifest["components"]["ninfer"] = _image_row(mirrored, digest)
+    report, lines = run_audit(tree.publish(), tmp_path / "mirror")
+    corrupted = bytes([pushed[0] ^ 0x20]) + pushed[1:]
+    assert fails(lines) == [f"FAIL: image {mirrored}: image digest mismatch: the registry's manifest bytes hash to sha256:{hashlib.sha256(corrupted).hexdigest()}"]
 
 
 # -- the CLI ------------------------------------------------------------------------------------

@@ -217,7 +217,7 @@ def test_an_unknown_trust_config_is_an_input_error(vectors, tmp_path):
 
 
 def test_signer_from_manifest_reads_the_signing_block_or_derives_it():
-    block = {"identity": GH_SAN, "issuer": GH_ISSUER, "repository": "https://github.com/trailofbits/rfc8785.py", "ref": "refs/tags/v0.1.2"}
+    block = {"certificate_identity": GH_SAN, "certificate_oidc_issuer": GH_ISSUER, "bundle_suffix": ".sigstore.json", "signed_files": []}
     signer = sig.signer_from_manifest({"release": "v0.1.2", "signing": block})
     assert signer == sig.SignerIdentity(GH_SAN, GH_ISSUER, "trailofbits/rfc8785.py", "refs/tags/v0.1.2", "production")
     derived = sig.signer_from_manifest({"release": "v0.1.2", "product": {"repository": "https://github.com/trailofbits/rfc8785.py"}})
@@ -226,19 +226,29 @@ def test_signer_from_manifest_reads_the_signing_block_or_derives_it():
         sig.signer_from_manifest({"release": "v0.1.2"})
     with pytest.raises(InputError, match="unknown Sigstore instance"):
         sig.signer_from_manifest({"signing": {**block, "trust_config": "elsewhere"}})
+    with pytest.raises(InputError, match="the expected signer lacks a value"):
+        sig.signer_from_manifest({"signing": {**block, "certificate_oidc_issuer": None}})
 
 
 # -- sign: refusals and the plan -------------------------------------------------
 
 
-def _release_tree(root: Path, release: str = "v0.1.2", signing: dict | None = None) -> Path:
+def _release_tree(root: Path, release: str = "v0.1.2", lanes: tuple[str, ...] = ("rtx4090-windows-native",)) -> Path:
+    """A release tree shaped as docs/release-tree.md says: the signing block lists the files to sign."""
     tree = root / "manifests" / release
     (tree / "qualification").mkdir(parents=True)
-    manifest = {"schema_version": 1, "release": release, "product": {"repository": "https://github.com/trailofbits/rfc8785.py"}}
-    if signing:
-        manifest["signing"] = signing
+    signed = [f"manifests/{release}/manifest.json"]
+    for index, lane in enumerate(lanes):
+        (tree / "qualification" / f"{lane}.SHA256SUMS").write_bytes(bytes([97 + index]) * 64 + b"  Install-Release.ps1\n")
+        signed.append(f"manifests/{release}/qualification/{lane}.SHA256SUMS")
+    identity = f"https://github.com/trailofbits/rfc8785.py/.github/workflows/release.yml@refs/tags/{release}"
+    manifest = {
+        "schema_version": 1,
+        "release": release,
+        "product": {"repository": "https://github.com/trailofbits/rfc8785.py"},
+        "signing": {"certificate_identity": identity, "certificate_oidc_issuer": GH_ISSUER, "bundle_suffix": ".sigstore.json", "signed_files": signed},
+    }
     (tree / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
-    (tree / "qualification" / "rtx4090-windows-native.SHA256SUMS").write_bytes(b"a" * 64 + b"  Install-Release.ps1\n")
     return tree
 
 
@@ -264,17 +274,28 @@ def test_sign_in_actions_without_id_token_permission_refuses(tmp_path, monkeypat
 
 
 def test_sign_dry_run_lists_each_distinct_file_and_the_expected_signer(tmp_path, monkeypatch, capsys):
-    tree = _release_tree(tmp_path)
-    (tree / "qualification" / "rtx3090-windows-native.SHA256SUMS").write_bytes(b"b" * 64 + b"  Install-Release.ps1\n")
+    _release_tree(tmp_path, lanes=("rtx3090-windows-native", "rtx4090-windows-native"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     assert cli.main(["sign", "--dry-run", "--quiet"]) == 0  # newest release found by itself
     plan = json.loads(capsys.readouterr().out)
     assert plan["release"] == "v0.1.2"
     assert plan["signer"]["identity"] == GH_SAN and plan["signer"]["ref"] == "refs/tags/v0.1.2"
+    assert plan["signer"]["repository"] == "trailofbits/rfc8785.py"
     files = [Path(t["files"][0]).name for t in plan["targets"]]
     assert files == ["manifest.json", "rtx3090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS"]
     assert all(b.endswith(".sigstore.json") for t in plan["targets"] for b in t["bundle"])
+
+
+def test_sign_refuses_a_signed_file_outside_the_release_tree(tmp_path, monkeypatch, capsys):
+    tree = _release_tree(tmp_path)
+    manifest = json.loads((tree / "manifest.json").read_text())
+    manifest["signing"]["signed_files"].append("README.md")
+    (tmp_path / "README.md").write_text("x\n")
+    (tree / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sign", "--dry-run", "--release", "v0.1.2"]) == 1
+    assert "signing.signed_files[2]: names a file outside the release tree" in capsys.readouterr().err
 
 
 # -- the signing path through a fake SigningContext ------------------------------
