@@ -1200,7 +1200,6 @@ class ImageStage(Stage):
                         expected=expected,
                     )
                 blobs.adopt(base.blob_paths[layer.digest], layer)
-            blobs.adopt(base.blob_paths[base.config_descriptor.digest], base.config_descriptor)
 
             built: list[oci.BuiltLayer] = []
             for spec, files in zip(definition.layers, map_archive(definition, archive), strict=True):

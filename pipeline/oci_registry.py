@@ -353,10 +353,14 @@ class RegistryClient:
     def url(self, path: str) -> str:
         return f"{self.repository.scheme}://{path}"
 
-    def _send(self, method: str, url: str, *, headers: dict[str, str] | None, data: Any, stream: bool) -> requests.Response:
+    def _send(self, method: str, url: str, *, headers: dict[str, str] | None, data: Any, stream: bool, raw: bool = False) -> requests.Response:
         import oras.auth
 
         headers = dict(headers or {})
+        if raw:
+            # Without oras-py's authentication handling: the API check must see the challenge.
+            self.attempts += 1
+            return self._oras.session.request(method, url, headers=headers, data=data, stream=stream)
         auth = self._oras.auth
         if isinstance(auth, oras.auth.BasicAuth) and getattr(auth, "_basic_auth", None):
             # Send basic credentials up front: a streamed body cannot be re-sent after a 401.
@@ -398,6 +402,7 @@ class RegistryClient:
         headers: dict[str, str] | None = None,
         data: Any = None,
         stream: bool = False,
+        raw: bool = False,
     ) -> requests.Response:
         """One request with bounded retries on connection errors, 408/429 and 5xx."""
         attempt = 0
@@ -405,7 +410,7 @@ class RegistryClient:
             attempt += 1
             body = data() if callable(data) else data
             try:
-                response = self._send(method, url, headers=headers, data=body, stream=stream)
+                response = self._send(method, url, headers=headers, data=body, stream=stream, raw=raw)
             except requests.RequestException as exc:
                 reason = type(exc).__name__
                 if attempt > self.retries:
@@ -465,7 +470,7 @@ class RegistryClient:
         import oras.auth
 
         url = self.url(f"{self.repository.api_host}/v2/")
-        response = self.request("GET", url, what="GET /v2/ (API check)")
+        response = self.request("GET", url, what="GET /v2/ (API check)", raw=True)
         challenge = response.headers.get("WWW-Authenticate", "")
         response.close()
         if response.status_code == 401:

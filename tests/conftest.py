@@ -80,6 +80,7 @@ def shared_or_skip(*parts: str) -> Path:
     return path
 
 
-# Fixtures of the registry tests (tests/registry.py): a real docker-registry on 127.0.0.1
-# and a fault-injecting proxy in front of it.
+# Fixtures of the image and push tests: a real docker-registry on 127.0.0.1 and a
+# fault-injecting proxy in front of it (tests/registry.py), the test base image (tests/imagekit.py).
+from imagekit import local_base, private_oci_cache, pushed_base  # noqa: E402, F401
 from registry import auth_registry, fault_proxy, registry_server  # noqa: E402, F401

@@ -27,6 +27,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from pipeline import oci
 from pipeline.lanes import Lane
 from pipeline.register import Register
@@ -34,7 +36,7 @@ from pipeline.util.fs import atomic_write_bytes
 
 EPOCH = 1793534400  # 2026-11-01T12:00:00Z, the sample repository's commit time (conftest.GIT_ENV)
 MULTIARCH = "x86_64-linux-gnu"
-HOST_LIBRARIES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1")
+HOST_LIBRARIES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libdl.so.2", "libpthread.so.0", "librt.so.1")
 LOADER = "ld-linux-x86-64.so.2"
 
 
@@ -274,3 +276,26 @@ def definition_text(base_repository: str, digest: str, *, tag: str | None = "13.
             continue
         lines.append(line)
     return "\n".join(lines) + "\n" + extra_layer
+
+
+# -- fixtures (imported by conftest.py) ------------------------------------------
+
+@pytest.fixture(scope="session")
+def local_base(tmp_path_factory) -> BaseImageInfo:
+    """The test base (no libcudart: the stand-in binaries need libc only) as a local OCI layout."""
+    return build_base_layout(tmp_path_factory.mktemp("base") / "layout", cudart=None)
+
+
+@pytest.fixture(scope="session")
+def pushed_base(registry_server, local_base) -> str:
+    """The same base pushed to the session registry with skopeo; returns HOST:PORT/REPO."""
+    repository = "test/cuda-runtime"
+    push_base(local_base, registry_server.host, repository)
+    return f"{registry_server.host}/{repository}"
+
+
+@pytest.fixture
+def private_oci_cache(tmp_path, monkeypatch) -> Path:
+    """Base blobs pulled by a test go to its own cache, not the user's."""
+    monkeypatch.setenv("OMP_NINFER_OCI_CACHE", str(tmp_path / "oci-cache"))
+    return tmp_path / "oci-cache"

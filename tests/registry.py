@@ -221,7 +221,8 @@ class FaultProxy:
                         rule.seen += 1
                         value = "sha256:" + "0" * 64
                     self.send_header(key, value)
-                self.send_header("Content-Length", str(len(data)))
+                # A HEAD answer has no body but announces the length of the GET body.
+                self.send_header("Content-Length", response.getheader("Content-Length", "0") if self.command == "HEAD" else str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -30,13 +30,8 @@ LANE = "rtx5090-container"
 
 
 @pytest.fixture(autouse=True)
-def _private_blob_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("OMP_NINFER_OCI_CACHE", str(tmp_path / "oci-cache"))
-
-
-@pytest.fixture(scope="session")
-def local_base(tmp_path_factory) -> imagekit.BaseImageInfo:
-    return imagekit.build_base_layout(tmp_path_factory.mktemp("base") / "layout", cudart=None)
+def _private_cache(private_oci_cache):
+    return private_oci_cache
 
 
 @pytest.fixture
@@ -325,13 +320,6 @@ def test_a_corrupted_base_blob_is_refused(tmp_path, lane, local_base):
 
 
 # -- the base from a registry -----------------------------------------------------
-
-@pytest.fixture(scope="session")
-def pushed_base(registry_server, local_base) -> str:
-    repository = "test/cuda-runtime"
-    imagekit.push_base(local_base, registry_server.host, repository)
-    return f"{registry_server.host}/{repository}"
-
 
 @pytest.mark.registry
 def test_base_pulled_by_digest_from_a_registry_gives_the_same_image(tmp_path, lane, local_base, pushed_base):
