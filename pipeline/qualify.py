@@ -200,7 +200,7 @@ def _check_redaction(node: Any, path: str, file: Any) -> None:
             return
         for key, value in node.items():
             where = f"{path}.{key}"
-            if is_content_key(key) and value is not None and not (isinstance(value, dict) and "redacted" in value):
+            if is_content_key(key) and isinstance(value, (str, list)):
                 raise _bad(file, where, "records content in the clear", type(value).__name__, '{"redacted": true, "sha256": ...}')
             _check_redaction(value, where, file)
     elif isinstance(node, list):

@@ -853,21 +853,23 @@ def gate_protocol(run: RunContext) -> Gate:
         checks["stateful_continuation"] = contains_exactly(response_text(recall), words["first"])
         if not checks["stateful_continuation"]:
             raise GateFailure("a continuation with previous_response_id did not recall the parent's content")
+        # Two forks of one parent, each remembering a word in its own slot: each must recall its
+        # own word and neither may see its sibling's.
         fork_a = create("fork_a", f"Remember the second code word: {words['fork_a']}. Reply with OK.", previous=parent["id"])
-        fork_b = create("fork_b", f"Remember the second code word: {words['fork_b']}. Reply with OK.", previous=parent["id"])
+        fork_b = create("fork_b", f"Remember the third code word: {words['fork_b']}. Reply with OK.", previous=parent["id"])
         assert fork_a is not None and fork_b is not None
-        ask = "What is the second code word? Reply with the word only."
-        answer_a = create("fork_a_continuation", ask, previous=fork_a["id"])
-        answer_b = create("fork_b_continuation", ask, previous=fork_b["id"])
-        assert answer_a is not None and answer_b is not None
-        text_a, text_b = response_text(answer_a), response_text(answer_b)
+        recalls = {}
+        for label, fork, slot in (("a_own", fork_a, "second"), ("b_own", fork_b, "third"), ("a_sibling", fork_a, "third"), ("b_sibling", fork_b, "second")):
+            answer = create(f"fork_{label}", f"What is the {slot} code word? Reply with the word only.", previous=fork["id"])
+            assert answer is not None
+            recalls[label] = response_text(answer)
         checks["forks"] = 2
         checks["fork_isolation"] = (
-            contains_exactly(text_a, words["fork_a"]) and not contains_exactly(text_a, words["fork_b"])
-            and contains_exactly(text_b, words["fork_b"]) and not contains_exactly(text_b, words["fork_a"])
+            contains_exactly(recalls["a_own"], words["fork_a"]) and contains_exactly(recalls["b_own"], words["fork_b"])
+            and not contains_exactly(recalls["a_sibling"], words["fork_b"]) and not contains_exactly(recalls["b_sibling"], words["fork_a"])
         )
         if not checks["fork_isolation"]:
-            raise GateFailure("two forks of one parent did not keep their own state")
+            raise GateFailure("two forks of one parent did not keep their own state (a fork lost its word or saw its sibling's)")
         fetched = client.request("GET", f"/v1/responses/{parent['id']}", timeout=60)
         statuses["retrieve"] = fetched.status_code
         if fetched.status_code != 200 or client.json_of(fetched, "GET /v1/responses/{id}").get("id") != parent["id"]:
@@ -1275,5 +1277,5 @@ def gate_gpu_smoke(
 
 
 def is_content_key(key: str) -> bool:
-    """Receipt keys whose values could carry content and must be redacted."""
+    """Receipt keys whose text values could carry content: they must be redacted objects (booleans are fine)."""
     return key in ("output", "nonce", "prompt", "text", "content", "input") or key.endswith(("_output", "_prompt", "_nonce", "_text"))

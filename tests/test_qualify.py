@@ -150,3 +150,430 @@ def test_validator_refuses_inconsistent_receipts(tmp_path):
     refused(lambda d: d["gates"]["gpu_smoke"].update(output="the model said this"), "gates.gpu_smoke.output")
     refused(lambda d: d["gates"]["gpu_smoke"].update(status="failed"), "status")
     assert set(GATE_ORDER) == set(good["gates"]) | set(good["gates_not_run"])
+
+
+# -- against the protocol-faithful server ---------------------------------------------------
+
+import contextlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+from ninfer_fake_server import FakeNInfer, Faults  # noqa: E402
+
+from pipeline import qualify_harness  # noqa: E402
+from pipeline.qualify import resolve_identity  # noqa: E402
+from pipeline.qualify_harness import GpuSamples  # noqa: E402
+
+KEY = "sk-omp-qualify-RECOGNISABLE-4f1c9e2a7b3d5e6f8a9b0c1d2e3f4a5b"
+FAST = {  # small sizes so a fault test runs in well under a second; thresholds stay the lane's
+    "advertised_prompt_tokens": 4096,
+    "benchmark_prompt_tokens": 512,
+    "completion_tokens": 128,
+}
+
+
+class FakeGpu:
+    """What nvidia-smi would report on the lane's GPU (the real one runs in the gpu-marked test)."""
+
+    def __init__(self, peak_mib: float = 22000, power_w: float = 310.5, name: str = "NVIDIA GeForce RTX 4090", cc: str = "8.9"):
+        self.peak, self.power, self.name, self.cc = peak_mib, power_w, name, cc
+
+    def facts(self):
+        return {"gpu_name": self.name, "driver": "580.95.05", "cuda": "13.0", "compute_capability": self.cc,
+                "memory_total_mib": 24564, "nvidia_smi": "580.95.05", "gpu_index": 0, "gpu_count": 1}
+
+    @contextlib.contextmanager
+    def sampling(self):
+        samples = GpuSamples()
+        samples.add(self.peak * 0.9, self.power * 0.8)
+        yield samples
+        samples.add(self.peak, self.power)
+
+
+def lane_with(lane_name: str, **qualification):
+    lane = find_lane(lane_name)
+    return lane.with_overrides(qualification={**lane.qualification, **qualification})
+
+
+def status_identity(ident) -> dict:
+    identity = ident.identity
+    return {
+        **identity["build_identity"],
+        "deployment_profile": ident.deployment_profile,
+        "binary_sha256": identity["server_binary_sha256"],
+        "config_sha256": identity["configuration_sha256"] or "c" * 64,
+        "model_artifact_sha256": identity["model_artifact_sha256"],
+    }
+
+
+@contextlib.contextmanager
+def serving(dist: Path, lane, faults: Faults | None = None, key: str = KEY):
+    ident = resolve_identity(Context.open(dist), lane)
+    with FakeNInfer(api_key=key, identity=status_identity(ident), faults=faults) as fake:
+        yield fake
+
+
+def qualify_live(dist: Path, lane, fake: FakeNInfer, *, gpu=None, hook="fake", key: str = KEY, now: str = NOW):
+    stage = QualifyStage(
+        Context.open(dist),
+        lane,
+        endpoint=fake.url,
+        api_key=key,
+        restart_hook=fake if hook == "fake" else hook,
+        gpu=gpu if gpu is not None else FakeGpu(),
+        now=now,
+    )
+    execute(stage, force=True)
+    return load_receipt(stage.receipt_path), stage
+
+
+@pytest.fixture
+def quick_restart(monkeypatch):
+    monkeypatch.setattr(qualify_harness, "RESTART_GRACE_SECONDS", 1.0)
+
+
+def test_every_gate_passes_against_the_faithful_server_at_the_advertised_size(tmp_path, capsys):
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    lane = find_lane("4090")
+    with serving(dist, lane) as fake:
+        receipt, stage = qualify_live(dist, lane, fake)
+    assert receipt["status"] == "passed", receipt["status_reason"]
+    assert receipt["gates_not_run"] == []
+    gates = receipt["gates"]
+    assert all(gates[name]["status"] == "passed" for name in ENDPOINT_GATES)
+    # The Windows lane's binaries cannot run on this Linux host: the smoke gate says so.
+    assert gates["gpu_smoke"]["status"] == "skipped" and "windows-x86_64" in gates["gpu_smoke"]["reason"]
+    retrieval = gates["long_context_retrieval"]
+    assert retrieval["prompt_tokens"] == 130048 == retrieval["target_prompt_tokens"]
+    assert retrieval["exact_output"] is True and retrieval["cold"] is True
+    assert retrieval["nonce"]["redacted"] is True and retrieval["output"]["redacted"] is True
+    assert len(retrieval["fixture_sha256"]) == 64
+    decode = gates["decode_throughput"]
+    assert decode["completion_tokens"] == 1024 and decode["tokens_per_second"] >= 135.0
+    assert gates["prefill_throughput"]["computed_prompt_tokens"] == 4541
+    assert gates["time_to_first_token"]["seconds"] <= 2.0
+    assert gates["gpu_resources"]["peak_vram_mib"] == 22000 and gates["gpu_resources"]["max_power_w"] == 310.5
+    restart = gates["restart"]
+    assert restart["process_replaced"] is True and restart["exact_output"] is True
+    assert restart["restored_cached_input_tokens"] > 1000 and restart["post_restart_deleted_continuation_status"] == 404
+    protocol = gates["protocol"]["checks"]
+    assert protocol["forks"] == 2 and protocol["streaming_parity"] and protocol["surviving_descendant_continued"]
+    assert gates["security"]["unauthenticated"]["POST /v1/responses"] == {"no_key": 401, "wrong_key": 401}
+    assert receipt["endpoint"] == {"host": "127.0.0.1", "port": fake.port}
+    assert receipt["host"]["gpu_name"] == "NVIDIA GeForce RTX 4090"
+    # The fixture is deterministic: the same lane and size give the same fixture hash.
+    with serving(dist, lane) as fake:
+        again, _ = qualify_live(dist, lane, fake)
+    assert again["gates"]["long_context_retrieval"]["fixture_sha256"] == retrieval["fixture_sha256"]
+    # The key is never recorded or printed.
+    captured = capsys.readouterr()
+    for text in (stage.receipt_path.read_text(), (dist / "register.json").read_text(), captured.out, captured.err):
+        assert KEY not in text and KEY[10:30] not in text
+
+
+WRONG = "0" * 64
+
+
+@pytest.mark.parametrize(
+    ("faults", "gates", "reason", "sizes"),
+    [
+        (Faults(status_overrides={"binary_sha256": WRONG}), ["identity"], "server_binary_sha256", {}),
+        (Faults(status_overrides={"config_sha256": WRONG}), ["identity"], "configuration_sha256", {}),
+        (Faults(status_overrides={"model_artifact_sha256": WRONG}), ["identity"], "model_artifact_sha256", {}),
+        (Faults(status_overrides={"deployment_profile": "qwen38-4090-native-v0.6.10-beta.1"}), ["identity"], "deployment_profile", {}),
+        (Faults(status_overrides={"cuda_architecture": "86"}), ["identity"], "build_identity.cuda_architecture", {}),
+        (Faults(auth_disabled=True), ["security"], "with no key answered 200", {}),
+        (Faults(accept_any_key=True), ["security"], "with wrong key answered 200", {}),
+        (Faults(report_bind="0.0.0.0"), ["security"], "listens on 0.0.0.0", {}),
+        # A broken continuation also breaks continuing a session after a restart.
+        (Faults(broken_continuation=True), ["protocol", "restart"], "did not recall the parent", {}),
+        (Faults(shared_forks=True), ["protocol"], "saw its sibling's", {}),
+        (Faults(delete_noop=True), ["protocol"], "GET of a deleted response answered 200", {}),
+        (Faults(session_leak=True), ["protocol"], "cross_session_continuation: POST /v1/responses answered 200, expected 404", {}),
+        (Faults(stream_differs=True), ["protocol"], "streamed text differs", {}),
+        # The benchmark streams too, so a malformed stream also leaves nothing to measure.
+        (Faults(stream_no_done=True), ["protocol", "decode_throughput", "prefill_throughput", "time_to_first_token"], "SSE stream is malformed", {}),
+        (Faults(wrong_nonce=True), ["long_context_retrieval"], "not recalled exactly", {}),
+        (Faults(context_window=2048), ["long_context_retrieval"], "not recalled exactly", {}),
+        (Faults(decode_tokens_per_second=60.0), ["decode_throughput"], "below the lane's 135", {}),
+        (Faults(short_completion=100), ["decode_throughput"], "stopped after 100 of 128 tokens", {}),
+        # Slow prefill (still inside the 2 s first-token budget for the 512-token benchmark prompt).
+        (Faults(prefill_tokens_per_second=400.0), ["prefill_throughput"], "below the lane's 1900", {"advertised_prompt_tokens": 1024}),
+        # A long first-token wait over a prompt large enough that prefill still clears its threshold.
+        (Faults(first_token_delay=2.2), ["time_to_first_token"], "above the lane's 2 s", {"benchmark_prompt_tokens": 8192}),
+        (Faults(restart_fails=True), ["restart"], "did not answer /health", {}),
+        (Faults(restart_loses_state=True), ["restart"], "after the restart answered 404", {}),
+        (Faults(restart_same_instance=True), ["restart"], "process was not replaced", {}),
+        (Faults(restart_delay=1.5), ["restart"], "above the lane's 1 s", {}),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
+def test_each_fault_fails_its_gate(tmp_path, quick_restart, faults, gates, reason, sizes):
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    lane = lane_with("4090", **{**FAST, **sizes}, max_restart_seconds=1.0)
+    with serving(dist, lane, faults) as fake:
+        receipt, _ = qualify_live(dist, lane, fake)
+    assert receipt["status"] == "failed"
+    first = gates[0]
+    result = receipt["gates"][first]
+    assert result["status"] == "failed", result
+    assert reason in result["reason"], result["reason"]
+    assert receipt["status_reason"].startswith(f"gate {first} failed")
+    failed = [name for name, g in receipt["gates"].items() if g["status"] == "failed"]
+    assert sorted(failed) == sorted(gates)
+    if first == "identity":
+        # A mismatch fails the whole receipt: nothing is measured against other bytes.
+        assert receipt["gates_not_run"] == list(ENDPOINT_GATES[1:])
+        assert result["mismatches"][0]["field"] == reason and result["mismatches"][0]["found"] in (WRONG, "86", "qwen38-4090-native-v0.6.10-beta.1")
+    else:
+        assert receipt["gates_not_run"] == []
+    # Every other endpoint gate still passed: each fault breaks exactly what it should.
+    assert all(receipt["gates"][n]["status"] == "passed" for n in receipt["gates"] if n not in gates and n != "gpu_smoke")
+
+
+def test_a_non_loopback_bind_is_found_by_probing(tmp_path):
+    addresses = qualify_harness.local_non_loopback_addresses()
+    if not addresses:
+        pytest.skip("this host has no non-loopback address to probe")
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    lane = lane_with("4090", **FAST)
+    # The server lies (reports 127.0.0.1) but really listens on every interface.
+    with serving(dist, lane, Faults(bind_all=True, report_bind="127.0.0.1")) as fake:
+        receipt, _ = qualify_live(dist, lane, fake)
+    security = receipt["gates"]["security"]
+    assert security["status"] == "failed" and "also accepts connections" in security["reason"]
+    assert security["non_loopback_probe"]["reachable"]
+
+
+def test_missing_vram_samples_or_restart_hook_cannot_pass(tmp_path, quick_restart):
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    lane = lane_with("4090", **FAST)
+    with serving(dist, lane) as fake:
+        receipt, _ = qualify_live(dist, lane, fake, gpu=NoGpu(), hook=None)
+    assert receipt["status"] == "failed"
+    assert receipt["gates"]["gpu_resources"]["status"] == "skipped"
+    assert receipt["gates"]["restart"]["status"] == "skipped" and "--restart-command" in receipt["gates"]["restart"]["reason"]
+    assert "required gate gpu_resources did not pass" in receipt["status_reason"]
+    with serving(dist, lane) as fake:
+        over, _ = qualify_live(dist, lane, fake, gpu=FakeGpu(peak_mib=23900))
+    assert over["gates"]["gpu_resources"]["status"] == "failed" and "above the lane's 23500 MiB" in over["gates"]["gpu_resources"]["reason"]
+
+
+def test_fixture_sizing_uses_the_servers_counter_or_reports_the_miss(tmp_path):
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    lane = lane_with("4090", **FAST)
+    with serving(dist, lane, Faults(count_tokens_missing=True)) as fake:
+        receipt, _ = qualify_live(dist, lane, fake)
+    retrieval = receipt["gates"]["long_context_retrieval"]
+    assert retrieval["fixture"]["counted_prompt_tokens"] is None
+    assert retrieval["status"] == "failed" and "not the advertised 4096" in retrieval["reason"]
+
+
+def test_unreachable_endpoint_gives_an_honest_pending_receipt(tmp_path, capsys):
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    lane = find_lane("4090")
+    with serving(dist, lane) as fake:
+        url = fake.url
+    stage = QualifyStage(Context.open(dist), lane, endpoint=url, api_key=KEY, gpu=FakeGpu(), now=NOW)
+    execute(stage, force=True)
+    receipt = load_receipt(stage.receipt_path)
+    assert receipt["status"] == "hardware-pending" and receipt["endpoint"] is None
+    assert "did not answer" in receipt["status_reason"] and receipt["gates_not_run"] == list(ENDPOINT_GATES)
+    assert "did not answer" in capsys.readouterr().err
+
+
+def test_the_endpoint_needs_a_key(tmp_path):
+    from pipeline.errors import UsageError
+
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    with pytest.raises(UsageError, match="--api-key-file"):
+        execute(QualifyStage(Context.open(dist), find_lane("4090"), endpoint="http://127.0.0.1:9", gpu=NoGpu()))
+
+
+# -- import ------------------------------------------------------------------------------------
+
+
+def owner_receipt(tmp_path: Path, lane_name: str = "4090", faults: Faults | None = None) -> Path:
+    """A receipt made on the 'owner's hardware' (another dist) by the harness against the test server."""
+    owner = tmp_path / "owner-dist"
+    fake_build(owner, lane_name)
+    lane = find_lane(lane_name)
+    with serving(owner, lane, faults) as fake:
+        _receipt, stage = qualify_live(owner, lane, fake, now="2026-11-03T08:00:00Z")
+    target = tmp_path / f"{lane.id}-owner.json"
+    target.write_bytes(stage.receipt_path.read_bytes())
+    return target
+
+
+def test_import_binds_a_receipt_for_the_same_bytes(tmp_path):
+    source = owner_receipt(tmp_path)
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    stage, _ = pending(dist, "4090")
+    assert load_receipt(stage.receipt_path)["status"] == "hardware-pending"
+    stage, result = pending(dist, "4090", import_path=source)
+    receipt = load_receipt(stage.receipt_path)
+    original = json.loads(source.read_text())
+    assert receipt["status"] == "passed"
+    assert receipt["imported"] == {"source_sha256": sha256_bytes(source.read_bytes()), "imported_from": source.name}
+    assert {k: v for k, v in receipt.items() if k != "imported"} == original
+    assert result.outputs[0].attrs["status"] == "passed"
+    # A later run without a runtime keeps the hardware evidence for these bytes.
+    stage, result = pending(dist, "4090")
+    assert load_receipt(stage.receipt_path)["status"] == "passed"
+    assert result.outputs[0].attrs["status"] == "passed"
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d["identity"].update(server_binary_sha256="e" * 64), "identity.server_binary_sha256"),
+        (lambda d: d["identity"]["binaries"].update({"ninfer.exe": "e" * 64}), "identity.binaries.ninfer.exe"),
+        (lambda d: d["identity"].update(source_commit="3" * 40), "identity.source_commit"),
+        (lambda d: d["identity"].update(configuration_sha256="e" * 64), "identity.configuration_sha256"),
+        (lambda d: d["identity"].update(model_artifact_sha256="e" * 64), "identity.model_artifact_sha256"),
+        (lambda d: d["identity"].update(package={"name": "other.tar.gz", "sha256": "e" * 64, "bytes": 10}), "identity.package"),
+        (lambda d: d.update(component_tag="v0.7.0-qwen38-4090-beta.1"), "component_tag"),
+        (lambda d: d["thresholds"].update(min_decode_tokens_per_second=100.0), "thresholds.min_decode_tokens_per_second"),
+    ],
+)
+def test_import_refuses_a_receipt_for_other_bytes(tmp_path, change, field):
+    from pipeline.errors import IntegrityError
+
+    source = owner_receipt(tmp_path)
+    document = json.loads(source.read_text())
+    change(document)
+    source.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    with pytest.raises(IntegrityError) as caught:
+        pending(dist, "4090", import_path=source)
+    assert caught.value.field == field
+    message = caught.value.render()
+    assert str(source.name) in message and "found" in message and "expected" in message
+    assert not (dist / "rtx4090-windows-native" / "qualification").exists()
+
+
+def test_import_refuses_pending_receipts_and_a_receipt_carrying_the_key(tmp_path):
+    from pipeline.errors import IntegrityError, register_secret
+
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    stage, _ = pending(dist, "4090")
+    copy = tmp_path / "pending.json"
+    copy.write_bytes(stage.receipt_path.read_bytes())
+    with pytest.raises(InputError, match="no hardware evidence"):
+        pending(dist, "4090", import_path=copy)
+    source = owner_receipt(tmp_path)
+    document = json.loads(source.read_text())
+    document["gates"]["security"]["note"] = "key was " + KEY
+    source.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    register_secret(KEY)
+    with pytest.raises(IntegrityError, match="contains a secret") as caught:
+        pending(dist, "4090", import_path=source)
+    assert KEY not in caught.value.render()
+
+
+# -- the CLI, a real server process and a real restart ------------------------------------------------
+
+FAKE_SMI = """#!/bin/sh
+case "$*" in
+  *--version*) echo "NVIDIA-SMI version  : 580.95.05"; echo "CUDA Version       : 13.0" ;;
+  *memory.used*) echo "21873, 287.45" ;;
+  *--query-gpu=name,driver_version,compute_cap,memory.total*) echo "NVIDIA GeForce RTX 4090, 580.95.05, 8.9, 24564" ;;
+  "") echo "| NVIDIA-SMI 580.95.05    Driver Version: 580.95.05    CUDA Version: 13.0 |" ;;
+  *) exit 6 ;;
+esac
+"""
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_cli_qualifies_a_server_process_and_restarts_it_for_real(tmp_path, monkeypatch):
+    import time
+
+    import requests
+
+    from conftest import ROOT
+
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    ident = resolve_identity(Context.open(dist), find_lane("4090"))
+    (tmp_path / "identity.json").write_text(json.dumps(status_identity(ident)))
+    key_file = tmp_path / "api-key"
+    key_file.write_text(KEY + "\n")
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "nvidia-smi").write_text(FAKE_SMI)
+    (tools / "nvidia-smi").chmod(0o755)
+    port = _free_port()
+    pidfile = tmp_path / "server.pid"
+    server = ROOT / "tests" / "ninfer_fake_server.py"
+    subprocess.run(
+        [sys.executable, str(server), "start", "--", "--port", str(port), "--api-key-file", str(key_file),
+         "--identity", str(tmp_path / "identity.json"), "--state", str(tmp_path / "state.json"), "--pidfile", str(pidfile)],
+        check=True, timeout=30,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(requests.RequestException):
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            time.sleep(0.05)
+        assert pidfile.exists(), "the test server did not start"
+        first_pid = pidfile.read_text()
+        env = dict(__import__("os").environ, PATH=f"{tools}:{__import__('os').environ['PATH']}")
+        command = [
+            sys.executable, "-m", "pipeline", "qualify", "--lane", "4090", "--dist", str(dist),
+            "--endpoint", f"http://127.0.0.1:{port}/v1", "--api-key-file", str(key_file),
+            "--restart-command", f"{sys.executable} {server} restart --pidfile {pidfile}",
+        ]
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        receipt_path = dist / "rtx4090-windows-native" / "qualification" / "rtx4090-windows-native.json"
+        assert result.returncode == 0, result.stderr
+        receipt = load_receipt(receipt_path)
+        assert receipt["status"] == "passed", receipt["status_reason"]
+        assert pidfile.read_text() != first_pid, "the restart command replaced the process"
+        assert receipt["gates"]["restart"]["process_replaced"] is True
+        assert receipt["host"] == {"gpu_name": "NVIDIA GeForce RTX 4090", "driver": "580.95.05", "cuda": "13.0", "compute_capability": "8.9",
+                                   "memory_total_mib": 24564, "nvidia_smi": "580.95.05", "gpu_index": 0, "gpu_count": 1}
+        assert receipt["gates"]["gpu_resources"]["peak_vram_mib"] == 21873 and receipt["gates"]["gpu_resources"]["max_power_w"] == 287.45
+        assert result.stdout.strip() == f"rtx4090-windows-native\tpassed\t{receipt_path}"
+        for text in (result.stdout, result.stderr, receipt_path.read_text()):
+            assert KEY not in text
+        assert "gate restart: passed" in result.stderr
+    finally:
+        with contextlib.suppress(Exception):
+            __import__("os").kill(int(pidfile.read_text()), 15)
+
+
+def test_cli_exit_code_and_all_lanes_pick_the_served_lane(tmp_path, capsys):
+    from pipeline.cli import main
+
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    fake_build(dist, "5090")
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY)
+    lane = find_lane("4090")
+    with serving(dist, lane, Faults(status_overrides={"model_artifact_sha256": WRONG})) as fake:
+        code = main(["qualify", "--all", "--dist", str(dist), "--endpoint", fake.url, "--api-key-file", str(key_file)])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "rtx4090-windows-native\tfailed" in out and "rtx5090-container\thardware-pending" in out
+    five = load_receipt(dist / "rtx5090-container" / "qualification" / "rtx5090-container.json")
+    assert "serves lane rtx4090-windows-native" in five["status_reason"]
