@@ -67,8 +67,12 @@ def sha256_files(paths: Iterable[Path], jobs: int | None = None) -> dict[Path, s
     workers = max(1, min(jobs or os.cpu_count() or 1, len(items)))
     if workers == 1:
         return {path: sha256_file(path) for path in items}
+    # Largest first (LPT scheduling): a big file started last would leave the other
+    # threads idle at the end; this keeps a 2-core run within a few % of 2x.
+    order = sorted(items, key=lambda p: os.stat(p).st_size, reverse=True)
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(items, pool.map(sha256_file, items), strict=True))
+        digests = dict(zip(order, pool.map(sha256_file, order), strict=True))
+    return {path: digests[path] for path in items}
 
 
 def is_sha256_hex(value: object) -> bool:
