@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import InputError, PipelineError, RemoteError
+from .errors import EnvironmentProblem, InputError, PipelineError, RemoteError
 from .util import ui
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
 
@@ -553,6 +554,16 @@ class Auditor:
                 self.add(Item(binding.label, False, problem, binding.kind, {"field": binding.field}))
             else:
                 runnable.append(binding)
+        needed = sum(b.size for b in runnable if isinstance(b.size, int))
+        cache.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(cache).free
+        if needed > free:
+            raise EnvironmentProblem(
+                f"the cache folder has {ui.human_bytes(free)} free, the release binds {ui.human_bytes(needed)}",
+                file=cache,
+                why="every asset is kept in the cache while it is checked (and for resuming)",
+                fix="pass --cache DIR on a disk with enough room",
+            )
         fetched = self._fetch_all(runnable, cache)
         by_group: dict[str, list[Fetched]] = {}
         for result in fetched:
@@ -662,8 +673,6 @@ class Auditor:
             bound[result.binding.name] = result
         folder = cache / "sets" / lane
         if folder.exists():
-            import shutil
-
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         for name in [*sorted(listed), "SHA256SUMS"]:
@@ -822,8 +831,6 @@ def _link(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
     except OSError:
-        import shutil
-
         shutil.copyfile(source, target)
 
 

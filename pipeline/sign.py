@@ -319,8 +319,9 @@ def verify_bundle(
     """Verify a Sigstore bundle offline; return what it proves or raise `SignatureError`.
 
     `artifact` is a file path, the file's bytes, or its `Sha256Digest`.  The
-    policy is the certificate identity (SAN) and OIDC issuer, plus — when given
-    — the GitHub workflow repository ('owner/repo') and ref ('refs/tags/v1').
+    policy is the certificate identity (SAN) and OIDC issuer, plus the GitHub
+    workflow repository ('owner/repo') and ref ('refs/tags/v1') — given, or read
+    from a GitHub Actions workflow identity.
     """
     from sigstore.errors import Error as SigstoreError
     from sigstore.hashes import Hashed
@@ -342,6 +343,9 @@ def verify_bundle(
     raw, bundle_name = _read_bundle(bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path))
     trust_name = trust_config if isinstance(trust_config, str) else getattr(trust_config, "name", "pinned")
     trust = load_trust_config(trust_config)
+    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
+        # A workflow identity names its repository and ref: check Fulcio's claims for them too.
+        repository, ref = github_claims(identity)
     checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]
     if repository:
         checks.append(policy.GitHubWorkflowRepository(normalize_repository(repository)))

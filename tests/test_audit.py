@@ -737,3 +737,15 @@ def test_a_local_manifest_path_is_audited_too(server, tmp_path):
 
 
 
+
+
+def test_too_little_room_in_the_cache_stops_before_any_download(server, tmp_path, monkeypatch, capsys):
+    from collections import namedtuple
+
+    tree = Tree(server, None, None)
+    url = tree.publish()
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(audit.shutil, "disk_usage", lambda path: usage(10 << 20, 9 << 20, 1 << 20))
+    assert cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--quiet"]) == ExitCode.ENVIRONMENT
+    assert "the cache folder has 1.0 MiB free, the release binds 11.0 MiB" in capsys.readouterr().err
+    assert [path for path, _ in server.log] == [tree.manifest_path]
