@@ -19,6 +19,7 @@ with unchanged inputs is a no-op (the stage contract).
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -666,12 +667,6 @@ def register_cli(sub) -> None:
     check.add_argument("--beta", type=int, help="beta number (default: from the names or the receipt)")
     check.add_argument("--shallow", action="store_true", help="names, checksums and receipt only; do not open the package and SBOMs")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--lanes-dir", type=Path, default=None, help=argparse_suppress())
+    check.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     check.add_argument("--quiet", action="store_true", help="print only errors and results")
     check.set_defaults(func=_check_assets_command)
-
-
-def argparse_suppress():
-    import argparse
-
-    return argparse.SUPPRESS
