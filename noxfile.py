@@ -11,8 +11,14 @@ Options come from environment variables, because nox hands the same
   PIPELINE_TOOLCHAIN  pinned (default) or system
   PIPELINE_PREBUILT   folder of prebuilt binaries for the lane being built
   PIPELINE_REGISTRY   HOST[:PORT]/REPO for `push`
+  PIPELINE_IMAGE_DEFINITION  image definition for `image` (default: containers/<the lane's>.toml)
+  PIPELINE_BASE_LAYOUT       local OCI layout holding the pinned base image (default: pull it by digest)
+  PIPELINE_REGISTRY_USERNAME, PIPELINE_REGISTRY_PASSWORD  push credentials (else the Docker config file)
   PIPELINE_RELEASE    product release for `compose`/`verify` (e.g. v0.13.1)
   PIPELINE_MANIFEST   manifest path or URL for `audit`
+  PIPELINE_ENDPOINT, PIPELINE_API_KEY_FILE, PIPELINE_RESTART_COMMAND
+                      the live runtime `qualify` runs its gates against (without: hardware-pending)
+  PIPELINE_IMPORT_RECEIPT  a receipt from the owner's hardware for `qualify-<short>` to bind
 
 Posargs go to `tests` (pytest arguments) only.
 """
@@ -48,6 +54,14 @@ def _env_flags(*pairs: tuple[str, str]) -> list[str]:
     return flags
 
 
+def _qualify_flags() -> list[str]:
+    return _env_flags(
+        ("PIPELINE_ENDPOINT", "--endpoint"),
+        ("PIPELINE_API_KEY_FILE", "--api-key-file"),
+        ("PIPELINE_RESTART_COMMAND", "--restart-command"),
+    )
+
+
 def _required(session: nox.Session, variable: str, example: str) -> str:
     value = os.environ.get(variable)
     if not value:
@@ -71,7 +85,7 @@ for _short, _lane in LANES.items():
     nox.session(name=f"package-{_short}", venv_backend="none")(_package)
 
     def _qualify(session: nox.Session, lane: str = _lane) -> None:
-        _pipeline(session, "qualify", "--lane", lane, *_env_flags(("PIPELINE_ENDPOINT", "--endpoint")))
+        _pipeline(session, "qualify", "--lane", lane, *_qualify_flags(), *_env_flags(("PIPELINE_IMPORT_RECEIPT", "--import")))
 
     _qualify.__doc__ = f"Qualify the packaged {_lane} bytes into a lane receipt (hardware-pending without a runtime endpoint)."
     nox.session(name=f"qualify-{_short}", venv_backend="none")(_qualify)
@@ -98,7 +112,7 @@ def push(session: nox.Session) -> None:
 @nox.session(venv_backend="none")
 def qualify(session: nox.Session) -> None:
     """Qualify every packaged lane into lane receipts (hardware-pending without an endpoint)."""
-    _pipeline(session, "qualify", "--all", *_env_flags(("PIPELINE_ENDPOINT", "--endpoint")))
+    _pipeline(session, "qualify", "--all", *_qualify_flags())
 
 
 @nox.session(venv_backend="none")

@@ -12,7 +12,6 @@ import base64
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -303,7 +302,7 @@ def test_secrets_never_reach_the_receipt_even_if_they_match_a_value(image_dist, 
 @pytest.mark.slow
 @pytest.mark.cuda
 def test_build_package_image_push_and_run_the_unpacked_server(tmp_path, sample_repo, registry_server):
-    """nox -s build-5090 package image push, through the same CLI, twice; then run the image's binary."""
+    """`nox -s build-5090 package image push` through the same CLI, twice; then run the image's binary."""
     from pipeline.toolchain import for_lane
 
     repo_path, commit = sample_repo
@@ -319,10 +318,11 @@ def test_build_package_image_push_and_run_the_unpacked_server(tmp_path, sample_r
     for run in ("a", "b"):
         dist = tmp_path / f"dist-{run}"
         assert main(["build", "--lane", "5090", "--source", f"{repo_path}@{commit}", "--dist", str(dist)]) == 0
-        package_lane(dist, lane)
+        assert main(["package", "--lane", LANE, "--dist", str(dist)]) == 0
         assert main(["image", "--lane", LANE, "--definition", str(definition), "--dist", str(dist)]) == 0
         digests.append(Register(dist).one("oci-layout", lane=LANE, needed_by="t", produced_by="t").attrs["manifest_digest"])
     assert digests[0] == digests[1], "two runs of the chain gave different image digests"
+    assert Register(tmp_path / "dist-a").query("package-build-receipt", lane=LANE), "the real package stage did not run"
     digest = digests[0]
 
     dist = tmp_path / "dist-a"
@@ -359,26 +359,6 @@ def test_build_package_image_push_and_run_the_unpacked_server(tmp_path, sample_r
         "cuda_compiler", "cuda_toolkit", "cuda_architecture", "source_dirty"))
     assert version.strip() == expected
     assert json.loads((rootfs / "opt" / "ninfer" / "build-identity.json").read_bytes())["binaries"] == identity["binaries"]
-
-
-def package_lane(dist: Path, lane) -> None:
-    """The package stage when it is there; until it lands, an archive of the build in its contract shape."""
-    import importlib.util
-
-    if importlib.util.find_spec("pipeline.package") is not None and _package_stage_is_ready():
-        assert main(["package", "--lane", lane.id, "--dist", str(dist)]) == 0
-        return
-    build = dist / lane.id / "build"
-    identity = json.loads((build / "build-identity.json").read_bytes())
-    binaries = {name: build / "bin" / name for name in identity["binaries"]}
-    imagekit.write_package(dist, lane, binaries=binaries, identity=identity)
-
-
-def _package_stage_is_ready() -> bool:
-    """pipeline/package.py is committed (not someone's work in progress in a shared checkout)."""
-    root = Path(__file__).resolve().parent.parent
-    tracked = subprocess.run(["git", "-C", str(root), "ls-files", "--error-unmatch", "pipeline/package.py"], capture_output=True)
-    return tracked.returncode == 0 and shutil.which("git") is not None
 
 
 def test_registry_server_helper_stops_its_process(tmp_path):
