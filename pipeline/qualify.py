@@ -21,7 +21,7 @@ configuration are re-hashed, plus the outer `SHA256SUMS`), then writes one
   checking that its identity equals this package's field by field; otherwise it
   is refused naming the field, what the receipt says and what the package is.
 
-A run without endpoint or import never replaces a receipt that already holds
+A run that reaches no runtime never replaces a receipt that already holds
 hardware evidence (passed or failed) for the same identity; ``--force`` does.
 The CLI exits 0 for passed and hardware-pending receipts and 1 when a receipt
 failed, so a release job stops on a failed qualification.
@@ -402,15 +402,24 @@ def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, li
         if payload_identity is None:
             raise IntegrityError("the package holds no build-identity.json", file=package_path)
         inner = json.loads(payload_identity.decode("utf-8"))
-        for key in (*IDENTITY_KEYS, "binaries"):
+        for key in IDENTITY_KEYS:
             if inner.get(key) != build.get(key):
                 raise IntegrityError("the package's build identity differs from the build's", file=package_path, field=f"build-identity.json: {key}", found=inner.get(key), expected=build.get(key))
-        for name, digest in binaries.items():
+        # The package may have rewritten binaries (a relative RUNPATH); it then keeps the built
+        # hashes as built_binaries.  Either way the chain must lead back to this build.
+        built = inner.get("built_binaries", inner.get("binaries"))
+        if built != build["binaries"]:
+            raise IntegrityError("the package was made from another build's binaries", file=package_path, field="build-identity.json: built_binaries", found=built, expected=build["binaries"])
+        packaged = inner.get("binaries")
+        if not isinstance(packaged, dict) or server_name not in packaged:
+            raise IntegrityError("the package's build identity names no server binary", file=package_path, field="build-identity.json: binaries")
+        for name, digest in packaged.items():
             data = members.get(f"bin/{name}")
             if data is None:
-                raise IntegrityError("the package lacks a built binary", file=package_path, field=f"bin/{name}")
+                raise IntegrityError("the package lacks a binary its build identity names", file=package_path, field=f"bin/{name}")
             if sha256_bytes(data) != digest:
-                raise IntegrityError("a packaged binary differs from the build's", file=package_path, field=f"bin/{name}", found=sha256_bytes(data), expected=digest)
+                raise IntegrityError("a packaged binary differs from the package's build identity", file=package_path, field=f"bin/{name}", found=sha256_bytes(data), expected=digest)
+        binaries = dict(packaged)  # the receipt binds the bytes that ship
         packaged_config = members.get("server-config.json")
         package = {"name": package_path.name, "sha256": entry.sha256, "bytes": entry.size}
 
@@ -604,15 +613,15 @@ class QualifyStage(Stage):
         if self.mode == "import":
             document = self._imported()
         else:
-            kept = None if self.force else self._existing_evidence()
-            if kept is not None:
-                return [kept]
             document = self._qualified()
+            if document["status"] == "hardware-pending" and not self.force:
+                kept = self._existing_evidence()
+                if kept is not None:
+                    return [kept]
         return [self._write(document)]
 
     def _existing_evidence(self) -> Artifact | None:
-        if self.mode != "pending":
-            return None
+        """A receipt with hardware evidence (passed or failed) for these exact bytes, if the register holds one."""
         assert self.ident is not None
         for artefact in self.ctx.register.query("lane-receipt", lane=self.lane.id):
             path = self.ctx.register.path_of(artefact)
@@ -632,23 +641,14 @@ class QualifyStage(Stage):
         assert self.ident is not None
         ident, lane = self.ident, self.lane
         server = lane.binary_file(SERVER_BINARY)
-        runnable = facts is not None and lane.target_platform == current_host_platform()
-        if not runnable or ident.package_path is None:
-            return gate_gpu_smoke(
-                binary=ident.build_dir_binary,
-                binary_sha256=ident.identity["server_binary_sha256"],
-                lane_platform=lane.target_platform,
-                host_platform=current_host_platform(),
-                lane_compute_capability=lane.compute_capability,
-                cuda_architecture=ident.identity["build_identity"]["cuda_architecture"],
-                facts=facts,
-                library_dirs=ident.library_dirs,
-            )
-        with tempfile.TemporaryDirectory(prefix="qualify-smoke-") as scratch:
-            binary = _extract_bin(ident.package_path, Path(scratch), server)
+        expected = ident.identity["server_binary_sha256"]
+
+        def run(binary: Path | None) -> Gate:
+            if binary is not None and binary.is_file() and sha256_file(binary) != expected:
+                raise IntegrityError("the binary for the GPU smoke run is not the one the receipt binds", file=binary, found=sha256_file(binary), expected=expected)
             return gate_gpu_smoke(
                 binary=binary,
-                binary_sha256=ident.identity["server_binary_sha256"],
+                binary_sha256=expected,
                 lane_platform=lane.target_platform,
                 host_platform=current_host_platform(),
                 lane_compute_capability=lane.compute_capability,
@@ -656,6 +656,13 @@ class QualifyStage(Stage):
                 facts=facts,
                 library_dirs=ident.library_dirs,
             )
+
+        if facts is None or lane.target_platform != current_host_platform():
+            return run(None)  # skipped, with the reason
+        if ident.package_path is None:
+            return run(ident.build_dir_binary)
+        with tempfile.TemporaryDirectory(prefix="qualify-smoke-") as scratch:
+            return run(_extract_bin(ident.package_path, Path(scratch), server))
 
     def _qualified(self) -> dict[str, Any]:
         assert self.ident is not None
@@ -665,8 +672,6 @@ class QualifyStage(Stage):
         smoke = self._smoke(facts)
         gates["gpu_smoke"] = smoke
         self._show("gpu_smoke", smoke)
-        if smoke.data.get("binary_sha256") and ident.identity["server_binary_sha256"] != smoke.data["binary_sha256"]:
-            raise IntegrityError("the smoke binary is not the packaged server", field="binary_sha256")
         not_run = list(ENDPOINT_GATES)
         reached = False
         endpoint_block = None

@@ -425,10 +425,16 @@ def test_import_binds_a_receipt_for_the_same_bytes(tmp_path):
     assert receipt["imported"] == {"source_sha256": sha256_bytes(source.read_bytes()), "imported_from": source.name}
     assert {k: v for k, v in receipt.items() if k != "imported"} == original
     assert result.outputs[0].attrs["status"] == "passed"
-    # A later run without a runtime keeps the hardware evidence for these bytes.
+    # A later run that reaches no runtime keeps the hardware evidence for these bytes ...
     stage, result = pending(dist, "4090")
     assert load_receipt(stage.receipt_path)["status"] == "passed"
     assert result.outputs[0].attrs["status"] == "passed"
+    stage = QualifyStage(Context.open(dist), find_lane("4090"), endpoint="http://127.0.0.1:9", api_key=KEY, gpu=NoGpu(), now=NOW)
+    execute(stage, force=True)
+    assert load_receipt(stage.receipt_path)["status"] == "passed"
+    # ... unless told to replace it.
+    stage, result = pending(dist, "4090", force=True)
+    assert load_receipt(stage.receipt_path)["status"] == "hardware-pending"
 
 
 @pytest.mark.parametrize(
@@ -577,3 +583,163 @@ def test_cli_exit_code_and_all_lanes_pick_the_served_lane(tmp_path, capsys):
     assert "rtx4090-windows-native\tfailed" in out and "rtx5090-container\thardware-pending" in out
     five = load_receipt(dist / "rtx5090-container" / "qualification" / "rtx5090-container.json")
     assert "serves lane rtx4090-windows-native" in five["status_reason"]
+
+
+# -- the chain on the sample runtime: build -> package -> qualify (pending, then imported) -------------
+
+
+@pytest.mark.slow
+def test_native_chain_build_package_pending_then_import_from_the_owners_hardware(tmp_path_factory, tmp_path, capsys):
+    import shutil
+
+    from winfixtures import packaged_native_set
+
+    from pipeline.cli import main
+    from pipeline.serverconfig import config_sha256
+
+    workspace, packaged = packaged_native_set(tmp_path_factory)
+    dist = tmp_path / "dist"
+    shutil.copytree(packaged, dist)  # the shared packaged set stays untouched
+    lane = workspace.lane
+    register = Context.open(dist).register
+    package = register.one("package-archive", lane=lane.id, needed_by="test", produced_by="package")
+    outer = register.one("outer-checksums", lane=lane.id, needed_by="test", produced_by="package")
+
+    stage = QualifyStage(Context.open(dist), lane, gpu=NoGpu(), now=NOW)
+    execute(stage)
+    receipt = load_receipt(stage.receipt_path)
+    assert receipt["status"] == "hardware-pending"
+    identity = receipt["identity"]
+    assert identity["package"] == {"name": Path(package.path).name, "sha256": package.sha256, "bytes": package.size}
+    assert identity["outer_checksums_sha256"] == outer.sha256
+    assert identity["source_commit"] == workspace.commit
+    assert identity["configuration_sha256"] == config_sha256(workspace.contract / "server-config.json")
+    assert set(identity["binaries"]) == {"ninfer.exe", "ninfer-serve.exe", "ninfer_bench.exe"}
+
+    # The owner's hardware holds the same bytes; the harness qualifies them against the test server.
+    owner = tmp_path / "owner"
+    shutil.copytree(dist, owner)
+    with serving(owner, lane) as fake:
+        made, owner_stage = qualify_live(owner, lane, fake, now="2026-11-03T08:00:00Z")
+    assert made["status"] == "passed", made["status_reason"]
+    source = tmp_path / "rtx4090-owner-receipt.json"
+    source.write_bytes(owner_stage.receipt_path.read_bytes())
+
+    capsys.readouterr()
+    code = main(["qualify", "--lane", "4090", "--dist", str(dist), "--lanes-dir", str(workspace.lanes_dir), "--import", str(source)])
+    assert code == 0, capsys.readouterr().err
+    bound = load_receipt(stage.receipt_path)
+    assert bound["status"] == "passed" and bound["imported"]["source_sha256"] == sha256_bytes(source.read_bytes())
+    entry = Context.open(dist).register.one("lane-receipt", lane=lane.id, needed_by="test", produced_by="qualify")
+    assert entry.attrs == {"status": "passed", "component_tag": receipt["component_tag"]}
+
+    # The same receipt cannot be bound to a package with other bytes.
+    other = tmp_path / "other"
+    shutil.copytree(packaged, other)
+    register = Context.open(other).register
+    archive = register.path_of(register.one("package-archive", lane=lane.id, needed_by="test", produced_by="package"))
+    archive.write_bytes(archive.read_bytes() + b"\0")
+    capsys.readouterr()
+    code = main(["qualify", "--lane", "4090", "--dist", str(other), "--lanes-dir", str(workspace.lanes_dir), "--import", str(source)])
+    assert code == 5
+    assert "changed on disk" in capsys.readouterr().err  # the register catches the edited archive first
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+def test_container_chain_on_the_compiled_sample(tmp_path, sample_repo):
+    """build -> package -> qualify (pending) on the real sample; the owner's run executes the packaged
+    binary's selftest for real, so on a host without a driver that gate fails, honestly."""
+    import shutil
+
+    from conftest import have_nvcc
+    from pipeline.build import BuildStage
+    from pipeline.package import package_lane
+    from pipeline.source import parse_source
+
+    repo, commit = sample_repo
+    dist = tmp_path / "dist"
+    lane = find_lane("5090")
+    execute(BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned"))
+    package_lane("5090", dist=dist)
+    stage = QualifyStage(Context.open(dist), lane, gpu=NoGpu(), now=NOW)
+    execute(stage)
+    receipt = load_receipt(stage.receipt_path)
+    assert receipt["status"] == "hardware-pending" and receipt["identity"]["source_commit"] == commit
+    assert receipt["identity"]["package"]["name"] == "ninfer-qwen38-rtx5090-v0.7.0-linux-x86_64-cuda13.1.tar.gz"
+    owner = tmp_path / "owner"
+    shutil.copytree(dist, owner)
+    with serving(owner, lane) as fake:
+        made, owner_stage = qualify_live(owner, lane, fake, gpu=FakeGpu(name="NVIDIA GeForce RTX 5090", cc="12.0", peak_mib=30100))
+    smoke = made["gates"]["gpu_smoke"]
+    if qualify_harness.NvidiaSmi().facts() is None:
+        # The packaged ninfer-serve really ran: without a driver CUDA cannot start.
+        assert smoke["status"] == "failed" and "cudaGetDeviceCount failed" in smoke["reason"], smoke
+        assert made["status"] == "failed"
+    assert all(made["gates"][name]["status"] == "passed" for name in ENDPOINT_GATES)
+    source = tmp_path / "owner-receipt.json"
+    source.write_bytes(owner_stage.receipt_path.read_bytes())
+    stage = QualifyStage(Context.open(dist), lane, import_path=source, gpu=NoGpu())
+    result = execute(stage)
+    assert load_receipt(stage.receipt_path)["status"] == made["status"]
+    assert result.outputs[0].attrs["status"] == made["status"]
+
+
+@pytest.mark.gpu
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu(tmp_path):
+    """On a host with an NVIDIA driver the packaged ninfer-serve --selftest must pass for real.
+
+    QUALIFY_GPU_DIST (a dist holding a build and package for this GPU's architecture),
+    QUALIFY_GPU_LANES (its lanes folder) and QUALIFY_GPU_LIBS (libcudart.so.13) point at
+    binaries built elsewhere; without them the sample is built here for this GPU.
+    QUALIFY_GPU_OUT, when set, receives the receipt and the selftest line.
+    """
+    import os
+    import shutil
+
+    from pipeline.lanes import CUDA_ARCHITECTURES, load_lane
+    from pipeline.qualify import qualify_lanes
+
+    facts = qualify_harness.NvidiaSmi().facts()
+    if facts is None:
+        pytest.skip("no NVIDIA driver on this host: nvidia-smi is absent or fails")
+    dist = tmp_path / "dist"
+    libs = [Path(p) for p in os.environ.get("QUALIFY_GPU_LIBS", "").split(os.pathsep) if p]
+    if os.environ.get("QUALIFY_GPU_DIST"):
+        shutil.copytree(os.environ["QUALIFY_GPU_DIST"], dist)
+        lanes_dir = Path(os.environ["QUALIFY_GPU_LANES"])
+    else:
+        arch = {cc: a for a, cc in CUDA_ARCHITECTURES.items()}.get(facts["compute_capability"])
+        if arch is None:
+            pytest.skip(f"the sample has no CUDA architecture for compute capability {facts['compute_capability']}")
+        from conftest import SAMPLE, have_nvcc, make_repo
+        from pipeline.build import BuildStage
+        from pipeline.package import package_lane
+        from pipeline.source import parse_source
+
+        lanes_dir = tmp_path / "lanes"
+        lanes_dir.mkdir()
+        text = find_lane("5090").file.read_text().replace('architecture = "120a"', f'architecture = "{arch}"')
+        text = text.replace('compute_capability = "12.0"', f'compute_capability = "{facts["compute_capability"]}"')
+        (lanes_dir / "rtx5090-container.toml").write_text(text)
+        repo = tmp_path / "ninfer"
+        make_repo(repo, SAMPLE)
+        lane = load_lane(lanes_dir / "rtx5090-container.toml")
+        execute(BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned"))
+        package_lane("5090", dist=dist, lane=lane)
+    results = qualify_lanes(["5090"], dist=dist, lanes_dir=lanes_dir, library_dirs=libs)
+    (_lane, status, path) = results[0]
+    receipt = load_receipt(path)
+    smoke = receipt["gates"]["gpu_smoke"]
+    out = os.environ.get("QUALIFY_GPU_OUT")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(out) / path.name)
+        Path(out, "selftest-line.txt").write_text((smoke.get("line") or smoke["reason"]) + "\n")
+    assert smoke["status"] == "passed", smoke
+    assert smoke["line"].startswith("selftest: ok device=") and smoke["lane_device"] is True
+    assert smoke["compute_capability"] == facts["compute_capability"] == load_lane(lanes_dir / "rtx5090-container.toml").compute_capability
+    assert smoke["cuda_architecture"] == receipt["identity"]["build_identity"]["cuda_architecture"]
+    assert receipt["host"]["gpu_name"] == facts["gpu_name"] and status == "hardware-pending"
