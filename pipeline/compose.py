@@ -1,0 +1,715 @@
+"""Stage `compose`: write the product release tree `manifests/<release>/` (docs/release-tree.md).
+
+    python -m pipeline compose --release vX.Y.Z [--dist DIR]
+    python -m pipeline compose stage --from vX.Y.Z --release vX.Y.Z
+    python -m pipeline compose rebind --release vX.Y.Z [--pin COMMIT]
+    python -m pipeline compose accept --release vX.Y.Z --record FILE
+    python -m pipeline compose promote --release vX.Y.Z --to candidate|ready
+
+`compose` reads the release's hand-written `release.toml`; for every lane built
+by this pipeline (`from = "register"`) it takes the lane's closed asset set
+(checked with `pipeline.assets.check_assets`), its lane receipt and, for the
+container lane, the image publication receipt from the artefact register,
+refuses any drift between them (a receipt for other bytes, a publication
+receipt for another archive, a mutable image tag) with the file and field
+named, and copies them into the tree byte for byte.  Then `rebind` recomputes
+the hash chain in one fixed order -- lane receipts and checksum copies -> lane
+rows -> authority and summary -> manifest -- and renders COMPATIBILITY.md and
+NOTES.md.  No hash is ever typed.
+
+`stage` starts a release from its predecessor (a draft whose lanes are all
+"rebound unchanged": same bytes, same receipts), `accept` binds an external
+installation acceptance made on a candidate commit, and `promote` moves the
+status forward after checking the target state's rules.  `rebind --pin COMMIT`
+is the pin dance: a record's raw URL may name only a commit that already holds
+its bytes, which `git show COMMIT:PATH` proves locally.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RefusedError, UsageError
+from .lanes import REPO_ROOT, Lane, load_lanes
+from .register import REGISTER_FILE, Register
+from .releasetree import (
+    ACCEPTANCE,
+    AUTHORITY_MD,
+    LANE_RECEIPT_TYPE,
+    MANIFEST,
+    NOTES,
+    PUBLICATION_RECEIPT,
+    PUBLICATION_TYPE,
+    RECEIPT_STATUSES,
+    RELEASE_RE,
+    RELEASE_TOML,
+    SHIPPED,
+    STATES,
+    Derived,
+    Problem,
+    Problems,
+    acceptance_subject,
+    collect_pins,
+    derive,
+    dump_toml,
+    load_release_toml,
+    parse_raw_url,
+    predecessor_row,
+    publication_facts,
+    raw_url,
+    receipt_facts,
+    receipt_name,
+    release_dir,
+    repo_path,
+    sort_release_key,
+    split_image_reference,
+    sums_name,
+)
+from .util import ui
+from .util.fs import atomic_write_bytes
+from .util.hashing import is_commit_hex, sha256_bytes
+from .util.jsonio import canonical_bytes
+from .verify import (
+    GIT,
+    GitObjects,
+    GitUnavailable,
+    acceptance_problems,
+    git_has_commit,
+    git_show,
+    state_problems,
+    verify_release,
+)
+
+
+@dataclass
+class Outcome:
+    release: str
+    status: str
+    blockers: list[str]
+    written: list[str] = field(default_factory=list)
+    pinned: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    warnings: list[Problem] = field(default_factory=list)
+
+
+def _refuse(problems: list[Problem], *, kind: type[PipelineError] = InputError, lead: str = "compose refused") -> None:
+    """Print every problem, then raise the first (it names its file and field)."""
+    if not problems:
+        return
+    for problem in problems[1:]:
+        sys.stderr.write(f"error: {problem.message()}\n")
+    first = problems[0]
+    more = f" (and {len(problems) - 1} more error{'s' if len(problems) > 2 else ''} listed above)" if len(problems) > 1 else ""
+    error = first.error()
+    raise kind(
+        f"{lead}: {first.what}{more}",
+        file=first.file,
+        field=first.field,
+        **({"found": error.found} if error.found is not _sentinel() else {}),
+        **({"expected": error.expected} if error.expected is not _sentinel() else {}),
+        why=first.why,
+        fix=first.fix,
+    )
+
+
+def _sentinel() -> object:
+    from .errors import _MISSING
+
+    return _MISSING
+
+
+def _check_release_name(release: str, flag: str = "--release") -> None:
+    if not RELEASE_RE.fullmatch(release or ""):
+        raise UsageError(f"{flag} is not a product release name", field=flag, found=release, expected="vX.Y.Z or vX.Y.Z-beta.N")
+
+
+def _read_manifest(root: Path, release: str) -> dict[str, Any] | None:
+    path = root / repo_path(release, MANIFEST)
+    if not path.exists():
+        return None
+    from .util.jsonio import read_json_object
+
+    return read_json_object(path)
+
+
+# -- importing lane evidence from the register ---------------------------------------------
+
+def _want(check: bool, what: str, *, file: Path | str, field: str, found: Any, expected: Any, fix: str | None = None) -> None:
+    if not check:
+        raise IntegrityError(
+            what,
+            file=file,
+            field=field,
+            found=found,
+            expected=expected,
+            why="compose binds one set of bytes per lane; evidence about other bytes is drift",
+            fix=fix or "re-run the stage that produced the stale file (package, qualify or push) so all evidence describes the same bytes",
+        )
+
+
+def import_register_lane(root: Path, release: str, lane: Lane, register: Register, *, status: str, model_sha256: str | None) -> dict[str, bytes]:
+    """The evidence files of one register-mode lane, checked against each other: {tree path: bytes}."""
+    from .assets import asset_set, check_assets
+
+    outer = register.one("outer-checksums", lane=lane.id, needed_by="compose", produced_by="package")
+    sums_path = register.verified_path(outer)
+    tag = outer.attrs["component_tag"]
+    beta = lane.beta_from_tag(tag)
+    report = check_assets(sums_path.parent, lane=lane, beta=beta, deep=False)
+    expected = asset_set(lane, beta)
+    package_name = expected.name_of("package")
+    package_path = sums_path.parent / package_name
+    sums_bytes = sums_path.read_bytes()
+    for entry in register.query("package-archive", lane=lane.id):
+        _want(entry.sha256 == report.files.get(package_name), "the register's package archive is not the one in the asset set", file=register.file, field=f"{entry.name}.sha256", found=entry.sha256, expected=report.files.get(package_name))
+
+    entry = register.one("lane-receipt", lane=lane.id, needed_by="compose", produced_by="qualify")
+    receipt_path = register.verified_path(entry)
+    receipt_bytes = receipt_path.read_bytes()
+    try:
+        doc = json.loads(receipt_bytes.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"is not valid UTF-8 JSON ({exc})", file=receipt_path) from None
+    if not isinstance(doc, dict):
+        raise InputError("must hold a JSON object", file=receipt_path)
+    facts = receipt_facts(doc)
+    f = receipt_path
+    _want(doc.get("artifact_type") == LANE_RECEIPT_TYPE, "is not a lane receipt", file=f, field="artifact_type", found=doc.get("artifact_type"), expected=LANE_RECEIPT_TYPE)
+    _want(doc.get("schema_version") == 1, "has an unsupported schema version", file=f, field="schema_version", found=doc.get("schema_version"), expected=1)
+    _want(facts.lane == lane.id, "is a receipt of another lane", file=f, field="lane", found=facts.lane, expected=lane.id)
+    _want(facts.component_tag == tag, "qualified another component tag than the packaged set", file=f, field="component_tag", found=facts.component_tag, expected=tag)
+    _want(facts.package_name == package_name, "qualified another package file", file=f, field="identity.package.name", found=facts.package_name, expected=package_name)
+    _want(facts.package_sha256 == report.files[package_name], "is a receipt for other bytes: its package hash differs from the set's SHA256SUMS", file=f, field="identity.package.sha256", found=facts.package_sha256, expected=report.files[package_name], fix="qualify the packaged bytes again (python -m pipeline qualify --lane " + lane.id + ")")
+    _want(facts.package_bytes == package_path.stat().st_size, "qualified a package of another size", file=f, field="identity.package.bytes", found=facts.package_bytes, expected=package_path.stat().st_size)
+    _want(facts.outer_checksums_sha256 == sha256_bytes(sums_bytes), "binds another outer SHA256SUMS than the packaged set", file=f, field="identity.outer_checksums_sha256", found=facts.outer_checksums_sha256, expected=sha256_bytes(sums_bytes))
+    _want(is_commit_hex(facts.source_commit), "does not bind a full source commit", file=f, field="identity.source_commit", found=facts.source_commit, expected="40 hex")
+    _want(facts.patch_stack_sha == facts.source_commit, "build identity names another source commit", file=f, field="identity.build_identity.patch_stack_sha", found=facts.patch_stack_sha, expected=facts.source_commit)
+    _want(facts.status in RECEIPT_STATUSES, "has an unknown status", file=f, field="status", found=facts.status, expected=", ".join(RECEIPT_STATUSES))
+    _want(facts.secret_values_recorded == 0, "records secret values", file=f, field="secret_values_recorded", found=facts.secret_values_recorded, expected=0)
+    if model_sha256 is not None:
+        _want(facts.model_artifact_sha256 == model_sha256, "was qualified with another model than release.toml binds", file=f, field="identity.model_artifact_sha256", found=facts.model_artifact_sha256, expected=model_sha256, fix="qualify with the release's model, or correct [model] in release.toml")
+    identities = register.query("build-identity", lane=lane.id)
+    if identities:
+        build_doc = json.loads(register.verified_path(identities[0]).read_bytes())
+        serve = (build_doc.get("binaries") or {}).get(lane.binary_file("ninfer-serve"))
+        if serve is not None:
+            _want(facts.server_binary_sha256 == serve, "qualified another server binary than the build", file=f, field="identity.server_binary_sha256", found=facts.server_binary_sha256, expected=serve)
+    if status == "qualified" and facts.status != "passed":
+        raise RefusedError(
+            f"lane {lane.id} is marked qualified in release.toml, but its receipt says {facts.status}",
+            file=repo_path(release, RELEASE_TOML),
+            field=f"lanes.{lane.id}.status",
+            found="qualified",
+            expected="'preview' (installable false) until a passed receipt exists",
+            fix="set status = 'preview', or qualify on the lane's hardware (python -m pipeline qualify --lane " + lane.id + " --import RECEIPT)",
+        )
+    files = {
+        repo_path(release, receipt_name(lane.id)): receipt_bytes,
+        repo_path(release, sums_name(lane.id)): sums_bytes,
+    }
+    if lane.kind == "container":
+        entries = register.query("publication-receipt", lane=lane.id) or register.query("publication-receipt")
+        if len(entries) > 1:
+            raise InputError(f"the register has {len(entries)} publication receipts", file=register.file, found=[e.name for e in entries], expected="exactly one")
+        if entries:
+            pub_path = register.verified_path(entries[0])
+            pub_bytes = pub_path.read_bytes()
+            pub = json.loads(pub_bytes.decode("utf-8"))
+            pf = publication_facts(pub)
+            p = pub_path
+            _want(pub.get("artifact_type") == PUBLICATION_TYPE, "is not an image publication receipt", file=p, field="artifact_type", found=pub.get("artifact_type"), expected=PUBLICATION_TYPE)
+            if split_image_reference(pf.image_reference) is None:
+                raise IntegrityError(
+                    "the image reference is not pinned by digest (a mutable tag)",
+                    file=p,
+                    field="image_reference",
+                    found=pf.image_reference,
+                    expected="'<registry>/<repository>@sha256:<64 hex>'",
+                    why="a tag can be moved to other bytes; the manifest binds images by digest only",
+                    fix="push by digest (python -m pipeline push) and bind the digest reference",
+                )
+            _want(pf.image_digest == split_image_reference(pf.image_reference)[1], "the digest differs from the image reference", file=p, field="image_digest", found=pf.image_digest, expected=split_image_reference(pf.image_reference)[1])
+            _want(pf.binary_sha256 == report.files[package_name], "the image was built from another binary archive than the packaged set", file=p, field="binary_sha256", found=pf.binary_sha256, expected=report.files[package_name], fix="rebuild and push the image from the packaged archive (python -m pipeline image, push)")
+            _want(pf.binary_name == package_name, "the image names another binary archive", file=p, field="binary_asset", found=pf.binary_name, expected=package_name)
+            _want(pf.source_commit == facts.source_commit, "the image names another source commit than the receipt", file=p, field="source_commit", found=pf.source_commit, expected=facts.source_commit)
+            _want(pf.component_tag == tag, "the image names another component tag", file=p, field="release_tag", found=pf.component_tag, expected=tag)
+            _want(pf.secret_free is True, "does not declare itself secret-free", file=p, field="secret_free", found=pf.secret_free, expected=True)
+            files[repo_path(release, PUBLICATION_RECEIPT)] = pub_bytes
+        else:
+            ui.warn(f"{lane.id}: no publication-receipt in the register yet (run image and push); the image stays null with a blocker")
+    ui.info(f"{lane.id}: {tag}, package {package_name} {report.files[package_name][:12]}, receipt {facts.status}")
+    return files
+
+
+def _pins_checksums(root: Path, release: str, lane: Lane, source: str, tag: str | None) -> bytes:
+    """Bind a downloaded published SHA256SUMS (pins mode): strict format, closed set of the lane's names."""
+    from .assets import parse_sums
+    from .releasetree import expected_names
+
+    path = root / source
+    if not path.is_file():
+        raise InputError("checksums_file does not exist", file=repo_path(release, RELEASE_TOML), field=f"lanes.{lane.id}.checksums_file", found=source, expected="a repository-relative path of the published SHA256SUMS")
+    data = path.read_bytes()
+    entries = parse_sums(data, file=path)
+    names = expected_names(lane, tag)
+    if names is not None:
+        wanted = sorted(v for k, v in names.items() if k != "outer-sums")
+        if sorted(entries) != wanted:
+            extra = sorted(set(entries) - set(wanted))
+            missing = sorted(set(wanted) - set(entries))
+            raise IntegrityError("is not the lane's closed asset set", file=path, field=(extra or missing)[0], found=sorted(entries), expected=wanted)
+    return data
+
+
+# -- the pin dance -------------------------------------------------------------------------
+
+def resolve_commit(root: Path, rev: str) -> str:
+    try:
+        result = subprocess.run([*GIT, "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], capture_output=True, text=True, check=False)
+    except FileNotFoundError:
+        raise EnvironmentProblem("git is not installed", why="pinning proves with 'git show' that a commit holds the bytes", fix="install git") from None
+    commit = result.stdout.strip()
+    if result.returncode != 0 or not is_commit_hex(commit):
+        raise UsageError("--pin names no commit of this repository", field="--pin", found=rev, expected="a commit (e.g. HEAD or 40 hex) that holds the committed release tree", fix="commit the tree first, then pin that commit")
+    return commit
+
+
+def _record_bytes(root: Path, derived: Derived) -> dict[str, bytes]:
+    """Every pinnable record's current bytes, in chain order (evidence first, then derived records)."""
+    m = derived.manifest
+    assert m is not None
+    out: dict[str, bytes] = {}
+    rows = ([m["components"]["ninfer"]] if m["components"]["ninfer"] else []) + m["components"]["ninfer_variants"]
+    for row in rows:
+        rel = row["qualification"]["summary"]
+        if rel and (root / rel).is_file():
+            out[rel] = (root / rel).read_bytes()
+        pub = row.get("publication_receipt")
+        if isinstance(pub, dict) and (root / pub["path"]).is_file():
+            out[pub["path"]] = (root / pub["path"]).read_bytes()
+    acc = m["qualification"]["acceptance"]
+    if acc and (root / acc["path"]).is_file():
+        out[acc["path"]] = (root / acc["path"]).read_bytes()
+    out[m["qualification"]["summary"]] = canonical_bytes(derived.summary)
+    out[m["compatibility"]["path"]] = canonical_bytes(derived.authority)
+    return out
+
+
+def compute_pins(root: Path, release: str, lanes: dict[str, Lane], current: dict[str, Any] | None, commit: str | None, outcome: Outcome) -> dict[str, str]:
+    """Pins that hold: existing ones whose commit still serves the bytes, plus `commit` where it does."""
+    pins = collect_pins(current)
+    unverifiable: set[str] = set()
+    objects = GitObjects(root)
+    try:
+        pins = _settle_pins(root, release, lanes, current, commit, pins, objects, unverifiable)
+    finally:
+        objects.close()
+    before = collect_pins(current)
+    outcome.pinned = sorted(rel for rel in pins if before.get(rel) != pins[rel])
+    outcome.dropped = sorted(rel for rel in before if rel not in pins and (root / rel).exists())
+    for rel in sorted(unverifiable):
+        outcome.warnings.append(Problem("pins", "kept a pin whose commit is not in local history (cannot check it here)", file=rel))
+    return pins
+
+
+def _settle_pins(root, release, lanes, current, commit, pins, objects, unverifiable) -> dict[str, str]:
+    """Iterate to the fixed point: pinning a receipt changes the summary, which may then be pinnable."""
+    for _ in range(8):
+        problems = Problems()
+        derived = derive(root, release, problems, lanes=lanes, current=current, pins=pins)
+        if derived.manifest is None:
+            return pins
+        new: dict[str, str] = {}
+        for rel, data in _record_bytes(root, derived).items():
+            options = []
+            parsed = parse_raw_url(pins.get(rel))
+            if parsed and parsed[1] == rel:
+                options.append(parsed[0])
+            if commit and commit not in options:
+                options.append(commit)
+            for option in options:
+                try:
+                    if not objects.has_commit(option):
+                        if parsed and option == parsed[0]:
+                            new[rel] = pins[rel]  # cannot check here: keep, verify --check-pins fails closed
+                            unverifiable.add(rel)
+                            break
+                        continue
+                    held = objects.show(option, rel)
+                except GitUnavailable:
+                    if rel in pins:
+                        new[rel] = pins[rel]
+                        unverifiable.add(rel)
+                    break
+                if held == data:
+                    new[rel] = raw_url(option, rel)
+                    break
+        if new == pins:
+            break
+        pins = new
+    return pins
+
+
+# -- rebind: the hash chain ------------------------------------------------------------------
+
+def rebind(
+    root: Path,
+    release: str,
+    *,
+    pin: str | None = None,
+    status: str | None = None,
+    lanes: dict[str, Lane] | None = None,
+    allow_frozen_change: bool = False,
+) -> Outcome:
+    """Recompute summary, authority, renderings and manifest from release.toml and the evidence."""
+    _check_release_name(release)
+    lanes = lanes or load_lanes()
+    tree = release_dir(root, release)
+    if not (tree / RELEASE_TOML).is_file():
+        raise InputError("the release has no release.toml", file=repo_path(release, RELEASE_TOML), fix=f"write it (docs/release-tree.md) or start from a predecessor: python -m pipeline compose stage --from vX.Y.Z --release {release}")
+    current = _read_manifest(root, release)
+    commit = resolve_commit(root, pin) if pin else None
+    current_status = current.get("status") if isinstance(current, dict) and current.get("status") in STATES else "draft"
+    target = status or current_status
+    outcome = Outcome(release, target, [])
+    pins = compute_pins(root, release, lanes, current, commit, outcome)
+    problems = Problems()
+    derived = derive(root, release, problems, lanes=lanes, current=current, status=target, pins=pins)
+    _refuse(problems.items)
+    assert derived.manifest is not None and derived.release is not None
+    if isinstance(current, dict) and current_status != "draft" and not allow_frozen_change:
+        before, after = acceptance_subject(current), acceptance_subject(derived.manifest)
+        if before != after:
+            changed = _first_difference(before, after)
+            raise RefusedError(
+                f"the release is {current_status}: its install identities are frozen, but this would change them",
+                file=repo_path(release, MANIFEST),
+                field=changed[0],
+                found=changed[1],
+                expected=changed[2],
+                why="acceptance and qualification are evidence for the exact candidate bytes; rebinding old evidence to new bytes is forbidden",
+                fix="stage a new release for new bytes (python -m pipeline compose stage --from " + release + " --release vX.Y.Z)",
+            )
+    violations = state_problems(derived.manifest, derived, target, lanes)
+    if violations:
+        _refuse(
+            [Problem("states", what, file=repo_path(release, MANIFEST), field=name, found=found, expected=expected) for name, what, found, expected in violations],
+            kind=RefusedError,
+            lead=f"the tree would break the rules of status {target}",
+        )
+    writes = [
+        (derived.manifest["qualification"]["summary"], canonical_bytes(derived.summary)),
+        (derived.manifest["compatibility"]["path"], canonical_bytes(derived.authority)),
+        (repo_path(release, AUTHORITY_MD), derived.authority_md.encode("utf-8")),
+        (repo_path(release, NOTES), derived.notes.encode("utf-8")),
+        (repo_path(release, MANIFEST), canonical_bytes(derived.manifest)),
+    ]
+    for rel, data in writes:
+        path = root / rel
+        if not path.is_file() or path.read_bytes() != data:
+            atomic_write_bytes(path, data)
+            outcome.written.append(rel)
+    outcome.blockers = list(derived.manifest["publication"]["blockers"])
+    outcome.warnings += problems.warnings
+    from .releasetree import _null_identities, unknown_keys_unused
+
+    for key in unknown_keys_unused(derived.release, _null_identities(derived.manifest["components"], lanes)):
+        outcome.warnings.append(Problem("input", "explains a value that is no longer null", file=derived.release.path, field=f"unknown.{key}", fix="remove the entry"))
+    return outcome
+
+
+def _first_difference(before: Any, after: Any, path: str = "subject") -> tuple[str, Any, Any]:
+    from .verify import diff
+
+    out: list[tuple[str, Any, Any]] = []
+    diff(after, before, path, out)
+    return out[0] if out else (path, after, before)
+
+
+# -- compose: import + rebind ----------------------------------------------------------------
+
+def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes_dir: Path | None = None) -> Outcome:
+    _check_release_name(release)
+    lanes = load_lanes(lanes_dir)
+    rt = load_release_toml(root, release, lanes)
+    current = _read_manifest(root, release)
+    status = current.get("status") if isinstance(current, dict) else "draft"
+    ui.step("compose", f"{release}: {len(rt.lanes)} lanes from {rt.path}")
+    writes: dict[str, bytes] = {}
+    register_lanes = [li for li in rt.lanes.values() if li.mode == "register" and li.status in SHIPPED]
+    if register_lanes:
+        if dist is None or not (Path(dist) / REGISTER_FILE).is_file():
+            raise InputError(
+                "lanes built by this pipeline need the artefact register",
+                file=(Path(dist) / REGISTER_FILE) if dist else None,
+                field=f"lanes.{register_lanes[0].id}.from",
+                found="register",
+                fix="pass --dist DIR (the output folder of build, package and qualify)",
+            )
+        register = Register(Path(dist))
+        for li in register_lanes:
+            writes.update(import_register_lane(root, release, lanes[li.id], register, status=li.status, model_sha256=rt.model["artifact_sha256"]))
+    for li in rt.lanes.values():
+        if li.mode == "pins" and li.status in SHIPPED and li.pins.get("checksums_file"):
+            writes[repo_path(release, sums_name(li.id))] = _pins_checksums(root, release, lanes[li.id], li.pins["checksums_file"], li.pins.get("release_tag"))
+    changed = [rel for rel, data in writes.items() if not (root / rel).is_file() or (root / rel).read_bytes() != data]
+    if changed and status != "draft":
+        raise RefusedError(
+            f"the release is {status}: its evidence is frozen, but compose would replace it",
+            file=changed[0],
+            why="a candidate's bytes and receipts are frozen together",
+            fix=f"stage a new release for new bytes (python -m pipeline compose stage --from {release} --release vX.Y.Z)",
+        )
+    # Evidence files that a mode change made obsolete would leave the tree unclosed: remove them.
+    for lane_id, li in rt.lanes.items():
+        if li.mode == "register" and li.status in SHIPPED:
+            continue
+        for name in (receipt_name(lane_id), sums_name(lane_id)):
+            rel = repo_path(release, name)
+            keep = rel in writes or (li.mode == "predecessor") or (li.mode == "pins" and name.endswith(".json"))
+            if (root / rel).exists() and not keep and status == "draft":
+                (root / rel).unlink()
+                ui.info(f"removed {rel}: lane {lane_id} no longer binds it")
+    for rel in sorted(writes):
+        if rel in changed:
+            atomic_write_bytes(root / rel, writes[rel])
+    outcome = rebind(root, release, lanes=lanes)
+    outcome.written = sorted(set(changed) | set(outcome.written))
+    return outcome
+
+
+# -- stage --------------------------------------------------------------------------------------
+
+def stage_release(root: Path, previous: str, release: str, *, lanes_dir: Path | None = None) -> Outcome:
+    _check_release_name(previous, "--from")
+    _check_release_name(release)
+    if sort_release_key(release) <= sort_release_key(previous):
+        raise UsageError("the new release must come after its predecessor", field="--release", found=release, expected=f"a release after {previous}")
+    lanes = load_lanes(lanes_dir)
+    old_tree = release_dir(root, previous)
+    new_tree = release_dir(root, release)
+    if not old_tree.is_dir():
+        raise InputError("the predecessor has no release tree", file=repo_path(previous, ""), fix="name a release under manifests/")
+    if new_tree.exists():
+        raise RefusedError("the release tree already exists; stage never overwrites", file=repo_path(release, ""), fix="remove it first if it is a failed attempt (git clean), or pick the next release number")
+    report = verify_release(root, previous, lanes_dir=lanes_dir)
+    if not report.valid:
+        _refuse(report.problems.items, kind=RefusedError, lead=f"the predecessor {previous} does not verify")
+    old_rt = load_release_toml(root, previous, lanes)
+    old_manifest = _read_manifest(root, previous)
+    data = json.loads(json.dumps(old_rt.data))  # a deep copy of the parsed TOML
+    data["release"] = release
+    data["predecessor"] = previous
+    carried: list[str] = []
+    copies: dict[str, bytes] = {}
+    new_lanes: dict[str, Any] = {}
+    for lane_id, li in old_rt.lanes.items():
+        row = predecessor_row(old_manifest, lane_id)
+        entry: dict[str, Any] = {"from": "predecessor" if row is not None else "pins", "status": li.status, "published": li.published}
+        if li.deferral is not None:
+            entry["deferral"] = dict(li.deferral)
+        new_lanes[lane_id] = entry
+        if row is None:
+            continue
+        carried.append(lane_id)
+        for name in (receipt_name(lane_id), sums_name(lane_id)):
+            source = old_tree / name
+            if source.is_file():
+                copies[repo_path(release, name)] = source.read_bytes()
+        if lanes[lane_id].kind == "container" and (old_tree / PUBLICATION_RECEIPT).is_file():
+            copies[repo_path(release, PUBLICATION_RECEIPT)] = (old_tree / PUBLICATION_RECEIPT).read_bytes()
+    data["lanes"] = new_lanes
+    publication = dict(data.get("publication") or {})
+    publication["targets"] = [t.replace(previous, release) for t in publication.get("targets", [])]
+    publication["blockers"] = []
+    data["publication"] = publication
+    header = (
+        f"# Release input of {release}, staged from {previous} by 'python -m pipeline compose stage'.\n"
+        "# Every lane is rebound unchanged; switch a lane that changes to from = \"register\" (bytes built by this\n"
+        "# pipeline) or \"pins\", and update client, model, title, summary and limitations.  docs/release-tree.md\n"
+    )
+    text = dump_toml(data, header=header)
+    new_tree.mkdir(parents=True)
+    try:
+        atomic_write_bytes(new_tree / RELEASE_TOML, text.encode("utf-8"))
+        for rel, blob in sorted(copies.items()):
+            atomic_write_bytes(root / rel, blob)
+        outcome = rebind(root, release, lanes=lanes, status="draft")
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(new_tree, ignore_errors=True)
+        raise
+    outcome.written = sorted({repo_path(release, RELEASE_TOML), *copies, *outcome.written})
+    ui.step("compose", f"staged {release} from {previous} as a draft; rebound unchanged: {', '.join(carried) or 'nothing'}")
+    return outcome
+
+
+def remaining_steps(release: str) -> list[str]:
+    return [
+        f"Edit manifests/{release}/release.toml: lanes that change get from = \"register\" (built here) or \"pins\"; update client, model, title, summary, limitations.",
+        f"python -m pipeline compose --release {release} --dist dist    (imports lane evidence, rebinds the chain)",
+        f"python -m pipeline verify --release {release}    (only blockers may remain); commit",
+        f"python -m pipeline compose promote --release {release} --to candidate; commit (the candidate commit)",
+        f"Run the documented routes on the candidate; python -m pipeline compose accept --release {release} --record FILE; commit",
+        f"python -m pipeline compose rebind --release {release} --pin HEAD; commit; repeat until no 'pins' blocker remains",
+        f"python -m pipeline compose promote --release {release} --to ready; commit; python -m pipeline verify --release {release} --require-ready --check-pins",
+        "The release lead publishes; nothing here authorizes publication.",
+    ]
+
+
+# -- accept and promote ---------------------------------------------------------------------------
+
+def accept_release(root: Path, release: str, record: Path, *, lanes_dir: Path | None = None) -> Outcome:
+    _check_release_name(release)
+    lanes = load_lanes(lanes_dir)
+    manifest = _read_manifest(root, release)
+    if manifest is None:
+        raise InputError("the release has no manifest yet", file=repo_path(release, MANIFEST), fix=f"run 'python -m pipeline compose --release {release}'")
+    if manifest.get("status") != "candidate":
+        raise RefusedError("acceptance is bound to a candidate only", file=repo_path(release, MANIFEST), field="status", found=manifest.get("status"), expected="candidate", fix=f"python -m pipeline compose promote --release {release} --to candidate, commit, run acceptance on that commit")
+    data = Path(record).read_bytes() if Path(record).is_file() else None
+    if data is None:
+        raise InputError("acceptance record does not exist", file=record)
+    from .util.jsonio import check_text_hygiene
+
+    check_text_hygiene(record, data)
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"is not valid UTF-8 JSON ({exc})", file=record) from None
+    if not isinstance(doc, dict):
+        raise InputError("must hold a JSON object", file=record)
+    problems = [Problem("acceptance", what, file=str(record), field=name, found=found, expected=expected) for name, found, expected, what in acceptance_problems(doc, manifest, release)]
+    _refuse(problems, kind=IntegrityError, lead="acceptance refused")
+    if doc["status"] != "passed":
+        raise RefusedError("the acceptance did not pass", file=record, field="status", found=doc["status"], expected="passed", fix="fix the failure, make a new candidate if bytes change, and run acceptance again")
+    candidate = doc["candidate_commit"]
+    try:
+        present = git_has_commit(root, candidate)
+    except GitUnavailable:
+        raise EnvironmentProblem("git is not installed", why="acceptance is checked against the candidate commit", fix="install git") from None
+    if not present:
+        raise RefusedError("the accepted candidate commit is not in this repository's history", file=record, field="candidate_commit", found=candidate, fix="fetch it (git fetch) or accept on a commit of this repository")
+    held = git_show(root, candidate, repo_path(release, MANIFEST))
+    old = json.loads(held.decode("utf-8")) if held else None
+    if not isinstance(old, dict) or old.get("status") != "candidate":
+        raise RefusedError("the accepted commit does not hold this release as a candidate", file=record, field="candidate_commit", found=candidate, expected=f"a commit whose {repo_path(release, MANIFEST)} has status candidate")
+    if acceptance_subject(old) != acceptance_subject(manifest):
+        name, found, expected = _first_difference(acceptance_subject(manifest), acceptance_subject(old))
+        raise RefusedError("the accepted candidate bound other identities than the current manifest", file=record, field=name, found=found, expected=expected)
+    atomic_write_bytes(root / repo_path(release, ACCEPTANCE), data)
+    outcome = rebind(root, release, lanes=lanes)
+    outcome.written = sorted({repo_path(release, ACCEPTANCE), *outcome.written})
+    return outcome
+
+
+def promote_release(root: Path, release: str, to: str, *, lanes_dir: Path | None = None) -> Outcome:
+    _check_release_name(release)
+    lanes = load_lanes(lanes_dir)
+    manifest = _read_manifest(root, release)
+    if manifest is None:
+        raise InputError("the release has no manifest yet", file=repo_path(release, MANIFEST), fix=f"run 'python -m pipeline compose --release {release}'")
+    current = manifest.get("status")
+    order = {"draft": 0, "candidate": 1, "ready": 2}
+    if current not in order:
+        raise InputError("has an unknown status", file=repo_path(release, MANIFEST), field="status", found=current)
+    if order[to] != order[current] + 1:
+        raise RefusedError(
+            f"cannot promote from {current} to {to}",
+            file=repo_path(release, MANIFEST),
+            field="status",
+            found=current,
+            expected=f"{[s for s, i in order.items() if i == order[to] - 1][0] if order[to] > 0 else 'nothing'} (states move draft -> candidate -> ready, one step at a time)",
+            why="acceptance runs on a candidate commit, so ready always follows candidate; a status is never moved back, a new release is staged instead",
+        )
+    report = verify_release(root, release, lanes_dir=lanes_dir)
+    if not report.valid:
+        _refuse(report.problems.items, kind=RefusedError, lead=f"{release} does not verify as {current}")
+    outcome = rebind(root, release, lanes=lanes, status=to)
+    return outcome
+
+
+# -- CLI --------------------------------------------------------------------------------------------
+
+def _print_outcome(outcome: Outcome, *, steps: bool = False) -> None:
+    for rel in outcome.written:
+        ui.info(f"wrote {rel}")
+    for rel in outcome.pinned:
+        ui.info(f"pinned {rel}")
+    for rel in outcome.dropped:
+        ui.info(f"unpinned {rel}: the pinned commit serves other bytes now (pin the new bytes after committing them)")
+    for warning in outcome.warnings:
+        ui.warn(warning.message())
+    ui.step("compose", f"{outcome.release} is {outcome.status} with {len(outcome.blockers)} blocker(s)")
+    for blocker in outcome.blockers:
+        ui.info(f"blocker: {blocker}")
+    if steps:
+        sys.stderr.write("remaining steps:\n")
+        for number, line in enumerate(remaining_steps(outcome.release), start=1):
+            sys.stderr.write(f"  {number}. {line}\n")
+    sys.stdout.write(json.dumps({"release": outcome.release, "status": outcome.status, "blockers": outcome.blockers, "written": outcome.written, "pinned": outcome.pinned}, indent=2, sort_keys=True) + "\n")
+
+
+def run_cli(args: argparse.Namespace) -> int:
+    action = getattr(args, "action", None)
+    root = args.root
+    release = getattr(args, "release", None)
+    if release is None:
+        raise UsageError("--release is required", field="--release", expected="e.g. --release v0.13.1")
+    if action is None:
+        outcome = compose_release(root, release, dist=args.dist, lanes_dir=args.lanes_dir)
+    elif action == "stage":
+        outcome = stage_release(root, args.previous, release, lanes_dir=args.lanes_dir)
+        _print_outcome(outcome, steps=True)
+        return 0
+    elif action == "rebind":
+        outcome = rebind(root, release, pin=args.pin, lanes=load_lanes(args.lanes_dir))
+    elif action == "accept":
+        outcome = accept_release(root, release, args.record, lanes_dir=args.lanes_dir)
+    elif action == "promote":
+        outcome = promote_release(root, release, args.to, lanes_dir=args.lanes_dir)
+    else:  # pragma: no cover - argparse restricts the choices
+        raise UsageError(f"unknown compose action {action!r}")
+    _print_outcome(outcome)
+    return 0
+
+
+def register_cli(sub) -> None:
+    parser = sub.add_parser(
+        "compose",
+        help="write the release tree manifests/<release>/ (stage, rebind, accept, promote)",
+        description="Compose the product release tree from release.toml and the lane evidence (docs/release-tree.md).",
+    )
+    parser.add_argument("--release", help="product release, e.g. v0.13.1")
+    parser.add_argument("--dist", type=Path, default=None, help="output folder holding the artefact register (needed by lanes from = 'register')")
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="repository root holding manifests/ (default: this checkout)")
+    parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--quiet", action="store_true", help="print only errors and results")
+    actions = parser.add_subparsers(dest="action", metavar="{stage,rebind,accept,promote}")
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--release", default=argparse.SUPPRESS, help="product release, e.g. v0.13.1")
+        p.add_argument("--root", type=Path, default=argparse.SUPPRESS, help="repository root (default: this checkout)")
+        p.add_argument("--lanes-dir", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        p.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="print only errors and results")
+
+    stage = actions.add_parser("stage", help="start a new draft from its predecessor (lanes rebound unchanged)")
+    stage.add_argument("--from", dest="previous", required=True, help="the predecessor release, e.g. v0.13.0")
+    common(stage)
+    rebind_p = actions.add_parser("rebind", help="recompute the hash chain; --pin COMMIT pins raw URLs of records that commit holds")
+    rebind_p.add_argument("--pin", help="a commit (e.g. HEAD) holding the committed tree")
+    common(rebind_p)
+    accept = actions.add_parser("accept", help="bind a passed external-installation acceptance made on the candidate commit")
+    accept.add_argument("--record", type=Path, required=True, help="the acceptance record (JSON, docs/release-tree.md)")
+    common(accept)
+    promote = actions.add_parser("promote", help="move the status forward after checking the target state's rules")
+    promote.add_argument("--to", required=True, choices=("candidate", "ready"))
+    common(promote)
+    parser.set_defaults(func=run_cli)
