@@ -13,6 +13,8 @@ issues add entries there.  Results go to `bench-results/bench.json` unless
   `openssl dgst -sha256` (one core each; OpenSSL with SHA-NI is the limit of
   one core).  Goal: at least 0.9x OpenSSL's rate.  The parallel many-file
   rate is reported beside it.
+* `verify-hash-large-file`, `verify-hash-many-files`, `audit-served-release`:
+  issue 6's measurements, described in `pipeline/bench_verify.py`.
 
 The payload is generated deterministically (seeded), shaped like a runtime
 package: two large executables and a few libraries mixing incompressible
@@ -191,6 +193,12 @@ MEASUREMENTS: dict[str, Callable[[Path, Path, int, int], dict[str, Any]]] = {
     "package-archive": measure_package_archive,
     "sha256": measure_sha256,
 }
+
+# Issue 6: verify/audit hashing (one large file; many files with --jobs 2) and an audit of a
+# served release against curl | sha256sum.  They live in pipeline/bench_verify.py.
+from .bench_verify import MEASUREMENTS as _VERIFY_MEASUREMENTS  # noqa: E402
+
+MEASUREMENTS.update(_VERIFY_MEASUREMENTS)
 
 
 def _tool_version(command: list[str]) -> str | None:
