@@ -35,6 +35,9 @@ pytestmark = pytest.mark.registry
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(private_oci_cache, monkeypatch, tmp_path):
+    from pipeline.util import ui
+
+    monkeypatch.setattr(ui, "_QUIET", False)  # another test's --quiet must not hide the retry lines
     monkeypatch.delenv(ENV_USERNAME, raising=False)
     monkeypatch.delenv(ENV_PASSWORD, raising=False)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
