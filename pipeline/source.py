@@ -177,7 +177,30 @@ def archive_tar(source: ResolvedSource, prefix: str = "") -> bytes:
     args = ["archive", "--format=tar"]
     if prefix:
         args.append(f"--prefix={prefix}")
-    return _git(source.repository, *args, treeish, what="export the source with git archive").stdout
+    data = _git(source.repository, *args, treeish, what="export the source with git archive").stdout
+    if source.subdir:
+        # git stamps a *tree* export with the current time (git 2.39 has no --mtime);
+        # give it the commit time, which is what a commit export carries.
+        data = set_tar_mtimes(data, source.commit_time)
+    return data
+
+
+def set_tar_mtimes(data: bytes, mtime: int) -> bytes:
+    """Rewrite the mtime field of every ustar header in place and fix its checksum."""
+    out = bytearray(data)
+    offset = 0
+    field = f"{mtime:011o}\0".encode()
+    while offset + 512 <= len(out):
+        header = out[offset:offset + 512]
+        if header == bytes(512):
+            break
+        size = int(header[124:136].rstrip(b"\0 ").decode() or "0", 8)
+        out[offset + 136:offset + 148] = field
+        out[offset + 148:offset + 156] = b" " * 8
+        checksum = sum(out[offset:offset + 512])
+        out[offset + 148:offset + 156] = f"{checksum:06o}\0 ".encode()
+        offset += 512 + (size + 511) // 512 * 512
+    return bytes(out)
 
 
 def export_tree(tar_bytes: bytes, destination: Path) -> None:

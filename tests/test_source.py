@@ -90,3 +90,23 @@ def test_remote_url_at_commit_is_fetched_exactly(tmp_path):
 
     with pytest.raises(RemoteError):
         resolve_source(missing, _unpinned_lane())
+
+
+def test_subtree_export_carries_the_commit_time_not_the_clock(tmp_path):
+    """git stamps a tree export with the current time; the export must carry the commit's."""
+    import io
+    import tarfile
+
+    from pipeline.source import SourceSpec
+
+    repo = tmp_path / "src"
+    (repo / "runtime" / "sample").mkdir(parents=True)
+    (repo / "runtime" / "sample" / "a.cu").write_text("// kernel\n")
+    make_repo(repo)  # committed at 2026-11-01T12:00:00Z, long before "now"
+    resolved = resolve_source(SourceSpec("local", str(repo), None, "runtime/sample"), _unpinned_lane())
+    data = archive_tar(resolved)
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        members = archive.getmembers()
+    assert resolved.commit_time == 1793534400
+    assert {m.mtime for m in members} == {resolved.commit_time}
+    assert [m.name for m in members if m.isfile()] == ["a.cu"]
