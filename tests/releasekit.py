@@ -42,9 +42,55 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def release_toml(client: dict[str, Any], *, status: str = "qualified", extra_blockers: list[str] | None = None, model: dict[str, Any] | None = None) -> str:
-    """The hand-written input of the sample release."""
+DEFERRALS = {
+    "rtx3090-windows-native": ("blocked", "the sample suite builds one native lane", "rtx-3090"),
+    "rtx4090-windows-native": ("blocked", "this sample release ships only its container lane", "rtx-4090"),
+    "rtx5090-container": ("unsupported", "the sample release has no container lane", "rtx-5090"),
+}
+
+
+def release_toml(
+    client: dict[str, Any],
+    *,
+    status: str = "qualified",
+    extra_blockers: list[str] | None = None,
+    model: dict[str, Any] | None = None,
+    lane: str = LANE,
+    register: dict[str, str] | None = None,
+    preview_reason: str | None = None,
+) -> str:
+    """The hand-written input of the sample release: `register` lanes (lane -> status) from the
+    register, the others deferred; a register lane that is not qualified is deferred with `preview_reason`."""
     model = model or MODEL
+    register = register or {lane: status}
+    blocks = []
+    for lane_id in sorted(set(DEFERRALS) | set(register)):
+        kind, reason, anchor = DEFERRALS[lane_id]
+        if lane_id in register:
+            block = f'''
+[lanes.{lane_id}]
+from = "register"
+status = "{register[lane_id]}"
+published = true
+'''
+            if register[lane_id] == "qualified" or preview_reason is None:
+                blocks.append(block)
+                continue
+            reason = preview_reason
+        else:
+            block = f'''
+[lanes.{lane_id}]
+from = "pins"
+status = "{kind}"
+published = false
+'''
+        blocks.append(block + f'''
+[lanes.{lane_id}.deferral]
+reason = "{reason}"
+predecessor_release = "v0.13.1"
+route = "https://github.com/alphastorm/omp-ninfer/blob/v0.13.1/docs/QUICKSTART.md#{anchor}"
+''')
+    deferred = "".join(blocks)
     platforms = "\n".join(
         f'\n[[client.platforms]]\nplatform = "{p}"\nartifact_name = "{name}"\nartifact_bytes = {size}\nartifact_sha256 = "{digest}"'
         for p, (name, size, digest) in sorted(client["platforms"].items())
@@ -77,31 +123,7 @@ artifact_sha256 = "{model["artifact_sha256"]}"
 public_model_id = "q38-ninfer"
 published = true
 
-[lanes.{LANE}]
-from = "register"
-status = "{status}"
-published = true
-
-[lanes.rtx3090-windows-native]
-from = "pins"
-status = "blocked"
-published = false
-
-[lanes.rtx3090-windows-native.deferral]
-reason = "the sample suite builds one native lane"
-predecessor_release = "v0.13.1"
-route = "https://github.com/alphastorm/omp-ninfer/blob/v0.13.1/docs/QUICKSTART.md#rtx-3090"
-
-[lanes.rtx5090-container]
-from = "pins"
-status = "unsupported"
-published = false
-
-[lanes.rtx5090-container.deferral]
-reason = "the sample release has no container lane"
-predecessor_release = "v0.13.1"
-route = "https://github.com/alphastorm/omp-ninfer/blob/v0.13.1/docs/QUICKSTART.md#rtx-5090"
-
+{deferred}
 [publication]
 targets = ["https://github.com/alphastorm/omp-ninfer/releases/tag/{RELEASE}"]
 blockers = [{blockers}]
@@ -134,7 +156,7 @@ def commit(repo: Path, message: str) -> str:
     return git(repo, "rev-parse", "HEAD")
 
 
-def acceptance_record(manifest: dict[str, Any], candidate: str, *, status: str = "passed") -> dict[str, Any]:
+def acceptance_record(manifest: dict[str, Any], candidate: str, *, status: str = "passed", lane: str = LANE) -> dict[str, Any]:
     from pipeline.releasetree import acceptance_subject
 
     return {
@@ -146,7 +168,7 @@ def acceptance_record(manifest: dict[str, Any], candidate: str, *, status: str =
         "candidate_commit": candidate,
         "operator_class": "owner-operated tester-equivalent",
         "subject": acceptance_subject(manifest),
-        "routes": {LANE: "passed"},
+        "routes": {lane: "passed"},
         "limitations": ["sample acceptance made by the test suite against the protocol-faithful server"],
         "secret_values_recorded": 0,
     }
@@ -165,9 +187,12 @@ class _NoGpu:
 
 
 class _FakeGpu:
+    def __init__(self, name: str = "NVIDIA GeForce RTX 4090", cc: str = "8.9", memory: int = 24564) -> None:
+        self.name, self.cc, self.memory = name, cc, memory
+
     def facts(self):
-        return {"gpu_name": "NVIDIA GeForce RTX 4090", "driver": "580.95.05", "cuda": "13.0", "compute_capability": "8.9",
-                "memory_total_mib": 24564, "nvidia_smi": "580.95.05", "gpu_index": 0, "gpu_count": 1}
+        return {"gpu_name": self.name, "driver": "580.95.05", "cuda": "13.0", "compute_capability": self.cc,
+                "memory_total_mib": self.memory, "nvidia_smi": "580.95.05", "gpu_index": 0, "gpu_count": 1}
 
     def sampling(self):
         import contextlib
@@ -184,16 +209,16 @@ class _FakeGpu:
         return run()
 
 
-def qualify_pending(dist: Path, lane) -> Path:
+def qualify_pending(dist: Path, lane, config: Path | None = None) -> Path:
     from pipeline.qualify import QualifyStage
     from pipeline.stage import Context, execute
 
-    stage = QualifyStage(Context.open(dist), lane, gpu=_NoGpu(), now="2026-11-02T10:00:00Z")
+    stage = QualifyStage(Context.open(dist), lane, gpu=_NoGpu(), config=config, now="2026-11-02T10:00:00Z")
     execute(stage, force=True)
     return stage.receipt_path
 
 
-def qualify_on_owner_hardware(dist: Path, lane, work: Path) -> Path:
+def qualify_on_owner_hardware(dist: Path, lane, work: Path, config: Path | None = None) -> Path:
     """The harness against the test server, on a copy of the same packaged bytes; returns the receipt."""
     from ninfer_fake_server import FakeNInfer
 
@@ -202,7 +227,7 @@ def qualify_on_owner_hardware(dist: Path, lane, work: Path) -> Path:
 
     owner = work / "owner-dist"
     shutil.copytree(dist, owner)
-    ident = resolve_identity(Context.open(owner), lane)
+    ident = resolve_identity(Context.open(owner), lane, config=config)
     identity = ident.identity
     served = {
         **identity["build_identity"],
@@ -212,7 +237,8 @@ def qualify_on_owner_hardware(dist: Path, lane, work: Path) -> Path:
         "model_artifact_sha256": identity["model_artifact_sha256"],
     }
     with FakeNInfer(api_key=KEY, identity=served) as fake:
-        stage = QualifyStage(Context.open(owner), lane, endpoint=fake.url, api_key=KEY, restart_hook=fake, gpu=_FakeGpu(), now="2026-11-03T08:00:00Z")
+        gpu = _FakeGpu() if lane.kind != "container" else _FakeGpu("NVIDIA GeForce RTX 5090", "12.0", 32607)
+        stage = QualifyStage(Context.open(owner), lane, endpoint=fake.url, api_key=KEY, restart_hook=fake, gpu=gpu, config=config, now="2026-11-03T08:00:00Z")
         execute(stage, force=True)
     receipt = json.loads(stage.receipt_path.read_text())
     assert receipt["status"] == "passed", receipt.get("status_reason")
@@ -221,11 +247,11 @@ def qualify_on_owner_hardware(dist: Path, lane, work: Path) -> Path:
     return target
 
 
-def import_receipt(dist: Path, lane, receipt: Path) -> None:
+def import_receipt(dist: Path, lane, receipt: Path, config: Path | None = None) -> None:
     from pipeline.qualify import QualifyStage
     from pipeline.stage import Context, execute
 
-    execute(QualifyStage(Context.open(dist), lane, import_path=receipt, gpu=_NoGpu(), now="2026-11-03T09:00:00Z"), force=True)
+    execute(QualifyStage(Context.open(dist), lane, import_path=receipt, gpu=_NoGpu(), config=config, now="2026-11-03T09:00:00Z"), force=True)
 
 
 def make_client(work: Path, commit_hex: str) -> dict[str, Any]:

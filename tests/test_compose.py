@@ -477,3 +477,101 @@ def test_nothing_outside_manifests_is_written(release, tmp_path):
     rebind(root, RELEASE, lanes=load_lanes(release.lanes_dir))
     assert git(root, "status", "--porcelain", "--untracked-files=all") == ""
     assert release_dir(root, RELEASE).is_dir()
+
+
+# -- the container lane: build -> package -> image -> push -> qualify -> compose -> ready ----------------
+
+
+@pytest.mark.slow
+@pytest.mark.cuda
+@pytest.mark.registry
+def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_path, sample_repo, registry_server, private_oci_cache):
+    """The native lane of the sample release plus the container lane compiled from the sample,
+    packaged, built into an image and pushed by digest.  Without a GPU driver here the container
+    lane's receipt stays hardware-pending (the harness runs the packaged selftest for real), so the
+    lane ships as a preview, deferred with its reason, and the release is ready on the native lane."""
+    import imagekit
+    from releasekit import qualify_pending
+
+    from pipeline.cli import main
+    from pipeline.lanes import load_lane
+    from pipeline.toolchain import for_lane
+    from pipeline.util import ui
+
+    lane_id = "rtx5090-container"
+    lane = load_lane(release.lanes_dir / f"{lane_id}.toml")
+    repo_path, source_commit = sample_repo
+    dist = tmp_path / "dist"
+    shutil.copytree(release.dist, dist)  # the native lane, already qualified on the owner's hardware
+    common = ["--dist", str(dist), "--lanes-dir", str(release.lanes_dir)]
+    assert main(["build", "--lane", "5090", "--source", f"{repo_path}@{source_commit}", *common]) == 0
+    assert main(["package", "--lane", lane_id, *common]) == 0
+    cudart = for_lane(lane, "pinned").library_dir / "libcudart.so.13"
+    base = imagekit.build_base_layout(tmp_path / "cuda-base", cudart=cudart.resolve())
+    imagekit.push_base(base, registry_server.host, "nvidia/cuda-test")
+    definition = tmp_path / "definition.toml"
+    definition.write_text(imagekit.definition_text(f"{registry_server.host}/nvidia/cuda-test", base.index_digest))
+    assert main(["image", "--lane", lane_id, "--definition", str(definition), *common]) == 0
+    target = f"{registry_server.host}/alphastorm/ninfer-runtime"
+    assert main(["push", "--registry", target, *common]) == 0
+    config = tmp_path / "server-config.json"  # the container lane's configuration identity: a file the receipt binds
+    config.write_bytes(canonical_bytes({"deployment_profile": lane.deployment_profile(), "max_context": 131072, "port": 8080}))
+    ui.set_quiet(True)
+    qualify_pending(dist, lane, config=config)
+
+    root = release.clone(tmp_path / "product", "empty")
+    toml = root / "manifests" / RELEASE / "release.toml"
+    toml.parent.mkdir(parents=True)
+    lanes = {LANE: "qualified", lane_id: "qualified"}
+    toml.write_text(release_toml(release.client, register=lanes))
+    with pytest.raises(RefusedError) as caught:  # a hardware-pending receipt cannot make a lane qualified
+        compose_release(root, RELEASE, dist=dist, lanes_dir=release.lanes_dir)
+    assert caught.value.field == f"lanes.{lane_id}.status"
+    lanes[lane_id] = "preview"
+    toml.write_text(release_toml(release.client, register=lanes, preview_reason="RTX 5090 hardware qualification pending: the receipt is hardware-pending"))
+    compose_release(root, RELEASE, dist=dist, lanes_dir=release.lanes_dir)
+    manifest = manifest_of(root)
+    row = manifest["components"]["ninfer"]
+    publication = json.loads((root / "manifests" / RELEASE / "qualification" / "runtime-publication.json").read_text())
+    assert row["oci_reference"] == publication["image_reference"] and row["oci_reference"].startswith(target + "@sha256:")
+    assert row["oci_manifest_digest"] == publication["image_digest"]
+    assert row["binary_archive_sha256"] == publication["binary_sha256"] and row["source_commit"] == source_commit
+    assert row["configuration_sha256"] == sha256_bytes(config.read_bytes())
+    assert (row["status"], row["installable"], row["qualification"]["status"]) == ("preview", False, "hardware-pending")
+    assert [b.split(":")[0] for b in manifest["publication"]["blockers"]] == ["external-install", "pins"]
+    commit(root, "draft")
+
+    # A publication receipt with a mutable tag, or for another archive, is drift: refused, naming file and field.
+    drifted = tmp_path / "drift"
+    shutil.copytree(dist, drifted)
+    repo_tag = f"{target}:{lane.tag()}"
+    path = _reregister(drifted, "publication-receipt", lane_id, lambda d: d.update(image_reference=repo_tag))
+    with pytest.raises(IntegrityError) as caught:
+        compose_release(root, RELEASE, dist=drifted, lanes_dir=release.lanes_dir)
+    assert caught.value.file == str(path) and caught.value.field == "image_reference" and caught.value.found == repo_tag
+    _reregister(drifted, "publication-receipt", lane_id, lambda d: d.update(image_reference=publication["image_reference"], binary_sha256="b" * 64))
+    with pytest.raises(IntegrityError) as caught:
+        compose_release(root, RELEASE, dist=drifted, lanes_dir=release.lanes_dir)
+    assert caught.value.field == "binary_sha256"
+
+    promote_release(root, RELEASE, "candidate", lanes_dir=release.lanes_dir)
+    candidate = commit(root, "candidate")
+    record = tmp_path / "acceptance.json"
+    record.write_bytes(canonical_bytes(acceptance_record(manifest_of(root), candidate)))
+    accept_release(root, RELEASE, record, lanes_dir=release.lanes_dir)
+    commit(root, "accepted")
+    for step in range(3):
+        outcome = rebind(root, RELEASE, pin="HEAD", lanes=load_lanes(release.lanes_dir))
+        commit(root, f"pin {step}")
+        if not outcome.blockers:
+            break
+    promote_release(root, RELEASE, "ready", lanes_dir=release.lanes_dir)
+    commit(root, "ready")
+    ui.set_quiet(False)
+    report = verify_release(root, RELEASE, require="ready", check_pins=True, lanes_dir=release.lanes_dir)
+    assert report.valid, [p.message() for p in report.problems.items]
+    ready = manifest_of(root)
+    assert ready["components"]["ninfer"]["publication_receipt"]["public_url"].endswith(f"/manifests/{RELEASE}/qualification/runtime-publication.json")
+    assert ready["qualification"]["deferred_scope"][lane_id]["reason"].startswith("RTX 5090 hardware qualification pending")
+    # The image lives on a test registry, outside the product's repositories: said, not hidden.
+    assert any(p.check == "images" for p in report.problems.warnings)
