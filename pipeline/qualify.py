@@ -110,6 +110,7 @@ Status rules (checked by `validate_receipt`, also on import):
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import json
 import re
 import shutil
@@ -350,9 +351,10 @@ class LaneIdentity:
         )
 
 
-def _read_package(path: Path) -> tuple[str, dict[str, bytes]]:
-    """The package's top folder and its small members (binaries are hashed, not kept)."""
+def _read_package(path: Path) -> tuple[str, dict[str, bytes], dict[str, str]]:
+    """The package's top folder, its top-level JSON members, and the SHA-256 of each bin/ file (streamed)."""
     members: dict[str, bytes] = {}
+    hashes: dict[str, str] = {}
     tops: set[str] = set()
     try:
         with tarfile.open(path, "r:gz") as archive:
@@ -363,12 +365,18 @@ def _read_package(path: Path) -> tuple[str, dict[str, bytes]]:
                     continue
                 handle = archive.extractfile(member)
                 assert handle is not None
-                members[rest] = handle.read()
+                if rest.startswith("bin/"):
+                    digest = hashlib.sha256()
+                    while block := handle.read(1 << 20):
+                        digest.update(block)
+                    hashes[rest] = digest.hexdigest()
+                elif "/" not in rest and rest.endswith(".json"):
+                    members[rest] = handle.read()
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise IntegrityError(f"the package archive cannot be read: {exc}", file=path) from None
     if len(tops) != 1:
         raise IntegrityError("the package archive does not have exactly one top folder", file=path, found=sorted(tops))
-    return tops.pop(), members
+    return tops.pop(), members, hashes
 
 
 def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, library_dirs: list[Path] | None = None) -> LaneIdentity:
@@ -397,7 +405,7 @@ def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, li
         package_path = register.verified_path(entry)
         if entry.attrs.get("component_tag") != component_tag:
             raise IntegrityError("the package is for another component tag than the build", file=package_path, field="component_tag", found=entry.attrs.get("component_tag"), expected=component_tag)
-        package_top, members = _read_package(package_path)
+        package_top, members, bin_hashes = _read_package(package_path)
         payload_identity = members.get("build-identity.json")
         if payload_identity is None:
             raise IntegrityError("the package holds no build-identity.json", file=package_path)
@@ -414,11 +422,11 @@ def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, li
         if not isinstance(packaged, dict) or server_name not in packaged:
             raise IntegrityError("the package's build identity names no server binary", file=package_path, field="build-identity.json: binaries")
         for name, digest in packaged.items():
-            data = members.get(f"bin/{name}")
-            if data is None:
+            actual = bin_hashes.get(f"bin/{name}")
+            if actual is None:
                 raise IntegrityError("the package lacks a binary its build identity names", file=package_path, field=f"bin/{name}")
-            if sha256_bytes(data) != digest:
-                raise IntegrityError("a packaged binary differs from the package's build identity", file=package_path, field=f"bin/{name}", found=sha256_bytes(data), expected=digest)
+            if actual != digest:
+                raise IntegrityError("a packaged binary differs from the package's build identity", file=package_path, field=f"bin/{name}", found=actual, expected=digest)
         binaries = dict(packaged)  # the receipt binds the bytes that ship
         packaged_config = members.get("server-config.json")
         package = {"name": package_path.name, "sha256": entry.sha256, "bytes": entry.size}
