@@ -11,14 +11,16 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from winfixtures import native_workspace, packaged_native_set
+from winfixtures import compile_windows_prebuilt, native_identity, native_workspace, packaged_native_set
 
+from conftest import SAMPLE, make_repo
 from pipeline import package as package_module
 from pipeline.assets import asset_set, check_assets
 from pipeline.binaries import inspect_binary
+from pipeline.build import build_lane
 from pipeline.cli import main
 from pipeline.errors import BuildFailure, InputError, IntegrityError, RefusedError
-from pipeline.lanes import find_lane
+from pipeline.lanes import find_lane, load_lane
 from pipeline.register import Register
 from pipeline.util.jsonio import canonical_bytes
 
@@ -241,3 +243,29 @@ def test_container_set_from_a_cuda_build_is_reproducible_and_checked(tmp_path, s
     capsys.readouterr()
     assert main(["package", "--lane", "5090", "--dist", str(tmp_path / "a")]) == 0
     assert "up to date, nothing to do" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_vendored_inventory_hash_that_differs_from_the_source_is_refused(tmp_path_factory, tmp_path):
+    """The CycloneDX vendored components come from third_party/inventory.json: its hashes must be the bytes'."""
+    workspace = native_workspace(tmp_path_factory)
+    source = tmp_path / "sample"
+    shutil.copytree(SAMPLE, source, ignore=shutil.ignore_patterns("build", "build-*"))
+    inventory = json.loads((source / "third_party" / "inventory.json").read_text())
+    inventory["components"][0]["files"][0]["sha256"] = "0" * 64
+    (source / "third_party" / "inventory.json").write_text(json.dumps(inventory, indent=2, sort_keys=True) + "\n")
+    commit = make_repo(tmp_path / "ninfer", source)
+    lanes = tmp_path / "lanes"
+    shutil.copytree(workspace.lanes_dir, lanes)
+    contract = tmp_path / "contract"
+    shutil.copytree(workspace.contract, contract)
+    _set_json(contract / "release-spec.json", lambda d: d["source"].update(commit=commit))
+    lane_file = lanes / f"{NATIVE}.toml"
+    lane_file.write_text(lane_file.read_text().replace(workspace.commit, commit).replace(str(workspace.contract), str(contract)))
+    prebuilt = compile_windows_prebuilt(tmp_path / "prebuilt", native_identity(load_lane(lane_file), commit))
+    dist = tmp_path / "dist"
+    build_lane("4090", dist=dist, source=str(tmp_path / "ninfer"), prebuilt=prebuilt, lanes_dir=lanes)
+    with pytest.raises(IntegrityError, match="hash mismatch: the inventory declares a SHA-256 for third_party/miniargs/LICENSE") as caught:
+        package_module.package_lane("4090", dist=dist, lanes_dir=lanes)
+    assert caught.value.file.endswith("source.tar!third_party/inventory.json")
+    assert not (dist / NATIVE / "assets").exists()

@@ -131,6 +131,12 @@ def test_native_sboms_describe_the_payload_and_the_import_graph(native_assets, c
     assert main(["sbom", "validate", str(spdx_path), str(cdx_path)]) == 0
     out = capsys.readouterr().out
     assert "valid SPDX-2.3" in out and "valid CycloneDX 1.6" in out
+    # spdx-tools' own command-line validator agrees (rc 0, silent when valid).
+    import subprocess
+    import sys
+
+    checked = subprocess.run([sys.executable, "-m", "spdx_tools.spdx.clitools.pyspdxtools", "-i", str(spdx_path)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
     digests = _payload_digests(native_assets)
     spdx = json.loads(spdx_path.read_text())
     assert {f["fileName"].removeprefix("./") for f in spdx["files"]} == set(digests)
