@@ -425,6 +425,8 @@ class Auditor:
         lanes_dir: Path | None = None,
         session=None,
         on_item: Callable[[Item], None] | None = None,
+        mirrors: list[tuple[str, str]] | None = None,
+        skip_larger_than: int | None = None,
     ) -> None:
         self.source = source
         self.jobs = max(1, jobs)
@@ -438,6 +440,8 @@ class Auditor:
         self._session = session
         self._local = threading.local()
         self.on_item = on_item
+        self.mirrors = list(mirrors or [])
+        self.skip_larger_than = skip_larger_than
         self.report = AuditReport(manifest=source)
 
     # -- plumbing
@@ -458,6 +462,18 @@ class Auditor:
         if self.on_item:
             self.on_item(item)
 
+    def fetch_url(self, url: str) -> str:
+        """Where the bytes of `url` are fetched: the first --mirror prefix that matches, else the URL itself.
+
+        Location rules always apply to the manifest's own URLs; a mirror only
+        changes where the bytes come from, and they are still checked against
+        the manifest's sizes and hashes.
+        """
+        for source, target in self.mirrors:
+            if url.startswith(source):
+                return target + url[len(source):]
+        return url
+
     @property
     def is_url(self) -> bool:
         return urlsplit(self.source).scheme in ("http", "https")
@@ -473,6 +489,7 @@ class Auditor:
         from . import transfer
 
         binding = Binding(label=label, field="", url=url, sha256=sha256, size=size)
+        url = self.fetch_url(url)
         if target.is_file() and (size is None or target.stat().st_size == size):
             digest = sha256_file(target)  # the first and only read of a file from an earlier run
             if sha256 is None or digest == sha256:
@@ -554,6 +571,8 @@ class Auditor:
             problem = binding_problem(binding)
             if problem:
                 self.add(Item(binding.label, False, problem, binding.kind, {"field": binding.field}))
+            elif self.skip_larger_than is not None and isinstance(binding.size, int) and binding.size > self.skip_larger_than and binding.kind != "set-file":
+                self.add(Item(binding.label, None, f"{ui.human_bytes(binding.size)} is larger than --skip-larger-than {ui.human_bytes(self.skip_larger_than)}: not downloaded, its SHA-256 is not checked", binding.kind, {"field": binding.field}))
             else:
                 runnable.append(binding)
         needed = sum(b.size for b in runnable if isinstance(b.size, int))
@@ -941,6 +960,28 @@ def fetch_manifest_by_digest(host: str, name: str, digest: str, *, session, time
 # -- command line ----------------------------------------------------------------------
 
 
+def _byte_size(text: str) -> int:
+    match = re.fullmatch(r"([0-9]+)([KMGT]?)(i?B)?", text.strip(), re.IGNORECASE)
+    if not match:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 500M, 4G)")
+    return int(match.group(1)) * 1024 ** "_KMGT".index(match.group(2).upper() or "_")
+
+
+def _parse_mirror(value: str) -> tuple[str, str]:
+    from .errors import UsageError
+
+    source, sep, target = value.partition("=")
+    if not sep or not source or not target:
+        raise UsageError("--mirror takes URL_PREFIX=MIRROR_PREFIX", field="--mirror", found=value, expected="e.g. https://github.com/=https://mirror.example/github/")
+    for url in (source, target):
+        if urlsplit(url).scheme not in ("http", "https"):
+            raise UsageError("--mirror prefixes must be HTTP(S) URLs", field="--mirror", found=url)
+    problem = check_scheme(target)
+    if problem:
+        raise UsageError(f"the mirror {problem}", field="--mirror", found=target)
+    return source, target
+
+
 def run_audit(args: argparse.Namespace) -> int:
     as_json = args.json
 
@@ -968,6 +1009,8 @@ def run_audit(args: argparse.Namespace) -> int:
         progress=not args.quiet,
         lanes_dir=args.lanes_dir,
         on_item=emit,
+        mirrors=[_parse_mirror(value) for value in args.mirror],
+        skip_larger_than=args.skip_larger_than,
     )
     report = auditor.run()
     if as_json:
@@ -997,5 +1040,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file")
     parser.add_argument("--allow-unsigned", action="store_true", help="report missing Sigstore bundles as SKIP instead of FAIL (pre-signing audits only)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
+    parser.add_argument("--mirror", action="append", default=[], metavar="URL_PREFIX=MIRROR_PREFIX", help="fetch URLs starting with URL_PREFIX from MIRROR_PREFIX instead (repeatable); sizes, hashes and location rules are unchanged")
+    parser.add_argument("--skip-larger-than", type=_byte_size, default=None, metavar="SIZE", help="do not download files larger than SIZE (e.g. 4G); they are reported as SKIP, never as OK")
     parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=run_audit)

@@ -18,6 +18,7 @@ import http.server
 import json
 import re
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -749,3 +750,98 @@ def test_too_little_room_in_the_cache_stops_before_any_download(server, tmp_path
     assert cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--quiet"]) == ExitCode.ENVIRONMENT
     assert "the cache folder has 1.0 MiB free, the release binds 11.0 MiB" in capsys.readouterr().err
     assert [path for path, _ in server.log] == [tree.manifest_path]
+
+
+# -- the sample release made by the pipeline (tests/releasekit.py) ------------------------------
+
+
+@pytest.fixture(scope="module")
+def pipeline_release(tmp_path_factory):
+    """The ready sample release composed by the pipeline (build, package, qualify, compose, pin dance)."""
+    pytest.importorskip("pipeline.compose", reason="the compose stage is not in this checkout")
+    releasekit = pytest.importorskip("releasekit", reason="tests/releasekit.py is not in this checkout")
+    return releasekit, releasekit.sample_release(tmp_path_factory)
+
+
+def _serve_pipeline_release(server: ReleaseServer, releasekit, release, manifest: dict) -> list[str]:
+    """Publish the pipeline's release on the loopback server under the canonical URL paths.
+
+    Component assets come from the pipeline's own asset folder, the client binaries are
+    the kit's bytes, and every raw URL serves `git show <commit>:<path>` of the product
+    repository, so the pins are the ones the pin dance wrote.  Returns the --mirror values.
+    """
+    from conftest import git
+
+    strings: list[str] = []
+
+    def walk(node):
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, str) and node.startswith("https://"):
+            strings.append(node)
+
+    walk(manifest)
+    assets = release.dist / releasekit.LANE / "assets"
+    clients = {name: f"sample client {platform}\n".encode() * 64 for platform, (name, _n, _h) in release.client["platforms"].items()}
+    for url in strings:
+        path = "/" + url.split("://", 1)[1]
+        name = url.rsplit("/", 1)[-1]
+        if url.startswith("https://raw.githubusercontent.com/"):
+            commit, relative = url.split("/", 6)[5], url.split("/", 6)[6]
+            server.files[path] = subprocess.run(["git", "-C", str(release.root), "show", f"{commit}:{relative}"], capture_output=True, check=True).stdout
+        elif "/releases/download/" in url and (assets / name).is_file():
+            server.files[path] = (assets / name).read_bytes()
+        elif name in clients:
+            server.files[path] = clients[name]
+    assert git(release.root, "rev-parse", "HEAD")
+    return [f"https://{host}/={server.base}/{host}/" for host in ("github.com", "raw.githubusercontent.com", "huggingface.co")]
+
+
+@pytest.mark.slow
+def test_the_ready_release_made_by_the_pipeline_audits_ok(server, tmp_path, pipeline_release):
+    releasekit, release = pipeline_release
+    manifest_path = release.tree() / "manifest.json"
+    manifest = json.loads(manifest_path.read_bytes())
+    assert manifest["status"] == "ready"
+    mirrors = _serve_pipeline_release(server, releasekit, release, manifest)
+    report, lines = run_audit(str(manifest_path), tmp_path, lanes_dir=release.lanes_dir, mirrors=[tuple(m.split("=", 1)) for m in mirrors], skip_larger_than=1 << 30)
+    print("\n".join([*lines, report.verdict()]))  # shown by pytest -rP
+    assert fails(lines) == [], "\n".join(lines)
+    assert report.passed
+    assert line_for(lines, f"OK: set {releasekit.LANE}")
+    assert line_for(lines, "SKIP: model qwen3_8_27b.ninfer").endswith("is larger than --skip-larger-than 1.0 GiB: not downloaded, its SHA-256 is not checked")
+    assert len([line for line in lines if line.startswith("OK: client ")]) == 3
+    assert line_for(lines, "OK: qualification summary") and line_for(lines, "OK: compatibility authority")
+    assert line_for(lines, "OK: external-installation acceptance")
+    assert line_for(lines, f"OK: {releasekit.LANE} qualification")  # the lane receipt at its pinned raw URL
+    # The raw records were fetched at the commits the pin dance wrote, through the mirror only.
+    assert any(path.startswith("/raw.githubusercontent.com/") for path, _ in server.log)
+    assert all(not path.startswith("/https") for path, _ in server.log)
+
+
+@pytest.mark.slow
+def test_a_tampered_receipt_of_the_pipeline_release_fails(server, tmp_path, pipeline_release):
+    releasekit, release = pipeline_release
+    manifest_path = release.tree() / "manifest.json"
+    manifest = json.loads(manifest_path.read_bytes())
+    mirrors = _serve_pipeline_release(server, releasekit, release, manifest)
+    receipt_url = next(row["qualification"]["public_url"] for row in manifest["components"]["ninfer_variants"] if row["id"] == releasekit.LANE)
+    path = "/" + receipt_url.split("://", 1)[1]
+    data = bytearray(server.files[path])
+    data[len(data) // 2] ^= 0x01
+    server.files[path] = bytes(data)
+    report, lines = run_audit(str(manifest_path), tmp_path, lanes_dir=release.lanes_dir, mirrors=[tuple(m.split("=", 1)) for m in mirrors], skip_larger_than=1 << 30)
+    assert [line.split(": got")[0] for line in fails(lines)] == [f"FAIL: {releasekit.LANE} qualification: SHA-256 mismatch"]
+    assert not report.passed
+
+
+def test_mirror_and_size_options_are_parsed_strictly(capsys):
+    assert cli.main(["audit", "m.json", "--mirror", "https://github.com/"]) == ExitCode.USAGE
+    assert "--mirror takes URL_PREFIX=MIRROR_PREFIX" in capsys.readouterr().err
+    assert cli.main(["audit", "m.json", "--mirror", "https://github.com/=http://198.51.100.7/gh/"]) == ExitCode.USAGE
+    assert "plain HTTP is not accepted" in capsys.readouterr().err
+    assert audit._byte_size("4G") == 4 << 30 and audit._byte_size("500M") == 500 << 20 and audit._byte_size("123") == 123
