@@ -103,6 +103,7 @@ class Binding:
     group: str | None = None  # lane id for set files
     role: str | None = None
     location_error: str | None = None
+    sha_field: str | None = None  # manifest field path of the SHA-256
 
     @property
     def cache_name(self) -> str:
@@ -270,6 +271,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
                 Binding(
                     label=f"client {platform.get('platform')} {name}",
                     field=f"components.omp.platforms[{index}].artifact_url",
+                    sha_field=f"components.omp.platforms[{index}].artifact_sha256",
                     url=platform.get("artifact_url"),
                     sha256=platform.get("artifact_sha256"),
                     size=platform.get("artifact_bytes"),
@@ -285,6 +287,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
         binding = Binding(
             label=f"model {model.get('artifact_name')}",
             field="components.model.artifact_url",
+            sha_field="components.model.artifact_sha256",
             url=model.get("artifact_url"),
             sha256=model.get("artifact_sha256"),
             size=model.get("artifact_bytes"),
@@ -316,6 +319,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
                 Binding(
                     label=f"{lane} {name or stem}",
                     field=f"{where}.{url_field}",
+                    sha_field=f"{where}.{stem}_sha256",
                     url=url,
                     sha256=row.get(f"{stem}_sha256"),
                     size=row.get(f"{stem}_bytes"),
@@ -353,6 +357,7 @@ def _record(label: str, where: str, record: dict[str, Any], path_key: str, sha_k
     binding = Binding(
         label=label,
         field=f"{where}.public_url",
+        sha_field=f"{where}.{sha_key}",
         url=url,
         sha256=record.get(sha_key),
         name=Path(path).name if isinstance(path, str) else None,
@@ -370,7 +375,10 @@ def binding_problem(binding: Binding) -> str | None:
     if not isinstance(binding.url, str) or not binding.url:
         return f"{binding.field} is not a URL (found {binding.url!r})"
     if not is_sha256_hex(binding.sha256):
-        return f"{binding.field.rsplit('.', 1)[0]}: no SHA-256 bound (found {binding.sha256!r})"
+        where = binding.sha_field or binding.field.rsplit(".", 1)[0]
+        if binding.sha256 is None:
+            return f"not bound: {where} is null"
+        return f"{where} is not a SHA-256 (found {binding.sha256!r})"
     if binding.size is not None and (not isinstance(binding.size, int) or isinstance(binding.size, bool) or binding.size < 0):
         return f"the recorded size is not a byte count (found {binding.size!r})"
     if binding.location_error:

@@ -568,7 +568,7 @@ def test_null_bindings_fail_as_not_bound(server, tmp_path):
     tree.manifest["qualification"]["public_url"] = None
     report, lines = run_audit(tree.publish(), tmp_path)
     assert sorted(fails(lines)) == [
-        "FAIL: model qwen3_8_27b.ninfer: components.model: no SHA-256 bound (found None)",
+        "FAIL: model qwen3_8_27b.ninfer: not bound: components.model.artifact_sha256 is null",
         "FAIL: qualification summary: not bound: qualification.public_url is null",
     ]
 
