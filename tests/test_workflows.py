@@ -104,7 +104,10 @@ def test_release_jobs_and_their_order():
     expected = {"preflight", "build-windows", "build-linux", "package", "image", "push", "qualify", "compose", "verify", "tests", "sign", "publish"}
     assert set(jobs) == expected
     assert jobs["build-windows"]["runs-on"] == "windows-latest"
-    assert any("nox -s build-4090 build-3090" in s.get("run", "") for s in jobs["build-windows"]["steps"])
+    windows = "\n".join(s.get("run", "") for s in jobs["build-windows"]["steps"])
+    assert "nox -s build-4090" in windows and "nox -s build-3090" in windows
+    assert 'source_4090="$(python .github/scripts/lane_source.py rtx4090-windows-native)"' in windows
+    assert 'PIPELINE_SOURCE="$source_4090" nox -s build-4090' in windows  # the lane's pinned source, not the sample
     assert any("nox -s build-5090" in s.get("run", "") for s in jobs["build-linux"]["steps"])
     assert any("verify --release \"$PIPELINE_RELEASE\" --require-ready" in s.get("run", "") for s in jobs["verify"]["steps"])
     assert any("pipeline sign" in s.get("run", "") for s in jobs["sign"]["steps"])
@@ -149,3 +152,18 @@ def test_ci_runs_the_ci_entry_point_on_push_and_pull_requests():
     (job,) = document["jobs"].values()
     assert any(step.get("run", "").strip().endswith("bash .ci/run") for step in job["steps"])
     assert (ROOT / ".ci" / "run").is_file()
+
+
+def test_lane_source_helper_prints_the_pinned_commit_or_fails(tmp_path):
+    import subprocess
+    import sys
+
+    helper = ROOT / ".github" / "scripts" / "lane_source.py"
+    ok = subprocess.run([sys.executable, str(helper), "rtx4090-windows-native"], cwd=ROOT, capture_output=True, text=True)
+    assert ok.returncode == 0 and re.fullmatch(r"https://\S+@[0-9a-f]{40}\n", ok.stdout)
+    lanes = tmp_path / "runtime" / "lanes"
+    lanes.mkdir(parents=True)
+    (lanes / "x.toml").write_text('[source]\nrepository = "https://github.com/a/b.git"\nnote = "prefix only"\n')
+    bad = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert "lane x pins no full source commit" in bad.stderr and "prefix only" in bad.stderr
