@@ -443,24 +443,30 @@ def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> 
 
 
 def collect_targets(release_dir: Path, dist: Path | None, manifest: dict[str, Any] | None = None) -> list[SigningTarget]:
-    """The release tree's signed files plus the asset sets' outer SHA256SUMS under dist, one target per content."""
+    """The release tree's signed files, one target per content; identical outer SHA256SUMS under dist join their target."""
     manifest_file = release_dir / MANIFEST_NAME
     if manifest is None:
         manifest = read_json_object(manifest_file)
-    files: list[Path] = signed_files(manifest, release_dir, file=manifest_file)
-    if dist is not None and (dist / "register.json").is_file():
-        from .register import Register
-
-        register = Register(dist)
-        for artifact in register.query("outer-checksums"):
-            files.append(register.verified_path(artifact))
     targets: dict[str, SigningTarget] = {}
-    for path in files:
+    for path in signed_files(manifest, release_dir, file=manifest_file):
         data = path.read_bytes()
         digest = sha256_bytes(data)
         target = targets.setdefault(digest, SigningTarget(digest, data))
         if path not in target.files:
             target.files.append(path)
+    if dist is not None and (dist / "register.json").is_file():
+        from .register import Register
+
+        register = Register(dist)
+        for artifact in register.query("outer-checksums"):
+            path = register.verified_path(artifact).resolve()
+            target = targets.get(artifact.sha256)
+            if target is None:
+                # Only what the release tree lists is signed: a set the release does not ship stays unsigned.
+                ui.warn(f"{path}: not among the release tree's signed files (a lane this release does not ship); not signed")
+                continue
+            if path not in target.files:
+                target.files.append(path)  # the same bytes: the bundle is copied beside it for upload
     return list(targets.values())
 
 

@@ -439,3 +439,27 @@ def test_an_existing_invalid_bundle_is_refused_unless_overwrite(vectors, whl_tar
         overwrite=True,
     )
     assert report.signed and json.loads(sig.bundle_path_for(whl_target.files[0]).read_bytes()) == json.loads(bundle)
+
+
+def test_sign_plan_adds_dist_copies_of_signed_sums_and_leaves_unshipped_sets_out(tmp_path, monkeypatch, capsys):
+    """The register's outer SHA256SUMS join the target with the same bytes; a set the release does not ship is not signed."""
+    from pipeline.register import Register
+
+    tree = _release_tree(tmp_path)
+    shipped = (tree / "qualification" / "rtx4090-windows-native.SHA256SUMS").read_bytes()
+    dist = tmp_path / "dist"
+    register = Register(dist)
+    outputs = []
+    for lane, data in (("rtx4090-windows-native", shipped), ("rtx3090-windows-native", b"c" * 64 + b"  Install-Release.ps1\n")):
+        path = dist / lane / "assets" / "SHA256SUMS"
+        path.parent.mkdir(parents=True)
+        path.write_bytes(data)
+        outputs.append(register.make("outer-checksums", path, stage="package", lane=lane, component_tag="v0.7.0-x"))
+    register.record_stage("package", "f" * 64, outputs)
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sign", "--dry-run", "--release", "v0.1.2", "--dist", "dist"]) == 0
+    captured = capsys.readouterr()
+    plan = json.loads(captured.out)
+    files = {Path(f).relative_to(tmp_path).as_posix() for t in plan["targets"] for f in t["files"]}
+    assert files == {"manifests/v0.1.2/manifest.json", "manifests/v0.1.2/qualification/rtx4090-windows-native.SHA256SUMS", "dist/rtx4090-windows-native/assets/SHA256SUMS"}
+    assert "dist/rtx3090-windows-native/assets/SHA256SUMS: not among the release tree's signed files" in captured.err
