@@ -456,6 +456,9 @@ def test_sign_plan_adds_dist_copies_of_signed_sums_and_leaves_unshipped_sets_out
         path.write_bytes(data)
         outputs.append(register.make("outer-checksums", path, stage="package", lane=lane, component_tag="v0.7.0-x"))
     register.record_stage("package", "f" * 64, outputs)
+    from pipeline.util import ui
+
+    monkeypatch.setattr(ui, "_QUIET", False)  # another test's --quiet must not hide the warning
     monkeypatch.chdir(tmp_path)
     assert cli.main(["sign", "--dry-run", "--release", "v0.1.2", "--dist", "dist"]) == 0
     captured = capsys.readouterr()
