@@ -43,10 +43,11 @@ RECEIPT_TYPES = {
     "native-asset-set": "ninfer_windows_package_build_receipt",
     "binary-archive": "ninfer_container_package_build_receipt",
 }
-# What qualification will later produce from these bytes (never written into the package).
+# What qualification will later produce from these bytes (never written into the package):
+# the lane receipt of pipeline/qualify.py (RECEIPT_TYPE), the same for both layouts.
 QUALIFICATION_SUMMARY_TYPES = {
-    "native-asset-set": "ninfer_native_lane_qualification_receipt",
-    "binary-archive": "ninfer_container_lane_qualification_receipt",
+    "native-asset-set": "omp_ninfer_lane_receipt",
+    "binary-archive": "omp_ninfer_lane_receipt",
 }
 # Lifecycle script -> its key in the receipt's support_assets (anchor §8).
 SUPPORT_SCRIPT_KEYS = {

@@ -190,3 +190,9 @@ def test_a_repacked_package_with_fixed_outer_sums_is_caught_by_the_inner_sums(co
     with pytest.raises(IntegrityError, match="hash mismatch") as caught:
         check_assets(directory, lanes_dir=workspace.lanes_dir)
     assert Path(caught.value.file).name == package.name
+
+
+def test_build_receipt_names_the_receipt_that_qualify_writes():
+    from pipeline import assets, qualify
+
+    assert set(assets.QUALIFICATION_SUMMARY_TYPES.values()) == {qualify.RECEIPT_TYPE}
