@@ -80,6 +80,7 @@ from .verify import (
     GitObjects,
     GitUnavailable,
     acceptance_problems,
+    evidence_problems,
     git_has_commit,
     git_show,
     state_problems,
@@ -383,6 +384,8 @@ def rebind(
     derived = derive(root, release, problems, lanes=lanes, current=current, status=target, pins=pins)
     _refuse(problems.items)
     assert derived.manifest is not None and derived.release is not None
+    # The evidence in the tree must agree with itself before any hash is bound to it.
+    _refuse(evidence_problems(root, release, derived, lanes), kind=IntegrityError, lead="the evidence in the tree disagrees")
     if isinstance(current, dict) and current_status != "draft" and not allow_frozen_change:
         before, after = acceptance_subject(current), acceptance_subject(derived.manifest)
         if before != after:

@@ -307,6 +307,16 @@ class Verifier:
         self._seen.add(key)
         self.problems.add(check, what, **kwargs)
 
+    def from_error(self, check: str, error: PipelineError, *, file: str | None = None) -> None:
+        from .errors import _MISSING as unset
+
+        kwargs: dict[str, Any] = {"file": file or error.file, "field": error.field, "fix": error.fix, "why": error.why}
+        if error.found is not unset:
+            kwargs["found"] = error.found
+        if error.expected is not unset:
+            kwargs["expected"] = error.expected
+        self.error(check, error.what, **kwargs)
+
     def warn(self, check: str, what: str, **kwargs: Any) -> None:
         self.problems.warn(check, what, **kwargs)
 
@@ -525,7 +535,7 @@ class Verifier:
             try:
                 entries = parse_sums(path.read_bytes(), file=rel)
             except PipelineError as error:
-                self.error("checksums", error.what, file=rel, field=error.field, found=error.found if error.found is not None else None)
+                self.from_error("checksums", error, file=rel)
                 continue
             bound: dict[str, str] = {}
             for _role, prefix in role_fields(_kind(row, self.lanes)):
@@ -929,7 +939,18 @@ class Verifier:
             try:
                 verify_bundle(self.root / rel, bundle, identity=identity, issuer=issuer)
             except PipelineError as error:
-                self.error("signatures", error.what, file=rel + BUNDLE_SUFFIX, field=error.field, found=None if error.found is None else error.found, fix=error.fix)
+                self.from_error("signatures", error, file=rel + BUNDLE_SUFFIX)
+
+
+def evidence_problems(root: Path, release: str, derived: Derived, lanes: dict[str, Lane]) -> list:
+    """The evidence checks of verify, run on a freshly derived manifest (compose refuses on any)."""
+    checker = Verifier(root, release, lanes=lanes, require=None, check_pins=False)
+    checker.manifest = derived.manifest or {}
+    checker.derived = derived
+    for check in (checker.check_checksums, checker.check_receipts, checker.check_images, checker.check_urls, checker.check_model):
+        check()
+    checker.git.close()
+    return checker.problems.items
 
 
 def acceptance_problems(doc: dict[str, Any], manifest: dict[str, Any], release: str) -> list[tuple[str, Any, Any, str]]:

@@ -175,6 +175,24 @@ def test_a_changed_asset_in_the_register_is_refused(release, tmp_path):
     assert "Install-Release.ps1" in caught.value.render()
 
 
+def test_rebind_refuses_a_sums_line_that_the_receipt_does_not_bind(release, tmp_path):
+    root = release.clone(tmp_path / "p", "draft")
+    sums = root / "manifests" / RELEASE / "qualification" / f"{LANE}.SHA256SUMS"
+    lines = sums.read_text().splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if line.endswith(".cdx.json\n"))
+    lines[index] = "c" * 64 + lines[index][64:]
+    sums.write_text("".join(lines))
+    manifest_before = (root / "manifests" / RELEASE / "manifest.json").read_bytes()
+    with pytest.raises(IntegrityError) as caught:
+        rebind(root, RELEASE, lanes=load_lanes(release.lanes_dir))
+    assert caught.value.file == f"manifests/{RELEASE}/qualification/{LANE}.json"
+    assert caught.value.field == "identity.outer_checksums_sha256"
+    assert (root / "manifests" / RELEASE / "manifest.json").read_bytes() == manifest_before, "nothing may be rebound to the edited line"
+    # compose takes the set from the register again and the tree is whole.
+    compose_release(root, RELEASE, dist=release.dist, lanes_dir=release.lanes_dir)
+    assert verify_release(root, RELEASE, lanes_dir=release.lanes_dir).valid
+
+
 def test_qualified_needs_a_passed_receipt(release, tmp_path):
     root = release.clone(tmp_path / "p", "draft-pending")
     dist = tmp_path / "dist"
