@@ -108,6 +108,8 @@ class Binding:
     @property
     def cache_name(self) -> str:
         base = self.name or Path(urlsplit(str(self.url)).path).name or "download"
+        if self.kind == "record" and is_sha256_hex(self.sha256):
+            return f"{self.sha256[:16]}-{base}"  # records of different lanes may share a file name
         return base
 
 
@@ -498,10 +500,11 @@ class Auditor:
 
         binding = Binding(label=label, field="", url=url, sha256=sha256, size=size)
         url = self.fetch_url(url)
-        if target.is_file() and (size is None or target.stat().st_size == size):
-            digest = sha256_file(target)  # the first and only read of a file from an earlier run
-            if sha256 is None or digest == sha256:
-                return Fetched(binding, target, digest, target.stat().st_size)
+        if target.is_file():
+            # A complete file from an earlier run is re-used only when the manifest pins its
+            # hash (read once, here); anything unpinned (signed files, bundles) is fetched anew.
+            if sha256 is not None and (size is None or target.stat().st_size == size) and sha256_file(target) == sha256:
+                return Fetched(binding, target, sha256, target.stat().st_size)
             target.unlink()
         kwargs: dict[str, Any] = {}
         if self.retries is not None:

@@ -845,3 +845,19 @@ def test_mirror_and_size_options_are_parsed_strictly(capsys):
     assert cli.main(["audit", "m.json", "--mirror", "https://github.com/=http://198.51.100.7/gh/"]) == ExitCode.USAGE
     assert "plain HTTP is not accepted" in capsys.readouterr().err
     assert audit._byte_size("4G") == 4 << 30 and audit._byte_size("500M") == 500 << 20 and audit._byte_size("123") == 123
+
+
+def test_a_second_run_reuses_verified_cache_files_and_replaces_a_damaged_one(server, tmp_path):
+    tree = Tree(server, None, None)
+    url = tree.publish()
+    cache = tmp_path / "cache"
+    report, _ = run_audit(url, tmp_path, cache=cache)
+    assert report.passed
+    server.log.clear()
+    (cache / RELEASE / "asset" / "omp-windows-x64.exe").write_bytes(b"damaged in the cache")
+    report, lines = run_audit(url, tmp_path, cache=cache)
+    assert report.passed, "\n".join(lines)
+    fetched = [path for path, _ in server.log]
+    assert tree.paths["model"] not in fetched  # pinned and intact: read once from the cache, not downloaded
+    assert tree.paths["client"] in fetched  # damaged: downloaded again
+    assert report.bytes_downloaded == len(tree.client)  # records are pinned too: re-used, not downloaded
