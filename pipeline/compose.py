@@ -31,6 +31,7 @@ import argparse
 import json
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -470,21 +471,44 @@ def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes
             fix=f"stage a new release for new bytes (python -m pipeline compose stage --from {release} --release vX.Y.Z)",
         )
     # Evidence files that a mode change made obsolete would leave the tree unclosed: remove them.
-    for lane_id, li in rt.lanes.items():
-        if li.mode == "register" and li.status in SHIPPED:
-            continue
-        for name in (receipt_name(lane_id), sums_name(lane_id)):
-            rel = repo_path(release, name)
-            keep = rel in writes or (li.mode == "predecessor") or (li.mode == "pins" and name.endswith(".json"))
-            if (root / rel).exists() and not keep and status == "draft":
-                (root / rel).unlink()
-                ui.info(f"removed {rel}: lane {lane_id} no longer binds it")
-    for rel in sorted(writes):
-        if rel in changed:
+    obsolete: list[str] = []
+    if status == "draft":
+        for lane_id, li in rt.lanes.items():
+            if li.mode == "register" and li.status in SHIPPED:
+                continue
+            names = [receipt_name(lane_id), sums_name(lane_id)]
+            if lanes[lane_id].kind == "container" and li.mode != "predecessor":
+                names.append(PUBLICATION_RECEIPT)
+            for name in names:
+                rel = repo_path(release, name)
+                keep = rel in writes or li.mode == "predecessor" or (li.mode == "pins" and name == receipt_name(lane_id))
+                if (root / rel).exists() and not keep:
+                    obsolete.append(rel)
+    with _rollback(root, [*changed, *obsolete]):
+        for rel in obsolete:
+            (root / rel).unlink()
+            ui.info(f"removed {rel}: the lane no longer binds it")
+        for rel in sorted(changed):
             atomic_write_bytes(root / rel, writes[rel])
-    outcome = rebind(root, release, lanes=lanes)
-    outcome.written = sorted(set(changed) | set(outcome.written))
+        outcome = rebind(root, release, lanes=lanes)
+    outcome.written = sorted(set(changed) | set(outcome.written) | set(obsolete))
     return outcome
+
+
+@contextmanager
+def _rollback(root: Path, rels: list[str]):
+    """Restore these files (or their absence) when the block fails: a refused compose writes nothing."""
+    saved = {rel: (root / rel).read_bytes() if (root / rel).is_file() else None for rel in rels}
+    try:
+        yield
+    except BaseException:
+        for rel, data in saved.items():
+            path = root / rel
+            if data is None:
+                path.unlink(missing_ok=True)
+            else:
+                atomic_write_bytes(path, data)
+        raise
 
 
 # -- stage --------------------------------------------------------------------------------------
@@ -607,8 +631,9 @@ def accept_release(root: Path, release: str, record: Path, *, lanes_dir: Path | 
     if acceptance_subject(old) != acceptance_subject(manifest):
         name, found, expected = _first_difference(acceptance_subject(manifest), acceptance_subject(old))
         raise RefusedError("the accepted candidate bound other identities than the current manifest", file=record, field=name, found=found, expected=expected)
-    atomic_write_bytes(root / repo_path(release, ACCEPTANCE), data)
-    outcome = rebind(root, release, lanes=lanes)
+    with _rollback(root, [repo_path(release, ACCEPTANCE)]):
+        atomic_write_bytes(root / repo_path(release, ACCEPTANCE), data)
+        outcome = rebind(root, release, lanes=lanes)
     outcome.written = sorted({repo_path(release, ACCEPTANCE), *outcome.written})
     return outcome
 

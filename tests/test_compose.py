@@ -193,6 +193,24 @@ def test_rebind_refuses_a_sums_line_that_the_receipt_does_not_bind(release, tmp_
     assert verify_release(root, RELEASE, lanes_dir=release.lanes_dir).valid
 
 
+def test_a_compose_refused_late_leaves_the_tree_as_it_was(release, tmp_path, monkeypatch):
+    import pipeline.compose as compose
+
+    root = release.clone(tmp_path / "p", "draft-pending")  # its receipt is hardware-pending; the register's is passed
+    before = tree_bytes(root)
+
+    def refuse(*_args, **_kwargs):
+        raise RefusedError("refused after the evidence was copied")
+
+    monkeypatch.setattr(compose, "rebind", refuse)
+    with pytest.raises(RefusedError):
+        compose_release(root, RELEASE, dist=release.dist, lanes_dir=release.lanes_dir)
+    assert tree_bytes(root) == before
+    monkeypatch.undo()
+    compose_release(root, RELEASE, dist=release.dist, lanes_dir=release.lanes_dir)
+    assert tree_bytes(root) != before and verify_release(root, RELEASE, lanes_dir=release.lanes_dir).valid
+
+
 def test_qualified_needs_a_passed_receipt(release, tmp_path):
     root = release.clone(tmp_path / "p", "draft-pending")
     dist = tmp_path / "dist"

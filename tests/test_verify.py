@@ -298,6 +298,8 @@ def test_sigstore_bundles_are_checked_through_pipeline_sign(release, ready):
     report = run(ready, release, require="ready")
     problem = next(p for p in report.problems.items if p.check == "signatures")
     assert problem.file == f"manifests/{RELEASE}/manifest.json.sigstore.json"
+    # Checked offline against the identity the tree declares: the vector's signer is someone else.
+    assert "trailofbits/rfc8785.py" in problem.message() and f"release.yml@refs/tags/{RELEASE}" in problem.message()
     # Outside --require-ready the bundle is an allowed file of the tree, not checked.
     assert run(ready, release).valid
 
