@@ -315,7 +315,8 @@ def test_build_package_image_push_and_run_the_unpacked_server(tmp_path, sample_r
     imagekit.push_base(base, registry_server.host, "nvidia/cuda-test")
     definition = tmp_path / "definition.toml"
     definition.write_text(imagekit.definition_text(f"{registry_server.host}/nvidia/cuda-test", base.index_digest))
-    target = f"{registry_server.host}/alphastorm/ninfer-runtime"
+    # A repository of its own: the registry is shared by the session, and other tests push the same sample bytes.
+    target = f"{registry_server.host}/alphastorm/ninfer-runtime-{tmp_path.name.lower()}"
 
     digests = []
     for run in ("a", "b"):
