@@ -54,6 +54,7 @@ from urllib.parse import urlsplit
 from .errors import EnvironmentProblem, InputError, PipelineError, RemoteError
 from .util import ui
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
+from .util.jsonio import dig
 
 DEFAULT_JOBS = 4
 DEFAULT_TIMEOUT = 60.0
@@ -247,18 +248,9 @@ def check_raw_location(url: str, path: Any, product_repository: str, release: st
 # -- collecting the bindings of a manifest ------------------------------------------
 
 
-def _get(document: Any, dotted: str) -> Any:
-    node = document
-    for part in dotted.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
-
-
 def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
     release = manifest.get("release")
-    product_repository = _get(manifest, "product.repository") or ""
+    product_repository = dig(manifest, "product.repository") or ""
     bindings: list[Binding] = []
     components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
 
@@ -610,7 +602,7 @@ class Auditor:
             if result.binding.role in ("spdx", "cdx") and result.error is None and self._matches(result):
                 self._validate_sbom(result)
         self._audit_signatures(manifest, data)
-        container = _get(manifest, "components.ninfer")
+        container = dig(manifest, "components.ninfer")
         if isinstance(container, dict) and "oci_reference" in container:
             self._audit_image(container)
         self.report.seconds = time.monotonic() - started
@@ -793,7 +785,7 @@ class Auditor:
         repository, ref = sign.github_claims(identity)
         trust = self.trust_config or signing.get("trust_config") or "production"
         cache = self._cache_dir(release) / "signatures"
-        product_repository = str(_get(manifest, "product.repository") or "").rstrip("/")
+        product_repository = str(dig(manifest, "product.repository") or "").rstrip("/")
         for relative in files:
             label = f"signature {relative}"
             if not isinstance(relative, str) or not relative.startswith(f"manifests/{release}/") or ".." in relative.split("/"):
@@ -873,10 +865,10 @@ def _link(source: Path, target: Path) -> None:
 
 def _lane_rows(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     rows = []
-    container = _get(manifest, "components.ninfer")
+    container = dig(manifest, "components.ninfer")
     if isinstance(container, dict) and "checksums_url" in container:
         rows.append(("components.ninfer", container))
-    for index, row in enumerate(_get(manifest, "components.ninfer_variants") or []):
+    for index, row in enumerate(dig(manifest, "components.ninfer_variants") or []):
         if isinstance(row, dict) and "checksums_url" in row:
             rows.append((f"components.ninfer_variants[{index}]", row))
     return rows

@@ -509,13 +509,6 @@ def file_sha256(root: Path, rel: str | None) -> str | None:
     return sha256_bytes(path.read_bytes()) if path.is_file() else None
 
 
-def dig(document: Any, dotted: str) -> Any:
-    node = document
-    for part in dotted.split("."):
-        if not isinstance(node, dict):
-            return None
-        node = node.get(part)
-    return node
 
 
 @dataclass

@@ -88,3 +88,13 @@ def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
         return tomllib.loads(data.decode("utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise InputError(f"is not valid TOML: {exc}", file=path) from None
+
+
+def dig(document: Any, dotted: str) -> Any:
+    """The value at a dotted path of nested objects ("components.model.artifact_sha256"), or None."""
+    node = document
+    for part in dotted.split("."):
+        if not isinstance(node, dict):
+            return None
+        node = node.get(part)
+    return node
