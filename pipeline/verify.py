@@ -466,6 +466,17 @@ class Verifier:
             return None
         return path
 
+    def record(self, value: Any) -> dict[str, Any] | None:
+        """A JSON object recorded inside the tree, or None (unreadable records are reported by derive)."""
+        path = self.inside(value)
+        if path is None or not path.is_file():
+            return None
+        try:
+            doc = json.loads(path.read_bytes().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
     def check_paths(self) -> None:
         self.groups.append("paths")
         for name, value in self._path_fields():
@@ -567,14 +578,8 @@ class Verifier:
             if row.get("model_artifact_sha256") and model_sha and row["model_artifact_sha256"] != model_sha:
                 self.error("receipts", "the lane binds another model than components.model", file=self.manifest_rel, field=f"{where}.model_artifact_sha256", found=row["model_artifact_sha256"], expected=model_sha, fix="requalify the lane on the release's model, or bind the model it was qualified with")
             rel = row["qualification"]["summary"]
-            path = self.inside(rel)
-            if path is None or not path.is_file():
-                continue
-            try:
-                doc = json.loads(path.read_bytes().decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError):
-                continue  # reported by derive
-            if not isinstance(doc, dict):
+            doc = self.record(rel)
+            if doc is None:
                 continue
             facts = receipt_facts(doc)
             pkg = package_prefix(_kind(row, self.lanes))
@@ -628,14 +633,8 @@ class Verifier:
         pub = row.get("publication_receipt")
         if not isinstance(pub, dict):
             return
-        path = self.inside(pub.get("path"))
-        if path is None or not path.is_file():
-            return
-        try:
-            doc = json.loads(path.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return
-        if not isinstance(doc, dict):
+        doc = self.record(pub.get("path"))
+        if doc is None:
             return
         facts = publication_facts(doc)
         rel = pub.get("path")
@@ -782,14 +781,8 @@ class Verifier:
         if not isinstance(acc, dict):
             return
         rel = acc.get("path")
-        path = self.inside(rel)
-        if path is None or not path.is_file():
-            return
-        try:
-            doc = json.loads(path.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            return
-        if not isinstance(doc, dict):
+        doc = self.record(rel)
+        if doc is None:
             return
         problems = acceptance_problems(doc, self.manifest, self.release)
         for field_name, found, expected, what in problems:
