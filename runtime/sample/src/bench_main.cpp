@@ -85,14 +85,8 @@ int main(int argc, char **argv)
     if (const int rc = ninfer::dispatch_common_action(args, kName, kUsage); rc >= 0) {
         return rc;
     }
-    if (!args.unknown_argument.empty()) {
-        return ninfer::fail("unknown argument: " + args.unknown_argument);
-    }
-    if (!args.missing_value_for.empty()) {
-        return ninfer::fail("missing value for " + args.missing_value_for);
-    }
-    if (!args.positionals.empty()) {
-        return ninfer::fail("unexpected argument: " + args.positionals.front());
+    if (const int rc = ninfer::reject_malformed(args, 0); rc >= 0) {
+        return rc;
     }
     std::size_t elements = std::size_t{1} << 24;
     int iterations = 20;

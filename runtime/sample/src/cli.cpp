@@ -98,6 +98,34 @@ bool is_ninfer_artifact(std::string_view path)
     return path.size() > 7 && miniargs::ends_with(path, ".ninfer");
 }
 
+int reject_malformed(const ParsedArgs &args, std::size_t max_positionals)
+{
+    if (!args.unknown_argument.empty()) {
+        return fail("unknown argument: " + args.unknown_argument);
+    }
+    if (!args.missing_value_for.empty()) {
+        return fail("missing value for " + args.missing_value_for);
+    }
+    if (args.positionals.size() > max_positionals) {
+        return fail("unexpected argument: " + args.positionals[max_positionals]);
+    }
+    return -1;
+}
+
+int reject_invalid_tuning(const ParsedArgs &args)
+{
+    if (args.has("--prefill-chunk") && !valid_prefill_chunk(args.value("--prefill-chunk"))) {
+        return fail("--prefill-chunk must be a positive multiple of 128");
+    }
+    if (args.has("--max-context") && !valid_max_context(args.value("--max-context"))) {
+        return fail("--max-context must be a positive integer");
+    }
+    if (args.has("--kv-dtype") && !valid_kv_dtype(args.value("--kv-dtype"))) {
+        return fail("--kv-dtype must be bf16 or int8");
+    }
+    return -1;
+}
+
 int dispatch_common_action(const ParsedArgs &args, std::string_view binary_name,
                            std::string_view usage)
 {

@@ -2,6 +2,7 @@
 #ifndef NINFER_CLI_H
 #define NINFER_CLI_H
 
+#include <cstddef>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -48,6 +49,15 @@ bool valid_max_context(std::string_view text);
 bool valid_prefill_chunk(std::string_view text);
 bool valid_kv_dtype(std::string_view text);
 bool is_ninfer_artifact(std::string_view path);
+
+// Refuses an unknown flag, a flag without its value, or more than
+// `max_positionals` positional arguments (in that order); returns 1 after
+// printing the error, or -1 when the arguments are well-formed.
+int reject_malformed(const ParsedArgs &args, std::size_t max_positionals);
+
+// Checks --prefill-chunk, --max-context and --kv-dtype when given; returns 1
+// after printing the first error, or -1 when they are valid.
+int reject_invalid_tuning(const ParsedArgs &args);
 
 // Handles Help/Version/Selftest; returns -1 for Action::Run.
 int dispatch_common_action(const ParsedArgs &args, std::string_view binary_name,

@@ -39,14 +39,8 @@ int main(int argc, char **argv)
     if (args.positionals.empty()) {
         return ninfer::fail_with_usage(".ninfer model path is required", kUsage);
     }
-    if (!args.unknown_argument.empty()) {
-        return ninfer::fail("unknown argument: " + args.unknown_argument);
-    }
-    if (!args.missing_value_for.empty()) {
-        return ninfer::fail("missing value for " + args.missing_value_for);
-    }
-    if (args.positionals.size() > 1) {
-        return ninfer::fail("unexpected argument: " + args.positionals[1]);
+    if (const int rc = ninfer::reject_malformed(args, 1); rc >= 0) {
+        return rc;
     }
     if (!args.has("--prompt")) {
         return ninfer::fail_with_usage("--prompt is required", kUsage);
@@ -55,14 +49,8 @@ int main(int argc, char **argv)
         !miniargs::parse_int_in(args.value("--max-tokens"), 1, 1 << 30).has_value()) {
         return ninfer::fail("--max-tokens must be a positive integer");
     }
-    if (args.has("--prefill-chunk") && !ninfer::valid_prefill_chunk(args.value("--prefill-chunk"))) {
-        return ninfer::fail("--prefill-chunk must be a positive multiple of 128");
-    }
-    if (args.has("--max-context") && !ninfer::valid_max_context(args.value("--max-context"))) {
-        return ninfer::fail("--max-context must be a positive integer");
-    }
-    if (args.has("--kv-dtype") && !ninfer::valid_kv_dtype(args.value("--kv-dtype"))) {
-        return ninfer::fail("--kv-dtype must be bf16 or int8");
+    if (const int rc = ninfer::reject_invalid_tuning(args); rc >= 0) {
+        return rc;
     }
     const std::string &artifact = args.positionals.front();
     if (!ninfer::is_ninfer_artifact(artifact)) {

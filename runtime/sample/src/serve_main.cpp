@@ -45,14 +45,8 @@ int main(int argc, char **argv)
     if (args.positionals.empty()) {
         return ninfer::fail_with_usage("artifact path is required", kUsage);
     }
-    if (!args.unknown_argument.empty()) {
-        return ninfer::fail("unknown argument: " + args.unknown_argument);
-    }
-    if (!args.missing_value_for.empty()) {
-        return ninfer::fail("missing value for " + args.missing_value_for);
-    }
-    if (args.positionals.size() > 1) {
-        return ninfer::fail("unexpected argument: " + args.positionals[1]);
+    if (const int rc = ninfer::reject_malformed(args, 1); rc >= 0) {
+        return rc;
     }
     int port = 8080;
     if (args.has("--port")) {
@@ -62,14 +56,8 @@ int main(int argc, char **argv)
         }
         port = static_cast<int>(*value);
     }
-    if (args.has("--prefill-chunk") && !ninfer::valid_prefill_chunk(args.value("--prefill-chunk"))) {
-        return ninfer::fail("--prefill-chunk must be a positive multiple of 128");
-    }
-    if (args.has("--max-context") && !ninfer::valid_max_context(args.value("--max-context"))) {
-        return ninfer::fail("--max-context must be a positive integer");
-    }
-    if (args.has("--kv-dtype") && !ninfer::valid_kv_dtype(args.value("--kv-dtype"))) {
-        return ninfer::fail("--kv-dtype must be bf16 or int8");
+    if (const int rc = ninfer::reject_invalid_tuning(args); rc >= 0) {
+        return rc;
     }
     const std::string &artifact = args.positionals.front();
     if (!ninfer::is_ninfer_artifact(artifact)) {
