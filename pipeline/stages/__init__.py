@@ -1,0 +1,1 @@
+"""The stages of the pipe list, one module each, in release order (see pipeline/stage.py: PIPES)."""
