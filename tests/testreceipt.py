@@ -36,6 +36,7 @@ class TestReceiptPlugin:
         self.deselected = 0
         self.start: tuple[str, str, bool] | None = None
         self.problem: str | None = None
+        self.message: str | None = None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -96,9 +97,12 @@ class TestReceiptPlugin:
         self._say(f"test-run receipt: {self.path} (commit {commit}{', dirty tree' if receipt.dirty else ''}; {counts})")
 
     def _say(self, line: str) -> None:
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line(line)
+        self.message = line
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        # Called by the terminal reporter after every pytest_sessionfinish, so the line stands on its own.
+        if self.message:
+            terminalreporter.write_line(self.message)
 
 
 def configure(config: pytest.Config) -> None:
