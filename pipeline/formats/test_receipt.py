@@ -14,12 +14,17 @@ the tests ran in; `dirty` is true when `git status --porcelain` listed any
 tracked change or untracked, non-ignored file at the start or the end of the
 run.  The counts are pytest's own categories (`errors` are setup, teardown and
 collection errors).  A receipt is only written for a run of the whole suite
-that finished (not interrupted, nothing deselected).
+that finished (not interrupted, nothing deselected).  Nothing else is in the
+document (no times, no host names), so the same run gives the same bytes.
+
+The product publication reads it with `read_test_receipt` (a missing receipt is
+a refusal, exit 7; a malformed one an InputError naming the field) and gates
+with `require_green_for`: the same commit and tree as the release being
+tagged, a clean tree, zero failures and errors, at least one test passed.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -28,17 +33,23 @@ from typing import Any
 
 from ..errors import EnvironmentProblem, InputError, RefusedError
 from ..util.hashing import is_commit_hex
-from ..util.jsonio import check_text_hygiene, write_json
+from ..util.jsonio import canonical_bytes, parse_strict, write_json
 
 ARTIFACT_TYPE = "omp_ninfer_test_run_receipt"
 SCHEMA_VERSION = 1
 RECEIPT_FILE = "test-run-receipt.json"  # inside the output folder (PIPELINE_DIST, default dist)
+RECEIPT_NAME = RECEIPT_FILE
 ENV_VAR = "PIPELINE_TEST_RECEIPT"  # names the path the pytest plugin writes the receipt to
 
 COUNT_FIELDS = ("passed", "failed", "errors", "skipped", "xfailed", "xpassed")
 FIELDS = ("artifact_type", "schema_version", "commit", "tree", "dirty", *COUNT_FIELDS)
-MAX_COUNT = 10**7  # far above any real suite; a larger number is a corrupt or forged receipt
+MAX_COUNT = 10_000_000  # far above any real suite; a larger number is a corrupt or forged receipt
 MAX_BYTES = 64 * 1024  # the document is about 300 bytes
+
+
+def default_path(dist: str | os.PathLike[str] = "dist") -> Path:
+    """Where `nox -s tests` writes the receipt and the publication gate looks for it."""
+    return Path(dist) / RECEIPT_FILE
 
 
 @dataclass(frozen=True)
@@ -56,9 +67,9 @@ class TestRunReceipt:
     xpassed: int
 
     def __post_init__(self) -> None:
-        _check_document(self._document(), file=None)
+        _check_document(self.to_json(), file=None)
 
-    def _document(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
             "artifact_type": ARTIFACT_TYPE,
             "schema_version": SCHEMA_VERSION,
@@ -68,86 +79,73 @@ class TestRunReceipt:
             **{name: getattr(self, name) for name in COUNT_FIELDS},
         }
 
-    def to_json(self) -> dict[str, Any]:
-        return self._document()
+    def to_bytes(self) -> bytes:
+        return canonical_bytes(self.to_json())
 
     @property
     def clean_pass(self) -> bool:
-        """No failure, no error, and the tested tree was exactly the commit."""
-        return self.failed == 0 and self.errors == 0 and not self.dirty
+        """No failure, no error, at least one pass, and the tested tree was exactly the commit."""
+        return self.failed == 0 and self.errors == 0 and self.passed > 0 and not self.dirty
 
 
 def _check_document(document: Any, *, file: str | os.PathLike[str] | None) -> None:
     if not isinstance(document, dict):
         raise InputError("must hold a JSON object", file=file, found=type(document).__name__, expected="object")
+    if document.get("artifact_type") != ARTIFACT_TYPE:
+        raise InputError("is not a test-run receipt", file=file, field="artifact_type",
+                         found=document.get("artifact_type"), expected=repr(ARTIFACT_TYPE))
+    version = document.get("schema_version")
+    if type(version) is not int or version != SCHEMA_VERSION:
+        raise InputError("has an unsupported schema version", file=file, field="schema_version", found=version,
+                         expected=str(SCHEMA_VERSION))
     unknown = sorted(set(document) - set(FIELDS))
     if unknown:
-        raise InputError("unknown field", file=file, field=unknown[0], expected="only " + ", ".join(FIELDS))
-    for name in FIELDS:
-        if name not in document:
-            raise InputError("required field is missing", file=file, field=name,
-                             fix="write the receipt again with 'nox -s tests'")
-    if document["artifact_type"] != ARTIFACT_TYPE:
-        raise InputError("is not a test-run receipt", file=file, field="artifact_type",
-                         found=document["artifact_type"], expected=repr(ARTIFACT_TYPE))
-    version = document["schema_version"]
-    if type(version) is not int or version != SCHEMA_VERSION:
-        raise InputError("unsupported schema version", file=file, field="schema_version", found=version,
-                         expected=str(SCHEMA_VERSION))
+        raise InputError("has an unknown key", file=file, field=unknown[0], expected="only " + ", ".join(FIELDS))
+    # The values present are checked first, so that a bad value is named even when a key is also missing.
     for name in ("commit", "tree"):
-        if not is_commit_hex(document[name]):
-            raise InputError("must be a full lowercase 40-hex git object id", file=file, field=name,
-                             found=document[name], expected="40 hex digits (git rev-parse)")
-    if type(document["dirty"]) is not bool:
+        if name in document and not is_commit_hex(document[name]):
+            raise InputError("is not a full git object id", file=file, field=name, found=document[name],
+                             expected="40 lowercase hex digits (git rev-parse)")
+    if "dirty" in document and type(document["dirty"]) is not bool:
         raise InputError("must be true or false", file=file, field="dirty", found=document["dirty"], expected="a boolean")
     for name in COUNT_FIELDS:
-        value = document[name]
+        value = document.get(name, 0)
         # bool is an int subclass in Python, and a float 1.0 is not a count.
         if type(value) is not int or not 0 <= value <= MAX_COUNT:
-            raise InputError("must be a whole number of tests", file=file, field=name, found=value,
+            raise InputError("is not a test count", file=file, field=name, found=value,
                              expected=f"an integer from 0 to {MAX_COUNT}")
+    for name in FIELDS:
+        if name not in document:
+            raise InputError("lacks a required key", file=file, field=name,
+                             expected="every key of schema 1: " + ", ".join(FIELDS),
+                             fix="write the receipt again with 'nox -s tests'")
 
 
-def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate key {key!r}")
-        result[key] = value
-    return result
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
+def make_test_receipt(*, commit: str, tree: str, passed: int, failed: int, errors: int, skipped: int,
+                      dirty: bool = False, xfailed: int = 0, xpassed: int = 0) -> TestRunReceipt:
+    return TestRunReceipt(commit=commit, tree=tree, dirty=dirty, passed=passed, failed=failed, errors=errors,
+                          skipped=skipped, xfailed=xfailed, xpassed=xpassed)
 
 
 def parse_test_receipt(data: bytes, *, file: str | os.PathLike[str] = "test-run receipt") -> TestRunReceipt:
-    if len(data) > MAX_BYTES:
-        raise InputError("is too large for a test-run receipt", file=file, found=f"{len(data)} bytes",
-                         expected=f"at most {MAX_BYTES} bytes")
-    check_text_hygiene(file, data)
-    try:
-        document = json.loads(data.decode("utf-8"), object_pairs_hook=_reject_duplicates,
-                              parse_constant=_reject_constant)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=file) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=file) from None
-    except (ValueError, RecursionError) as exc:
-        raise InputError(f"is not acceptable JSON: {exc}", file=file) from None
+    """Strict: bounded size and nesting, no duplicate key, no NaN, no BOM or CR, exactly schema 1's keys."""
+    document = parse_strict(data, file=file, max_bytes=MAX_BYTES)
     _check_document(document, file=file)
     return TestRunReceipt(**{name: document[name] for name in FIELDS[2:]})
 
 
 def read_test_receipt(path: str | os.PathLike[str]) -> TestRunReceipt:
-    """Read and strictly validate a receipt; every problem is an InputError naming the file and field."""
-    target = Path(path)
+    """Read and validate a receipt: missing is a refusal (exit 7), malformed an InputError naming the field."""
     try:
-        with target.open("rb") as handle:
+        with Path(path).open("rb") as handle:
             data = handle.read(MAX_BYTES + 1)
     except FileNotFoundError:
-        raise InputError("file does not exist", file=path,
-                         fix="run the whole test suite on this commit with 'nox -s tests' (it writes the receipt)") from None
+        raise RefusedError(
+            "there is no test-run receipt",
+            file=path,
+            why="the product release is published only after the whole test suite passed on the exact commit being tagged",
+            fix="run 'python3 -m nox -s tests' on a clean checkout of that commit (it writes the receipt)",
+        ) from None
     except IsADirectoryError:
         raise InputError("is a folder, not a test-run receipt", file=path) from None
     return parse_test_receipt(data, file=path)
@@ -180,17 +178,27 @@ def repo_state(root: str | os.PathLike[str]) -> tuple[str, str, bool]:
     return commit, tree, dirty
 
 
-def require_clean_pass(receipt: TestRunReceipt, commit: str, *, file: str | os.PathLike[str] | None = None) -> None:
-    """The publication gate: the receipt names `commit`, with no failure or error, on a clean tree (exit 7)."""
-    fix = "run 'nox -s tests' on a clean checkout of exactly this commit and use the receipt it writes"
+def require_green_for(receipt: TestRunReceipt, *, commit: str, tree: str | None = None,
+                      file: str | os.PathLike[str] | None = None) -> None:
+    """The publication gate (exit 7): this commit (and tree), a clean tree, no failure or error, some test passed."""
+    fix = "run 'python3 -m nox -s tests' on a clean checkout of the commit being tagged, then publish again"
     if receipt.commit != commit:
         raise RefusedError("the test-run receipt is for another commit", file=file, field="commit",
                            found=receipt.commit, expected=commit, fix=fix)
+    if tree is not None and receipt.tree != tree:
+        raise RefusedError("the test-run receipt names another tree than the commit's", file=file, field="tree",
+                           found=receipt.tree, expected=tree,
+                           why="the suite ran on other files than the commit holds, or the receipt was edited", fix=fix)
     if receipt.dirty:
-        raise RefusedError("the tests ran on a tree with uncommitted changes", file=file, field="dirty",
+        raise RefusedError("the tests ran on a checkout with uncommitted changes", file=file, field="dirty",
                            found=True, expected="false", fix=fix)
-    for name in ("failed", "errors"):
-        if getattr(receipt, name):
-            raise RefusedError(f"the test run had {getattr(receipt, name)} {name}", file=file, field=name,
-                               found=getattr(receipt, name), expected="0",
-                               fix="fix the failing tests, commit, and run 'nox -s tests' again")
+    if receipt.failed or receipt.errors:
+        raise RefusedError(
+            f"the test run on this commit did not pass ({receipt.failed} failed, {receipt.errors} errors)",
+            file=file, field="failed" if receipt.failed else "errors", found=receipt.failed or receipt.errors,
+            expected="0", fix="fix the failing tests, commit, and run the suite again",
+        )
+    if receipt.passed < 1:
+        raise RefusedError("the test run passed no test", file=file, field="passed", found=receipt.passed,
+                           expected="at least 1", fix=fix)
+

@@ -20,10 +20,12 @@ from pipeline.errors import InputError, RefusedError
 from pipeline.formats.test_receipt import (
     ENV_VAR,
     TestRunReceipt,
+    default_path,
+    make_test_receipt,
     parse_test_receipt,
     read_test_receipt,
     repo_state,
-    require_clean_pass,
+    require_green_for,
     write_test_receipt,
 )
 from pipeline.util.jsonio import canonical_bytes
@@ -75,13 +77,15 @@ def test_every_bad_field_is_refused_by_name(change, field):
     with pytest.raises(InputError) as caught:
         parse_test_receipt(canonical_bytes(good_document(**change)), file="r.json")
     assert caught.value.field == field and caught.value.file == "r.json"
+    if field in ("passed", "failed", "errors", "skipped", "xfailed", "xpassed"):
+        assert "is not a test count" in str(caught.value)
 
 
 @pytest.mark.parametrize("missing", ["xpassed", "dirty", "commit"])
 def test_a_missing_field_is_named(missing):
     document = good_document()
     del document[missing]
-    with pytest.raises(InputError, match="required field is missing") as caught:
+    with pytest.raises(InputError, match="lacks a required key") as caught:
         parse_test_receipt(canonical_bytes(document))
     assert caught.value.field == missing
 
@@ -89,12 +93,13 @@ def test_a_missing_field_is_named(missing):
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        (b'{"passed": 1, "passed": 2}', "duplicate key 'passed'"),
-        (b'{"passed": NaN}', "NaN is not a JSON number"),
+        (b'{"passed": 1, "passed": 2}', "passed: has a duplicate key"),
+        (b'{"passed": NaN}', "non-finite number NaN"),
         (b"\xef\xbb\xbf{}", "byte-order mark"),
         (b'{"passed": 1}\r\n', "carriage return"),
         (b"[" * 40000 + b"]" * 40000, "too large"),
-        (b"[" * 30000 + b"]" * 30000, "not acceptable JSON"),
+        (b"[" * 30000 + b"]" * 30000, "nested too deeply"),
+        (b"{" * 65 + b"}" * 65, "nested too deeply"),
         (b"\xff", "not valid UTF-8"),
         (b"[]", "must hold a JSON object"),
     ],
@@ -104,25 +109,39 @@ def test_hostile_json_is_refused(data, message):
         parse_test_receipt(data)
 
 
-def test_missing_receipt_says_how_to_make_one(tmp_path):
-    with pytest.raises(InputError, match="does not exist.*nox -s tests"):
+def test_a_missing_receipt_is_a_refusal_that_says_how_to_make_one(tmp_path):
+    with pytest.raises(RefusedError, match="there is no test-run receipt.*nox -s tests") as caught:
         read_test_receipt(tmp_path / "absent.json")
+    assert int(caught.value.exit_code) == 7
+    assert default_path(tmp_path) == tmp_path / "test-run-receipt.json"
+    with pytest.raises(InputError, match="is a folder"):
+        read_test_receipt(tmp_path)
 
 
-def test_gate_refuses_another_commit_a_dirty_tree_failures_and_errors():
+def test_gate_refuses_another_commit_tree_a_dirty_tree_failures_errors_and_no_pass():
     receipt = parse_test_receipt(canonical_bytes(good_document()))
-    require_clean_pass(receipt, COMMIT)
-    with pytest.raises(RefusedError, match="another commit") as caught:
-        require_clean_pass(receipt, "c" * 40)
-    assert caught.value.field == "commit" and int(caught.value.exit_code) == 7
-    for change, field in (({"dirty": True}, "dirty"), ({"failed": 1}, "failed"), ({"errors": 2}, "errors")):
+    require_green_for(receipt, commit=COMMIT, tree=TREE, file="r.json")
+    require_green_for(receipt, commit=COMMIT)
+    cases = [
+        ({"commit": "c" * 40}, "commit", "is for another commit"),
+        ({"tree": "c" * 40}, "tree", "names another tree than the commit's"),
+        ({"dirty": True}, "dirty", "uncommitted changes"),
+        ({"failed": 1}, "failed", r"did not pass \(1 failed, 0 errors\)"),
+        ({"errors": 2}, "errors", r"did not pass \(0 failed, 2 errors\)"),
+        ({"passed": 0}, "passed", "passed no test"),
+    ]
+    for change, field, message in cases:
         bad = parse_test_receipt(canonical_bytes(good_document(**change)))
-        assert not bad.clean_pass
-        with pytest.raises(RefusedError) as caught:
-            require_clean_pass(bad, COMMIT)
-        assert caught.value.field == field
+        assert not bad.clean_pass or field in ("commit", "tree")
+        with pytest.raises(RefusedError, match=message) as caught:
+            require_green_for(bad, commit=COMMIT, tree=TREE, file="r.json")
+        assert caught.value.field == field and int(caught.value.exit_code) == 7
     with pytest.raises(InputError, match="commit"):
         TestRunReceipt(commit="HEAD", tree=TREE, dirty=False, passed=0, failed=0, errors=0, skipped=0, xfailed=0, xpassed=0)
+    # The keyword constructor defaults what an older producer did not count.
+    made = make_test_receipt(commit=COMMIT, tree=TREE, passed=1, failed=0, errors=0, skipped=0)
+    assert (made.dirty, made.xfailed, made.xpassed) == (False, 0, 0)
+    assert made.to_bytes() == canonical_bytes(made.to_json())
 
 
 # --- the plugin, on a suite of its own ---------------------------------------------------------------
@@ -185,7 +204,7 @@ def test_plugin_writes_pytest_counts_for_the_exact_commit(suite, tmp_path):
     # The terminal summary and the receipt agree (both are pytest's categories).
     assert "1 failed, 3 passed, 2 skipped, 1 xfailed, 1 xpassed, 1 error" in result.stdout
     with pytest.raises(RefusedError, match="1 failed"):
-        require_clean_pass(receipt, receipt.commit)
+        require_green_for(receipt, commit=receipt.commit, tree=receipt.tree)
 
     # A passing suite on a clean tree passes the gate; an untracked file makes the tree dirty.
     (suite / "tests" / "test_mixed.py").write_text("def test_only():\n    assert True\n")
@@ -193,7 +212,7 @@ def test_plugin_writes_pytest_counts_for_the_exact_commit(suite, tmp_path):
     assert run_suite(suite, receipt_path).returncode == 0
     receipt = read_test_receipt(receipt_path)
     assert (receipt.passed, receipt.failed, receipt.skipped) == (1, 0, 1)
-    require_clean_pass(receipt, git(suite, "rev-parse", "HEAD"))
+    require_green_for(receipt, commit=git(suite, "rev-parse", "HEAD"), tree=git(suite, "rev-parse", "HEAD^{tree}"))
     (suite / "tests" / "notes.txt").write_text("not committed\n")
     assert run_suite(suite, receipt_path).returncode == 0
     assert read_test_receipt(receipt_path).dirty is True
@@ -234,7 +253,7 @@ def test_a_collection_error_interrupts_the_run_and_leaves_no_receipt(suite, tmp_
     receipt = read_test_receipt(receipt_path)
     assert receipt.errors == 2 and receipt.failed == 1
     with pytest.raises(RefusedError, match="1 failed"):
-        require_clean_pass(receipt, receipt.commit)
+        require_green_for(receipt, commit=receipt.commit)
 
 
 def test_without_the_variable_nothing_is_written(suite, tmp_path):
