@@ -33,7 +33,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pipeline.devenv is standard-library only
-from pipeline.devenv import ensure_debian_tools, ensure_env  # noqa: E402
+from pipeline.devenv import ensure_debian_tools, ensure_env, ensure_node_tools  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"
@@ -149,6 +149,7 @@ def tests(session: nox.Session) -> None:
     product publication gates on; a run that selects part of the suite writes none (tests/testreceipt.py).
     """
     ensure_debian_tools(session.log)
+    ensure_node_tools(session.log)
     python = str(ensure_env(session.log))
     receipt = Path(os.environ.get("PIPELINE_DIST", "dist")).resolve() / "test-run-receipt.json"
     session.run(python, "-m", "pytest", *session.posargs, external=True, env={"PIPELINE_TEST_RECEIPT": str(receipt)})
