@@ -314,6 +314,13 @@ def test_the_wheel_check_finds_a_missing_lane_a_stray_file_a_clock_date_and_a_um
         vd.check_wheel(_wheel(tmp_path / "clock.whl", good, date=(2026, 12, 24, 9, 30, 0)), source)
     with pytest.raises(IntegrityError, match="unexpected mode"):
         vd.check_wheel(_wheel(tmp_path / "umask.whl", good, mode=0o100600), source)
+    # Where the commit has cut ledgers beside the lanes (the cut stage), the wheel must carry them too.
+    with_cuts = vd.VerifierSource(tmp_path, "a" * 40, "b" * 40, EPOCH, "p", "1", "84.2.1", (*files, "runtime/cuts/rtx5090-container.json"))
+    with pytest.raises(IntegrityError, match="lacks 1 files") as caught:
+        vd.check_wheel(tmp_path / "good.whl", with_cuts)
+    assert "pipeline/data/repo/runtime/cuts/rtx5090-container.json" in str(caught.value)
+    cuts = {**good, "pipeline/data/repo/runtime/cuts/rtx5090-container.json": b"{}"}
+    assert vd.check_wheel(_wheel(tmp_path / "cuts.whl", cuts), with_cuts) == len(cuts)
     with pytest.raises(IntegrityError, match="lacks its metadata"):
         vd.check_wheel(_wheel(tmp_path / "bare.whl", {k: v for k, v in good.items() if "RECORD" not in k}), source)
 

@@ -24,9 +24,9 @@ this repository, never from the working tree:
 The whole thing is done twice, in two folders of different names, and the
 bytes must be identical before anything reaches `<dist>/verifier/`.  The wheel
 is then checked against the commit: every tracked module of `pipeline/`, the
-pinned Sigstore trust roots and the lane files with the licence texts they
-name (bundled under pipeline/data/repo/ by setup.py, because `audit` loads the
-lanes) must be in it, and nothing outside `pipeline/` and its dist-info.
+pinned Sigstore trust roots and the lane files with their cut ledgers and the
+licence texts they name (bundled under pipeline/data/repo/ by setup.py, because
+`audit` loads the lanes) must be in it, and nothing outside `pipeline/` and its dist-info.
 Outputs: the wheel (`verifier-wheel`), the sdist (`verifier-sdist`) and
 `<name>-<version>.SHA256SUMS` listing both (`verifier-checksums`).
 """
@@ -64,7 +64,9 @@ OUT_DIR = "verifier"
 FORMAT = 1
 CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this pipeline runs from (its default source)
 # What the installed verifier must carry besides the modules (see setup.py, which bundles the last two).
-REQUIRED_DATA = ("pipeline/data/sigstore/*.json", "runtime/lanes/*.toml", "packaging/licenses/*.txt")
+# pattern -> whether the commit must have at least one such file (the cut ledgers come with the cut stage).
+REQUIRED_DATA = {"pipeline/data/sigstore/*.json": True, "runtime/lanes/*.toml": True, "packaging/licenses/*.txt": True,
+                 "runtime/cuts/*.json": False}
 BUNDLE_PREFIX = "pipeline/data/repo/"
 BUILD_TIMEOUT = 600
 
@@ -296,9 +298,9 @@ def check_wheel(wheel: Path, source: VerifierSource) -> int:
             raise IntegrityError("the wheel holds a file outside the pipeline package", file=wheel,
                                  found=info.filename, expected="pipeline/... or " + dist_info)
     required = [f for f in source.files if f.startswith("pipeline/") and f.endswith(".py")]
-    for pattern in REQUIRED_DATA:
+    for pattern, must_exist in REQUIRED_DATA.items():
         found = [f for f in source.files if _matches(f, pattern)]
-        if not found:
+        if must_exist and not found:
             raise IntegrityError("the commit has no file the verifier needs", field=pattern, file=source.commit)
         required += [f if f.startswith("pipeline/") else BUNDLE_PREFIX + f for f in found]
     present = set(names)
