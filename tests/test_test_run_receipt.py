@@ -262,3 +262,11 @@ def test_without_the_variable_nothing_is_written(suite, tmp_path):
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and "test-run receipt" not in result.stdout
     assert sorted(path.name for path in tmp_path.rglob("*.json")) == []
+
+
+def test_an_unwritable_receipt_path_is_reported_and_leaves_the_outcome_alone(suite, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    result = run_suite(suite, blocker / "test-run-receipt.json")
+    assert result.returncode == 1  # the suite's own failure, not an internal error
+    assert "test-run receipt: not written (" in result.stdout and "INTERNALERROR" not in result.stdout + result.stderr

@@ -12,7 +12,6 @@ when the run starts, so a receipt never outlives the run that replaced it.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections import Counter
 from pathlib import Path
@@ -39,8 +38,12 @@ class TestReceiptPlugin:
         self.message: str | None = None
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
-        with contextlib.suppress(FileNotFoundError):
+        try:
             self.path.unlink()  # a receipt must never outlive the run that replaces it
+        except FileNotFoundError:
+            pass
+        except OSError as error:
+            self.problem = f"cannot remove or replace {self.path}: {error.strerror}"
         try:
             self.start = repo_state(self.config.rootpath)
         except PipelineError as error:
@@ -90,9 +93,13 @@ class TestReceiptPlugin:
             self._say(f"test-run receipt: not written ({reason})")
             return
         commit, tree, dirty = self.start
-        receipt = TestRunReceipt(commit=commit, tree=tree, dirty=dirty or end[2],
-                                 **{name: self.counts[name] for name in _CATEGORY.values()})
-        write_test_receipt(self.path, receipt)
+        try:
+            receipt = TestRunReceipt(commit=commit, tree=tree, dirty=dirty or end[2],
+                                     **{name: self.counts[name] for name in _CATEGORY.values()})
+            write_test_receipt(self.path, receipt)
+        except (OSError, PipelineError) as error:  # the receipt never changes the run's own outcome
+            self._say(f"test-run receipt: not written ({error})")
+            return
         counts = ", ".join(f"{name} {self.counts[name]}" for name in _CATEGORY.values())
         self._say(f"test-run receipt: {self.path} (commit {commit}{', dirty tree' if receipt.dirty else ''}; {counts})")
 
