@@ -38,6 +38,7 @@ import io
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tarfile
 import tempfile
@@ -63,8 +64,9 @@ OUT_DIR = "verifier"
 # Bumped when this module changes the bytes it makes for the same commit and tools.
 FORMAT = 1
 CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this pipeline runs from (its default source)
-# What the installed verifier must carry besides the modules (see setup.py, which bundles the last two).
-# pattern -> whether the commit must have at least one such file (the cut ledgers come with the cut stage).
+# What the installed verifier must carry besides the modules (setup.py bundles the repository files, those
+# outside pipeline/): pattern -> whether the commit must have at least one such file (the cut ledgers come
+# with the cut stage).
 REQUIRED_DATA = {"pipeline/data/sigstore/*.json": True, "runtime/lanes/*.toml": True, "packaging/licenses/*.txt": True,
                  "runtime/cuts/*.json": False}
 BUNDLE_PREFIX = "pipeline/data/repo/"
@@ -228,8 +230,6 @@ def _build_env(epoch: int) -> dict[str, str]:
 
 def _pyproject_build(source: Path, out: Path, kind: str, epoch: int) -> Path:
     command = [sys.executable, "-m", "build", f"--{kind}", "--no-isolation", "--outdir", str(out), str(source)]
-    import subprocess
-
     try:
         result = subprocess.run(command, cwd=source, env=_build_env(epoch), capture_output=True, timeout=BUILD_TIMEOUT,
                                 umask=0o022, check=False)
