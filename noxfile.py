@@ -19,6 +19,7 @@ Options come from environment variables, because nox hands the same
   PIPELINE_ENDPOINT, PIPELINE_API_KEY_FILE, PIPELINE_RESTART_COMMAND
                       the live runtime `qualify` runs its gates against (without: hardware-pending)
   PIPELINE_IMPORT_RECEIPT  a receipt from the owner's hardware for `qualify-<short>` to bind
+  (`tests` writes the test-run receipt to PIPELINE_DIST/test-run-receipt.json)
 
 Posargs go to `tests` (pytest arguments) only.
 """
@@ -32,7 +33,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pipeline.devenv is standard-library only
-from pipeline.devenv import ensure_debian_tools, ensure_env  # noqa: E402
+from pipeline.devenv import ensure_debian_tools, ensure_env, ensure_node_tools  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"
@@ -142,10 +143,16 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """Run the whole test suite, slow CUDA and registry tests included (pytest arguments after --)."""
+    """Run the whole test suite, slow CUDA and registry tests included (pytest arguments after --).
+
+    Writes the test-run receipt <PIPELINE_DIST>/test-run-receipt.json (commit, tree, dirty, counts) that the
+    product publication gates on; a run that selects part of the suite writes none (tests/testreceipt.py).
+    """
     ensure_debian_tools(session.log)
+    ensure_node_tools(session.log)
     python = str(ensure_env(session.log))
-    session.run(python, "-m", "pytest", *session.posargs, external=True)
+    receipt = Path(os.environ.get("PIPELINE_DIST", "dist")).resolve() / "test-run-receipt.json"
+    session.run(python, "-m", "pytest", *session.posargs, external=True, env={"PIPELINE_TEST_RECEIPT": str(receipt)})
 
 
 @nox.session(venv_backend="none")

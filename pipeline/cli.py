@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "verify",
     "audit",
     "sign",
+    "stages.verifier_dist",
     "publish",
     "bench",
 )

@@ -21,7 +21,11 @@ from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from .util.jsonio import read_toml
 from .util.schema import Field, matches, one_of, read_table
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+_PACKAGE = Path(__file__).resolve().parent
+# A checkout has the repository above the package.  An installed wheel (the verifier shipped with a
+# release) has no repository: it carries the lane files and the licence texts they name under
+# pipeline/data/repo/, in the same layout (setup.py).
+REPO_ROOT = _PACKAGE.parent if (_PACKAGE.parent / "runtime" / "lanes").is_dir() else _PACKAGE / "data" / "repo"
 DEFAULT_LANES_DIR = REPO_ROOT / "runtime" / "lanes"
 
 CUDA_ARCHITECTURES = {

@@ -46,6 +46,9 @@ KINDS: dict[str, frozenset[str]] = {
     "release-tree": frozenset({"release"}),
     "signature-bundle": frozenset({"signed_name"}),
     "benchmark": frozenset(),
+    "verifier-wheel": frozenset({"commit", "version"}),
+    "verifier-sdist": frozenset({"commit", "version"}),
+    "verifier-checksums": frozenset({"commit", "version"}),
 }
 
 

@@ -73,6 +73,13 @@ def _no_compile_in_unit_tests(request, monkeypatch):
     monkeypatch.setattr(build.BuildStage, "_compile", refuse)
 
 
+def pytest_configure(config):
+    # The test-run receipt (tests/testreceipt.py), when PIPELINE_TEST_RECEIPT names its path (nox -s tests).
+    import testreceipt
+
+    testreceipt.configure(config)
+
+
 def shared_or_skip(*parts: str) -> Path:
     path = SHARED.joinpath(*parts)
     if not path.exists():

