@@ -767,7 +767,7 @@ class QualifyStage(Stage):
 
     def _write(self, document: dict[str, Any]) -> Artifact:
         validate_receipt(document, file=self.receipt_path)
-        data = canonical_bytes(document).decode("utf-8")
+        data = canonical_bytes(document, file=self.receipt_path).decode("utf-8")  # refuses NaN and Infinity
         if redact(data) != data:
             raise IntegrityError("refusing to write a receipt that contains a secret value", file=self.receipt_path, why="this is a bug in the harness")
         write_json(self.receipt_path, document)
