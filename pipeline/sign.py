@@ -37,6 +37,7 @@ from .util import ui
 from .util.fs import atomic_write_bytes
 from .util.hashing import is_sha256_hex, sha256_bytes, sha256_file
 from .util.jsonio import read_json_object
+from .util.safepath import safe_relpath
 
 BUNDLE_SUFFIX = ".sigstore.json"
 TRUST_CONFIG_DIR = Path(__file__).resolve().parent / "data" / "sigstore"
@@ -431,6 +432,7 @@ def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> 
     tree = release_dir.resolve()
     paths = []
     for index, relative in enumerate(listed):
+        safe_relpath(relative, file=file, field=f"signing.signed_files[{index}]")
         path = (root / relative).resolve()
         if tree not in path.parents and path != tree:
             raise InputError("names a file outside the release tree", file=file, field=f"signing.signed_files[{index}]", found=relative, expected=f"a path under {release_dir.as_posix()}/")

@@ -791,3 +791,24 @@ def test_the_json_writer_names_the_first_non_finite_number(tmp_path):
         with pytest.raises(InputError, match="non-finite"):
             writer({"x": -float("inf")})
     assert canonical_bytes({"x": 1e308, "y": [0.0, -0.0]}) == b'{\n  "x": 1e+308,\n  "y": [\n    0.0,\n    -0.0\n  ]\n}\n'
+
+
+@pytest.mark.parametrize("name", ["top/bin/..", "top/bin/..\\..\\escaped", "top/bin/CON"])
+def test_the_smoke_run_extraction_refuses_a_member_name_that_is_no_plain_file_name(tmp_path, name):
+    import io
+    import tarfile
+
+    from pipeline.qualify import _extract_bin
+
+    package = tmp_path / "p.tar.gz"
+    with tarfile.open(package, "w:gz") as tar:
+        for member in ("top/bin/ninfer-serve", name):
+            info = tarfile.TarInfo(member)
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"abc"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.raises(InputError) as caught:
+        _extract_bin(package, scratch, "ninfer-serve")
+    assert (caught.value.file, caught.value.field) == (str(package), f"member {name}")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["p.tar.gz", "scratch", "scratch/bin", "scratch/bin/ninfer-serve"]
