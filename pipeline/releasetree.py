@@ -231,7 +231,7 @@ class Problems:
 
 _COMMIT = Field(str, required=False, check=is_commit_hex, expected="a full 40-hex commit (omit the key when unknown)")
 _SHA = Field(str, required=False, check=is_sha256_hex, expected="a lowercase 64-hex SHA-256 (omit the key when unknown)")
-_BYTES = Field(int, required=False, check=lambda v: v > 0, expected="a positive byte count (omit the key when unknown)")
+_BYTES = Field(int, required=False, check=lambda v: 0 < v <= 1 << 42, expected="a byte count 1..4 TiB (omit the key when unknown)")
 _RELEASE = Field(str, check=lambda v: bool(RELEASE_RE.fullmatch(v)), expected="a product release 'vX.Y.Z' or 'vX.Y.Z-beta.N'")
 
 _TOP = {

@@ -408,7 +408,7 @@ def find_release_dir(manifests: Path, release: str | None) -> Path:
         directory = manifests / release
         if not (directory / MANIFEST_NAME).is_file():
             raise InputError("release tree has no manifest", file=directory / MANIFEST_NAME, fix="run compose for this release first")
-        return directory
+        return _real_tree(directory, manifests)
     candidates = [p.parent for p in manifests.glob(f"v*/{MANIFEST_NAME}") if _RELEASE.fullmatch(p.parent.name)]
     if not candidates:
         raise InputError("no release tree found", file=manifests, expected=f"{manifests}/vX.Y.Z/{MANIFEST_NAME}", fix="pass --release, or run compose first")
@@ -417,7 +417,21 @@ def find_release_dir(manifests: Path, release: str | None) -> Path:
         core, _, pre = path.name[1:].partition("-")
         return (tuple(int(part) for part in core.split(".")), pre == "", pre)
 
-    return max(candidates, key=key)
+    return _real_tree(max(candidates, key=key), manifests)
+
+
+def _real_tree(directory: Path, manifests: Path) -> Path:
+    """A release tree is a real folder of manifests/: a linked one holds someone else's files, never signed."""
+    if directory.is_symlink() or directory.resolve().parent != manifests.resolve():
+        raise InputError(
+            "the release tree is a symbolic link",
+            file=directory,
+            found=str(directory.resolve()),
+            expected=f"a real folder {directory.name}/ under {manifests}",
+            why="the workflow signs the files the repository holds; a linked tree is someone else's",
+            fix=f"replace the link with the tree itself (git checkout -- {directory.name})",
+        )
+    return directory
 
 
 def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> list[Path]:

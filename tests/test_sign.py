@@ -478,3 +478,16 @@ def test_sign_refuses_a_signed_file_that_is_not_a_plain_relative_path(tmp_path, 
     assert cli.main(["sign", "--dry-run", "--release", "v0.1.2"]) == 1
     err = capsys.readouterr().err
     assert "signing.signed_files[2]: is not a safe name: it " in err and reason in err
+
+
+@pytest.mark.parametrize("explicit", [True, False], ids=["--release", "newest"])
+def test_sign_refuses_a_release_tree_that_is_a_link_to_a_folder_outside(tmp_path, monkeypatch, capsys, explicit):
+    elsewhere = tmp_path / "elsewhere"
+    tree = _release_tree(elsewhere)
+    repo = tmp_path / "repo"
+    (repo / "manifests").mkdir(parents=True)
+    (repo / "manifests" / "v0.1.2").symlink_to(tree, target_is_directory=True)
+    monkeypatch.chdir(repo)
+    assert cli.main(["sign", "--dry-run", *(["--release", "v0.1.2"] if explicit else [])]) == 1
+    err = capsys.readouterr().err
+    assert "manifests/v0.1.2: the release tree is a symbolic link" in err and str(tree) in err
