@@ -80,7 +80,7 @@ from .releasetree import (
 )
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from .util.jsonio import canonical_bytes
-from .util.safepath import within
+from .util.safepath import relpath_problem, within
 
 GROUPS = (
     ("line-endings", "line endings: no CRLF rewrite"),
@@ -489,17 +489,11 @@ class Verifier:
         return out
 
     def inside(self, value: Any) -> Path | None:
-        if not isinstance(value, str) or "\\" in value:
-            return None
-        posix = PurePosixPath(value)
-        if posix.is_absolute() or ".." in posix.parts or not value.startswith(repo_path(self.release, "")):
+        """The file a recorded path names, when it is a plain relative path that stays in the tree (links resolved)."""
+        if relpath_problem(value, hidden=True) is not None or not value.startswith(repo_path(self.release, "")):
             return None
         path = self.root / value
-        try:
-            path.resolve().relative_to(self.tree.resolve())
-        except ValueError:
-            return None
-        return path
+        return path if within(path, self.tree) else None
 
     def record(self, value: Any) -> dict[str, Any] | None:
         """A JSON object recorded inside the tree, or None (unreadable records are reported by derive)."""
