@@ -34,6 +34,7 @@ from .errors import InputError, IntegrityError
 from .lanes import Lane, load_lanes, pattern_regex
 from .util.hashing import is_sha256_hex, sha256_file
 from .util.jsonio import check_text_hygiene
+from .util.safepath import component_problem, relpath_problem
 
 OUTER_SUMS = "SHA256SUMS"
 RECEIPT = "package-build-receipt.json"
@@ -217,7 +218,8 @@ def parse_sums(data: bytes, *, file: str | Path, paths: bool = False) -> dict[st
             )
         digest, name = match.group(1).decode(), match.group(2).decode()
         pattern = _PAYLOAD_PATH if paths else _BARE_NAME
-        if not pattern.fullmatch(name):
+        # Names become paths (the set folder, an audit's cache): the same gate as every name from data.
+        if not pattern.fullmatch(name) or (relpath_problem(name) if paths else component_problem(name)) is not None:
             raise IntegrityError(
                 f"line {number} names {'an invalid path' if paths else 'a path or an invalid file name'}",
                 file=file,

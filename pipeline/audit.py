@@ -55,6 +55,7 @@ from .errors import EnvironmentProblem, InputError, PipelineError, RemoteError
 from .util import ui
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
 from .util.jsonio import dig
+from .util.safepath import component_problem, safe_component, safe_relpath
 
 DEFAULT_JOBS = 4
 DEFAULT_TIMEOUT = 60.0
@@ -362,6 +363,68 @@ def _record(label: str, where: str, record: dict[str, Any], path_key: str, sha_k
     return binding
 
 
+def _lane_row_list(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    rows: list[tuple[str, dict[str, Any]]] = []
+    if isinstance(components.get("ninfer"), dict):
+        rows.append(("components.ninfer", components["ninfer"]))
+    variants = components.get("ninfer_variants")
+    for index, row in enumerate(variants if isinstance(variants, list) else []):
+        if isinstance(row, dict):
+            rows.append((f"components.ninfer_variants[{index}]", row))
+    return rows
+
+
+def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
+    """Every manifest value that becomes part of a path under --cache, checked before anything is fetched.
+
+    The release names the cache folder, lane ids the folders of their sets,
+    asset names and record paths the files; a hostile manifest must not steer
+    any of them outside --cache (an absolute id, '..', a device name).
+    """
+    safe_component(manifest.get("release"), file=file, field="release", max_len=100, expected="a release name such as 'v0.13.1'")
+    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    omp = components.get("omp") if isinstance(components.get("omp"), dict) else {}
+    platforms = omp.get("platforms")
+    for index, platform in enumerate(platforms if isinstance(platforms, list) else []):
+        if isinstance(platform, dict) and platform.get("artifact_name") is not None:
+            safe_component(platform["artifact_name"], file=file, field=f"components.omp.platforms[{index}].artifact_name")
+    model = components.get("model") if isinstance(components.get("model"), dict) else {}
+    if model.get("artifact_name") is not None:
+        safe_component(model["artifact_name"], file=file, field="components.model.artifact_name")
+    seen: dict[str, str] = {}
+    for where, row in _lane_row_list(manifest):
+        if row.get("id") is not None:
+            lane = safe_component(row["id"], file=file, field=f"{where}.id", max_len=100, expected="a lane id such as 'rtx4090-windows-native'")
+            if lane.casefold() in seen:
+                raise InputError("two lane rows share an id", file=file, field=f"{where}.id", found=lane, expected=f"an id not used by {seen[lane.casefold()]}",
+                                 why="each lane's set is checked in its own folder; two rows with one id would mix their files")
+            seen[lane.casefold()] = where
+        for stem, _role in SET_FIELDS:
+            if row.get(f"{stem}_name") is not None:
+                safe_component(row[f"{stem}_name"], file=file, field=f"{where}.{stem}_name")
+        for record, key in (("qualification", "summary"), ("publication_receipt", "path")):
+            value = row.get(record)
+            if isinstance(value, dict) and value.get(key) is not None:
+                safe_relpath(value[key], file=file, field=f"{where}.{record}.{key}")
+    qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
+    if qualification.get("summary") is not None:
+        safe_relpath(qualification["summary"], file=file, field="qualification.summary")
+    acceptance = qualification.get("acceptance")
+    if isinstance(acceptance, dict) and acceptance.get("path") is not None:
+        safe_relpath(acceptance["path"], file=file, field="qualification.acceptance.path")
+    compatibility = manifest.get("compatibility") if isinstance(manifest.get("compatibility"), dict) else {}
+    if compatibility.get("path") is not None:
+        safe_relpath(compatibility["path"], file=file, field="compatibility.path")
+    signing = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
+    signed = signing.get("signed_files")
+    for index, relative in enumerate(signed if isinstance(signed, list) else []):
+        if isinstance(relative, str):
+            safe_relpath(relative, file=file, field=f"signing.signed_files[{index}]")
+    if signing.get("bundle_suffix") is not None:
+        safe_component(signing["bundle_suffix"], file=file, field="signing.bundle_suffix", max_len=64, hidden=True, expected="a file-name suffix such as '.sigstore.json'")
+
+
 def binding_problem(binding: Binding) -> str | None:
     """Why a binding cannot be audited at all (null or malformed values)."""
     if binding.url is None:
@@ -377,6 +440,9 @@ def binding_problem(binding: Binding) -> str | None:
         return f"the recorded size is not a byte count (found {binding.size!r})"
     if binding.location_error:
         return binding.location_error
+    unsafe = component_problem(binding.cache_name)
+    if unsafe:
+        return f"the file name {binding.cache_name!r} it would be saved as is unsafe: it {unsafe}"
     return None
 
 
@@ -557,15 +623,18 @@ class Auditor:
         release = manifest["release"]
         self.report.release = release
         self.report.status = manifest.get("status")
+        label = f"manifest {Path(urlsplit(self.source).path).name if self.is_url else self.source}"
+        try:
+            check_manifest_names(manifest, file=self.source)
+        except InputError as error:
+            self.add(Item(label, False, error.render(), "manifest"))
+            self.report.seconds = time.monotonic() - started
+            return self.report
         where = _manifest_release_problem(self.source, release)
-        self.add(
-            Item(
-                f"manifest {Path(urlsplit(self.source).path).name if self.is_url else self.source}",
-                where is None,
-                where or f"release {release}, status {manifest.get('status')}, sha256 {sha256_bytes(data)}",
-                "manifest",
-            )
-        )
+        self.add(Item(label, where is None, where or f"release {release}, status {manifest.get('status')}, sha256 {sha256_bytes(data)}", "manifest"))
+        if where is not None:  # a manifest outside its release tree binds nothing: fetch nothing it names
+            self.report.seconds = time.monotonic() - started
+            return self.report
         cache = self._cache_dir(release)
         bindings = collect_bindings(manifest)
 
@@ -617,7 +686,8 @@ class Auditor:
         started = time.monotonic()
 
         def one(binding: Binding) -> Fetched:
-            folder = cache / (binding.group or binding.kind)
+            # Lane folders one level below the fixed kind folders, so no lane id can name one of those.
+            folder = cache / "lanes" / binding.group if binding.group else cache / binding.kind
             result = self._download(binding.url, folder / binding.cache_name, sha256=binding.sha256, size=binding.size, label=binding.label, on_bytes=overall)
             result.binding = binding
             return result

@@ -35,6 +35,7 @@ from pathlib import Path
 from .errors import BuildFailure, InputError, IntegrityError
 from .lanes import REPO_ROOT, Lane, Redistributable
 from .util.proc import require_tool, run
+from .util.safepath import safe_relative
 
 ORIGIN = "$ORIGIN"
 
@@ -148,12 +149,13 @@ def toolchain_libraries(root: Path | None) -> dict[str, ToolchainLibrary]:
         distribution = distribution.replace("_", "-").lower()
         licenses = sorted(p for p in (dist_info / "licenses").glob("*") if p.is_file()) if (dist_info / "licenses").is_dir() else []
         license_file = licenses[0] if licenses else None
-        for line in record.read_text("utf-8").splitlines():
+        for number, line in enumerate(record.read_text("utf-8").splitlines(), start=1):
             relative = line.split(",", 1)[0]
             name = Path(relative).name
             if not _is_shared_library(name):
                 continue
-            path = site / relative
+            # A library found here is bundled into the package: a RECORD line must not reach outside the site folder.
+            path = safe_relative(relative, site, file=record, field=f"line {number}", hidden=True, portable=False, what="the toolchain's site folder")
             if path.is_file() and name not in found:
                 found[name] = ToolchainLibrary(path, distribution, version, license_file)
     return found

@@ -456,10 +456,12 @@ def build_lane(
     lanes_dir: Path | None = None,
     force: bool = False,
 ):
-    from .lanes import find_lane
+    from .lanes import check_beta, find_lane
     from .source import parse_source
     from .stage import execute
 
+    if beta is not None:
+        check_beta(beta)
     lane = find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
     stage = BuildStage(
@@ -476,6 +478,7 @@ def build_lane(
 
 def register_cli(sub) -> None:
     from .cli import add_common
+    from .lanes import beta_argument
 
     parser = sub.add_parser("build", help="compile one lane's runtime from an exact commit (or import --prebuilt binaries)")
     parser.add_argument("--lane", required=True, help="lane id or short name (see 'lanes')")
@@ -483,7 +486,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--prebuilt", type=Path, help="folder of binaries built elsewhere (e.g. the Windows job) to check and record")
     parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default) or the system nvcc")
     parser.add_argument("--work", type=Path, help="build directory (default: /var/tmp/omp-ninfer/build/<lane>/build)")
-    parser.add_argument("--beta", type=int, help="component beta number N (default: the lane file's)")
+    parser.add_argument("--beta", type=beta_argument, help="component beta number N >= 1 (default: the lane file's)")
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
     add_common(parser)
     parser.set_defaults(

@@ -61,6 +61,7 @@ from .util import ui
 from .util.fs import atomic_output_dir, atomic_write_bytes
 from .util.hashing import file_digests, sha256_bytes, sha256_file
 from .util.jsonio import read_toml
+from .util.safepath import relpath_problem
 from .util.schema import Field, matches, one_of, read_table
 
 DEFINITIONS_DIR = REPO_ROOT / "containers"
@@ -194,7 +195,8 @@ class ImageDefinition:
 
 def _relative_archive_path(value: str, *, file: str, field_name: str) -> str:
     path = PurePosixPath(value.rstrip("/"))
-    if not value or value.startswith("/") or any(p in ("..", ".") for p in path.parts) or "\\" in value or "//" in value:
+    if not value or value.startswith("/") or any(p in ("..", ".") for p in path.parts) or "\\" in value or "//" in value \
+            or relpath_problem(value.removesuffix("/"), hidden=True, portable=False) is not None:  # the one gate of util/safepath
         raise InputError(
             "is not a clean path inside the archive's top folder",
             file=file,

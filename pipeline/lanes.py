@@ -9,6 +9,7 @@ these facts live; stages read them from the Lane object.
 
 from __future__ import annotations
 
+import math
 import platform as host_platform_module
 import re
 import string
@@ -16,9 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError
+from .errors import InputError, UsageError
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from .util.jsonio import read_toml
+from .util.safepath import safe_component, safe_relative
 from .util.schema import Field, matches, one_of, read_table
 
 _PACKAGE = Path(__file__).resolve().parent
@@ -27,6 +29,10 @@ _PACKAGE = Path(__file__).resolve().parent
 # pipeline/data/repo/, in the same layout (setup.py).
 REPO_ROOT = _PACKAGE.parent if (_PACKAGE.parent / "runtime" / "lanes").is_dir() else _PACKAGE / "data" / "repo"
 DEFAULT_LANES_DIR = REPO_ROOT / "runtime" / "lanes"
+# Licence texts a package may bundle beside a redistributable (repository-relative).
+LICENSES_DIR = "packaging/licenses"
+# Lifecycle scripts a Windows package ships (repository-relative).
+SCRIPTS_DIR = "packaging/windows"
 
 CUDA_ARCHITECTURES = {
     # CMAKE_CUDA_ARCHITECTURES value -> compute capability
@@ -39,6 +45,58 @@ PLATFORMS = ("linux-x86_64", "windows-x86_64")
 LANE_KINDS = ("container", "windows-native")
 BINARY_NAME = r"[a-z][a-z0-9_-]*"
 PATTERN_FIELDS = ("version", "n")
+# Name patterns render into file names, release ids and tags: bounded, and only these
+# characters around the placeholders (the rendered name is checked as a file name too).
+MAX_PATTERN = 128
+PATTERN_LITERAL = re.compile(r"[A-Za-z0-9._+-]*")
+MAX_VERSION = 32
+# Beta numbers: the component's beta.N; 0 or a negative number is never a cut.
+MIN_BETA = 1
+MAX_BETA = 99999
+
+
+def _number_in(low: float, high: float, *, integer: bool = False):
+    """A finite number in (low, high] (an integer when asked); never a bool, NaN or infinity."""
+
+    def check(value: Any) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)):
+            return False
+        return math.isfinite(value) and low < value <= high
+
+    return check
+
+
+def _range_text(low: float, high: float, unit: str, *, integer: bool = False) -> str:
+    kind = "an integer" if integer else "a finite number"
+    return f"{kind} of {unit} above {low:g} and at most {high:g}"
+
+
+def check_beta(value: Any, *, field: str = "--beta", file: str | Path | None = None) -> int:
+    """A beta number from a front door (command line, nox, a function call): an integer 1..MAX_BETA."""
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_BETA <= value <= MAX_BETA:
+        raise UsageError(
+            "is not a beta number",
+            file=file,
+            field=field,
+            found=value,
+            expected=f"an integer {MIN_BETA}..{MAX_BETA}",
+            why="beta.N numbers every component cut from 1; beta 0 (or below) names no cut and would label bytes with a tag that can never exist",
+            fix="pass the beta number of the cut, e.g. --beta 2, or leave --beta out to use the lane file's",
+        )
+    return value
+
+
+def beta_argument(text: str) -> int:
+    """argparse type of every --beta option."""
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a beta number: {text!r} (an integer {MIN_BETA}..{MAX_BETA})") from None
+    if not MIN_BETA <= value <= MAX_BETA:
+        raise argparse.ArgumentTypeError(f"beta must be {MIN_BETA}..{MAX_BETA}, found {value} (beta 0 or below names no component cut)")
+    return value
 
 _TOP = {
     "schema_version": Field(int, check=lambda v: v == 1, expected="1"),
@@ -58,8 +116,8 @@ _TOP = {
 _GPU = {
     "name": Field(str),
     "compute_capability": Field(str, check=matches(r"[0-9]+\.[0-9]"), expected="'<major>.<minor>', e.g. '8.9'"),
-    "minimum_driver_major": Field(int, check=lambda v: v > 0, expected="a positive driver branch, e.g. 580"),
-    "vram_mib": Field(int, check=lambda v: v > 0, expected="a positive number of MiB"),
+    "minimum_driver_major": Field(int, check=lambda v: 0 < v <= 9999, expected="a driver branch 1..9999, e.g. 580"),
+    "vram_mib": Field(int, check=lambda v: 0 < v <= 1 << 20, expected="a number of MiB 1..1048576"),
 }
 _CUDA = {
     "architecture": Field(str, check=lambda v: v in CUDA_ARCHITECTURES, expected="one of " + ", ".join(repr(a) for a in CUDA_ARCHITECTURES)),
@@ -72,8 +130,8 @@ _PLATFORM = {
 }
 _COMPONENT = {
     "repository": Field(str, check=matches(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), expected="an https://github.com/<owner>/<repo> URL"),
-    "version": Field(str, check=matches(r"[0-9]+\.[0-9]+\.[0-9]+"), expected="a version 'X.Y.Z'"),
-    "beta": Field(int, check=lambda v: v >= 1, expected="a beta number >= 1"),
+    "version": Field(str, check=lambda v: len(v) <= MAX_VERSION and matches(r"[0-9]+\.[0-9]+\.[0-9]+")(v), expected=f"a version 'X.Y.Z' of at most {MAX_VERSION} characters"),
+    "beta": Field(int, check=lambda v: MIN_BETA <= v <= MAX_BETA, expected=f"a beta number {MIN_BETA}..{MAX_BETA}"),
     "tag_pattern": Field(str),
     "stem_pattern": Field(str),
     "release_id_pattern": Field(str),
@@ -118,19 +176,21 @@ _REDISTRIBUTABLE = {
     "loaded_by": Field(str, required=False),
 }
 _QUALIFICATION = {
-    "advertised_prompt_tokens": Field(int, check=lambda v: v > 0, expected="a positive token count"),
+    "advertised_prompt_tokens": Field(int, check=lambda v: 0 < v <= 10_000_000, expected="a token count 1..10000000"),
     "completion_tokens": Field(int, check=lambda v: 1 <= v <= 8192, expected="1..8192"),
-    "min_decode_tokens_per_second": Field((int, float)),
-    "min_prefill_tokens_per_second": Field((int, float)),
-    "max_time_to_first_token_seconds": Field((int, float)),
-    "max_restart_seconds": Field((int, float)),
-    "max_vram_mib": Field(int),
+    # Gate thresholds: finite and in range (a NaN threshold makes every comparison false,
+    # so a gate that checks 'below the threshold' would pass whatever was measured).
+    "min_decode_tokens_per_second": Field((int, float), check=_number_in(0, 1e6), expected=_range_text(0, 1e6, "tokens per second")),
+    "min_prefill_tokens_per_second": Field((int, float), check=_number_in(0, 1e7), expected=_range_text(0, 1e7, "tokens per second")),
+    "max_time_to_first_token_seconds": Field((int, float), check=_number_in(0, 3600), expected=_range_text(0, 3600, "seconds")),
+    "max_restart_seconds": Field((int, float), check=_number_in(0, 86400), expected=_range_text(0, 86400, "seconds")),
+    "max_vram_mib": Field(int, check=_number_in(0, 1 << 20, integer=True), expected=_range_text(0, 1 << 20, "MiB", integer=True) + " (and within gpu.vram_mib)"),
     "endpoint_port": Field(int, check=lambda v: 1 <= v <= 65535, expected="a TCP port"),
     # The fixed prompt of the decode/prefill/TTFT benchmark (the completion is completion_tokens).
-    "benchmark_prompt_tokens": Field(int, check=lambda v: v > 0, expected="a positive token count"),
+    "benchmark_prompt_tokens": Field(int, check=lambda v: 0 < v <= 10_000_000, expected="a token count 1..10000000 (and within advertised_prompt_tokens)"),
     # What the runtime must report serving, where no packaged server-config.json binds it (container lane).
     "model_artifact_sha256": Field(str, required=False, check=is_sha256_hex, expected="64 lowercase hex"),
-    "public_model_id": Field(str, required=False, check=matches(r"[A-Za-z0-9][A-Za-z0-9._-]*"), expected="a model id such as 'q38-ninfer'"),
+    "public_model_id": Field(str, required=False, check=matches(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"), expected="a model id such as 'q38-ninfer'"),
 }
 
 
@@ -190,7 +250,11 @@ class Lane:
 
     # Names derived from the patterns for one beta number.
     def _render(self, pattern: str, beta: int | None = None) -> str:
-        return pattern.format(version=self.version, n=self.beta if beta is None else beta)
+        n = self.beta if beta is None else beta
+        if isinstance(n, bool) or not isinstance(n, int) or not MIN_BETA <= n <= MAX_BETA:
+            raise InputError("is not a beta number", file=self.file, field="component.beta", found=n, expected=f"an integer {MIN_BETA}..{MAX_BETA}",
+                             why="names, tags and release ids are rendered only for a real beta.N cut")
+        return pattern.format(version=self.version, n=n)
 
     def tag(self, beta: int | None = None) -> str:
         return self._render(self.tag_pattern, beta)
@@ -251,10 +315,13 @@ def pattern_regex(pattern: str, version: str) -> re.Pattern[str]:
 
 
 def _check_pattern(file: Path, key: str, pattern: str, *, needs_n: bool) -> None:
+    if len(pattern) > MAX_PATTERN:
+        raise InputError("is longer than a name pattern may be", file=file, field=key, found=pattern[:MAX_PATTERN] + "…", expected=f"at most {MAX_PATTERN} characters")
     try:
-        names = [name for _lit, name, _spec, _conv in string.Formatter().parse(pattern) if name is not None]
+        parsed = list(string.Formatter().parse(pattern))
     except ValueError as exc:
         raise InputError(f"is not a valid pattern ({exc})", file=file, field=key, found=pattern) from None
+    names = [name for _lit, name, _spec, _conv in parsed if name is not None]
     unknown = [n for n in names if n not in PATTERN_FIELDS]
     if unknown:
         raise InputError(
@@ -264,6 +331,28 @@ def _check_pattern(file: Path, key: str, pattern: str, *, needs_n: bool) -> None
             found="{" + unknown[0] + "}",
             expected="only {version} and {n}",
         )
+    for literal, name, spec, conversion in parsed:
+        if name is not None and (spec or conversion):
+            raise InputError(
+                "gives a placeholder a format or conversion",
+                file=file,
+                field=key,
+                found=pattern,
+                expected="bare {version} and {n}, e.g. 'ninfer-rtx4090-native-v{version}-beta.{n}'",
+                why="a format spec such as {n:>999} pads or reshapes the name; names are fixed by the documented placeholders only",
+            )
+        if not PATTERN_LITERAL.fullmatch(literal):
+            bad = next(c for c in literal if not PATTERN_LITERAL.fullmatch(c))
+            raise InputError(
+                f"contains {bad!r} outside its placeholders",
+                file=file,
+                field=key,
+                found=pattern,
+                expected="letters, digits, '.', '_', '+' and '-' around {version} and {n}",
+                why="the rendered pattern is a file name, a tag or a release id; '/', '..' or a drive would steer it outside its folder",
+            )
+    if pattern.startswith((".", "-")):
+        raise InputError("starts with '.' or '-'", file=file, field=key, found=pattern, expected="a name starting with a letter or digit")
     if needs_n and "n" not in names:
         raise InputError(
             "must contain the beta number placeholder {n}",
@@ -275,6 +364,18 @@ def _check_pattern(file: Path, key: str, pattern: str, *, needs_n: bool) -> None
         )
     if needs_n and "version" not in names:
         raise InputError("must contain {version}", file=file, field=key, found=pattern, expected="a pattern containing {version}")
+
+
+def _check_rendered_names(file: Path, comp: dict[str, Any], asset_platform: str) -> None:
+    """Every name a pattern renders (for any beta) is one safe file name: checked here, at load time."""
+    for beta in (comp["beta"], MAX_BETA):
+        stem = comp["stem_pattern"].format(version=comp["version"], n=beta)
+        # The longest names of the set (pipeline/assets.py): the package's SBOM and inner sums, the source.
+        for name in (f"{stem}-{asset_platform}.SHA256SUMS", f"{stem}-{asset_platform}.spdx.json", f"{stem}-source.tar.gz", stem):
+            safe_component(name, file=file, field="component.stem_pattern", expected="a pattern whose rendered asset names are plain file names of at most 255 characters")
+        for key in ("release_id_pattern", "tag_pattern", "deployment_profile", "build_profile"):
+            safe_component(comp[key].format(version=comp["version"], n=beta), file=file, field=f"component.{key}", max_len=200,
+                           expected="a pattern that renders one plain name of at most 200 characters")
 
 
 def load_lane(path: Path) -> Lane:
@@ -290,6 +391,11 @@ def load_lane(path: Path) -> Lane:
     pkg = read_table(top["package"], _PACKAGE, file=file, prefix="package")
     qual = {k: v for k, v in read_table(top["qualification"], _QUALIFICATION, file=file, prefix="qualification").items() if v is not None}
 
+    if qual["max_vram_mib"] > gpu["vram_mib"]:
+        raise InputError("the VRAM gate allows more memory than the GPU has", file=file, field="qualification.max_vram_mib", found=qual["max_vram_mib"], expected=f"at most gpu.vram_mib ({gpu['vram_mib']})")
+    if qual["benchmark_prompt_tokens"] > qual["advertised_prompt_tokens"]:
+        raise InputError("the benchmark prompt is longer than the advertised context", file=file, field="qualification.benchmark_prompt_tokens",
+                         found=qual["benchmark_prompt_tokens"], expected=f"at most advertised_prompt_tokens ({qual['advertised_prompt_tokens']})")
     if path.stem != top["id"]:
         raise InputError("lane id must equal the file name", file=file, field="id", found=top["id"], expected=repr(path.stem))
     if not top["id"].startswith(f"rtx{top['short_name']}-"):
@@ -316,6 +422,7 @@ def load_lane(path: Path) -> Lane:
         )
     for key in ("tag_pattern", "stem_pattern", "release_id_pattern", "deployment_profile", "build_profile"):
         _check_pattern(path, f"component.{key}", comp[key], needs_n=(key == "tag_pattern"))
+    _check_rendered_names(path, comp, plat["asset_platform"])
     probe = pattern_regex(comp["tag_pattern"], comp["version"])
     if not probe.fullmatch(comp["tag_pattern"].format(version=comp["version"], n=comp["beta"])):
         raise InputError("tag pattern does not round-trip", file=file, field="component.tag_pattern", found=comp["tag_pattern"])
@@ -354,13 +461,29 @@ def load_lane(path: Path) -> Lane:
     for index, item in enumerate(redistributables):
         if names.count(item.name.lower()) > 1:
             raise InputError("declares a redistributable twice", file=file, field=f"package.redistributables[{index}].name", found=item.name)
-        if not (REPO_ROOT / item.license_file).is_file():
+        where = f"package.redistributables[{index}]"
+        safe_component(item.name, file=file, field=f"{where}.name", expected="a library file name such as 'libcurl.dll'")
+        # The text is bundled into the published package: only the repository's licence folder
+        # may provide it (an absolute or '..' path would publish any file of the host).
+        licence = safe_relative(item.license_file, REPO_ROOT, file=file, field=f"{where}.license_file", what="the repository",
+                                expected=f"a path relative to the repository root under {LICENSES_DIR}/, e.g. {LICENSES_DIR}/<licence>.txt")
+        licence_dir = REPO_ROOT / LICENSES_DIR
+        if licence.resolve().parent != licence_dir.resolve():
+            raise InputError(
+                f"licence file is not in the repository's {LICENSES_DIR}/ folder",
+                file=file,
+                field=f"{where}.license_file",
+                found=item.license_file,
+                expected=f"{LICENSES_DIR}/<licence>.txt",
+                why="the text ships in the published package; only the reviewed licence folder may provide it",
+            )
+        if not licence.is_file():
             raise InputError(
                 "licence file does not exist",
                 file=file,
-                field=f"package.redistributables[{index}].license_file",
+                field=f"{where}.license_file",
                 found=item.license_file,
-                expected="a path relative to the repository root, e.g. packaging/licenses/<licence>.txt",
+                expected=f"a path relative to the repository root, e.g. {LICENSES_DIR}/<licence>.txt",
             )
         if item.loaded_by is not None and item.loaded_by.lower() not in names:
             raise InputError(
@@ -379,6 +502,12 @@ def load_lane(path: Path) -> Lane:
                 raise InputError("a Windows lane needs its serving contract file", file=file, field=f"package.{key}", expected="a path under packaging/windows/lanes/")
         if len(pkg["support_scripts"]) != 4:
             raise InputError("a Windows lane ships exactly the four lifecycle scripts", file=file, field="package.support_scripts", found=pkg["support_scripts"], expected="four .ps1 paths")
+        for index, script in enumerate(pkg["support_scripts"]):
+            # Shipped in the package and the asset set: only the repository's own scripts.
+            where = f"package.support_scripts[{index}]"
+            located = safe_relative(script, REPO_ROOT, file=file, field=where, what="the repository", expected=f"{SCRIPTS_DIR}/<Script>.ps1")
+            if not located.resolve().is_relative_to((REPO_ROOT / SCRIPTS_DIR).resolve()):
+                raise InputError(f"lifecycle script is not in the repository's {SCRIPTS_DIR}/ folder", file=file, field=where, found=script, expected=f"{SCRIPTS_DIR}/<Script>.ps1")
 
     raw = path.read_bytes()
     return Lane(

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO
 
 from .errors import InputError, IntegrityError
 from .util.fs import atomic_write_bytes
+from .util.safepath import relpath_problem
 
 # -- media types -------------------------------------------------------------
 
@@ -192,7 +193,8 @@ class BuiltLayer:
 def image_path(value: str, *, origin: str, field_name: str) -> PurePosixPath:
     """Validate an absolute path inside the image and return it normalised."""
     path = PurePosixPath(value)
-    if not value.startswith("/") or any(part in ("..", ".") for part in path.parts) or "//" in value or "\\" in value:
+    if not value.startswith("/") or any(part in ("..", ".") for part in path.parts) or "//" in value or "\\" in value \
+            or (value.strip("/") and relpath_problem(value.strip("/"), hidden=True, portable=False) is not None):  # util/safepath's gate
         raise InputError(
             "is not a clean absolute path inside the image",
             file=origin,

@@ -42,6 +42,7 @@ from .util.fs import atomic_output_dir, atomic_write_bytes, copy_file
 from .util.hashing import file_digests, sha256_bytes, sha256_file
 from .util.jsonio import canonical_bytes, read_json_object
 from .util.proc import run_text
+from .util.safepath import safe_component, safe_relpath
 
 TEMPLATES = REPO_ROOT / "packaging" / "templates"
 INVENTORY = "third_party/inventory.json"
@@ -197,14 +198,32 @@ class PackageStage(Stage):
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"is not valid JSON ({exc})", file=where) from None
         components = inventory.get("components") if isinstance(inventory, dict) else None
-        if inventory.get("schema_version") != 1 or not isinstance(components, list):
+        if not isinstance(inventory, dict) or inventory.get("schema_version") != 1 or not isinstance(components, list):
             raise InputError("is not a vendored inventory of schema 1", file=where, expected="{schema_version: 1, components: [...]}")
         required = ("name", "version", "license", "purl", "supplier", "path", "license_file", "files")
+        seen: dict[str, int] = {}
         for index, component in enumerate(components):
+            if not isinstance(component, dict):
+                raise InputError("vendored component is not an object", file=where, field=f"components[{index}]", found=type(component).__name__, expected="an object")
             for key in required:
                 if key not in component:
                     raise InputError("vendored component lacks a field", file=where, field=f"components[{index}].{key}")
-            for item in component["files"]:
+            # Names and paths from another repository's bytes: checked here, before any becomes a
+            # path of the payload (licenses/third_party/<name>/<licence file name>).
+            name = safe_component(component["name"], file=where, field=f"components[{index}].name", max_len=100, expected="a component name such as 'zlib'")
+            if name.lower() in seen:
+                raise InputError("two vendored components share a name", file=where, field=f"components[{index}].name", found=name,
+                                 expected=f"a name not used by components[{seen[name.lower()]}]", why="each component's licence text has its own folder in the package")
+            seen[name.lower()] = index
+            safe_relpath(component["path"], file=where, field=f"components[{index}].path", hidden=True)
+            licence = safe_relpath(component["license_file"], file=where, field=f"components[{index}].license_file", hidden=True)
+            safe_component(licence.rsplit("/", 1)[-1], file=where, field=f"components[{index}].license_file", expected="a licence file with a plain name, e.g. 'third_party/zlib/LICENSE'")
+            if not isinstance(component["files"], list):
+                raise InputError("must be a list of {path, sha256}", file=where, field=f"components[{index}].files", found=type(component["files"]).__name__)
+            for number, item in enumerate(component["files"]):
+                if not isinstance(item, dict) or not isinstance(item.get("sha256"), str):
+                    raise InputError("must be an object {path, sha256}", file=where, field=f"components[{index}].files[{number}]", found=item)
+                safe_relpath(item.get("path"), file=where, field=f"components[{index}].files[{number}].path", hidden=True)
                 data = self.source_members.get(item["path"])
                 if data is None:
                     raise IntegrityError("the inventory lists a vendored file the source does not hold", file=where, field=f"components[{index}].files", found=item["path"])
@@ -596,9 +615,11 @@ def package_lane(
     jobs: int | None = None,
     force: bool = False,
 ):
-    from .lanes import find_lane
+    from .lanes import check_beta, find_lane
     from .stage import execute
 
+    if beta is not None:
+        check_beta(beta)
     lane = lane or find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
     stage = PackageStage(ctx, lane, beta=beta, source_date_epoch=source_date_epoch, jobs=jobs)
@@ -606,8 +627,10 @@ def package_lane(
 
 
 def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, jobs: int | None = None, force: bool = False, beta: int | None = None) -> list:
-    from .lanes import load_lanes
+    from .lanes import check_beta, load_lanes
 
+    if beta is not None:
+        check_beta(beta)
     ctx = Context.open(dist, lanes_dir)
     built = sorted({entry.lane for entry in ctx.register.query("build-identity") if entry.lane})
     if not built:
@@ -641,12 +664,13 @@ def _check_assets_command(args) -> int:
 
 def register_cli(sub) -> None:
     from .cli import add_common
+    from .lanes import beta_argument
 
     parser = sub.add_parser("package", help="make a lane's closed asset set (package, source, SBOMs, checksums, receipt) from its build")
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--lane", help="lane id or short name (see 'lanes')")
     which.add_argument("--all", action="store_true", help="package every lane the register holds a build of")
-    parser.add_argument("--beta", type=int, help="component beta number N; must be the build's (default: the build's)")
+    parser.add_argument("--beta", type=beta_argument, help="component beta number N >= 1; must be the build's (default: the build's)")
     parser.add_argument("--source-date-epoch", type=int, help="archive time in seconds (default: SOURCE_DATE_EPOCH, else the source commit time)")
     parser.add_argument("--jobs", type=int, help="compression threads (the bytes do not depend on it; default: all cores)")
     parser.add_argument("--force", action="store_true", help="package again even when inputs are unchanged")
@@ -664,7 +688,7 @@ def register_cli(sub) -> None:
     check = sub.add_parser("check-assets", help="check a downloaded asset set: closed, hashes, receipt, package payload, SPDX and CycloneDX")
     check.add_argument("directory", type=Path, help="folder holding exactly one asset set")
     check.add_argument("--lane", help="lane id or short name (default: recognised from the file names)")
-    check.add_argument("--beta", type=int, help="beta number (default: from the names or the receipt)")
+    check.add_argument("--beta", type=beta_argument, help="beta number N >= 1 (default: from the names or the receipt)")
     check.add_argument("--shallow", action="store_true", help="names, checksums and receipt only; do not open the package and SBOMs")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)

@@ -149,6 +149,7 @@ from .stage import Context, Stage
 from .util import ui
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
 from .util.jsonio import canonical_bytes, read_json_object, write_json
+from .util.safepath import safe_component
 
 RECEIPT_TYPE = "omp_ninfer_lane_receipt"
 RECEIPT_SCHEMA_VERSION = 1
@@ -767,7 +768,7 @@ class QualifyStage(Stage):
 
     def _write(self, document: dict[str, Any]) -> Artifact:
         validate_receipt(document, file=self.receipt_path)
-        data = canonical_bytes(document).decode("utf-8")
+        data = canonical_bytes(document, file=self.receipt_path).decode("utf-8")  # refuses NaN and Infinity
         if redact(data) != data:
             raise IntegrityError("refusing to write a receipt that contains a secret value", file=self.receipt_path, why="this is a bug in the harness")
         write_json(self.receipt_path, document)
@@ -792,7 +793,7 @@ def _extract_bin(package: Path, into: Path, server: str) -> Path:
             if member.isfile() and rest.startswith("bin/") and "/" not in rest[4:]:
                 handle = archive.extractfile(member)
                 assert handle is not None
-                out = target / rest[4:]
+                out = target / safe_component(rest[4:], file=package, field=f"member {member.name}", expected="a binary or library name directly under bin/")
                 with open(out, "wb") as sink:
                     shutil.copyfileobj(handle, sink)
                 out.chmod(0o755)

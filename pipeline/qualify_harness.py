@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import json
+import math
 import os
 import re
 import secrets
@@ -1006,9 +1007,18 @@ def _benchmark_problem(run: RunContext) -> str | None:
     return None
 
 
+def _threshold(run: RunContext, key: str, *, integer: bool = False) -> float:
+    """A gate's threshold: finite and positive, or the gate fails (a NaN compares false with everything,
+    so 'below a NaN minimum' would never fail and the gate would pass whatever was measured)."""
+    value = run.thresholds.get(key)
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) or not math.isfinite(value) or value <= 0:
+        raise GateFailure(f"the lane's threshold {key} is {value!r}, not a finite positive {'integer' if integer else 'number'}: nothing can be judged against it")
+    return int(value) if integer else float(value)
+
+
 def gate_decode(run: RunContext) -> Gate:
     problem = _benchmark_problem(run)
-    threshold = float(run.thresholds["min_decode_tokens_per_second"])
+    threshold = _threshold(run, "min_decode_tokens_per_second")
     wanted = int(run.thresholds["completion_tokens"])
     if problem:
         return failed(problem, threshold_tokens_per_second=threshold, **run.benchmark_data)
@@ -1032,14 +1042,14 @@ def gate_decode(run: RunContext) -> Gate:
         return failed("the whole completion arrived at once; decode speed cannot be measured", **data)
     rate = (tokens - 1) / seconds
     data.update(decode_seconds=round(seconds, 4), tokens_per_second=round(rate, 2))
-    if rate < threshold:
+    if not rate >= threshold:  # fails closed: a comparison with NaN is false
         return failed(f"decode ran at {rate:.2f} tokens/s, below the lane's {threshold:g}", **data)
     return passed(f"decode ran at {rate:.2f} tokens/s over {tokens} tokens (threshold {threshold:g})", **data)
 
 
 def gate_prefill(run: RunContext) -> Gate:
     problem = _benchmark_problem(run)
-    threshold = float(run.thresholds["min_prefill_tokens_per_second"])
+    threshold = _threshold(run, "min_prefill_tokens_per_second")
     if problem:
         return failed(problem, threshold_tokens_per_second=threshold)
     result = run.benchmark
@@ -1059,29 +1069,31 @@ def gate_prefill(run: RunContext) -> Gate:
     data["computed_prompt_tokens"] = computed
     if computed <= 0:
         return failed("the whole prompt was served from a prefix cache; prefill was not measured", **data)
+    if not result.first_token_at > 0:
+        return failed("the first token arrived with the request; prefill speed cannot be measured", **data)
     rate = computed / result.first_token_at
     data.update(prefill_seconds=round(result.first_token_at, 4), tokens_per_second=round(rate, 2))
-    if rate < threshold:
+    if not rate >= threshold:
         return failed(f"prefill ran at {rate:.2f} tokens/s, below the lane's {threshold:g}", **data)
     return passed(f"prefill ran at {rate:.2f} tokens/s over {computed} computed prompt tokens (threshold {threshold:g})", **data)
 
 
 def gate_ttft(run: RunContext) -> Gate:
     problem = _benchmark_problem(run)
-    threshold = float(run.thresholds["max_time_to_first_token_seconds"])
+    threshold = _threshold(run, "max_time_to_first_token_seconds")
     if problem:
         return failed(problem, threshold_seconds=threshold)
     result = run.benchmark
     assert result is not None and result.first_token_at is not None
     ttft = result.first_token_at
     data = {"seconds": round(ttft, 4), "threshold_seconds": threshold, "prompt_tokens": _usage_int(result.usage, "prompt_tokens")}
-    if ttft > threshold:
+    if not ttft <= threshold:
         return failed(f"the first token came after {ttft:.3f} s, above the lane's {threshold:g} s", **data)
     return passed(f"the first token came after {ttft:.3f} s (threshold {threshold:g} s)", **data)
 
 
 def gate_gpu_resources(run: RunContext) -> Gate:
-    threshold = int(run.thresholds["max_vram_mib"])
+    threshold = _threshold(run, "max_vram_mib", integer=True)
     facts = run.gpu.facts()
     if facts is None:
         return skipped("nvidia-smi is not available on this host, so peak VRAM and power were not sampled", threshold_mib=threshold)
@@ -1097,14 +1109,14 @@ def gate_gpu_resources(run: RunContext) -> Gate:
         "threshold_mib": threshold,
         "scope": "whole-GPU memory.used while the retrieval and benchmark requests ran",
     }
-    if peak > threshold:
+    if not peak <= threshold:
         return failed(f"peak VRAM was {peak:g} MiB, above the lane's {threshold} MiB", **data)
     return passed(f"peak VRAM {peak:g} MiB (threshold {threshold} MiB), max power {power if power is not None else 'n/a'} W", **data)
 
 
 def gate_restart(run: RunContext) -> Gate:
     client, model = run.client, run.model or ""
-    limit = float(run.thresholds["max_restart_seconds"])
+    limit = _threshold(run, "max_restart_seconds")
     hook = run.restart_hook
     if hook is None:
         return skipped("no restart hook was given (--restart-command), so process restart was not exercised", threshold_seconds=limit)
@@ -1155,7 +1167,7 @@ def gate_restart(run: RunContext) -> Gate:
                 raise GateFailure(f"a response deleted before the restart came back after it (status {ghost.status_code})")
         if not data["exact_output"]:
             raise GateFailure("the session continued after the restart did not recall its content")
-        if seconds > limit:
+        if not seconds <= limit:
             raise GateFailure(f"the restart took {seconds:.2f} s, above the lane's {limit:g} s")
     except GateFailure as problem:
         return failed(str(problem), **data)

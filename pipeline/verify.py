@@ -80,6 +80,7 @@ from .releasetree import (
 )
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from .util.jsonio import canonical_bytes
+from .util.safepath import relpath_problem, within
 
 GROUPS = (
     ("line-endings", "line endings: no CRLF rewrite"),
@@ -330,6 +331,8 @@ class Verifier:
         if not self.tree.is_dir():
             self.error("input", "release tree does not exist", file=repo_path(self.release, ""), expected="a folder manifests/<release>/ made by 'python -m pipeline compose'")
             return self.report(None)
+        if self.check_tree_location():
+            return self.report(None)
         self.groups.append("line-endings")
         if self.check_line_endings():
             return self.report(None)
@@ -372,6 +375,38 @@ class Verifier:
         pub = self.manifest.get("publication") if isinstance(self.manifest.get("publication"), dict) else {}
         blockers = pub.get("blockers") if isinstance(pub.get("blockers"), list) else []
         return Report(self.release, status, self.problems, self.groups, len(blockers))
+
+    # 0 -------------------------------------------------------------------------------------
+    def check_tree_location(self) -> bool:
+        """The tree is a real folder of this repository and no link in it leaves it; checked before any byte is read.
+
+        A tree that is a link to a folder elsewhere (or holds a link to a file
+        elsewhere) would make verify vouch for bytes the repository does not hold.
+        """
+        tree = repo_path(self.release, "").rstrip("/")
+        if self.tree.is_symlink() or not within(self.tree, self.root) or self.tree.resolve().parent != (self.root / "manifests").resolve():
+            self.groups.append("tree")
+            self.error(
+                "tree",
+                "the release tree is a symbolic link" + ("" if within(self.tree, self.root) else " to a folder outside the repository"),
+                file=tree,
+                found=str(self.tree.resolve()),
+                expected=f"a real folder {tree}/ of the repository at {self.root}",
+                why="verify vouches for the bytes the repository holds; a linked tree is someone else's",
+                fix=f"replace the link with the tree itself (git checkout -- {tree})",
+            )
+            return True
+        escaping = []
+        for path in sorted(self.tree.rglob("*")):
+            if path.is_symlink() and not within(path, self.tree):
+                escaping.append(path)
+        for path in escaping:
+            rel = path.relative_to(self.root).as_posix()
+            self.error("tree", "is a symbolic link that leaves the release tree", file=rel, found=str(path.resolve()), expected="a plain file of the tree",
+                       fix=f"replace the link with the file itself (git checkout -- {rel})")
+        if escaping:
+            self.groups.append("tree")
+        return bool(escaping)
 
     # 1 -------------------------------------------------------------------------------------
     def check_line_endings(self) -> bool:
@@ -454,17 +489,11 @@ class Verifier:
         return out
 
     def inside(self, value: Any) -> Path | None:
-        if not isinstance(value, str) or "\\" in value:
-            return None
-        posix = PurePosixPath(value)
-        if posix.is_absolute() or ".." in posix.parts or not value.startswith(repo_path(self.release, "")):
+        """The file a recorded path names, when it is a plain relative path that stays in the tree (links resolved)."""
+        if relpath_problem(value, hidden=True) is not None or not value.startswith(repo_path(self.release, "")):
             return None
         path = self.root / value
-        try:
-            path.resolve().relative_to(self.tree.resolve())
-        except ValueError:
-            return None
-        return path
+        return path if within(path, self.tree) else None
 
     def record(self, value: Any) -> dict[str, Any] | None:
         """A JSON object recorded inside the tree, or None (unreadable records are reported by derive)."""

@@ -861,3 +861,143 @@ def test_a_second_run_reuses_verified_cache_files_and_replaces_a_damaged_one(ser
     assert tree.paths["model"] not in fetched  # pinned and intact: read once from the cache, not downloaded
     assert tree.paths["client"] in fetched  # damaged: downloaded again
     assert report.bytes_downloaded == len(tree.client)  # records are pinned too: re-used, not downloaded
+
+
+# -- hostile manifests: names from the manifest never leave --cache -----------------------------
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    """Every path under root with its bytes (folders as a marker): compared before and after."""
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir>") for p in sorted(root.rglob("*"))}
+
+
+@pytest.fixture
+def sentinel(tmp_path):
+    """A folder of files an attacker would like to replace or empty, outside the audit's --cache."""
+    folder = tmp_path / "sentinel"
+    (folder / "keys").mkdir(parents=True)
+    (folder / "keys" / "id_ed25519").write_bytes(b"PRIVATE KEY\n")
+    (folder / "project").mkdir()
+    (folder / "project" / "notes.txt").write_bytes(b"keep me\n")
+    return folder
+
+
+def _hostile_row(server: ReleaseServer, lane_id: object, name: str, data: bytes, *, with_sums: bool = False) -> dict:
+    tag = "v0.7.0-qwen38-4090-beta.2"
+    prefix = f"/alphastorm/ninfer/releases/download/{tag}/"
+    server.files[prefix + name] = data
+    row = {"id": lane_id, "status": "qualified", "repository": server.url("/alphastorm/ninfer"), "release_tag": tag,
+           "installer_url": server.url(prefix + name), "installer_sha256": hashlib.sha256(data).hexdigest()}
+    if with_sums:
+        sums = f"{hashlib.sha256(data).hexdigest()}  {name}\n".encode()
+        server.files[prefix + "SHA256SUMS"] = sums
+        row.update(checksums_url=server.url(prefix + "SHA256SUMS"), checksums_sha256=hashlib.sha256(sums).hexdigest())
+    return row
+
+
+def _assert_refused_before_any_download(report, lines, server, tree_manifest_path, field: str, reason: str) -> None:
+    assert not report.passed and report.verdict().startswith("AUDIT FAILED")
+    [failed] = fails(lines)
+    assert failed.startswith("FAIL: manifest ")
+    assert f": {field}: is not a safe name: it {reason}" in failed, failed
+    assert [path for path, _ in server.log] == [tree_manifest_path]  # nothing but the manifest was fetched
+
+
+def test_a_row_id_that_is_an_absolute_folder_does_not_replace_a_file_there(server, tmp_path, sentinel):
+    """Before: the installer was downloaded to <id>/id_ed25519, replacing the key, and the audit PASSED."""
+    tree = Tree(server, None, None)
+    before = _snapshot(sentinel)
+    tree.manifest["components"]["ninfer_variants"].append(_hostile_row(server, str(sentinel / "keys"), "id_ed25519", b"ATTACKER KEY\n"))
+    report, lines = run_audit(tree.publish(), tmp_path, cache=tmp_path / "cache")
+    _assert_refused_before_any_download(report, lines, server, tree.manifest_path, "components.ninfer_variants[0].id", "contains a path separator")
+    assert _snapshot(sentinel) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sentinel"]  # refused before the cache was made
+
+
+def test_a_row_id_that_is_an_absolute_folder_does_not_empty_it(server, tmp_path, sentinel):
+    """Before: the set check ran shutil.rmtree(cache/sets/<id>), i.e. on the absolute folder."""
+    tree = Tree(server, None, None)
+    before = _snapshot(sentinel)
+    tree.manifest["components"]["ninfer_variants"].append(_hostile_row(server, str(sentinel / "project"), "Install-Release.ps1", b"Write-Host hi\n", with_sums=True))
+    report, lines = run_audit(tree.publish(), tmp_path, cache=tmp_path / "cache")
+    _assert_refused_before_any_download(report, lines, server, tree.manifest_path, "components.ninfer_variants[0].id", "contains a path separator")
+    assert _snapshot(sentinel) == before
+
+
+@pytest.mark.parametrize(
+    ("edit", "field", "reason"),
+    [
+        (lambda m, s, t: m["components"]["ninfer_variants"].append(_hostile_row(s, "../../sentinel/keys", "id_ed25519", b"x")), "components.ninfer_variants[0].id", "contains a path separator"),
+        (lambda m, s, t: m["components"]["ninfer_variants"].append(_hostile_row(s, "..", "id_ed25519", b"x")), "components.ninfer_variants[0].id", "is '..'"),
+        (lambda m, s, t: m["components"]["ninfer_variants"].append(_hostile_row(s, 7, "id_ed25519", b"x")), "components.ninfer_variants[0].id", "is not a string"),
+        (lambda m, s, t: m["components"]["ninfer_variants"].append(_hostile_row(s, "rtx4090-windows-native\0", "x.ps1", b"x")), "components.ninfer_variants[0].id", "contains the control or unprintable character U+0000"),
+        (lambda m, s, t: m["components"]["ninfer_variants"].append(_hostile_row(s, "CON", "x.ps1", b"x")), "components.ninfer_variants[0].id", "is the Windows device name CON"),
+        (lambda m, s, t: m["components"]["ninfer_variants"].append({**_hostile_row(s, "rtx4090-windows-native", "x.ps1", b"x"), "installer_name": "..\\..\\x.ps1"}), "components.ninfer_variants[0].installer_name", "contains a path separator"),
+        (lambda m, s, t: m["components"]["model"].update(artifact_name="nul"), "components.model.artifact_name", "is the Windows device name NUL"),
+        (lambda m, s, t: m["components"]["omp"]["platforms"][0].update(artifact_name="a" * 300), "components.omp.platforms[0].artifact_name", "is 300 characters long"),
+        (lambda m, s, t: m["compatibility"].update(path="/etc/passwd"), "compatibility.path", "is an absolute path"),
+        (lambda m, s, t: m["qualification"].update(summary=f"manifests/{RELEASE}/../../../x.json"), "qualification.summary", "has a '..' segment"),
+        (lambda m, s, t: m["signing"]["signed_files"].append(f"manifests/{RELEASE}/../../../../../../sentinel/x"), "signing.signed_files[1]", "has a '..' segment"),
+        (lambda m, s, t: m["signing"].update(bundle_suffix="/../../../../../../../sentinel/keys/id_ed25519"), "signing.bundle_suffix", "contains a path separator"),
+    ],
+)
+def test_hostile_names_in_a_manifest_are_refused_before_any_download(server, tmp_path, sentinel, edit, field, reason):
+    tree = Tree(server, None, None)
+    before = _snapshot(sentinel)
+    edit(tree.manifest, server, tree)
+    report, lines = run_audit(tree.publish(), tmp_path, cache=tmp_path / "cache")
+    _assert_refused_before_any_download(report, lines, server, tree.manifest_path, field, reason)
+    assert _snapshot(sentinel) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sentinel"]  # not even the cache folder was made
+
+
+def test_a_release_with_dot_dot_does_not_write_outside_the_cache(server, tmp_path, sentinel):
+    """Before: a local manifest whose release was '../../sentinel' downloaded into <cache>/../../sentinel."""
+    tree = Tree(server, None, None)
+    tree.manifest["release"] = "../../sentinel"
+    local = tmp_path / "checkout" / "manifest.json"
+    local.parent.mkdir()
+    local.write_bytes((json.dumps(tree.manifest, indent=2, sort_keys=True) + "\n").encode())
+    before = _snapshot(sentinel)
+    cache = tmp_path / "audit" / "cache"
+    report, lines = run_audit(str(local), tmp_path, cache=cache)
+    assert not report.passed
+    [failed] = fails(lines)
+    assert f"FAIL: manifest {local}: " in failed and ": release: is not a safe name: it contains a path separator" in failed
+    assert server.log == []
+    assert _snapshot(sentinel) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkout", "sentinel"]
+
+
+def test_a_failed_manifest_location_check_stops_the_audit_before_any_download(server, tmp_path):
+    """Before: the FAIL line was printed and every asset was still downloaded into the cache."""
+    tree = Tree(server, None, None)
+    elsewhere = "/alphastorm/omp-ninfer/raw/" + COMMIT + "/manifests/v0.12.0/manifest.json"
+    server.files[elsewhere] = (json.dumps(tree.manifest) + "\n").encode()
+    report, lines = run_audit(server.url(elsewhere), tmp_path, cache=tmp_path / "cache")
+    assert lines == [f"FAIL: manifest manifest.json: points outside its release: a manifest of {RELEASE} must be served as …/manifests/{RELEASE}/manifest.json"]
+    assert [path for path, _ in server.log] == [elsewhere]
+    assert not (tmp_path / "cache").exists()
+    assert not report.passed
+
+
+def test_two_rows_with_one_lane_id_are_refused(server, tmp_path):
+    tree = Tree(server, None, None)
+    rows = tree.manifest["components"]["ninfer_variants"]
+    rows.append(_hostile_row(server, "rtx4090-windows-native", "a.ps1", b"a"))
+    rows.append(_hostile_row(server, "rtx4090-windows-native", "b.ps1", b"b"))
+    report, lines = run_audit(tree.publish(), tmp_path)
+    [failed] = fails(lines)
+    assert "components.ninfer_variants[1].id: two lane rows share an id" in failed
+    assert [path for path, _ in server.log] == [tree.manifest_path]
+
+
+def test_the_cli_exits_1_on_a_hostile_manifest_and_names_the_field(server, tmp_path, sentinel, capsys):
+    tree = Tree(server, None, None)
+    tree.manifest["components"]["ninfer_variants"].append(_hostile_row(server, str(sentinel / "keys"), "id_ed25519", b"ATTACKER KEY\n"))
+    before = _snapshot(sentinel)
+    code = cli.main(["audit", tree.publish(), "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet"])
+    out = capsys.readouterr().out
+    assert code == ExitCode.INPUT
+    assert "components.ninfer_variants[0].id: is not a safe name" in out and out.splitlines()[-1].startswith("AUDIT FAILED")
+    assert _snapshot(sentinel) == before

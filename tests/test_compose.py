@@ -611,3 +611,26 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
     assert ready["qualification"]["deferred_scope"][lane_id]["reason"].startswith("RTX 5090 hardware qualification pending")
     # The image lives on a test registry, outside the product's repositories: said, not hidden.
     assert any(p.check == "images" for p in report.problems.warnings)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [("/etc/passwd", "is an absolute path"), ("../../outside/SHA256SUMS", "has a '..' segment"), ("evidence\\SHA256SUMS", "(the separator is '/')"), ("link/SHA256SUMS", "resolves outside the repository")],
+    ids=["absolute", "dotdot", "backslash", "symlink"],
+)
+def test_a_pinned_checksums_file_outside_the_repository_is_refused_when_release_toml_is_read(tmp_path, value, reason):
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "manifests", root / "manifests")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "SHA256SUMS").write_text("0" * 64 + "  x\n")
+    (root / "link").symlink_to(outside, target_is_directory=True)
+    toml = root / "manifests" / "v0.13.1" / "release.toml"
+    text = toml.read_text()
+    marker = 'configuration_sha256 = "b21cdaf8b5edeed4e7d498edf5dbfae77a993145f1d511a8e1aa1b7bdab42950"\n'
+    assert marker in text
+    toml.write_text(text.replace(marker, marker + f"checksums_file = {json.dumps(value)}\n"))
+    with pytest.raises(InputError) as caught:
+        load_release_toml(root, "v0.13.1", load_lanes())
+    assert (caught.value.file, caught.value.field) == ("manifests/v0.13.1/release.toml", "lanes.rtx4090-windows-native.checksums_file")
+    assert reason in caught.value.render()

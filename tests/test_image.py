@@ -91,6 +91,10 @@ def test_shipped_definition_is_complete_once_a_digest_is_filled_in(tmp_path):
         ('{ from = "bin/", to = "/opt/ninfer/bin/" }', '{ from = "bin/", to = "/opt/ninfer/bin" }', "layer[1].copy[0].to", "folder"),
         ('user = "1000:1000"', 'user = "ubuntu"', "config.user", "invalid value"),
         ('exposed_ports = ["8080/tcp"]', 'exposed_ports = ["80800/tcp"]', "config.exposed_ports[0]", "not a port"),
+        # Paths from the definition pass the one gate of util/safepath: no control characters, no ':'.
+        ('{ from = "bin/", to = "/opt/ninfer/bin/" }', '{ from = "bin\\u0000x/", to = "/opt/ninfer/bin/" }', "layer[1].copy[0].from", "clean path"),
+        ('{ from = "bin/", to = "/opt/ninfer/bin/" }', '{ from = "C:bin/", to = "/opt/ninfer/bin/" }', "layer[1].copy[0].from", "clean path"),
+        ('{ from = "bin/", to = "/opt/ninfer/bin/" }', '{ from = "bin/", to = "/opt/ninfer/b\\nin/" }', "layer[1].copy[0].to", "clean absolute path"),
     ],
 )
 def test_definition_errors_name_the_field(tmp_path, local_base, old, new, field, message):

@@ -97,3 +97,134 @@ def test_cli_lists_lanes(capsys):
     out = capsys.readouterr().out
     assert "rtx4090-windows-native" in out and "v0.7.0-qwen38-4090-beta.2" in out
     assert main(["--print-lanes"]) == 0
+
+
+# -- hostile lane files: names that would become paths, numbers that would judge gates ----------
+
+HOSTILE_LANE_EDITS = [
+    # A stem with '../' wrote the archive, source, SBOMs and payload outside dist.
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "../../escape-v{version}-beta.{n}"', "component.stem_pattern", "contains '/' outside its placeholders"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "/tmp/escape-v{version}-beta.{n}"', "component.stem_pattern", "contains '/' outside its placeholders"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "..\\\\..\\\\escape-{n}"', "component.stem_pattern", "contains '\\\\' outside its placeholders"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "C:escape-{n}"', "component.stem_pattern", "contains ':' outside its placeholders"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = ".hidden-{n}"', "component.stem_pattern", "starts with '.'"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "CON"', "component.stem_pattern", "Windows device name CON"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "x{n:>300}"', "component.stem_pattern", "format or conversion"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "x{version!r}"', "component.stem_pattern", "format or conversion"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "x{n.real}"', "component.stem_pattern", "unknown placeholder"),
+    ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "' + "s" * 129 + '"', "component.stem_pattern", "longer than a name pattern may be"),
+    ('release_id_pattern = "qwen38-4090-native-v{version}-beta.{n}"', 'release_id_pattern = "../../x-{n}"', "component.release_id_pattern", "contains '/' outside its placeholders"),
+    ('release_id_pattern = "qwen38-4090-native-v{version}-beta.{n}"', 'release_id_pattern = "nul"', "component.release_id_pattern", "Windows device name NUL"),
+    ('release_id_pattern = "qwen38-4090-native-v{version}-beta.{n}"', 'release_id_pattern = "a\\u0000b{n}"', "component.release_id_pattern", "contains '\\x00' outside its placeholders"),
+    ('tag_pattern = "v{version}-qwen38-4090-beta.{n}"', 'tag_pattern = "v{version}-qwen38-4090-beta.{n}' + "x" * 120 + '"', "component.tag_pattern", "longer than a name pattern may be"),
+    ('deployment_profile = "qwen38-4090-native-v{version}-beta.{n}"', 'deployment_profile = "../x-{n}"', "component.deployment_profile", "contains '/' outside its placeholders"),
+    ('build_profile = "native-v{version}-beta.{n}-rtx4090"', 'build_profile = "a b {n}"', "component.build_profile", "contains ' ' outside its placeholders"),
+    # An absolute license_file bundled any host file into the published package.
+    ('license_file = "packaging/licenses/curl.txt"', 'license_file = "/etc/hostname"', "package.redistributables[7].license_file", "is an absolute path"),
+    ('license_file = "packaging/licenses/curl.txt"', 'license_file = "packaging/licenses/../../../../../../etc/hostname"', "package.redistributables[7].license_file", "'..' segment"),
+    ('license_file = "packaging/licenses/curl.txt"', 'license_file = "packaging\\\\licenses\\\\curl.txt"', "package.redistributables[7].license_file", "(the separator is '/')"),
+    ('license_file = "packaging/licenses/curl.txt"', 'license_file = "packaging/windows/Install-Release.ps1"', "package.redistributables[7].license_file", "not in the repository's packaging/licenses/ folder"),
+    ('license_file = "packaging/licenses/curl.txt"', 'license_file = "pyproject.toml"', "package.redistributables[7].license_file", "not in the repository's packaging/licenses/ folder"),
+    ('name = "libcurl.dll"', 'name = "../libcurl.dll"', "package.redistributables[7].name", "path separator"),
+    ('"packaging/windows/Install-Release.ps1"', '"/tmp/Install-Release.ps1"', "package.support_scripts[0]", "is an absolute path"),
+    ('"packaging/windows/Install-Release.ps1"', '"packaging/windows/../../../tmp/Install-Release.ps1"', "package.support_scripts[0]", "'..' segment"),
+    ('"packaging/windows/Install-Release.ps1"', '"runtime/lanes/rtx4090-windows-native.toml"', "package.support_scripts[0]", "not in the repository's packaging/windows/ folder"),
+    # Numbers: NaN thresholds made the decode and TTFT gates report "passed (threshold nan)".
+    ("min_decode_tokens_per_second = 135.0", "min_decode_tokens_per_second = nan", "qualification.min_decode_tokens_per_second", "invalid value"),
+    ("min_decode_tokens_per_second = 135.0", "min_decode_tokens_per_second = -nan", "qualification.min_decode_tokens_per_second", "invalid value"),
+    ("min_decode_tokens_per_second = 135.0", "min_decode_tokens_per_second = inf", "qualification.min_decode_tokens_per_second", "invalid value"),
+    ("min_decode_tokens_per_second = 135.0", "min_decode_tokens_per_second = 0", "qualification.min_decode_tokens_per_second", "invalid value"),
+    ("min_decode_tokens_per_second = 135.0", "min_decode_tokens_per_second = true", "qualification.min_decode_tokens_per_second", "invalid value"),
+    ("min_prefill_tokens_per_second = 1900.0", "min_prefill_tokens_per_second = -5.0", "qualification.min_prefill_tokens_per_second", "invalid value"),
+    ("max_time_to_first_token_seconds = 2.0", "max_time_to_first_token_seconds = nan", "qualification.max_time_to_first_token_seconds", "invalid value"),
+    ("max_time_to_first_token_seconds = 2.0", "max_time_to_first_token_seconds = inf", "qualification.max_time_to_first_token_seconds", "invalid value"),
+    ("max_restart_seconds = 90.0", "max_restart_seconds = 1e300", "qualification.max_restart_seconds", "invalid value"),
+    ("max_vram_mib = 23500", "max_vram_mib = 0", "qualification.max_vram_mib", "invalid value"),
+    ("max_vram_mib = 23500", "max_vram_mib = 30000", "qualification.max_vram_mib", "more memory than the GPU has"),
+    ("benchmark_prompt_tokens = 4541", "benchmark_prompt_tokens = 200000", "qualification.benchmark_prompt_tokens", "longer than the advertised context"),
+    ("advertised_prompt_tokens = 130048", "advertised_prompt_tokens = 99999999999", "qualification.advertised_prompt_tokens", "invalid value"),
+    ("vram_mib = 24564", "vram_mib = 0", "gpu.vram_mib", "invalid value"),
+    ("beta = 2", "beta = 0", "component.beta", "invalid value"),
+    ("beta = 2", "beta = -1", "component.beta", "invalid value"),
+    ("beta = 2", "beta = 100000", "component.beta", "invalid value"),
+    ('version = "0.7.0"', 'version = "0.7.' + "0" * 40 + '"', "component.version", "invalid value"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "field", "message"), HOSTILE_LANE_EDITS)
+def test_a_hostile_lane_file_is_refused_at_load_naming_file_and_field(tmp_path, old, new, field, message):
+    path = _edited(tmp_path, "rtx4090-windows-native", old, new)
+    with pytest.raises(InputError) as info:
+        load_lane(path)
+    error = info.value
+    assert (error.file, error.field) == (str(path), field)
+    assert message in error.render()
+
+
+def test_the_stem_of_the_container_lane_may_omit_the_beta_and_every_shipped_name_is_a_plain_file_name():
+    from pipeline.assets import asset_set
+    from pipeline.util.safepath import component_problem
+
+    for lane in load_lanes().values():
+        for beta in (1, lane.beta, 99999):
+            for name in [*asset_set(lane, beta).names(), lane.release_id(beta), lane.tag(beta), lane.deployment_profile(beta)]:
+                assert component_problem(name) is None, name
+
+
+@pytest.mark.parametrize("beta", [0, -1, 100000, True])
+def test_a_lane_never_renders_a_name_for_a_beta_that_is_no_cut(beta):
+    lane = find_lane("4090")
+    for render in (lane.tag, lane.stem, lane.release_id, lane.deployment_profile, lane.build_profile):
+        with pytest.raises(InputError, match="is not a beta number") as info:
+            render(beta)
+        assert info.value.field == "component.beta"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["build", "--lane", "5090", "--beta", "0"],
+        ["build", "--lane", "5090", "--beta", "-3"],
+        ["build", "--lane", "5090", "--beta", "x"],
+        ["package", "--lane", "5090", "--beta", "0"],
+        ["package", "--all", "--beta", "0"],
+        ["check-assets", ".", "--beta", "0"],
+    ],
+)
+def test_every_beta_option_refuses_a_beta_below_one(argv, tmp_path, capsys):
+    from pipeline.cli import main
+    from pipeline.errors import ExitCode
+
+    sentinel = _sentinel(tmp_path)
+    dist = tmp_path / "dist"
+    extra = ["--dist", str(dist)] if argv[0] != "check-assets" else []
+    assert main([*argv, *extra]) == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert "error[usage]: argument --beta:" in err and ("beta must be 1..99999" in err or "not a beta number" in err)
+    assert not dist.exists() and _sentinel(tmp_path) == sentinel
+
+
+def test_the_stage_functions_refuse_a_beta_below_one_before_touching_dist(tmp_path):
+    from pipeline.build import build_lane
+    from pipeline.package import package_all, package_lane
+
+    dist = tmp_path / "dist"
+    for call in (lambda: build_lane("5090", dist=dist, beta=0), lambda: package_lane("5090", dist=dist, beta=0), lambda: package_all(dist=dist, beta=-1)):
+        with pytest.raises(UsageError, match="is not a beta number") as info:
+            call()
+        assert info.value.field == "--beta"
+    assert not dist.exists()
+
+
+def _sentinel(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() else b"<dir>") for p in sorted(root.rglob("*"))}
+
+
+def test_a_pattern_whose_rendered_asset_names_exceed_a_file_name_is_refused(tmp_path):
+    """A pattern within its own bound can still render names too long for a file system."""
+    path = _edited(tmp_path, "rtx4090-windows-native", 'stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "' + "{version}" * 14 + '"')
+    path.write_text(path.read_text().replace('version = "0.7.0"', 'version = "1234567890.1234567890.1234567890"', 1).replace("0.7.0", "1234567890.1234567890.1234567890"))
+    with pytest.raises(InputError) as info:
+        load_lane(path)
+    assert info.value.field == "component.stem_pattern"
+    assert "over the bound of 255" in info.value.what

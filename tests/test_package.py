@@ -269,3 +269,93 @@ def test_a_vendored_inventory_hash_that_differs_from_the_source_is_refused(tmp_p
         package_module.package_lane("4090", dist=dist, lanes_dir=lanes)
     assert caught.value.file.endswith("source.tar!third_party/inventory.json")
     assert not (dist / NATIVE / "assets").exists()
+
+
+# -- hostile lane files and inventories: package writes nothing outside dist ---------------------
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir>") for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        # Before: the archive, source, SBOMs and payload were written two folders above dist/<lane>/.
+        ('stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "../../../escaped-v{version}-beta.{n}"', "component.stem_pattern"),
+        ('release_id_pattern = "qwen38-4090-native-v{version}-beta.{n}"', 'release_id_pattern = "../escaped-{n}"', "component.release_id_pattern"),
+        # Before: the host file was bundled into the published package as licenses/<name>.
+        ('license_file = "packaging/licenses/curl.txt"', 'license_file = "{host}"', "package.redistributables[7].license_file"),
+        ('license_file = "packaging/licenses/curl.txt"', 'license_file = "packaging/licenses/../../../../../../../../../../..{host}"', "package.redistributables[7].license_file"),
+    ],    ids=["stem-dotdot", "release-id-dotdot", "licence-absolute", "licence-dotdot"],
+)
+def test_a_hostile_lane_file_is_refused_before_package_writes_anything(native, tmp_path, old, new, field):
+    workspace, built = native
+    dist = tmp_path / "dist"
+    shutil.copytree(built, dist)
+    shutil.rmtree(dist / NATIVE / "assets")
+    host_file = tmp_path / "host-secret.txt"
+    host_file.write_text("a private file of the packaging host\n")
+    lanes = tmp_path / "lanes"
+    shutil.copytree(workspace.lanes_dir, lanes)
+    lane_file = lanes / f"{NATIVE}.toml"
+    text = lane_file.read_text()
+    assert old in text
+    lane_file.write_text(text.replace(old, new.replace("{host}", str(host_file)), 1))
+    before = _snapshot(tmp_path)
+    with pytest.raises(InputError) as caught:
+        package_module.package_lane("4090", dist=dist, lanes_dir=lanes, force=True)
+    assert (caught.value.file, caught.value.field) == (str(lane_file), field)
+    assert "is not a safe name" in caught.value.what or "outside its placeholders" in caught.value.what
+    assert _snapshot(tmp_path) == before  # not one byte anywhere: refused when the lane file was read
+    assert main(["package", "--lane", "4090", "--dist", str(dist), "--lanes-dir", str(lanes), "--quiet"]) == 1
+    assert _snapshot(tmp_path) == before
+
+
+def _build_with_inventory(workspace, tmp_path: Path, change) -> tuple[Path, Path]:
+    """A build of the sample whose third_party/inventory.json was edited by `change` (lanes, dist)."""
+    source = tmp_path / "sample"
+    shutil.copytree(SAMPLE, source, ignore=shutil.ignore_patterns("build", "build-*"))
+    inventory = json.loads((source / "third_party" / "inventory.json").read_text())
+    change(inventory)
+    (source / "third_party" / "inventory.json").write_text(json.dumps(inventory, indent=2, sort_keys=True) + "\n")
+    commit = make_repo(tmp_path / "ninfer", source)
+    lanes = tmp_path / "lanes"
+    shutil.copytree(workspace.lanes_dir, lanes)
+    contract = tmp_path / "contract"
+    shutil.copytree(workspace.contract, contract)
+    _set_json(contract / "release-spec.json", lambda d: d["source"].update(commit=commit))
+    lane_file = lanes / f"{NATIVE}.toml"
+    lane_file.write_text(lane_file.read_text().replace(workspace.commit, commit).replace(str(workspace.contract), str(contract)))
+    prebuilt = compile_windows_prebuilt(tmp_path / "prebuilt", native_identity(load_lane(lane_file), commit))
+    dist = tmp_path / "dist"
+    build_lane("4090", dist=dist, source=str(tmp_path / "ninfer"), prebuilt=prebuilt, lanes_dir=lanes)
+    return lanes, dist
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("change", "field", "reason"),
+    [
+        # Before: licenses/third_party/<name>/LICENSE landed in tmp_path/escaped/, outside dist.
+        (lambda inv: inv["components"][0].update(name="../../../../../../escaped"), "components[0].name", "contains a path separator"),
+        (lambda inv: inv["components"][0].update(name="/tmp/escaped"), "components[0].name", "contains a path separator"),
+        (lambda inv: inv["components"][0].update(name=".."), "components[0].name", "is '..'"),
+        (lambda inv: inv["components"][0].update(name="aux"), "components[0].name", "Windows device name AUX"),
+        (lambda inv: inv["components"][1].update(name=inv["components"][0]["name"].upper()), "components[1].name", "share a name"),
+        (lambda inv: inv["components"][0].update(license_file="/etc/hostname"), "components[0].license_file", "is an absolute path"),
+        (lambda inv: inv["components"][0]["files"][0].update(path="../../etc/hostname"), "components[0].files[0].path", "'..' segment"),
+        (lambda inv: inv["components"].append("zlib"), "components[2]", "is not an object"),
+    ],    ids=["name-dotdot", "name-absolute", "name-is-dotdot", "name-device", "name-twice", "licence-absolute", "file-dotdot", "not-an-object"],
+)
+def test_a_hostile_vendored_inventory_is_refused_before_package_writes_anything(tmp_path_factory, tmp_path, change, field, reason):
+    workspace = native_workspace(tmp_path_factory)
+    lanes, dist = _build_with_inventory(workspace, tmp_path, change)
+    before = _snapshot(tmp_path)
+    with pytest.raises(InputError) as caught:
+        package_module.package_lane("4090", dist=dist, lanes_dir=lanes)
+    assert caught.value.file.endswith("source.tar!third_party/inventory.json")
+    assert caught.value.field == field and reason in caught.value.render()
+    assert _snapshot(tmp_path) == before
+    assert not (dist / NATIVE / "assets").exists()

@@ -743,3 +743,72 @@ def test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu(tmp_path):
     assert smoke["compute_capability"] == facts["compute_capability"] == load_lane(lanes_dir / "rtx5090-container.toml").compute_capability
     assert smoke["cuda_architecture"] == receipt["identity"]["build_identity"]["cuda_architecture"]
     assert receipt["host"]["gpu_name"] == facts["gpu_name"] and status == "hardware-pending"
+
+
+# -- numbers: a NaN threshold never passes a gate, and no receipt carries NaN ---------------------
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf"), 0, -2.5, True, "135", None])
+def test_a_gate_threshold_that_is_not_a_finite_positive_number_fails_the_gate(value):
+    from types import SimpleNamespace
+
+    run = SimpleNamespace(thresholds={"min_decode_tokens_per_second": value})
+    with pytest.raises(qualify_harness.GateFailure, match="not a finite positive number: nothing can be judged against it"):
+        qualify_harness._threshold(run, "min_decode_tokens_per_second")
+    assert qualify_harness._threshold(SimpleNamespace(thresholds={"k": 135}), "k") == 135.0
+    with pytest.raises(qualify_harness.GateFailure, match="finite positive integer"):
+        qualify_harness._threshold(SimpleNamespace(thresholds={"k": 2.5}), "k", integer=True)
+
+
+def test_nan_thresholds_fail_their_gates_and_the_receipt_writer_refuses_them(tmp_path, quick_restart, monkeypatch):
+    """Before: decode and TTFT reported 'passed (threshold nan)' and the receipt held a bare NaN literal."""
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    lane = lane_with("4090", min_decode_tokens_per_second=float("nan"), max_time_to_first_token_seconds=float("nan"), **FAST)
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(QualifyStage, "_show", lambda self, name, gate: seen.__setitem__(name, gate))
+    with serving(dist, lane) as fake, pytest.raises(InputError) as caught:
+        qualify_live(dist, lane, fake)
+    assert seen["decode_throughput"].status == "failed" and "not a finite positive number" in seen["decode_throughput"].reason
+    assert seen["time_to_first_token"].status == "failed" and "not a finite positive number" in seen["time_to_first_token"].reason
+    assert seen["prefill_throughput"].status == "passed"  # its threshold is the lane's real one
+    error = caught.value
+    assert "refusing to write a non-finite number" in error.what
+    assert error.file.endswith("qualification/rtx4090-windows-native.json") and error.field == "thresholds.max_time_to_first_token_seconds"
+    assert not (dist / "rtx4090-windows-native" / "qualification").exists() or not any((dist / "rtx4090-windows-native" / "qualification").iterdir())
+    assert Context.open(dist).register.query("lane-receipt") == []
+
+
+def test_the_json_writer_names_the_first_non_finite_number(tmp_path):
+    from pipeline.util.jsonio import canonical_bytes, compact_identity_bytes
+
+    document = {"a": 1.5, "gates": {"decode": {"rates": [1.0, float("inf")]}}, "z": float("nan")}
+    with pytest.raises(InputError) as caught:
+        write_json(tmp_path / "r.json", document)
+    assert (caught.value.file, caught.value.field) == (str(tmp_path / "r.json"), "gates.decode.rates[1]")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+    for writer in (canonical_bytes, compact_identity_bytes):
+        with pytest.raises(InputError, match="non-finite"):
+            writer({"x": -float("inf")})
+    assert canonical_bytes({"x": 1e308, "y": [0.0, -0.0]}) == b'{\n  "x": 1e+308,\n  "y": [\n    0.0,\n    -0.0\n  ]\n}\n'
+
+
+@pytest.mark.parametrize("name", ["top/bin/..", "top/bin/..\\..\\escaped", "top/bin/CON"])
+def test_the_smoke_run_extraction_refuses_a_member_name_that_is_no_plain_file_name(tmp_path, name):
+    import io
+    import tarfile
+
+    from pipeline.qualify import _extract_bin
+
+    package = tmp_path / "p.tar.gz"
+    with tarfile.open(package, "w:gz") as tar:
+        for member in ("top/bin/ninfer-serve", name):
+            info = tarfile.TarInfo(member)
+            info.size = 3
+            tar.addfile(info, io.BytesIO(b"abc"))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    with pytest.raises(InputError) as caught:
+        _extract_bin(package, scratch, "ninfer-serve")
+    assert (caught.value.file, caught.value.field) == (str(package), f"member {name}")
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["p.tar.gz", "scratch", "scratch/bin", "scratch/bin/ninfer-serve"]

@@ -716,3 +716,33 @@ def test_release_spec_needs_a_frozen_lane_commit(tmp_path, lane4090):
     assert error.field == "source.commit"
     assert error.file == str(lane4090.file)
     assert "no frozen source commit" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("section", "key", "value"),
+    [
+        ("context_cache", "max_context_tokens", 1 << 40),
+        ("context_cache", "kv_capacity_tokens", 1 << 62),
+        ("context_cache", "shared_host_budget_bytes", 1 << 60),
+        ("context_cache", "extra_device_state_slots", 1 << 20),
+        ("engine", "pending_timeout_ms", 10**12),
+        ("engine", "gpu_keep_warm_ms", -1),
+        ("engine", "max_concurrency", 1 << 31),
+        ("engine", "admission_headroom_mib", 1 << 40),
+        ("engine", "prefill_chunk_tokens", 128 << 40),
+        ("runtime_host", "foreign_gpu_memory_limit_mib", 1 << 30),
+        ("telemetry", "request_log_schema_version", 10**9),
+        ("model", "artifact_bytes", 1 << 50),
+        ("auth", "minimum_key_bytes", 1 << 20),
+    ],
+)
+def test_sizes_and_counts_outside_their_declared_range_are_refused(tmp_path, section, key, value):
+    """Each becomes a ninfer-serve flag: a value no fixed-width integer holds is refused, naming the field."""
+    error = refusal(mutated(tmp_path, lambda d: d[section].__setitem__(key, value)))
+    assert error.field == f"{section}.{key}"
+    assert "invalid value" in error.what and f"found {value}" in str(error)
+
+
+def test_a_nan_size_is_refused_by_type(tmp_path):
+    error = refusal(mutated(tmp_path, lambda d: d["context_cache"].__setitem__("max_context_tokens", 1.5)))
+    assert error.field == "context_cache.max_context_tokens" and "wrong type" in error.what

@@ -466,3 +466,28 @@ def test_sign_plan_adds_dist_copies_of_signed_sums_and_leaves_unshipped_sets_out
     files = {Path(f).relative_to(tmp_path).as_posix() for t in plan["targets"] for f in t["files"]}
     assert files == {"manifests/v0.1.2/manifest.json", "manifests/v0.1.2/qualification/rtx4090-windows-native.SHA256SUMS", "dist/rtx4090-windows-native/assets/SHA256SUMS"}
     assert "dist/rtx3090-windows-native/assets/SHA256SUMS: not among the release tree's signed files" in captured.err
+
+
+@pytest.mark.parametrize(("value", "reason"), [("/etc/hostname", "is an absolute path"), ("manifests/v0.1.2/../../README.md", "has a '..' segment"), ("manifests\\\\v0.1.2\\\\x", "(the separator is '/')")])
+def test_sign_refuses_a_signed_file_that_is_not_a_plain_relative_path(tmp_path, monkeypatch, capsys, value, reason):
+    tree = _release_tree(tmp_path)
+    manifest = json.loads((tree / "manifest.json").read_text())
+    manifest["signing"]["signed_files"].append(value)
+    (tree / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sign", "--dry-run", "--release", "v0.1.2"]) == 1
+    err = capsys.readouterr().err
+    assert "signing.signed_files[2]: is not a safe name: it " in err and reason in err
+
+
+@pytest.mark.parametrize("explicit", [True, False], ids=["--release", "newest"])
+def test_sign_refuses_a_release_tree_that_is_a_link_to_a_folder_outside(tmp_path, monkeypatch, capsys, explicit):
+    elsewhere = tmp_path / "elsewhere"
+    tree = _release_tree(elsewhere)
+    repo = tmp_path / "repo"
+    (repo / "manifests").mkdir(parents=True)
+    (repo / "manifests" / "v0.1.2").symlink_to(tree, target_is_directory=True)
+    monkeypatch.chdir(repo)
+    assert cli.main(["sign", "--dry-run", *(["--release", "v0.1.2"] if explicit else [])]) == 1
+    err = capsys.readouterr().err
+    assert "manifests/v0.1.2: the release tree is a symbolic link" in err and str(tree) in err

@@ -348,3 +348,54 @@ def test_a_mutable_image_tag_is_refused(tmp_path):
     report = verify_release(root, "v0.13.1")
     problem = next(p for p in report.problems.items if p.check == "images")
     assert problem.field == "components.ninfer.oci_reference" and "digest" in problem.what
+
+
+# -- links: the tree verify vouches for is the repository's own ----------------------------------
+
+
+def _snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): (p.read_bytes() if p.is_file() and not p.is_symlink() else b"<dir>") for p in sorted(root.rglob("*"))}
+
+
+def test_a_release_tree_that_is_a_link_to_a_folder_outside_the_repository_is_refused(release, ready, tmp_path):
+    """Before: verify followed the link and reported VALID for bytes the repository does not hold."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    tree = ready / "manifests" / RELEASE
+    shutil.move(tree, elsewhere / RELEASE)
+    tree.symlink_to(elsewhere / RELEASE, target_is_directory=True)
+    before = _snapshot(elsewhere)
+    report = run(ready, release)
+    assert not report.valid
+    assert errors(report) == [("tree", f"manifests/{RELEASE}", None)]
+    message = report.problems.items[0].message()
+    assert "the release tree is a symbolic link to a folder outside the repository" in message and str(elsewhere / RELEASE) in message
+    result = cli(ready, release, "--release", RELEASE)
+    assert result.returncode == 1 and "FAIL: the release tree is closed" in result.stderr
+    assert _snapshot(elsewhere) == before
+
+
+def test_a_release_tree_linked_to_another_tree_of_the_repository_is_refused(release, ready):
+    other = ready / "manifests" / "v9.9.9"
+    shutil.move(ready / "manifests" / RELEASE, other)
+    (ready / "manifests" / RELEASE).symlink_to(other, target_is_directory=True)
+    report = run(ready, release)
+    assert errors(report) == [("tree", f"manifests/{RELEASE}", None)]
+    assert "the release tree is a symbolic link (found" in report.problems.items[0].message()
+
+
+def test_a_file_in_the_tree_that_links_outside_it_is_refused_before_anything_is_read(release, ready, tmp_path):
+    receipt = ready / "manifests" / RELEASE / "qualification" / f"{LANE}.json"
+    outside = tmp_path / "outside-receipt.json"
+    outside.write_bytes(receipt.read_bytes())  # the same bytes: only the link is wrong
+    receipt.unlink()
+    receipt.symlink_to(outside)
+    manifest = ready / "manifests" / RELEASE / "manifest.json"
+    copied = tmp_path / "outside-manifest.json"
+    copied.write_bytes(manifest.read_bytes())
+    manifest.unlink()
+    manifest.symlink_to(copied)
+    report = run(ready, release)
+    assert sorted(errors(report)) == [("tree", f"manifests/{RELEASE}/manifest.json", None), ("tree", f"manifests/{RELEASE}/qualification/{LANE}.json", None)]
+    assert all("is a symbolic link that leaves the release tree" in p.message() for p in report.problems.items)
+    assert report.status is None  # the manifest behind the link was never read

@@ -8,6 +8,7 @@ BOM, a CR or invalid syntax is an InputError that names the file.
 from __future__ import annotations
 
 import json
+import math
 import os
 import tomllib
 from pathlib import Path
@@ -17,21 +18,53 @@ from ..errors import InputError
 from .fs import atomic_write_bytes
 
 
-def canonical_bytes(document: Any, *, indent: int | None = 2) -> bytes:
+def non_finite_field(document: Any, where: str = "") -> str | None:
+    """The dotted path of the first NaN or infinity in a document (None when every number is finite)."""
+    if isinstance(document, float) and not math.isfinite(document):
+        return where or "(the document)"
+    if isinstance(document, dict):
+        for key in sorted(document, key=str):
+            found = non_finite_field(document[key], f"{where}.{key}" if where else str(key))
+            if found is not None:
+                return found
+    elif isinstance(document, (list, tuple)):
+        for index, item in enumerate(document):
+            found = non_finite_field(item, f"{where}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+def _refuse_non_finite(document: Any, file: str | os.PathLike[str] | None) -> None:
+    where = non_finite_field(document)
+    if where is not None:
+        raise InputError(
+            "refusing to write a non-finite number (NaN or Infinity): JSON has none, and Python would write a bare NaN literal",
+            file=file,
+            field=where,
+            expected="a finite number",
+            why="a NaN compares false with everything, so a record holding one (a threshold, a measurement) can read as passed whatever was measured",
+            fix="find where the value came from (a lane file, a measurement) and make it finite",
+        )
+
+
+def canonical_bytes(document: Any, *, indent: int | None = 2, file: str | os.PathLike[str] | None = None) -> bytes:
+    _refuse_non_finite(document, file)
     if indent is None:
-        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        text = json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     else:
-        text = json.dumps(document, sort_keys=True, indent=indent, ensure_ascii=False)
+        text = json.dumps(document, sort_keys=True, indent=indent, ensure_ascii=False, allow_nan=False)
     return (text + "\n").encode("utf-8")
 
 
 def compact_identity_bytes(document: Any) -> bytes:
     """Canonical compact JSON without newline: the form hashed into identities."""
-    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    _refuse_non_finite(document, None)
+    return json.dumps(document, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def write_json(path: str | os.PathLike[str], document: Any, *, indent: int | None = 2) -> bytes:
-    data = canonical_bytes(document, indent=indent)
+    data = canonical_bytes(document, indent=indent, file=path)
     atomic_write_bytes(path, data)
     return data
 
