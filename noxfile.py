@@ -32,7 +32,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # pipeline.devenv is standard-library only
-from pipeline.devenv import ensure_debian_tools, ensure_env  # noqa: E402
+from pipeline.devenv import ensure_debian_tools, ensure_env, ensure_node_tools  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"
@@ -144,6 +144,7 @@ def bench(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """Run the whole test suite, slow CUDA and registry tests included (pytest arguments after --)."""
     ensure_debian_tools(session.log)
+    ensure_node_tools(session.log)
     python = str(ensure_env(session.log))
     session.run(python, "-m", "pytest", *session.posargs, external=True)
 

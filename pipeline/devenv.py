@@ -33,7 +33,10 @@ DEBIAN_TOOLS = {
     "x86_64-w64-mingw32-gcc": "gcc-mingw-w64-x86-64",
     "patchelf": "patchelf",
     "readelf": "binutils",
+    "node": "nodejs",
+    "npm": "npm",
 }
+NODE_TOOLS = ROOT / "tools" / "node"
 
 
 def _stamp() -> str:
@@ -53,6 +56,23 @@ def ensure_env(log=print) -> Path:
     subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"], check=True)
     stamp_file.write_text(_stamp())
     return python
+
+
+def ensure_node_tools(log=print) -> Path:
+    """tools/node/node_modules exactly as package-lock.json pins it (npm ci), re-installed when the lock changes."""
+    modules = NODE_TOOLS / "node_modules"
+    stamp_file = modules / ".omp-ninfer-lock-sha256"
+    stamp = hashlib.sha256((NODE_TOOLS / "package-lock.json").read_bytes()).hexdigest()
+    if stamp_file.exists() and stamp_file.read_text() == stamp:
+        return modules
+    npm = shutil.which("npm")
+    if npm is None:
+        sys.stderr.write("error[environment]: npm is missing (Debian: apt-get install nodejs npm); the CycloneDX cross-validation needs it.\n")
+        raise SystemExit(3)
+    log("installing the pinned node tools (npm ci --prefix tools/node)")
+    subprocess.run([npm, "ci", "--prefix", str(NODE_TOOLS), "--no-audit", "--no-fund", "--loglevel=error"], check=True)
+    stamp_file.write_text(stamp)
+    return modules
 
 
 def missing_debian_tools() -> dict[str, str]:
