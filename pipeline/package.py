@@ -527,6 +527,9 @@ class PackageStage(Stage):
             providers=dict(lane.providers),
             license_texts=self._license_texts(),
             toolchain_authors=self._toolchain_authors(),
+            # The build host's dependencies, once the build identity records them (name, version,
+            # purl, supplier, license each): they join both SBOMs as build dependencies.
+            host_dependencies=list(self.identity.get("host_dependencies") or []),
         )
         # One component model for both documents: they cannot disagree.
         model = sbom.component_model(inp)
