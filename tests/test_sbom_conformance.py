@@ -17,7 +17,7 @@ from test_sbom import _small_input
 from winfixtures import packaged_native_set
 
 from pipeline import sbom
-from pipeline.errors import IntegrityError
+from pipeline.errors import InputError, IntegrityError
 from pipeline.formats.components import ComponentModel, conjunction, copyright_lines
 from pipeline.image import build_image
 from pipeline.lanes import find_lane
@@ -59,7 +59,7 @@ def test_host_dependencies_join_the_model_with_one_call_and_both_documents(tmp_p
     assert kinds == {"HAS_PREREQUISITE", "BUILD_DEPENDENCY_OF"}
     cdx = {c["name"]: c for c in json.loads(cdx_path.read_text())["components"]}
     assert cdx["libavformat"]["scope"] == "excluded" and cdx["libavformat"]["purl"] == "pkg:deb/debian/libavformat-dev@7:7.1.1-1"
-    with pytest.raises(Exception, match="lacks a field"):
+    with pytest.raises(InputError, match="lacks a field"):
         sbom.component_model(_with(inp, host_dependencies=[{"name": "x", "version": "", "supplier": "y"}]))
 
 
@@ -223,7 +223,6 @@ def test_the_image_sbom_conforms(tmp_path, local_base, private_oci_cache):
 
 
 def test_a_lane_without_its_providers_is_refused(tmp_path):
-    from pipeline.errors import InputError
     from pipeline.lanes import DEFAULT_LANES_DIR, load_lane
 
     text = (DEFAULT_LANES_DIR / "rtx5090-container.toml").read_text()
