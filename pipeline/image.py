@@ -27,9 +27,13 @@ cmd, env, port, user, labels).  No Docker engine is involved:
 5. **Config, manifest, index** as canonical JSON; labels and annotations
    include `org.opencontainers.image.created` = the source commit time, so two
    runs give the same manifest digest.
-6. **SPDX 2.3 SBOM** of the image (the image, its base by digest, the binary
-   archive by hash, every file of our layers with SHA-1 and SHA-256), written
-   with spdx-tools, validated, parsed back and validated again.
+6. **SPDX 2.3 SBOM** of the image: the image (DESCRIBES), its base by digest
+   (`pkg:oci/...@sha256:...`; its files are not inventoried here, stated as
+   NOASSERTION on the base package), the binary archive by hash, every file
+   of our layers with SHA-1 and SHA-256, each package with a supplier and a
+   version, linked by CONTAINS (the relationships NTIA checkers follow; the
+   exact DESCENDANT_OF / GENERATED_FROM are kept beside them).  Written with
+   spdx-tools, validated, parsed back and validated again.
 
 Outputs, under `<dist>/<lane>/image/`: `oci/` (the layout) and the SBOM;
 register entries `oci-layout` and `image-sbom`.
@@ -52,10 +56,11 @@ from typing import Any
 
 from . import oci
 from .errors import InputError, IntegrityError, RemoteError
+from .formats.components import repository_owner
 from .lanes import REPO_ROOT, Lane, find_lane
 from .oci_registry import RegistryClient, Repository, credentials_for, parse_repository
 from .register import Artifact
-from .sbom import spdx_bytes
+from .sbom import spdx_bytes, tool_creator
 from .stage import Context, Stage, StageResult, execute
 from .util import ui
 from .util.fs import atomic_output_dir, atomic_write_bytes
@@ -68,7 +73,6 @@ DEFINITIONS_DIR = REPO_ROOT / "containers"
 OCI_CACHE_ENV = "OMP_NINFER_OCI_CACHE"
 IDENTITY_FILE = "build-identity.json"
 SUMS_FILE = "SHA256SUMS.txt"
-SPDX_CREATOR_TOOL = "omp-ninfer-pipeline-image"
 _CODE_FILES = ("image.py", "oci.py", "oci_registry.py")
 
 # Labels the stage computes; a definition may not set them.
@@ -961,6 +965,28 @@ def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers
 
 # -- the SBOM ---------------------------------------------------------------
 
+def base_image_provider(lane: Lane, definition: ImageDefinition):
+    """Who supplies the base image: the lane's [package.base_image_provider] (one declaration for both SBOMs)."""
+    provider = lane.providers.get("base-image")
+    if provider is None:
+        raise InputError(
+            "the lane does not say who supplies the container base image",
+            file=lane.file,
+            field="package.base_image_provider",
+            expected="a table with supplier and version",
+            why=f"the image SBOM names the supplier of its base ({definition.base.display_name})",
+            fix="add [package.base_image_provider] with supplier = \"...\" and version = \"...\" to the lane file",
+        )
+    return provider
+
+
+def archive_prefix(definition: ImageDefinition) -> str:
+    """The common folder our layers put the archive's files under (e.g. /opt/ninfer)."""
+    targets = [rule.target for layer in definition.layers for rule in layer.rules]
+    prefix = os.path.commonpath(targets) if targets else "/"
+    return prefix if prefix.startswith("/") else "/" + prefix
+
+
 def write_image_sbom(
     target: Path,
     *,
@@ -972,7 +998,6 @@ def write_image_sbom(
     manifest_digest: str,
     epoch: int,
 ) -> None:
-    from license_expression import get_spdx_licensing
     from spdx_tools.spdx.model import (
         Actor,
         ActorType,
@@ -995,6 +1020,8 @@ def write_image_sbom(
     from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
     created = datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None)
+    owner = repository_owner(lane.component_repository)
+    base_provider = base_image_provider(lane, definition)
     namespace_uuid = uuid.uuid5(uuid.NAMESPACE_URL, f"omp-ninfer:image:{definition.name}:{manifest_digest}")
     repository = definition.repository
     document = Document(
@@ -1004,7 +1031,7 @@ def write_image_sbom(
             name=f"{definition.name}-{archive.component_tag}-image-sbom",
             data_license="CC0-1.0",
             document_namespace=f"https://github.com/alphastorm/ninfer/spdx/{definition.name}/{archive.component_tag}/image-{namespace_uuid}",
-            creators=[Actor(ActorType.TOOL, SPDX_CREATOR_TOOL), Actor(ActorType.ORGANIZATION, "alphastorm")],
+            creators=[Actor(ActorType.TOOL, tool_creator()), Actor(ActorType.ORGANIZATION, owner)],
             created=created,
         )
     )
@@ -1026,19 +1053,25 @@ def write_image_sbom(
                 )
             )
     licenses = dict(definition.labels).get(OCI_PREFIX + "licenses")
-    declared = get_spdx_licensing().parse(licenses) if licenses else SpdxNoAssertion()
     quoted = manifest_digest.replace(":", "%3A")
     image = Package(
         spdx_id="SPDXRef-Image",
         name=definition.name,
         version=archive.component_tag,
+        supplier=Actor(ActorType.ORGANIZATION, owner),
         # SPDX wants a URL or VCS location here; an OCI reference is neither, so it goes into the purl.
         download_location=SpdxNoAssertion(),
         files_analyzed=True,
         verification_code=calculate_package_verification_code(files),
         checksums=[Checksum(ChecksumAlgorithm.SHA256, oci.digest_hex(manifest_digest))],
+        # An aggregate of the base and our layers: no single licence covers it.
         license_concluded=SpdxNoAssertion(),
-        license_declared=declared,
+        license_declared=SpdxNoAssertion(),
+        license_comment=(
+            "The image declares no licence of its own: the base image's terms are NOASSERTION here, and the binary "
+            "archive's components state theirs in its package SBOM"
+            + (f"; the image label {OCI_PREFIX}licenses says {licenses!r} for our layers" if licenses else "")
+        ),
         copyright_text=SpdxNoAssertion(),
         primary_package_purpose=PackagePurpose.CONTAINER,
         built_date=created,
@@ -1058,15 +1091,22 @@ def write_image_sbom(
     base_package = Package(
         spdx_id="SPDXRef-BaseImage",
         name=base.spec.repository.name,
-        version=base.spec.tag,
+        # The tag the digest was resolved from, else the digest itself: the base is pinned by digest.
+        version=base.spec.tag or base.spec.digest,
+        supplier=Actor(ActorType.ORGANIZATION, base_provider.supplier),
         download_location=SpdxNoAssertion(),
         files_analyzed=False,
         checksums=[Checksum(ChecksumAlgorithm.SHA256, oci.digest_hex(base.spec.digest))],
         license_concluded=SpdxNoAssertion(),
         license_declared=SpdxNoAssertion(),
+        license_comment="NOASSERTION for everything in the base image's own layers: this document does not inventory them",
         copyright_text=SpdxNoAssertion(),
         primary_package_purpose=PackagePurpose.CONTAINER,
-        comment=f"base image {base.spec.reference}; {definition.platform} manifest {base.manifest_digest}",
+        comment=(
+            f"base image {base.spec.reference}; {definition.platform} manifest {base.manifest_digest}; "
+            f"its files are not analysed here (NOASSERTION, scoped to this package): layers "
+            + ", ".join(d.digest for d in base.layers)
+        ),
         external_references=[
             ExternalPackageRef(
                 ExternalPackageRefCategory.PACKAGE_MANAGER,
@@ -1080,20 +1120,27 @@ def write_image_sbom(
         spdx_id="SPDXRef-BinaryArchive",
         name=archive.root,
         version=archive.component_tag,
+        supplier=Actor(ActorType.ORGANIZATION, owner),
         file_name=archive.path.name,
         download_location=SpdxNoAssertion(),
         files_analyzed=False,
         checksums=[Checksum(ChecksumAlgorithm.SHA256, archive.artifact.sha256)],
         license_concluded=SpdxNoAssertion(),
-        license_declared=declared,
+        license_declared=SpdxNoAssertion(),
+        license_comment="an aggregate: its binaries, libraries and vendored components, each with its licence, are in the archive's own SPDX document",
         copyright_text=SpdxNoAssertion(),
         primary_package_purpose=PackagePurpose.ARCHIVE,
         source_info=f"built from {archive.identity['patch_stack_sha']}",
+        comment=f"unpacked into our layers under {archive_prefix(definition)}",
     )
     document.packages = [image, base_package, archive_package]
     document.files = files
     document.relationships = [
         Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, "SPDXRef-Image"),
+        # CONTAINS is what NTIA checkers follow: the image holds the base's layers byte for byte and
+        # the archive's files in ours; the exact lineage is stated beside it.
+        Relationship("SPDXRef-Image", RelationshipType.CONTAINS, "SPDXRef-BaseImage"),
+        Relationship("SPDXRef-Image", RelationshipType.CONTAINS, "SPDXRef-BinaryArchive"),
         Relationship("SPDXRef-Image", RelationshipType.DESCENDANT_OF, "SPDXRef-BaseImage"),
         Relationship("SPDXRef-Image", RelationshipType.GENERATED_FROM, "SPDXRef-BinaryArchive"),
         *(Relationship("SPDXRef-Image", RelationshipType.CONTAINS, f.spdx_id) for f in files),
@@ -1153,6 +1200,7 @@ class ImageStage(Stage):
                 expected="'container' (the Windows lanes ship native asset sets)",
             )
         self.definition = definition_for_lane(self.lane, self.definition_path)
+        base_image_provider(self.lane, self.definition)  # the SBOM needs it: refuse before any work
         self.archive_artifact = self.ctx.register.one("package-archive", lane=self.lane.id, needed_by="the image stage", produced_by="package")
         self.ctx.register.verified_path(self.archive_artifact)
         if self.base_layout is not None:

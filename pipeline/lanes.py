@@ -162,6 +162,14 @@ _PACKAGE = {
     "server_config": Field(str, required=False),
     "release_spec": Field(str, required=False),
     "support_scripts": Field(list, items=str, required=False, default=[]),
+    # Who provides the system and base-image libraries the package does not bundle, and the
+    # version it relies on: the supplier and version of those components in the SBOMs.
+    "system_provider": Field(dict, required=False),
+    "base_image_provider": Field(dict, required=False),
+}
+_PROVIDER = {
+    "supplier": Field(str, check=lambda v: bool(v.strip()), expected="the organisation that supplies them, e.g. 'Microsoft Corporation'"),
+    "version": Field(str, check=lambda v: bool(v.strip()), expected="the version the package relies on, e.g. 'Windows 10 or later'"),
 }
 _REDISTRIBUTABLE = {
     "name": Field(str),
@@ -174,6 +182,8 @@ _REDISTRIBUTABLE = {
     # A library the runtime loads by name (LoadLibrary), so no import table names it:
     # it is bundled whenever the library named here is.
     "loaded_by": Field(str, required=False),
+    # The copyright notice of the library, where its supplier states one (SBOM copyright text).
+    "copyright": Field(str, required=False),
 }
 _QUALIFICATION = {
     "advertised_prompt_tokens": Field(int, check=lambda v: 0 < v <= 10_000_000, expected="a token count 1..10000000"),
@@ -203,6 +213,18 @@ class Redistributable:
     license_file: str
     version: str | None = None
     loaded_by: str | None = None
+    copyright: str | None = None
+
+
+@dataclass(frozen=True)
+class Provider:
+    """Who provides the libraries of one kind the package does not bundle (system, driver, base image)."""
+
+    supplier: str
+    version: str
+
+
+DRIVER_SUPPLIER = "NVIDIA Corporation"
 
 
 @dataclass(frozen=True)
@@ -247,6 +269,7 @@ class Lane:
     release_spec: str | None
     support_scripts: tuple[str, ...]
     qualification: dict[str, Any] = field(default_factory=dict)
+    providers: dict[str, Provider] = field(default_factory=dict)  # "system", "driver", "base-image"
 
     # Names derived from the patterns for one beta number.
     def _render(self, pattern: str, beta: int | None = None) -> str:
@@ -493,6 +516,20 @@ def load_lane(path: Path) -> Lane:
                 found=item.loaded_by,
                 expected="the name of another [[package.redistributables]] entry",
             )
+    # The driver libraries are the NVIDIA driver's, at least the lane's minimum version.
+    providers = {"driver": Provider(DRIVER_SUPPLIER, f"{gpu['minimum_driver_major']} or later")}
+    for kind, key, libraries in (("system", "system_provider", pkg["system_libraries"]), ("base-image", "base_image_provider", pkg["base_image_libraries"] or [])):
+        if pkg[key] is not None:
+            providers[kind] = Provider(**read_table(pkg[key], _PROVIDER, file=file, prefix=f"package.{key}"))
+        elif libraries:
+            raise InputError(
+                f"the lane lists {kind} libraries but not who provides them",
+                file=file,
+                field=f"package.{key}",
+                expected="a table with supplier and version",
+                why="every component of the SBOMs names its supplier and version, the target-provided ones too",
+                fix=f"add [package.{key}] with supplier = \"...\" and version = \"...\"",
+            )
     expected_layout = "binary-archive" if expected_kind == "container" else "native-asset-set"
     if pkg["layout"] != expected_layout:
         raise InputError("package layout does not fit the lane kind", file=file, field="package.layout", found=pkg["layout"], expected=repr(expected_layout))
@@ -551,6 +588,7 @@ def load_lane(path: Path) -> Lane:
         release_spec=pkg["release_spec"],
         support_scripts=tuple(pkg["support_scripts"] or ()),
         qualification=qual,
+        providers=providers,
     )
 
 

@@ -23,6 +23,7 @@ import argparse
 import io
 import json
 import os
+import re
 import shutil
 import string
 import tarfile
@@ -34,6 +35,7 @@ from typing import Any
 
 from . import archive, assets, binaries, sbom
 from .errors import InputError, IntegrityError, RefusedError, UsageError
+from .formats import components as bom_model
 from .lanes import REPO_ROOT, Lane
 from .register import Artifact
 from .stage import Context, Stage
@@ -46,7 +48,7 @@ from .util.safepath import safe_component, safe_relpath
 
 TEMPLATES = REPO_ROOT / "packaging" / "templates"
 INVENTORY = "third_party/inventory.json"
-_CODE_FILES = ("package.py", "archive.py", "assets.py", "sbom.py", "binaries.py", "lanes.py", "serverconfig.py", "winscripts.py", "identity.py")
+_CODE_FILES = ("package.py", "archive.py", "assets.py", "sbom.py", "formats/components.py", "binaries.py", "lanes.py", "serverconfig.py", "winscripts.py", "identity.py")
 # Receipt keys of the three runtime binaries (anchor §8).
 PROGRESS_THRESHOLD = 32 << 20
 BINARY_KEYS = {"ninfer": "ninfer_sha256", "ninfer-serve": "server_sha256", "ninfer_bench": "benchmark_sha256"}
@@ -237,6 +239,11 @@ class PackageStage(Stage):
                     )
             if component["license_file"] not in self.source_members:
                 raise InputError("vendored component's licence file is not in the source", file=where, field=f"components[{index}].license_file", found=component["license_file"])
+            if "copyright" not in component:
+                # The notice as the component's own licence file states it (SBOM copyright text).
+                text = self.source_members[component["license_file"]].decode("utf-8", "replace")
+                component = dict(component, copyright=bom_model.copyright_lines(text))
+                components[index] = component
         return sorted(components, key=lambda c: c["name"])
 
     def _check_native_contract(self) -> None:
@@ -535,9 +542,18 @@ class PackageStage(Stage):
             vendored=self.vendored,
             toolchain=self.identity.get("toolchain", {}),
             cuda_toolkit=self.identity.get("cuda_toolkit", ""),
+            runtime_copyright=bom_model.copyright_lines(self.source_members["LICENSE"].decode("utf-8", "replace")),
+            providers=dict(lane.providers),
+            license_texts=self._license_texts(),
+            toolchain_authors=self._toolchain_authors(),
+            # The build host's dependencies, once the build identity records them (name, version,
+            # purl, supplier, license each): they join both SBOMs as build dependencies.
+            host_dependencies=list(self.identity.get("host_dependencies") or []),
         )
-        sbom.write_spdx(asset_dir / expected.name_of("spdx"), inp, payload)
-        sbom.write_cdx(asset_dir / expected.name_of("cdx"), inp, payload)
+        # One component model for both documents: they cannot disagree.
+        model = sbom.component_model(inp)
+        sbom.write_spdx(asset_dir / expected.name_of("spdx"), inp, payload, model)
+        sbom.write_cdx(asset_dir / expected.name_of("cdx"), inp, payload, model)
 
         hashes = {name: sha256_file(asset_dir / name) for name in (package_name, source_name, expected.name_of("spdx"), expected.name_of("cdx"))}
         inner_name = expected.name_of("inner-sums")
@@ -550,6 +566,34 @@ class PackageStage(Stage):
         atomic_write_bytes(asset_dir / assets.RECEIPT, canonical_bytes(receipt, indent=2))
         hashes[assets.RECEIPT] = sha256_file(asset_dir / assets.RECEIPT)
         atomic_write_bytes(asset_dir / assets.OUTER_SUMS, assets.render_sums({name: hashes[name] for name in expected.outer_names()}))
+
+    def _license_texts(self) -> dict[str, tuple[str, str]]:
+        """LicenseRef-* -> (name, text) for every non-SPDX licence of what the package ships."""
+        assert self.resolution is not None
+        sources: list[tuple[str, bytes]] = []
+        for library in self.resolution.bundled():
+            if library.license and library.license_file is not None:
+                sources.append((library.license, library.license_file.read_bytes()))
+        for component in self.vendored:
+            sources.append((component["license"], self.source_members[component["license_file"]]))
+        texts: dict[str, tuple[str, str]] = {}
+        for expression, data in sources:
+            for license_id in sorted(set(re.findall(r"LicenseRef-[A-Za-z0-9.-]+", expression))):
+                texts.setdefault(license_id, (license_id.removeprefix("LicenseRef-").replace("-", " "), data.decode("utf-8", "replace")))
+        return texts
+
+    def _toolchain_authors(self) -> dict[str, str]:
+        """The author each toolchain wheel's METADATA names (its SBOM supplier), from the unpacked
+        toolchain, else from the pinned wheels in the download cache."""
+        from .toolchain import wheel_cache
+
+        toolchain = self.identity.get("toolchain", {})
+        root = Path(toolchain["root"]) if toolchain.get("root") else None
+        wheels = []
+        for wheel in toolchain.get("wheels", []):
+            folder = wheel_cache() / wheel["sha256"][:2] / wheel["sha256"]
+            wheels += [p for p in sorted(folder.glob("*.whl")) if sha256_file(p) == wheel["sha256"]]
+        return bom_model.wheel_authors(root, wheels if root is None or not root.is_dir() else ())
 
     def _receipt(self, expected: assets.AssetSet, package: archive.ArchiveResult, source: archive.ArchiveResult, hashes: dict[str, str], asset_dir: Path) -> dict[str, Any]:
         assert self.resolution is not None

@@ -1,21 +1,33 @@
-"""The two SBOMs of a package: an SPDX 2.3 file inventory and a CycloneDX 1.6 dependency inventory.
+"""The two SBOMs of a package: SPDX 2.3 and CycloneDX 1.6, written from one component model.
 
-SPDX (spdx-tools): one package (the archive, with its SHA-256), every payload
-file with SHA-1 and SHA-256, `DESCRIBES` and `CONTAINS` relationships, a
-package verification code, a namespace derived from the build identity
-(uuid5) and `created` = the source epoch.  Written as compact JSON with sorted
-keys + LF (the anchor's serialization), validated with spdx-tools before
-writing and again after parsing the written bytes back.
+Both documents come from the same `pipeline.formats.components.ComponentModel`
+(built here by `component_model` from what the package stage gathered from the
+real files), so they list the same components with the same versions,
+suppliers, purls, licences, copyright texts and hashes:
 
-CycloneDX (cyclonedx-python-lib): the package as root component; each binary;
-each bundled runtime library with hashes, licence, supplier and origin (the
-toolchain wheel or the declared redistributable); each target-provided library
-(system, driver, base image) as a required but unbundled component; each
-vendored source component from the source's `third_party/inventory.json`
-(purl, licence, per-file SHA-256); the toolchain that built the binaries; and
-the graph binary -> the libraries it imports.  Serial number uuid5 of the
-build identity, timestamp = the source epoch, validated against the bundled
-1.6 JSON schema (strict).
+- the package archive (the root: SPDX `DESCRIBES` it, CycloneDX's
+  `metadata.component`); it declares no licence of its own (an aggregate) and
+  its concluded licence is the conjunction of everything it ships;
+- each binary and each bundled runtime library (SHA-256 and SHA-1 of its
+  payload file), each library the target provides (system, driver, base
+  image: supplier and version from the lane), each vendored source component
+  (the source's `third_party/inventory.json`), the toolchain that built the
+  binaries and, when the build identity lists them, the build host's
+  dependencies (`ComponentModel.add_host_dependencies`);
+- the graph from the import analysis: SPDX `CONTAINS` (the archive holds it),
+  `DYNAMIC_LINK` (an ELF DT_NEEDED / PE import), `DEPENDS_ON` (a library loaded
+  by name), `HAS_PREREQUISITE` + `BUILD_TOOL_OF`/`BUILD_DEPENDENCY_OF` (built
+  with, not shipped); CycloneDX `dependencies` for the runtime edges.
+
+SPDX (spdx-tools) also lists every payload file with SHA-1 and SHA-256 and a
+package verification code; every package has a supplier and a version (the
+NTIA minimum elements, checked in the tests with ntia-conformance-checker);
+each `LicenseRef-*` carries its text; the creator tool is
+`omp-ninfer-pipeline-<version of the installed package>`; namespace uuid5 of
+the build identity, `created` = the source epoch.  CycloneDX
+(cyclonedx-python-lib): serial number uuid5 of the build identity, timestamp =
+the source epoch, validated against the bundled 1.6 JSON schema (strict).
+Both are written as sorted-key JSON with LF.
 
 Both are cross-checked against the real files before they are written: any
 declared hash that differs from the bytes stops the stage, naming the file.
@@ -31,8 +43,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .errors import IntegrityError
+from .errors import EnvironmentProblem, IntegrityError
+from .formats import components as cm
 from .util.fs import atomic_write_bytes
 from .util.hashing import file_digests
 from .util.jsonio import canonical_bytes
@@ -40,6 +52,30 @@ from .util.jsonio import canonical_bytes
 TOOL_NAME = "omp-ninfer-pipeline"
 PROPERTY = "omp-ninfer"  # CycloneDX property namespace
 SPDX_PACKAGE_ID = "SPDXRef-Package-NInfer"
+PROVIDED_DESCRIPTIONS = {
+    "system": "provided by the target operating system; not bundled",
+    "driver": "provided by the NVIDIA driver; not bundled",
+    "base-image": "provided by the container base image; not bundled",
+}
+_CDX_APPLICATIONS = ("cmake", "ninja", "nvidia-cuda-nvcc")
+
+
+def tool_version() -> str:
+    """The pipeline's version as its installed package metadata states it (the SBOM creator tool)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(TOOL_NAME)
+    except metadata.PackageNotFoundError:
+        raise EnvironmentProblem(
+            f"the {TOOL_NAME} package is not installed, so its version is unknown",
+            why="the SBOMs name the exact pipeline version that wrote them",
+            fix="install it: pip install -e . (nox does this in .nox/pipeline-env)",
+        ) from None
+
+
+def tool_creator() -> str:
+    return f"{TOOL_NAME}-{tool_version()}"
 
 
 @dataclass(frozen=True)
@@ -75,6 +111,11 @@ class SbomInput:
     vendored: list[dict[str, Any]] = field(default_factory=list)
     toolchain: dict[str, Any] = field(default_factory=dict)
     cuda_toolkit: str = ""
+    runtime_copyright: str | None = None  # from the runtime's LICENSE
+    providers: dict[str, Any] = field(default_factory=dict)  # provider kind -> pipeline.lanes.Provider
+    license_texts: dict[str, tuple[str, str]] = field(default_factory=dict)  # LicenseRef-* -> (name, text)
+    toolchain_authors: dict[str, str] = field(default_factory=dict)  # wheel distribution -> METADATA author
+    host_dependencies: list[dict[str, Any]] = field(default_factory=list)  # from the build identity
 
     def created(self) -> datetime:
         return datetime.fromtimestamp(self.epoch, tz=UTC)
@@ -83,10 +124,206 @@ class SbomInput:
         return f"{self.component_repository}/releases/download/{self.component_tag}/{name}"
 
 
+# -- the component model ----------------------------------------------------------
+
+def _library_purl(library) -> str | None:
+    from packageurl import PackageURL
+
+    if library.wheel:
+        return PackageURL(type="pypi", name=library.wheel[0], version=library.wheel[1]).to_string()
+    if library.version:
+        return PackageURL(type="generic", name=library.name, version=library.version).to_string()
+    return None
+
+
+def component_model(inp: SbomInput) -> cm.ComponentModel:
+    """The one list both SBOMs are written from (see pipeline.formats.components)."""
+    from packageurl import PackageURL
+
+    files = {f.path: f for f in inp.files}
+    owner_repo = inp.component_repository.removeprefix("https://github.com/")
+    owner, _, repo = owner_repo.partition("/")
+    supplier = cm.repository_owner(inp.component_repository)
+    key = (lambda n: n.lower()) if inp.fold_case else (lambda n: n)
+
+    shipped_licenses = [inp.runtime_license]
+    shipped_licenses += [lib.license for lib in inp.libraries if lib.bundled and lib.license]
+    shipped_licenses += [entry["license"] for entry in inp.vendored]
+    root = cm.Component(
+        ref=f"package:{inp.package_filename}",
+        role="package",
+        name=inp.package_root,
+        version=inp.release_version,
+        supplier=supplier,
+        purl=PackageURL(type="github", namespace=owner, name=repo, version=inp.component_tag).to_string(),
+        declared=None,  # an aggregate: no single licence covers it
+        concluded=cm.conjunction(shipped_licenses),
+        sha256=inp.package_sha256,
+        description=f"NInfer runtime package: {inp.lane_title} ({inp.component_tag})",
+    )
+    model = cm.ComponentModel(root=root)
+    model.license_texts = {k: cm.LicenseText(k, name, text) for k, (name, text) in sorted(inp.license_texts.items())}
+    refs: dict[str, str] = {}  # key(library or binary name) -> ref
+
+    for name, payload_path in sorted(inp.binaries.items()):
+        item = files[payload_path]
+        model.add(cm.Component(
+            ref=f"file:{payload_path}",
+            role="binary",
+            name=name,
+            version=inp.release_version,
+            supplier=supplier,
+            declared=inp.runtime_license,
+            concluded=inp.runtime_license,
+            copyright=inp.runtime_copyright,
+            sha256=item.sha256,
+            sha1=item.sha1,
+            path=payload_path,
+            properties=(("bundled", "true"), ("path", payload_path), ("role", "binary")),
+        ))
+        refs[key(name)] = f"file:{payload_path}"
+        model.link(root.ref, "contains", f"file:{payload_path}")
+
+    for library in sorted(inp.libraries, key=lambda lib: lib.name.lower()):
+        if library.bundled:
+            payload_path = f"bin/{library.name}"
+            item = files[payload_path]
+            if not library.version or not library.supplier:
+                raise IntegrityError(
+                    f"the bundled library {library.name} has no {'version' if not library.version else 'supplier'}",
+                    field=f"package.redistributables: {library.name}",
+                    why="every component of the SBOMs names its supplier and version (NTIA minimum elements)",
+                    fix="declare version and supplier for it in the lane's [[package.redistributables]]",
+                )
+            component = cm.with_properties(cm.Component(
+                ref=f"file:{payload_path}",
+                role="runtime-library",
+                name=library.name,
+                version=library.version,
+                supplier=library.supplier,
+                purl=_library_purl(library),
+                declared=library.license,
+                concluded=library.license,
+                copyright=getattr(library.redistributable, "copyright", None),
+                sha256=item.sha256,
+                sha1=item.sha1,
+                path=payload_path,
+            ), path=payload_path, role="runtime-library", bundled="true", origin=library.origin,
+                wheel=f"{library.wheel[0]}=={library.wheel[1]}" if library.wheel else None,
+                license_text=f"licenses/{Path(library.license_file).name}" if library.license_file else None)
+            model.add(component)
+            model.link(root.ref, "contains", component.ref)
+        else:
+            provider = inp.providers.get(library.provided_by)
+            if provider is None:
+                raise IntegrityError(
+                    f"{library.name} is provided by {cm.PROVIDERS.get(library.provided_by, library.provided_by)}, but the lane does not say who that is",
+                    field=f"package.{library.provided_by.replace('-', '_')}_provider",
+                    fix="declare its supplier and version in the lane file",
+                )
+            component = cm.with_properties(cm.Component(
+                ref=f"provided:{key(library.name)}",
+                role="provided-library",
+                name=library.name,
+                version=provider.version,
+                supplier=provider.supplier,
+                description=PROVIDED_DESCRIPTIONS[library.provided_by],
+            ), role="runtime-library", bundled="false", provided_by=library.provided_by)
+            model.add(component)
+        refs[key(library.name)] = component.ref
+
+    # The graph, from the import analysis: binaries and bundled libraries -> what they load.
+    imports = {key(lib.name): {key(n) for n in lib.imports} for lib in inp.libraries if lib.bundled}
+    for importer, imported in sorted(inp.edges.items()):
+        source = refs.get(key(importer))
+        if source is None:
+            continue
+        real = imports.get(key(importer))
+        for name in imported:
+            kind = "loads" if real is not None and key(name) not in real else "dynamic-link"
+            model.link(source, kind, refs[key(name)])
+
+    for entry in sorted(inp.vendored, key=lambda e: e["name"]):
+        component = cm.Component(
+            ref=entry["purl"],
+            role="vendored-source",
+            name=entry["name"],
+            version=entry["version"],
+            supplier=entry["supplier"],
+            purl=entry["purl"],
+            declared=entry["license"],
+            concluded=entry["license"],
+            copyright=entry.get("copyright"),
+            description="vendored source compiled into the binaries",
+            properties=tuple(sorted(
+                [("license-file", entry["license_file"]), ("role", "vendored-source"), ("source-path", entry["path"])]
+                + [(f"file-sha256:{f['path']}", f["sha256"]) for f in entry["files"]]
+            )),
+        )
+        model.add(component)
+        model.link(root.ref, "vendored", component.ref)
+
+    wheels = inp.toolchain.get("wheels", [])
+    for wheel in wheels:
+        distribution = wheel["distribution"]
+        component = cm.Component(
+            ref=f"toolchain:{distribution}@{wheel['version']}",
+            role="build-toolchain",
+            name=distribution,
+            version=wheel["version"],
+            supplier=cm.toolchain_supplier(distribution, inp.toolchain_authors) or "",
+            purl=PackageURL(type="pypi", name=distribution, version=wheel["version"]).to_string(),
+            sha256=wheel["sha256"],
+            description="build toolchain wheel (used to build the binaries, not shipped)",
+            properties=(("role", "build-toolchain"), ("toolchain-kind", str(inp.toolchain.get("kind")))),
+        )
+        model.add(component)
+        model.link(root.ref, "build-tool", component.ref)
+    if not wheels and inp.cuda_toolkit:
+        component = cm.Component(
+            ref=f"toolchain:cuda-toolkit@{inp.cuda_toolkit}",
+            role="build-toolchain",
+            name="cuda-toolkit",
+            version=inp.cuda_toolkit,
+            supplier="NVIDIA Corporation",
+            description="CUDA toolkit of the build host (binaries built outside this pipeline run; identity read from the binaries)",
+            properties=(("role", "build-toolchain"), ("toolchain-kind", str(inp.toolchain.get("kind", "prebuilt")))),
+        )
+        model.add(component)
+        model.link(root.ref, "build-tool", component.ref)
+    model.add_host_dependencies(inp.host_dependencies)
+    model.check_license_texts()
+    return model
+
+
 # -- SPDX ---------------------------------------------------------------------
 
+def _spdx_id(prefix: str, text: str) -> str:
+    return f"SPDXRef-{prefix}-" + re.sub(r"[^A-Za-z0-9.-]", "-", text)
+
+
 def _spdx_file_id(path: str) -> str:
-    return "SPDXRef-File-" + re.sub(r"[^A-Za-z0-9.-]", "-", path)
+    return _spdx_id("File", path)
+
+
+_SPDX_PREFIX = {
+    "binary": "Binary",
+    "runtime-library": "Library",
+    "provided-library": "Provided",
+    "vendored-source": "Vendored",
+    "build-toolchain": "Toolchain",
+    "host-build-dependency": "HostDependency",
+}
+
+
+def spdx_package_id(component: cm.Component) -> str:
+    if component.role == "package":
+        return SPDX_PACKAGE_ID
+    if component.path:
+        return _spdx_id(_SPDX_PREFIX[component.role], component.path)
+    if component.role == "provided-library":
+        return _spdx_id("Provided", component.ref.removeprefix("provided:"))
+    return _spdx_id(_SPDX_PREFIX[component.role], f"{component.name}-{component.version}")
 
 
 def _spdx_file_type(path: str):
@@ -109,8 +346,36 @@ def spdx_namespace(inp: SbomInput) -> str:
     return f"{inp.component_repository}/spdx/{inp.release_version}/sbom-{name}"
 
 
-def build_spdx(inp: SbomInput):
+def _spdx_license(expression: str | None):
     from license_expression import get_spdx_licensing
+    from spdx_tools.spdx.model import SpdxNoAssertion
+
+    return get_spdx_licensing().parse(expression) if expression else SpdxNoAssertion()
+
+
+_SPDX_RELATIONSHIPS = {
+    # edge kind -> (relationship from the source, reverse relationship from the target or None)
+    "contains": ("CONTAINS", None),
+    "vendored": ("CONTAINS", None),
+    "dynamic-link": ("DYNAMIC_LINK", None),
+    "loads": ("DEPENDS_ON", None),
+    # Built with, not shipped: HAS_PREREQUISITE keeps them in the graph NTIA checkers walk,
+    # the reverse relationship says exactly what they are.
+    "build-tool": ("HAS_PREREQUISITE", "BUILD_TOOL_OF"),
+    "build-dependency": ("HAS_PREREQUISITE", "BUILD_DEPENDENCY_OF"),
+}
+_SPDX_PURPOSE = {
+    "package": "ARCHIVE",
+    "binary": "APPLICATION",
+    "runtime-library": "LIBRARY",
+    "provided-library": "LIBRARY",
+    "vendored-source": "SOURCE",
+    "build-toolchain": "APPLICATION",
+    "host-build-dependency": "LIBRARY",
+}
+
+
+def build_spdx(inp: SbomInput, model: cm.ComponentModel | None = None):
     from spdx_tools.spdx.model import (
         Actor,
         ActorType,
@@ -120,14 +385,17 @@ def build_spdx(inp: SbomInput):
         Document,
         ExternalPackageRef,
         ExternalPackageRefCategory,
+        ExtractedLicensingInfo,
         File,
         Package,
+        PackagePurpose,
         Relationship,
         RelationshipType,
         SpdxNoAssertion,
     )
     from spdx_tools.spdx.spdx_element_utils import calculate_package_verification_code
 
+    model = model or component_model(inp)
     ids = [_spdx_file_id(f.path) for f in inp.files]
     if len(set(ids)) != len(ids):
         raise IntegrityError("two payload paths map to one SPDX id", found=sorted(ids))
@@ -143,38 +411,87 @@ def build_spdx(inp: SbomInput):
         )
         for item, spdx_id in sorted(zip(inp.files, ids, strict=True), key=lambda pair: pair[0].path)
     ]
-    owner_repo = inp.component_repository.removeprefix("https://github.com/")
-    owner, _, repo = owner_repo.partition("/")
-    package = Package(
-        spdx_id=SPDX_PACKAGE_ID,
-        name=inp.package_root,
-        version=inp.release_version,
-        file_name=inp.package_filename,
-        download_location=inp.download_url(inp.package_filename),
-        checksums=[Checksum(ChecksumAlgorithm.SHA256, inp.package_sha256)],
-        files_analyzed=True,
-        verification_code=calculate_package_verification_code(files),
-        license_concluded=SpdxNoAssertion(),
-        license_declared=get_spdx_licensing().parse(inp.runtime_license),
-        copyright_text=SpdxNoAssertion(),
-        summary=f"NInfer runtime package: {inp.lane_title} ({inp.component_tag})",
-        external_references=[
-            ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", f"pkg:github/{owner}/{repo}@{inp.component_tag}"),
-        ],
-        source_info=f"built from source commit {inp.source.get('commit')} (tree {inp.source.get('tree')})",
-    )
+    file_by_path = {f.name.removeprefix("./"): f for f in files}
+    package_ids = {c.ref: spdx_package_id(c) for c in model.all()}
+    if len(set(package_ids.values())) != len(package_ids):
+        raise IntegrityError("two SBOM components map to one SPDX id", found=sorted(package_ids.values()))
+
+    packages = []
+    relationships = [Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, SPDX_PACKAGE_ID)]
+    for component in model.all():
+        spdx_id = package_ids[component.ref]
+        checksums = []
+        if component.sha1:
+            checksums.append(Checksum(ChecksumAlgorithm.SHA1, component.sha1))
+        if component.sha256:
+            checksums.append(Checksum(ChecksumAlgorithm.SHA256, component.sha256))
+        own_files = [file_by_path[component.path]] if component.path else []
+        refs = [ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", component.purl)] if component.purl else []
+        properties = dict(component.properties)
+        comment = component.description or None
+        if component.role == "runtime-library" and properties.get("origin"):
+            comment = f"bundled in bin/; origin {properties['origin']}" + (f" (wheel {properties['wheel']})" if properties.get("wheel") else "")
+        if component.role == "vendored-source":
+            comment = "vendored source compiled into the binaries; files (SHA-256): " + ", ".join(
+                f"{name.removeprefix('file-sha256:')} {value}" for name, value in sorted(properties.items()) if name.startswith("file-sha256:")
+            )
+        package = Package(
+            spdx_id=spdx_id,
+            name=component.name,
+            version=component.version,
+            supplier=Actor(ActorType.ORGANIZATION, component.supplier),
+            download_location=SpdxNoAssertion(),
+            files_analyzed=bool(own_files),
+            verification_code=calculate_package_verification_code(own_files) if own_files else None,
+            file_name=component.path,
+            checksums=checksums,
+            license_concluded=_spdx_license(component.concluded),
+            license_declared=_spdx_license(component.declared),
+            copyright_text=component.copyright or SpdxNoAssertion(),
+            external_references=refs,
+            primary_package_purpose=PackagePurpose[_SPDX_PURPOSE[component.role]],
+            comment=comment,
+        )
+        if component.role == "package":
+            package.file_name = inp.package_filename
+            package.download_location = inp.download_url(inp.package_filename)
+            package.files_analyzed = True
+            package.verification_code = calculate_package_verification_code(files)
+            package.summary = component.description
+            package.comment = None
+            package.license_comment = (
+                "The archive is an aggregate and declares no licence of its own: each component it ships states its "
+                "own terms on its package here, and the concluded licence is all of them together."
+            )
+            package.source_info = f"built from source commit {inp.source.get('commit')} (tree {inp.source.get('tree')})"
+            relationships += [Relationship(SPDX_PACKAGE_ID, RelationshipType.CONTAINS, f.spdx_id) for f in files]
+        else:
+            relationships += [Relationship(spdx_id, RelationshipType.CONTAINS, f.spdx_id) for f in own_files]
+        packages.append(package)
+
+    for edge in sorted(model.edges, key=lambda e: (e.source, e.kind, e.target)):
+        forward, reverse = _SPDX_RELATIONSHIPS[edge.kind]
+        source, target = package_ids[edge.source], package_ids[edge.target]
+        relationships.append(Relationship(source, RelationshipType[forward], target))
+        if reverse:
+            relationships.append(Relationship(target, RelationshipType[reverse], source))
+
     creation = CreationInfo(
         spdx_version="SPDX-2.3",
         spdx_id="SPDXRef-DOCUMENT",
         name=f"{inp.package_root}-sbom",
         data_license="CC0-1.0",
         document_namespace=spdx_namespace(inp),
-        creators=[Actor(ActorType.TOOL, f"{TOOL_NAME}-{__version__}")],
+        creators=[Actor(ActorType.TOOL, tool_creator()), Actor(ActorType.ORGANIZATION, model.root.supplier)],
         created=inp.created(),
     )
-    relationships = [Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, SPDX_PACKAGE_ID)]
-    relationships += [Relationship(SPDX_PACKAGE_ID, RelationshipType.CONTAINS, f.spdx_id) for f in files]
-    return Document(creation_info=creation, packages=[package], files=files, relationships=relationships)
+    extracted = [
+        ExtractedLicensingInfo(license_id=text.license_id, extracted_text=text.text, license_name=text.name)
+        for text in (model.license_texts[k] for k in model.license_refs())
+    ]
+    packages.sort(key=lambda p: (p.spdx_id != SPDX_PACKAGE_ID, p.spdx_id))
+    relationships.sort(key=lambda r: (r.relationship_type != RelationshipType.DESCRIBES, r.spdx_element_id, r.relationship_type.name, r.related_spdx_element_id))
+    return Document(creation_info=creation, packages=packages, files=files, relationships=relationships, extracted_licensing_info=extracted)
 
 
 def spdx_bytes(document) -> bytes:
@@ -192,8 +509,8 @@ def spdx_bytes(document) -> bytes:
     return canonical_bytes(DocumentConverter().convert(document), indent=None)
 
 
-def write_spdx(path: Path, inp: SbomInput, payload_dir: Path) -> bytes:
-    document = build_spdx(inp)
+def write_spdx(path: Path, inp: SbomInput, payload_dir: Path, model: cm.ComponentModel | None = None) -> bytes:
+    document = build_spdx(inp, model)
     data = spdx_bytes(document)
     cross_check(path, _spdx_declared(json.loads(data)), payload_dir)
     atomic_write_bytes(path, data)
@@ -229,14 +546,36 @@ def verify_spdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *
         raise IntegrityError("SPDX validation failed", file=path, found=[m.validation_message for m in messages[:5]])
     if document.creation_info.spdx_version != "SPDX-2.3":
         raise IntegrityError("is not SPDX 2.3", file=path, found=document.creation_info.spdx_version, expected="SPDX-2.3")
-    packages = document.packages
-    if len(packages) != 1 or packages[0].file_name != package_name:
-        raise IntegrityError("SPDX document must describe exactly the package archive", file=path, found=[p.file_name for p in packages], expected=package_name)
-    archive_sums = {c.algorithm.name: c.value for c in packages[0].checksums}
+    packages = {p.spdx_id: p for p in document.packages}
+    described = [r.related_spdx_element_id for r in document.relationships if r.spdx_element_id == "SPDXRef-DOCUMENT" and r.relationship_type.name == "DESCRIBES"]
+    roots = [packages[d] for d in described if d in packages]
+    if len(described) != 1 or len(roots) != 1 or roots[0].file_name != package_name:
+        raise IntegrityError("SPDX document must describe exactly the package archive", file=path, found=[p.file_name for p in roots] or described, expected=package_name)
+    root = roots[0]
+    archive_sums = {c.algorithm.name: c.value for c in root.checksums}
     if archive_sums.get("SHA256") != package_sha256:
-        raise IntegrityError("hash mismatch: the SPDX package checksum is not the archive's", file=path, field=f"packages[0].checksums (SHA256 of {package_name})", found=archive_sums.get("SHA256"), expected=package_sha256)
+        raise IntegrityError("hash mismatch: the SPDX package checksum is not the archive's", file=path, field=f"{root.spdx_id}.checksums (SHA256 of {package_name})", found=archive_sums.get("SHA256"), expected=package_sha256)
     declared = {f.name.removeprefix("./"): {c.algorithm.name.lower(): c.value for c in f.checksums} for f in document.files}
     _compare_declared(path, declared, digests)
+    # The packages of shipped binaries and libraries name their payload file: same bytes, same hashes.
+    shipped = {p.file_name: {c.algorithm.name.lower(): c.value for c in p.checksums} for p in document.packages if p is not root and p.file_name}
+    for name in sorted(set(shipped) - set(digests)):
+        raise IntegrityError(f"SPDX package for {name!r} names a file the payload does not hold", file=path, field=name)
+    _compare_declared(path, shipped, {name: digests[name] for name in shipped})
+    # Every package is reached from the archive by the relationships NTIA checkers follow.
+    forward = ("DESCRIBES", "CONTAINS", "DEPENDS_ON", "DYNAMIC_LINK", "STATIC_LINK", "HAS_PREREQUISITE")
+    reached, queue = {root.spdx_id}, [root.spdx_id]
+    while queue:
+        current = queue.pop()
+        for relation in document.relationships:
+            if relation.spdx_element_id == current and relation.relationship_type.name in forward and relation.related_spdx_element_id not in reached:
+                reached.add(relation.related_spdx_element_id)
+                queue.append(relation.related_spdx_element_id)
+    for spdx_id in sorted(set(packages) - reached):
+        raise IntegrityError("SPDX package is not linked to the archive by any dependency relationship", file=path, field=spdx_id, expected=f"a path of {', '.join(forward[1:])} from {root.spdx_id}")
+    for spdx_id, package in sorted(packages.items()):
+        if package.supplier is None or not package.version:
+            raise IntegrityError("SPDX package lacks a supplier or version (NTIA minimum elements)", file=path, field=spdx_id)
     return len(declared)
 
 
@@ -277,12 +616,15 @@ def cross_check(sbom_path: Path, declared: dict[str, dict[str, str]], payload_di
 
 # -- CycloneDX ------------------------------------------------------------------
 
-def _licenses(expression: str | None):
+def _licenses(expression: str | None, *, concluded: bool = False):
     from cyclonedx.contrib.license.factories import LicenseFactory
-    from cyclonedx.model.license import LicenseExpression
+    from cyclonedx.model.license import LicenseAcknowledgement, LicenseExpression
 
     if not expression:
         return []
+    if concluded:
+        # The archive's terms are concluded from its parts, not declared by anyone.
+        return [LicenseExpression(expression, acknowledgement=LicenseAcknowledgement.CONCLUDED)]
     if expression.startswith("LicenseRef-"):
         return [LicenseExpression(expression)]
     return [LicenseFactory().make_from_string(expression)]
@@ -309,8 +651,18 @@ def cdx_serial(inp: SbomInput) -> uuid.UUID:
     return uuid.uuid5(uuid.NAMESPACE_URL, f"urn:omp-ninfer:cyclonedx:{inp.package_root}:{inp.identity_sha256}")
 
 
-def build_cdx(inp: SbomInput):
-    from cyclonedx.model import ExternalReference, ExternalReferenceType, XsUri
+_CDX_SCOPE = {
+    "binary": "REQUIRED",
+    "runtime-library": "REQUIRED",
+    "provided-library": "REQUIRED",
+    "vendored-source": "REQUIRED",
+    "build-toolchain": "EXCLUDED",
+    "host-build-dependency": "EXCLUDED",
+}
+
+
+def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
+    from cyclonedx.model import ExternalReference, ExternalReferenceType, Property, XsUri
     from cyclonedx.model.bom import Bom, BomMetaData
     from cyclonedx.model.component import Component, ComponentScope, ComponentType
     from cyclonedx.model.contact import OrganizationalEntity
@@ -318,18 +670,18 @@ def build_cdx(inp: SbomInput):
     from cyclonedx.model.tool import ToolRepository
     from packageurl import PackageURL
 
-    files = {f.path: f for f in inp.files}
-    owner_repo = inp.component_repository.removeprefix("https://github.com/")
-    owner, _, repo = owner_repo.partition("/")
+    model = model or component_model(inp)
+    top = model.root
     root = Component(
         type=ComponentType.APPLICATION,
-        bom_ref=f"package:{inp.package_filename}",
-        name=inp.package_root,
-        version=inp.release_version,
-        description=f"NInfer runtime package: {inp.lane_title} ({inp.component_tag})",
-        hashes=_hashes(inp.package_sha256),
-        licenses=_licenses(inp.runtime_license),
-        purl=PackageURL(type="github", namespace=owner, name=repo, version=inp.component_tag),
+        bom_ref=top.ref,
+        name=top.name,
+        version=top.version,
+        description=top.description,
+        supplier=OrganizationalEntity(name=top.supplier),
+        hashes=_hashes(top.sha256),
+        licenses=_licenses(top.concluded, concluded=True),
+        purl=PackageURL.from_string(top.purl) if top.purl else None,
         external_references=[
             ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(inp.download_url(inp.package_filename))),
             ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(inp.component_repository)),
@@ -343,7 +695,7 @@ def build_cdx(inp: SbomInput):
             package_bytes=inp.package_bytes,
         ),
     )
-    tool = Component(type=ComponentType.APPLICATION, bom_ref=f"tool:{TOOL_NAME}", name=TOOL_NAME, version=__version__)
+    tool = Component(type=ComponentType.APPLICATION, bom_ref=f"tool:{TOOL_NAME}", name=TOOL_NAME, version=tool_version())
     bom = Bom(
         serial_number=cdx_serial(inp),
         metadata=BomMetaData(
@@ -353,131 +705,39 @@ def build_cdx(inp: SbomInput):
             lifecycles=[PredefinedLifecycle(LifecyclePhase.BUILD)],
         ),
     )
-    key = (lambda n: n.lower()) if inp.fold_case else (lambda n: n)
-    refs: dict[str, Component] = {}
-
-    for name, payload_path in sorted(inp.binaries.items()):
-        item = files[payload_path]
-        component = Component(
-            type=ComponentType.APPLICATION,
-            bom_ref=f"file:{payload_path}",
-            name=name,
-            version=inp.release_version,
-            hashes=_hashes(item.sha256, item.sha1),
-            licenses=_licenses(inp.runtime_license),
-            scope=ComponentScope.REQUIRED,
-            properties=_props(path=payload_path, role="binary", bundled="true"),
-        )
-        bom.components.add(component)
-        refs[key(name)] = component
-
-    for library in sorted(inp.libraries, key=lambda lib: lib.name.lower()):
-        if library.bundled:
-            payload_path = f"bin/{library.name}"
-            item = files[payload_path]
-            purl = None
-            if library.wheel:
-                purl = PackageURL(type="pypi", name=library.wheel[0], version=library.wheel[1])
-            elif library.version:
-                purl = PackageURL(type="generic", name=library.name, version=library.version)
-            component = Component(
-                type=ComponentType.LIBRARY,
-                bom_ref=f"file:{payload_path}",
-                name=library.name,
-                version=library.version,
-                hashes=_hashes(item.sha256, item.sha1),
-                supplier=OrganizationalEntity(name=library.supplier) if library.supplier else None,
-                licenses=_licenses(library.license),
-                purl=purl,
-                scope=ComponentScope.REQUIRED,
-                properties=_props(
-                    path=payload_path,
-                    role="runtime-library",
-                    bundled="true",
-                    origin=library.origin,
-                    wheel=f"{library.wheel[0]}=={library.wheel[1]}" if library.wheel else None,
-                    license_text=f"licenses/{Path(library.license_file).name}" if library.license_file else None,
-                ),
-            )
+    made: dict[str, Component] = {top.ref: root}
+    for item in model.all()[1:]:
+        if item.role == "build-toolchain":
+            kind = ComponentType.APPLICATION if item.name in _CDX_APPLICATIONS or item.name == "cuda-toolkit" else ComponentType.LIBRARY
+        elif item.role == "binary":
+            kind = ComponentType.APPLICATION
         else:
-            component = Component(
-                type=ComponentType.LIBRARY,
-                bom_ref=f"provided:{key(library.name)}",
-                name=library.name,
-                scope=ComponentScope.REQUIRED,
-                description={
-                    "system": "provided by the target operating system; not bundled",
-                    "driver": "provided by the NVIDIA driver; not bundled",
-                    "base-image": "provided by the container base image; not bundled",
-                }[library.provided_by],
-                properties=_props(role="runtime-library", bundled="false", provided_by=library.provided_by),
-            )
-        bom.components.add(component)
-        refs[key(library.name)] = component
-
-    vendored_components = []
-    for entry in sorted(inp.vendored, key=lambda e: e["name"]):
-        purl = PackageURL.from_string(entry["purl"])
+            kind = ComponentType.LIBRARY
         component = Component(
-            type=ComponentType.LIBRARY,
-            bom_ref=entry["purl"],
-            name=entry["name"],
-            version=entry["version"],
-            supplier=OrganizationalEntity(name=entry["supplier"]),
-            licenses=_licenses(entry["license"]),
-            purl=purl,
-            scope=ComponentScope.REQUIRED,
-            description="vendored source compiled into the binaries",
-            properties=_props(role="vendored-source", source_path=entry["path"], license_file=entry["license_file"])
-            + [p for f in entry["files"] for p in _file_props(f)],
+            type=kind,
+            bom_ref=item.ref,
+            name=item.name,
+            version=item.version,
+            description=item.description or None,
+            supplier=OrganizationalEntity(name=item.supplier),
+            hashes=_hashes(item.sha256, item.sha1),
+            licenses=_licenses(item.declared),
+            copyright=item.copyright,
+            purl=PackageURL.from_string(item.purl) if item.purl else None,
+            scope=ComponentScope[_CDX_SCOPE[item.role]],
+            properties=[Property(name=f"{PROPERTY}:{name}", value=value) for name, value in item.properties],
         )
         bom.components.add(component)
-        vendored_components.append(component)
+        made[item.ref] = component
 
-    toolchain_components = []
-    for wheel in inp.toolchain.get("wheels", []):
-        component = Component(
-            type=ComponentType.APPLICATION if wheel["distribution"] in ("cmake", "ninja", "nvidia-cuda-nvcc") else ComponentType.LIBRARY,
-            bom_ref=f"toolchain:{wheel['distribution']}@{wheel['version']}",
-            name=wheel["distribution"],
-            version=wheel["version"],
-            hashes=_hashes(wheel["sha256"]),
-            purl=PackageURL(type="pypi", name=wheel["distribution"], version=wheel["version"]),
-            scope=ComponentScope.EXCLUDED,
-            description="build toolchain wheel (used to build the binaries, not shipped)",
-            properties=_props(role="build-toolchain", toolchain_kind=inp.toolchain.get("kind")),
-        )
-        bom.components.add(component)
-        toolchain_components.append(component)
-    if not toolchain_components and inp.cuda_toolkit:
-        component = Component(
-            type=ComponentType.APPLICATION,
-            bom_ref=f"toolchain:cuda-toolkit@{inp.cuda_toolkit}",
-            name="cuda-toolkit",
-            version=inp.cuda_toolkit,
-            supplier=OrganizationalEntity(name="NVIDIA Corporation"),
-            scope=ComponentScope.EXCLUDED,
-            description="CUDA toolkit of the build host (binaries built outside this pipeline run; identity read from the binaries)",
-            properties=_props(role="build-toolchain", toolchain_kind=inp.toolchain.get("kind", "prebuilt")),
-        )
-        bom.components.add(component)
-        toolchain_components.append(component)
-
-    bom.register_dependency(root, [refs[key(name)] for name in sorted(inp.binaries)] + vendored_components)
-    for importer, imported in sorted(inp.edges.items()):
-        if key(importer) not in refs:
-            continue
-        bom.register_dependency(refs[key(importer)], [refs[key(name)] for name in imported])
-    for component in [*refs.values(), *vendored_components, *toolchain_components]:
-        if not any(d.ref == component.bom_ref for d in bom.dependencies):
-            bom.register_dependency(component, [])
+    # Runtime edges only: what is contained is listed as a component; build edges are not dependencies.
+    for ref in [top.ref, *sorted(model.components)]:
+        targets = [
+            e.target for e in model.edges_from(ref, "dynamic-link", "loads", "vendored", "contains")
+            if e.kind != "contains" or model.get(e.target).role == "binary"
+        ]
+        bom.register_dependency(made[ref], [made[t] for t in sorted(set(targets))])
     return bom
-
-
-def _file_props(entry: dict[str, str]):
-    from cyclonedx.model import Property
-
-    return [Property(name=f"{PROPERTY}:file-sha256:{entry['path']}", value=entry["sha256"])]
 
 
 def cdx_bytes(bom) -> bytes:
@@ -519,8 +779,8 @@ def _cdx_declared(document: dict[str, Any]) -> dict[str, dict[str, str]]:
     return declared
 
 
-def write_cdx(path: Path, inp: SbomInput, payload_dir: Path) -> bytes:
-    data = cdx_bytes(build_cdx(inp))
+def write_cdx(path: Path, inp: SbomInput, payload_dir: Path, model: cm.ComponentModel | None = None) -> bytes:
+    data = cdx_bytes(build_cdx(inp, model))
     cross_check(path, _cdx_declared(json.loads(data)), payload_dir, complete=False)
     atomic_write_bytes(path, data)
     verify_cdx(path, _disk_digests(payload_dir), package_sha256=inp.package_sha256)

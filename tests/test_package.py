@@ -11,6 +11,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
+import sbomkit
 from winfixtures import compile_windows_prebuilt, native_identity, native_workspace, packaged_native_set
 
 from conftest import SAMPLE, make_repo
@@ -240,6 +241,17 @@ def test_container_set_from_a_cuda_build_is_reproducible_and_checked(tmp_path, s
     receipt = json.loads((a / "package-build-receipt.json").read_text())
     assert receipt["artifact_type"] == "ninfer_container_package_build_receipt"
     assert receipt["runtime_libraries"]["provided_by_target"]["libcudart.so.13"] == "base-image"
+    # The SPDX document is NTIA-conformant, the CycloneDX one valid for a second implementation, and they agree.
+    spdx_path, cdx_path = a / expected.name_of("spdx"), a / expected.name_of("cdx")
+    sbomkit.require_ntia(spdx_path)
+    sbomkit.require_cdx_js(cdx_path)
+    sbomkit.compare_twins(spdx_path, cdx_path)
+    spdx = json.loads(spdx_path.read_text())
+    cudart = next(p for p in spdx["packages"] if p["name"] == "libcudart.so.13")
+    provider = find_lane("5090").providers["base-image"]
+    assert (cudart["supplier"], cudart["versionInfo"]) == (f"Organization: {provider.supplier}", provider.version)
+    toolchain = {p["name"]: p for p in spdx["packages"] if p["SPDXID"].startswith("SPDXRef-Toolchain-")}
+    assert toolchain["nvidia-cuda-nvcc"]["supplier"] == "Organization: NVIDIA Corporation" and toolchain["cmake"]["supplier"].startswith("Organization: ")
     capsys.readouterr()
     assert main(["package", "--lane", "5090", "--dist", str(tmp_path / "a")]) == 0
     assert "up to date, nothing to do" in capsys.readouterr().err

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import uuid
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -66,13 +67,26 @@ def test_spdx_is_valid_deterministic_and_dated_by_the_source_epoch(tmp_path):
     assert document["creationInfo"]["created"] == "2026-11-29T15:12:29Z"
     name = uuid.uuid5(uuid.NAMESPACE_URL, f"ninfer:{inp.package_root}:{inp.identity_sha256}")
     assert document["documentNamespace"].endswith(f"/sbom-{name}")
-    [package] = document["packages"]
-    assert package["licenseDeclared"] == "Apache-2.0" and package["packageVerificationCode"]["packageVerificationCodeValue"]
+    packages = {p["SPDXID"]: p for p in document["packages"]}
+    [root_id] = [r["relatedSpdxElement"] for r in document["relationships"] if r["relationshipType"] == "DESCRIBES"]
+    package = packages[root_id]
+    # The archive is an aggregate: it declares nothing itself and concludes all its parts' terms.
+    assert package["licenseDeclared"] == "NOASSERTION" and package["licenseConcluded"] == "Apache-2.0 AND MIT"
+    assert package["packageVerificationCode"]["packageVerificationCodeValue"]
     assert {f["fileName"] for f in document["files"]} == {"./LICENSE", "./README.md", "./bin/ninfer-serve"}
     for item in document["files"]:
         assert {c["algorithm"] for c in item["checksums"]} == {"SHA1", "SHA256"}
-    kinds = sorted(r["relationshipType"] for r in document["relationships"])
-    assert kinds == ["CONTAINS"] * 3 + ["DESCRIBES"]
+    relations = {(r["spdxElementId"], r["relationshipType"], r["relatedSpdxElement"]) for r in document["relationships"]}
+    files = {f["SPDXID"] for f in document["files"]}
+    assert {target for source, kind, target in relations if source == root_id and kind == "CONTAINS" and target in files} == files
+    by_name = {p["name"]: p for p in document["packages"]}
+    server, crc, nvcc = by_name["ninfer-serve"], by_name["tinycrc"], by_name["nvidia-cuda-nvcc"]
+    assert (server["licenseDeclared"], server["supplier"], server["versionInfo"]) == ("Apache-2.0", "Organization: alphastorm", "1.0.0-beta.1")
+    assert (crc["licenseDeclared"], crc["supplier"]) == ("MIT", "Organization: sample authors")
+    assert {r["referenceLocator"] for r in crc["externalRefs"]} == {"pkg:generic/tinycrc@1.2.0"}
+    assert {(root_id, "CONTAINS", server["SPDXID"]), (root_id, "CONTAINS", crc["SPDXID"]),
+            (root_id, "HAS_PREREQUISITE", nvcc["SPDXID"]), (nvcc["SPDXID"], "BUILD_TOOL_OF", root_id)} <= relations
+    assert document["creationInfo"]["creators"] == [f"Tool: omp-ninfer-pipeline-{metadata.version('omp-ninfer-pipeline')}", "Organization: alphastorm"]
     assert "valid SPDX-2.3, 3 files" in sbom.validate_file(tmp_path / "a.spdx.json")
 
 

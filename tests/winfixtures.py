@@ -100,7 +100,7 @@ class NativeWorkspace:
     """The sample in its own repository, a lanes folder whose 4090 lane pins that commit
     (with a release spec that binds it), and mingw-built prebuilt binaries."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, short: str = "4090") -> None:
         import json
 
         from conftest import SAMPLE, make_repo
@@ -108,6 +108,8 @@ class NativeWorkspace:
         from pipeline.util.jsonio import canonical_bytes
 
         self.root = root
+        self.short = short
+        lane_id = f"rtx{short}-windows-native"
         self.repo = root / "ninfer"
         self.commit = make_repo(self.repo, SAMPLE)
         self.lanes_dir = root / "lanes"
@@ -116,44 +118,46 @@ class NativeWorkspace:
         self.contract.mkdir()
         for path in DEFAULT_LANES_DIR.glob("*.toml"):
             text = path.read_text()
-            if path.stem == "rtx4090-windows-native":
+            if path.stem == lane_id:
                 frozen = "7a25cd72f490183e4113f1e84e68e36d653ddd28"
                 assert frozen in text
                 text = text.replace(frozen, self.commit)
-                spec = json.loads((REPO_ROOT / "packaging/windows/lanes/rtx4090/release-spec.json").read_text())
+                spec = json.loads((REPO_ROOT / f"packaging/windows/lanes/rtx{short}/release-spec.json").read_text())
                 spec["source"]["commit"] = self.commit
                 (self.contract / "release-spec.json").write_bytes(canonical_bytes(spec))
-                shutil.copyfile(REPO_ROOT / "packaging/windows/lanes/rtx4090/server-config.json", self.contract / "server-config.json")
-                text = text.replace("packaging/windows/lanes/rtx4090/server-config.json", str(self.contract / "server-config.json"))
-                text = text.replace("packaging/windows/lanes/rtx4090/release-spec.json", str(self.contract / "release-spec.json"))
+                shutil.copyfile(REPO_ROOT / f"packaging/windows/lanes/rtx{short}/server-config.json", self.contract / "server-config.json")
+                text = text.replace(f"packaging/windows/lanes/rtx{short}/server-config.json", str(self.contract / "server-config.json"))
+                text = text.replace(f"packaging/windows/lanes/rtx{short}/release-spec.json", str(self.contract / "release-spec.json"))
             (self.lanes_dir / path.name).write_text(text)
-        self.lane = load_lane(self.lanes_dir / "rtx4090-windows-native.toml")
+        self.lane = load_lane(self.lanes_dir / f"{lane_id}.toml")
         self.prebuilt = compile_windows_prebuilt(root / "prebuilt", native_identity(self.lane, self.commit))
 
     def build(self, dist: Path, prebuilt: Path | None = None):
         from pipeline.build import build_lane
 
-        return build_lane("4090", dist=dist, source=str(self.repo), prebuilt=prebuilt or self.prebuilt, lanes_dir=self.lanes_dir)
+        return build_lane(self.short, dist=dist, source=str(self.repo), prebuilt=prebuilt or self.prebuilt, lanes_dir=self.lanes_dir)
 
     def package(self, dist: Path, **kwargs):
         from pipeline.package import package_lane
 
-        return package_lane("4090", dist=dist, lanes_dir=self.lanes_dir, **kwargs)
+        return package_lane(self.short, dist=dist, lanes_dir=self.lanes_dir, **kwargs)
 
 
-def native_workspace(tmp_path_factory) -> NativeWorkspace:
-    if "workspace" not in _CACHE:
+def native_workspace(tmp_path_factory, short: str = "4090") -> NativeWorkspace:
+    key = f"workspace-{short}"
+    if key not in _CACHE:
         require_mingw()
-        _CACHE["workspace"] = NativeWorkspace(tmp_path_factory.mktemp("native"))
-    return _CACHE["workspace"]  # type: ignore[return-value]
+        _CACHE[key] = NativeWorkspace(tmp_path_factory.mktemp(f"native-{short}"), short)
+    return _CACHE[key]  # type: ignore[return-value]
 
 
-def packaged_native_set(tmp_path_factory) -> tuple[NativeWorkspace, Path]:
-    """(workspace, dist) with the 4090 lane built from the mingw binaries and packaged once."""
-    if "dist" not in _CACHE:
-        workspace = native_workspace(tmp_path_factory)
-        dist = tmp_path_factory.mktemp("native-dist") / "dist"
+def packaged_native_set(tmp_path_factory, short: str = "4090") -> tuple[NativeWorkspace, Path]:
+    """(workspace, dist) with the 4090 (or 3090) lane built from the mingw binaries and packaged once."""
+    key = f"dist-{short}"
+    if key not in _CACHE:
+        workspace = native_workspace(tmp_path_factory, short)
+        dist = tmp_path_factory.mktemp(f"native-dist-{short}") / "dist"
         workspace.build(dist)
         workspace.package(dist)
-        _CACHE["dist"] = dist
-    return _CACHE["workspace"], _CACHE["dist"]  # type: ignore[return-value]
+        _CACHE[key] = dist
+    return native_workspace(tmp_path_factory, short), _CACHE[key]  # type: ignore[return-value]

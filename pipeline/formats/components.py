@@ -1,0 +1,259 @@
+"""The component model of one asset set: the single list both SBOMs of the set are written from.
+
+`pipeline.sbom` writes the SPDX 2.3 and the CycloneDX 1.6 document of a package
+from one `ComponentModel`, so the two cannot disagree on what the set holds:
+the same components with the same names, versions, suppliers, purls, licences,
+copyright texts and hashes, and the same import graph.
+
+Components (each with a stable `ref`, the CycloneDX bom-ref):
+- the package archive (the root; the SPDX document DESCRIBES it);
+- each binary and each bundled runtime library, with the SHA-256/SHA-1 of its
+  payload file;
+- each library the target provides (system, NVIDIA driver, base image), with
+  the supplier and version the lane declares for that provider;
+- each vendored source component from the source's `third_party/inventory.json`;
+- the toolchain that built the binaries, and the build host's dependencies
+  (`add_host_dependencies`, one call with the build identity's list).
+
+Edges come from the import analysis (`pipeline.binaries`), never from a hand
+list: `dynamic-link` (an ELF DT_NEEDED or PE import), `loads` (a library the
+lane declares loaded by name, `loaded_by`), `contains` (the archive holds the
+file), `vendored` (source compiled into the package's binaries), `build-tool`
+and `build-dependency` (used to build, not shipped).
+
+Licences: a shipped component's declared and concluded licence are the terms
+its supplier states (the lane's redistributable, the inventory, the runtime's
+own licence).  The archive itself declares none (`NOASSERTION`): it is an
+aggregate, and its concluded licence is the conjunction of the terms of
+everything it ships, derived from its parts, so it never claims one
+component's terms for another.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, IntegrityError
+
+ROLES = (
+    "package",  # the archive (root)
+    "binary",
+    "runtime-library",  # bundled in bin/
+    "provided-library",  # provided by the target, not bundled
+    "vendored-source",
+    "build-toolchain",
+    "host-build-dependency",
+)
+EDGE_KINDS = ("contains", "dynamic-link", "loads", "vendored", "build-tool", "build-dependency")
+SHIPPED_ROLES = ("binary", "runtime-library")
+BUILD_ROLES = ("build-toolchain", "host-build-dependency")
+PROVIDERS = {"system": "the target operating system", "driver": "the NVIDIA driver", "base-image": "the container base image"}
+
+_LICENSE_REF = re.compile(r"LicenseRef-[A-Za-z0-9.-]+")
+_COPYRIGHT_LINE = re.compile(r"^\s*(copyright\b.*?)\s*$", re.IGNORECASE | re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Component:
+    ref: str
+    role: str
+    name: str
+    version: str
+    supplier: str
+    purl: str | None = None
+    declared: str | None = None  # licence expression the supplier states
+    concluded: str | None = None  # licence expression concluded for it
+    copyright: str | None = None
+    sha256: str | None = None
+    sha1: str | None = None
+    path: str | None = None  # payload path, for what the package ships
+    description: str = ""
+    properties: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def shipped(self) -> bool:
+        return self.role in SHIPPED_ROLES
+
+
+@dataclass(frozen=True)
+class Edge:
+    source: str
+    kind: str
+    target: str
+
+
+@dataclass(frozen=True)
+class LicenseText:
+    license_id: str  # LicenseRef-...
+    name: str
+    text: str
+
+
+@dataclass
+class ComponentModel:
+    root: Component
+    components: dict[str, Component] = field(default_factory=dict)
+    edges: list[Edge] = field(default_factory=list)
+    license_texts: dict[str, LicenseText] = field(default_factory=dict)
+
+    # -- building ---------------------------------------------------------------
+    def add(self, component: Component) -> Component:
+        if component.role not in ROLES:
+            raise ValueError(f"unknown component role {component.role!r}")
+        for what, value in (("name", component.name), ("version", component.version), ("supplier", component.supplier)):
+            if not value or not value.strip():
+                raise IntegrityError(
+                    f"the SBOM component {component.ref} has no {what}",
+                    field=component.ref,
+                    why="every component of an SBOM names its supplier and version (NTIA minimum elements)",
+                    fix="declare it where the component comes from (the lane file, the vendored inventory, the build identity)",
+                )
+        if component.ref in self.components or component.ref == self.root.ref:
+            raise IntegrityError("two SBOM components share one reference", field=component.ref)
+        self.components[component.ref] = component
+        return component
+
+    def link(self, source: str, kind: str, target: str) -> None:
+        if kind not in EDGE_KINDS:
+            raise ValueError(f"unknown edge kind {kind!r}")
+        for ref in (source, target):
+            if ref != self.root.ref and ref not in self.components:
+                raise IntegrityError("the dependency graph names a component the SBOM does not hold", field=f"{source} -{kind}-> {target}", found=ref)
+        edge = Edge(source, kind, target)
+        if edge not in self.edges:
+            self.edges.append(edge)
+
+    def add_host_dependencies(self, entries: Iterable[Mapping[str, Any]]) -> list[Component]:
+        """The build host's dependencies (from the build identity): each `name`, `version`, `purl`,
+        `supplier` and `license` (SPDX expression or empty), as build dependencies of the archive."""
+        added = []
+        for index, entry in enumerate(entries):
+            missing = [key for key in ("name", "version", "supplier") if not str(entry.get(key) or "").strip()]
+            if missing:
+                raise InputError("a host build dependency lacks a field", field=f"host_dependencies[{index}].{missing[0]}", found=dict(entry))
+            purl = entry.get("purl") or None
+            component = self.add(Component(
+                ref=purl or f"host:{entry['name']}@{entry['version']}",
+                role="host-build-dependency",
+                name=str(entry["name"]),
+                version=str(entry["version"]),
+                supplier=str(entry["supplier"]),
+                purl=purl,
+                declared=entry.get("license") or None,
+                concluded=entry.get("license") or None,
+                description="build host dependency (compiled against, not shipped)",
+            ))
+            self.link(self.root.ref, "build-dependency", component.ref)
+            added.append(component)
+        return added
+
+    # -- reading ----------------------------------------------------------------
+    def all(self) -> list[Component]:
+        """Every component, the root first, the rest sorted by reference."""
+        return [self.root, *(self.components[ref] for ref in sorted(self.components))]
+
+    def get(self, ref: str) -> Component:
+        return self.root if ref == self.root.ref else self.components[ref]
+
+    def of_role(self, *roles: str) -> list[Component]:
+        return [c for c in self.all() if c.role in roles]
+
+    def edges_from(self, ref: str, *kinds: str) -> list[Edge]:
+        return sorted((e for e in self.edges if e.source == ref and (not kinds or e.kind in kinds)), key=lambda e: (e.kind, e.target))
+
+    def license_refs(self) -> list[str]:
+        found = set()
+        for component in self.all():
+            for expression in (component.declared, component.concluded):
+                found.update(_LICENSE_REF.findall(expression or ""))
+        return sorted(found)
+
+    def check_license_texts(self) -> None:
+        """Every LicenseRef-* a component uses must come with its text (SPDX needs it on the document)."""
+        for license_id in self.license_refs():
+            if license_id not in self.license_texts:
+                users = sorted(c.ref for c in self.all() if license_id in f"{c.declared} {c.concluded}")
+                raise IntegrityError(
+                    f"{license_id} has no licence text",
+                    field=", ".join(users),
+                    why="an SBOM that names a licence outside the SPDX list must carry its text",
+                    fix="give the component a license_file (lane redistributable or vendored inventory)",
+                )
+
+
+# -- helpers the package stage uses ------------------------------------------------
+
+def copyright_lines(text: str) -> str | None:
+    """The copyright notice(s) of a component's own licence file, as written there."""
+    lines = list(dict.fromkeys(m.group(1) for m in _COPYRIGHT_LINE.finditer(text)))
+    return "\n".join(lines) or None
+
+
+def conjunction(expressions: Iterable[str]) -> str | None:
+    """All of the given licence expressions at once (each compound one parenthesised), sorted."""
+    parts = sorted({e.strip() for e in expressions if e and e.strip()})
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    return " AND ".join(f"({p})" if " " in p else p for p in parts)
+
+
+def repository_owner(repository: str) -> str:
+    """The owner of a GitHub repository URL: the supplier of what the project itself publishes."""
+    match = re.fullmatch(r"https://github\.com/([A-Za-z0-9-]+)/[A-Za-z0-9._-]+?/?", repository)
+    if not match:
+        raise InputError("is not a GitHub repository URL", field="component.repository", found=repository, expected="https://github.com/OWNER/REPO")
+    return match.group(1)
+
+
+_METADATA_LIMIT = 4 << 20
+
+
+def _metadata_author(text: str) -> tuple[str, str]:
+    headers = email.parser.HeaderParser().parsestr(text)
+    name = (headers.get("Name") or "").replace("_", "-").lower()
+    author = (headers.get("Author") or headers.get("Maintainer") or "").strip()
+    if not author:
+        emails = headers.get("Author-email") or headers.get("Maintainer-email") or ""
+        author = ", ".join(n.strip().strip('"') for n in re.findall(r"([^,<]+?)\s*<[^>]*>", emails) if n.strip())
+    return name, author
+
+
+def wheel_authors(site: Path | None, wheels: Iterable[Path] = ()) -> dict[str, str]:
+    """Distribution (normalised) -> the author its wheel's METADATA names: from an unpacked
+    toolchain (`site`), else from the pinned wheel files themselves."""
+    import zipfile
+
+    found: dict[str, str] = {}
+    texts: list[str] = []
+    if site is not None and site.is_dir():
+        root = site / "site" if (site / "site").is_dir() else site
+        texts += [m.read_text("utf-8", "replace") for m in sorted(root.glob("*.dist-info/METADATA")) if m.stat().st_size <= _METADATA_LIMIT]
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            for info in archive.infolist():
+                if re.fullmatch(r"[^/]+\.dist-info/METADATA", info.filename) and info.file_size <= _METADATA_LIMIT:
+                    texts.append(archive.read(info).decode("utf-8", "replace"))
+    for text in texts:
+        name, author = _metadata_author(text)
+        if name and author:
+            found.setdefault(name, author)
+    return found
+
+
+def toolchain_supplier(distribution: str, authors: Mapping[str, str]) -> str | None:
+    # The CUDA wheels are NVIDIA's (their METADATA names NVIDIA's installer team as author).
+    if distribution.startswith("nvidia-"):
+        return "NVIDIA Corporation"
+    return authors.get(distribution)
+
+
+def with_properties(component: Component, **values: Any) -> Component:
+    extra = tuple((key.replace("_", "-"), str(value)) for key, value in sorted(values.items()) if value is not None)
+    return replace(component, properties=tuple(sorted({*component.properties, *extra})))
