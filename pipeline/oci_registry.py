@@ -44,6 +44,7 @@ from typing import Any
 import requests
 
 from .errors import InputError, IntegrityError, RemoteError, UsageError, register_secret
+from .infra.net import authority_is_loopback
 from .oci import ACCEPT_ANY_MANIFEST, CHUNK, Descriptor, is_digest
 from .util import ui
 
@@ -92,11 +93,6 @@ class Repository:
 
     def at(self, digest: str) -> str:
         return f"{self.name}@{digest}"
-
-
-def is_loopback(host: str) -> bool:
-    bare = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
-    return bare == "localhost" or bare == "::1" or bare.startswith("127.")
 
 
 def _looks_like_host(component: str) -> bool:
@@ -151,7 +147,7 @@ def parse_push_target(value: str, *, plain_http: bool | None = None) -> Reposito
         )
     if host in DOCKER_HUB_NAMES and "/" not in path:
         path = f"library/{path}"
-    return Repository(host, path, is_loopback(host) if plain_http is None else plain_http)
+    return Repository(host, path, authority_is_loopback(host) if plain_http is None else plain_http)
 
 
 def parse_repository(value: str, *, origin: str, field_name: str) -> Repository:
@@ -171,7 +167,7 @@ def parse_repository(value: str, *, origin: str, field_name: str) -> Repository:
         )
     if host in DOCKER_HUB_NAMES and "/" not in path:
         path = f"library/{path}"
-    return Repository(host, path, is_loopback(host))
+    return Repository(host, path, authority_is_loopback(host))
 
 
 # -- credentials ------------------------------------------------------------

@@ -56,6 +56,7 @@ from urllib.parse import urlsplit
 
 from .errors import UsageError, redact, register_secret
 from .identity import IDENTITY_KEYS
+from .infra import net
 from .util.hashing import sha256_bytes
 
 HARNESS_NAME = "omp-ninfer-qualify"
@@ -638,15 +639,6 @@ def contains_exactly(text: str, word: str) -> bool:
 # -- loopback -------------------------------------------------------------------------
 
 
-def is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def local_non_loopback_addresses() -> list[str]:
     """This host's own non-loopback addresses (where a 0.0.0.0 bind would also answer)."""
     found: set[str] = set()
@@ -663,7 +655,7 @@ def local_non_loopback_addresses() -> list[str]:
             ip = ipaddress.ip_address(address.split("%")[0])
         except ValueError:
             continue
-        if not (ip.is_loopback or ip.is_unspecified or ip.is_link_local):
+        if not (net.is_loopback(str(ip), allow_name=False) or ip.is_unspecified or ip.is_link_local):
             result.append(str(ip))
     return sorted(result)
 
@@ -789,12 +781,13 @@ def gate_security(run: RunContext) -> Gate:
     status = client.status()
     listen = status.get("listen") if isinstance(status.get("listen"), dict) else {}
     reported_host = listen.get("host")
-    reported_loopback = is_loopback(reported_host)
+    # IP addresses only: a host name (even `localhost`) does not prove where a server listens.
+    reported_loopback = net.is_loopback(reported_host, allow_name=False)
     if reported_host is None:
         problems.append("the status endpoint does not report its listen address")
     elif not reported_loopback:
         problems.append(f"the server reports it listens on {reported_host}, not a loopback address")
-    endpoint_loopback = is_loopback(client.host)
+    endpoint_loopback = net.is_loopback(client.host, allow_name=False)
     if not endpoint_loopback:
         problems.append(f"the endpoint host {client.host} is not a loopback address")
     reachable: list[str] = []
