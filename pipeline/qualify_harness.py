@@ -54,11 +54,14 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .errors import UsageError, redact, register_secret
+from .errors import InputError, UsageError, redact, register_secret
 from .identity import IDENTITY_KEYS
 from .infra import net
 from .util.hashing import sha256_bytes
+from .util.jsonio import loads_document
 
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a non-streamed answer of the runtime under test
+MAX_STREAM_BYTES = 64 * 1024 * 1024  # one streamed chat completion
 HARNESS_NAME = "omp-ninfer-qualify"
 HARNESS_VERSION = "1.0.0"
 FIXTURE_GENERATOR = "omp-ninfer-needle-v1"
@@ -457,6 +460,10 @@ class Client:
         self.timeout = timeout
         self.session = requests.Session()
         self.session.trust_env = False  # no proxy between the harness and a loopback endpoint
+        # Answers are bounded: a non-streamed body is capped and read within the request's timeout.
+        adapter = net.bounded_adapter(cap=MAX_ANSWER_BYTES, timeout=timeout, scheme=parts.scheme)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -482,9 +489,9 @@ class Client:
 
     def json_of(self, response, what: str) -> dict[str, Any]:
         try:
-            document = response.json()
-        except ValueError:
-            raise GateFailure(f"{what} answered {response.status_code} with a body that is not JSON") from None
+            document = loads_document(response.content, source=what)
+        except InputError as error:
+            raise GateFailure(f"{what} answered {response.status_code} with a body that is not strict JSON ({error.what})") from None
         if not isinstance(document, dict):
             raise GateFailure(f"{what} answered with JSON that is not an object")
         return document
@@ -564,9 +571,13 @@ class Client:
         well_formed = True
         finish = None
         buffer = b""
+        received = 0
         try:
             for chunk in response.iter_content(chunk_size=None):
                 arrived = time.perf_counter() - start
+                received += len(chunk)
+                if received > MAX_STREAM_BYTES:
+                    raise GateFailure(f"the streamed chat completion exceeded {MAX_STREAM_BYTES} bytes")
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -584,17 +595,26 @@ class Client:
                     if done:
                         well_formed = False
                     try:
-                        event = json.loads(payload)
-                    except ValueError:
+                        event = loads_document(payload, source="a streamed chat completion event")
+                    except InputError:
+                        well_formed = False
+                        continue
+                    if not isinstance(event, dict) or not isinstance(event.get("choices") or [], list):
                         well_formed = False
                         continue
                     if event.get("object") not in (None, "chat.completion.chunk"):
                         well_formed = False
-                    if event.get("usage"):
+                    if isinstance(event.get("usage"), dict) and event["usage"]:
                         usage = event["usage"]
                     for choice in event.get("choices") or []:
-                        delta = (choice or {}).get("delta") or {}
+                        delta = (choice.get("delta") or {}) if isinstance(choice, dict) else None
+                        if not isinstance(delta, dict):
+                            well_formed = False
+                            continue
                         content = delta.get("content")
+                        if content is not None and not isinstance(content, str):
+                            well_formed = False
+                            continue
                         if content:
                             pieces.append(content)
                             events += 1

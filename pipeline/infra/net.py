@@ -327,9 +327,10 @@ def bounded_adapter(*, cap: int, timeout: float, scheme: str | None = None):
                     f"refused a request to {urlsplit(request.url).scheme}://{urlsplit(request.url).netloc}",
                     why=f"this client talks {scheme.upper()} only: a redirect never changes the scheme",
                 )
-            response = super().send(request, stream=True, timeout=timeout if timeout is not None else default_timeout, **kwargs)
+            timeout = timeout if timeout is not None else default_timeout
+            response = super().send(request, stream=True, timeout=timeout, **kwargs)
             if not stream:
-                deadline = time.monotonic() + default_timeout
+                deadline = time.monotonic() + (timeout[-1] if isinstance(timeout, tuple) else timeout)
                 label = f"{request.method} {urlsplit(request.url).netloc}{urlsplit(request.url).path}"
                 try:
                     body = b"".join(iter_body(response, limit=cap, deadline=deadline, label=label, url=request.url, what="an answer of this client"))
