@@ -291,8 +291,8 @@ def uncompressed_digest(path: Path, media_type: str, *, on_member=None) -> str:
     # The bounded tar reader (infra.safetar) inflates, counts and hashes the stream; a bomb,
     # an oversized header or a member name leaving the root is refused while it streams.
     with SafeTar(path, compression="gz" if media_type == LAYER_GZIP else None, on_bytes=digest.update, label=path) as tar:
-        if on_member is not None:
-            for member in tar:
+        for member in tar:  # every member's name is checked, visited or not
+            if on_member is not None:
                 on_member(member, tar)
         tar.drain()  # the rest: tar padding after the end-of-archive blocks
     return "sha256:" + digest.hexdigest()

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .errors import InputError, UsageError, redact, register_secret
+from .errors import InputError, PipelineError, UsageError, redact, register_secret
 from .identity import IDENTITY_KEYS
 from .infra import net
 from .util.hashing import sha256_bytes
@@ -486,6 +486,8 @@ class Client:
             )
         except requests.RequestException as exc:
             raise GateFailure(f"{method} {path} did not complete: {type(exc).__name__}") from None
+        except PipelineError as error:  # the bounded adapter refused the answer (too large, another scheme)
+            raise GateFailure(f"{method} {path}: {error.what}") from None
 
     def json_of(self, response, what: str) -> dict[str, Any]:
         try:
