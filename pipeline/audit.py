@@ -14,11 +14,15 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    `<repository>/releases/download/<release_tag>/<file>`, the model
    `<repository>/resolve/<40-hex revision>/<file>`, a record
    `raw.githubusercontent.com/<owner>/<repo>/<40-hex commit>/<its own path>`;
-   HTTPS only (plain HTTP is accepted for loopback hosts, i.e. tests);
+   HTTPS only (plain HTTP is accepted for loopback addresses, i.e. tests:
+   `pipeline.infra.net` decides, for the registry client and the
+   qualification harness too);
 4. download everything in parallel (`--jobs`) through `pipeline.transfer`
    (streamed, SHA-256 computed while writing, HTTP Range resume of `.part`
    files, retries with backoff): size and hash are checked on the bytes as
-   they arrive, never by a second read;
+   they arrive, never by a second read; a download stops at its pin (or,
+   unpinned, at a MAX_*_BYTES cap) and at its deadline, and rejected bytes
+   are deleted;
 5. check each lane's set with `pipeline.assets.check_assets` (closed set,
    `SHA256SUMS` format and hashes, receipt, package payload, both SBOMs
    against the payload) and validate every SBOM document with
@@ -1047,7 +1051,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=f"parallel downloads (default {DEFAULT_JOBS})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout (OK/FAIL lines go to stderr)")
     parser.add_argument("--cache", type=Path, default=None, help="download folder, kept for resuming (default ~/.cache/omp-ninfer-audit/<release>)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed (default 60)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed, and the longest one file may take in all (default 60; a pinned file of N bytes gets N / 256 KiB/s when that is longer)")
     parser.add_argument("--retries", type=int, default=None, help="retries per download after a broken connection or 5xx (default 4)")
     parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file")
     parser.add_argument("--allow-unsigned", action="store_true", help="report missing Sigstore bundles as SKIP instead of FAIL (pre-signing audits only)")

@@ -8,6 +8,11 @@ file: within one call the running digest simply continues after a broken
 connection; only a `.part` left by an earlier run is read back, once.  Connection errors
 and 5xx answers are retried with exponential backoff; a 404 is final.  The
 file appears under its name only after size and hash match.
+
+Bounded by construction (`pipeline.infra.net`): the running byte count stops a
+download the moment it passes the pinned size (or, unpinned, a named cap),
+and those bytes are deleted; `timeout` is both the idle timeout and an
+overall deadline for the item; redirects are followed by hand, by policy.
 """
 
 from __future__ import annotations
