@@ -510,7 +510,7 @@ class Client:
 
         try:
             return self.session.get(self.url("/health"), timeout=(5.0, timeout)).status_code
-        except requests.RequestException:
+        except (requests.RequestException, PipelineError):  # nothing usable answered (or an answer over the cap)
             return None
 
     def status(self) -> dict[str, Any]:
