@@ -1051,7 +1051,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=f"parallel downloads (default {DEFAULT_JOBS})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout (OK/FAIL lines go to stderr)")
     parser.add_argument("--cache", type=Path, default=None, help="download folder, kept for resuming (default ~/.cache/omp-ninfer-audit/<release>)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed, and the longest one file may take in all (default 60; a pinned file of N bytes gets N / 256 KiB/s when that is longer)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed; also each file must arrive within TIMEOUT seconds plus its bytes at 256 KiB/s, retries included (default 60)")
     parser.add_argument("--retries", type=int, default=None, help="retries per download after a broken connection or 5xx (default 4)")
     parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file")
     parser.add_argument("--allow-unsigned", action="store_true", help="report missing Sigstore bundles as SKIP instead of FAIL (pre-signing audits only)")

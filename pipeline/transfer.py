@@ -80,8 +80,10 @@ def download(
 
     Bounded: at most `expected_size` bytes (the pin) or, unpinned, `max_size`
     (a named cap; one of the two is required); `timeout` seconds of silence
-    fail a request and `deadline` seconds (default `net.deadline_for(timeout,
-    expected_size)`) bound the whole item, retries included.  Bytes over the
+    fail a request; the whole item, retries included, may take `timeout`
+    seconds plus what arrived at `net.DEADLINE_FLOOR_RATE`, and never more
+    than `deadline` seconds (default `net.deadline_for(timeout, expected_size)`:
+    an unpinned document gets `timeout`).  Bytes over the
     limit are deleted, never kept as `.part`; redirects follow `redirects`
     (`net.redirect_problem`).  `resume=False` starts from byte 0 every time
     (for unpinned documents, whose earlier bytes may belong to another version).
@@ -98,6 +100,7 @@ def download(
     label = label or target.name
     started = time.monotonic()
     ends = started + (deadline if deadline is not None else net.deadline_for(timeout, expected_size))
+    fetched = 0  # bytes received in this call (a prefix from an earlier run earns no time)
     attempt = 0
     resumed_from = 0
     resumed_at: list[int] = []
@@ -111,8 +114,16 @@ def download(
             part.unlink(missing_ok=True)
         return error
 
+    def out_of_retries() -> bool:
+        """Count an attempt; True when none is left (by --retries, or because the deadline
+        would pass during the backoff: then the failure itself is reported, not the deadline)."""
+        nonlocal attempt
+        attempt += 1
+        delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
+        return attempt > retries or time.monotonic() + delay > net.paced_deadline(started, timeout, ends, fetched)(0)
+
     while True:
-        if time.monotonic() > ends:
+        if time.monotonic() > net.paced_deadline(started, timeout, ends, fetched)(0):
             raise give_up(net.deadline_passed(label, url, max(have, 0)), keep=True)
         # The digest continues across retries: only a .part left by an earlier run
         # (or one whose size no longer matches what was hashed) is read back.
@@ -133,13 +144,12 @@ def download(
         try:
             response = net.open_stream(http, url, headers=headers, timeout=timeout, redirects=redirects, label=label)
         except requests.RequestException as exc:
-            attempt += 1
-            if attempt > retries:
+            if out_of_retries():
                 raise give_up(
                     RemoteError(
                         f"cannot download {label}: {type(exc).__name__}",
                         file=url,
-                        why=f"{retries + 1} attempts failed; the server is unreachable or the connection broke",
+                        why=f"{attempt} attempts failed; the server is unreachable or the connection broke",
                         fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
                     ),
                     keep=True,
@@ -163,8 +173,7 @@ def download(
                     keep=True,
                 )
             elif status >= 500 or status == 429:
-                attempt += 1
-                if attempt > retries:
+                if out_of_retries():
                     raise give_up(RemoteError(f"the server kept answering HTTP {status} for {label}", file=url, fix="try again later"), keep=True)
                 time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
                 continue
@@ -187,7 +196,7 @@ def download(
                         for chunk in net.iter_body(
                             response,
                             limit=limit - have,
-                            deadline=ends,
+                            deadline=net.paced_deadline(started, timeout, ends, fetched),
                             label=label,
                             url=url,
                             what="a document of this kind",
@@ -196,13 +205,13 @@ def download(
                             sink.write(chunk)
                             digest.update(chunk)
                             have += len(chunk)
+                            fetched += len(chunk)
                             if bar:
                                 bar(len(chunk))
                             if on_bytes:
                                 on_bytes(len(chunk))
                 except (requests.RequestException, OSError) as exc:
-                    attempt += 1
-                    if attempt > retries:
+                    if out_of_retries():
                         raise give_up(
                             RemoteError(
                                 f"download of {label} broke off after {have} bytes: {type(exc).__name__}",
@@ -220,8 +229,7 @@ def download(
                 if bar:
                     bar.finish()
                 if expected_size is not None and have < expected_size:
-                    attempt += 1
-                    if attempt > retries:
+                    if out_of_retries():
                         raise give_up(RemoteError(f"download of {label} stopped at {have} of {expected_size} bytes", file=url, fix="run the command again"), keep=True)
                     continue
         os.replace(part, target)

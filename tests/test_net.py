@@ -198,10 +198,22 @@ def test_a_slow_drip_on_an_unpinned_document_is_cut_and_deleted(tmp_path):
     assert leftovers(tmp_path) == []
 
 
-def test_the_deadline_grows_with_the_pinned_size_only():
+def test_a_slow_drip_on_a_large_pinned_file_is_cut_after_about_the_timeout(tmp_path):
+    # A 1 GiB pin may take hours at the floor rate, but a drip earns no time: the deadline moves
+    # only with the bytes that arrive (timeout + received / DEADLINE_FLOOR_RATE).
+    with hostile_server() as server:
+        url = server.add("/model", Route("drip", interval=0.1, length=1 << 30))
+        error, seconds = timed(lambda: transfer.download(url, tmp_path / "model", expected_size=1 << 30, progress=False, timeout=1.5, retries=0))
+    assert isinstance(error, RemoteError) and "ran past its deadline" in error.what, error
+    assert 1.4 <= seconds < 4.0, seconds
+
+
+def test_the_deadline_grows_with_the_pinned_size_and_with_progress_only():
+    floor = net.DEADLINE_FLOOR_RATE
     assert net.deadline_for(60, None) == 60
-    assert net.deadline_for(60, 1024) == 60
-    assert net.deadline_for(60, 20 * 1024**3) == 20 * 1024**3 / net.DEADLINE_FLOOR_RATE
+    assert net.deadline_for(60, 20 * 1024**3) == 60 + 20 * 1024**3 / floor
+    paced = net.paced_deadline(100.0, 60, ends=100.0 + net.deadline_for(60, 10 * floor))
+    assert paced(0) == 160.0 and paced(5 * floor) == 165.0 and paced(50 * floor) == 170.0  # never past the pin's bound
 
 
 # -- redirects -----------------------------------------------------------------------------------

@@ -16,8 +16,11 @@ One place decides:
   `*.hf.co`) over HTTPS;
 - **bodies** (`iter_body`, `fetch_bytes`, `BoundedAdapter`): read with
   `read1`, so a read returns as soon as any bytes arrive, and stopped the moment
-  the running count passes the limit (a pin or a named cap) or the overall
-  deadline passes; the socket timeout is the idle timeout.  Decoded
+  the running count passes the limit (a pin or a named cap) or the deadline
+  passes; the socket timeout is the idle timeout, and a pinned download must
+  keep an average of DEADLINE_FLOOR_RATE after its first `timeout` seconds
+  (so a slow drip is cut off after about `timeout` seconds whatever the
+  file's size).  Decoded
   (`Content-Encoding`) bytes are counted, and urllib3 decodes at most the
   bytes asked for, so a compressed answer cannot inflate past the limit.
 """
@@ -36,8 +39,9 @@ CHUNK = 1024 * 1024
 MAX_REDIRECTS = 5
 REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 DEFAULT_PORTS = {"http": 80, "https": 443}
-# The slowest average rate a pinned download may have once --timeout has passed: a file of
-# N bytes gets max(timeout, N / DEADLINE_FLOOR_RATE) seconds in all (retries included).
+# The slowest average rate a pinned download may keep once --timeout has passed: after R
+# bytes it may have taken timeout + R / DEADLINE_FLOOR_RATE seconds (retries included), so a
+# file of N bytes gets at most timeout + N / DEADLINE_FLOOR_RATE in all.
 DEADLINE_FLOOR_RATE = 256 * 1024
 # Hosts an origin serves its files from by redirect (HTTPS only), as domain suffixes of the
 # same organisation: GitHub release downloads go to release-assets/objects.githubusercontent.com,
@@ -137,8 +141,14 @@ def redirect_problem(first: str, target: str, policy: str) -> str | None:
 
 
 def deadline_for(timeout: float, size: int | None) -> float:
-    """Seconds an item may take in all: the timeout, longer for large pinned files."""
-    return max(timeout, (size or 0) / DEADLINE_FLOOR_RATE)
+    """Seconds an item may take in all: the timeout, plus a pinned size at DEADLINE_FLOOR_RATE."""
+    return timeout + (size or 0) / DEADLINE_FLOOR_RATE
+
+
+def paced_deadline(started: float, timeout: float, ends: float, received: int = 0) -> Callable[[int], float]:
+    """The deadline (a `time.monotonic()` value) after `count` more bytes: `timeout` plus the
+    bytes received so far at DEADLINE_FLOOR_RATE, never later than `ends`."""
+    return lambda count: min(ends, started + timeout + (received + count) / DEADLINE_FLOOR_RATE)
 
 
 class DeadlinePassed(RemoteError):
@@ -149,7 +159,7 @@ def deadline_passed(label: str, url: str, count: int) -> DeadlinePassed:
     return DeadlinePassed(
         f"download of {label} ran past its deadline after {count} bytes",
         file=url,
-        why="--timeout bounds both the silence between bytes and the whole download, retries included (a server that drips bytes slowly is cut off)",
+        why="--timeout bounds the silence between bytes and, with retries, the whole download: after its first --timeout seconds a download must average 256 KiB/s (a server that drips bytes slowly is cut off)",
         fix="run the command again (partial bytes of a pinned file are resumed), or raise --timeout for a slow network",
     )
 
@@ -183,7 +193,7 @@ def iter_body(
     response,
     *,
     limit: int | None,
-    deadline: float,
+    deadline: float | Callable[[int], float],
     label: str,
     url: str,
     what: str = "it",
@@ -193,14 +203,15 @@ def iter_body(
     """The body of a streamed response, chunk by chunk as bytes arrive.
 
     Stops with an error once more than `limit` bytes came (IntegrityError for a
-    pin, RemoteError for a cap) or when `time.monotonic()` passes `deadline`.
+    pin, RemoteError for a cap) or when `time.monotonic()` passes `deadline`
+    (a time, or a function of the bytes read so far: `paced_deadline`).
     Connection errors propagate as `requests` exceptions (the caller retries).
     """
     check_length(response, limit, label=label, url=url, what=what, pinned=pinned)
     count = 0
     raw = response.raw
     while True:
-        if time.monotonic() > deadline:
+        if time.monotonic() > (deadline(count) if callable(deadline) else deadline):
             raise deadline_passed(label, url, count)
         want = chunk if limit is None else min(chunk, limit - count + 1)
         data = _read1(raw, want)
