@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from .errors import InputError, IntegrityError
+from .infra.safetar import DEFAULT_LIMITS, SafeTar, TarLimits
 from .util.fs import atomic_output_file
 
 # Part of the output format: changing either changes every archive's bytes.
@@ -301,33 +302,33 @@ class TarEntry:
     mtime: int
 
 
-def read_tar_gz(path: Path) -> list[TarEntry]:
-    """Stream a .tar.gz and describe every member (hashes for files); links and specials are reported as such."""
+def read_tar_gz(path: Path, *, limits: TarLimits = DEFAULT_LIMITS) -> list[TarEntry]:
+    """Stream a .tar.gz and describe every member (hashes for files); links and specials are reported as such.
+
+    Read through the bounded reader (`infra.safetar`): bombs, oversized
+    headers and names that leave the archive (of any member type) are refused
+    as IntegrityError while the archive streams.
+    """
     entries: list[TarEntry] = []
-    try:
-        with tarfile.open(path, mode="r|gz") as archive:
-            for info in archive:
-                if info.isdir():
-                    kind = "dir"
-                elif info.isreg():
-                    kind = "file"
-                else:
-                    kind = "link" if (info.issym() or info.islnk()) else "special"
-                sha256 = sha1 = None
-                if kind == "file":
-                    handle = archive.extractfile(info)
-                    assert handle is not None
-                    digest256 = hashlib.sha256()
-                    digest1 = hashlib.sha1(usedforsecurity=False)
-                    while chunk := handle.read(READ_CHUNK):
-                        digest256.update(chunk)
-                        digest1.update(chunk)
-                    sha256, sha1 = digest256.hexdigest(), digest1.hexdigest()
-                entries.append(
-                    TarEntry(info.name.rstrip("/"), kind, info.mode, info.size, sha256, sha1, info.uid, info.gid, info.uname, info.gname, int(info.mtime))
-                )
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
-        raise IntegrityError(f"is not a readable .tar.gz archive ({exc})", file=path, fix="download or build the archive again") from None
+    with SafeTar(path, limits=limits) as archive:
+        for info in archive:
+            if info.isdir():
+                kind = "dir"
+            elif info.isreg():
+                kind = "file"
+            else:
+                kind = "link" if (info.issym() or info.islnk()) else "special"
+            sha256 = sha1 = None
+            if kind == "file":
+                digest256 = hashlib.sha256()
+                digest1 = hashlib.sha1(usedforsecurity=False)
+                for chunk in archive.chunks(info, READ_CHUNK):
+                    digest256.update(chunk)
+                    digest1.update(chunk)
+                sha256, sha1 = digest256.hexdigest(), digest1.hexdigest()
+            entries.append(
+                TarEntry(info.name.rstrip("/"), kind, info.mode, info.size, sha256, sha1, info.uid, info.gid, info.uname, info.gname, int(info.mtime))
+            )
     return entries
 
 

@@ -21,9 +21,7 @@ the package and both SBOMs and checks them against the bytes.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,12 +31,13 @@ from typing import Any
 from .errors import InputError, IntegrityError
 from .lanes import Lane, load_lanes, pattern_regex
 from .util.hashing import is_sha256_hex, sha256_file
-from .util.jsonio import check_text_hygiene
+from .util.jsonio import check_text_hygiene, expect_object, loads_object
 from .util.safepath import component_problem, relpath_problem
 
 OUTER_SUMS = "SHA256SUMS"
 RECEIPT = "package-build-receipt.json"
 PAYLOAD_SUMS = "SHA256SUMS.txt"
+MAX_MEMBER_DOCUMENT_BYTES = 16 * 1024 * 1024  # a package member read into memory (SHA256SUMS.txt, build-identity.json)
 RECEIPT_SCHEMA = 2
 RECEIPT_TYPES = {
     "native-asset-set": "ninfer_windows_package_build_receipt",
@@ -303,9 +302,9 @@ def _beta_from_receipt(directory: Path, lane: Lane) -> int | None:
     if not receipt.is_file():
         return None
     try:
-        tag = json.loads(receipt.read_bytes().decode("utf-8")).get("component_tag")
-    except (ValueError, AttributeError):
-        return None
+        tag = loads_object(receipt.read_bytes(), source=receipt).get("component_tag")
+    except InputError:
+        return None  # the receipt check reports it
     if not isinstance(tag, str):
         return None
     try:
@@ -376,11 +375,9 @@ def _check_receipt(path: Path, expected: AssetSet, hashes: dict[str, str], direc
     data = path.read_bytes()
     check_text_hygiene(path, data)
     try:
-        receipt = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise IntegrityError(f"is not valid UTF-8 JSON ({exc})", file=path) from None
-    if not isinstance(receipt, dict):
-        raise IntegrityError("must hold a JSON object", file=path)
+        receipt = loads_object(data, source=path)
+    except InputError as exc:
+        raise IntegrityError(exc.what, file=path, found=exc.found, expected=exc.expected, why=exc.why) from None
 
     def want(field_name: str, value: Any) -> None:
         node: Any = receipt
@@ -509,7 +506,9 @@ def _deep_check(directory: Path, lane: Lane, expected: AssetSet, report: AssetRe
     listed = parse_sums(payload_sums, file=f"{package_path}!{root}/{PAYLOAD_SUMS}", paths=True)
     payload = {name: entry.sha256 for name, entry in files.items() if name != PAYLOAD_SUMS}
     _compare_member_sums(package_path, root, listed, payload)
-    identity = json.loads(_read_member(package_path, f"{root}/build-identity.json").decode("utf-8"))
+    identity = loads_object(_read_member(package_path, f"{root}/build-identity.json"), source=f"{package_path}!{root}/build-identity.json")
+    for key in ("binaries", "runtime_dependencies"):
+        expect_object(identity.get(key, {}), source=f"{package_path}!{root}/build-identity.json", field=key)
     binaries = sorted(identity.get("binaries", {}))
     for name in payload_required(lane, binaries):
         if name not in files:
@@ -527,13 +526,11 @@ def _deep_check(directory: Path, lane: Lane, expected: AssetSet, report: AssetRe
     report.checks.append(f"package: {len(files)} files under {root}/, {PAYLOAD_SUMS} closed and matching, owners 0/0, one epoch, no gzip name")
 
     source_path = directory / expected.name_of("source")
-    try:
-        with gzip.open(source_path, "rb") as handle:
-            digest = hashlib.sha256()
-            while chunk := handle.read(1 << 22):
-                digest.update(chunk)
-    except (OSError, EOFError) as exc:
-        raise IntegrityError(f"is not a readable gzip file ({exc})", file=source_path) from None
+    from .infra.safetar import inflate_chunks
+
+    digest = hashlib.sha256()
+    for chunk in inflate_chunks(source_path, size=1 << 22):  # bounded: a gzip bomb is refused while it inflates
+        digest.update(chunk)
     if identity.get("source_tar_sha256") and digest.hexdigest() != identity["source_tar_sha256"]:
         raise IntegrityError(
             "the source archive is not the tar the build was made from",
@@ -553,14 +550,12 @@ def _deep_check(directory: Path, lane: Lane, expected: AssetSet, report: AssetRe
 
 
 def _read_member(package_path: Path, name: str) -> bytes:
-    import tarfile
+    from .infra.safetar import SafeTar
 
-    with tarfile.open(package_path, mode="r|gz") as archive:
+    with SafeTar(package_path) as archive:
         for info in archive:
             if info.name == name and info.isreg():
-                handle = archive.extractfile(info)
-                assert handle is not None
-                return handle.read()
+                return archive.read_member(info, MAX_MEMBER_DOCUMENT_BYTES)
     raise IntegrityError("package lacks a member", file=package_path, field=name)
 
 

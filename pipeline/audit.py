@@ -14,11 +14,15 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    `<repository>/releases/download/<release_tag>/<file>`, the model
    `<repository>/resolve/<40-hex revision>/<file>`, a record
    `raw.githubusercontent.com/<owner>/<repo>/<40-hex commit>/<its own path>`;
-   HTTPS only (plain HTTP is accepted for loopback hosts, i.e. tests);
+   HTTPS only (plain HTTP is accepted for loopback addresses, i.e. tests:
+   `pipeline.infra.net` decides, for the registry client and the
+   qualification harness too);
 4. download everything in parallel (`--jobs`) through `pipeline.transfer`
    (streamed, SHA-256 computed while writing, HTTP Range resume of `.part`
    files, retries with backoff): size and hash are checked on the bytes as
-   they arrive, never by a second read;
+   they arrive, never by a second read; a download stops at its pin (or,
+   unpinned, at a MAX_*_BYTES cap) and at its deadline, and rejected bytes
+   are deleted;
 5. check each lane's set with `pipeline.assets.check_assets` (closed set,
    `SHA256SUMS` format and hashes, receipt, package payload, both SBOMs
    against the payload) and validate every SBOM document with
@@ -52,9 +56,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import EnvironmentProblem, InputError, PipelineError, RemoteError
+from .infra import net
 from .util import ui
+from .util.fs import read_bytes_bounded
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
-from .util.jsonio import dig
+from .util.jsonio import dig, loads_document, loads_object
 from .util.safepath import component_problem, safe_component, safe_relpath
 
 DEFAULT_JOBS = 4
@@ -68,7 +74,14 @@ MANIFEST_MEDIA_TYPES = (
     "application/vnd.docker.distribution.manifest.list.v2+json",
     "application/vnd.docker.distribution.manifest.v2+json",
 )
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+# Caps of what is fetched without a pinned size (a hostile server cannot fill memory or disk).
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a registry's image manifest (the OCI distribution spec's 4 MiB)
+MAX_TOKEN_ANSWER_BYTES = 64 * 1024  # a registry token service's JSON answer
+MAX_RELEASE_MANIFEST_BYTES = 4 * 1024 * 1024  # the release manifest
+MAX_SIGNED_FILE_BYTES = 4 * 1024 * 1024  # a signed record of the release tree
+MAX_BUNDLE_BYTES = 1024 * 1024  # a Sigstore bundle (a few KiB in practice)
+MAX_RECORD_BYTES = 4 * 1024 * 1024  # a hash-pinned record without a recorded size
+MAX_UNSIZED_ASSET_BYTES = 64 * 1024**3  # a hash-pinned asset whose size the manifest does not record
 
 # Lane-row field prefix -> the role of the file in the closed set (docs/release-tree.md).
 SET_FIELDS = (
@@ -180,25 +193,14 @@ class AuditReport:
 # -- URL rules --------------------------------------------------------------------
 
 
-def is_loopback_host(host: str | None) -> bool:
-    if not host:
-        return False
-    return host == "localhost" or host == "::1" or host.startswith("127.")
-
-
 def check_scheme(url: str) -> str | None:
+    """Why a release URL is refused: the shared scheme rule (HTTPS; plain HTTP only to loopback), then the release rules."""
+    problem = net.scheme_problem(url)
+    if problem:
+        return problem
     parts = urlsplit(url)
-    if parts.scheme == "https":
-        pass
-    elif parts.scheme == "http":
-        if not is_loopback_host(parts.hostname):
-            return "plain HTTP is not accepted (only for loopback test servers); the release must be served over HTTPS"
-    else:
-        return f"is not an HTTPS URL (scheme {parts.scheme or 'none'!r})"
     if parts.query or parts.fragment:
         return "carries a query or fragment; a release URL names one immutable file"
-    if parts.username or parts.password:
-        return "carries credentials"
     if "/../" in parts.path + "/" or "/./" in parts.path + "/":
         return "contains '.' or '..' path segments"
     return None
@@ -552,8 +554,12 @@ class Auditor:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         return base / "omp-ninfer-audit" / release
 
-    def _download(self, url: str, target: Path, *, sha256: str | None, size: int | None, label: str, on_bytes=None) -> Fetched:
-        """Fetch into target (resuming), hashing while writing; reuse a complete cached copy."""
+    def _download(self, url: str, target: Path, *, sha256: str | None, size: int | None, label: str, on_bytes=None, cap: int | None = None, redirects: str = "same-origin") -> Fetched:
+        """Fetch into target (resuming), hashing while writing; reuse a complete cached copy.
+
+        Bounded by the pinned `size`, else by `cap` (unpinned documents), else
+        by MAX_UNSIZED_ASSET_BYTES (hash-pinned files without a recorded size).
+        """
         from . import transfer
 
         binding = Binding(label=label, field="", url=url, sha256=sha256, size=size)
@@ -567,6 +573,10 @@ class Auditor:
         kwargs: dict[str, Any] = {}
         if self.retries is not None:
             kwargs["retries"] = self.retries
+        if size is None:
+            kwargs["max_size"] = cap if cap is not None else MAX_UNSIZED_ASSET_BYTES
+            if cap is None:
+                kwargs["deadline"] = net.deadline_for(self.timeout, MAX_UNSIZED_ASSET_BYTES)
         try:
             result = transfer.download(
                 url,
@@ -577,6 +587,8 @@ class Auditor:
                 timeout=self.timeout,
                 progress=self.progress and self.jobs == 1,
                 on_bytes=on_bytes,
+                redirects=redirects,
+                resume=sha256 is not None,  # unpinned bytes of an earlier run may be another version
                 **kwargs,
             )
         except PipelineError as error:
@@ -593,20 +605,20 @@ class Auditor:
             import tempfile
 
             with tempfile.TemporaryDirectory(prefix="omp-ninfer-audit-") as tmp:
-                fetched = self._download(self.source, Path(tmp) / "manifest.json", sha256=None, size=None, label="manifest.json")
+                fetched = self._download(self.source, Path(tmp) / "manifest.json", sha256=None, size=None, label="manifest.json", cap=MAX_RELEASE_MANIFEST_BYTES, redirects="none")
                 if fetched.error or fetched.path is None:
                     self.add(Item(f"manifest {self.source}", False, fetched.error or "download failed", "manifest"))
                     return None
                 data = fetched.path.read_bytes()
         else:
             try:
-                data = Path(self.source).read_bytes()
+                data = read_bytes_bounded(self.source, MAX_RELEASE_MANIFEST_BYTES, what="release manifest")
             except OSError as exc:
                 raise InputError(f"cannot read the manifest: {exc.strerror}", file=self.source) from None
         try:
-            manifest = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            self.add(Item(f"manifest {self.source}", False, f"is not valid UTF-8 JSON ({exc})", "manifest"))
+            manifest = loads_document(data, source=self.source, max_bytes=MAX_RELEASE_MANIFEST_BYTES)
+        except InputError as exc:
+            self.add(Item(f"manifest {self.source}", False, exc.what, "manifest"))
             return None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("release"), str):
             self.add(Item(f"manifest {self.source}", False, "is not a release manifest (no 'release')", "manifest"))
@@ -688,7 +700,8 @@ class Auditor:
         def one(binding: Binding) -> Fetched:
             # Lane folders one level below the fixed kind folders, so no lane id can name one of those.
             folder = cache / "lanes" / binding.group if binding.group else cache / binding.kind
-            result = self._download(binding.url, folder / binding.cache_name, sha256=binding.sha256, size=binding.size, label=binding.label, on_bytes=overall)
+            cap = MAX_RECORD_BYTES if binding.kind == "record" else None
+            result = self._download(binding.url, folder / binding.cache_name, sha256=binding.sha256, size=binding.size, label=binding.label, on_bytes=overall, cap=cap)
             result.binding = binding
             return result
 
@@ -726,8 +739,9 @@ class Auditor:
 
     @staticmethod
     def _quarantine(result: Fetched) -> None:
-        if result.path is not None and result.path.exists():
-            result.path.replace(result.path.with_name(result.path.name + ".rejected"))
+        """Rejected bytes are deleted: nothing that failed its pin stays in the cache."""
+        if result.path is not None:
+            result.path.unlink(missing_ok=True)
             result.path = None
 
     # -- closed sets
@@ -829,10 +843,10 @@ class Auditor:
             return str(path.parents[2] / relative), False
         return str(path.parent / relative.removeprefix(f"manifests/{release}/")), False
 
-    def _fetch_small(self, location: str, is_url: bool, target: Path) -> bytes:
+    def _fetch_small(self, location: str, is_url: bool, target: Path, *, cap: int) -> bytes:
         if not is_url:
-            return Path(location).read_bytes()
-        fetched = self._download(location, target, sha256=None, size=None, label=Path(urlsplit(location).path).name)
+            return read_bytes_bounded(location, cap, what="signed file or bundle")
+        fetched = self._download(location, target, sha256=None, size=None, label=Path(urlsplit(location).path).name, cap=cap)
         if fetched.error or fetched.path is None:
             raise RemoteError(fetched.error or "download failed", file=location)
         return fetched.path.read_bytes()
@@ -866,7 +880,7 @@ class Auditor:
                 if relative == f"manifests/{release}/manifest.json":
                     data = manifest_bytes
                 else:
-                    data = self._fetch_small(location, is_url, cache / relative)
+                    data = self._fetch_small(location, is_url, cache / relative, cap=MAX_SIGNED_FILE_BYTES)
             except (PipelineError, OSError) as error:
                 self.add(Item(label, False, f"cannot fetch the signed file: {getattr(error, 'what', error)}", "signature"))
                 continue
@@ -877,7 +891,7 @@ class Auditor:
             for candidate in candidates:
                 tried.append(candidate)
                 try:
-                    bundle = self._fetch_small(candidate, is_url, cache / (relative + suffix))
+                    bundle = self._fetch_small(candidate, is_url, cache / (relative + suffix), cap=MAX_BUNDLE_BYTES)
                     break
                 except (PipelineError, OSError):
                     continue
@@ -986,46 +1000,45 @@ def _bearer_challenge(header: str) -> dict[str, str] | None:
 
 
 def fetch_manifest_by_digest(host: str, name: str, digest: str, *, session, timeout: float = DEFAULT_TIMEOUT) -> tuple[bytes, str]:
-    """GET /v2/<name>/manifests/<digest>, with the anonymous token flow; returns (bytes, media type)."""
-    import requests
+    """GET /v2/<name>/manifests/<digest>, with the anonymous token flow; returns (bytes, media type).
 
-    bare = host.rsplit(":", 1)[0].strip("[]")
-    scheme = "http" if is_loopback_host(bare) else "https"
+    Every answer is capped (MAX_MANIFEST_BYTES, MAX_TOKEN_ANSWER_BYTES) and read
+    within `timeout` overall; redirects stay on the registry's origin.
+    """
+    scheme = "http" if net.authority_is_loopback(host) else "https"
     url = f"{scheme}://{host}/v2/{name}/manifests/{digest}"
     headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
-    try:
-        response = session.get(url, headers=headers, timeout=timeout)
-        if response.status_code == 401:
-            challenge = _bearer_challenge(response.headers.get("WWW-Authenticate", ""))
-            if challenge is None or "realm" not in challenge:
-                raise RemoteError(f"the registry {host} requires credentials for {name} (HTTP 401 without an anonymous token challenge)", file=url)
-            realm = challenge["realm"]
-            problem = check_scheme(realm)
-            if problem:
-                raise RemoteError(f"the registry's token realm {realm} {problem}", file=url)
-            params = {"scope": challenge.get("scope") or f"repository:{name}:pull"}
-            if challenge.get("service"):
-                params["service"] = challenge["service"]
-            token_response = session.get(realm, params=params, timeout=timeout)
-            if token_response.status_code != 200:
-                raise RemoteError(f"the registry's token service answered HTTP {token_response.status_code} for an anonymous pull token of {name}", file=realm)
-            payload = token_response.json()
-            token = payload.get("token") or payload.get("access_token")
-            if not isinstance(token, str) or not token:
-                raise RemoteError("the registry's token service returned no token", file=realm)
-            from .errors import register_secret
 
-            register_secret(token)
-            response = session.get(url, headers={**headers, "Authorization": f"Bearer {token}"}, timeout=timeout)
-        if response.status_code == 404:
-            raise RemoteError(f"the registry has no manifest {digest} in {host}/{name} (HTTP 404)", file=url)
-        if response.status_code != 200:
-            raise RemoteError(f"the registry answered HTTP {response.status_code} for manifest {digest}", file=url)
-        body = response.content
-    except requests.RequestException as exc:
-        raise RemoteError(f"cannot reach the registry {host}: {type(exc).__name__}", file=url) from None
-    if len(body) > MAX_MANIFEST_BYTES:
-        raise RemoteError(f"the registry returned {len(body)} bytes for a manifest (over {MAX_MANIFEST_BYTES})", file=url)
+    def get(location: str, cap: int, what: str, **kwargs: Any):
+        return net.fetch_bytes(session, location, cap=cap, timeout=timeout, what=what, redirects="same-origin", label=what, accept_status=lambda status: True, **kwargs)
+
+    response, body = get(url, MAX_MANIFEST_BYTES, f"manifest {digest}", headers=headers)
+    if response.status_code == 401:
+        challenge = _bearer_challenge(response.headers.get("WWW-Authenticate", ""))
+        if challenge is None or "realm" not in challenge:
+            raise RemoteError(f"the registry {host} requires credentials for {name} (HTTP 401 without an anonymous token challenge)", file=url)
+        realm = challenge["realm"]
+        problem = net.scheme_problem(realm)
+        if problem:
+            raise RemoteError(f"the registry's token realm {realm} {problem}", file=url)
+        params = {"scope": challenge.get("scope") or f"repository:{name}:pull"}
+        if challenge.get("service"):
+            params["service"] = challenge["service"]
+        token_response, answer = get(realm, MAX_TOKEN_ANSWER_BYTES, "the registry's token answer", params=params)
+        if token_response.status_code != 200:
+            raise RemoteError(f"the registry's token service answered HTTP {token_response.status_code} for an anonymous pull token of {name}", file=realm)
+        payload = loads_object(answer, source=realm, max_bytes=MAX_TOKEN_ANSWER_BYTES)
+        token = payload.get("token") or payload.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise RemoteError("the registry's token service returned no token", file=realm, found=sorted(payload)[:8], expected="an object with 'token' or 'access_token'")
+        from .errors import register_secret
+
+        register_secret(token)
+        response, body = get(url, MAX_MANIFEST_BYTES, f"manifest {digest}", headers={**headers, "Authorization": f"Bearer {token}"})
+    if response.status_code == 404:
+        raise RemoteError(f"the registry has no manifest {digest} in {host}/{name} (HTTP 404)", file=url)
+    if response.status_code != 200:
+        raise RemoteError(f"the registry answered HTTP {response.status_code} for manifest {digest}", file=url)
     media_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "unknown"
     return body, media_type
 
@@ -1108,7 +1121,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=f"parallel downloads (default {DEFAULT_JOBS})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout (OK/FAIL lines go to stderr)")
     parser.add_argument("--cache", type=Path, default=None, help="download folder, kept for resuming (default ~/.cache/omp-ninfer-audit/<release>)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed (default 60)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed; also each file must arrive within TIMEOUT seconds plus its bytes at 256 KiB/s, retries included (default 60)")
     parser.add_argument("--retries", type=int, default=None, help="retries per download after a broken connection or 5xx (default 4)")
     parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file")
     parser.add_argument("--allow-unsigned", action="store_true", help="report missing Sigstore bundles as SKIP instead of FAIL (pre-signing audits only)")

@@ -75,7 +75,7 @@ from .releasetree import (
 from .util import ui
 from .util.fs import atomic_write_bytes
 from .util.hashing import is_commit_hex, sha256_bytes
-from .util.jsonio import canonical_bytes
+from .util.jsonio import canonical_bytes, expect_object, loads_document, loads_object
 from .verify import (
     GIT,
     GitObjects,
@@ -174,12 +174,7 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
     entry = register.one("lane-receipt", lane=lane.id, needed_by="compose", produced_by="qualify")
     receipt_path = register.verified_path(entry)
     receipt_bytes = receipt_path.read_bytes()
-    try:
-        doc = json.loads(receipt_bytes.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"is not valid UTF-8 JSON ({exc})", file=receipt_path) from None
-    if not isinstance(doc, dict):
-        raise InputError("must hold a JSON object", file=receipt_path)
+    doc = loads_object(receipt_bytes, source=receipt_path)
     facts = receipt_facts(doc)
     f = receipt_path
     _want(doc.get("artifact_type") == LANE_RECEIPT_TYPE, "is not a lane receipt", file=f, field="artifact_type", found=doc.get("artifact_type"), expected=LANE_RECEIPT_TYPE)
@@ -198,8 +193,9 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
         _want(facts.model_artifact_sha256 == model_sha256, "was qualified with another model than release.toml binds", file=f, field="identity.model_artifact_sha256", found=facts.model_artifact_sha256, expected=model_sha256, fix="qualify with the release's model, or correct [model] in release.toml")
     identities = register.query("build-identity", lane=lane.id)
     if identities:
-        build_doc = json.loads(register.verified_path(identities[0]).read_bytes())
-        serve = (build_doc.get("binaries") or {}).get(lane.binary_file("ninfer-serve"))
+        build_path = register.verified_path(identities[0])
+        build_doc = loads_object(build_path.read_bytes(), source=build_path)
+        serve = expect_object(build_doc.get("binaries") or {}, source=build_path, field="binaries").get(lane.binary_file("ninfer-serve"))
         if serve is not None:
             _want(facts.server_binary_sha256 == serve, "qualified another server binary than the build", file=f, field="identity.server_binary_sha256", found=facts.server_binary_sha256, expected=serve)
     if status == "qualified" and facts.status != "passed":
@@ -222,7 +218,7 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
         if entries:
             pub_path = register.verified_path(entries[0])
             pub_bytes = pub_path.read_bytes()
-            pub = json.loads(pub_bytes.decode("utf-8"))
+            pub = loads_object(pub_bytes, source=pub_path)
             pf = publication_facts(pub)
             p = pub_path
             _want(pub.get("artifact_type") == PUBLICATION_TYPE, "is not an image publication receipt", file=p, field="artifact_type", found=pub.get("artifact_type"), expected=PUBLICATION_TYPE)
@@ -607,12 +603,7 @@ def accept_release(root: Path, release: str, record: Path, *, lanes_dir: Path | 
     from .util.jsonio import check_text_hygiene
 
     check_text_hygiene(record, data)
-    try:
-        doc = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"is not valid UTF-8 JSON ({exc})", file=record) from None
-    if not isinstance(doc, dict):
-        raise InputError("must hold a JSON object", file=record)
+    doc = loads_object(data, source=record)
     problems = [Problem("acceptance", what, file=str(record), field=name, found=found, expected=expected) for name, found, expected, what in acceptance_problems(doc, manifest, release)]
     _refuse(problems, kind=IntegrityError, lead="acceptance refused")
     if doc["status"] != "passed":
@@ -625,7 +616,7 @@ def accept_release(root: Path, release: str, record: Path, *, lanes_dir: Path | 
     if not present:
         raise RefusedError("the accepted candidate commit is not in this repository's history", file=record, field="candidate_commit", found=candidate, fix="fetch it (git fetch) or accept on a commit of this repository")
     held = git_show(root, candidate, repo_path(release, MANIFEST))
-    old = json.loads(held.decode("utf-8")) if held else None
+    old = loads_document(held, source=f"{candidate}:{repo_path(release, MANIFEST)}") if held else None
     if not isinstance(old, dict) or old.get("status") != "candidate":
         raise RefusedError("the accepted commit does not hold this release as a candidate", file=record, field="candidate_commit", found=candidate, expected=f"a commit whose {repo_path(release, MANIFEST)} has status candidate")
     if acceptance_subject(old) != acceptance_subject(manifest):

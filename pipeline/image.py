@@ -57,6 +57,7 @@ from typing import Any
 from . import oci
 from .errors import InputError, IntegrityError, RemoteError
 from .formats.components import repository_owner
+from .infra.safetar import SafeTar
 from .lanes import REPO_ROOT, Lane, find_lane
 from .oci_registry import RegistryClient, Repository, credentials_for, parse_repository
 from .register import Artifact
@@ -65,7 +66,7 @@ from .stage import Context, Stage, StageResult, execute
 from .util import ui
 from .util.fs import atomic_output_dir, atomic_write_bytes
 from .util.hashing import file_digests, sha256_bytes, sha256_file
-from .util.jsonio import read_toml
+from .util.jsonio import loads_document, loads_object, read_toml
 from .util.safepath import relpath_problem
 from .util.schema import Field, matches, one_of, read_table
 
@@ -545,8 +546,7 @@ class RootFS:
             elif member.isreg():
                 text = None
                 if (path == "etc/ld.so.conf" or (path.startswith("etc/ld.so.conf.d/") and path.endswith(".conf"))) and member.size < 65536:
-                    handle = tar.extractfile(member)
-                    text = handle.read().decode("utf-8", "replace") if handle else ""
+                    text = tar.read_member(member, 65536).decode("utf-8", "replace")
                 entries.append((path, Node("file", member.mode, text=text)))
 
         def finish() -> None:
@@ -684,44 +684,39 @@ def open_archive(ctx: Context, lane: Lane, staging: Path) -> ArchiveContent:
     files: dict[str, Path] = {}
     executable: dict[str, bool] = {}
     staging.mkdir(parents=True, exist_ok=True)
-    try:
-        with tarfile.open(path, "r:gz") as tar:
-            for member in tar:
-                name = member.name[2:] if member.name.startswith("./") else member.name
-                name = name.rstrip("/")
-                parts = PurePosixPath(name).parts
-                if not parts or parts[0] != root or name.startswith("/") or ".." in parts or "\\" in name:
-                    raise InputError(
-                        "archive member is outside the archive's one top-level folder",
-                        file=path,
-                        found=member.name,
-                        expected=f"paths under {root}/",
-                    )
-                relative = "/".join(parts[1:])
-                if member.isdir():
-                    continue
-                if not member.isreg():
-                    raise InputError(
-                        "archive member is not a regular file or folder",
-                        file=path,
-                        found=f"{member.name} ({'symlink' if member.issym() else 'hard link' if member.islnk() else 'special file'})",
-                        why="the image takes files only; links could point outside the folder the image owns",
-                    )
-                if not relative:
-                    raise InputError("the archive's top-level entry must be a folder", file=path, found=member.name)
-                if relative in files:
-                    raise InputError("archive holds a path twice", file=path, found=member.name)
-                target = staging / relative
-                target.parent.mkdir(parents=True, exist_ok=True)
-                source = tar.extractfile(member)
-                assert source is not None
-                with open(target, "wb") as sink:
-                    while chunk := source.read(oci.CHUNK * 4):
-                        sink.write(chunk)
-                files[relative] = target
-                executable[relative] = bool(member.mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise InputError(f"binary archive is not a readable tar.gz ({exc})", file=path) from None
+    with SafeTar(path, error=InputError) as tar:  # bounded; any member name leaving the archive is refused
+        for member in tar:
+            name = member.name[2:] if member.name.startswith("./") else member.name
+            name = name.rstrip("/")
+            parts = PurePosixPath(name).parts
+            if not parts or parts[0] != root or name.startswith("/") or ".." in parts or "\\" in name:
+                raise InputError(
+                    "archive member is outside the archive's one top-level folder",
+                    file=path,
+                    found=member.name,
+                    expected=f"paths under {root}/",
+                )
+            relative = "/".join(parts[1:])
+            if member.isdir():
+                continue
+            if not member.isreg():
+                raise InputError(
+                    "archive member is not a regular file or folder",
+                    file=path,
+                    found=f"{member.name} ({'symlink' if member.issym() else 'hard link' if member.islnk() else 'special file'})",
+                    why="the image takes files only; links could point outside the folder the image owns",
+                )
+            if not relative:
+                raise InputError("the archive's top-level entry must be a folder", file=path, found=member.name)
+            if relative in files:
+                raise InputError("archive holds a path twice", file=path, found=member.name)
+            target = staging / relative
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target, "wb") as sink:
+                for chunk in tar.chunks(member, oci.CHUNK * 4):
+                    sink.write(chunk)
+            files[relative] = target
+            executable[relative] = bool(member.mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
     if SUMS_FILE not in files or IDENTITY_FILE not in files:
         raise InputError(
             f"binary archive lacks {SUMS_FILE if SUMS_FILE not in files else IDENTITY_FILE}",
@@ -743,10 +738,7 @@ def open_archive(ctx: Context, lane: Lane, staging: Path) -> ArchiveContent:
         actual = sha256_file(files[name])
         if actual != expected:
             raise IntegrityError(f"archive file {name} differs from {SUMS_FILE}", file=path, found=actual, expected=expected)
-    try:
-        identity = json.loads(files[IDENTITY_FILE].read_bytes())
-    except ValueError as exc:
-        raise InputError(f"{IDENTITY_FILE} in the archive is not JSON ({exc})", file=path) from None
+    identity = loads_document(files[IDENTITY_FILE].read_bytes(), source=f"{path}!{root}/{IDENTITY_FILE}")
     if not isinstance(identity, dict) or identity.get("artifact_type") != "ninfer_release_build_identity":
         raise InputError(f"{IDENTITY_FILE} in the archive is not a build identity", file=path, field="artifact_type", expected="ninfer_release_build_identity")
     binaries = identity.get("binaries") or {}
@@ -766,7 +758,8 @@ def open_archive(ctx: Context, lane: Lane, staging: Path) -> ArchiveContent:
     # Cross-check with the build stage's identity when the register holds it.
     recorded = register.query("build-identity", lane=lane.id)
     if len(recorded) == 1:
-        built = json.loads(register.verified_path(recorded[0]).read_bytes())
+        built_path = register.verified_path(recorded[0])
+        built = loads_object(built_path.read_bytes(), source=built_path)
         for key in ("patch_stack_sha", "binaries"):
             if built.get(key) != identity.get(key):
                 raise IntegrityError(

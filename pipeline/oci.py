@@ -38,7 +38,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
 from .errors import InputError, IntegrityError
+from .infra.safetar import SafeTar
 from .util.fs import atomic_write_bytes
+from .util.jsonio import loads_document, loads_object
 from .util.safepath import relpath_problem
 
 # -- media types -------------------------------------------------------------
@@ -288,35 +290,13 @@ def build_layer(
 def uncompressed_digest(path: Path, media_type: str, *, on_member=None) -> str:
     """diff_id of a layer blob: SHA-256 of its tar stream; optionally visit each tar member."""
     digest = hashlib.sha256()
-
-    class _Tee(io.RawIOBase):
-        def __init__(self, stream):
-            self.stream = stream
-
-        def readable(self):
-            return True
-
-        def readinto(self, buffer):
-            data = self.stream.read(len(buffer))
-            digest.update(data)
-            buffer[: len(data)] = data
-            return len(data)
-
-    with open(path, "rb") as raw:
-        stream: Any = gzip.GzipFile(fileobj=raw, mode="rb") if media_type == LAYER_GZIP else raw
-        tee = io.BufferedReader(_Tee(stream), buffer_size=CHUNK)
-        try:
+    # The bounded tar reader (infra.safetar) inflates, counts and hashes the stream; a bomb,
+    # an oversized header or a member name leaving the root is refused while it streams.
+    with SafeTar(path, compression="gz" if media_type == LAYER_GZIP else None, on_bytes=digest.update, label=path) as tar:
+        for member in tar:  # every member's name is checked, visited or not
             if on_member is not None:
-                with tarfile.open(fileobj=tee, mode="r|") as tar:
-                    for member in tar:
-                        on_member(member, tar)
-            while tee.read(CHUNK):  # the rest: tar padding after the end-of-archive blocks
-                pass
-        except (OSError, EOFError, tarfile.TarError, zlib.error) as exc:
-            raise IntegrityError(
-                f"layer blob is not a readable {'gzip-compressed ' if media_type == LAYER_GZIP else ''}tar stream ({exc})",
-                file=path,
-            ) from None
+                on_member(member, tar)
+        tar.drain()  # the rest: tar padding after the end-of-archive blocks
     return "sha256:" + digest.hexdigest()
 
 
@@ -432,17 +412,15 @@ def read_layout_index(root: Path) -> dict[str, Any]:
             expected="a folder written by the image stage or by 'skopeo copy ... oci:DIR'",
         )
     try:
-        version = json.loads(marker.read_bytes()).get("imageLayoutVersion")
-    except (ValueError, AttributeError):
+        version = loads_object(marker.read_bytes(), source=marker).get("imageLayoutVersion")
+    except InputError:
         version = None
     if version != LAYOUT_VERSION:
         raise InputError("has an unsupported image layout version", file=marker, field="imageLayoutVersion", found=version, expected=LAYOUT_VERSION)
     try:
-        index = json.loads((root / "index.json").read_bytes())
+        index = loads_document((root / "index.json").read_bytes(), source=root / "index.json")
     except FileNotFoundError:
         raise InputError("image layout has no index.json", file=root) from None
-    except ValueError as exc:
-        raise InputError(f"index.json is not valid JSON ({exc})", file=root / "index.json") from None
     if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
         raise InputError("index.json has no manifests list", file=root / "index.json")
     return index
@@ -459,10 +437,7 @@ class Manifest:
 
 
 def parse_json_blob(data: bytes, *, origin: str) -> dict[str, Any]:
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(f"is not valid JSON ({exc})", file=origin) from None
+    document = loads_document(data, source=origin)
     if not isinstance(document, dict):
         raise InputError("is not a JSON object", file=origin, found=type(document).__name__)
     return document

@@ -32,7 +32,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import hashlib
-import json
 import os
 import re
 import time
@@ -40,12 +39,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import requests
 
 from .errors import InputError, IntegrityError, RemoteError, UsageError, register_secret
+from .infra import net
+from .infra.net import authority_is_loopback
 from .oci import ACCEPT_ANY_MANIFEST, CHUNK, Descriptor, is_digest
 from .util import ui
+from .util.jsonio import expect_list, expect_object, loads_document, loads_object, read_json_object
 
 ENV_USERNAME = "PIPELINE_REGISTRY_USERNAME"
 ENV_PASSWORD = "PIPELINE_REGISTRY_PASSWORD"
@@ -55,6 +58,10 @@ BACKOFF_SECONDS = 0.5
 BACKOFF_CAP_SECONDS = 30.0
 TIMEOUT_SECONDS = 60.0
 TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# Caps of unstreamed answers (blobs stream and are bounded by their descriptor's size).
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # manifests (the OCI distribution spec's 4 MiB), token answers, tag lists
+MAX_ERROR_BODY_BYTES = 64 * 1024
+MAX_DOCKER_CONFIG_BYTES = 1024 * 1024
 
 # Docker Hub's names: what people write, and the host that serves the API.
 DOCKER_HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io")
@@ -92,11 +99,6 @@ class Repository:
 
     def at(self, digest: str) -> str:
         return f"{self.name}@{digest}"
-
-
-def is_loopback(host: str) -> bool:
-    bare = host.rsplit(":", 1)[0] if not host.startswith("[") else host[1:].split("]")[0]
-    return bare == "localhost" or bare == "::1" or bare.startswith("127.")
 
 
 def _looks_like_host(component: str) -> bool:
@@ -151,7 +153,7 @@ def parse_push_target(value: str, *, plain_http: bool | None = None) -> Reposito
         )
     if host in DOCKER_HUB_NAMES and "/" not in path:
         path = f"library/{path}"
-    return Repository(host, path, is_loopback(host) if plain_http is None else plain_http)
+    return Repository(host, path, authority_is_loopback(host) if plain_http is None else plain_http)
 
 
 def parse_repository(value: str, *, origin: str, field_name: str) -> Repository:
@@ -171,7 +173,7 @@ def parse_repository(value: str, *, origin: str, field_name: str) -> Repository:
         )
     if host in DOCKER_HUB_NAMES and "/" not in path:
         path = f"library/{path}"
-    return Repository(host, path, is_loopback(host))
+    return Repository(host, path, authority_is_loopback(host))
 
 
 # -- credentials ------------------------------------------------------------
@@ -222,11 +224,11 @@ def credentials_for(host: str, *, use_environment: bool) -> Credentials | None:
     if not path.is_file():
         return None
     try:
-        config = json.loads(path.read_bytes())
-    except (ValueError, OSError) as exc:
-        raise InputError(f"Docker config file is not readable JSON ({type(exc).__name__})", file=path, fix="repair it or run 'docker login' again") from None
-    if not isinstance(config, dict):
-        raise InputError("Docker config file is not a JSON object", file=path)
+        config = read_json_object(path, strict_bytes=False, max_bytes=MAX_DOCKER_CONFIG_BYTES)
+    except OSError as exc:
+        raise InputError(f"Docker config file is not readable ({type(exc).__name__})", file=path, fix="repair it or run 'docker login' again") from None
+    for key in ("auths", "credHelpers"):
+        expect_object(config.get(key) or {}, source=path, field=key)
     for auth in (config.get("auths") or {}).values():
         if isinstance(auth, dict) and isinstance(auth.get("auth"), str):
             register_secret(auth["auth"])
@@ -259,17 +261,53 @@ def _oras_registry_class():
     return _Registry
 
 
-class _TimeoutAdapter(requests.adapters.HTTPAdapter):
-    """Give every request of the session a timeout (oras-py passes none)."""
+def _strict_token_backend(session, plain_http: bool):
+    """oras-py's token (OAuth2) backend, with the token service's answer read by the strict JSON reader.
 
-    def __init__(self, timeout: float) -> None:
-        super().__init__(max_retries=0)
-        self.timeout = timeout
+    oras-py parses it with `response.json()` and calls `.get` on whatever came
+    back: a list or a duplicate-key answer would be a traceback or read
+    last-wins.  The request logic is oras-py's (`oras/auth/token.py`).
+    """
+    import oras.auth.token
 
-    def send(self, request, **kwargs):  # type: ignore[override]
-        if kwargs.get("timeout") is None:
-            kwargs["timeout"] = self.timeout
-        return super().send(request, **kwargs)
+    class StrictTokenAuth(oras.auth.token.TokenAuth):
+        def _token_of(self, response, realm: str) -> str | None:
+            if response.status_code != 200:
+                return None
+            where = f"the token service {urlsplit(realm).netloc}"
+            document = loads_object(response.content, source=where, max_bytes=MAX_ANSWER_BYTES)
+            token = document.get("token") or document.get("access_token")
+            if token is not None and not isinstance(token, str):
+                raise InputError("answered a token that is not a string", file=where, field="token", found=type(token).__name__, expected="string")
+            if token:
+                register_secret(token)
+            return token or None
+
+        def request_token(self, h):
+            params: dict[str, str] = {}
+            headers: dict[str, str] = {}
+            if h.service:
+                params["service"] = h.service
+                headers.update({"Service": h.service, "Accept": "application/json", "User-Agent": "oras-py"})
+            if not h.realm.startswith("http"):
+                h.realm = f"{self.prefix}://{h.realm}"
+            if h.scope:
+                params["scope"] = h.scope
+            if getattr(self, "_basic_auth", None):
+                headers["Authorization"] = f"Basic {self._basic_auth}"
+            return self._token_of(self.session.get(h.realm, headers=headers, params=params, verify=self._tls_verify), h.realm)
+
+        def request_anonymous_token(self, h):
+            if not h.realm:
+                return None
+            params = {key: value for key, value in (("service", h.service), ("scope", h.scope)) if value}
+            return self._token_of(self.session.request("GET", h.realm, params=params, verify=self._tls_verify), h.realm)
+
+    backend = StrictTokenAuth()
+    backend.session = session
+    backend.prefix = "http" if plain_http else "https"
+    backend._tls_verify = True
+    return backend
 
 
 class _Body:
@@ -298,13 +336,17 @@ class _Body:
 def registry_error_text(response: requests.Response) -> str:
     """The registry's own words from an OCI error body (`errors[].code/message`)."""
     try:
-        document = response.json()
+        if getattr(response, "_content", b"") is False:  # a streamed answer not read yet: read a bounded part
+            body = net.read_body(response, limit=MAX_ERROR_BODY_BYTES, deadline=time.monotonic() + TIMEOUT_SECONDS, label="an error answer", url=response.url)
+        else:
+            body = response.content
+        document = loads_document(body, source=response.url or "the registry's answer")
         errors = document.get("errors") if isinstance(document, dict) else None
-        if errors:
+        if isinstance(errors, list):
             parts = [f"{e.get('code', '?')}: {e.get('message', '')}".strip() for e in errors if isinstance(e, dict)]
             return "; ".join(parts)[:300]
-    except ValueError:
-        pass
+    except (InputError, RemoteError, requests.RequestException):
+        pass  # not an OCI error body (or an unreadable one): fall back to the HTTP reason
     return (response.reason or "").strip()
 
 
@@ -336,9 +378,12 @@ class RegistryClient:
         self.sleep = sleep
         registry_class = _oras_registry_class()
         self._oras = registry_class(hostname=repository.api_host, insecure=repository.plain_http)
-        adapter = _TimeoutAdapter(timeout)
+        # Every request of the session (oras-py's token requests included, and every redirect
+        # requests follows) gets a timeout, a capped body unless streamed, and one scheme.
+        adapter = net.bounded_adapter(cap=MAX_ANSWER_BYTES, timeout=timeout, scheme=repository.scheme)
         self._oras.session.mount("http://", adapter)
         self._oras.session.mount("https://", adapter)
+        self._oras.auth = _strict_token_backend(self._oras.session, repository.plain_http)
         import oras.container
 
         self.container = oras.container.Container(repository.path, registry=repository.api_host)
@@ -490,7 +535,7 @@ class RegistryClient:
                 if check.status_code != 200:
                     raise self.fail(check, "our credentials")
             elif scheme == "bearer":
-                backend = oras.auth.get_auth_backend("token", self._oras.session, self.repository.plain_http)
+                backend = _strict_token_backend(self._oras.session, self.repository.plain_http)
                 if self.credentials is not None:
                     backend._basic_auth = self.credentials.basic
                 self._oras.auth = backend
@@ -737,4 +782,8 @@ class RegistryClient:
             return []
         if response.status_code != 200:
             raise self.fail(response, "list tags")
-        return list(response.json().get("tags") or [])
+        document = loads_object(response.content, source=url)
+        tags = expect_list(document.get("tags") or [], source=url, field="tags")
+        if not all(isinstance(tag, str) for tag in tags):
+            raise InputError("lists tags that are not strings", file=url, field="tags")
+        return tags

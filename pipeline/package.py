@@ -20,13 +20,11 @@ with unchanged inputs is a no-op (the stage contract).
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import re
 import shutil
 import string
-import tarfile
 import tempfile
 import zlib
 from importlib import metadata
@@ -36,13 +34,14 @@ from typing import Any
 from . import archive, assets, binaries, sbom
 from .errors import InputError, IntegrityError, RefusedError, UsageError
 from .formats import components as bom_model
+from .infra.safetar import SafeTar
 from .lanes import REPO_ROOT, Lane
 from .register import Artifact
 from .stage import Context, Stage
 from .util import ui
 from .util.fs import atomic_output_dir, atomic_write_bytes, copy_file
 from .util.hashing import file_digests, sha256_bytes, sha256_file
-from .util.jsonio import canonical_bytes, read_json_object
+from .util.jsonio import canonical_bytes, loads_document, read_json_object
 from .util.proc import run_text
 from .util.safepath import safe_component, safe_relpath
 
@@ -68,12 +67,11 @@ def _code_digest() -> str:
 
 def _tar_members(tar_bytes: bytes) -> dict[str, bytes]:
     members: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as source:
+    # The runtime source is another repository's: read its `git archive` with the bounded reader.
+    with SafeTar(tar_bytes, compression=None, label="the runtime source's git archive", error=InputError) as source:
         for info in source:
             if info.isreg():
-                handle = source.extractfile(info)
-                assert handle is not None
-                members[info.name.removeprefix("./")] = handle.read()
+                members[info.name.removeprefix("./")] = source.read_member(info, len(tar_bytes))
     return members
 
 
@@ -195,10 +193,7 @@ class PackageStage(Stage):
             ui.warn(f"the source has no {INVENTORY}: the CycloneDX SBOM lists no vendored components")
             return []
         where = f"{source_path}!{INVENTORY}"
-        try:
-            inventory = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"is not valid JSON ({exc})", file=where) from None
+        inventory = loads_document(raw, source=where)
         components = inventory.get("components") if isinstance(inventory, dict) else None
         if not isinstance(inventory, dict) or inventory.get("schema_version") != 1 or not isinstance(components, list):
             raise InputError("is not a vendored inventory of schema 1", file=where, expected="{schema_version: 1, components: [...]}")

@@ -52,7 +52,7 @@ from .register import Artifact, Register
 from .stage import Context, Stage, StageResult, execute
 from .util import ui
 from .util.hashing import sha256_bytes
-from .util.jsonio import canonical_bytes, write_json
+from .util.jsonio import canonical_bytes, loads_document, write_json
 
 RECEIPT_TYPE = "ninfer_runtime_image_publication_receipt"
 RECEIPT_SCHEMA = 3
@@ -467,7 +467,7 @@ def register_cli(sub) -> None:
             raise InputError("push recorded no receipt")
         path = Path(args.dist) / receipt.path
         if args.json:
-            print(json.dumps(json.loads(path.read_bytes()), indent=2, sort_keys=True))
+            print(json.dumps(loads_document(path.read_bytes(), source=path), indent=2, sort_keys=True))
         else:
             print(receipt.attrs["image_reference"])
         return 0

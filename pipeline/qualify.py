@@ -111,10 +111,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import re
-import shutil
-import tarfile
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -123,6 +120,7 @@ from typing import Any
 
 from .errors import ExitCode, InputError, IntegrityError, UsageError, redact, register_secret
 from .identity import IDENTITY_KEYS
+from .infra.safetar import SafeTar
 from .lanes import REPO_ROOT, Lane, current_host_platform
 from .qualify_harness import (
     ENDPOINT_GATES,
@@ -148,12 +146,13 @@ from .register import Artifact
 from .stage import Context, Stage
 from .util import ui
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
-from .util.jsonio import canonical_bytes, read_json_object, write_json
+from .util.jsonio import canonical_bytes, loads_object, read_json_object, write_json
 from .util.safepath import safe_component
 
 RECEIPT_TYPE = "omp_ninfer_lane_receipt"
 RECEIPT_SCHEMA_VERSION = 1
 RECEIPT_STATUSES = ("passed", "failed", "hardware-pending")
+MAX_PACKAGE_DOCUMENT_BYTES = 16 * 1024 * 1024  # a top-level JSON member of the package read into memory
 SERVER_BINARY = "ninfer-serve"
 _FIELDS = frozenset({
     "artifact_type", "schema_version", "lane", "component_tag", "deployment_profile", "status", "status_reason",
@@ -357,24 +356,19 @@ def _read_package(path: Path) -> tuple[str, dict[str, bytes], dict[str, str]]:
     members: dict[str, bytes] = {}
     hashes: dict[str, str] = {}
     tops: set[str] = set()
-    try:
-        with tarfile.open(path, "r:gz") as archive:
-            for member in archive:
-                top, _, rest = member.name.partition("/")
-                tops.add(top)
-                if not member.isfile() or not rest:
-                    continue
-                handle = archive.extractfile(member)
-                assert handle is not None
-                if rest.startswith("bin/"):
-                    digest = hashlib.sha256()
-                    while block := handle.read(1 << 20):
-                        digest.update(block)
-                    hashes[rest] = digest.hexdigest()
-                elif "/" not in rest and rest.endswith(".json"):
-                    members[rest] = handle.read()
-    except (tarfile.TarError, OSError, EOFError) as exc:
-        raise IntegrityError(f"the package archive cannot be read: {exc}", file=path) from None
+    with SafeTar(path) as archive:  # bounded; names that leave the archive are refused
+        for member in archive:
+            top, _, rest = member.name.partition("/")
+            tops.add(top)
+            if not member.isfile() or not rest:
+                continue
+            if rest.startswith("bin/"):
+                digest = hashlib.sha256()
+                for block in archive.chunks(member):
+                    digest.update(block)
+                hashes[rest] = digest.hexdigest()
+            elif "/" not in rest and rest.endswith(".json"):
+                members[rest] = archive.read_member(member, MAX_PACKAGE_DOCUMENT_BYTES)
     if len(tops) != 1:
         raise IntegrityError("the package archive does not have exactly one top folder", file=path, found=sorted(tops))
     return tops.pop(), members, hashes
@@ -410,7 +404,7 @@ def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, li
         payload_identity = members.get("build-identity.json")
         if payload_identity is None:
             raise IntegrityError("the package holds no build-identity.json", file=package_path)
-        inner = json.loads(payload_identity.decode("utf-8"))
+        inner = loads_object(payload_identity, source=f"{package_path}!{package_top}/build-identity.json")
         for key in IDENTITY_KEYS:
             if inner.get(key) != build.get(key):
                 raise IntegrityError("the package's build identity differs from the build's", file=package_path, field=f"build-identity.json: {key}", found=inner.get(key), expected=build.get(key))
@@ -464,9 +458,9 @@ def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, li
     if config_bytes is not None:
         configuration_sha = sha256_bytes(config_bytes)
         try:
-            model = json.loads(config_bytes.decode("utf-8")).get("model")
-        except (ValueError, UnicodeDecodeError, AttributeError):
-            model = None
+            model = loads_object(config_bytes, source=config_origin).get("model")
+        except InputError:
+            model = None  # the configuration's own check reports it
         if isinstance(model, dict) and model.get("artifact_sha256"):
             if model_sha is not None and model_sha != model["artifact_sha256"]:
                 raise InputError("the lane file and the server configuration bind different models", file=lane.file, field="qualification.model_artifact_sha256", found=model_sha, expected=f"{model['artifact_sha256']} ({config_origin})")
@@ -787,15 +781,14 @@ def _extract_bin(package: Path, into: Path, server: str) -> Path:
     """Extract the package's bin/ folder (binaries and app-local libraries) for the smoke run."""
     target = into / "bin"
     target.mkdir(parents=True)
-    with tarfile.open(package, "r:gz") as archive:
+    with SafeTar(package) as archive:
         for member in archive:
             _top, _, rest = member.name.partition("/")
             if member.isfile() and rest.startswith("bin/") and "/" not in rest[4:]:
-                handle = archive.extractfile(member)
-                assert handle is not None
                 out = target / safe_component(rest[4:], file=package, field=f"member {member.name}", expected="a binary or library name directly under bin/")
                 with open(out, "wb") as sink:
-                    shutil.copyfileobj(handle, sink)
+                    for block in archive.chunks(member):
+                        sink.write(block)
                 out.chmod(0o755)
     return target / server
 

@@ -55,10 +55,14 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .errors import UsageError, redact, register_secret
+from .errors import InputError, PipelineError, UsageError, redact, register_secret
 from .identity import IDENTITY_KEYS
+from .infra import net
 from .util.hashing import sha256_bytes
+from .util.jsonio import loads_document
 
+MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a non-streamed answer of the runtime under test
+MAX_STREAM_BYTES = 64 * 1024 * 1024  # one streamed chat completion
 HARNESS_NAME = "omp-ninfer-qualify"
 HARNESS_VERSION = "1.0.0"
 FIXTURE_GENERATOR = "omp-ninfer-needle-v1"
@@ -457,6 +461,10 @@ class Client:
         self.timeout = timeout
         self.session = requests.Session()
         self.session.trust_env = False  # no proxy between the harness and a loopback endpoint
+        # Answers are bounded: a non-streamed body is capped and read within the request's timeout.
+        adapter = net.bounded_adapter(cap=MAX_ANSWER_BYTES, timeout=timeout, scheme=parts.scheme)
+        self.session.mount("http://", adapter)
+        self.session.mount("https://", adapter)
 
     def url(self, path: str) -> str:
         return self.base + path
@@ -479,12 +487,14 @@ class Client:
             )
         except requests.RequestException as exc:
             raise GateFailure(f"{method} {path} did not complete: {type(exc).__name__}") from None
+        except PipelineError as error:  # the bounded adapter refused the answer (too large, another scheme)
+            raise GateFailure(f"{method} {path}: {error.what}") from None
 
     def json_of(self, response, what: str) -> dict[str, Any]:
         try:
-            document = response.json()
-        except ValueError:
-            raise GateFailure(f"{what} answered {response.status_code} with a body that is not JSON") from None
+            document = loads_document(response.content, source=what)
+        except InputError as error:
+            raise GateFailure(f"{what} answered {response.status_code} with a body that is not strict JSON ({error.what})") from None
         if not isinstance(document, dict):
             raise GateFailure(f"{what} answered with JSON that is not an object")
         return document
@@ -501,7 +511,7 @@ class Client:
 
         try:
             return self.session.get(self.url("/health"), timeout=(5.0, timeout)).status_code
-        except requests.RequestException:
+        except (requests.RequestException, PipelineError):  # nothing usable answered (or an answer over the cap)
             return None
 
     def status(self) -> dict[str, Any]:
@@ -564,9 +574,13 @@ class Client:
         well_formed = True
         finish = None
         buffer = b""
+        received = 0
         try:
             for chunk in response.iter_content(chunk_size=None):
                 arrived = time.perf_counter() - start
+                received += len(chunk)
+                if received > MAX_STREAM_BYTES:
+                    raise GateFailure(f"the streamed chat completion exceeded {MAX_STREAM_BYTES} bytes")
                 buffer += chunk
                 while b"\n" in buffer:
                     line, buffer = buffer.split(b"\n", 1)
@@ -584,17 +598,26 @@ class Client:
                     if done:
                         well_formed = False
                     try:
-                        event = json.loads(payload)
-                    except ValueError:
+                        event = loads_document(payload, source="a streamed chat completion event")
+                    except InputError:
+                        well_formed = False
+                        continue
+                    if not isinstance(event, dict) or not isinstance(event.get("choices") or [], list):
                         well_formed = False
                         continue
                     if event.get("object") not in (None, "chat.completion.chunk"):
                         well_formed = False
-                    if event.get("usage"):
+                    if isinstance(event.get("usage"), dict) and event["usage"]:
                         usage = event["usage"]
                     for choice in event.get("choices") or []:
-                        delta = (choice or {}).get("delta") or {}
+                        delta = (choice.get("delta") or {}) if isinstance(choice, dict) else None
+                        if not isinstance(delta, dict):
+                            well_formed = False
+                            continue
                         content = delta.get("content")
+                        if content is not None and not isinstance(content, str):
+                            well_formed = False
+                            continue
                         if content:
                             pieces.append(content)
                             events += 1
@@ -639,15 +662,6 @@ def contains_exactly(text: str, word: str) -> bool:
 # -- loopback -------------------------------------------------------------------------
 
 
-def is_loopback(host: str | None) -> bool:
-    if not host:
-        return False
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def local_non_loopback_addresses() -> list[str]:
     """This host's own non-loopback addresses (where a 0.0.0.0 bind would also answer)."""
     found: set[str] = set()
@@ -664,7 +678,7 @@ def local_non_loopback_addresses() -> list[str]:
             ip = ipaddress.ip_address(address.split("%")[0])
         except ValueError:
             continue
-        if not (ip.is_loopback or ip.is_unspecified or ip.is_link_local):
+        if not (net.is_loopback(str(ip), allow_name=False) or ip.is_unspecified or ip.is_link_local):
             result.append(str(ip))
     return sorted(result)
 
@@ -790,12 +804,13 @@ def gate_security(run: RunContext) -> Gate:
     status = client.status()
     listen = status.get("listen") if isinstance(status.get("listen"), dict) else {}
     reported_host = listen.get("host")
-    reported_loopback = is_loopback(reported_host)
+    # IP addresses only: a host name (even `localhost`) does not prove where a server listens.
+    reported_loopback = net.is_loopback(reported_host, allow_name=False)
     if reported_host is None:
         problems.append("the status endpoint does not report its listen address")
     elif not reported_loopback:
         problems.append(f"the server reports it listens on {reported_host}, not a loopback address")
-    endpoint_loopback = is_loopback(client.host)
+    endpoint_loopback = net.is_loopback(client.host, allow_name=False)
     if not endpoint_loopback:
         problems.append(f"the endpoint host {client.host} is not a loopback address")
     reachable: list[str] = []

@@ -19,7 +19,7 @@ from typing import Any
 
 from .errors import InputError, IntegrityError
 from .util.hashing import sha256_file
-from .util.jsonio import canonical_bytes, read_json_object, write_json
+from .util.jsonio import canonical_bytes, expect_list, expect_object, read_json_object, write_json
 
 REGISTER_FILE = "register.json"
 REGISTER_TYPE = "omp_ninfer_artifact_register"
@@ -96,13 +96,19 @@ class Register:
                 expected=REGISTER_TYPE,
                 fix="remove the output folder or pass another --dist",
             )
-        for index, entry in enumerate(data.get("artifacts", [])):
+        for index, entry in enumerate(expect_list(data.get("artifacts", []), source=self.file, field="artifacts")):
             try:
-                artifact = Artifact(**entry)
+                artifact = Artifact(**expect_object(entry, source=self.file, field=f"artifacts[{index}]"))
             except (TypeError, ValueError) as exc:
                 raise InputError(f"entry is malformed: {exc}", file=self.file, field=f"artifacts[{index}]") from None
             self.artifacts[artifact.name] = artifact
-        self.stages = dict(data.get("stages", {}))
+        stages = expect_object(data.get("stages", {}), source=self.file, field="stages")
+        for key, record in stages.items():
+            record = expect_object(record, source=self.file, field=f"stages.{key}")
+            outputs = expect_list(record.get("outputs", []), source=self.file, field=f"stages.{key}.outputs")
+            if not all(isinstance(name, str) for name in outputs):
+                raise InputError("names outputs that are not strings", file=self.file, field=f"stages.{key}.outputs", found=outputs)
+        self.stages = dict(stages)
 
     # -- writing ---------------------------------------------------------
     def make(self, kind: str, path: Path, *, stage: str, lane: str | None, name: str | None = None, **attrs: Any) -> Artifact:

@@ -29,7 +29,7 @@ from .errors import _MISSING as _MISSING_ERR
 from .errors import InputError, PipelineError
 from .lanes import Lane, load_lanes
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from .util.jsonio import canonical_bytes
+from .util.jsonio import canonical_bytes, loads_document
 from .util.safepath import safe_relative
 from .util.schema import Field, matches, one_of, read_table
 
@@ -496,9 +496,9 @@ def read_evidence_json(root: Path, rel: str, problems: Problems, check: str) -> 
         problems.add(check, "holds a byte-order mark or a carriage return", file=rel, expected="UTF-8 without BOM, LF line endings")
         return None
     try:
-        document = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        problems.add(check, f"is not valid UTF-8 JSON ({exc})", file=rel)
+        document = loads_document(data, source=rel)
+    except InputError as exc:
+        problems.add(check, exc.what, file=rel)
         return None
     if not isinstance(document, dict):
         problems.add(check, "must hold a JSON object", file=rel, found=type(document).__name__)

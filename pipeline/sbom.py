@@ -47,7 +47,7 @@ from .errors import EnvironmentProblem, IntegrityError
 from .formats import components as cm
 from .util.fs import atomic_write_bytes
 from .util.hashing import file_digests
-from .util.jsonio import canonical_bytes
+from .util.jsonio import canonical_bytes, loads_object
 
 TOOL_NAME = "omp-ninfer-pipeline"
 PROPERTY = "omp-ninfer"  # CycloneDX property namespace
@@ -512,7 +512,7 @@ def spdx_bytes(document) -> bytes:
 def write_spdx(path: Path, inp: SbomInput, payload_dir: Path, model: cm.ComponentModel | None = None) -> bytes:
     document = build_spdx(inp, model)
     data = spdx_bytes(document)
-    cross_check(path, _spdx_declared(json.loads(data)), payload_dir)
+    cross_check(path, _spdx_declared(json.loads(data)), payload_dir)  # our own bytes, just serialised
     atomic_write_bytes(path, data)
     verify_spdx(path, _disk_digests(payload_dir), package_name=inp.package_filename, package_sha256=inp.package_sha256)
     return data
@@ -750,7 +750,7 @@ def cdx_bytes(bom) -> bytes:
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # an incomplete dependency graph is a bug here, not a warning
         text = make_outputter(bom, OutputFormat.JSON, SchemaVersion.V1_6).output_as_string()
-    data = canonical_bytes(json.loads(text), indent=2)
+    data = canonical_bytes(json.loads(text), indent=2)  # the CycloneDX library's output, re-serialised
     errors = cdx_schema_errors(data)
     if errors:
         raise IntegrityError(f"the CycloneDX document does not validate against the 1.6 schema ({len(errors)} errors)", found=errors[:5])
@@ -781,7 +781,7 @@ def _cdx_declared(document: dict[str, Any]) -> dict[str, dict[str, str]]:
 
 def write_cdx(path: Path, inp: SbomInput, payload_dir: Path, model: cm.ComponentModel | None = None) -> bytes:
     data = cdx_bytes(build_cdx(inp, model))
-    cross_check(path, _cdx_declared(json.loads(data)), payload_dir, complete=False)
+    cross_check(path, _cdx_declared(json.loads(data)), payload_dir, complete=False)  # our own bytes, just serialised
     atomic_write_bytes(path, data)
     verify_cdx(path, _disk_digests(payload_dir), package_sha256=inp.package_sha256)
     return data
@@ -797,7 +797,7 @@ def verify_cdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *,
     errors = cdx_schema_errors(data)
     if errors:
         raise IntegrityError("CycloneDX 1.6 schema validation failed", file=path, found=errors[:5])
-    document = json.loads(data)
+    document = loads_object(data, source=path)
     if document.get("specVersion") != "1.6":
         raise IntegrityError("is not CycloneDX 1.6", file=path, field="specVersion", found=document.get("specVersion"), expected="1.6")
     root_hashes = {h["alg"]: h["content"] for h in document.get("metadata", {}).get("component", {}).get("hashes", [])}
@@ -838,7 +838,7 @@ def validate_file(path: Path) -> str:
         errors = cdx_schema_errors(path.read_bytes())
         if errors:
             raise IntegrityError("CycloneDX 1.6 schema validation failed", file=path, found=errors[:5])
-        document = json.loads(path.read_bytes())
+        document = loads_object(path.read_bytes(), source=path)
         return f"{path}: valid CycloneDX {document.get('specVersion')}, {len(document.get('components', []))} components"
     from .errors import UsageError
 

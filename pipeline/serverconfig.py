@@ -51,7 +51,6 @@ and against the server configuration beside it.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
@@ -60,7 +59,7 @@ from typing import Any, NoReturn
 from .errors import InputError
 from .lanes import CUDA_ARCHITECTURES, Lane
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from .util.jsonio import canonical_bytes, check_text_hygiene
+from .util.jsonio import canonical_bytes, check_text_hygiene, loads_document
 from .util.schema import Field, read_table
 
 SERVER_CONFIG_TYPE = "ninfer_windows_server_config"
@@ -354,12 +353,7 @@ def _read_document(path: Path) -> tuple[bytes, dict[str, Any]]:
     except FileNotFoundError:
         raise InputError("file does not exist", file=path) from None
     check_text_hygiene(path, data)
-    try:
-        document = json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=path) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=path) from None
+    document = loads_document(data, source=path)
     if not isinstance(document, dict):
         raise InputError("must hold a JSON object", file=path, found=type(document).__name__, expected="object")
     return data, document

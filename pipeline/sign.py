@@ -36,7 +36,7 @@ from .errors import EnvironmentProblem, InputError, IntegrityError, RefusedError
 from .util import ui
 from .util.fs import atomic_write_bytes
 from .util.hashing import is_sha256_hex, sha256_bytes, sha256_file
-from .util.jsonio import read_json_object
+from .util.jsonio import loads_object, read_json_object
 from .util.safepath import safe_relpath
 
 BUNDLE_SUFFIX = ".sigstore.json"
@@ -530,8 +530,8 @@ def _token_identity(token) -> str:
     claims: dict[str, Any] = {}
     try:
         payload = str(token).split(".")[1]
-        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-    except (IndexError, ValueError, TypeError):
+        claims = loads_object(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)), source="the OIDC token's claims", max_bytes=64 * 1024)
+    except (IndexError, ValueError, TypeError, InputError):
         claims = {}
     if claims.get("iss") == GITHUB_ACTIONS_ISSUER and isinstance(claims.get("job_workflow_ref"), str):
         return f"https://github.com/{claims['job_workflow_ref']}"

@@ -12,14 +12,13 @@ because `-lineinfo` embeds absolute source paths in device code.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import EnvironmentProblem, InputError, RefusedError, UsageError
+from .infra.safetar import SafeTar
 from .lanes import REPO_ROOT, Lane
 from .util.hashing import is_commit_hex
 from .util.proc import run, run_text
@@ -205,8 +204,9 @@ def set_tar_mtimes(data: bytes, mtime: int) -> bytes:
 
 def export_tree(tar_bytes: bytes, destination: Path) -> None:
     destination.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(tar_bytes), mode="r:") as archive:
-        archive.extractall(destination, filter="data")
+    # Bounded reader (names, headers, counts) plus tarfile's data filter (no links out, no devices).
+    with SafeTar(tar_bytes, compression=None, label="the runtime source's git archive", error=InputError) as archive:
+        archive.extract_all(destination)
 
 
 def describe_commit(repo: str, commit: str) -> str:

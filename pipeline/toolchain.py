@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
+from .infra import net
 from .lanes import REPO_ROOT, Lane, current_host_platform
 from .util import ui
 from .util.fs import atomic_output_dir
 from .util.hashing import is_sha256_hex, sha256_bytes, sha256_file
-from .util.jsonio import canonical_bytes, read_json_object, write_json
+from .util.jsonio import canonical_bytes, expect_object, loads_object, read_json_object, write_json
 from .util.proc import run_text
 from .util.safepath import safe_component, safe_relpath
 
@@ -39,6 +40,7 @@ ON_WINDOWS = os.name == "nt"
 CANONICAL_ROOT = Path("C:/omp-ninfer") if ON_WINDOWS else Path("/var/tmp/omp-ninfer")
 EXE = ".exe" if ON_WINDOWS else ""
 PYPI_FILES = "https://files.pythonhosted.org/packages/"
+MAX_PYPI_ANSWER_BYTES = 32 * 1024 * 1024  # PyPI's JSON for a project with every release's files
 
 # Wheels a CUDA toolkit line consists of (the design's list) plus the build tools.
 CUDA_DISTRIBUTIONS = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvidia-cuda-runtime", "nvidia-cuda-cccl", "nvidia-nvtx")
@@ -322,13 +324,26 @@ def for_lane(lane: Lane, mode: str) -> Toolchain:
 # -- writing the lock (maintainers) -------------------------------------------
 
 def _pypi_files(distribution: str, version: str, session) -> list[dict[str, Any]]:
-    response = session.get(f"https://pypi.org/pypi/{distribution}/json", timeout=60)
+    url = f"https://pypi.org/pypi/{distribution}/json"
+    response, body = net.fetch_bytes(session, url, cap=MAX_PYPI_ANSWER_BYTES, timeout=60, what="a PyPI project answer", redirects="same-origin", accept_status=lambda status: True)
     if response.status_code != 200:
         raise RemoteError(f"PyPI answered HTTP {response.status_code} for {distribution}", fix="check the network and the distribution name")
-    releases = response.json().get("releases", {})
+    releases = expect_object(loads_object(body, source=url, max_bytes=MAX_PYPI_ANSWER_BYTES).get("releases", {}), source=url, field="releases")
+    if not isinstance(releases.get(version, []), list):
+        raise InputError("lists a release that is not an array of files", file=url, field=f"releases.{version}")
     if version not in releases:
         raise InputError(f"PyPI has no {distribution} {version}", found=version, expected="one of " + ", ".join(sorted(releases)[-8:]))
-    return releases[version]
+    files = releases[version]
+    for index, entry in enumerate(files):
+        where = f"releases.{version}[{index}]"
+        expect_object(entry, source=url, field=where)
+        for key in ("filename", "packagetype", "url"):
+            if not isinstance(entry.get(key), str):
+                raise InputError(f"lists a file without a string {key!r}", file=url, field=f"{where}.{key}", found=entry.get(key))
+        digests = expect_object(entry.get("digests"), source=url, field=f"{where}.digests")
+        if not is_sha256_hex(digests.get("sha256")) or not isinstance(entry.get("size"), int) or isinstance(entry.get("size"), bool):
+            raise InputError("lists a file without a SHA-256 and a byte size", file=url, field=where)
+    return files
 
 
 def _canonical_url(url: str) -> str:

@@ -8,6 +8,11 @@ file: within one call the running digest simply continues after a broken
 connection; only a `.part` left by an earlier run is read back, once.  Connection errors
 and 5xx answers are retried with exponential backoff; a 404 is final.  The
 file appears under its name only after size and hash match.
+
+Bounded by construction (`pipeline.infra.net`): the running byte count stops a
+download the moment it passes the pinned size (or, unpinned, a named cap),
+and those bytes are deleted; `timeout` is both the idle timeout and an
+overall deadline for the item; redirects are followed by hand, by policy.
 """
 
 from __future__ import annotations
@@ -18,7 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import IntegrityError, RemoteError
+from .errors import IntegrityError, PipelineError, RemoteError
+from .infra import net
 from .util import ui
 
 CHUNK = 1024 * 1024
@@ -61,31 +67,73 @@ def download(
     label: str | None = None,
     session=None,
     expected_size: int | None = None,
+    max_size: int | None = None,
     timeout: float = 60.0,
+    deadline: float | None = None,
     retries: int = RETRIES,
     progress: bool = True,
     on_bytes=None,
+    redirects: str = "same-origin",
+    resume: bool = True,
 ) -> Download:
-    """Fetch `url` into `target` (resuming `target.part`), returning its SHA-256 and size."""
+    """Fetch `url` into `target` (resuming `target.part`), returning its SHA-256 and size.
+
+    Bounded: at most `expected_size` bytes (the pin) or, unpinned, `max_size`
+    (a named cap; one of the two is required); `timeout` seconds of silence
+    fail a request; the whole item, retries included, may take `timeout`
+    seconds plus what arrived at `net.DEADLINE_FLOOR_RATE`, and never more
+    than `deadline` seconds (default `net.deadline_for(timeout, expected_size)`:
+    an unpinned document gets `timeout`).  Bytes over the
+    limit are deleted, never kept as `.part`; redirects follow `redirects`
+    (`net.redirect_problem`).  `resume=False` starts from byte 0 every time
+    (for unpinned documents, whose earlier bytes may belong to another version).
+    """
     import requests
 
+    if expected_size is None and max_size is None:
+        raise ValueError("an unpinned download needs max_size")
+    limit = expected_size if expected_size is not None else max_size
+    assert limit is not None
     http = _session(session)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     label = label or target.name
     started = time.monotonic()
+    ends = started + (deadline if deadline is not None else net.deadline_for(timeout, expected_size))
+    fetched = 0  # bytes received in this call (a prefix from an earlier run earns no time)
     attempt = 0
     resumed_from = 0
     resumed_at: list[int] = []
     digest = hashlib.sha256()
     have = -1  # bytes of `part` already in `digest`; -1: not read yet
+    if not resume:
+        part.unlink(missing_ok=True)
+
+    def give_up(error: Exception, *, keep: bool) -> Exception:
+        if not (keep and resume):
+            part.unlink(missing_ok=True)
+        return error
+
+    def out_of_retries() -> bool:
+        """Count an attempt; True when none is left (by --retries, or because the deadline
+        would pass during the backoff: then the failure itself is reported, not the deadline)."""
+        nonlocal attempt
+        attempt += 1
+        delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
+        return attempt > retries or time.monotonic() + delay > net.paced_deadline(started, timeout, ends, fetched)(0)
+
     while True:
+        if time.monotonic() > net.paced_deadline(started, timeout, ends, fetched)(0):
+            raise give_up(net.deadline_passed(label, url, max(have, 0)), keep=True)
         # The digest continues across retries: only a .part left by an earlier run
         # (or one whose size no longer matches what was hashed) is read back.
-        if have < 0 or not part.exists() or part.stat().st_size != have:
+        if not resume:
+            part.unlink(missing_ok=True)
+            digest, have = hashlib.sha256(), 0
+        elif have < 0 or not part.exists() or part.stat().st_size != have:
             digest = hashlib.sha256()
             have = _hash_existing(part, digest) if part.exists() else 0
-        if expected_size is not None and have > expected_size:
+        if have > limit:
             part.unlink()
             digest, have = hashlib.sha256(), 0
         if attempt == 0:
@@ -94,37 +142,43 @@ def download(
         if have:
             resumed_at.append(have)
         try:
-            response = http.get(url, headers=headers, stream=True, timeout=timeout)
+            response = net.open_stream(http, url, headers=headers, timeout=timeout, redirects=redirects, label=label)
         except requests.RequestException as exc:
-            attempt += 1
-            if attempt > retries:
-                raise RemoteError(
-                    f"cannot download {label}: {type(exc).__name__}",
-                    file=url,
-                    why=f"{retries + 1} attempts failed; the server is unreachable or the connection broke",
-                    fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
+            if out_of_retries():
+                raise give_up(
+                    RemoteError(
+                        f"cannot download {label}: {type(exc).__name__}",
+                        file=url,
+                        why=f"{attempt} attempts failed; the server is unreachable or the connection broke",
+                        fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
+                    ),
+                    keep=True,
                 ) from None
             time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
             continue
+        except PipelineError as error:
+            raise give_up(error, keep=True) from None
         with response:
             status = response.status_code
             if status == 416 and expected_size is not None and have == expected_size:
                 pass  # the part file is already complete
             elif status in (404, 410, 401, 403):
-                raise RemoteError(
-                    f"the server answered HTTP {status} for {label}",
-                    file=url,
-                    why="the asset is not published at this URL (or is not public)",
-                    fix="check that the release and asset exist and are public",
+                raise give_up(
+                    RemoteError(
+                        f"the server answered HTTP {status} for {label}",
+                        file=url,
+                        why="the asset is not published at this URL (or is not public)",
+                        fix="check that the release and asset exist and are public",
+                    ),
+                    keep=True,
                 )
             elif status >= 500 or status == 429:
-                attempt += 1
-                if attempt > retries:
-                    raise RemoteError(f"the server kept answering HTTP {status} for {label}", file=url, fix="try again later")
+                if out_of_retries():
+                    raise give_up(RemoteError(f"the server kept answering HTTP {status} for {label}", file=url, fix="try again later"), keep=True)
                 time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
                 continue
             elif status not in (200, 206):
-                raise RemoteError(f"unexpected HTTP {status} for {label}", file=url)
+                raise give_up(RemoteError(f"unexpected HTTP {status} for {label}", file=url), keep=True)
             else:
                 if status == 200 and have:
                     # The server ignored the Range request: start over.
@@ -139,30 +193,44 @@ def download(
                     bar.done = have
                 try:
                     with open(part, mode) as sink:
-                        for chunk in response.iter_content(CHUNK):
+                        for chunk in net.iter_body(
+                            response,
+                            limit=limit - have,
+                            deadline=net.paced_deadline(started, timeout, ends, fetched),
+                            label=label,
+                            url=url,
+                            what="a document of this kind",
+                            pinned=expected_size is not None,
+                        ):
                             sink.write(chunk)
                             digest.update(chunk)
                             have += len(chunk)
+                            fetched += len(chunk)
                             if bar:
                                 bar(len(chunk))
                             if on_bytes:
                                 on_bytes(len(chunk))
                 except (requests.RequestException, OSError) as exc:
-                    attempt += 1
-                    if attempt > retries:
-                        raise RemoteError(
-                            f"download of {label} broke off after {have} bytes: {type(exc).__name__}",
-                            file=url,
-                            fix="run the command again; the partial file is resumed",
+                    if out_of_retries():
+                        raise give_up(
+                            RemoteError(
+                                f"download of {label} broke off after {have} bytes: {type(exc).__name__}",
+                                file=url,
+                                fix="run the command again; the partial file is resumed",
+                            ),
+                            keep=True,
                         ) from None
                     time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
                     continue
+                except net.DeadlinePassed as error:
+                    raise give_up(error, keep=True) from None  # a valid prefix of a pinned file is resumed next time
+                except PipelineError as error:
+                    raise give_up(error, keep=False) from None  # over the pin or the cap: these bytes are not the file
                 if bar:
                     bar.finish()
                 if expected_size is not None and have < expected_size:
-                    attempt += 1
-                    if attempt > retries:
-                        raise RemoteError(f"download of {label} stopped at {have} of {expected_size} bytes", file=url, fix="run the command again")
+                    if out_of_retries():
+                        raise give_up(RemoteError(f"download of {label} stopped at {have} of {expected_size} bytes", file=url, fix="run the command again"), keep=True)
                     continue
         os.replace(part, target)
         return Download(url, target, digest.hexdigest(), have, resumed_from, time.monotonic() - started, tuple(resumed_at))

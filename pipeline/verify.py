@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import PipelineError, UsageError
+from .errors import InputError, PipelineError, UsageError
 from .lanes import REPO_ROOT, Lane, load_lanes
 from .releasetree import (
     _MISSING,
@@ -79,7 +79,7 @@ from .releasetree import (
     split_image_reference,
 )
 from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from .util.jsonio import canonical_bytes
+from .util.jsonio import canonical_bytes, loads_document
 from .util.safepath import relpath_problem, within
 
 GROUPS = (
@@ -435,9 +435,9 @@ class Verifier:
             return None
         data = path.read_bytes()
         try:
-            document = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            self.error("schema", f"is not valid UTF-8 JSON ({exc})", file=self.manifest_rel, fix="restore the file from git; never edit it by hand (compose writes it)")
+            document = loads_document(data, source=self.manifest_rel)
+        except InputError as exc:
+            self.error("schema", exc.what, file=self.manifest_rel, fix="restore the file from git; never edit it by hand (compose writes it)")
             return None
         if not isinstance(document, dict):
             self.error("schema", "must hold a JSON object", file=self.manifest_rel, found=type(document).__name__)
@@ -501,8 +501,8 @@ class Verifier:
         if path is None or not path.is_file():
             return None
         try:
-            doc = json.loads(path.read_bytes().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+            doc = loads_document(path.read_bytes(), source=path)
+        except InputError:
             return None
         return doc if isinstance(doc, dict) else None
 
@@ -777,9 +777,9 @@ class Verifier:
             if data == canonical_bytes(derived_doc):
                 continue
             try:
-                on_disk = json.loads(data.decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-                self.error("copies", f"is not valid UTF-8 JSON ({exc})", file=rel)
+                on_disk = loads_document(data, source=rel)
+            except InputError as exc:
+                self.error("copies", exc.what, file=rel)
                 continue
             out: list[tuple[str, Any, Any]] = []
             diff(on_disk, derived_doc, "", out)
@@ -829,8 +829,8 @@ class Verifier:
                 old = None
                 if data is not None:
                     try:
-                        old = json.loads(data.decode("utf-8"))
-                    except (UnicodeDecodeError, json.JSONDecodeError):
+                        old = loads_document(data, source=f"{candidate}:{self.manifest_rel}")
+                    except InputError:
                         old = None
                 if not isinstance(old, dict) or old.get("status") != "candidate":
                     self.error("acceptance", "the accepted commit does not hold this release as a candidate", file=rel, field="candidate_commit", found=candidate, expected=f"a commit whose {self.manifest_rel} has status candidate")
@@ -874,8 +874,8 @@ class Verifier:
         if d is not None and d.summary is not None:
             rel = d.manifest["qualification"]["summary"]
             try:
-                summary = json.loads((self.root / rel).read_bytes().decode("utf-8"))
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                summary = loads_document((self.root / rel).read_bytes(), source=rel)
+            except (OSError, InputError):
                 return
             if isinstance(summary, dict) and summary.get("publication_authorized") is not False:
                 self.error("publication", "publication must never be authorized in the repository", file=rel, field="publication_authorized", found=summary.get("publication_authorized"), expected="false")

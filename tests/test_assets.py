@@ -196,3 +196,68 @@ def test_build_receipt_names_the_receipt_that_qualify_writes():
     from pipeline import assets, qualify
 
     assert set(assets.QUALIFICATION_SUMMARY_TYPES.values()) == {qualify.RECEIPT_TYPE}
+
+
+def _repack_with(directory: Path, extra: bytes, *, gzip_bytes=None) -> Path:
+    """The attacker's repack: the package with `extra` tar members appended, every checksum and
+    the receipt re-bound to the new bytes, so only the package reader itself can refuse it."""
+    import gzip
+    import hashlib
+
+    package = next(p for p in directory.glob("*.tar.gz") if not p.name.endswith("-source.tar.gz"))
+    tar = gzip.decompress(package.read_bytes())
+    end = len(tar)
+    while end >= 512 and tar[end - 512 : end] == bytes(512):  # drop the end-of-archive blocks
+        end -= 512
+    package.write_bytes(gzip_bytes if gzip_bytes is not None else gzip.compress(tar[:end] + extra + bytes(1024), mtime=0))
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in directory.iterdir()}
+    inner = next(p for p in directory.glob("*.SHA256SUMS"))
+    inner.write_bytes(render_sums({name: digest[name] for name in parse_sums(inner.read_bytes(), file=inner)}))
+    receipt_path = directory / "package-build-receipt.json"
+    receipt = json.loads(receipt_path.read_text())
+    receipt["package"].update(sha256=digest[package.name], bytes=package.stat().st_size)
+    receipt["inner_checksums"]["sha256"] = hashlib.sha256(inner.read_bytes()).hexdigest()
+    receipt_path.write_text(json.dumps(receipt, indent=2, sort_keys=True) + "\n")
+    _rewrite_outer(directory)
+    return package
+
+
+def _member(name: str, kind: bytes) -> bytes:
+    import tarfile
+
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = kind, 0o755
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "strict")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("member", ["{root}/../../escape", "/etc/cron.d"])
+def test_check_assets_refuses_a_folder_member_leaving_the_package(copy_of_set, member):
+    import tarfile
+
+    workspace, directory = copy_of_set
+    root = next(p for p in directory.glob("*.tar.gz") if not p.name.endswith("-source.tar.gz")).name.removesuffix(".tar.gz")
+    name = member.format(root=root)
+    package = _repack_with(directory, _member(name, tarfile.DIRTYPE))
+    with pytest.raises(IntegrityError) as caught:
+        check_assets(directory, lanes_dir=workspace.lanes_dir)
+    assert Path(caught.value.file).name == package.name and caught.value.field == name
+    assert "leaves the archive's folder" in caught.value.what
+
+
+@pytest.mark.slow
+def test_check_assets_refuses_a_gzip_bomb_while_it_inflates(copy_of_set):
+    import gzip
+    import tarfile
+    import time
+
+    workspace, directory = copy_of_set
+    header = tarfile.TarInfo("pkg/zeros")
+    header.size = 1 << 30
+    bomb = gzip.compress(header.tobuf(tarfile.GNU_FORMAT), mtime=0) + gzip.compress(bytes(1 << 20), mtime=0) * 1024
+    package = _repack_with(directory, b"", gzip_bytes=bomb)
+    started = time.monotonic()
+    with pytest.raises(IntegrityError) as caught:
+        check_assets(directory, lanes_dir=workspace.lanes_dir)
+    assert Path(caught.value.file).name == package.name and "inflates more than 100 times" in caught.value.what
+    assert time.monotonic() - started < 10

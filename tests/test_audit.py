@@ -52,6 +52,7 @@ class ReleaseServer:
         self.registry: dict[tuple[str, str], bytes] = {}  # (name, digest) -> bytes served
         self.log: list[tuple[str, str | None]] = []
         self.token = "anonymous-pull-token-1234"
+        self.token_answer: bytes | None = None  # the token service's body (None: {"token": ...})
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -64,7 +65,7 @@ class ReleaseServer:
                 path = self.path.split("?", 1)[0]
                 server.log.append((path, self.headers.get("Range")))
                 if path == "/token":
-                    return self._send(200, json.dumps({"token": server.token}).encode(), "application/json")
+                    return self._send(200, server.token_answer or json.dumps({"token": server.token}).encode(), "application/json")
                 match = re.fullmatch(r"/v2/(.+)/manifests/(sha256:[0-9a-f]{64})", path)
                 if match:
                     if self.headers.get("Authorization") != f"Bearer {server.token}":
@@ -505,6 +506,88 @@ def test_a_stalled_server_times_out_with_a_clear_reason(server, tmp_path):
     assert not report.passed
 
 
+def test_a_pinned_asset_longer_than_its_pin_is_stopped_at_the_pin_and_deleted(server, tmp_path):
+    tree = Tree(server, None, None)
+    server.files[tree.paths["model"]] = tree.model + bytes(16 * 1024 * 1024)  # the manifest still binds len(model)
+    cache = tmp_path / "cache"
+    report, lines = run_audit(tree.publish(), tmp_path, cache=cache)
+    assert fails(lines) == [f"FAIL: model qwen3_8_27b.ninfer: the server sent more than the {len(tree.model)} bytes pinned for model qwen3_8_27b.ninfer (the file at this URL is not the pinned one (or the server streams without end); the download was stopped at the pin)"]
+    assert not any((cache / RELEASE / "asset").glob("qwen3_8_27b.ninfer*")), "rejected bytes must not stay in the cache"
+
+
+def test_a_hash_mismatch_leaves_no_bytes_in_the_cache(server, tmp_path):
+    tree = Tree(server, None, None)
+    tree.tamper("client", 12345)
+    cache = tmp_path / "cache"
+    report, lines = run_audit(tree.publish(), tmp_path, cache=cache)
+    assert line_for(fails(lines), "FAIL: client windows-x64 omp-windows-x64.exe: SHA-256 mismatch")
+    assert sorted(p.name for p in (cache / RELEASE / "asset").iterdir()) == ["qwen3_8_27b.ninfer"]  # the good file stays, the rejected one is gone
+
+
+def test_a_manifest_over_its_cap_is_refused_while_it_streams(server, tmp_path):
+    tree = Tree(server, None, None)
+    url = tree.publish()
+    server.files[tree.manifest_path] = b"{" + b" " * (audit.MAX_RELEASE_MANIFEST_BYTES + 1) + b"}"
+    report, lines = run_audit(url, tmp_path)
+    assert fails(lines) == [f"FAIL: manifest {url}: the answer for manifest.json is larger than the {audit.MAX_RELEASE_MANIFEST_BYTES} bytes allowed for a document of this kind (an unpinned document has a fixed size cap so that a hostile or broken server cannot fill memory or disk)"]
+    assert not report.passed
+
+
+def test_a_manifest_that_drips_is_cut_at_the_timeout(tmp_path):
+    from hostile_http import Route, hostile_server
+
+    path = f"/alphastorm/omp-ninfer/raw/{COMMIT}/manifests/{RELEASE}/manifest.json"
+    with hostile_server() as hostile:
+        url = hostile.add(path, Route("drip", interval=0.2))
+        started = time.monotonic()
+        report, lines = run_audit(url, tmp_path, timeout=1.0, retries=0)
+        seconds = time.monotonic() - started
+    assert len(fails(lines)) == 1 and "download of manifest.json ran past its deadline" in fails(lines)[0]
+    assert seconds < 3.0, seconds
+
+
+def test_a_manifest_is_never_fetched_through_a_redirect(tmp_path):
+    from hostile_http import Route, hostile_server
+
+    path = f"/alphastorm/omp-ninfer/raw/{COMMIT}/manifests/{RELEASE}/manifest.json"
+    with hostile_server() as hostile:
+        hostile.add("/elsewhere.json", Route("body", body=b'{"release": "v0.13.1"}'))
+        url = hostile.add(path, Route("redirect", status=302, location="/elsewhere.json"))
+        report, lines = run_audit(url, tmp_path)
+        assert "/elsewhere.json" not in hostile.requests
+    assert fails(lines) == [f"FAIL: manifest {url}: refused to follow the redirect of manifest.json to {hostile.url('/elsewhere.json')} (this document is fetched from its own URL only, redirects are not followed)"]
+
+
+def test_a_manifest_url_on_a_host_named_127_something_is_refused_before_any_request(server, tmp_path):
+    url = f"http://127.attacker.com:{server.port}/alphastorm/omp-ninfer/raw/{COMMIT}/manifests/{RELEASE}/manifest.json"
+    report, lines = run_audit(url, tmp_path)
+    assert fails(lines) == [f"FAIL: manifest {url}: plain HTTP is not accepted (only for loopback test servers); the release must be served over HTTPS"]
+    assert server.log == []
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (b'{"token": "x", "token": "anonymous-pull-token-1234"}', "holds the key 'token' twice in one object"),
+        (b'["anonymous-pull-token-1234"]', "must hold a JSON object"),
+        (b"not json", "is not valid JSON"),
+    ],
+)
+def test_a_malformed_token_answer_fails_the_image_item_clearly(server, tmp_path, body, reason):
+    manifest = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[]}'
+    digest = "sha256:" + hashlib.sha256(manifest).hexdigest()
+    name = "alphastorm/ninfer-runtime"
+    server.registry[(name, digest)] = manifest
+    server.token_answer = body
+    tree = Tree(server, None, None)
+    reference = f"127.0.0.1:{server.port}/{name}@{digest}"
+    tree.manifest["components"]["ninfer"] = _image_row(reference, digest)
+    report, lines = run_audit(tree.publish(), tmp_path)
+    failed = fails(lines)
+    assert len(failed) == 1 and failed[0].startswith(f"FAIL: image {reference}: {reason}"), failed
+    assert "internal error" not in failed[0] and "Traceback" not in failed[0]
+
+
 # -- locations -----------------------------------------------------------------------------
 
 
@@ -529,6 +612,14 @@ def test_a_stalled_server_times_out_with_a_clear_reason(server, tmp_path):
         ),
         (
             lambda m, s: m["components"]["model"].update(artifact_url="http://198.51.100.7/neroued/Qwen3.8-27B-NInfer/resolve/" + MODEL_REVISION + "/qwen3_8_27b.ninfer"),
+            "FAIL: model qwen3_8_27b.ninfer: plain HTTP is not accepted (only for loopback test servers); the release must be served over HTTPS",
+        ),
+        (
+            # A host *name* that starts with "127." is not loopback (it resolves wherever its owner likes).
+            lambda m, s: m["components"]["model"].update(
+                repository="http://127.attacker.com/neroued/Qwen3.8-27B-NInfer",
+                artifact_url="http://127.attacker.com/neroued/Qwen3.8-27B-NInfer/resolve/" + MODEL_REVISION + "/qwen3_8_27b.ninfer",
+            ),
             "FAIL: model qwen3_8_27b.ninfer: plain HTTP is not accepted (only for loopback test servers); the release must be served over HTTPS",
         ),
     ],

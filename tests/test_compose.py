@@ -137,6 +137,61 @@ def _reregister(dist: Path, kind: str, lane: str, change) -> Path:
     return path
 
 
+def _duplicate_status(data: bytes) -> bytes:
+    """The receipt with "status": "failed" given first and its real "passed" after (last-wins JSON reads passed)."""
+    text = data.decode()
+    assert text.count('\n  "status": "passed",\n') == 1
+    return text.replace('\n  "status": "passed",\n', '\n  "status": "failed",\n  "status": "passed",\n').encode()
+
+
+def test_a_receipt_with_a_key_twice_is_refused_not_read_last_wins(release, tmp_path):
+    root = release.clone(tmp_path / "p", "draft")
+    dist = tmp_path / "dist"
+    shutil.copytree(release.dist, dist)
+    path = _reregister(dist, "lane-receipt", LANE, lambda d: None)
+    path.write_bytes(_duplicate_status(path.read_bytes()))
+    _reregister_bytes(dist, "lane-receipt", LANE)  # the register agrees with the edited bytes: only the parser can catch it
+    assert json.loads(path.read_bytes())["status"] == "passed"  # what a last-wins parser sees
+    before = tree_bytes(root)
+    with pytest.raises(InputError) as caught:
+        compose_release(root, RELEASE, dist=dist, lanes_dir=release.lanes_dir)
+    assert caught.value.file == str(path) and "holds the key 'status' twice in one object" in caught.value.what
+    assert tree_bytes(root) == before
+
+
+def test_rebind_refuses_a_tree_receipt_with_a_key_twice(release, tmp_path):
+    root = release.clone(tmp_path / "p", "ready")
+    receipt = root / "manifests" / RELEASE / "qualification" / f"{LANE}.json"
+    receipt.write_bytes(_duplicate_status(receipt.read_bytes()))
+    before = tree_bytes(root)
+    with pytest.raises(PipelineError) as caught:
+        rebind(root, RELEASE, lanes=load_lanes(release.lanes_dir))
+    assert "holds the key 'status' twice in one object" in caught.value.render()
+    assert tree_bytes(root) == before, "nothing is bound from a receipt that parsers read differently"
+
+
+def test_verify_refuses_a_bound_receipt_with_a_key_twice(release, tmp_path):
+    root = release.clone(tmp_path / "p", "ready")
+    rel = f"manifests/{RELEASE}/qualification/{LANE}.json"
+    receipt = root / rel
+    receipt.write_bytes(_duplicate_status(receipt.read_bytes()))
+    report = verify_release(root, RELEASE, lanes_dir=release.lanes_dir)
+    assert not report.valid
+    named = [p for p in report.problems.items if "holds the key 'status' twice in one object" in p.message()]
+    assert named and all(p.file in (rel, str(receipt)) or rel in p.message() for p in named), [p.message() for p in report.problems.items]
+
+
+def _reregister_bytes(dist: Path, kind: str, lane: str) -> None:
+    from pipeline.register import Register
+
+    register = Register(dist)
+    entry = register.one(kind, lane=lane, needed_by="test", produced_by="test")
+    key = next(k for k, v in register.stages.items() if entry.name in v.get("outputs", []))
+    outputs = [register.make(a.kind, register.path_of(a), stage=a.stage, lane=a.lane, name=a.name, **a.attrs) if a.name == entry.name else a
+               for a in register.outputs_of(key)]
+    register.record_stage(key, register.stages[key]["fingerprint"], outputs)
+
+
 def test_a_receipt_for_other_bytes_is_refused(release, tmp_path):
     root = release.clone(tmp_path / "p", "draft")
     dist = tmp_path / "dist"

@@ -79,3 +79,24 @@ def copy_file(source: Path, destination: Path, *, mode: int | None = None) -> No
 
 def relative_posix(path: Path, root: Path) -> str:
     return path.relative_to(root).as_posix()
+
+
+def read_bytes_bounded(path: str | os.PathLike[str], limit: int, *, what: str = "file") -> bytes:
+    """The bytes of `path`, refusing a file over `limit` bytes without reading more than limit + 1."""
+    from ..errors import InputError
+
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise InputError("file does not exist", file=path) from None
+    except IsADirectoryError:
+        raise InputError("is a folder, not a file", file=path) from None
+    if len(data) > limit:
+        raise InputError(
+            f"is larger than the {limit} bytes allowed for a {what}",
+            file=path,
+            why="inputs are read with a size bound so that a hostile file cannot fill memory",
+            fix=f"check that this is really a {what}",
+        )
+    return data

@@ -3,6 +3,15 @@
 Written documents are UTF-8 without BOM, keys sorted, LF line endings and a
 trailing newline, so that a hash over them is stable.  Reading is strict: a
 BOM, a CR or invalid syntax is an InputError that names the file.
+
+Every JSON document the pipeline reads from outside (files, network answers,
+archive members) goes through `loads_document` (bytes) or `read_json` (a
+path): one parser that refuses what Python's `json` would quietly accept — a
+key given twice (`json` keeps the last, so `"status": "failed", "status":
+"passed"` would read as passed), `NaN`/`Infinity` and numbers that overflow
+to infinity, nesting deeper than MAX_DEPTH and documents over a size bound —
+each as an InputError naming the source.  Wrong shapes are InputErrors too
+(`loads_object`, `read_json_object`, `expect_object`, `expect_list`).
 """
 
 from __future__ import annotations
@@ -87,28 +96,130 @@ def check_text_hygiene(path: str | os.PathLike[str], data: bytes) -> None:
         )
 
 
-def read_json(path: str | os.PathLike[str], *, strict_bytes: bool = True) -> Any:
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError("file does not exist", file=path) from None
-    if strict_bytes:
-        check_text_hygiene(path, data)
-    try:
-        return json.loads(data.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=path) from None
-    except json.JSONDecodeError as exc:
+MAX_DOCUMENT_BYTES = 32 * 1024 * 1024  # the largest JSON document read (SBOMs of big payloads included)
+MAX_DEPTH = 64  # arrays and objects nested deeper than this are refused
+
+
+class _Refused(ValueError):
+    """Raised inside the parser's hooks; turned into an InputError naming the source."""
+
+
+def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    document = dict(pairs)
+    if len(document) != len(pairs):
+        seen: set[str] = set()
+        for key, _value in pairs:
+            if key in seen:
+                raise _Refused(f"holds the key {key!r} twice in one object")
+            seen.add(key)
+    return document
+
+
+def _constant(name: str) -> Any:
+    raise _Refused(f"holds the non-finite number {name}")
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _Refused(f"holds the number {text}, which overflows to infinity")
+    return value
+
+
+def _depth(document: Any, bound: int) -> int:
+    """Nesting depth of arrays and objects (a scalar is 0), without recursion; stops past `bound`."""
+    deepest = 0
+    stack = [(document, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, dict):
+            children: Any = node.values()
+        elif isinstance(node, list):
+            children = node
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if depth > bound:
+            return depth
+        stack.extend((child, depth + 1) for child in children if isinstance(child, (dict, list)))
+    return deepest
+
+
+def loads_document(
+    data: bytes | bytearray | memoryview,
+    *,
+    source: str | os.PathLike[str],
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+    max_depth: int = MAX_DEPTH,
+    strict_bytes: bool = False,
+) -> Any:
+    """Parse JSON bytes from outside (a file, a network answer, an archive member) strictly."""
+    if len(data) > max_bytes:
         raise InputError(
-            f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=path
+            f"is larger than the {max_bytes} bytes allowed for a JSON document",
+            file=source,
+            found=f"{len(data)} bytes",
+            why="documents are read with a size bound so that a hostile input cannot fill memory",
+            fix="check that this is the document it claims to be",
+        )
+    data = bytes(data)
+    if strict_bytes:
+        check_text_hygiene(source, data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=source) from None
+    try:
+        document = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant, parse_float=_float)
+    except _Refused as exc:
+        raise InputError(
+            str(exc),
+            file=source,
+            why="a strict reader refuses what different JSON parsers would read differently",
+            fix="repair the document (one value per key, finite numbers only)",
         ) from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=source) from None
+    except RecursionError:
+        raise InputError(f"nests arrays or objects deeper than {max_depth} levels", file=source, fix="a real document is shallow; check its origin") from None
+    except ValueError as exc:  # an integer literal longer than Python converts (sys.get_int_max_str_digits)
+        raise InputError(f"holds a number out of range ({exc})", file=source) from None
+    if _depth(document, max_depth) > max_depth:
+        raise InputError(f"nests arrays or objects deeper than {max_depth} levels", file=source, fix="a real document is shallow; check its origin")
+    return document
+
+
+def expect_object(document: Any, *, source: str | os.PathLike[str], field: str | None = None) -> dict[str, Any]:
+    """`document` when it is a JSON object, else an InputError naming the source (and field)."""
+    if not isinstance(document, dict):
+        raise InputError("must hold a JSON object", file=source, field=field, found=_kind(document), expected="object")
+    return document
+
+
+def expect_list(document: Any, *, source: str | os.PathLike[str], field: str | None = None) -> list[Any]:
+    if not isinstance(document, list):
+        raise InputError("must hold a JSON array", file=source, field=field, found=_kind(document), expected="array")
+    return document
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "object", list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def loads_object(data: bytes | bytearray | memoryview, *, source: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
+    return expect_object(loads_document(data, source=source, **kwargs), source=source)
+
+
+def read_json(path: str | os.PathLike[str], *, strict_bytes: bool = True, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    from .fs import read_bytes_bounded
+
+    data = read_bytes_bounded(path, max_bytes, what="JSON document")
+    return loads_document(data, source=path, max_bytes=max_bytes, strict_bytes=strict_bytes)
 
 
 def read_json_object(path: str | os.PathLike[str], **kwargs: Any) -> dict[str, Any]:
-    document = read_json(path, **kwargs)
-    if not isinstance(document, dict):
-        raise InputError("must hold a JSON object", file=path, found=type(document).__name__, expected="object")
-    return document
+    return expect_object(read_json(path, **kwargs), source=path)
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -1,0 +1,133 @@
+"""A hostile HTTP server on 127.0.0.1 for the bounded-download tests.
+
+Each path maps to a behaviour: a body (with or without an honest
+Content-Length), an endless stream, a slow drip, a redirect, a gzip-encoded
+answer.  Every behaviour is bounded on the server side too (at most
+`HARD_LIMIT` bytes, at most `TIME_LIMIT` seconds per request), the server
+counts what it sent, and it stops when the test's `with` block ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+HARD_LIMIT = 512 * 1024 * 1024  # no behaviour sends more than this
+TIME_LIMIT = 20.0  # no request is served longer than this
+
+
+@dataclass
+class Route:
+    kind: str  # body | endless | drip | redirect
+    body: bytes = b""
+    length: int | None = None  # the Content-Length sent; None: the body's own length (body) or none (streams); -1: none
+    location: str = ""
+    status: int = 200
+    interval: float = 0.0  # seconds between drip bytes
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class HostileServer:
+    def __init__(self) -> None:
+        self.routes: dict[str, Route] = {}
+        self.sent: dict[str, int] = {}  # path -> body bytes written (all requests)
+        self.requests: list[str] = []
+        self.lock = threading.Lock()
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                path = self.path.split("?", 1)[0]
+                with server.lock:
+                    server.requests.append(path)
+                route = server.routes.get(path)
+                if route is None:
+                    return self._head(404, 0)
+                started = time.monotonic()
+                if route.kind == "redirect":
+                    return self._head(route.status, 0, {"Location": route.location})
+                if route.kind == "body":
+                    length = len(route.body) if route.length is None else route.length
+                    self._head(route.status, None if length == -1 else length, route.headers)
+                    self._write(path, route.body)
+                    return
+                self._head(route.status, None if route.length in (None, -1) else route.length, route.headers)
+                if route.kind == "endless":
+                    block = b"x" * 65536
+                    while server.sent.get(path, 0) < HARD_LIMIT and time.monotonic() - started < TIME_LIMIT:
+                        if not self._write(path, block):
+                            return
+                elif route.kind == "drip":
+                    while server.sent.get(path, 0) < HARD_LIMIT and time.monotonic() - started < TIME_LIMIT:
+                        if not self._write(path, b"y"):
+                            return
+                        time.sleep(route.interval)
+                self.close_connection = True
+
+            def _head(self, status: int, length: int | None, headers: dict[str, str] | None = None) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/octet-stream")
+                if length is not None:
+                    self.send_header("Content-Length", str(length))
+                else:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                for key, value in (headers or {}).items():
+                    self.send_header(key, value)
+                self.end_headers()
+
+            def _write(self, path: str, data: bytes) -> bool:
+                try:
+                    self.wfile.write(data)
+                    self.wfile.flush()
+                except OSError:  # the client hung up: that is what a bounded client does
+                    self.close_connection = True
+                    return False
+                with server.lock:
+                    server.sent[path] = server.sent.get(path, 0) + len(data)
+                return True
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def add(self, path: str, route: Route) -> str:
+        self.routes[path] = route
+        return self.url(path)
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@contextlib.contextmanager
+def hostile_server() -> Iterator[HostileServer]:
+    server = HostileServer()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def timed(call: Callable[[], object]) -> tuple[object, float]:
+    started = time.monotonic()
+    try:
+        result: object = call()
+    except Exception as exc:  # noqa: BLE001 - the caller inspects what was raised
+        result = exc
+    return result, time.monotonic() - started
