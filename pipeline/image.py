@@ -51,6 +51,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import oci
+from .assets import check_registered_set
 from .errors import InputError, IntegrityError, RemoteError
 from .lanes import REPO_ROOT, Lane, find_lane
 from .oci_registry import RegistryClient, Repository, credentials_for, parse_repository
@@ -1141,6 +1142,10 @@ class ImageStage(Stage):
     def out_dir(self) -> Path:
         return self.ctx.dist / self.lane.id / "image"
 
+    def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
+        name = self.out_dir.name  # atomic_output_dir's names beside the published folder
+        return [(self.out_dir.parent, (f".{name}.*.staging", f".{name}.*.old"))]
+
     def preflight(self) -> None:
         if self.lane.kind != "container":
             raise InputError(
@@ -1153,6 +1158,14 @@ class ImageStage(Stage):
         self.definition = definition_for_lane(self.lane, self.definition_path)
         self.archive_artifact = self.ctx.register.one("package-archive", lane=self.lane.id, needed_by="the image stage", produced_by="package")
         self.ctx.register.verified_path(self.archive_artifact)
+        # The archive is bound only as part of a set that check-assets accepts.
+        if check_registered_set(self.ctx.register, self.lane, needed_by="image") is None:
+            raise InputError(
+                f"the register has no outer SHA256SUMS for lane {self.lane.id}",
+                file=self.ctx.register.file,
+                why="the image binds a package archive only as part of its checked, closed asset set",
+                fix=f"run the package stage first (python -m pipeline package --lane {self.lane.id}) with the same --dist",
+            )
         if self.base_layout is not None:
             oci.read_layout_index(self.base_layout)
         ui.info(f"definition {self.definition.file.name}: base {self.definition.base.reference}")
