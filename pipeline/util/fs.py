@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -101,7 +102,6 @@ def exclusive_lock(path: str | os.PathLike[str], *, waiting: str | None = None, 
     with open(lock_path, "a+b") as handle:
         if os.name == "nt":
             import msvcrt
-            import time
 
             told = False
             while True:
