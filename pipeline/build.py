@@ -47,6 +47,8 @@ from .util.proc import run, run_text
 
 LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
+# The system folders a Linux build sees (besides the toolchain's): where the host compilers are found.
+BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 _CODE_FILES = ("build.py", "source.py", "identity.py", "toolchain.py", "lanes.py", "cubin.py")
 
 
@@ -157,10 +159,24 @@ class BuildStage(Stage):
                     )
         if shutil.which("git") is None:
             raise EnvironmentProblem("git is not on PATH", why="the source is exported from an exact commit", fix="apt-get install git")
+        if self.prebuilt is None and not ON_WINDOWS:
+            self._require_host_compilers()
         self.source = resolve_source(self.source_spec, lane)
         if self.prebuilt is None and self.toolchain_mode == "pinned":
             toolchain_spec(lane.cuda_toolkit, host)  # the lock must pin this toolkit before any download
         ui.info(f"source: {self.source_spec.display} at {self.source.commit}")
+
+    def _require_host_compilers(self) -> None:
+        # The one prerequisite besides python and git: CMake's C/C++ compilers (nvcc's host compiler),
+        # looked up on the fixed PATH the build runs with (_build_env), not the caller's.
+        search = os.pathsep.join(BUILD_PATH)
+        missing = [name for name in ("cc", "c++") if shutil.which(name, path=search) is None]
+        if missing:
+            raise EnvironmentProblem(
+                f"no C/C++ compiler: {' and '.join(repr(m) for m in missing)} not found in {search}",
+                why="CMake compiles the runtime's C and C++ code, and nvcc uses the host C++ compiler",
+                fix="install the host compiler (Debian/Ubuntu: apt-get install g++), or build elsewhere and pass --prebuilt DIR",
+            )
 
     def inputs(self) -> dict[str, Any]:
         assert self.source is not None
@@ -315,7 +331,7 @@ class BuildStage(Stage):
             # MSVC needs the Visual Studio developer environment (INCLUDE, LIB, PATH) it was started in.
             return dict(os.environ, PATH=os.pathsep.join([*tools, os.environ.get("PATH", "")]), **fixed)
         return {
-            "PATH": os.pathsep.join([*tools, "/usr/local/bin", "/usr/bin", "/bin"]),
+            "PATH": os.pathsep.join([*tools, *BUILD_PATH]),
             "HOME": os.environ.get("HOME", "/tmp"),
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",

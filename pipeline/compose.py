@@ -163,7 +163,7 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
     sums_path = register.verified_path(outer)
     tag = outer.attrs["component_tag"]
     beta = lane.beta_from_tag(tag)
-    report = check_assets(sums_path.parent, lane=lane, beta=beta, deep=False)
+    report = check_assets(sums_path.parent, lane=lane, beta=beta)  # deep, as check-assets: package and SBOMs too
     expected = asset_set(lane, beta)
     package_name = expected.name_of("package")
     package_path = sums_path.parent / package_name

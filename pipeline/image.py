@@ -55,6 +55,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from . import oci
+from .assets import check_registered_set
 from .errors import InputError, IntegrityError, RemoteError
 from .formats.components import repository_owner
 from .infra.safetar import SafeTar
@@ -1183,6 +1184,10 @@ class ImageStage(Stage):
     def out_dir(self) -> Path:
         return self.ctx.dist / self.lane.id / "image"
 
+    def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
+        name = self.out_dir.name  # atomic_output_dir's names beside the published folder
+        return [(self.out_dir.parent, (f".{name}.*.staging", f".{name}.*.old"))]
+
     def preflight(self) -> None:
         if self.lane.kind != "container":
             raise InputError(
@@ -1196,6 +1201,9 @@ class ImageStage(Stage):
         base_image_provider(self.lane, self.definition)  # the SBOM needs it: refuse before any work
         self.archive_artifact = self.ctx.register.one("package-archive", lane=self.lane.id, needed_by="the image stage", produced_by="package")
         self.ctx.register.verified_path(self.archive_artifact)
+        # The package stage registers the archive with its whole set: bind it only if check-assets accepts that set.
+        if check_registered_set(self.ctx.register, self.lane, needed_by="image") is None:
+            ui.warn(f"the register holds no outer SHA256SUMS for lane {self.lane.id}: the archive is bound on its register hash alone")
         if self.base_layout is not None:
             oci.read_layout_index(self.base_layout)
         ui.info(f"definition {self.definition.file.name}: base {self.definition.base.reference}")

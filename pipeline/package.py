@@ -42,7 +42,7 @@ from .util import ui
 from .util.fs import atomic_output_dir, atomic_write_bytes, copy_file
 from .util.hashing import file_digests, sha256_bytes, sha256_file
 from .util.jsonio import canonical_bytes, loads_document, read_json_object
-from .util.proc import run_text
+from .util.proc import ToolRecord
 from .util.safepath import safe_component, safe_relpath
 
 TEMPLATES = REPO_ROOT / "packaging" / "templates"
@@ -107,6 +107,7 @@ class PackageStage(Stage):
         self.spec = None
         self.scripts: dict[str, Path] = {}
         self.epoch = 0
+        self.patchelf: ToolRecord | None = None  # Linux lanes: the patchelf that sets RUNPATH=$ORIGIN
 
     @property
     def key(self) -> str:
@@ -118,6 +119,11 @@ class PackageStage(Stage):
     @property
     def out_dir(self) -> Path:
         return self.ctx.dist / self.lane.id / "assets"
+
+    def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
+        # The names run() stages under (atomic_output_dir's .staging/.old, the second build, payloads).
+        name = self.out_dir.name
+        return [(self.out_dir.parent, (f".{name}.*.staging", f".{name}.*.old", ".package-b.*", ".payload.*"))]
 
     # -- preflight -----------------------------------------------------------
     def preflight(self) -> None:
@@ -163,9 +169,9 @@ class PackageStage(Stage):
         if lane.package_layout == "native-asset-set":
             self._check_native_contract()
         else:
-            from .util.proc import require_tool
-
-            require_tool("patchelf", purpose="set RUNPATH=$ORIGIN on the Linux binaries", debian_package="patchelf")
+            self.patchelf = binaries.patchelf_record()
+            where = "the pipeline environment" if self.patchelf.origin == "pipeline-environment" else "PATH"
+            ui.info(f"patchelf: {self.patchelf.path} ({self.patchelf.version}, from {where})")
         self.resolution = self._resolve()
         ui.info(f"source {self.identity['source']['commit']}, epoch {self.epoch}, {len(self.resolution.bundled())} bundled libraries, {len(self.resolution.provided())} provided by the target")
 
@@ -313,7 +319,8 @@ class PackageStage(Stage):
             data["contract"] = {name: sha256_file(path) for name, path in [("server-config", _repo_path(lane.server_config or "")), ("release-spec", _repo_path(lane.release_spec or ""))]}
             data["scripts"] = {name: sha256_file(path) for name, path in sorted(self.scripts.items())}
         else:
-            data["patchelf"] = run_text(["patchelf", "--version"], what="ask patchelf for its version").strip()
+            assert self.patchelf is not None
+            data["patchelf"] = self.patchelf.provenance()
         return data
 
     # -- run -------------------------------------------------------------------
@@ -349,6 +356,8 @@ class PackageStage(Stage):
                     stem=expected.stem,
                     platform=expected.platform,
                     role=asset.role,
+                    # Where the receipt's patchelf ran from: machine-local, so here and not in the hashed receipt.
+                    **({"patchelf_path": self.patchelf.path} if self.patchelf is not None and asset.role == "receipt" else {}),
                 )
             )
         for asset in outputs:
@@ -435,6 +444,8 @@ class PackageStage(Stage):
         if built != packaged:
             identity["built_binaries"] = built
             identity["runpath"] = binaries.ORIGIN
+            if self.patchelf is not None:
+                identity["runpath_tool"] = self.patchelf.provenance()
         if lane.is_windows:
             identity["configuration_sha256"] = sha256_file(payload / "server-config.json")
         self._payload_identity = identity
@@ -636,6 +647,8 @@ class PackageStage(Stage):
             "qualification_summary_artifact_type": assets.QUALIFICATION_SUMMARY_TYPES[lane.package_layout],
             "secret_values_recorded": 0,
         }
+        if self.patchelf is not None:  # the packaged ELF bytes depend on the patchelf that rewrote them
+            receipt["reproducibility"]["patchelf"] = self.patchelf.provenance()
         if expected.scripts():
             receipt["support_assets"] = {assets.SUPPORT_SCRIPT_KEYS[name]: hashes[name] for name in expected.scripts()}
         return receipt

@@ -118,6 +118,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .assets import check_registered_set
 from .errors import ExitCode, InputError, IntegrityError, UsageError, redact, register_secret
 from .identity import IDENTITY_KEYS
 from .infra.safetar import SafeTar
@@ -433,6 +434,8 @@ def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, li
     if outer:
         register.verified_path(outer[0])
         outer_sha = outer[0].sha256
+        # Bind only a set that check-assets accepts (a hand edit may have updated the register too).
+        check_registered_set(register, lane, needed_by="qualify")
 
     configuration_sha: str | None = None
     model_sha: str | None = lane.qualification.get("model_artifact_sha256")
@@ -574,6 +577,9 @@ class QualifyStage(Stage):
     @property
     def receipt_path(self) -> Path:
         return self.ctx.dist / self.lane.id / "qualification" / f"{self.lane.id}.json"
+
+    def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
+        return [(self.receipt_path.parent, (f".{self.receipt_path.name}.*.tmp",))]  # write_json's temporary name
 
     def preflight(self) -> None:
         if self.import_path is not None and self.endpoint is not None:

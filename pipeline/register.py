@@ -12,16 +12,20 @@ re-run with unchanged inputs is a no-op.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from .errors import InputError, IntegrityError
-from .util.hashing import sha256_file
-from .util.jsonio import canonical_bytes, expect_list, expect_object, read_json_object, write_json
+from .util import ui
+from .util.fs import exclusive_lock, remove_leftovers
+from .util.hashing import is_sha256_hex, sha256_file
+from .util.jsonio import canonical_bytes, read_json_object, write_json
 
 REGISTER_FILE = "register.json"
+LOCK_FILE = ".register.lock"
 REGISTER_TYPE = "omp_ninfer_artifact_register"
 
 # kind -> attributes every entry of that kind must carry
@@ -76,14 +80,36 @@ class Artifact:
         return asdict(self)
 
 
+_ENTRY_FIELDS: dict[str, tuple[type, ...]] = {
+    "kind": (str,),
+    "name": (str,),
+    "path": (str,),
+    "sha256": (str,),
+    "size": (int,),
+    "stage": (str,),
+    "lane": (str, type(None)),
+    "attrs": (dict,),
+}
+_SHAPE_FIX = "the register is written only by the stages: remove the output folder (or this file) and run the stages again"
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    names = {str: "a string", int: "a whole number", dict: "an object", list: "a list", type(None): "null"}
+    return " or ".join(names[t] for t in types)
+
+
 class Register:
     def __init__(self, dist: Path) -> None:
         self.dist = dist
         self.file = dist / REGISTER_FILE
+        self.lock_file = dist / LOCK_FILE
         self.artifacts: dict[str, Artifact] = {}
         self.stages: dict[str, dict[str, Any]] = {}
         if self.file.exists():
             self._load()
+
+    def _bad(self, what: str, field: str, found: Any, expected: str) -> InputError:
+        return InputError(what, file=self.file, field=field, found=found, expected=expected, fix=_SHAPE_FIX)
 
     def _load(self) -> None:
         data = read_json_object(self.file)
@@ -96,19 +122,64 @@ class Register:
                 expected=REGISTER_TYPE,
                 fix="remove the output folder or pass another --dist",
             )
-        for index, entry in enumerate(expect_list(data.get("artifacts", []), source=self.file, field="artifacts")):
+        entries = data.get("artifacts", [])
+        if not isinstance(entries, list):
+            raise self._bad("has a malformed artefact list", "artifacts", type(entries).__name__, "a list of entry objects")
+        artifacts: dict[str, Artifact] = {}
+        for index, entry in enumerate(entries):
+            where = f"artifacts[{index}]"
+            if not isinstance(entry, dict):
+                raise self._bad("has an artefact entry that is not an object", where, type(entry).__name__, "an object with " + ", ".join(_ENTRY_FIELDS))
+            for key, types in _ENTRY_FIELDS.items():
+                value = entry.get(key)
+                if key not in entry or not isinstance(value, types) or isinstance(value, bool):
+                    raise self._bad("has an artefact entry with a missing or mistyped field", f"{where}.{key}", value, _type_names(types))
+            extra = sorted(set(entry) - set(_ENTRY_FIELDS))
+            if extra:
+                raise self._bad("has an artefact entry with unknown fields", f"{where}.{extra[0]}", extra, ", ".join(_ENTRY_FIELDS))
+            if not is_sha256_hex(entry["sha256"]) or entry["size"] < 0:
+                field_name = "sha256" if not is_sha256_hex(entry["sha256"]) else "size"
+                raise self._bad("has an artefact entry with an impossible value", f"{where}.{field_name}", entry[field_name], "64 lowercase hex digits and a size >= 0")
             try:
-                artifact = Artifact(**expect_object(entry, source=self.file, field=f"artifacts[{index}]"))
+                artifact = Artifact(**entry)
             except (TypeError, ValueError) as exc:
-                raise InputError(f"entry is malformed: {exc}", file=self.file, field=f"artifacts[{index}]") from None
-            self.artifacts[artifact.name] = artifact
-        stages = expect_object(data.get("stages", {}), source=self.file, field="stages")
+                raise InputError(f"entry is malformed: {exc}", file=self.file, field=where, fix=_SHAPE_FIX) from None
+            if artifact.name in artifacts:
+                raise self._bad("lists an artefact name twice", f"{where}.name", artifact.name, "each name once")
+            artifacts[artifact.name] = artifact
+        stages = data.get("stages", {})
+        if not isinstance(stages, dict):
+            raise self._bad("has a malformed stage table", "stages", type(stages).__name__, "an object {stage key: {fingerprint, outputs}}")
         for key, record in stages.items():
-            record = expect_object(record, source=self.file, field=f"stages.{key}")
-            outputs = expect_list(record.get("outputs", []), source=self.file, field=f"stages.{key}.outputs")
-            if not all(isinstance(name, str) for name in outputs):
-                raise InputError("names outputs that are not strings", file=self.file, field=f"stages.{key}.outputs", found=outputs)
-        self.stages = dict(stages)
+            where = f"stages.{key}"
+            if not isinstance(record, dict):
+                raise self._bad("has a stage record that is not an object", where, type(record).__name__, "an object {fingerprint, outputs}")
+            if not isinstance(record.get("fingerprint"), str):
+                raise self._bad("has a stage record without a fingerprint", f"{where}.fingerprint", record.get("fingerprint"), "a string")
+            outputs = record.get("outputs")
+            if not isinstance(outputs, list) or not all(isinstance(name, str) for name in outputs):
+                raise self._bad("has a stage record whose outputs are not a list of names", f"{where}.outputs", outputs, "a list of artefact names")
+        self.artifacts = artifacts
+        self.stages = {key: dict(record) for key, record in stages.items()}
+
+    def reload(self) -> None:
+        """Read the register from disk again (what other processes recorded meanwhile)."""
+        self.artifacts, self.stages = {}, {}
+        if self.file.exists():
+            self._load()
+
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Exclusive hold on the register for a read-modify-write, across processes.
+
+        Stages on one dist may run at once (two lanes in two shells); each
+        record re-reads the register under this lock and merges by stage key,
+        so no update is lost.  While it is held no one else writes the
+        register, so a temporary file beside it is a dead writer's: removed.
+        """
+        with exclusive_lock(self.lock_file, waiting=f"another stage is recording in {self.file}; waiting", on_wait=ui.info):
+            remove_leftovers(self.dist, (f".{REGISTER_FILE}.*.tmp",))
+            yield
 
     # -- writing ---------------------------------------------------------
     def make(self, kind: str, path: Path, *, stage: str, lane: str | None, name: str | None = None, **attrs: Any) -> Artifact:
@@ -127,15 +198,23 @@ class Register:
 
     def record_stage(self, key: str, fingerprint: str, outputs: Iterable[Artifact]) -> None:
         outputs = list(outputs)
-        # A stage's new outputs replace whatever it wrote before for the same key.
-        for name in self.stages.get(key, {}).get("outputs", []):
-            self.artifacts.pop(name, None)
-        for artifact in outputs:
-            self.artifacts[artifact.name] = artifact
-        self.stages[key] = {"fingerprint": fingerprint, "outputs": sorted(a.name for a in outputs)}
-        self.save()
+        with self.locked():
+            # Merge into what is on disk now, not into what this process read at its start:
+            # another stage may have recorded its own key meanwhile, and that must be kept.
+            self.reload()
+            # A stage's new outputs replace whatever it wrote before for the same key, and only that.
+            for name in self.stages.get(key, {}).get("outputs", []):
+                self.artifacts.pop(name, None)
+            for artifact in outputs:
+                self.artifacts[artifact.name] = artifact
+            self.stages[key] = {"fingerprint": fingerprint, "outputs": sorted(a.name for a in outputs)}
+            self._write()
 
     def save(self) -> None:
+        with self.locked():
+            self._write()
+
+    def _write(self) -> None:
         document = {
             "artifact_type": REGISTER_TYPE,
             "schema_version": 1,

@@ -16,11 +16,13 @@ from typing import Any, ClassVar
 
 from .register import Artifact, Register, fingerprint
 from .util import ui
+from .util.fs import exclusive_lock, remove_leftovers
 
 # The release order.  Each name is a module in pipeline/ with one stage.
 PIPES = ("build", "package", "image", "push", "qualify", "compose", "verify", "audit", "sign", "publish")
 
 DEFAULT_DIST = Path("dist")
+LOCKS_DIR = ".locks"  # under the dist: one lock file per stage key
 
 
 @dataclass
@@ -65,8 +67,34 @@ class Stage:
     def describe(self) -> str:
         return self.key
 
+    def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
+        """(folder, glob patterns) of the temporary names this stage stages under.
+
+        An interrupted run (kill -9, power loss) leaves them behind; the next
+        run of the same stage key removes them while it holds the stage lock,
+        which proves that no live run of this key is still using them.  List
+        only names no other stage key ever makes in that folder.
+        """
+        return []
+
+
+def _lock_name(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key) + ".lock"
+
 
 def execute(stage: Stage, *, force: bool = False) -> StageResult:
+    # One run per stage key and dist at a time: a second one waits, then usually finds its work done.
+    lock = stage.ctx.dist / LOCKS_DIR / _lock_name(stage.key)
+    with exclusive_lock(lock, waiting=f"another run of {stage.key} is working in {stage.ctx.dist}; waiting for it", on_wait=ui.info):
+        for folder, patterns in stage.leftovers():
+            for path in remove_leftovers(folder, patterns):
+                ui.info(f"removed {path}, left behind by an interrupted run of {stage.key}")
+        # Another run may have finished while we waited: see what is on disk now.
+        stage.ctx.register.reload()
+        return _execute_locked(stage, force=force)
+
+
+def _execute_locked(stage: Stage, *, force: bool) -> StageResult:
     ui.step(stage.name, f"{stage.describe()}: preflight")
     stage.preflight()
     digest = fingerprint(stage.inputs())

