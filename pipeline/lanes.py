@@ -2,9 +2,14 @@
 
 A lane says what to build (CUDA architecture, toolkit, CMake arguments,
 targets), where it can be built (host platform), how its component release is
-named (version, beta number, tag and asset-name patterns), what its package
-may bundle and what its qualification must reach.  The file is the only place
-these facts live; stages read them from the Lane object.
+named (version, tag and asset-name patterns), what its package may bundle and
+what its qualification must reach.  The file is the only place these facts
+live; stages read them from the Lane object.
+
+The beta number N is not in the lane file: it is data of the lane's cut ledger
+(`runtime/cuts/<lane-id>.json` beside `runtime/lanes/`, pipeline/formats/cut_ledger.py),
+written only by `python -m pipeline cut`.  `Lane.beta` is the number of the
+lane's current cut when the lane was loaded (None for a lane never cut).
 """
 
 from __future__ import annotations
@@ -69,7 +74,6 @@ _PLATFORM = {
 _COMPONENT = {
     "repository": Field(str, check=matches(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), expected="an https://github.com/<owner>/<repo> URL"),
     "version": Field(str, check=matches(r"[0-9]+\.[0-9]+\.[0-9]+"), expected="a version 'X.Y.Z'"),
-    "beta": Field(int, check=lambda v: v >= 1, expected="a beta number >= 1"),
     "tag_pattern": Field(str),
     "stem_pattern": Field(str),
     "release_id_pattern": Field(str),
@@ -160,7 +164,7 @@ class Lane:
     asset_platform: str
     component_repository: str
     version: str
-    beta: int
+    beta: int | None  # the current cut's N, from the cut ledger (not the lane file)
     tag_pattern: str
     stem_pattern: str
     release_id_pattern: str
@@ -183,10 +187,33 @@ class Lane:
     release_spec: str | None
     support_scripts: tuple[str, ...]
     qualification: dict[str, Any] = field(default_factory=dict)
+    cuts_dir: Path | None = None
 
-    # Names derived from the patterns for one beta number.
+    # Names derived from the patterns for one beta number (default: the current cut's).
     def _render(self, pattern: str, beta: int | None = None) -> str:
-        return pattern.format(version=self.version, n=self.beta if beta is None else beta)
+        n = self.beta if beta is None else beta
+        if n is None and "{n}" in pattern:
+            raise InputError(
+                f"lane {self.id} has no cut of version {self.version} yet",
+                file=self.ledger_file(),
+                why="the beta number N of a component comes from the lane's cut ledger, never from the lane file",
+                fix=f"record one with 'python -m pipeline cut --lane {self.id} --source URL_OR_PATH@COMMIT'",
+            )
+        return pattern.format(version=self.version, n=n if n is not None else "")
+
+    def ledger_file(self) -> Path:
+        from .formats.cut_ledger import ledger_path
+
+        return ledger_path(self.cuts_dir or cuts_dir_for(self.file.parent), self.id)
+
+    def render_tag(self, version: str, n: int) -> str:
+        return self.tag_pattern.format(version=version, n=n)
+
+    def ledger(self):
+        """The lane's cut ledger as it is on disk now."""
+        from .formats.cut_ledger import load_ledger
+
+        return load_ledger(self.cuts_dir or cuts_dir_for(self.file.parent), self.id, tag_for=self.render_tag)
 
     def tag(self, beta: int | None = None) -> str:
         return self._render(self.tag_pattern, beta)
@@ -313,9 +340,9 @@ def load_lane(path: Path) -> Lane:
     for key in ("tag_pattern", "stem_pattern", "release_id_pattern", "deployment_profile", "build_profile"):
         _check_pattern(path, f"component.{key}", comp[key], needs_n=(key == "tag_pattern"))
     probe = pattern_regex(comp["tag_pattern"], comp["version"])
-    if not probe.fullmatch(comp["tag_pattern"].format(version=comp["version"], n=comp["beta"])):
+    if not probe.fullmatch(comp["tag_pattern"].format(version=comp["version"], n=1)):
         raise InputError("tag pattern does not round-trip", file=file, field="component.tag_pattern", found=comp["tag_pattern"])
-    if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+-[a-z0-9.-]+", comp["tag_pattern"].format(version=comp["version"], n=comp["beta"])):
+    if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+-[a-z0-9.-]+", comp["tag_pattern"].format(version=comp["version"], n=1)):
         raise InputError(
             "tag pattern must produce a tag 'vX.Y.Z-<lane words>'",
             file=file,
@@ -377,6 +404,10 @@ def load_lane(path: Path) -> Lane:
             raise InputError("a Windows lane ships exactly the four lifecycle scripts", file=file, field="package.support_scripts", found=pkg["support_scripts"], expected="four .ps1 paths")
 
     raw = path.read_bytes()
+    cuts_dir = cuts_dir_for(path.parent)
+    from .formats.cut_ledger import load_ledger
+
+    current = load_ledger(cuts_dir, top["id"], tag_for=lambda version, n: comp["tag_pattern"].format(version=version, n=n)).current(comp["version"])
     return Lane(
         id=top["id"],
         short_name=top["short_name"],
@@ -395,7 +426,7 @@ def load_lane(path: Path) -> Lane:
         asset_platform=plat["asset_platform"],
         component_repository=comp["repository"],
         version=comp["version"],
-        beta=comp["beta"],
+        beta=current.n if current else None,
         tag_pattern=comp["tag_pattern"],
         stem_pattern=comp["stem_pattern"],
         release_id_pattern=comp["release_id_pattern"],
@@ -418,7 +449,13 @@ def load_lane(path: Path) -> Lane:
         release_spec=pkg["release_spec"],
         support_scripts=tuple(pkg["support_scripts"] or ()),
         qualification=qual,
+        cuts_dir=cuts_dir,
     )
+
+
+def cuts_dir_for(lanes_dir: Path) -> Path:
+    """The cut ledgers live beside the lane files: runtime/lanes/ -> runtime/cuts/."""
+    return lanes_dir.parent / "cuts"
 
 
 def load_lanes(lanes_dir: Path | None = None) -> dict[str, Lane]:

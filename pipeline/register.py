@@ -46,6 +46,11 @@ KINDS: dict[str, frozenset[str]] = {
     "release-tree": frozenset({"release"}),
     "signature-bundle": frozenset({"signed_name"}),
     "benchmark": frozenset(),
+    # the lane's cut as `cut` recorded it (pipeline/stages/cut.py)
+    "cut": frozenset({"component_tag", "n", "commit"}),
+    # publish: the reviewed plan, and GitHub's release once published (pipeline/formats/publication_plan.py)
+    "publication-plan": frozenset({"plan_sha256", "tag", "repository"}),
+    "release-publication": frozenset({"plan_sha256", "tag", "repository", "release_id"}),
 }
 
 

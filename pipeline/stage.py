@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 from .register import Artifact, Register, fingerprint
 from .util import ui
 
-# The release order.  Each name is a module in pipeline/ with one stage.
-PIPES = ("build", "package", "image", "push", "qualify", "compose", "verify", "audit", "sign", "publish")
+# The release order.  Each name is a module with one stage (pipeline/ or pipeline/stages/).
+PIPES = ("cut", "build", "package", "image", "push", "qualify", "compose", "verify", "audit", "sign", "publish")
 
 DEFAULT_DIST = Path("dist")
 
