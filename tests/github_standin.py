@@ -365,7 +365,8 @@ class _Handler(BaseHTTPRequestHandler):
             s.faults.pop("secondary_limit")
         else:
             s.faults["secondary_limit"] = (count - 1, retry_after)
-        self._send(403, {"message": SECONDARY.format(rid=self.request_id), "documentation_url": f"{DOCS}/using-the-rest-api/rate-limits-for-the-rest-api#about-secondary-rate-limits", "status": "403"}, headers={"retry-after": str(retry_after)})
+        headers = {"retry-after": str(retry_after)} if retry_after is not None else None
+        self._send(403, {"message": SECONDARY.format(rid=self.request_id), "documentation_url": f"{DOCS}/using-the-rest-api/rate-limits-for-the-rest-api#about-secondary-rate-limits", "status": "403"}, headers=headers)
         return True
 
     def _repo_route(self, rest: str, body: bytes, token: Token) -> None:

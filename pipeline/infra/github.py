@@ -48,6 +48,7 @@ MAX_JSON_BYTES = 8 * 1024 * 1024
 MAX_PAGES = 50
 PER_PAGE = 100
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MIN_WRITE_INTERVAL = 0.75
 
 
 class Clock:
@@ -159,6 +160,14 @@ class GitHub:
         self.clock = clock or Clock()
         self.max_attempts = max_attempts
         self.max_wait = max_wait
+        interval = os.environ.get("PIPELINE_GITHUB_WRITE_INTERVAL")
+        if interval is not None:
+            try:
+                write_interval = float(interval)
+            except ValueError:
+                raise UsageError("is not a number of seconds", field="PIPELINE_GITHUB_WRITE_INTERVAL", found=interval) from None
+        if urlsplit(self.api).hostname not in LOOPBACK:
+            write_interval = max(MIN_WRITE_INTERVAL, write_interval)  # GitHub: 80 content-creating requests a minute
         self.write_interval = write_interval
         self.timeout = timeout
         self.on_reply = on_reply
