@@ -229,3 +229,55 @@ def test_the_cli_dry_run_prints_the_plan_and_apply_publishes(product, monkeypatc
     assert "not the one that was reviewed" in capsys.readouterr().err
     assert main(["publish", "--release", RELEASE, "--apply", "--plan-sha256", sha, *common]) == 0
     assert [r.draft for r in product.gh.releases_for(RELEASE)] == [False]
+
+
+@pytest.mark.slow
+def test_compose_binds_the_component_publication_receipt(release, tmp_path, capsys):
+    """The component published by `publish --component` is what compose binds as published."""
+    from dataclasses import replace
+
+    from pipeline.compose import compose_release
+    from pipeline.errors import IntegrityError
+    from pipeline.lanes import load_lane
+    from pipeline.register import Register
+    from pipeline.stages.publish import publish_component
+    from pipeline.util.jsonio import canonical_bytes
+
+    dist = tmp_path / "dist"
+    shutil.copytree(release.dist, dist)
+    (tmp_path / "w").mkdir()
+    lanes = tmp_path / "w" / "lanes"
+    shutil.copytree(release.lanes_dir, lanes)
+    shutil.copytree(release.lanes_dir.parent / "cuts", tmp_path / "w" / "cuts")
+    lane = load_lane(lanes / "rtx4090-windows-native.toml")
+    with StandIn("alphastorm/ninfer") as gh:
+        gh.tokens[TOKEN] = Token()
+        gh.add_commit(lane.ledger().current("0.7.0").source_commit)
+        client = GitHub("alphastorm/ninfer", TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
+        publish_component("4090", dist=dist, lanes_dir=lanes, github=client)
+        sha = sha256_bytes((dist / "publish" / "component-v0.7.0-qwen38-4090-beta.2" / "plan.json").read_bytes())
+        publish_component("4090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
+    root = release.clone(tmp_path / "product", "draft")
+    capsys.readouterr()
+    compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)
+    assert "rtx4090-windows-native: published as release" in capsys.readouterr().err
+    toml = root / TREE / "release.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace('from = "register"\nstatus = "qualified"\npublished = true', 'from = "register"\nstatus = "qualified"\npublished = false'))
+    assert toml.read_text() != text
+    with pytest.raises(RefusedError, match="is published \\(release .* but release.toml says it is not") as caught:
+        compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)
+    assert caught.value.field == "lanes.rtx4090-windows-native.published"
+    toml.write_text(text)
+    # A receipt of other bytes is drift, named with found and expected.
+    register = Register(dist)
+    entry = register.one("release-publication", lane="rtx4090-windows-native", needed_by="t", produced_by="t")
+    path = dist / entry.path
+    doc = json.loads(path.read_text())
+    doc["assets"][0]["sha256"] = "0" * 64
+    doc["assets"][0]["digest"] = "sha256:" + "0" * 64
+    path.write_bytes(canonical_bytes(doc))
+    register.artifacts[entry.name] = replace(entry, sha256=sha256_bytes(path.read_bytes()), size=path.stat().st_size)
+    register.save()
+    with pytest.raises(IntegrityError, match=f"published other bytes for {doc['assets'][0]['name']}"):
+        compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)
