@@ -62,7 +62,7 @@ def print_lanes(lanes_dir: Path | None, as_json: bool) -> int:
                 "cuda_toolkit": lane.cuda_toolkit,
                 "build_host": lane.build_host,
                 "component_tag": lane.tag() if lane.beta is not None else None,
-                "deployment_profile": lane.deployment_profile(),
+                "deployment_profile": lane.deployment_profile() if lane.beta is not None or "{n}" not in lane.deployment_profile_pattern else None,
                 "binaries": list(lane.binaries),
             }
             for lane in lanes.values()

@@ -241,7 +241,7 @@ class Lane:
                 file=self.file,
                 field="component.tag_pattern",
                 found=tag,
-                expected=f"{self.tag_pattern} with version {self.version}, e.g. {self.tag()}",
+                expected=f"{self.tag_pattern} with version {self.version}, e.g. {self.tag(self.beta or 1)}",
             )
         return int(match.group("n"))
 

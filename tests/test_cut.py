@@ -243,3 +243,25 @@ def test_the_embedded_sample_is_a_rehearsal_of_the_current_cut(tmp_path):
     stage = BuildStage(Context.open(tmp_path / "d"), lane, source=parse_source(None))
     stage.preflight()
     assert stage.cut.rehearsal and stage.cut.tag == "v0.7.0-qwen38-5090-beta.2" and stage.cut.commit is None
+
+
+def test_the_release_tree_renders_superseded_cuts_and_later_cuts_do_not_change_it(tmp_path):
+    from pipeline.verify import verify_release
+
+    notes = (REPO_ROOT / "manifests" / "v0.13.1" / "NOTES.md").read_text()
+    assert "## Superseded cuts" in notes
+    for short in ("4090", "3090"):
+        assert (f"`v0.7.0-qwen38-{short}-beta.1` (source commit not recorded in full: the v0.13.1 notes name only the source prefix eecb437f "
+                f"of the beta.1 cut) was published, then superseded by `v0.7.0-qwen38-{short}-beta.2` at 7a25cd72f490183e4113f1e84e68e36d653ddd28") in notes
+    assert "Superseded" not in (REPO_ROOT / "manifests" / "v0.13.0" / "NOTES.md").read_text()
+    # beta.2 superseded later by beta.3: the v0.13.1 rendering (and so its verification) does not move.
+    lanes = tmp_path / "lanes"
+    shutil.copytree(DEFAULT_LANES_DIR, lanes)
+    shutil.copytree(REPO_ROOT / "runtime" / "cuts", tmp_path / "cuts")
+    lane = load_lane(lanes / "rtx4090-windows-native.toml")
+    ledger = lane.ledger()
+    later = ledger.with_cut(Cut("0.7.0", 3, "v0.7.0-qwen38-4090-beta.3", "cut", "cut", C1, H, H))
+    later = later.with_state("0.7.0", 2, state="superseded", superseded_by=3, reason="a later fix")
+    write_ledger(tmp_path / "cuts", later, tag_for=lane.render_tag)
+    report = verify_release(REPO_ROOT, "v0.13.1", lanes_dir=lanes)
+    assert report.valid, [p.message() for p in report.problems.items]
