@@ -266,6 +266,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, payload: Any = None, *, headers: dict[str, str] | None = None, raw: bytes | None = None, content_type: str = "application/json; charset=utf-8") -> None:
         s = self.standin
+        if getattr(self, "mute", False):  # a held write: applied, but its answer never leaves
+            s.log.append((self.command, self.path.split("?", 1)[0], status))
+            return
         data = raw if raw is not None else (b"" if payload is None else json.dumps(payload).encode())
         self.send_response(status)
         self.send_header("Content-Type", content_type)
@@ -341,6 +344,7 @@ class _Handler(BaseHTTPRequestHandler):
         if hold and not hang[1]:  # killed before the write reaches GitHub
             s.faults.pop("hang_on_write")
             raise _Hold
+        self.mute = hold
         uploads = f"/uploads{repo}/releases/"
         if path.startswith(uploads):
             match = re.fullmatch(r"(\d+)/assets", path[len(uploads):])

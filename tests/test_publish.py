@@ -370,3 +370,40 @@ def test_client_retries_reads_and_never_writes_blindly(tmp_path):
         assert "401" in str(caught.value) and "ghp_wrongToken1234" not in str(caught.value)
         with pytest.raises(PipelineError, match="https"):
             GitHub(REPO, TOKEN, api="http://example.com", clock=clock)
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample_repo):
+    """cut -> build (real nvcc) -> package -> publish --component, for the container lane, from the sample runtime."""
+    from conftest import have_nvcc
+    from pipeline.build import build_lane
+    from pipeline.lanes import DEFAULT_LANES_DIR, REPO_ROOT
+    from pipeline.package import package_lane
+    from pipeline.stages.cut import cut_lane
+
+    repo, commit = sample_repo
+    lanes = tmp_path / "runtime" / "lanes"
+    shutil.copytree(DEFAULT_LANES_DIR, lanes)
+    shutil.copytree(REPO_ROOT / "runtime" / "cuts", tmp_path / "runtime" / "cuts")
+    dist = tmp_path / "dist"
+    cut_lane("5090", source=f"{repo}@{commit}", dist=dist, lanes_dir=lanes, use_github=False)
+    tag = "v0.7.0-qwen38-5090-beta.3"  # beta.1 (history) and beta.2 (published) are used
+    build_lane("5090", dist=dist, source=str(repo), toolchain="system" if have_nvcc() else "pinned", lanes_dir=lanes)
+    package_lane("5090", dist=dist, lanes_dir=lanes)
+    lane = load_lane(lanes / "rtx5090-container.toml")
+    names = asset_set(lane, 3).names()
+    with StandIn(REPO) as gh:
+        gh.tokens[TOKEN] = Token()
+        gh.add_commit(commit)
+        client = GitHub(REPO, TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
+        publish_component("5090", dist=dist, lanes_dir=lanes, github=client)
+        sha = Register(dist).one("publication-plan", lane=lane.id, needed_by="t", produced_by="t").attrs["plan_sha256"]
+        publish_component("5090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
+        [release] = gh.releases_for(tag)
+        assert not release.draft and release.prerelease and gh.refs[tag] == commit
+        assert sorted(a.name for a in gh.assets_of(release)) == names and len(names) == 7
+        for asset in gh.assets_of(release):
+            assert asset.digest == "sha256:" + sha256_file(dist / lane.id / "assets" / asset.name)
+    cut = load_lane(lanes / "rtx5090-container.toml").ledger().entry("0.7.0", 3)
+    assert (cut.state, cut.source_commit, cut.publication.release_id) == ("published", commit, release.id)
