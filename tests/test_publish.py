@@ -23,7 +23,7 @@ from winfixtures import copy_lanes, packaged_native_set
 
 from pipeline.assets import asset_set
 from pipeline.errors import PipelineError, RefusedError, RemoteError
-from pipeline.formats.publication_plan import read_journal, read_receipt
+from pipeline.formats.publication_plan import Journal, read_journal, read_receipt
 from pipeline.infra.github import GitHub, GitHubError
 from pipeline.lanes import load_lane
 from pipeline.register import Register
@@ -407,3 +407,19 @@ def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample
             assert asset.digest == "sha256:" + sha256_file(dist / lane.id / "assets" / asset.name)
     cut = load_lane(lanes / "rtx5090-container.toml").ledger().entry("0.7.0", 3)
     assert (cut.state, cut.source_commit, cut.publication.release_id) == ("published", commit, release.id)
+
+
+def test_the_journal_survives_a_torn_last_line(tmp_path):
+    journal = Journal(tmp_path, "a" * 64)
+    journal.event("run-start", plan_sha256="a" * 64)
+    journal.event("op-done", op=0, request_id="R1")
+    with open(journal.path, "ab") as handle:
+        handle.write(b'{"seq":3,"event":"op-st')  # killed while appending
+    assert [e["event"] for e in read_journal(journal.path)] == ["run-start", "op-done"]
+    again = Journal(tmp_path, "a" * 64)
+    again.event("run-start", resumed=True)
+    entries = read_journal(again.path)
+    assert [(e["seq"], e["event"]) for e in entries] == [(1, "run-start"), (2, "op-done"), (3, "run-start")]
+    journal.path.write_bytes(b'not json\n{"seq":1,"event":"run-start"}\n')
+    with pytest.raises(PipelineError, match="line 1 is not a journal entry"):
+        read_journal(journal.path)

@@ -89,3 +89,4 @@ def test_green_check_names_each_reason():
         with pytest.raises(RefusedError, match=message) as caught:
             require_green_for(receipt, commit=C, tree=T, file="r.json")
         assert caught.value.exit_code == 7
+

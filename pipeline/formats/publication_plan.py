@@ -24,8 +24,8 @@ JSON object per line, appended and fsynced, never rewritten: `seq`, `event`
 `check`, `run-done`, `run-failed`), `op` (the operation's index, or null),
 `detail` and GitHub's `request_id`.  It is a record for people, not the
 source of truth: a re-run reconciles from GitHub's state.  A torn last line
-(a kill -9 in the middle of a write) is ignored by the reader; any other bad
-line is an error.
+(a kill -9 in the middle of a write) is ignored by the reader and cut off
+before the next append; any other bad line is an error.
 
 Receipt (`omp_ninfer_release_publication_receipt`, schema 1): plan hash,
 repository, release id, tag -> commit, and each published asset's id, name,
@@ -177,6 +177,11 @@ class Journal:
         self.path = directory / f"{plan_sha}.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.seq = len(read_journal(self.path))
+        if self.path.exists():
+            data = self.path.read_bytes()
+            if data and not data.endswith(b"\n"):  # a torn last line: drop the fragment before appending
+                with open(self.path, "r+b") as handle:
+                    handle.truncate(data.rfind(b"\n") + 1)
 
     def event(self, event: str, *, op: int | None = None, request_id: str | None = None, **detail: Any) -> None:
         assert event in EVENTS, event
