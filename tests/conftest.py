@@ -73,6 +73,15 @@ def _no_compile_in_unit_tests(request, monkeypatch):
     monkeypatch.setattr(build.BuildStage, "_compile", refuse)
 
 
+@pytest.fixture(autouse=True)
+def _loud_by_default():
+    """`main([..., "--quiet"])` sets a process-wide switch; no test may inherit it from another."""
+    from pipeline.util import ui
+
+    ui.set_quiet(False)
+    yield
+
+
 def shared_or_skip(*parts: str) -> Path:
     path = SHARED.joinpath(*parts)
     if not path.exists():
