@@ -21,8 +21,9 @@ Fault switches (`StandIn.faults`), each consumed when it fires:
 `upload_reset_after_landing` (the upload lands, then the connection is reset
 before any answer), `secondary_limit` (403 with `retry-after`, request not
 applied), `publish_5xx` (5xx on the publish call, applied or not),
-`hang_on_write` (the k-th write is applied or not, then the answer is held
-until the client is killed: kill -9 tests).  Tests arrange a second draft for
+`primary_limit` (n answers 403 with `x-ratelimit-remaining: 0` until
+`x-ratelimit-reset`), `hang_on_write` (the k-th write is applied or not, then
+the answer is held until the client is killed: kill -9 tests).  Tests arrange a second draft for
 a tag, a tag that points elsewhere, or a scope-less token through the state
 methods (`add_release`, `set_ref`, `tokens`).
 
@@ -332,6 +333,11 @@ class _Handler(BaseHTTPRequestHandler):
             core = {"limit": s.rate_limit, "remaining": max(0, s.remaining), "reset": s.reset_at, "used": s.rate_limit - max(0, s.remaining), "resource": "core"}
             return self._send(200, {"resources": {"core": core}, "rate": core})
         token = s.tokens.get(self.token or "")
+        if s.faults.get("primary_limit"):  # the hourly budget is spent: every call is refused until the reset
+            s.faults["primary_limit"] -= 1
+            s.remaining = 0
+            return self._send(403, {"message": f"API rate limit exceeded for installation ID 1. If you reach out to GitHub Support for help, please include the request ID {self.request_id}.",
+                                    "documentation_url": f"{DOCS}/using-the-rest-api/rate-limits-for-the-rest-api", "status": "403"})
         if token is None:
             return self._send(401, {"message": "Bad credentials", "documentation_url": DOCS, "status": "401"})
         write = self.command != "GET"

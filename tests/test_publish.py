@@ -365,6 +365,18 @@ def test_client_retries_reads_and_never_writes_blindly(tmp_path):
         with pytest.raises(RemoteError, match="the total wait would pass 100 s"):
             client.create_release({"tag_name": "v1", "draft": True})
         assert not gh.releases
+        # The primary limit: wait until x-ratelimit-reset, then the same read succeeds.
+        gh.faults["primary_limit"] = 1
+        gh.reset_at = int(clock.now()) + 300
+        gh.remaining = 5000
+        client = GitHub(REPO, TOKEN, api=gh.url, uploads=gh.uploads, clock=clock, write_interval=0)
+        before = list(clock.sleeps)
+        assert client.repo()["full_name"] == REPO
+        assert clock.sleeps[len(before):] == [301.0]
+        # Pagination follows link rel="next" only on the configured origin.
+        for n in range(150):
+            gh.add_release(f"v9.{n}.0", draft=False)
+        assert len(client.releases()) == 150
         with pytest.raises(PipelineError) as caught:
             GitHub(REPO, "ghp_wrongToken1234", api=gh.url, uploads=gh.uploads, clock=clock).repo()
         assert "401" in str(caught.value) and "ghp_wrongToken1234" not in str(caught.value)
