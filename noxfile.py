@@ -20,6 +20,9 @@ Options come from environment variables, because nox hands the same
                       the live runtime `qualify` runs its gates against (without: hardware-pending)
   PIPELINE_IMPORT_RECEIPT  a receipt from the owner's hardware for `qualify-<short>` to bind
   (`tests` writes the test-run receipt to PIPELINE_DIST/test-run-receipt.json)
+  PIPELINE_PLAN_SHA256     the reviewed plan's hash: `publish-<short>` / `publish-release` apply it
+                           (without it they only write and print the plan and check the gates)
+  GITHUB_TOKEN             for `cut-<short>` (numbers used on GitHub) and `publish-*`
 
 Posargs go to `tests` (pytest arguments) only.
 """
@@ -70,7 +73,25 @@ def _required(session: nox.Session, variable: str, example: str) -> str:
     return value
 
 
+def _apply_flags() -> list[str]:
+    sha = os.environ.get("PIPELINE_PLAN_SHA256")
+    return ["--apply", "--plan-sha256", sha] if sha else []
+
+
 for _short, _lane in LANES.items():
+
+    def _cut(session: nox.Session, lane: str = _lane) -> None:
+        source = _required(session, "PIPELINE_SOURCE", "https://github.com/alphastorm/ninfer.git@<40-hex commit>")
+        _pipeline(session, "cut", "--lane", lane, "--source", source)
+
+    _cut.__doc__ = f"Record the next cut (beta.N) of {_lane} from PIPELINE_SOURCE=URL_OR_PATH@COMMIT in runtime/cuts/."
+    nox.session(name=f"cut-{_short}", venv_backend="none")(_cut)
+
+    def _publish(session: nox.Session, lane: str = _lane) -> None:
+        _pipeline(session, "publish", "--component", lane, *_apply_flags())
+
+    _publish.__doc__ = f"Plan (or, with PIPELINE_PLAN_SHA256, apply) the component prerelease of {_lane}'s current cut."
+    nox.session(name=f"publish-{_short}", venv_backend="none")(_publish)
 
     def _build(session: nox.Session, lane: str = _lane) -> None:
         flags = _env_flags(("PIPELINE_SOURCE", "--source"), ("PIPELINE_TOOLCHAIN", "--toolchain"), ("PIPELINE_PREBUILT", "--prebuilt"))
@@ -132,6 +153,12 @@ def verify(session: nox.Session) -> None:
 def audit(session: nox.Session) -> None:
     """Re-verify every hash of a published release from its public URLs (PIPELINE_MANIFEST)."""
     _pipeline(session, "audit", _required(session, "PIPELINE_MANIFEST", "manifests/v0.13.1/manifest.json"), dist=False)
+
+
+@nox.session(name="publish-release", venv_backend="none")
+def publish_release(session: nox.Session) -> None:
+    """Plan (or, with PIPELINE_PLAN_SHA256, apply) the product release PIPELINE_RELEASE on GitHub."""
+    _pipeline(session, "publish", "--release", _required(session, "PIPELINE_RELEASE", "v0.13.1"), *_apply_flags())
 
 
 @nox.session(venv_backend="none")

@@ -281,7 +281,7 @@ def identify(directory: Path, names: list[str], lanes: dict[str, Lane]) -> tuple
     if len(candidates) == 1:
         return candidates[0]
     if not candidates:
-        examples = ", ".join(f"{asset_set(lane).name_of('package')} ({lane.id})" for lane in lanes.values())
+        examples = ", ".join(f"{asset_set(lane, lane.beta or 1).name_of('package')} ({lane.id})" for lane in lanes.values())
         raise IntegrityError(
             "no package archive of a known lane in the folder",
             file=directory,

@@ -106,7 +106,7 @@ class BuildStage(Stage):
         toolchain_mode: str = "pinned",
         prebuilt: Path | None = None,
         work_dir: Path | None = None,
-        beta: int | None = None,
+        rehearsal: bool = False,
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
@@ -114,7 +114,9 @@ class BuildStage(Stage):
         self.toolchain_mode = toolchain_mode
         self.prebuilt = prebuilt
         self.work_dir = work_dir
-        self.beta = beta if beta is not None else lane.beta
+        self.rehearsal = rehearsal
+        self.cut = None  # the CutBinding, known after preflight
+        self.beta = lane.beta
         self.source = None
         self.toolchain: Toolchain | None = None
 
@@ -123,7 +125,7 @@ class BuildStage(Stage):
         return f"build:{self.lane.id}"
 
     def describe(self) -> str:
-        return f"{self.lane.id} ({self.lane.tag(self.beta)})"
+        return f"{self.lane.id} ({self.cut.tag if self.cut else 'current cut'})"
 
     @property
     def out_dir(self) -> Path:
@@ -162,6 +164,11 @@ class BuildStage(Stage):
         if self.prebuilt is None and not ON_WINDOWS:
             self._require_host_compilers()
         self.source = resolve_source(self.source_spec, lane)
+        from .stages.cut import binding_for_build
+
+        kind = "embedded-sample" if self.rehearsal else self.source_spec.kind
+        self.cut = binding_for_build(lane, commit=self.source.commit, source_kind=kind, stage="build")
+        self.beta = self.cut.n
         if self.prebuilt is None and self.toolchain_mode == "pinned":
             toolchain_spec(lane.cuda_toolkit, host)  # the lock must pin this toolkit before any download
         ui.info(f"source: {self.source_spec.display} at {self.source.commit}")
@@ -183,7 +190,7 @@ class BuildStage(Stage):
         data: dict[str, Any] = {
             "lane": self.lane.id,
             "lane_file_sha256": self.lane.file_sha256,
-            "beta": self.beta,
+            "cut": self.cut.to_json() if self.cut else None,
             "source": self.source.to_json(),
             "code": _code_digest(),
         }
@@ -259,9 +266,11 @@ class BuildStage(Stage):
             register.make("runtime-library", lib, stage=self.name, lane=lane.id, name=f"{lane.id}/bin/{lib.name}", library=lib.name, origin="prebuilt-folder")
             for lib in sorted(libraries)
         ]
-        artifacts.append(register.make("build-identity", identity_path, stage=self.name, lane=lane.id, name=f"{lane.id}/build-identity.json"))
+        assert self.cut is not None
+        artifacts.append(register.make("build-identity", identity_path, stage=self.name, lane=lane.id, name=f"{lane.id}/build-identity.json", cut=self.cut.to_json()))
         artifacts.append(register.make("source-tar", self.out_dir / "source.tar", stage=self.name, lane=lane.id, name=f"{lane.id}/source.tar", commit=self.source.commit))
         ui.info(f"build identity: {identity.text()}")
+        ui.info(f"cut: {self.cut.tag}" + (" (a rehearsal: the cut's names, not its commit; publish refuses it)" if self.cut.rehearsal else f" at {self.cut.commit}"))
         for name, digest in sorted(binaries.items()):
             ui.info(f"{name}: sha256 {digest}")
         return artifacts
@@ -468,16 +477,14 @@ def build_lane(
     toolchain: str = "pinned",
     prebuilt: Path | str | None = None,
     work: Path | str | None = None,
-    beta: int | None = None,
+    rehearsal: bool = False,
     lanes_dir: Path | None = None,
     force: bool = False,
 ):
-    from .lanes import check_beta, find_lane
+    from .lanes import find_lane
     from .source import parse_source
     from .stage import execute
 
-    if beta is not None:
-        check_beta(beta)
     lane = find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
     stage = BuildStage(
@@ -487,14 +494,13 @@ def build_lane(
         toolchain_mode=toolchain,
         prebuilt=Path(prebuilt) if prebuilt else None,
         work_dir=Path(work).resolve() if work else None,
-        beta=beta,
+        rehearsal=rehearsal,
     )
     return execute(stage, force=force)
 
 
 def register_cli(sub) -> None:
     from .cli import add_common
-    from .lanes import beta_argument
 
     parser = sub.add_parser("build", help="compile one lane's runtime from an exact commit (or import --prebuilt binaries)")
     parser.add_argument("--lane", required=True, help="lane id or short name (see 'lanes')")
@@ -502,7 +508,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--prebuilt", type=Path, help="folder of binaries built elsewhere (e.g. the Windows job) to check and record")
     parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default) or the system nvcc")
     parser.add_argument("--work", type=Path, help="build directory (default: /var/tmp/omp-ninfer/build/<lane>/build)")
-    parser.add_argument("--beta", type=beta_argument, help="component beta number N >= 1 (default: the lane file's)")
+    parser.add_argument("--rehearsal", action="store_true", help="build a commit that is not the lane's current cut under the cut's names (a test build: publish refuses it); the embedded sample always is one unless a cut binds its commit")
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
     add_common(parser)
     parser.set_defaults(
@@ -513,7 +519,7 @@ def register_cli(sub) -> None:
             toolchain=args.toolchain,
             prebuilt=args.prebuilt,
             work=args.work,
-            beta=args.beta,
+            rehearsal=args.rehearsal,
             lanes_dir=args.lanes_dir,
             force=args.force,
         )

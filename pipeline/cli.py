@@ -22,6 +22,7 @@ from .util import ui
 # exist yet (a stage still being written) simply contributes nothing.
 COMMAND_MODULES = (
     "toolchain",
+    "stages.cut",
     "build",
     "package",
     "sbom",
@@ -33,7 +34,7 @@ COMMAND_MODULES = (
     "audit",
     "sign",
     "stages.verifier_dist",
-    "publish",
+    "stages.publish",
     "bench",
 )
 
@@ -61,8 +62,8 @@ def print_lanes(lanes_dir: Path | None, as_json: bool) -> int:
                 "cuda_architecture": lane.cuda_architecture,
                 "cuda_toolkit": lane.cuda_toolkit,
                 "build_host": lane.build_host,
-                "component_tag": lane.tag(),
-                "deployment_profile": lane.deployment_profile(),
+                "component_tag": lane.tag() if lane.beta is not None else None,
+                "deployment_profile": lane.deployment_profile() if lane.beta is not None or "{n}" not in lane.deployment_profile_pattern else None,
                 "binaries": list(lane.binaries),
             }
             for lane in lanes.values()
@@ -74,7 +75,8 @@ def print_lanes(lanes_dir: Path | None, as_json: bool) -> int:
     for lane in lanes.values():
         print(
             f"{lane.id:<24} {lane.short_name:<6} {lane.cuda_architecture:<6} {lane.cuda_toolkit:<6} "
-            f"{lane.build_host:<16} {lane.tag():<30} {lane.deployment_profile()}"
+            f"{lane.build_host:<16} {lane.tag() if lane.beta is not None else '(not cut yet)':<30} "
+            f"{lane.deployment_profile() if lane.beta is not None or '{n}' not in lane.deployment_profile_pattern else '-'}"
         )
     return 0
 
@@ -92,7 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     lanes.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     lanes.set_defaults(func=lambda args: print_lanes(args.lanes_dir, args.json))
     for name in COMMAND_MODULES:
-        if importlib.util.find_spec(f"pipeline.{name}") is None:
+        parent = f"pipeline.{name}".rpartition(".")[0]
+        if importlib.util.find_spec(parent) is None or importlib.util.find_spec(f"pipeline.{name}") is None:
             continue
         module = importlib.import_module(f"pipeline.{name}")
         if hasattr(module, "register_cli"):

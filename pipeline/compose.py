@@ -245,6 +245,31 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
     return files
 
 
+def component_publication(register: Register, lane: Lane, tag: str, set_files: dict[str, str], source_commit: str | None) -> dict[str, Any] | None:
+    """The register's publication receipt of this lane's component (pipeline/stages/publish.py), checked
+    to bind exactly this closed set at this tag and commit; None when the component is not published
+    by the pipeline.  Drift (a receipt of other bytes, tag, commit or repository) is refused."""
+    from .formats.publication_plan import read_receipt
+    from .infra.github import repository_of
+
+    entries = [e for e in register.query("release-publication", lane=lane.id) if e.attrs.get("tag") == tag]
+    if not entries:
+        return None
+    if len(entries) > 1:
+        raise InputError(f"the register has {len(entries)} publication receipts of {tag}", file=register.file, found=[e.name for e in entries], expected="exactly one")
+    path = register.verified_path(entries[0])
+    receipt = read_receipt(path)
+    assets = {a["name"]: a["sha256"] for a in receipt["assets"]}
+    _want(receipt["kind"] == "component", "is not a component publication receipt", file=path, field="kind", found=receipt["kind"], expected="component")
+    _want(receipt["repository"] == repository_of(lane.component_repository), "publishes to another repository than the lane's component repository", file=path, field="repository", found=receipt["repository"], expected=repository_of(lane.component_repository))
+    _want(receipt["tag"] == tag, "publishes another component tag than the packaged set", file=path, field="tag", found=receipt["tag"], expected=tag)
+    _want(receipt["commit"] == source_commit, "tags another commit than the lane receipt's source commit", file=path, field="commit", found=receipt["commit"], expected=source_commit)
+    _want(sorted(assets) == sorted(set_files), "publishes another asset set than the packaged closed set", file=path, field="assets", found=sorted(assets), expected=sorted(set_files))
+    for name, digest in sorted(set_files.items()):
+        _want(assets[name] == digest, f"published other bytes for {name} than the packaged set", file=path, field=f"assets[{name}].sha256", found=assets[name], expected=digest, fix="publish the packaged set again under a new cut (python -m pipeline cut, publish --component)")
+    return receipt
+
+
 def _pins_checksums(root: Path, release: str, lane: Lane, source: str, tag: str | None) -> bytes:
     """Bind a downloaded published SHA256SUMS (pins mode): strict format, closed set of the lane's names."""
     from .assets import parse_sums
@@ -455,6 +480,7 @@ def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes
         register = Register(Path(dist))
         for li in register_lanes:
             writes.update(import_register_lane(root, release, lanes[li.id], register, status=li.status, model_sha256=rt.model["artifact_sha256"]))
+            _check_published(root, release, lanes[li.id], li, register, writes)
     for li in rt.lanes.values():
         if li.mode == "pins" and li.status in SHIPPED and li.pins.get("checksums_file"):
             writes[repo_path(release, sums_name(li.id))] = _pins_checksums(root, release, lanes[li.id], li.pins["checksums_file"], li.pins.get("release_tag"))
@@ -489,6 +515,31 @@ def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes
         outcome = rebind(root, release, lanes=lanes)
     outcome.written = sorted(set(changed) | set(outcome.written) | set(obsolete))
     return outcome
+
+
+def _check_published(root: Path, release: str, lane: Lane, li: Any, register: Register, writes: dict[str, bytes]) -> None:
+    """`published` of a register lane against the component's publication receipt in the register."""
+    from .assets import parse_sums
+    from .releasetree import receipt_facts
+
+    sums = writes[repo_path(release, sums_name(lane.id))]
+    set_files = {**parse_sums(sums, file=sums_name(lane.id)), "SHA256SUMS": sha256_bytes(sums)}
+    facts = receipt_facts(json.loads(writes[repo_path(release, receipt_name(lane.id))]))
+    outer = register.one("outer-checksums", lane=lane.id, needed_by="compose", produced_by="package")
+    receipt = component_publication(register, lane, outer.attrs["component_tag"], set_files, facts.source_commit)
+    if receipt is not None and not li.published:
+        raise RefusedError(
+            f"the component {receipt['tag']} is published (release {receipt['release_id']} of {receipt['repository']}), but release.toml says it is not",
+            file=repo_path(release, RELEASE_TOML),
+            field=f"lanes.{lane.id}.published",
+            found=False,
+            expected="true: the register's publication receipt binds exactly this set",
+            fix="set published = true",
+        )
+    if receipt is None and li.published:
+        ui.warn(f"{lane.id}: published = true is stated by hand; the register holds no publication receipt of {outer.attrs['component_tag']} (python -m pipeline publish --component {lane.id})")
+    elif receipt is not None:
+        ui.info(f"{lane.id}: published as release {receipt['release_id']} of {receipt['repository']} ({len(receipt['assets'])} assets, plan {receipt['plan_sha256'][:12]})")
 
 
 @contextmanager

@@ -2,9 +2,14 @@
 
 A lane says what to build (CUDA architecture, toolkit, CMake arguments,
 targets), where it can be built (host platform), how its component release is
-named (version, beta number, tag and asset-name patterns), what its package
-may bundle and what its qualification must reach.  The file is the only place
-these facts live; stages read them from the Lane object.
+named (version, tag and asset-name patterns), what its package may bundle and
+what its qualification must reach.  The file is the only place these facts
+live; stages read them from the Lane object.
+
+The beta number N is not in the lane file: it is data of the lane's cut ledger
+(`runtime/cuts/<lane-id>.json` beside `runtime/lanes/`, pipeline/formats/cut_ledger.py),
+written only by `python -m pipeline cut`.  `Lane.beta` is the number of the
+lane's current cut when the lane was loaded (None for a lane never cut).
 """
 
 from __future__ import annotations
@@ -131,7 +136,6 @@ _PLATFORM = {
 _COMPONENT = {
     "repository": Field(str, check=matches(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), expected="an https://github.com/<owner>/<repo> URL"),
     "version": Field(str, check=lambda v: len(v) <= MAX_VERSION and matches(r"[0-9]+\.[0-9]+\.[0-9]+")(v), expected=f"a version 'X.Y.Z' of at most {MAX_VERSION} characters"),
-    "beta": Field(int, check=lambda v: MIN_BETA <= v <= MAX_BETA, expected=f"a beta number {MIN_BETA}..{MAX_BETA}"),
     "tag_pattern": Field(str),
     "stem_pattern": Field(str),
     "release_id_pattern": Field(str),
@@ -246,7 +250,7 @@ class Lane:
     asset_platform: str
     component_repository: str
     version: str
-    beta: int
+    beta: int | None  # the current cut's N, from the cut ledger (not the lane file)
     tag_pattern: str
     stem_pattern: str
     release_id_pattern: str
@@ -270,14 +274,33 @@ class Lane:
     support_scripts: tuple[str, ...]
     qualification: dict[str, Any] = field(default_factory=dict)
     providers: dict[str, Provider] = field(default_factory=dict)  # "system", "driver", "base-image"
+    cuts_dir: Path | None = None
 
-    # Names derived from the patterns for one beta number.
+    # Names derived from the patterns for one beta number (default: the current cut's).
     def _render(self, pattern: str, beta: int | None = None) -> str:
         n = self.beta if beta is None else beta
-        if isinstance(n, bool) or not isinstance(n, int) or not MIN_BETA <= n <= MAX_BETA:
-            raise InputError("is not a beta number", file=self.file, field="component.beta", found=n, expected=f"an integer {MIN_BETA}..{MAX_BETA}",
-                             why="names, tags and release ids are rendered only for a real beta.N cut")
-        return pattern.format(version=self.version, n=n)
+        if n is None and "{n}" in pattern:
+            raise InputError(
+                f"lane {self.id} has no cut of version {self.version} yet",
+                file=self.ledger_file(),
+                why="the beta number N of a component comes from the lane's cut ledger, never from the lane file",
+                fix=f"record one with 'python -m pipeline cut --lane {self.id} --source URL_OR_PATH@COMMIT'",
+            )
+        return pattern.format(version=self.version, n=n if n is not None else "")
+
+    def ledger_file(self) -> Path:
+        from .formats.cut_ledger import ledger_path
+
+        return ledger_path(self.cuts_dir or cuts_dir_for(self.file.parent), self.id)
+
+    def render_tag(self, version: str, n: int) -> str:
+        return self.tag_pattern.format(version=version, n=n)
+
+    def ledger(self):
+        """The lane's cut ledger as it is on disk now."""
+        from .formats.cut_ledger import load_ledger
+
+        return load_ledger(self.cuts_dir or cuts_dir_for(self.file.parent), self.id, tag_for=self.render_tag)
 
     def tag(self, beta: int | None = None) -> str:
         return self._render(self.tag_pattern, beta)
@@ -305,7 +328,7 @@ class Lane:
                 file=self.file,
                 field="component.tag_pattern",
                 found=tag,
-                expected=f"{self.tag_pattern} with version {self.version}, e.g. {self.tag()}",
+                expected=f"{self.tag_pattern} with version {self.version}, e.g. {self.tag(self.beta or 1)}",
             )
         return int(match.group("n"))
 
@@ -447,9 +470,9 @@ def load_lane(path: Path) -> Lane:
         _check_pattern(path, f"component.{key}", comp[key], needs_n=(key == "tag_pattern"))
     _check_rendered_names(path, comp, plat["asset_platform"])
     probe = pattern_regex(comp["tag_pattern"], comp["version"])
-    if not probe.fullmatch(comp["tag_pattern"].format(version=comp["version"], n=comp["beta"])):
+    if not probe.fullmatch(comp["tag_pattern"].format(version=comp["version"], n=1)):
         raise InputError("tag pattern does not round-trip", file=file, field="component.tag_pattern", found=comp["tag_pattern"])
-    if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+-[a-z0-9.-]+", comp["tag_pattern"].format(version=comp["version"], n=comp["beta"])):
+    if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+-[a-z0-9.-]+", comp["tag_pattern"].format(version=comp["version"], n=1)):
         raise InputError(
             "tag pattern must produce a tag 'vX.Y.Z-<lane words>'",
             file=file,
@@ -547,6 +570,10 @@ def load_lane(path: Path) -> Lane:
                 raise InputError(f"lifecycle script is not in the repository's {SCRIPTS_DIR}/ folder", file=file, field=where, found=script, expected=f"{SCRIPTS_DIR}/<Script>.ps1")
 
     raw = path.read_bytes()
+    cuts_dir = cuts_dir_for(path.parent)
+    from .formats.cut_ledger import load_ledger
+
+    current = load_ledger(cuts_dir, top["id"], tag_for=lambda version, n: comp["tag_pattern"].format(version=version, n=n)).current(comp["version"])
     return Lane(
         id=top["id"],
         short_name=top["short_name"],
@@ -565,7 +592,7 @@ def load_lane(path: Path) -> Lane:
         asset_platform=plat["asset_platform"],
         component_repository=comp["repository"],
         version=comp["version"],
-        beta=comp["beta"],
+        beta=current.n if current else None,
         tag_pattern=comp["tag_pattern"],
         stem_pattern=comp["stem_pattern"],
         release_id_pattern=comp["release_id_pattern"],
@@ -589,7 +616,13 @@ def load_lane(path: Path) -> Lane:
         support_scripts=tuple(pkg["support_scripts"] or ()),
         qualification=qual,
         providers=providers,
+        cuts_dir=cuts_dir,
     )
+
+
+def cuts_dir_for(lanes_dir: Path) -> Path:
+    """The cut ledgers live beside the lane files: runtime/lanes/ -> runtime/cuts/."""
+    return lanes_dir.parent / "cuts"
 
 
 def load_lanes(lanes_dir: Path | None = None) -> dict[str, Lane]:

@@ -5,7 +5,8 @@ runtime libraries from `--prebuilt`, `build-identity.json`, the `git archive`
 source tar), the lane file, and for Windows lanes the serving contract
 (`server-config.json`, `release-spec.json`) and the four lifecycle scripts.
 
-Preflight refuses, before any work: a build of another beta, binaries whose
+Preflight refuses, before any work: a build of another cut than the lane's
+current one (pipeline/stages/cut.py; the beta number is the cut's), binaries whose
 bytes changed since the build, an invalid server configuration or release
 spec, a script that is not Windows PowerShell 5.1, and any imported library
 that is neither provided by the target nor bundleable (`pipeline.binaries`).
@@ -83,15 +84,14 @@ class PackageStage(Stage):
         ctx: Context,
         lane: Lane,
         *,
-        beta: int | None = None,
         source_date_epoch: int | None = None,
         jobs: int | None = None,
         level: int = archive.DEFAULT_LEVEL,
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
-        self.requested_beta = beta
-        self.beta = beta if beta is not None else lane.beta
+        self.beta = lane.beta
+        self.cut = None
         self.requested_epoch = source_date_epoch
         self.jobs = jobs
         self.level = level
@@ -114,7 +114,7 @@ class PackageStage(Stage):
         return f"package:{self.lane.id}"
 
     def describe(self) -> str:
-        return f"{self.lane.id} ({self.lane.tag(self.beta)})"
+        return f"{self.lane.id} ({self.lane.tag(self.beta) if self.beta is not None else 'current cut'})"
 
     @property
     def out_dir(self) -> Path:
@@ -132,17 +132,12 @@ class PackageStage(Stage):
         identity_entry = register.one("build-identity", lane=lane.id, needed_by="package", produced_by="build")
         self.identity = read_json_object(register.verified_path(identity_entry))
         self.inputs_used = {identity_entry.name: identity_entry}
+        from .stages.cut import check_binding_current
+
         build_beta = lane.beta_from_tag(self.identity["component_tag"])
-        if self.requested_beta is not None and self.requested_beta != build_beta:
-            raise RefusedError(
-                f"the build in the register is for beta {build_beta}, not beta {self.requested_beta}",
-                file=register.path_of(identity_entry),
-                field="component_tag",
-                found=self.identity["component_tag"],
-                expected=lane.tag(self.requested_beta),
-                why="the beta number is part of the build identity every binary prints, so a package cannot relabel it",
-                fix=f"build again with 'python -m pipeline build --lane {lane.id} --beta {self.requested_beta}', or drop --beta",
-            )
+        self.cut = check_binding_current(lane, identity_entry.attrs.get("cut") or {}, file=register.path_of(identity_entry), stage="package")
+        if self.cut.n != build_beta or (not self.cut.rehearsal and self.cut.commit != self.identity["source"]["commit"]):
+            raise IntegrityError("build-identity.json names another cut than its register entry", file=register.path_of(identity_entry), field="component_tag", found=self.identity["component_tag"], expected=self.cut.tag)
         self.beta = build_beta
         for entry in register.query("binary", lane=lane.id):
             self.binary_files[Path(entry.path).name] = register.verified_path(entry)
@@ -305,7 +300,7 @@ class PackageStage(Stage):
         data: dict[str, Any] = {
             "lane": lane.id,
             "lane_file_sha256": lane.file_sha256,
-            "beta": self.beta,
+            "cut": self.cut.to_json() if self.cut else None,
             "epoch": self.epoch,
             "level": self.level,
             "register": {name: entry.sha256 for name, entry in sorted(self.inputs_used.items())},
@@ -358,6 +353,7 @@ class PackageStage(Stage):
                     role=asset.role,
                     # Where the receipt's patchelf ran from: machine-local, so here and not in the hashed receipt.
                     **({"patchelf_path": self.patchelf.path} if self.patchelf is not None and asset.role == "receipt" else {}),
+                    rehearsal=bool(self.cut and self.cut.rehearsal),
                 )
             )
         for asset in outputs:
@@ -660,29 +656,24 @@ def package_lane(
     lane_name: str,
     *,
     dist: Path | str = "dist",
-    beta: int | None = None,
     lanes_dir: Path | None = None,
     lane: Lane | None = None,
     source_date_epoch: int | None = None,
     jobs: int | None = None,
     force: bool = False,
 ):
-    from .lanes import check_beta, find_lane
+    from .lanes import find_lane
     from .stage import execute
 
-    if beta is not None:
-        check_beta(beta)
     lane = lane or find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
-    stage = PackageStage(ctx, lane, beta=beta, source_date_epoch=source_date_epoch, jobs=jobs)
+    stage = PackageStage(ctx, lane, source_date_epoch=source_date_epoch, jobs=jobs)
     return execute(stage, force=force)
 
 
-def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, jobs: int | None = None, force: bool = False, beta: int | None = None) -> list:
-    from .lanes import check_beta, load_lanes
+def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, jobs: int | None = None, force: bool = False) -> list:
+    from .lanes import load_lanes
 
-    if beta is not None:
-        check_beta(beta)
     ctx = Context.open(dist, lanes_dir)
     built = sorted({entry.lane for entry in ctx.register.query("build-identity") if entry.lane})
     if not built:
@@ -696,7 +687,7 @@ def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, job
     for lane_id in built:
         if lane_id not in lanes:
             raise InputError("the register holds a build of an unknown lane", file=ctx.register.file, found=lane_id, expected="one of " + ", ".join(lanes))
-        results.append(package_lane(lane_id, dist=dist, lanes_dir=lanes_dir, jobs=jobs, force=force, beta=beta))
+        results.append(package_lane(lane_id, dist=dist, lanes_dir=lanes_dir, jobs=jobs, force=force))
     return results
 
 
@@ -722,7 +713,6 @@ def register_cli(sub) -> None:
     which = parser.add_mutually_exclusive_group(required=True)
     which.add_argument("--lane", help="lane id or short name (see 'lanes')")
     which.add_argument("--all", action="store_true", help="package every lane the register holds a build of")
-    parser.add_argument("--beta", type=beta_argument, help="component beta number N >= 1; must be the build's (default: the build's)")
     parser.add_argument("--source-date-epoch", type=int, help="archive time in seconds (default: SOURCE_DATE_EPOCH, else the source commit time)")
     parser.add_argument("--jobs", type=int, help="compression threads (the bytes do not depend on it; default: all cores)")
     parser.add_argument("--force", action="store_true", help="package again even when inputs are unchanged")
@@ -730,9 +720,9 @@ def register_cli(sub) -> None:
 
     def run_package(args) -> int:
         if args.all:
-            package_all(dist=args.dist, lanes_dir=args.lanes_dir, jobs=args.jobs, force=args.force, beta=args.beta)
+            package_all(dist=args.dist, lanes_dir=args.lanes_dir, jobs=args.jobs, force=args.force)
         else:
-            package_lane(args.lane, dist=args.dist, beta=args.beta, lanes_dir=args.lanes_dir, source_date_epoch=args.source_date_epoch, jobs=args.jobs, force=args.force)
+            package_lane(args.lane, dist=args.dist, lanes_dir=args.lanes_dir, source_date_epoch=args.source_date_epoch, jobs=args.jobs, force=args.force)
         return 0
 
     parser.set_defaults(func=run_package)

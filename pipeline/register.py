@@ -53,6 +53,11 @@ KINDS: dict[str, frozenset[str]] = {
     "verifier-wheel": frozenset({"commit", "version"}),
     "verifier-sdist": frozenset({"commit", "version"}),
     "verifier-checksums": frozenset({"commit", "version"}),
+    # the lane's cut as `cut` recorded it (pipeline/stages/cut.py)
+    "cut": frozenset({"component_tag", "n", "commit"}),
+    # publish: the reviewed plan, and GitHub's release once published (pipeline/formats/publication_plan.py)
+    "publication-plan": frozenset({"plan_sha256", "tag", "repository"}),
+    "release-publication": frozenset({"plan_sha256", "tag", "repository", "release_id"}),
 }
 
 

@@ -384,7 +384,7 @@ def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> Relea
                 fix="remove the key, or set from = 'pins'",
             )
         if entry["from"] == "pins" and entry["status"] in SHIPPED and "release_tag" not in pins:
-            raise InputError("a shipped pins-mode lane needs its component tag", file=file, field=f"{prefix}.release_tag", expected=f"e.g. {lanes[lane_id].tag()!r}")
+            raise InputError("a shipped pins-mode lane needs its component tag", file=file, field=f"{prefix}.release_tag", expected=f"e.g. {lanes[lane_id].tag(lanes[lane_id].beta or 1)!r}")
         if "oci_reference" in pins and lanes[lane_id].kind != "container":
             raise InputError("only the container lane has an image", file=file, field=f"{prefix}.oci_reference")
         if entry["from"] == "predecessor" and top["predecessor"] is None:
@@ -858,7 +858,7 @@ def derive(
         )
         manifest["publication"]["blockers"].append(pin_blocker)
         derived_blockers = [*derived_blockers, pin_blocker]
-    notes = render_notes(manifest, rt, summary)
+    notes = render_notes(manifest, rt, summary, lanes=lanes)
     return Derived(rt, manifest, summary, authority, authority_md, notes, files, nulls, derived_blockers, unpinned)
 
 
@@ -1328,7 +1328,31 @@ def render_authority(authority: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def render_notes(manifest: dict[str, Any], rt: ReleaseInput, summary: dict[str, Any]) -> str:
+def superseded_lines(rows: list[dict[str, Any]], lanes: dict[str, Lane]) -> list[str]:
+    """Cuts superseded on the way to each shipped component tag, from the lanes' cut ledgers.
+
+    Only cuts superseded by a cut up to the shipped one are rendered: the ledger is append-only
+    and a supersession never changes once recorded, so the rendering of a release never changes
+    when later cuts are made."""
+    lines = []
+    for row in rows:
+        lane = lanes.get(row["id"])
+        tag = row.get("release_tag")
+        if lane is None or not isinstance(tag, str) or not lane.tag_regex().fullmatch(tag):
+            continue
+        shipped = lane.beta_from_tag(tag)
+        ledger = lane.ledger()
+        for cut in ledger.cuts:
+            if cut.version != lane.version or cut.state != "superseded" or (cut.superseded_by or 0) > shipped:
+                continue
+            successor = ledger.entry(cut.version, cut.superseded_by or 0)
+            at = f" at {cut.source_commit}" if cut.source_commit else f" (source commit not recorded in full: {cut.unknown.get('source_commit', 'unknown')})"
+            then = f"`{successor.tag}`" + (f" at {successor.source_commit}" if successor.source_commit else "") if successor else f"beta.{cut.superseded_by}"
+            lines.append(f"- {row['id']}: `{cut.tag}`{at} was published, then superseded by {then}: {cut.reason.rstrip('.')}. Its tag and assets stay published; it is not this release.")
+    return lines
+
+
+def render_notes(manifest: dict[str, Any], rt: ReleaseInput, summary: dict[str, Any], lanes: dict[str, Lane] | None = None) -> str:
     release = manifest["release"]
     comp = manifest["components"]
     lines = [
@@ -1356,6 +1380,9 @@ def render_notes(manifest: dict[str, Any], rt: ReleaseInput, summary: dict[str, 
             lines.append(f"| {lane_id} | — | deferred | {deferral['reason']} (keep {deferral['predecessor_release']}) |")
     omp = comp["omp"]
     lines.append(f"| Oh My Pi | unmodified upstream {omp['upstream_tag']} ({_short(omp['upstream_commit'], 8)}) | {'published' if omp['published'] else 'not published'} | {len(omp['platforms'])} platform binaries |")
+    superseded = superseded_lines(rows, lanes or {})
+    if superseded:
+        lines += ["", "## Superseded cuts", "", *superseded]
     model = comp["model"]
     lines += [
         "",

@@ -18,8 +18,8 @@ from .register import Artifact, Register, fingerprint
 from .util import ui
 from .util.fs import exclusive_lock, remove_leftovers
 
-# The release order.  Each name is a module in pipeline/ with one stage.
-PIPES = ("build", "package", "image", "push", "qualify", "compose", "verify", "audit", "sign", "publish")
+# The release order.  Each name is a module with one stage (pipeline/ or pipeline/stages/).
+PIPES = ("cut", "build", "package", "image", "push", "qualify", "compose", "verify", "audit", "sign", "publish")
 
 DEFAULT_DIST = Path("dist")
 LOCKS_DIR = ".locks"  # under the dist: one lock file per stage key

@@ -80,6 +80,15 @@ def pytest_configure(config):
     testreceipt.configure(config)
 
 
+@pytest.fixture(autouse=True)
+def _loud_by_default():
+    """`main([..., "--quiet"])` sets a process-wide switch; no test may inherit it from another."""
+    from pipeline.util import ui
+
+    ui.set_quiet(False)
+    yield
+
+
 def shared_or_skip(*parts: str) -> Path:
     path = SHARED.joinpath(*parts)
     if not path.exists():

@@ -30,7 +30,8 @@ def dynamic(path: Path) -> tuple[list[str], list[str]]:
 
 
 def build(dist: Path, lane, repo: Path, *, toolchain: str = "pinned", work: Path | None = None, force: bool = False):
-    stage = BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode=toolchain, work_dir=work)
+    # The sample repository is not the source of the lane's current cut: a rehearsal build.
+    stage = BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode=toolchain, work_dir=work, rehearsal=True)
     return execute(stage, force=force)
 
 
@@ -115,7 +116,7 @@ def test_prebuilt_binaries_are_checked_like_a_local_build(tmp_path, sample_repo)
     prebuilt = tmp_path / "prebuilt"
     shutil.copytree(tmp_path / "dist" / "rtx5090-container" / "build" / "bin", prebuilt)
     # Same source: accepted, hashes recorded, route says prebuilt.
-    stage = BuildStage(Context.open(tmp_path / "dist-p"), lane, source=parse_source(str(repo)), prebuilt=prebuilt)
+    stage = BuildStage(Context.open(tmp_path / "dist-p"), lane, source=parse_source(str(repo)), prebuilt=prebuilt, rehearsal=True)
     env_lib = Path(json.loads((tmp_path / "dist" / "rtx5090-container" / "build" / "build-identity.json").read_text())["toolchain"]["root"]) / "site" / "nvidia" / "cu13" / "lib"
     import os
 
@@ -135,7 +136,7 @@ def test_prebuilt_binaries_are_checked_like_a_local_build(tmp_path, sample_repo)
             (other / "NOTE.txt").write_text("a later commit\n")
             git(other, "add", "NOTE.txt")
             git(other, "commit", "-qm", "later")
-        stage = BuildStage(Context.open(tmp_path / "dist-q"), lane, source=parse_source(str(other)), prebuilt=prebuilt)
+        stage = BuildStage(Context.open(tmp_path / "dist-q"), lane, source=parse_source(str(other)), prebuilt=prebuilt, rehearsal=True)
         with pytest.raises(IntegrityError, match="does not match") as info:
             execute(stage)
         assert info.value.field == "patch_stack_sha"

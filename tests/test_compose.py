@@ -595,7 +595,7 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
     dist = tmp_path / "dist"
     shutil.copytree(release.dist, dist)  # the native lane, already qualified on the owner's hardware
     common = ["--dist", str(dist), "--lanes-dir", str(release.lanes_dir)]
-    assert main(["build", "--lane", "5090", "--source", f"{repo_path}@{source_commit}", *common]) == 0
+    assert main(["build", "--lane", "5090", "--source", f"{repo_path}@{source_commit}", "--rehearsal", *common]) == 0
     assert main(["package", "--lane", lane_id, *common]) == 0
     cudart = for_lane(lane, "pinned").library_dir / "libcudart.so.13"
     base = imagekit.build_base_layout(tmp_path / "cuda-base", cudart=cudart.resolve())

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 import sbomkit
-from winfixtures import compile_windows_prebuilt, native_identity, native_workspace, packaged_native_set
+from winfixtures import (
+    compile_windows_prebuilt,
+    copy_lanes,
+    native_identity,
+    native_workspace,
+    packaged_native_set,
+)
 
 from conftest import SAMPLE, make_repo
 from pipeline import package as package_module
@@ -131,8 +137,7 @@ def test_a_non_reproducible_package_is_refused_and_nothing_is_published(tmp_path
 
 
 def _lanes_with_config(workspace, tmp_path: Path, edit) -> Path:
-    lanes = tmp_path / "lanes"
-    shutil.copytree(workspace.lanes_dir, lanes)
+    lanes = copy_lanes(workspace, tmp_path / "w")
     contract = tmp_path / "contract"
     shutil.copytree(workspace.contract, contract)
     edit(contract)
@@ -184,13 +189,24 @@ def test_a_missing_runtime_library_is_named_before_any_work(tmp_path_factory, tm
 
 
 @pytest.mark.slow
-def test_other_beta_and_changed_binary_are_refused(native, tmp_path):
+def test_a_build_of_another_cut_and_a_changed_binary_are_refused(native, tmp_path):
     workspace, built = native
     dist = tmp_path / "dist"
     shutil.copytree(built, dist)
-    with pytest.raises(RefusedError, match="for beta 2, not beta 3") as caught:
-        workspace.package(dist, beta=3)
+    # A new cut (beta.3 of the same commit, superseding beta.2) makes the build in the register stale.
+    from pipeline.formats.cut_ledger import Publication
+    from pipeline.stages.cut import cut_lane
+
+    lanes = copy_lanes(workspace, tmp_path / "w")
+    lane = load_lane(lanes / f"{NATIVE}.toml")
+    ledger = lane.ledger()
+    published = ledger.with_state("0.7.0", 2, state="published", publication=Publication("alphastorm/ninfer", 7, "a" * 64, "b" * 64))
+    (lanes.parent / "cuts" / f"{NATIVE}.json").write_bytes(published.to_bytes())
+    cut_lane("4090", source=f"{workspace.repo}@{workspace.commit}", dist=tmp_path / "cut", lanes_dir=lanes, supersede=2, reason="a fixture failure after publication", use_github=False)
+    with pytest.raises(RefusedError, match="build in the register is of v0.7.0-qwen38-4090-beta.2, but the lane's current cut is v0.7.0-qwen38-4090-beta.3") as caught:
+        package_module.package_lane("4090", dist=dist, lanes_dir=lanes)
     assert Path(caught.value.file).name == "build-identity.json"
+    assert caught.value.exit_code == 7
     binary = dist / NATIVE / "build" / "bin" / "ninfer-serve.exe"
     binary.write_bytes(binary.read_bytes() + b"\0")
     with pytest.raises(IntegrityError, match="changed on disk") as caught:
@@ -223,7 +239,7 @@ def test_package_all_without_any_build_says_what_to_run(tmp_path, capsys):
 def test_container_set_from_a_cuda_build_is_reproducible_and_checked(tmp_path, sample_repo, capsys):
     repo, _commit = sample_repo
     for dist in (tmp_path / "a", tmp_path / "b"):
-        assert main(["build", "--lane", "5090", "--source", str(repo), "--dist", str(dist)]) == 0
+        assert main(["build", "--lane", "5090", "--source", str(repo), "--rehearsal", "--dist", str(dist)]) == 0
         assert main(["package", "--lane", "5090", "--dist", str(dist)]) == 0
     a, b = tmp_path / "a" / "rtx5090-container" / "assets", tmp_path / "b" / "rtx5090-container" / "assets"
     assert _hashes(a) == _hashes(b), "two builds and packages of one commit must give the same set"
@@ -267,8 +283,7 @@ def test_a_vendored_inventory_hash_that_differs_from_the_source_is_refused(tmp_p
     inventory["components"][0]["files"][0]["sha256"] = "0" * 64
     (source / "third_party" / "inventory.json").write_text(json.dumps(inventory, indent=2, sort_keys=True) + "\n")
     commit = make_repo(tmp_path / "ninfer", source)
-    lanes = tmp_path / "lanes"
-    shutil.copytree(workspace.lanes_dir, lanes)
+    lanes = copy_lanes(workspace, tmp_path / "w")
     contract = tmp_path / "contract"
     shutil.copytree(workspace.contract, contract)
     _set_json(contract / "release-spec.json", lambda d: d["source"].update(commit=commit))
@@ -276,7 +291,7 @@ def test_a_vendored_inventory_hash_that_differs_from_the_source_is_refused(tmp_p
     lane_file.write_text(lane_file.read_text().replace(workspace.commit, commit).replace(str(workspace.contract), str(contract)))
     prebuilt = compile_windows_prebuilt(tmp_path / "prebuilt", native_identity(load_lane(lane_file), commit))
     dist = tmp_path / "dist"
-    build_lane("4090", dist=dist, source=str(tmp_path / "ninfer"), prebuilt=prebuilt, lanes_dir=lanes)
+    build_lane("4090", dist=dist, source=str(tmp_path / "ninfer"), prebuilt=prebuilt, lanes_dir=lanes, rehearsal=True)  # not the cut's commit
     with pytest.raises(IntegrityError, match="hash mismatch: the inventory declares a SHA-256 for third_party/miniargs/LICENSE") as caught:
         package_module.package_lane("4090", dist=dist, lanes_dir=lanes)
     assert caught.value.file.endswith("source.tar!third_party/inventory.json")

@@ -321,7 +321,7 @@ def test_build_package_image_push_and_run_the_unpacked_server(tmp_path, sample_r
     digests = []
     for run in ("a", "b"):
         dist = tmp_path / f"dist-{run}"
-        assert main(["build", "--lane", "5090", "--source", f"{repo_path}@{commit}", "--dist", str(dist)]) == 0
+        assert main(["build", "--lane", "5090", "--source", f"{repo_path}@{commit}", "--rehearsal", "--dist", str(dist)]) == 0
         assert main(["package", "--lane", LANE, "--dist", str(dist)]) == 0
         assert main(["image", "--lane", LANE, "--definition", str(definition), "--dist", str(dist)]) == 0
         digests.append(Register(dist).one("oci-layout", lane=LANE, needed_by="t", produced_by="t").attrs["manifest_digest"])

@@ -660,7 +660,7 @@ def test_container_chain_on_the_compiled_sample(tmp_path, sample_repo):
     repo, commit = sample_repo
     dist = tmp_path / "dist"
     lane = find_lane("5090")
-    execute(BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned"))
+    execute(BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned", rehearsal=True))
     package_lane("5090", dist=dist)
     stage = QualifyStage(Context.open(dist), lane, gpu=NoGpu(), now=NOW)
     execute(stage)
@@ -727,7 +727,7 @@ def test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu(tmp_path):
         repo = tmp_path / "ninfer"
         make_repo(repo, SAMPLE)
         lane = load_lane(lanes_dir / "rtx5090-container.toml")
-        execute(BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned"))
+        execute(BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned", rehearsal=True))
         package_lane("5090", dist=dist, lane=lane)
     results = qualify_lanes(["5090"], dist=dist, lanes_dir=lanes_dir, library_dirs=libs)
     (_lane, status, path) = results[0]

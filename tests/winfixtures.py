@@ -98,7 +98,9 @@ _CACHE: dict[str, object] = {}
 
 class NativeWorkspace:
     """The sample in its own repository, a lanes folder whose 4090 lane pins that commit
-    (with a release spec that binds it), and mingw-built prebuilt binaries."""
+    (with a release spec that binds it), its cut ledger (`cuts/` beside `lanes/`, as
+    runtime/cuts/ is beside runtime/lanes/) where `cut` recorded beta.2 of that commit,
+    and mingw-built prebuilt binaries."""
 
     def __init__(self, root: Path, short: str = "4090") -> None:
         import json
@@ -129,7 +131,10 @@ class NativeWorkspace:
                 text = text.replace(f"packaging/windows/lanes/rtx{short}/server-config.json", str(self.contract / "server-config.json"))
                 text = text.replace(f"packaging/windows/lanes/rtx{short}/release-spec.json", str(self.contract / "release-spec.json"))
             (self.lanes_dir / path.name).write_text(text)
+        self.cuts_dir = root / "cuts"
+        write_sample_ledgers(self.cuts_dir, self.lanes_dir, self.repo, self.commit, root / "cut-dist", short)
         self.lane = load_lane(self.lanes_dir / f"{lane_id}.toml")
+        assert self.lane.beta == 2
         self.prebuilt = compile_windows_prebuilt(root / "prebuilt", native_identity(self.lane, self.commit))
 
     def build(self, dist: Path, prebuilt: Path | None = None):
@@ -141,6 +146,31 @@ class NativeWorkspace:
         from pipeline.package import package_lane
 
         return package_lane(self.short, dist=dist, lanes_dir=self.lanes_dir, **kwargs)
+
+
+def write_sample_ledgers(cuts_dir: Path, lanes_dir: Path, repo: Path, commit: str, dist: Path, short: str = "4090") -> None:
+    """The real ledgers of the other lanes; for this native lane, beta.1 used before (as in the real
+    lane, whose beta.1 was superseded) and beta.2 recorded by the real `cut` stage from `commit`."""
+    from pipeline.formats.cut_ledger import External, Ledger, write_ledger
+    from pipeline.lanes import REPO_ROOT
+    from pipeline.stages.cut import cut_lane
+
+    lane_id = f"rtx{short}-windows-native"
+    cuts_dir.mkdir(parents=True, exist_ok=True)
+    for path in (REPO_ROOT / "runtime" / "cuts").glob("*.json"):
+        if path.stem != lane_id:
+            shutil.copyfile(path, cuts_dir / path.name)
+    tag = f"v0.7.0-qwen38-{short}-beta.1"
+    write_ledger(cuts_dir, Ledger(lane_id, (), (External("0.7.0", 1, tag, "history: the sample repository stands in for a runtime whose beta.1 was superseded"),)))
+    cut_lane(short, source=f"{repo}@{commit}", dist=dist, lanes_dir=lanes_dir, use_github=False)
+
+
+def copy_lanes(workspace: NativeWorkspace, target: Path) -> Path:
+    """A copy of the workspace's lanes folder with its cut ledgers beside it; returns the lanes folder."""
+    target.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(workspace.lanes_dir, target / "lanes")
+    shutil.copytree(workspace.cuts_dir, target / "cuts")
+    return target / "lanes"
 
 
 def native_workspace(tmp_path_factory, short: str = "4090") -> NativeWorkspace:

@@ -1,0 +1,456 @@
+"""A small, careful client of GitHub's REST API for the publication stages.
+
+Only what `cut` and `publish` need: repository facts, tags (git refs), releases
+(drafts are found by listing: get-by-tag never returns one), release assets on
+the uploads host, the rate limit and the repository's immutable-releases
+setting.  The rules it keeps (../shared/reference/publication-anchors.md §1):
+
+- The token comes from the environment only (`GITHUB_TOKEN`, else `GH_TOKEN`),
+  is registered with `errors.register_secret` so no error, log or record can
+  show it, and is sent only to the configured API and uploads origins (https,
+  or http on a loopback address for the test stand-in).
+- Rate limits: a 403/429 that is a rate limit waits `retry-after` seconds when
+  given, until `x-ratelimit-reset` when `x-ratelimit-remaining` is 0, and
+  otherwise at least 60 s with exponential back-off; then retries (a limited
+  request was not processed, so a retry is safe).  All waiting goes through an
+  injectable clock and is bounded in total.
+- Content-creating calls (POST/PATCH/PUT/DELETE, uploads) go one at a time and
+  at least `write_interval` seconds apart (GitHub: 80 content-creating
+  requests per minute).
+- A write that fails ambiguously -- timeout, connection reset, 5xx -- is never
+  retried here: it raises `Ambiguous`, and the caller lists what GitHub holds
+  before it decides (an upload that landed answers a blind retry with 422
+  `already_exists`).  Reads are retried with back-off, bounded.
+- Response bodies are read with a size bound; pagination follows the `link`
+  header's `rel="next"` on the same origin, bounded in pages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from ..errors import RefusedError, RemoteError, UsageError, redact, register_secret
+from ..util.hashing import sha256_file
+
+API = "https://api.github.com"
+UPLOADS = "https://uploads.github.com"
+API_VERSION = "2022-11-28"
+TOKEN_VARIABLES = ("GITHUB_TOKEN", "GH_TOKEN")
+MAX_JSON_BYTES = 8 * 1024 * 1024
+MAX_PAGES = 50
+PER_PAGE = 100
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MIN_WRITE_INTERVAL = 0.75
+
+
+class Clock:
+    """Wall time and sleeping; tests pass a fake whose sleep only advances its time."""
+
+    def now(self) -> float:
+        return time.time()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+class GitHubError(RemoteError):
+    """GitHub answered with a status the caller did not expect."""
+
+    def __init__(self, what: str, *, status: int, body: Any, request_id: str | None, **kwargs: Any) -> None:
+        self.status = status
+        self.body = body
+        self.request_id = request_id
+        super().__init__(what, **kwargs)
+
+    def error_codes(self) -> list[str]:
+        errors = self.body.get("errors") if isinstance(self.body, dict) else None
+        return [e.get("code") for e in errors or [] if isinstance(e, dict) and isinstance(e.get("code"), str)]
+
+
+class Ambiguous(RemoteError):
+    """A write whose outcome is unknown (timeout, connection reset, 5xx): list before retrying."""
+
+    def __init__(self, what: str, *, status: int | None = None, request_id: str | None = None, **kwargs: Any) -> None:
+        self.status = status
+        self.request_id = request_id
+        super().__init__(what, **kwargs)
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str]
+    request_id: str | None
+    links: dict[str, str] = field(default_factory=dict)
+
+
+def token_from_env() -> str | None:
+    for name in TOKEN_VARIABLES:
+        value = os.environ.get(name)
+        if value:
+            register_secret(value)
+            return value
+    return None
+
+
+def repository_of(url: str) -> str:
+    """'https://github.com/owner/name' -> 'owner/name'."""
+    match = re.fullmatch(r"https://github\.com/([A-Za-z0-9_.-]+)/([A-Za-z0-9_.-]+?)(?:\.git)?/?", url)
+    if not match:
+        raise UsageError("is not a GitHub repository URL", found=url, expected="https://github.com/<owner>/<name>")
+    return f"{match.group(1)}/{match.group(2)}"
+
+
+def _origin(url: str, *, what: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in LOOPBACK):
+        return f"{parts.scheme}://{parts.netloc}"
+    raise UsageError(
+        f"the {what} URL must use https (http only on a loopback address)",
+        found=url,
+        why="the token travels with every request",
+        fix="set PIPELINE_GITHUB_API / PIPELINE_GITHUB_UPLOADS to https URLs, or leave them unset",
+    )
+
+
+def _is_rate_limited(status: int, headers: dict[str, str], body: Any) -> bool:
+    if status not in (403, 429):
+        return False
+    if status == 429 or "retry-after" in headers or headers.get("x-ratelimit-remaining") == "0":
+        return True
+    message = body.get("message", "") if isinstance(body, dict) else ""
+    return "rate limit" in str(message).lower()
+
+
+class GitHub:
+    def __init__(
+        self,
+        repository: str,
+        token: str | None,
+        *,
+        api: str | None = None,
+        uploads: str | None = None,
+        clock: Clock | None = None,
+        max_attempts: int = 6,
+        max_wait: float = 1800.0,
+        write_interval: float = 1.0,
+        timeout: tuple[float, float] = (10.0, 120.0),
+        on_reply: Callable[[str, str, Reply], None] | None = None,
+    ) -> None:
+        import requests
+
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", repository):
+            raise UsageError("is not a repository 'owner/name'", found=repository)
+        self.repository = repository
+        self.token = token
+        if token:
+            register_secret(token)
+        self.api = (api or os.environ.get("PIPELINE_GITHUB_API") or API).rstrip("/")
+        self.uploads = (uploads or os.environ.get("PIPELINE_GITHUB_UPLOADS") or UPLOADS).rstrip("/")
+        self._origins = {_origin(self.api, what="API"), _origin(self.uploads, what="uploads")}
+        self.clock = clock or Clock()
+        self.max_attempts = max_attempts
+        self.max_wait = max_wait
+        interval = os.environ.get("PIPELINE_GITHUB_WRITE_INTERVAL")
+        if interval is not None:
+            try:
+                write_interval = float(interval)
+            except ValueError:
+                raise UsageError("is not a number of seconds", field="PIPELINE_GITHUB_WRITE_INTERVAL", found=interval) from None
+        if urlsplit(self.api).hostname not in LOOPBACK:
+            write_interval = max(MIN_WRITE_INTERVAL, write_interval)  # GitHub: 80 content-creating requests a minute
+        self.write_interval = write_interval
+        self.timeout = timeout
+        self.on_reply = on_reply
+        self.waited = 0.0
+        self.requests = 0
+        self.scopes: set[str] | None = None  # from x-oauth-scopes (classic tokens only)
+        self._write_lock = threading.Lock()
+        self._last_write = -1e18
+        self._session = requests.Session()
+        self._session.trust_env = False  # no proxy or netrc credentials from the environment
+
+    # -- transport ---------------------------------------------------------------
+    def _headers(self, url: str, extra: dict[str, str] | None) -> dict[str, str]:
+        headers = {
+            "Accept": "application/vnd.github+json",
+            "X-GitHub-Api-Version": API_VERSION,
+            "User-Agent": "omp-ninfer-pipeline",
+        }
+        origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+        if self.token and origin in self._origins:
+            headers["Authorization"] = f"Bearer {self.token}"
+        headers.update(extra or {})
+        return headers
+
+    def _wait(self, seconds: float, why: str) -> None:
+        seconds = max(0.0, seconds)
+        if self.waited + seconds > self.max_wait:
+            raise RemoteError(
+                f"GitHub asked to wait {seconds:.0f} s more ({why}); the total wait would pass {self.max_wait:.0f} s",
+                why="the rate limit is exhausted for longer than this run waits",
+                fix="run the same command again later; it resumes from GitHub's state",
+            )
+        from ..util import ui
+
+        ui.info(f"github: {why}; waiting {seconds:.0f} s")
+        self.waited += seconds
+        self.clock.sleep(seconds)
+
+    def _read(self, response) -> Any:
+        chunks, size = [], 0
+        for chunk in response.iter_content(65536):
+            size += len(chunk)
+            if size > MAX_JSON_BYTES:
+                response.close()
+                raise RemoteError("GitHub's answer is larger than any answer this client expects", found=f"> {MAX_JSON_BYTES} bytes")
+            chunks.append(chunk)
+        data = b"".join(chunks)
+        if not data:
+            return None
+        import json
+
+        try:
+            return json.loads(data.decode("utf-8"), parse_constant=lambda name: None)
+        except (UnicodeDecodeError, ValueError):
+            return {"message": data[:200].decode("utf-8", "replace")}
+
+    def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json_body: Any = None,
+        body: Callable[[], Any] | None = None,
+        headers: dict[str, str] | None = None,
+        expect: tuple[int, ...] = (200,),
+    ) -> Reply:
+        """One API call with the retry rules above; `url` is a path under the API or a full URL."""
+        import requests
+
+        if not url.startswith(("http://", "https://")):
+            url = self.api + url
+        origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+        if origin not in self._origins:
+            raise RemoteError("refused to send a request outside the configured GitHub origins", found=origin, expected=sorted(self._origins))
+        write = method != "GET"
+        what = f"{method} {urlsplit(url).path}"
+        attempt = 0
+        while True:
+            attempt += 1
+            self.requests += 1
+            lock = self._write_lock if write else _NoLock()
+            with lock:
+                if write:
+                    gap = self.clock.now() - self._last_write
+                    if gap < self.write_interval:
+                        self.clock.sleep(self.write_interval - gap)
+                try:
+                    data = body() if body is not None else None
+                    try:
+                        response = self._session.request(
+                            method, url, params=params, json=json_body, data=data,
+                            headers=self._headers(url, headers), timeout=self.timeout, allow_redirects=False, stream=True,
+                        )
+                        payload = self._read(response)
+                    finally:
+                        if data is not None and hasattr(data, "close"):
+                            data.close()
+                except (requests.ConnectionError, requests.Timeout, requests.exceptions.ChunkedEncodingError) as exc:
+                    if write:
+                        self._last_write = self.clock.now()
+                        raise Ambiguous(
+                            f"{what}: the connection failed before GitHub's answer arrived ({type(exc).__name__})",
+                            why="the request may or may not have been applied",
+                        ) from None
+                    if attempt >= self.max_attempts:
+                        raise RemoteError(f"{what}: GitHub could not be reached ({redact(str(exc))[:200]})", fix="check the network and run again") from None
+                    self._wait(min(60.0, 2.0 ** attempt), f"{what} failed to connect")
+                    continue
+                if write:
+                    self._last_write = self.clock.now()
+            lower = {k.lower(): v for k, v in response.headers.items()}
+            reply = Reply(response.status_code, payload, lower, lower.get("x-github-request-id"), {k: v.get("url", "") for k, v in response.links.items()})
+            if "x-oauth-scopes" in lower:
+                self.scopes = {s.strip() for s in lower["x-oauth-scopes"].split(",") if s.strip()}
+            if self.on_reply is not None:
+                self.on_reply(method, urlsplit(url).path, reply)
+            if _is_rate_limited(reply.status, lower, payload):
+                if attempt >= self.max_attempts + 4:
+                    raise RemoteError(f"{what}: still rate limited after {attempt} attempts", fix="run again later; it resumes from GitHub's state")
+                if "retry-after" in lower and lower["retry-after"].strip().isdigit():
+                    delay, why = float(lower["retry-after"]), "rate limited (retry-after)"
+                elif lower.get("x-ratelimit-remaining") == "0" and lower.get("x-ratelimit-reset", "").isdigit():
+                    delay, why = float(lower["x-ratelimit-reset"]) - self.clock.now() + 1.0, "primary rate limit exhausted (x-ratelimit-reset)"
+                else:  # a secondary limit without a hint: at least a minute, then exponential
+                    delay, why = max(60.0, 60.0 * 2 ** (attempt - 1)), "secondary rate limit"
+                self._wait(delay, why)
+                continue
+            if reply.status >= 500:
+                if write:
+                    raise Ambiguous(f"{what}: GitHub answered {reply.status}", status=reply.status, request_id=reply.request_id, why="a 5xx on a write may still have applied it")
+                if attempt >= self.max_attempts:
+                    raise GitHubError(f"{what}: GitHub answered {reply.status} {attempt} times", status=reply.status, body=payload, request_id=reply.request_id, fix="run again later")
+                self._wait(min(60.0, 2.0 ** attempt), f"{what} answered {reply.status}")
+                continue
+            if reply.status not in expect:
+                raise self._error(what, reply)
+            return reply
+
+    def _error(self, what: str, reply: Reply) -> GitHubError:
+        body = reply.body if isinstance(reply.body, dict) else {}
+        message = str(body.get("message", ""))[:300]
+        details = "; ".join(
+            f"{e.get('resource', '')} {e.get('field', '')} {e.get('code', '')}".strip()
+            for e in body.get("errors", []) or [] if isinstance(e, dict)
+        )
+        text = f"{what}: GitHub answered {reply.status}" + (f" ({message})" if message else "") + (f" [{details}]" if details else "")
+        if reply.request_id:
+            text += f", request id {reply.request_id}"
+        fix = None
+        if reply.status == 401:
+            fix = "set GITHUB_TOKEN to a valid token"
+        elif reply.status in (403, 404):
+            fix = "check that the token may write releases of this repository (and has the workflow scope when the commit changes .github/workflows/)"
+        return GitHubError(text, status=reply.status, body=reply.body, request_id=reply.request_id, fix=fix)
+
+    def paginate(self, path: str, params: dict[str, Any] | None = None) -> Iterator[Any]:
+        url: str | None = self.api + path
+        query = {"per_page": PER_PAGE, **(params or {})}
+        for _ in range(MAX_PAGES):
+            assert url is not None
+            reply = self.request("GET", url, params=query)
+            if not isinstance(reply.body, list):
+                raise RemoteError(f"GET {path}: GitHub answered something that is not a list", found=type(reply.body).__name__)
+            yield from reply.body
+            url, query = reply.links.get("next"), None
+            if not url:
+                return
+        raise RemoteError(f"GET {path}: more than {MAX_PAGES} pages", why="far more entries than a release repository holds")
+
+    # -- repository ------------------------------------------------------------------
+    @property
+    def _repo(self) -> str:
+        return f"/repos/{self.repository}"
+
+    def repo(self) -> dict[str, Any]:
+        return self.request("GET", self._repo).body
+
+    def rate_limit(self) -> dict[str, Any]:
+        return self.request("GET", "/rate_limit").body
+
+    def commit(self, sha: str) -> dict[str, Any] | None:
+        reply = self.request("GET", f"{self._repo}/commits/{sha}", expect=(200, 404, 422))
+        return reply.body if reply.status == 200 else None
+
+    def immutable_releases(self) -> bool:
+        reply = self.request("GET", f"{self._repo}/immutable-releases", expect=(200, 404))
+        return reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("enabled") is True
+
+    # -- tags -------------------------------------------------------------------------
+    def tag_commit(self, tag: str) -> str | None:
+        """The commit a tag names (annotated tags dereferenced), or None when the tag is absent."""
+        reply = self.request("GET", f"{self._repo}/git/ref/tags/{quote(tag, safe='')}", expect=(200, 404))
+        if reply.status == 404:
+            return None
+        obj = (reply.body or {}).get("object") or {}
+        for _ in range(4):
+            if obj.get("type") == "commit":
+                return obj.get("sha")
+            if obj.get("type") != "tag":
+                break
+            obj = (self.request("GET", f"{self._repo}/git/tags/{obj.get('sha')}").body or {}).get("object") or {}
+        raise RemoteError(f"the tag {tag} does not name a commit", found=obj.get("type"))
+
+    def tag_names(self, prefix: str) -> list[str]:
+        refs = self.paginate(f"{self._repo}/git/matching-refs/tags/{quote(prefix, safe='')}")
+        return sorted(r["ref"].removeprefix("refs/tags/") for r in refs if isinstance(r, dict) and isinstance(r.get("ref"), str))
+
+    def create_tag(self, tag: str, sha: str) -> Reply:
+        return self.request("POST", f"{self._repo}/git/refs", json_body={"ref": f"refs/tags/{tag}", "sha": sha}, expect=(201,))
+
+    # -- releases -----------------------------------------------------------------------
+    def releases(self) -> list[dict[str, Any]]:
+        return list(self.paginate(f"{self._repo}/releases"))
+
+    def release_by_tag(self, tag: str) -> dict[str, Any] | None:
+        reply = self.request("GET", f"{self._repo}/releases/tags/{quote(tag, safe='')}", expect=(200, 404))
+        return reply.body if reply.status == 200 else None
+
+    def release(self, release_id: int) -> dict[str, Any] | None:
+        reply = self.request("GET", f"{self._repo}/releases/{int(release_id)}", expect=(200, 404))
+        return reply.body if reply.status == 200 else None
+
+    def create_release(self, payload: dict[str, Any]) -> Reply:
+        return self.request("POST", f"{self._repo}/releases", json_body=payload, expect=(201,))
+
+    def update_release(self, release_id: int, payload: dict[str, Any]) -> Reply:
+        return self.request("PATCH", f"{self._repo}/releases/{int(release_id)}", json_body=payload, expect=(200,))
+
+    def assets(self, release_id: int) -> list[dict[str, Any]]:
+        return list(self.paginate(f"{self._repo}/releases/{int(release_id)}/assets"))
+
+    def delete_asset(self, asset_id: int) -> Reply:
+        return self.request("DELETE", f"{self._repo}/releases/assets/{int(asset_id)}", expect=(204, 404))
+
+    def upload_asset(self, release: dict[str, Any], name: str, path: Path, *, size: int, content_type: str) -> Reply:
+        template = str(release.get("upload_url") or "")
+        url = template.split("{", 1)[0]
+        if not url.startswith(self.uploads + "/"):
+            raise RemoteError("the release's upload URL is not on the configured uploads host", found=url, expected=self.uploads + "/…")
+        return self.request(
+            "POST",
+            url,
+            params={"name": name},
+            body=lambda: open(path, "rb"),  # reopened on each attempt
+            headers={"Content-Type": content_type, "Content-Length": str(size)},
+            expect=(201,),
+        )
+
+    def download_sha256(self, url: str, dest: Path, *, max_bytes: int) -> tuple[str, int]:
+        """Fetch a published asset (no token: public URLs) into `dest`, bounded; return (sha256, size)."""
+        import requests
+
+        _origin(url, what="download")
+        with requests.get(url, stream=True, timeout=self.timeout, headers={"User-Agent": "omp-ninfer-pipeline", "Accept": "application/octet-stream"}) as response:
+            if response.status_code != 200:
+                raise RemoteError(f"GET {url}: answered {response.status_code}", fix="check that the release is published and public")
+            size = 0
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with open(dest, "wb") as handle:
+                for chunk in response.iter_content(1 << 20):
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise RemoteError(f"GET {url}: larger than the planned {max_bytes} bytes")
+                    handle.write(chunk)
+        return sha256_file(dest), size
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_exc: object) -> None:
+        return None
+
+
+def require_token(what: str) -> str:
+    token = token_from_env()
+    if not token:
+        raise RefusedError(
+            f"{what} needs a GitHub token and none is set",
+            field="GITHUB_TOKEN",
+            why="the token is read from the environment only, never from arguments or files",
+            fix="export GITHUB_TOKEN (in the release workflow: env GITHUB_TOKEN: ${{ github.token }}) and run again",
+        )
+    return token

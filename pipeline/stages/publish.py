@@ -1,0 +1,897 @@
+"""Stage `publish`: plan, gate, apply, resume -- publish a GitHub release and never move a tag.
+
+    python -m pipeline publish --component <lane>              # dry run: write and print the plan
+    python -m pipeline publish --component <lane> --apply --plan-sha256 HEX
+    python -m pipeline publish --release vX.Y.Z [--root DIR] [--commit C] [--test-receipt F] [--bundles DIR]
+    python -m pipeline publish --release vX.Y.Z --apply --plan-sha256 HEX
+
+`--component` publishes the lane's current cut as a prerelease of the runtime
+repository (`make_latest: false`): its closed asset set from the register.
+`--release` publishes the product release of this repository
+(`make_latest: true`, set explicitly): the manifest, every signed file and its
+Sigstore bundle, taken from the exact commit being tagged.
+
+Without `--apply` the stage writes the plan (pipeline/formats/publication_plan.py:
+every remote write in order, made from local bytes only, so it is
+byte-identical across runs), prints its canonical JSON on stdout, its SHA-256
+and a diff against what GitHub holds on stderr, and checks the gates.
+`--apply --plan-sha256 HEX` recomputes the plan, refuses if it is not the
+reviewed one, checks every gate before the first write, and then, in order:
+creates the tag ref on the exact commit (never relying on
+`target_commitish`), creates or finds the draft (by listing: get-by-tag never
+returns a draft), uploads each asset reconciling by digest (absent -> upload,
+same size and digest -> skip, `starter`/`open`/empty -> delete and re-upload,
+other bytes or an asset the plan does not name -> stop), checks completeness,
+publishes, re-reads the release by tag, checks `immutable` where the
+repository enables it, downloads every published asset and re-hashes it, and
+records the publication receipt (and, for a component, marks the cut
+published in its ledger).
+
+Every gate refuses on its own with exit 7.  A re-run after any interruption
+reconciles from GitHub's state; an ambiguous failure (timeout, reset, 5xx) is
+followed by a listing before any retry.  The journal is append-only and keyed
+by the plan hash.  Never: delete or move a tag, delete or replace a published
+asset, publish before every planned asset is `uploaded` with its digest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError, IntegrityError, PipelineError, RefusedError, RemoteError, UsageError
+from ..formats import publication_plan as fmt
+from ..formats.cut_ledger import Publication, write_ledger
+from ..infra.github import Ambiguous, GitHub, GitHubError, repository_of, token_from_env
+from ..lanes import REPO_ROOT, Lane
+from ..register import Artifact
+from ..stage import Context, Stage
+from ..util import ui
+from ..util.fs import atomic_write_bytes
+from ..util.hashing import sha256_bytes, sha256_file
+from ..util.jsonio import canonical_bytes, parse_strict
+
+ATTEMPTS = 4  # per operation, after ambiguous failures
+GIT = ["git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*"]
+# Register kinds of files the product release also ships (the pipeline's own wheel and sdist, #11 §3).
+PRODUCT_REGISTER_KINDS: tuple[str, ...] = ()
+
+
+@dataclass
+class Target:
+    """One publication: what goes where, from which local bytes."""
+
+    kind: str
+    subject: str
+    repository: str
+    tag: str
+    commit: str
+    name: str
+    body: str
+    prerelease: bool
+    make_latest: bool
+    assets: list[dict[str, Any]]
+    files: dict[str, Path]  # asset name -> local file
+    lane: Lane | None = None
+    gates: list[tuple[str, Callable[[], str]]] = field(default_factory=list)
+
+    @property
+    def slug(self) -> str:
+        return f"{self.kind}-{self.tag}"
+
+
+def _asset(name: str, path: Path, root: str, relative: str) -> dict[str, Any]:
+    return {"name": name, "size": path.stat().st_size, "sha256": sha256_file(path), "source": {"root": root, "path": relative}}
+
+
+def _uploaded(remote: dict[str, Any] | None, planned: dict[str, Any]) -> bool:
+    return bool(remote) and remote.get("state") == "uploaded" and remote.get("size") == planned["size"] and remote.get("digest") == f"sha256:{planned['sha256']}"
+
+
+def _refuse(what: str, **kwargs: Any) -> RefusedError:
+    return RefusedError(what, **kwargs)
+
+
+# -- remote gates, shared by both kinds -------------------------------------------------
+
+class Remote:
+    """The GitHub side of the gates; one listing of the tag's releases, reused."""
+
+    def __init__(self, github: GitHub | None, target: Target) -> None:
+        self.github = github
+        self.target = target
+        self.token_ok = False
+        self._releases: list[dict[str, Any]] | None = None
+
+    def _need(self) -> GitHub:
+        if self.github is None or not self.github.token:
+            raise _refuse("not checked: there is no GitHub token", field="GITHUB_TOKEN", fix="export GITHUB_TOKEN and run again")
+        if not self.token_ok:
+            raise _refuse("not checked: the token gate failed")
+        return self.github
+
+    def releases(self) -> list[dict[str, Any]]:
+        if self._releases is None:
+            self._releases = [r for r in self._need().releases() if r.get("tag_name") == self.target.tag]
+        return self._releases
+
+    def token(self) -> str:
+        t = self.target
+        if self.github is None or not self.github.token:
+            raise _refuse(
+                "there is no GitHub token in the environment",
+                field="GITHUB_TOKEN",
+                why="publication writes tags, releases and assets; the token is read from the environment only",
+                fix="export GITHUB_TOKEN (in the release workflow: env GITHUB_TOKEN: ${{ github.token }}) and run again",
+            )
+        gh = self.github
+        try:
+            repo = gh.repo()
+        except GitHubError as exc:
+            raise _refuse(f"the token cannot read {t.repository} (GitHub answered {exc.status})", field="GITHUB_TOKEN", fix="use a token of this repository with contents: write") from None
+        permissions = repo.get("permissions") if isinstance(repo, dict) else None
+        if isinstance(permissions, dict) and permissions.get("push") is False:
+            raise _refuse(f"the token may not write to {t.repository}", field="GITHUB_TOKEN", found="push: false", expected="push: true (contents: write)", fix="grant contents: write to the publishing job")
+        if gh.scopes is not None and not gh.scopes & {"repo", "public_repo"}:
+            raise _refuse("the token has neither the repo nor the public_repo scope", field="GITHUB_TOKEN", found=sorted(gh.scopes), expected="repo (or public_repo)")
+        commit = gh.commit(t.commit)
+        if commit is None:
+            raise _refuse(f"the commit {t.commit} is not on GitHub in {t.repository}", field="commit", fix="push the commit first (the tag is created on it by the API)")
+        files = [f.get("filename", "") for f in commit.get("files") or [] if isinstance(f, dict)]
+        workflows = sorted(f for f in files if f.startswith(".github/workflows/"))
+        if workflows and gh.scopes is not None and "workflow" not in gh.scopes:
+            raise _refuse(
+                "the token lacks the workflow scope, and the commit changes .github/workflows/",
+                field="GITHUB_TOKEN",
+                found=sorted(gh.scopes),
+                expected="a token with the workflow scope",
+                why=f"GitHub answers 404 to a tag or release on a commit that changes {workflows[0]} when the token lacks that scope",
+                fix="use a token with the workflow scope",
+            )
+        self.token_ok = True
+        note = "scopes " + ",".join(sorted(gh.scopes)) if gh.scopes is not None else "installation token (scopes are not introspectable; GitHub enforces them)"
+        return f"token may write {t.repository}; {note}"
+
+    def rate_limit(self) -> str:
+        gh = self._need()
+        core = (gh.rate_limit().get("resources") or {}).get("core") or {}
+        remaining, reset = core.get("remaining"), core.get("reset")
+        needed = 20 + 3 * len(self.target.assets)
+        if not isinstance(remaining, int) or remaining < needed:
+            raise _refuse(
+                "too little rate-limit headroom for this publication",
+                field="x-ratelimit-remaining",
+                found=remaining,
+                expected=f"at least {needed} requests",
+                why="a publication interrupted by the primary limit is resumable, but starting it without headroom only makes more partial state",
+                fix=f"run again after the limit resets (epoch second {reset})",
+            )
+        return f"{remaining} requests left (needs about {needed})"
+
+    def tag(self) -> str:
+        t = self.target
+        current = self._need().tag_commit(t.tag)
+        if current is None:
+            return f"tag {t.tag} is absent (will be created on {t.commit})"
+        if current != t.commit:
+            raise _refuse(
+                f"the tag {t.tag} already points at another commit",
+                field=t.tag,
+                found=current,
+                expected=t.commit,
+                why="a tag is never moved or deleted; the component or release with this name is another one",
+                fix="cut a new beta.N (python -m pipeline cut …) or release a new version" if t.kind == "component" else "release a new version; never move a published tag",
+            )
+        return f"tag {t.tag} already points at {t.commit}"
+
+    def single_draft(self) -> str:
+        t = self.target
+        rels = self.releases()
+        drafts = [r for r in rels if r.get("draft")]
+        published = [r for r in rels if not r.get("draft")]
+        if len(drafts) > 1:
+            raise _refuse(
+                f"GitHub holds {len(drafts)} drafts for the tag {t.tag}",
+                field=t.tag,
+                found=sorted(r.get("id") for r in drafts),
+                expected="at most one draft",
+                why="a second draft is what a blind re-run makes (get-by-tag never returns a draft); the pipeline cannot tell which one is meant",
+                fix="look at the drafts on GitHub, delete the one that is not yours by hand, and run again",
+            )
+        if published:
+            if drafts:
+                raise _refuse(f"GitHub holds a published release and a draft for {t.tag}", field=t.tag, found=[r.get("id") for r in rels], fix="delete the stray draft by hand")
+            release = published[0]
+            remote = {a.get("name"): a for a in self._need().assets(release["id"])}
+            wanted = {a["name"]: a for a in t.assets}
+            if set(remote) != set(wanted) or not all(_uploaded(remote[n], wanted[n]) for n in wanted):
+                raise _refuse(
+                    f"{t.tag} is already published with other assets than the plan",
+                    field=t.tag,
+                    found=sorted(remote),
+                    expected=sorted(wanted),
+                    why="a published release is never changed: no asset is added, replaced or deleted",
+                    fix="cut a new beta.N" if t.kind == "component" else "release a new version",
+                )
+            return f"{t.tag} is already published exactly as planned (release {release['id']}): apply only re-checks it"
+        return f"one draft of {t.tag} to reuse (release {drafts[0]['id']})" if drafts else f"no release of {t.tag} yet"
+
+
+def run_gates(gates: list[tuple[str, Callable[[], str]]]) -> None:
+    """Check every gate; print OK/FAIL per gate; raise the first failure (exit 7)."""
+    failures: list[tuple[str, PipelineError]] = []
+    for name, check in gates:
+        try:
+            detail = check()
+        except RefusedError as exc:
+            failures.append((name, exc))
+            sys.stderr.write(f"FAIL: gate {name}: {exc.render()}\n")
+            continue
+        except PipelineError as exc:  # a gate that cannot be checked refuses too
+            refused = RefusedError(f"gate {name} could not be checked: {exc.what}", file=exc.file, field=exc.field, fix=exc.fix)
+            failures.append((name, refused))
+            sys.stderr.write(f"FAIL: gate {name}: {refused.render()}\n")
+            continue
+        sys.stderr.write(f"OK:   gate {name}: {detail}\n")
+    if failures:
+        name, first = failures[0]
+        first.what = f"gate {name} refused: {first.what}"
+        if len(failures) > 1:
+            first.what += f" (and {len(failures) - 1} more gate(s) listed above)"
+        first.args = (first.render(),)
+        raise first
+
+
+# -- component -----------------------------------------------------------------------
+
+def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub | None]) -> tuple[Target, Remote]:
+    from ..assets import asset_set, check_assets
+
+    register = ctx.register
+    entries = register.outputs_of(f"package:{lane.id}")
+    if not entries:
+        raise InputError(f"the register holds no packaged asset set of {lane.id}", file=register.file, fix=f"run 'python -m pipeline package --lane {lane.id}' first, with the same --dist")
+    tags = sorted({e.attrs.get("component_tag") for e in entries})
+    if len(tags) != 1:
+        raise InputError("the register's asset set names more than one component tag", file=register.file, found=tags)
+    tag = tags[0]
+    beta = lane.beta_from_tag(tag)
+    expected = asset_set(lane, beta)
+    identity_entry = register.one("build-identity", lane=lane.id, needed_by="publish", produced_by="build")
+    identity = parse_strict(register.verified_path(identity_entry).read_bytes(), file=register.path_of(identity_entry))
+    commit = identity.get("patch_stack_sha")
+    if not isinstance(commit, str) or len(commit) != 40:
+        raise InputError("the build identity names no full source commit", file=register.path_of(identity_entry), field="patch_stack_sha", found=commit)
+    assets_dir = ctx.dist / lane.id / "assets"
+    files = {name: assets_dir / name for name in expected.names()}
+    assets = [_asset(name, path, "dist", path.relative_to(ctx.dist).as_posix()) for name, path in files.items() if path.is_file()]
+    repository = repository_of(lane.component_repository)
+    sums = files.get("SHA256SUMS")
+    body = (
+        f"Component {tag} of the OMP NInfer lane {lane.id} ({lane.title}).\n\n"
+        f"Source commit: {commit}\n"
+        f"Closed asset set: {len(expected.names())} files"
+        + (f"; SHA256SUMS {sha256_file(sums)}" if sums is not None and sums.is_file() else "")
+        + f"\nCut: beta.{beta} of {lane.version} (runtime/cuts/{lane.id}.json), published by the OMP NInfer release pipeline.\n"
+    )
+    target = Target("component", lane.id, repository, tag, commit, tag, body, True, False, assets, files, lane)
+    remote = Remote(github_of(repository), target)
+
+    def gate_assets() -> str:
+        missing = sorted(n for n, p in files.items() if not p.is_file())
+        if missing:
+            raise _refuse(f"the asset set lacks {missing[0]}", file=assets_dir, found=sorted(p.name for p in assets_dir.iterdir()) if assets_dir.is_dir() else [], expected=expected.names())
+        try:
+            report = check_assets(assets_dir, lane=lane, beta=beta, deep=True)
+        except PipelineError as exc:
+            raise _refuse(f"check-assets refuses the set: {exc.what}", file=exc.file, field=exc.field, fix=exc.fix or f"package the lane again (python -m pipeline package --lane {lane.id})") from None
+        return f"check-assets: {report.component_tag} is a complete, intact set of {len(report.files)} files"
+
+    def gate_register() -> str:
+        by_name = {Path(e.path).name: e for e in entries}
+        if sorted(by_name) != expected.names():
+            raise _refuse("the register's package entries are not the asset set", file=register.file, found=sorted(by_name), expected=expected.names())
+        for name, entry in sorted(by_name.items()):
+            actual = sha256_file(files[name]) if files[name].is_file() else None
+            if entry.sha256 != actual:
+                raise _refuse(f"the register records other bytes for {name}", file=files[name], field=f"{entry.name}.sha256", found=actual, expected=entry.sha256, fix=f"package the lane again (python -m pipeline package --lane {lane.id})")
+        return f"the register's {len(by_name)} entries equal the set"
+
+    def gate_cut() -> str:
+        ledger = lane.ledger()
+        cut = ledger.current(lane.version)
+        if identity_entry.attrs.get("cut", {}).get("rehearsal"):
+            raise _refuse(f"the build is a rehearsal under {tag}'s names, not the cut", file=register.path_of(identity_entry), field="cut.rehearsal", found=True, expected=False,
+                          why="the embedded sample or a --rehearsal build carries the cut's names without being its source", fix=f"build the cut's commit: python -m pipeline build --lane {lane.id} --source URL_OR_PATH@<the cut's commit>")
+        if cut is None or cut.tag != tag:
+            raise _refuse(f"{tag} is not the lane's current cut", file=lane.ledger_file(), found=tag, expected=cut.tag if cut else "a cut (python -m pipeline cut)")
+        if cut.source_commit != commit:
+            raise _refuse("the cut's commit is not the build identity's patch_stack_sha", file=lane.ledger_file(), field=f"{tag}.source_commit", found=cut.source_commit, expected=commit, fix="build and package the cut's commit")
+        return f"{tag} ({cut.state}) binds {commit}, the build identity's patch_stack_sha"
+
+    def gate_limits() -> str:
+        big = [a for a in assets if a["size"] > fmt.MAX_ASSET_BYTES]
+        if big:
+            raise _refuse(f"{big[0]['name']} is too large for a GitHub release asset", found=big[0]["size"], expected=f"< 2 GiB ({fmt.MAX_ASSET_BYTES + 1} bytes)")
+        if len(assets) > fmt.MAX_ASSETS:
+            raise _refuse("too many assets for one GitHub release", found=len(assets), expected=f"at most {fmt.MAX_ASSETS}")
+        return f"{len(assets)} assets, largest {max((a['size'] for a in assets), default=0)} bytes"
+
+    target.gates = [
+        ("check-assets", gate_assets),
+        ("register-equals-set", gate_register),
+        ("cut-commit", gate_cut),
+        ("asset-limits", gate_limits),
+        ("token", remote.token),
+        ("rate-limit", remote.rate_limit),
+        ("tag", remote.tag),
+        ("single-draft", remote.single_draft),
+    ]
+    return target, remote
+
+
+# -- product ------------------------------------------------------------------------
+
+def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run([*GIT, "-C", str(root), *args], capture_output=True, check=False)
+    if check and result.returncode != 0:
+        raise InputError(f"git {' '.join(args[:2])} failed: {result.stderr.decode('utf-8', 'replace').strip()[:300]}", file=root)
+    return result
+
+
+def product_target(
+    ctx: Context,
+    root: Path,
+    release: str,
+    *,
+    commit: str | None,
+    test_receipt: Path,
+    bundles: Path | None,
+    lanes_dir: Path | None,
+    github_of: Callable[[str], GitHub | None],
+) -> tuple[Target, Remote]:
+    from .. import sign
+    from ..formats.test_receipt import read_test_receipt, require_green_for
+    from ..releasetree import RELEASE_RE
+
+    if not RELEASE_RE.fullmatch(release or ""):
+        raise UsageError("--release is not a product release name", field="--release", found=release, expected="vX.Y.Z or vX.Y.Z-beta.N")
+    rev = commit or "HEAD"
+    resolved = _git(root, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", check=False)
+    commit = resolved.stdout.decode().strip()
+    if resolved.returncode != 0 or len(commit) != 40:
+        raise UsageError("--commit names no commit of the product repository", field="--commit", found=rev, file=root)
+    tree_id = _git(root, "rev-parse", f"{commit}^{{tree}}").stdout.decode().strip()
+    base = f"manifests/{release}"
+
+    def show(path: str) -> bytes | None:
+        result = _git(root, "show", f"{commit}:{path}", check=False)
+        return result.stdout if result.returncode == 0 else None
+
+    manifest_bytes = show(f"{base}/manifest.json")
+    if manifest_bytes is None:
+        raise InputError(f"the commit holds no {base}/manifest.json", file=root, field="--commit", found=commit, fix="publish the commit that holds the ready release tree")
+    manifest = parse_strict(manifest_bytes, file=f"{commit}:{base}/manifest.json")
+    notes = (show(f"{base}/NOTES.md") or b"").decode("utf-8", "replace")
+    title = next((line[2:].strip() for line in notes.splitlines() if line.startswith("# ")), release)
+    signing = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
+    signed = [p for p in signing.get("signed_files") or [] if isinstance(p, str)]
+    product = manifest.get("product") if isinstance(manifest.get("product"), dict) else {}
+    repository = repository_of(str(product.get("repository", "")))
+    channel = manifest.get("channel")
+    prerelease = channel != "public" or "-beta." in release
+    files_dir = ctx.dist / "publish" / f"product-{release}" / "files"
+    if files_dir.exists():
+        shutil.rmtree(files_dir)
+    files_dir.mkdir(parents=True)
+    files: dict[str, Path] = {}
+    (ctx.dist / "publish").mkdir(parents=True, exist_ok=True)
+
+    def bundle_of(rel: str) -> Path:
+        # Bundles are made by the release workflow after the commit: they come from the working tree.
+        return root / (rel + sign.BUNDLE_SUFFIX) if bundles is None else bundles / (Path(rel).name + sign.BUNDLE_SUFFIX)
+
+    for rel in signed:
+        name = Path(rel).name
+        data = show(rel)
+        if data is None or not rel.startswith(base + "/"):
+            raise InputError("a signed file is not in the release tree of the commit", file=root, field="signing.signed_files", found=rel)
+        if name in files:
+            raise InputError("two signed files would publish under one asset name", field="signing.signed_files", found=name)
+        atomic_write_bytes(files_dir / name, data)
+        files[name] = files_dir / name
+        bundle = bundle_of(rel)
+        if bundle.is_file():
+            shutil.copyfile(bundle, files_dir / bundle.name)
+            files[bundle.name] = files_dir / bundle.name
+    for kind in PRODUCT_REGISTER_KINDS:
+        for entry in ctx.register.query(kind):
+            path = ctx.register.verified_path(entry)
+            files[path.name] = path
+    assets = [_asset(n, p, "dist", p.relative_to(ctx.dist).as_posix()) for n, p in sorted(files.items())]
+    target = Target("product", release, repository, release, commit, title, notes, prerelease, not prerelease, assets, files)
+    remote = Remote(github_of(repository), target)
+
+    def gate_verify() -> str:
+        from ..verify import verify_release
+
+        work = Path(tempfile.mkdtemp(prefix=f"verify-{commit[:12]}-", dir=ctx.dist / "publish"))
+        worktree = work / "tree"
+        try:
+            _git(root, "worktree", "add", "--detach", "--quiet", str(worktree), commit)
+            status = _git(worktree, "status", "--porcelain", "--untracked-files=all").stdout.strip()
+            if status:
+                raise _refuse("the detached worktree of the commit is not clean", file=worktree, found=status[:200].decode("utf-8", "replace"))
+            report = verify_release(worktree, release, require="ready", check_pins=True, lanes_dir=lanes_dir)
+        finally:
+            _git(root, "worktree", "remove", "--force", str(worktree), check=False)
+            shutil.rmtree(work, ignore_errors=True)
+        if not report.valid:
+            first = report.problems.items[0]
+            raise _refuse(
+                f"verify --release {release} --require-ready --check-pins fails on a clean checkout of {commit[:12]} ({len(report.problems.items)} errors; first: {first.message()})",
+                file=f"{base}/manifest.json",
+                fix=f"run 'python -m pipeline verify --release {release} --require-ready --check-pins' on that commit and fix what it lists",
+            )
+        return f"verify --require-ready --check-pins passes on a clean detached worktree of {commit[:12]}"
+
+    def gate_acceptance() -> str:
+        qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
+        acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
+        if acceptance is None or acceptance.get("status") != "passed" or qualification.get("external_installation_passed") is not True:
+            raise _refuse(
+                "no passing external-installation acceptance record is bound in the release tree",
+                file=f"{base}/manifest.json",
+                field="qualification.acceptance",
+                found=acceptance.get("status") if acceptance else None,
+                expected="a bound record with status passed (compose accept)",
+                fix=f"run the acceptance stage on the candidate and bind its record: python -m pipeline compose accept --release {release} --record FILE",
+            )
+        data = show(str(acceptance.get("path")))
+        if data is None or sha256_bytes(data) != acceptance.get("sha256"):
+            raise _refuse("the bound acceptance record is not in the commit with its recorded hash", file=str(acceptance.get("path")), field="qualification.acceptance.sha256", found=sha256_bytes(data) if data else None, expected=acceptance.get("sha256"))
+        return f"acceptance passed on candidate {str(acceptance.get('candidate_commit'))[:12]}"
+
+    def gate_tests() -> str:
+        receipt = read_test_receipt(test_receipt)
+        require_green_for(receipt, commit=commit, tree=tree_id, file=test_receipt)
+        return f"test run on {commit[:12]}: {receipt.passed} passed, {receipt.skipped} skipped, 0 failed"
+
+    def gate_signatures() -> str:
+        if not signed:
+            raise _refuse("the manifest names no signed files", file=f"{base}/manifest.json", field="signing.signed_files")
+        signer = sign.signer_from_manifest(manifest, file=f"{base}/manifest.json")
+        for rel in signed:
+            name = Path(rel).name
+            bundle = files.get(name + sign.BUNDLE_SUFFIX)
+            if bundle is None:
+                raise _refuse(f"{rel} has no Sigstore bundle", file=bundle_of(rel), fix="sign the release in the release workflow (python -m pipeline sign) and pass its bundles with --bundles")
+            try:
+                sign.verify_bundle(files[name].read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=signer.trust_config, repository=signer.repository, ref=signer.ref)
+            except PipelineError as exc:
+                raise _refuse(f"the Sigstore bundle of {rel} does not verify: {exc.what}", file=bundle, fix=exc.fix) from None
+        return f"{len(signed)} signed files verify against {signer.identity}"
+
+    target.gates = [
+        ("verify-ready", gate_verify),
+        ("acceptance", gate_acceptance),
+        ("test-run", gate_tests),
+        ("signatures", gate_signatures),
+        ("token", remote.token),
+        ("rate-limit", remote.rate_limit),
+        ("tag", remote.tag),
+        ("single-draft", remote.single_draft),
+    ]
+    return target, remote
+
+
+# -- plan, diff, apply -------------------------------------------------------------------
+
+def plan_of(target: Target) -> dict[str, Any]:
+    return fmt.make_plan(
+        kind=target.kind,
+        subject=target.subject,
+        repository=target.repository,
+        tag=target.tag,
+        commit=target.commit,
+        name=target.name,
+        body=target.body,
+        prerelease=target.prerelease,
+        make_latest=target.make_latest,
+        assets=target.assets,
+        gates=[name for name, _check in target.gates],
+    )
+
+
+def diff_lines(plan: dict[str, Any], github: GitHub | None) -> list[str]:
+    """What each planned write would do against GitHub's current state (reads only)."""
+    if github is None or not github.token:
+        return ["(GitHub's state not read: no GITHUB_TOKEN)"]
+    try:
+        current = github.tag_commit(plan["tag"])
+        rels = [r for r in github.releases() if r.get("tag_name") == plan["tag"]]
+    except PipelineError as exc:
+        return [f"(GitHub's state not read: {exc.what})"]
+    lines = []
+    tag_state = "absent: create" if current is None else ("exists at the commit: skip" if current == plan["commit"] else f"points at {current}: REFUSED")
+    lines.append(f"  tag {plan['tag']} -> {plan['commit']}: {tag_state}")
+    drafts = [r for r in rels if r.get("draft")]
+    published = [r for r in rels if not r.get("draft")]
+    release = (published or drafts or [None])[0]
+    if published:
+        lines.append(f"  release: published (id {published[0]['id']}): nothing to write, re-check only")
+    elif len(drafts) > 1:
+        lines.append(f"  release: {len(drafts)} drafts: REFUSED")
+    else:
+        lines.append(f"  draft: {'reuse id ' + str(drafts[0]['id']) if drafts else 'none: create'}")
+    remote = {a.get("name"): a for a in (github.assets(release["id"]) if release else [])}
+    for asset in plan["assets"]:
+        have = remote.get(asset["name"])
+        if have is None:
+            state = "absent: upload"
+        elif _uploaded(have, asset):
+            state = "uploaded, same size and digest: skip"
+        elif have.get("state") in ("starter", "open") or not have.get("size"):
+            state = f"{have.get('state')} (not uploaded): delete and upload"
+        else:
+            state = f"uploaded with other bytes ({have.get('digest')}): STOP"
+        lines.append(f"  asset {asset['name']} ({asset['size']} bytes, sha256 {asset['sha256'][:16]}…): {state}")
+    for name in sorted(set(remote) - {a["name"] for a in plan["assets"]}):
+        lines.append(f"  asset {name}: not in the plan: STOP")
+    lines.append(f"  publish (make_latest {plan['release']['make_latest']}): {'done already' if published else 'after every asset is uploaded'}")
+    return lines
+
+
+class Publisher:
+    """Apply one plan against GitHub, reconciling from GitHub's state at every step."""
+
+    def __init__(self, github: GitHub, plan: dict[str, Any], plan_sha: str, files: dict[str, Path], journal: fmt.Journal, work: Path) -> None:
+        self.gh = github
+        self.plan = plan
+        self.plan_sha = plan_sha
+        self.files = files
+        self.journal = journal
+        self.work = work
+
+    # Each step lists GitHub's state first; after an ambiguous failure the loop lists again.
+    def tag(self) -> None:
+        tag, commit = self.plan["tag"], self.plan["commit"]
+        for _ in range(ATTEMPTS):
+            current = self.gh.tag_commit(tag)
+            if current == commit:
+                self.journal.event("op-skip", op=0, tag=tag, reason="the tag already names the commit")
+                return
+            if current is not None:
+                raise RefusedError(f"the tag {tag} points at {current}, not {commit}", field=tag, why="a tag is never moved", fix="cut a new beta.N or release a new version")
+            self.journal.event("op-start", op=0, tag=tag, commit=commit)
+            try:
+                reply = self.gh.create_tag(tag, commit)
+            except Ambiguous as exc:
+                self.journal.event("op-ambiguous", op=0, request_id=exc.request_id, status=exc.status)
+                continue
+            except GitHubError as exc:
+                if exc.status == 422:  # "Reference already exists": someone (or a lost answer) made it
+                    self.journal.event("op-retry", op=0, request_id=exc.request_id, status=422)
+                    continue
+                raise
+            self.journal.event("op-done", op=0, request_id=reply.request_id)
+            ui.info(f"created tag {tag} on {commit}")
+            return
+        raise RemoteError(f"could not create the tag {tag} after {ATTEMPTS} attempts", fix="run the same command again")
+
+    def draft(self) -> dict[str, Any]:
+        tag = self.plan["tag"]
+        for _ in range(ATTEMPTS):
+            rels = [r for r in self.gh.releases() if r.get("tag_name") == tag]
+            published = [r for r in rels if not r.get("draft")]
+            drafts = [r for r in rels if r.get("draft")]
+            if published:
+                self.journal.event("op-skip", op=1, release_id=published[0]["id"], reason="already published")
+                return published[0]
+            if len(drafts) > 1:
+                raise RefusedError(f"GitHub holds {len(drafts)} drafts for {tag}", field=tag, found=sorted(r["id"] for r in drafts), fix="delete the stray draft by hand, then run again")
+            if drafts:
+                self.journal.event("op-skip", op=1, release_id=drafts[0]["id"], reason="draft found by listing")
+                return drafts[0]
+            self.journal.event("op-start", op=1, tag=tag)
+            payload = {"tag_name": tag, "target_commitish": self.plan["commit"], "name": self.plan["release"]["name"], "body": self.plan["release"]["body"], "draft": True, "prerelease": self.plan["release"]["prerelease"]}
+            try:
+                reply = self.gh.create_release(payload)
+            except Ambiguous as exc:
+                self.journal.event("op-ambiguous", op=1, request_id=exc.request_id, status=exc.status)
+                continue  # list again: the draft may have landed
+            self.journal.event("op-done", op=1, request_id=reply.request_id, release_id=reply.body["id"])
+            ui.info(f"created draft release {reply.body['id']} for {tag}")
+            return reply.body
+        raise RemoteError(f"could not create the draft of {tag} after {ATTEMPTS} attempts", fix="run the same command again")
+
+    def _listing(self, release: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        remote: dict[str, dict[str, Any]] = {}
+        for asset in self.gh.assets(release["id"]):
+            remote[asset.get("name")] = asset
+        extra = sorted(set(remote) - {a["name"] for a in self.plan["assets"]})
+        if extra:
+            raise RefusedError(
+                f"the release holds an asset the plan does not name: {extra[0]}",
+                field=extra[0],
+                found=sorted(remote),
+                expected=[a["name"] for a in self.plan["assets"]],
+                why="the pipeline never deletes or replaces an asset it did not plan",
+                fix="look at the draft on GitHub; remove the stray asset by hand if it is not meant to be there",
+            )
+        return remote
+
+    def uploads(self, release: dict[str, Any]) -> None:
+        remote = self._listing(release)
+        for index, planned in enumerate(self.plan["assets"], start=2):
+            name = planned["name"]
+            for _ in range(ATTEMPTS):
+                have = remote.get(name)
+                if _uploaded(have, planned):
+                    self.journal.event("op-skip", op=index, name=name, asset_id=have["id"], reason="uploaded with the planned size and digest")
+                    break
+                if not release.get("draft"):
+                    raise IntegrityError(f"the published release lacks {name} or holds other bytes", field=name, found=have, why="a published release is never changed")
+                if have is not None:
+                    if have.get("state") in ("starter", "open") or not have.get("size"):
+                        self.journal.event("op-start", op=index, name=name, action="delete-not-uploaded", asset_id=have["id"], state=have.get("state"))
+                        reply = self.gh.delete_asset(have["id"])
+                        self.journal.event("op-done", op=index, name=name, action="delete-not-uploaded", request_id=reply.request_id)
+                    else:
+                        raise RefusedError(
+                            f"the draft holds {name} with other bytes than the plan",
+                            field=name,
+                            found=have.get("digest"),
+                            expected=f"sha256:{planned['sha256']}",
+                            why="an uploaded asset is never replaced without a person deciding: it may be someone else's",
+                            fix="compare it with the local file; delete it by hand on GitHub if it is wrong, then run again",
+                        )
+                self.journal.event("op-start", op=index, name=name, size=planned["size"], sha256=planned["sha256"])
+                try:
+                    reply = self.gh.upload_asset(release, name, self.files[name], size=planned["size"], content_type=planned["content_type"])
+                except Ambiguous as exc:
+                    self.journal.event("op-ambiguous", op=index, name=name, request_id=exc.request_id, status=exc.status)
+                    remote = self._listing(release)  # it may have landed: list before retrying
+                    continue
+                except GitHubError as exc:
+                    if exc.status == 422 and "already_exists" in exc.error_codes():
+                        self.journal.event("op-retry", op=index, name=name, request_id=exc.request_id, status=422)
+                        remote = self._listing(release)
+                        continue
+                    raise
+                if not _uploaded(reply.body, planned):
+                    raise IntegrityError(f"GitHub recorded {name} with another size or digest than was sent", field=name, found={"size": reply.body.get("size"), "digest": reply.body.get("digest")}, expected={"size": planned["size"], "digest": f"sha256:{planned['sha256']}"})
+                self.journal.event("op-done", op=index, name=name, request_id=reply.request_id, asset_id=reply.body["id"])
+                remote[name] = reply.body
+                ui.info(f"uploaded {name} ({planned['size']} bytes)")
+                break
+            else:
+                raise RemoteError(f"could not upload {name} after {ATTEMPTS} attempts", fix="run the same command again; it resumes from GitHub's state")
+
+    def complete(self, release: dict[str, Any]) -> list[dict[str, Any]]:
+        remote = self._listing(release)
+        for planned in self.plan["assets"]:
+            if not _uploaded(remote.get(planned["name"]), planned):
+                raise IntegrityError(f"{planned['name']} is not uploaded with its planned digest", field=planned["name"], found=remote.get(planned["name"]), expected=f"uploaded, sha256:{planned['sha256']}", why="nothing is published before every planned asset is in place")
+        self.journal.event("check", name="complete", assets=len(remote))
+        return list(remote.values())
+
+    def publish(self, release: dict[str, Any]) -> dict[str, Any]:
+        op = len(self.plan["operations"]) - 1
+        meta = self.plan["release"]
+        for _ in range(ATTEMPTS):
+            current = self.gh.release(release["id"])
+            if current is None:
+                raise RemoteError(f"the draft {release['id']} disappeared", fix="run again; a new draft is made")
+            if not current.get("draft"):
+                self.journal.event("op-skip", op=op, release_id=current["id"], reason="already published")
+                return current
+            self.complete(current)
+            self.journal.event("op-start", op=op, release_id=current["id"])
+            payload = {"draft": False, "name": meta["name"], "body": meta["body"], "prerelease": meta["prerelease"], "make_latest": meta["make_latest"]}
+            try:
+                reply = self.gh.update_release(current["id"], payload)
+            except Ambiguous as exc:
+                self.journal.event("op-ambiguous", op=op, request_id=exc.request_id, status=exc.status)
+                continue  # re-read: it may be published already
+            self.journal.event("op-done", op=op, request_id=reply.request_id)
+            ui.info(f"published {self.plan['tag']} (release {current['id']}, make_latest {meta['make_latest']})")
+            return reply.body
+        raise RemoteError(f"could not publish {self.plan['tag']} after {ATTEMPTS} attempts", fix="run the same command again")
+
+    def after(self, release_id: int) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+        tag = self.plan["tag"]
+        final = self.gh.release_by_tag(tag)
+        if final is None or final.get("id") != release_id or final.get("draft"):
+            raise IntegrityError(f"reading {tag} back by tag does not give the published release {release_id}", found=final.get("id") if final else None, expected=release_id)
+        if self.gh.tag_commit(tag) != self.plan["commit"]:
+            raise IntegrityError(f"the tag {tag} does not name the planned commit after publishing", expected=self.plan["commit"])
+        assets = self.complete(final)
+        self.journal.event("check", name="re-read-by-tag", release_id=release_id)
+        enabled = self.gh.immutable_releases()
+        if enabled and final.get("immutable") is not True:
+            raise IntegrityError(f"{tag} is published but not immutable, although the repository enables immutable releases", field="immutable", found=final.get("immutable"), expected=True)
+        self.journal.event("check", name="immutable-if-enabled", enabled=enabled, immutable=final.get("immutable"))
+        # Audit: every published URL, downloaded again and re-hashed.
+        folder = self.work / "published"
+        if folder.exists():
+            shutil.rmtree(folder)
+        by_name = {a["name"]: a for a in assets}
+        for planned in self.plan["assets"]:
+            url = by_name[planned["name"]].get("browser_download_url")
+            digest, size = self.gh.download_sha256(url, folder / planned["name"], max_bytes=planned["size"])
+            if (digest, size) != (planned["sha256"], planned["size"]):
+                raise IntegrityError(f"the published {planned['name']} is not the planned bytes", file=url, found=digest, expected=planned["sha256"])
+        self.journal.event("check", name="audit-published-assets", assets=len(self.plan["assets"]))
+        ui.info(f"audit: {len(self.plan['assets'])} published assets downloaded again, sizes and SHA-256 equal the plan")
+        return final, assets, enabled
+
+
+# -- the stage ---------------------------------------------------------------------------
+
+class PublishStage(Stage):
+    name = "publish"
+
+    def __init__(self, ctx: Context, target: Target, remote: Remote, *, apply: bool, plan_sha256: str | None) -> None:
+        super().__init__(ctx)
+        self.target = target
+        self.remote = remote
+        self.apply = apply
+        self.expected_sha = plan_sha256
+        self.plan: dict[str, Any] = {}
+        self.plan_sha = ""
+
+    @property
+    def key(self) -> str:
+        return f"{'publish' if self.apply else 'publish-plan'}:{self.target.slug}"
+
+    def describe(self) -> str:
+        return f"{self.target.kind} {self.target.tag} -> {self.target.repository}"
+
+    @property
+    def folder(self) -> Path:
+        return self.ctx.dist / "publish" / self.target.slug
+
+    def preflight(self) -> None:
+        self.plan = plan_of(self.target)
+        self.plan_sha = fmt.plan_sha256(self.plan)
+        if self.apply:
+            if not self.expected_sha:
+                raise UsageError("--apply needs the reviewed plan's hash", field="--plan-sha256", fix=f"run without --apply, review the plan, then pass --plan-sha256 {self.plan_sha}")
+            if self.expected_sha != self.plan_sha:
+                raise RefusedError(
+                    "the plan is not the one that was reviewed",
+                    field="--plan-sha256",
+                    found=self.plan_sha,
+                    expected=self.expected_sha,
+                    why="an input changed since the dry run (an asset, the commit, the cut or the release tree)",
+                    fix="run without --apply again, review the new plan, and apply its hash",
+                )
+
+    def inputs(self) -> dict[str, Any]:
+        return {"plan": self.plan_sha, "apply": self.apply}
+
+    def run(self) -> list[Artifact]:
+        plan_path = self.folder / "plan.json"
+        atomic_write_bytes(plan_path, fmt.plan_bytes(self.plan))
+        register = self.ctx.register
+        if not self.apply:
+            sys.stdout.write(fmt.plan_bytes(self.plan).decode("utf-8"))
+            sys.stdout.flush()
+            lines = [f"plan {plan_path}: sha256 {self.plan_sha}", "writes, in order:"]
+            for index, op in enumerate(self.plan["operations"]):
+                detail = ", ".join(f"{k}={v}" for k, v in op.items() if k != "op")
+                lines.append(f"  {index}. {op['op']}: {detail}")
+            lines.append("against GitHub now:")
+            lines += diff_lines(self.plan, self.remote.github)
+            for line in lines:
+                sys.stderr.write(line + "\n")
+            run_gates(self.target.gates)
+            sys.stderr.write(f"apply with: --apply --plan-sha256 {self.plan_sha}\n")
+            return [register.make("publication-plan", plan_path, stage="publish", lane=self.target.lane.id if self.target.lane else None,
+                                  name=f"publish/{self.target.slug}/plan.json", plan_sha256=self.plan_sha, tag=self.target.tag, repository=self.target.repository)]
+        run_gates(self.target.gates)  # every gate before the first write
+        github = self.remote.github
+        assert github is not None
+        journal = fmt.Journal(self.folder / "journal", self.plan_sha)
+        journal.event("run-start", plan_sha256=self.plan_sha, resumed=journal.seq > 0)
+        publisher = Publisher(github, self.plan, self.plan_sha, self.target.files, journal, self.folder)
+        try:
+            publisher.tag()
+            release = publisher.draft()
+            publisher.uploads(release)
+            publisher.complete(release)
+            release = publisher.publish(release)
+            final, assets, enabled = publisher.after(release["id"])
+        except PipelineError as exc:
+            journal.event("run-failed", error=exc.label, what=exc.what[:300])
+            raise
+        receipt = fmt.make_receipt(self.plan, self.plan_sha, final, assets, immutable_enabled=enabled)
+        receipt_path = self.folder / "receipt.json"
+        receipt_bytes = canonical_bytes(receipt)
+        atomic_write_bytes(receipt_path, receipt_bytes)
+        journal.event("run-done", release_id=final["id"], receipt_sha256=sha256_bytes(receipt_bytes))
+        if self.target.lane is not None:
+            self._mark_published(final["id"], sha256_bytes(receipt_bytes))
+        ui.info(f"published {self.target.tag}: {final.get('html_url')} ({len(assets)} assets); receipt {receipt_path}")
+        lane_id = self.target.lane.id if self.target.lane else None
+        return [register.make("release-publication", receipt_path, stage="publish", lane=lane_id, name=f"publish/{self.target.slug}/receipt.json",
+                              plan_sha256=self.plan_sha, tag=self.target.tag, repository=self.target.repository, release_id=final["id"], publication_kind=self.target.kind)]
+
+    def _mark_published(self, release_id: int, receipt_sha: str) -> None:
+        lane = self.target.lane
+        assert lane is not None
+        ledger = lane.ledger()
+        n = lane.beta_from_tag(self.target.tag)
+        cut = ledger.entry(lane.version, n)
+        publication = Publication(self.target.repository, release_id, self.plan_sha, receipt_sha)
+        if cut is None:
+            raise InputError(f"the ledger has no cut {self.target.tag}", file=lane.ledger_file())
+        if cut.state == "cut":
+            write_ledger(lane.cuts_dir or lane.ledger_file().parent, ledger.with_state(lane.version, n, state="published", publication=publication), tag_for=lane.render_tag)
+            ui.info(f"{lane.ledger_file()}: {self.target.tag} is published (commit the ledger)")
+        elif cut.publication != publication:
+            ui.warn(f"{self.target.tag} is {cut.state} in the ledger with another publication record; the ledger is left as it is")
+
+
+def make_github_factory(github: GitHub | None = None, **options: Any) -> Callable[[str], GitHub | None]:
+    def factory(repository: str) -> GitHub | None:
+        if github is not None:
+            return github
+        token = token_from_env()
+        return GitHub(repository, token, **options) if token else None
+
+    return factory
+
+
+def publish_component(lane_name: str, *, dist: Path | str = "dist", lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
+    from ..lanes import find_lane
+    from ..stage import execute
+
+    lane = find_lane(lane_name, lanes_dir)
+    ctx = Context.open(dist, lanes_dir)
+    target, remote = component_target(ctx, lane, make_github_factory(github))
+    return execute(PublishStage(ctx, target, remote, apply=apply, plan_sha256=plan_sha256), force=True)
+
+
+def publish_product(release: str, *, root: Path = REPO_ROOT, dist: Path | str = "dist", commit: str | None = None, test_receipt: Path | None = None, bundles: Path | None = None,
+                    lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
+    from ..formats.test_receipt import default_path
+    from ..stage import execute
+
+    ctx = Context.open(dist, lanes_dir)
+    target, remote = product_target(ctx, Path(root), release, commit=commit, test_receipt=test_receipt or default_path(ctx.dist), bundles=bundles, lanes_dir=lanes_dir, github_of=make_github_factory(github))
+    return execute(PublishStage(ctx, target, remote, apply=apply, plan_sha256=plan_sha256), force=True)
+
+
+def _run_cli(args: argparse.Namespace) -> int:
+    if args.component:
+        publish_component(args.component, dist=args.dist, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
+    else:
+        publish_product(args.release, root=args.root, dist=args.dist, commit=args.commit, test_receipt=args.test_receipt, bundles=args.bundles, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
+    return 0
+
+
+def register_cli(sub) -> None:
+    from ..cli import add_common
+
+    parser = sub.add_parser("publish", help="plan (default) or apply a GitHub publication: a lane's component prerelease or the product release",
+                            description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--component", metavar="LANE", help="publish the lane's current cut as a prerelease of the runtime repository")
+    which.add_argument("--release", metavar="vX.Y.Z", help="publish the product release of this repository")
+    parser.add_argument("--apply", action="store_true", help="execute the plan (default: write and print it, check the gates)")
+    parser.add_argument("--plan-sha256", metavar="HEX", help="the reviewed plan's SHA-256 (required with --apply)")
+    parser.add_argument("--root", type=Path, default=REPO_ROOT, help="product repository checkout (--release; default: this checkout)")
+    parser.add_argument("--commit", help="the exact commit to tag (--release; default: HEAD of --root)")
+    parser.add_argument("--test-receipt", type=Path, help="test-run receipt of that commit (default: <dist>/test-run-receipt.json)")
+    parser.add_argument("--bundles", type=Path, help="folder with the Sigstore bundles <file>.sigstore.json (default: beside the signed files)")
+    add_common(parser)
+    parser.set_defaults(func=_run_cli)
