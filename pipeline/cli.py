@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "push",
     "qualify",
     "compose",
+    "stages.accept",
     "verify",
     "audit",
     "sign",

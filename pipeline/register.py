@@ -46,6 +46,10 @@ KINDS: dict[str, frozenset[str]] = {
     "release-tree": frozenset({"release"}),
     "signature-bundle": frozenset({"signed_name"}),
     "benchmark": frozenset(),
+    # documented-route acceptance (pipeline/stages/accept.py)
+    "acceptance-bundle": frozenset({"route", "bundle_kind", "release"}),
+    "acceptance-receipt": frozenset({"route", "bundle_sha256", "status"}),
+    "acceptance-record": frozenset({"release", "status"}),
 }
 
 

@@ -17,8 +17,9 @@ from typing import Any, ClassVar
 from .register import Artifact, Register, fingerprint
 from .util import ui
 
-# The release order.  Each name is a module in pipeline/ with one stage.
-PIPES = ("build", "package", "image", "push", "qualify", "compose", "verify", "audit", "sign", "publish")
+# The release order.  Each name is a module in pipeline/ (or pipeline/stages/) with one stage.
+# `accept` runs the documented routes on the candidate that `compose` promoted.
+PIPES = ("build", "package", "image", "push", "qualify", "compose", "accept", "verify", "audit", "sign", "publish")
 
 DEFAULT_DIST = Path("dist")
 
