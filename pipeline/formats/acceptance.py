@@ -246,7 +246,7 @@ BUNDLE_ROUTE = {
     "lane": Field((str, type(None))),
     "required": Field(bool),
 }
-BUNDLE_PARAMETER = {"name": Field(str, check=matches(r"[A-Z][A-Z0-9_]{0,63}")), "default": Field((str, type(None)))}
+BUNDLE_PARAMETER = {"name": Field(str, check=matches(r"[A-Z][A-Z0-9_]{0,63}")), "default": Field((str, type(None))), "required": Field(bool)}
 BUNDLE_STEP = {
     "index": Field(int, check=lambda v: v > 0),
     "shell": Field(str, check=one_of("sh", "powershell")),
@@ -298,7 +298,7 @@ RECEIPT_STEP = {
 RECEIPT_STREAM = {"sha256": _SHA, "bytes": _COUNT}
 RECEIPT_CAPABILITY = {
     "available": Field(bool),
-    "how": Field(str, check=one_of("probe", "granted", "not-granted"), expected="probe, granted or not-granted"),
+    "how": Field(str, check=one_of("probe", "granted", "not-granted", "denied"), expected="probe, granted, not-granted or denied"),
     "command": Field((str, type(None))),
     "exit_status": Field((int, type(None))),
 }
@@ -353,9 +353,10 @@ HEX64_RE = re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{64}(?![0-9A-Fa-f])")
 HEX40_RE = re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{40}(?![0-9A-Fa-f])")
 VERSION_TAG_RE = re.compile(r"(?<![A-Za-z0-9._/-])v[0-9]+\.[0-9]+\.[0-9]+(?:-[A-Za-z0-9.-]*[A-Za-z0-9])?(?![A-Za-z0-9._])")
 IMAGE_TOOLS_RE = re.compile(r"\b(docker|podman|skopeo|nerdctl|crane|oras|ctr)\b")
-TAGGED_IMAGE_RE = re.compile(r"(?:docker://)?(?P<ref>(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9._-]+(?:/[a-z0-9._-]+)*:(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127}))(?![@A-Za-z0-9._:/-])")
+TAGGED_IMAGE_RE = re.compile(r"(?<![A-Za-z0-9._/:$-])(?:docker://)?(?P<ref>(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9._-]+(?:/[a-z0-9._-]+)*:(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127}))(?![@A-Za-z0-9._:/-])")
 LATEST_RE = re.compile(r"(?i)(:latest\b|/latest/|/latest\b|\blatest\.)")
-PINNED_USE_RE = re.compile(r"\bpinned\b(?P<flags>(?:[ \t]+--[a-z-]+)*)[ \t]+['\"]?(?P<field>[a-z_][A-Za-z0-9_.\[\]-]*)['\"]?")
+MANIFEST_KEYS = ("artifact_type", "schema_version", "release", "status", "channel", "audience", "product", "predecessor", "inputs", "components", "runtime_identity", "compatibility", "qualification", "installation", "limitations", "signing", "publication")
+PINNED_USE_RE = re.compile(r"\bpinned\b(?P<flags>(?:[ \t]+-{1,2}[A-Za-z-]+)*)[ \t]+['\"]?(?P<field>(?:" + "|".join(MANIFEST_KEYS) + r")(?![A-Za-z0-9_])[A-Za-z0-9_.\[\]-]*)['\"]?")
 LOCAL_URL_RE = re.compile(r"https?://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/|$)")
 _URL_FIELD = re.compile(r"(?P<stem>.+)_url$")
 

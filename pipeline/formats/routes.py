@@ -17,8 +17,9 @@ are the executable truth.  The rules (docs/release-tree.md, "Route documents"):
   prose or example output, never a step.  Shell names other than ``sh`` and
   ``powershell`` (``bash``, ``pwsh``, ``ps1`` ...) are refused: they are ambiguous.
 * A ``parameters`` fence declares the variables the steps expect from the reader:
-  ``NAME=default`` (the runner sets the default unless ``--set NAME=VALUE``) or
-  ``NAME`` alone (required).  Before the first route it applies to every route.
+  ``NAME=default`` (the runner sets the default unless ``--set NAME=VALUE``),
+  ``NAME`` alone (required) or ``[NAME]`` (optional: unset unless given).  Before
+  the first route it applies to every route.
 * Strictness: UTF-8 without BOM, LF only, no tab or indented fences, no fence inside
   a blockquote or an HTML comment, no setext headings, no unclosed fence, no shell
   step outside a route, no empty step, no route without steps.
@@ -55,7 +56,7 @@ FENCE = re.compile(r"(?P<fence>`{3,}|~{3,})(?P<info>.*)")
 INDENTED_FENCE = re.compile(r"[ \t]+(`{3,}|~{3,})")
 QUOTED_FENCE = re.compile(r"[ \t]*>[ \t>]*(`{3,}|~{3,})")
 SETEXT_UNDERLINE = re.compile(r"(=+|-+)[ \t]*")
-PARAMETER_LINE = re.compile(r"(?P<name>[A-Z][A-Z0-9_]{0,63})(?:=(?P<value>.*))?")
+PARAMETER_LINE = re.compile(r"\[(?P<optional>[A-Z][A-Z0-9_]{0,63})\]|(?P<name>[A-Z][A-Z0-9_]{0,63})(?:=(?P<value>.*))?")
 # Set by the runner itself; a document cannot redefine them.
 RESERVED_NAMES = frozenset({"HOME", "PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "TERM", "PWD", "OLDPWD", "SHELL", "OMP_NINFER_RELEASE"})
 
@@ -63,8 +64,9 @@ RESERVED_NAMES = frozenset({"HOME", "PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "T
 @dataclass(frozen=True)
 class Parameter:
     name: str
-    default: str | None  # None: required, the runner needs --set NAME=VALUE
+    default: str | None  # the value the runner sets unless --set NAME=VALUE; None: unset
     line: int
+    required: bool = False  # NAME alone: the runner refuses to start without --set NAME=VALUE
 
 
 @dataclass(frozen=True)
@@ -180,13 +182,13 @@ def _parameters(path: str, start: int, lines: list[str]) -> list[Parameter]:
             continue
         match = PARAMETER_LINE.fullmatch(raw)
         if not match:
-            raise _error(path, number, "is not a parameter line", found=raw, expected="NAME=default or NAME (required), NAME in capitals")
-        name = match.group("name")
+            raise _error(path, number, "is not a parameter line", found=raw, expected="NAME=default, NAME (required) or [NAME] (optional, unset unless given); NAME in capitals")
+        name = match.group("name") or match.group("optional")
         if name in RESERVED_NAMES:
             raise _error(path, number, "names a variable the runner sets itself", found=name, expected="another name")
         if name in {p.name for p in out}:
             raise _error(path, number, "declares a parameter twice", found=name)
-        out.append(Parameter(name, match.group("value"), number))
+        out.append(Parameter(name, match.group("value"), number, required=match.group("name") is not None and match.group("value") is None))
     return out
 
 

@@ -173,6 +173,7 @@ class RunOptions:
     parameters: dict[str, str] = field(default_factory=dict)
     path_dirs: list[str] = field(default_factory=list)
     grants: list[str] = field(default_factory=list)
+    denies: list[str] = field(default_factory=list)
     step_timeout: float = DEFAULT_STEP_TIMEOUT
     work: Path | None = None
     keep_work: bool = False
@@ -192,8 +193,9 @@ def _which(name: str, env: dict[str, str]) -> str | None:
     return shutil.which(name, path=env.get("PATH") or env.get("Path"))
 
 
-def probe_capabilities(needed: set[str], env: dict[str, str], cwd: Path, grants: list[str]) -> tuple[dict[str, Capability], list[dict[str, str]]]:
-    """Each needed capability, probed in the run's own environment; and the GPUs seen (host facts)."""
+def probe_capabilities(needed: set[str], env: dict[str, str], cwd: Path, grants: list[str], denies: list[str] = ()) -> tuple[dict[str, Capability], list[dict[str, str]]]:
+    """Each needed capability, probed in the run's own environment; and the GPUs seen (host facts).
+    A capability the operator denies (--deny CAP) is absent without a probe, and the receipt says so."""
     caps: dict[str, Capability] = {}
     gpus: list[dict[str, str]] = []
     smi = _which("nvidia-smi", env)
@@ -205,7 +207,9 @@ def probe_capabilities(needed: set[str], env: dict[str, str], cwd: Path, grants:
             if name.strip():
                 gpus.append({"name": name.strip(), "driver": driver.strip()})
     for cap in sorted(needed):
-        if cap == "gpu":
+        if cap in denies:
+            caps[cap] = Capability(False, "denied", None, None, "denied by the operator (--deny)")
+        elif cap == "gpu":
             caps[cap] = Capability(bool(gpus), "probe", "nvidia-smi --query-gpu=name,driver_version --format=csv,noheader", status, "" if gpus else ("nvidia-smi is not on PATH" if not smi else f"nvidia-smi lists no GPU (exit {status})"))
         elif cap == "oci-engine":
             engine = next((name for name in ("podman", "docker") if _which(name, env)), None)
@@ -224,7 +228,7 @@ def probe_capabilities(needed: set[str], env: dict[str, str], cwd: Path, grants:
 
 def run_environment(bundle: dict[str, Any], options: RunOptions, work: Path) -> tuple[dict[str, str], dict[str, str]]:
     """The clean environment of a run: documented base variables, the release, the route's parameters."""
-    declared = {p["name"]: p["default"] for p in bundle["parameters"]}
+    declared = {p["name"]: p for p in bundle["parameters"]}
     for name in options.parameters:
         if name not in declared:
             raise UsageError("--set names a variable the route does not declare", field="--set", found=name, expected="one of " + (", ".join(sorted(declared)) or "(the route declares no parameters)"), fix="declare it in the document's parameters block, or drop it")
@@ -245,15 +249,17 @@ def run_environment(bundle: dict[str, Any], options: RunOptions, work: Path) -> 
     if bundle.get("release"):
         env["OMP_NINFER_RELEASE"] = bundle["release"]
     sources: dict[str, str] = {}
-    for name, default in declared.items():
+    for name, parameter in declared.items():
         if name in options.parameters:
             env[name] = options.parameters[name]
             sources[name] = "set"
-        elif default is not None:
-            env[name] = default
+        elif parameter["default"] is not None:
+            env[name] = parameter["default"]
             sources[name] = "default"
-        else:
+        elif parameter["required"]:
             raise UsageError(f"the route needs the parameter {name}", field="--set", expected=f"--set {name}=VALUE", fix="see the route's parameters block in the document")
+        else:
+            sources[name] = "unset"
     return env, sources
 
 
@@ -439,6 +445,11 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
     for option in options.grants:
         if option not in GRANTABLE:
             raise UsageError("--grant names a capability that is probed, not granted", field="--grant", found=option, expected=" or ".join(GRANTABLE))
+    for option in options.denies:
+        if option not in CAPABILITIES:
+            raise UsageError("--deny names an unknown capability", field="--deny", found=option, expected=" or ".join(sorted(CAPABILITIES)))
+        if option in options.grants:
+            raise UsageError("a capability cannot be granted and denied", field="--deny", found=option)
     top = _git(options.clone, "rev-parse", "--show-toplevel")
     if top.returncode != 0:
         raise InputError("is not inside a git clone", file=options.clone, fix="run from a clone of the product repository at the candidate commit")
@@ -458,7 +469,7 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
     env, sources = run_environment(bundle, options, work)
     steps = bundle["steps"]
     needed = {cap for step in steps for cap in step["requires"]}
-    caps, gpus = probe_capabilities(needed, env, clone, options.grants)
+    caps, gpus = probe_capabilities(needed, env, clone, options.grants, options.denies)
     for cap, capability in sorted(caps.items()):
         (ui.info if capability.available else ui.warn)(f"capability {cap}: {'available' if capability.available else 'absent'}" + (f" ({capability.why})" if capability.why else ""))
 
@@ -771,7 +782,7 @@ def _bundle_document(kind, release, candidate, manifest, document, data, at, doc
         "manifest": manifest,
         "document": {"path": document, "sha256": sha256_bytes(data), "bytes": len(data), "commit": at},
         "route": {"id": route.id, "title": route.title, "heading_line": route.heading_line, "shell": route.shell, "host_kind": host, "lane": lane, "required": required},
-        "parameters": [{"name": p.name, "default": p.default} for p in doc.parameters_of(route_id)],
+        "parameters": [{"name": p.name, "default": p.default, "required": p.required} for p in doc.parameters_of(route_id)],
         "steps": [
             {"index": s.index, "shell": s.shell, "requires": list(s.requires), "line_start": s.line_start, "line_end": s.line_end, "sha256": s.sha256, "bytes": s.bytes, "text": s.text}
             for s in route.steps
@@ -1166,7 +1177,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for cap in args.grant:
         if cap not in CAPABILITIES:
             raise UsageError("--grant names an unknown capability", field="--grant", found=cap, expected=" or ".join(GRANTABLE))
-    options = RunOptions(clone=Path(args.clone or "."), parameters=_parameters(args.set), path_dirs=list(args.path), grants=list(args.grant), step_timeout=args.step_timeout, work=args.work, keep_work=args.keep_work)
+    values = list(args.set)
+    if args.parameters is not None:
+        if not args.parameters.is_file():
+            raise InputError("the parameters file does not exist", file=args.parameters)
+        for number, line in enumerate(args.parameters.read_text(encoding="utf-8").splitlines(), start=1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                if "=" not in line:
+                    raise InputError("is not NAME=VALUE", file=args.parameters, field=f"line {number}")
+                values.append(line)
+    options = RunOptions(clone=Path(args.clone or "."), parameters=_parameters(values), path_dirs=list(args.path), grants=list(args.grant), denies=list(args.deny), step_timeout=args.step_timeout, work=args.work, keep_work=args.keep_work)
     ctx = Context.open(args.dist)
     stage = RunStage(ctx, Path(args.bundle), options, out=args.out)
     execute(stage, force=True)
@@ -1209,11 +1229,25 @@ def _root(args: argparse.Namespace) -> Path:
 def _cmd_bundle(args: argparse.Namespace) -> int:
     if args.release is None and args.document is None:
         raise UsageError("name the release (--release vX.Y.Z) or, for a runbook, the document (--document docs/RELEASING.md)", field="--release")
+    routes = [args.route]
+    if args.required:
+        if args.release is None:
+            raise UsageError("--required needs --release", field="--required")
+        from ..lanes import load_lanes
+        from ..releasetree import load_release_toml
+
+        config = acceptance_config(load_release_toml(_root(args), args.release, load_lanes(args.lanes_dir)))
+        if config is None:
+            raise InputError("release.toml declares no acceptance routes", field="acceptance.routes", fix="add [acceptance.routes.<route>] tables (docs/release-tree.md)")
+        routes = sorted(config.routes)
     ctx = Context.open(args.dist)
-    stage = BundleStage(ctx, _root(args), release=args.release, route=args.route, document=args.document, candidate=args.candidate, document_at=args.document_at, lanes_dir=args.lanes_dir)
-    execute(stage)
-    assert stage.bundle is not None and stage.path is not None
-    sys.stdout.write(json.dumps({"bundle": str(stage.path), "route": args.route, "steps": len(stage.bundle["steps"]), "candidate_commit": stage.bundle["candidate_commit"]}, sort_keys=True) + "\n")
+    made = []
+    for route in routes:
+        stage = BundleStage(ctx, _root(args), release=args.release, route=route, document=args.document, candidate=args.candidate, document_at=args.document_at, lanes_dir=args.lanes_dir)
+        execute(stage)
+        assert stage.bundle is not None and stage.path is not None
+        made.append({"bundle": str(stage.path.resolve()), "route": route, "steps": len(stage.bundle["steps"]), "candidate_commit": stage.bundle["candidate_commit"]})
+    sys.stdout.write(json.dumps(made if args.required else made[0], sort_keys=True) + "\n")
     return 0
 
 
@@ -1242,7 +1276,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
     bundle = actions.add_parser("bundle", help="one route of the release's route document, checked, with its exact blocks")
     bundle.add_argument("--release", help="product release, e.g. v0.13.1 (omit for a runbook with --document)")
-    bundle.add_argument("--route", required=True, help="route id (python -m pipeline accept routes DOCUMENT lists them)")
+    which = bundle.add_mutually_exclusive_group(required=True)
+    which.add_argument("--route", help="route id (python -m pipeline accept routes DOCUMENT lists them)")
+    which.add_argument("--required", action="store_true", help="every route release.toml [acceptance.routes] requires")
     bundle.add_argument("--document", help="route document (default: release.toml [acceptance] document, else docs/QUICKSTART.md)")
     bundle.add_argument("--candidate", default="HEAD", help="the candidate commit (default HEAD; its manifest must have status candidate)")
     bundle.add_argument("--document-at", default=None, help="read the document at this commit (default: the candidate); a later commit re-runs changed blocks")
@@ -1257,6 +1293,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a parameter the route declares (repeatable)")
     run.add_argument("--path", action="append", default=[], metavar="DIR", help="prepend DIR to the run's PATH (repeatable), e.g. a virtual environment's bin")
     run.add_argument("--grant", action="append", default=[], metavar="CAP", help="grant a capability the runner cannot probe: network, github (repeatable)")
+    run.add_argument("--deny", action="append", default=[], metavar="CAP", help="treat a capability as absent without probing it (recorded as denied; repeatable)")
+    run.add_argument("--parameters", type=Path, default=None, metavar="FILE", help="NAME=VALUE lines, as --set (values may hold spaces)")
     run.add_argument("--step-timeout", type=float, default=DEFAULT_STEP_TIMEOUT, help=f"seconds one step may run (default {DEFAULT_STEP_TIMEOUT:g})")
     run.add_argument("--out", type=Path, default=None, help="also write the receipt here")
     run.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary folder; kept when a step fails)")
