@@ -8,8 +8,9 @@ compiled from the sample runtime (its own repository at a fixed commit), package
 into an image on a CUDA-like base (with an ld.so.cache like NVIDIA's), pushed by digest to
 the session's loopback docker-registry, qualified on the "owner's hardware" (the harness
 against the protocol-faithful test server) and imported; composed, committed, promoted to
-candidate.  The model is a small artefact of our own (served on loopback), so that the
-audit route can check every byte.
+candidate.  Alongside it ships the RTX 4090 native lane of tests/releasekit.py, qualified
+on the owner's hardware (the container lane's GPU smoke gate needs a GPU, so that lane is a
+preview here).
 
 `AssetServer` serves the release's public URLs on 127.0.0.1 (the GitHub release assets
 from the pipeline's own asset folder, the client binaries, the model); `mirror()` is the
@@ -40,7 +41,6 @@ from conftest import ROOT, SAMPLE, git, make_repo
 
 RELEASE = "v1.0.0"
 LANE = "rtx5090-container"
-REVISION = "1cbd84e7221e51186bd7f093a149912d2489625b"
 VENV_BIN = str(Path(sys.executable).parent)
 ROUTES = {"verify": "linux-x86_64", "audit": "linux-x86_64", "rtx5090-linux": "linux-x86_64"}
 
@@ -54,14 +54,7 @@ def pseudo_random(size: int, seed: bytes) -> bytes:
     return bytes(out[:size])
 
 
-MODEL_BYTES = pseudo_random(256 * 1024 + 11, b"acceptance model")
-MODEL = {
-    "repository": "https://huggingface.co/neroued/Qwen3.8-27B-NInfer",
-    "revision": REVISION,
-    "artifact_name": "qwen3_8_27b.ninfer",
-    "artifact_bytes": len(MODEL_BYTES),
-    "artifact_sha256": hashlib.sha256(MODEL_BYTES).hexdigest(),
-}
+PREVIEW_REASON = "RTX 5090 hardware qualification pending: the GPU smoke gate needs the lane's GPU"
 
 
 def acceptance_toml(routes: dict[str, str], *, document: str = "docs/QUICKSTART.md", lanes: dict[str, str] | None = None) -> str:
@@ -85,13 +78,20 @@ def product_files() -> list[str]:
     return out
 
 
-def make_product_repo(root: Path) -> str:
+def make_product_repo(root: Path, *, lanes_dir: Path | None = None) -> str:
+    """A product repository with this checkout's files; `lanes_dir` replaces runtime/lanes (the sample's lanes)."""
     root.mkdir(parents=True)
     for name in product_files():
+        if lanes_dir is not None and name.startswith("runtime/lanes/"):
+            continue
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ROOT / name, target)
         shutil.copymode(ROOT / name, target)
+    if lanes_dir is not None:
+        (root / "runtime" / "lanes").mkdir(parents=True, exist_ok=True)
+        for path in sorted(lanes_dir.glob("*.toml")):
+            shutil.copyfile(path, root / "runtime" / "lanes" / path.name)
     git(root.parent, "init", "-q", "-b", "main", str(root))
     git(root, "config", "core.autocrlf", "false")
     return commit(root, "product repository at this checkout")
@@ -172,8 +172,8 @@ class AssetServer:
 
 
 def serve_release(server: AssetServer, manifest: dict[str, Any], assets: dict[str, Path], client: dict[str, Any]) -> None:
-    """Publish every https URL of the manifest that names a file we hold: component assets by name
-    (from the pipeline's asset folders, read at request time), client binaries, the model."""
+    """Publish every https URL of the manifest that names a file we hold: component assets by tag and
+    name (from the pipeline's asset folders, read at request time), client binaries, the model."""
     clients = {name: (f"sample client {platform}\n".encode() * 64) for platform, (name, _n, _h) in client["platforms"].items()}
     urls: list[str] = []
 
@@ -190,12 +190,12 @@ def serve_release(server: AssetServer, manifest: dict[str, Any], assets: dict[st
     walk(manifest)
     for url in urls:
         name = url.rsplit("/", 1)[-1]
-        if "/releases/download/" in url and name in assets:
-            server.publish(url, assets[name])
+        tag = url.rsplit("/", 2)[-2]
+        if "/releases/download/" in url and tag in assets and (assets[tag] / name).is_file():
+            server.publish(url, assets[tag] / name)
         elif name in clients:
             server.publish(url, clients[name])
-        elif url.endswith(f"/resolve/{REVISION}/{MODEL['artifact_name']}"):
-            server.publish(url, MODEL_BYTES)
+        # The model (20 GB, bound by its real hash) is not served: the audit route skips it by size.
 
 
 def containers_config(folder: Path, registry_host: str) -> dict[str, str]:
@@ -249,6 +249,7 @@ class ContainerCandidate:
     owner_receipt: Path
     client: dict[str, Any]
     base_rootfs: Path
+    lanes_dir: Path
     commits: dict[str, str] = field(default_factory=dict)
 
     def clone(self, target: Path, state: str = "candidate") -> Path:
@@ -258,20 +259,19 @@ class ContainerCandidate:
         return json.loads(((root or self.root) / "manifests" / RELEASE / "manifest.json").read_bytes())
 
     def assets(self) -> dict[str, Path]:
-        folder = self.dist / LANE / "assets"
-        return {path.name: path for path in folder.iterdir()}
+        """Component tag -> the lane's published asset folder (both lanes' sets have a SHA256SUMS)."""
+        out = {}
+        for lane in (LANE, "rtx4090-windows-native"):
+            folder = self.dist / lane / "assets"
+            receipt = json.loads((folder / "package-build-receipt.json").read_bytes())
+            out[receipt["component_tag"]] = folder
+        return out
 
 
 _CACHE: dict[str, Any] = {}
 
 
-def release_toml_text(client: dict[str, Any], *, routes: dict[str, str] | None = None) -> str:
-    from releasekit import release_toml
-
-    return release_toml(client, register={LANE: "qualified"}, model=MODEL, lane=LANE) + acceptance_toml(routes or ROUTES, lanes={"rtx5090-linux": LANE})
-
-
-def build_container_lane(dist: Path, work: Path, registry_host: str, *, repository: str) -> dict[str, Any]:
+def build_container_lane(dist: Path, work: Path, registry_host: str, *, repository: str, lanes_dir: Path | None = None) -> dict[str, Any]:
     """build -> package -> image -> push of the 5090 lane from the sample repository (fixed commit), through the CLI."""
     import imagekit
 
@@ -279,11 +279,11 @@ def build_container_lane(dist: Path, work: Path, registry_host: str, *, reposito
     from pipeline.lanes import find_lane
     from pipeline.toolchain import for_lane
 
-    lane = find_lane(LANE)
+    lane = find_lane(LANE, lanes_dir)
     repo = work / "ninfer"
     source_commit = make_repo(repo, SAMPLE)
     source = f"{repo}@{source_commit}"
-    common = ["--dist", str(dist), "--quiet"]
+    common = ["--dist", str(dist), "--quiet", *(["--lanes-dir", str(lanes_dir)] if lanes_dir else [])]
     assert main(["build", "--lane", "5090", "--source", source, *common]) == 0
     assert main(["package", "--lane", LANE, *common]) == 0
     cudart = for_lane(lane, "pinned").library_dir / "libcudart.so.13"
@@ -292,7 +292,7 @@ def build_container_lane(dist: Path, work: Path, registry_host: str, *, reposito
     definition = work / "definition.toml"
     definition.write_text(imagekit.definition_text(f"{registry_host}/nvidia/cuda-accept", base.index_digest))
     assert main(["image", "--lane", LANE, "--definition", str(definition), *common]) == 0
-    assert main(["push", "--registry", f"{registry_host}/{repository}", *common]) == 0
+    assert main(["push", "--registry", f"{registry_host}/{repository}", "--dist", str(dist), "--quiet"]) == 0
     config = work / "server-config.json"
     from pipeline.util.jsonio import canonical_bytes
 
@@ -305,37 +305,42 @@ def build_container_lane(dist: Path, work: Path, registry_host: str, *, reposito
 
 
 def container_candidate(tmp_path_factory, registry_host: str) -> ContainerCandidate:
+    """The RTX 4090 lane of tests/releasekit.py (qualified on the owner's hardware) plus the RTX 5090
+    container lane built here.  The container lane's GPU smoke gate runs the packaged selftest for
+    real, so without a GPU its receipt stays hardware-pending: it ships as a preview, deferred with
+    its reason, and the release reaches ready on the native lane (tests/test_compose.py does the same)."""
     if "container" in _CACHE:
         return _CACHE["container"]
-    from releasekit import import_receipt, make_client, qualify_on_owner_hardware
+    from releasekit import LANE as NATIVE
+    from releasekit import qualify_pending, release_toml, sample_release
 
     from pipeline.compose import compose_release, promote_release
     from pipeline.util import ui
 
+    native = sample_release(tmp_path_factory)
     ui.set_quiet(True)
     work = tmp_path_factory.mktemp("accept-candidate")
     dist = work / "dist"
+    shutil.copytree(native.dist, dist)  # the native lane, already qualified on the owner's hardware
     repository = "alphastorm/ninfer-runtime-accept"
-    built = build_container_lane(dist, work, registry_host, repository=repository)
-    lane = built["lane"]
-    owner = qualify_on_owner_hardware(dist, lane, work, config=built["config"])
-    import_receipt(dist, lane, owner, config=built["config"])
+    built = build_container_lane(dist, work, registry_host, repository=repository, lanes_dir=native.lanes_dir)
+    qualify_pending(dist, built["lane"], config=built["config"])
 
     root = work / "product"
-    commits = {"empty": make_product_repo(root)}
-    client = make_client(work, "c" * 40)
+    commits = {"empty": make_product_repo(root, lanes_dir=native.lanes_dir)}
     toml = root / "manifests" / RELEASE / "release.toml"
     toml.parent.mkdir(parents=True)
-    toml.write_text(release_toml_text(client))
+    text = release_toml(native.client, register={NATIVE: "qualified", LANE: "preview"}, preview_reason=PREVIEW_REASON)
+    toml.write_text(text.replace('release = "v1.0.0"', f'release = "{RELEASE}"') + acceptance_toml(ROUTES, lanes={"rtx5090-linux": LANE}))
     compose_release(root, RELEASE, dist=dist)
-    commits["draft"] = commit(root, "draft: the container lane qualified on the owner's hardware")
+    commits["draft"] = commit(root, "draft: the native lane qualified, the container lane a preview")
     promote_release(root, RELEASE, "candidate")
     commits["candidate"] = commit(root, "candidate")
     ui.set_quiet(False)
     candidate = ContainerCandidate(
         root=root, dist=dist, work=work, registry=registry_host, image_repository=f"{registry_host}/{repository}",
-        source=built["source"], definition=built["definition"], config=built["config"], owner_receipt=owner,
-        client=client, base_rootfs=built["rootfs"], commits=commits,
+        source=built["source"], definition=built["definition"], config=built["config"], owner_receipt=native.owner_receipt,
+        client=native.client, base_rootfs=built["rootfs"], lanes_dir=native.lanes_dir, commits=commits,
     )
     _CACHE["container"] = candidate
     return candidate

@@ -577,7 +577,8 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
         "environment": {
             "variables": sorted(env),
             "path": env.get("PATH", ""),
-            "parameters": {name: {"source": source} for name, source in sorted(sources.items())},
+            # Parameters are declared public inputs of the route (the document says so): recorded by value.
+            "parameters": {name: {"source": source, "value": env.get(name) if source != "unset" else None} for name, source in sorted(sources.items())},
             "shell": route["shell"],
         },
         "capabilities": {cap: capability.to_json() for cap, capability in sorted(caps.items())},
@@ -1124,6 +1125,7 @@ def compose_record(root: Path, release: str, receipt_paths: list[Path], *, regis
             "steps": len(item.bundle["steps"]),
             "steps_run": ran,
             "host_only_not_run": not_run,
+            "parameters": {name: p.get("value") for name, p in sorted(item.receipt["environment"]["parameters"].items()) if p.get("source") == "set"},
             "host": {"os": item.receipt["host"]["os"], "arch": item.receipt["host"]["arch"], "gpus": item.receipt["host"]["gpus"]},
             "finished_at": item.receipt["finished_at"],
         }
