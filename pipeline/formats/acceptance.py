@@ -151,6 +151,8 @@ def resolve_field(document: Any, path: str) -> Any:
     node = document
     for part in path.split("."):
         match = _PART.fullmatch(part)
+        if node is None:
+            return None  # a null parent (e.g. components.ninfer of a release without a container lane): not bound
         if match is None or not isinstance(node, dict) or match.group("key") not in node:
             return _MISSING
         node = node[match.group("key")]

@@ -170,7 +170,8 @@ class Capability:
 @dataclass
 class RunOptions:
     clone: Path
-    parameters: dict[str, str] = field(default_factory=dict)
+    parameters: dict[str, str] = field(default_factory=dict)  # --set: every name must be declared by the route
+    offered: dict[str, str] = field(default_factory=dict)  # --parameters FILE: the route takes the names it declares
     path_dirs: list[str] = field(default_factory=list)
     grants: list[str] = field(default_factory=list)
     denies: list[str] = field(default_factory=list)
@@ -249,9 +250,10 @@ def run_environment(bundle: dict[str, Any], options: RunOptions, work: Path) -> 
     if bundle.get("release"):
         env["OMP_NINFER_RELEASE"] = bundle["release"]
     sources: dict[str, str] = {}
+    given = {**{k: v for k, v in options.offered.items() if k in declared}, **options.parameters}
     for name, parameter in declared.items():
-        if name in options.parameters:
-            env[name] = options.parameters[name]
+        if name in given:
+            env[name] = given[name]
             sources[name] = "set"
         elif parameter["default"] is not None:
             env[name] = parameter["default"]
@@ -701,7 +703,7 @@ def static_findings(document: Document, route_id: str, *, manifest: dict[str, An
         if step.shell == "powershell":
             findings += powershell_findings(step)
     for url_field, sha_field in fmt.unpaired_urls(fields, manifest):
-        line = next(s.line_start for s in route.steps if url_field in s.text)
+        line = next(s.line_start + offset for s in route.steps for offset, text in enumerate(s.text.split("\n")) if url_field in text)
         findings.append((line, "reads an asset URL without its SHA-256 (an unpinned asset)", url_field, f"the route also reads {sha_field} and checks the download against it"))
     return sorted(findings), sorted(set(fields))
 
@@ -1179,7 +1181,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for cap in args.grant:
         if cap not in CAPABILITIES:
             raise UsageError("--grant names an unknown capability", field="--grant", found=cap, expected=" or ".join(GRANTABLE))
-    values = list(args.set)
+    offered: list[str] = []
     if args.parameters is not None:
         if not args.parameters.is_file():
             raise InputError("the parameters file does not exist", file=args.parameters)
@@ -1187,8 +1189,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
             if line.strip() and not line.lstrip().startswith("#"):
                 if "=" not in line:
                     raise InputError("is not NAME=VALUE", file=args.parameters, field=f"line {number}")
-                values.append(line)
-    options = RunOptions(clone=Path(args.clone or "."), parameters=_parameters(values), path_dirs=list(args.path), grants=list(args.grant), denies=list(args.deny), step_timeout=args.step_timeout, work=args.work, keep_work=args.keep_work)
+                offered.append(line)
+    options = RunOptions(clone=Path(args.clone or "."), parameters=_parameters(list(args.set)), offered=_parameters(offered), path_dirs=list(args.path), grants=list(args.grant), denies=list(args.deny), step_timeout=args.step_timeout, work=args.work, keep_work=args.keep_work)
     ctx = Context.open(args.dist)
     stage = RunStage(ctx, Path(args.bundle), options, out=args.out)
     execute(stage, force=True)
@@ -1296,7 +1298,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     run.add_argument("--path", action="append", default=[], metavar="DIR", help="prepend DIR to the run's PATH (repeatable), e.g. a virtual environment's bin")
     run.add_argument("--grant", action="append", default=[], metavar="CAP", help="grant a capability the runner cannot probe: network, github (repeatable)")
     run.add_argument("--deny", action="append", default=[], metavar="CAP", help="treat a capability as absent without probing it (recorded as denied; repeatable)")
-    run.add_argument("--parameters", type=Path, default=None, metavar="FILE", help="NAME=VALUE lines, as --set (values may hold spaces)")
+    run.add_argument("--parameters", type=Path, default=None, metavar="FILE", help="NAME=VALUE lines (values may hold spaces); the route takes the names it declares, --set wins")
     run.add_argument("--step-timeout", type=float, default=DEFAULT_STEP_TIMEOUT, help=f"seconds one step may run (default {DEFAULT_STEP_TIMEOUT:g})")
     run.add_argument("--out", type=Path, default=None, help="also write the receipt here")
     run.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary folder; kept when a step fails)")
