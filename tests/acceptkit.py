@@ -115,8 +115,9 @@ def clone_at(source: Path, target: Path, rev: str) -> Path:
 class AssetServer:
     """Serves bytes by URL path on 127.0.0.1 (GET and HEAD); files are read when requested."""
 
-    def __init__(self) -> None:
+    def __init__(self, resolver=None) -> None:
         self.files: dict[str, bytes | Path] = {}
+        self.resolver = resolver  # path -> bytes | Path | None, for files made while the server runs
         self.log: list[str] = []
         server = self
 
@@ -130,6 +131,8 @@ class AssetServer:
                 path = self.path.split("?", 1)[0]
                 server.log.append(path)
                 item = server.files.get(path)
+                if item is None and server.resolver is not None:
+                    item = server.resolver(path)
                 if isinstance(item, Path):
                     return item.read_bytes() if item.is_file() else None
                 return item
