@@ -4,7 +4,7 @@ nox sessions are thin: each one calls `python -m pipeline ...` in one shared
 virtual environment (`.nox/pipeline-env`) that holds this project and its
 pinned dependencies, re-installed only when pyproject.toml changes.  The test
 session also needs Debian tools (a real registry, skopeo, umoci, mingw-w64,
-patchelf); when they are missing it installs them with apt-get if it runs as
+patchelf, podman and runc); when they are missing it installs them with apt-get if it runs as
 root, and otherwise stops with the exact command to run.
 """
 
@@ -33,6 +33,9 @@ DEBIAN_TOOLS = {
     "x86_64-w64-mingw32-gcc": "gcc-mingw-w64-x86-64",
     "patchelf": "patchelf",
     "readelf": "binutils",
+    # documented-route acceptance: the RTX 5090 route's engine steps (podman with runc)
+    "podman": "podman",
+    "runc": "runc",
 }
 
 

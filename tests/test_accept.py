@@ -564,3 +564,41 @@ def test_compose_refuses_a_receipt_of_another_document_or_release_state(light, t
     draft = light.clone(tmp_path / "draft", "draft")
     error = refused(draft, light, receipts, bundles, tmp_path)
     assert error.field == "status" and error.found == "draft"
+
+
+def test_a_hand_made_record_is_refused_where_release_toml_requires_documented_routes(light, tmp_path):
+    from releasekit import acceptance_record
+
+    from pipeline.compose import accept_release
+
+    root = light.clone(tmp_path / "product")
+    record = tmp_path / "hand-made.json"
+    record.write_bytes(canonical(acceptance_record(manifest_of(root, light.release), light.commits["candidate"])))
+    with pytest.raises(PipelineError) as caught:
+        accept_release(root, light.release, record, lanes_dir=light.lanes_dir)
+    assert caught.value.field == "documented_routes" and "accept compose" in caught.value.render()
+
+
+def test_verify_rechecks_the_documented_routes_of_the_bound_record(light, tmp_path):
+    from pipeline.compose import accept_release
+    from pipeline.verify import verify_release
+
+    root = light.clone(tmp_path / "product")
+    receipts, bundles = run_routes(root, light.release, ["first", "second"], tmp_path, light.lanes_dir)
+    path = tmp_path / "record.json"
+    path.write_bytes(canonical(compose(root, light, receipts, bundles, tmp_path)))
+    accept_release(root, light.release, path, lanes_dir=light.lanes_dir)
+    assert verify_release(root, light.release, lanes_dir=light.lanes_dir).valid
+    tree = root / "manifests" / light.release / "acceptance" / "external-installation.json"
+    for change, field in (
+        (lambda d: d["documented_routes"].update(blocks_run=4), "documented_routes.blocks_total"),
+        (lambda d: d["documented_routes"]["routes"]["first"].update(steps_run=3), "documented_routes.routes.first.steps"),
+        (lambda d: d["documented_routes"]["document"].update(sha256_at_candidate="a" * 64), "documented_routes.document.sha256_at_candidate"),
+        (lambda d: d["routes"].pop("second"), "routes"),
+    ):
+        doc = json.loads(path.read_bytes())
+        change(doc)
+        tree.write_bytes(canonical(doc))
+        report = verify_release(root, light.release, lanes_dir=light.lanes_dir)
+        fields = {p.field for p in report.problems.items if p.check == "acceptance"}
+        assert field in fields, (field, [p.message() for p in report.problems.items])
