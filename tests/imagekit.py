@@ -105,7 +105,8 @@ def build_base_layout(
         system.append(oci.LayerFile(f"/usr/lib/{MULTIARCH}/{LOADER}", host_library(LOADER), executable=True))
         system.append(oci.LayerFile("/etc/ld.so.conf", _text(work, "ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n")))
         cache = _ld_cache(work, [*system, *cuda_layer])
-        system.append(oci.LayerFile("/etc/ld.so.cache", cache))
+        if cache is not None:
+            system.append(oci.LayerFile("/etc/ld.so.cache", cache))
     if cuda_layer:
         layers_files.append(cuda_layer)
     store = oci.BlobStore(root)
@@ -149,8 +150,10 @@ def build_base_layout(
     return BaseImageInfo(root, index_descriptor.digest, manifest_descriptor.digest, config_descriptor.digest, tuple(layer.descriptor.digest for layer in layers), ref)
 
 
-def _ld_cache(work: Path, files: list) -> Path:
-    """/etc/ld.so.cache for these files: staged in a folder and indexed by `ldconfig -r` (chroot: root, else a user namespace)."""
+def _ld_cache(work: Path, files: list) -> Path | None:
+    """/etc/ld.so.cache for these files: staged in a folder and indexed by `ldconfig -r` (chroot: root,
+    else a user namespace).  None, with a warning, where neither is possible: a container of this base
+    then does not find libcudart, and the route's engine step says so."""
     stage = work / "ld-stage"
     shutil.rmtree(stage, ignore_errors=True)
     for item in files:
@@ -167,7 +170,10 @@ def _ld_cache(work: Path, files: list) -> Path:
     result = subprocess.run(command, capture_output=True, text=True)
     cache = stage / "etc" / "ld.so.cache"
     if result.returncode != 0 or not cache.is_file():
-        raise RuntimeError(f"cannot index the test base's libraries: {' '.join(command)} exited {result.returncode}: {result.stderr.strip()}")
+        import warnings
+
+        warnings.warn(f"the test base has no ld.so.cache: {' '.join(command)} exited {result.returncode}: {result.stderr.strip()}", stacklevel=2)
+        return None
     out = work / "ld.so.cache"
     shutil.copyfile(cache, out)
     return out
