@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "push",
     "qualify",
     "compose",
+    "stages.accept",
     "verify",
     "audit",
     "sign",

@@ -655,7 +655,9 @@ def accept_release(root: Path, release: str, record: Path, *, lanes_dir: Path | 
 
     check_text_hygiene(record, data)
     doc = loads_object(data, source=record)
-    problems = [Problem("acceptance", what, file=str(record), field=name, found=found, expected=expected) for name, found, expected, what in acceptance_problems(doc, manifest, release)]
+    declared = load_release_toml(root, release, lanes).acceptance
+    required = sorted(declared["routes"]) if declared else None
+    problems = [Problem("acceptance", what, file=str(record), field=name, found=found, expected=expected) for name, found, expected, what in acceptance_problems(doc, manifest, release, required)]
     _refuse(problems, kind=IntegrityError, lead="acceptance refused")
     if doc["status"] != "passed":
         raise RefusedError("the acceptance did not pass", file=record, field="status", found=doc["status"], expected="passed", fix="fix the failure, make a new candidate if bytes change, and run acceptance again")

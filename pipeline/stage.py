@@ -19,7 +19,8 @@ from .util import ui
 from .util.fs import exclusive_lock, remove_leftovers
 
 # The release order.  Each name is a module with one stage (pipeline/ or pipeline/stages/).
-PIPES = ("cut", "build", "package", "image", "push", "qualify", "compose", "verify", "audit", "sign", "publish")
+# `accept` runs the documented routes on the candidate that `compose` promoted.
+PIPES = ("cut", "build", "package", "image", "push", "qualify", "compose", "accept", "verify", "audit", "sign", "publish")
 
 DEFAULT_DIST = Path("dist")
 LOCKS_DIR = ".locks"  # under the dist: one lock file per stage key

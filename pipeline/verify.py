@@ -813,7 +813,9 @@ class Verifier:
         doc = self.record(rel)
         if doc is None:
             return
-        problems = acceptance_problems(doc, self.manifest, self.release)
+        release_input = self.derived.release if self.derived is not None else None
+        required = sorted(release_input.acceptance["routes"]) if release_input is not None and release_input.acceptance else None
+        problems = acceptance_problems(doc, self.manifest, self.release, required)
         for field_name, found, expected, what in problems:
             self.error("acceptance", what, file=rel, field=field_name, found=_short(found), expected=_short(expected) if not isinstance(expected, (dict, list)) else json.dumps(_short(expected)))
         candidate = doc.get("candidate_commit")
@@ -836,6 +838,11 @@ class Verifier:
                     self.error("acceptance", "the accepted commit does not hold this release as a candidate", file=rel, field="candidate_commit", found=candidate, expected=f"a commit whose {self.manifest_rel} has status candidate")
                 elif acceptance_subject(old) != acceptance_subject(self.manifest):
                     self.error("acceptance", "the accepted candidate bound other identities than this manifest", file=rel, field="candidate_commit", found=candidate, why="acceptance is evidence for the exact candidate; changed bytes need a new candidate and a new acceptance")
+                document = (doc.get("documented_routes") or {}).get("document") if isinstance(doc.get("documented_routes"), dict) else None
+                if isinstance(document, dict) and isinstance(document.get("path"), str):
+                    held = self.git.show(candidate, document["path"])
+                    if held is None or sha256_bytes(held) != document.get("sha256_at_candidate"):
+                        self.error("acceptance", "the route document at the candidate commit does not have the recorded hash", file=rel, field="documented_routes.document.sha256_at_candidate", found=None if held is None else sha256_bytes(held), expected=document.get("sha256_at_candidate"), why="the accepted blocks are the document's bytes at the candidate")
 
     # 12 ------------------------------------------------------------------------------------
     def check_hygiene(self) -> None:
@@ -975,7 +982,7 @@ def evidence_problems(root: Path, release: str, derived: Derived, lanes: dict[st
     return checker.problems.items
 
 
-def acceptance_problems(doc: dict[str, Any], manifest: dict[str, Any], release: str) -> list[tuple[str, Any, Any, str]]:
+def acceptance_problems(doc: dict[str, Any], manifest: dict[str, Any], release: str, required_routes: list[str] | None = None) -> list[tuple[str, Any, Any, str]]:
     """(field, found, expected, what) for every way an acceptance record fails to bind this release."""
     out: list[tuple[str, Any, Any, str]] = []
     if doc.get("artifact_type") != ACCEPTANCE_TYPE:
@@ -997,6 +1004,53 @@ def acceptance_problems(doc: dict[str, Any], manifest: dict[str, Any], release: 
     diff(doc.get("subject"), subject, "subject", differences)
     for name, found, expected in differences:
         out.append((name, found, expected, "ran other bytes than the manifest binds"))
+    if "documented_routes" in doc:
+        out += documented_route_problems(doc, required_routes)
+    elif required_routes:
+        out.append(("documented_routes", None, "the routes " + ", ".join(required_routes), "release.toml [acceptance] requires documented routes, but the record does not bind their runs (make it with 'python -m pipeline accept compose')"))
+    return out
+
+
+def documented_route_problems(doc: dict[str, Any], required_routes: list[str] | None) -> list[tuple[str, Any, Any, str]]:
+    """The record's documented routes agree with themselves (and cover release.toml's required routes).
+
+    `accept compose` writes them (pipeline/stages/accept.py); the receipts themselves are not in the tree,
+    so what can be re-checked here is the arithmetic and the names.
+    """
+    out: list[tuple[str, Any, Any, str]] = []
+    dr = doc.get("documented_routes")
+    if not isinstance(dr, dict) or not isinstance(dr.get("routes"), dict) or not isinstance(dr.get("document"), dict):
+        return [("documented_routes", _short(dr), "an object with document and routes", "is not a documented-routes record")]
+    routes = dr["routes"]
+    if sorted(routes) != sorted(doc.get("routes") or {}):
+        out.append(("routes", sorted(doc.get("routes") or {}), sorted(routes), "names other routes than documented_routes.routes"))
+    if required_routes is not None and sorted(routes) != sorted(required_routes):
+        out.append(("documented_routes.routes", sorted(routes), sorted(required_routes), "does not accept exactly the routes release.toml [acceptance] requires"))
+    total = ran = 0
+    for route_id, row in sorted(routes.items()):
+        where = f"documented_routes.routes.{route_id}"
+        if not isinstance(row, dict):
+            out.append((where, _short(row), "an object", "is not a route row"))
+            continue
+        if doc.get("status") == "passed" and (row.get("status") != "passed" or (doc.get("routes") or {}).get(route_id) != "passed"):
+            out.append((f"{where}.status", row.get("status"), "passed", "a passed acceptance needs every route passed"))
+        for key in ("bundle_sha256", "receipt_sha256", "document_sha256"):
+            if not is_sha256_hex(row.get(key)):
+                out.append((f"{where}.{key}", row.get(key), "a SHA-256", "does not bind its bundle, receipt or document by hash"))
+        steps, steps_run, not_run = row.get("steps"), row.get("steps_run"), row.get("host_only_not_run")
+        if not (isinstance(steps, int) and isinstance(steps_run, int) and isinstance(not_run, list)) or steps_run + len(not_run) != steps or steps < 1:
+            out.append((f"{where}.steps", steps, f"steps_run ({steps_run}) + host-only not run ({len(not_run) if isinstance(not_run, list) else not_run})", "does not add up"))
+            continue
+        total += steps
+        ran += steps_run
+    if (dr.get("blocks_total"), dr.get("blocks_run")) != (total, ran):
+        out.append(("documented_routes.blocks_total", [dr.get("blocks_total"), dr.get("blocks_run")], [total, ran], "does not add up over the routes"))
+    for index, change in enumerate(dr.get("document_change") or []):
+        if not isinstance(change, dict) or change.get("route") not in routes or not str(change.get("why") or "").strip():
+            out.append((f"documented_routes.document_change[{index}]", _short(change), "a route of the record and why it changed", "is not a document_change entry"))
+    document = dr["document"]
+    if not is_sha256_hex(document.get("sha256_at_candidate")) or not isinstance(document.get("path"), str):
+        out.append(("documented_routes.document", _short(document), "path and sha256_at_candidate", "does not name the route document by hash"))
     return out
 
 

@@ -72,8 +72,15 @@ def build_base_layout(
     ref: str = "13.1-runtime-test",
     with_system_libraries: bool = True,
     gzip_level: int = 1,
+    ld_cache: bool = False,
 ) -> BaseImageInfo:
-    """Write the test base image as an OCI layout (index -> linux/amd64 manifest) and return its digests."""
+    """Write the test base image as an OCI layout (index -> linux/amd64 manifest) and return its digests.
+
+    `ld_cache` makes it closer to NVIDIA's image: the loader also at its Debian/Ubuntu place
+    (`/usr/lib/x86_64-linux-gnu/`) and an `/etc/ld.so.cache` made by this host's `ldconfig -r`
+    from the image's own ld.so.conf.d, so a process started in a container finds libcudart
+    under /usr/local/cuda/lib64 the way it does in the real base.
+    """
     work = root.parent / (root.name + ".src")
     work.mkdir(parents=True, exist_ok=True)
     system = [
@@ -87,14 +94,21 @@ def build_base_layout(
         system += [oci.LayerFile(f"/usr/lib/{MULTIARCH}/{name}", host_library(name), executable=True) for name in HOST_LIBRARIES]
         system.append(oci.LayerFile(f"/usr/lib64/{LOADER}", host_library(LOADER), executable=True))
     layers_files = [system]
+    cuda_layer = []
     if cudart is not None:
-        layers_files.append(
-            [
-                oci.LayerFile("/usr/local/cuda-13.1/lib64/libcudart.so.13", cudart, executable=True),
-                oci.LayerFile("/usr/local/cuda", None, symlink="cuda-13.1"),
-                oci.LayerFile("/etc/ld.so.conf.d/000_cuda.conf", _text(work, "cuda.conf", "/usr/local/cuda/lib64\n")),
-            ]
-        )
+        cuda_layer = [
+            oci.LayerFile("/usr/local/cuda-13.1/lib64/libcudart.so.13", cudart, executable=True),
+            oci.LayerFile("/usr/local/cuda", None, symlink="cuda-13.1"),
+            oci.LayerFile("/etc/ld.so.conf.d/000_cuda.conf", _text(work, "cuda.conf", "/usr/local/cuda/lib64\n")),
+        ]
+    if ld_cache:
+        system.append(oci.LayerFile(f"/usr/lib/{MULTIARCH}/{LOADER}", host_library(LOADER), executable=True))
+        system.append(oci.LayerFile("/etc/ld.so.conf", _text(work, "ld.so.conf", "include /etc/ld.so.conf.d/*.conf\n")))
+        cache = _ld_cache(work, [*system, *cuda_layer])
+        if cache is not None:
+            system.append(oci.LayerFile("/etc/ld.so.cache", cache))
+    if cuda_layer:
+        layers_files.append(cuda_layer)
     store = oci.BlobStore(root)
     layers = []
     for number, files in enumerate(layers_files):
@@ -134,6 +148,35 @@ def build_base_layout(
     index_descriptor = store.put_bytes(oci.canonical_json(index), oci.INDEX)
     oci.write_layout(root, oci.Descriptor(oci.INDEX, index_descriptor.digest, index_descriptor.size, {oci.REF_NAME: ref}))
     return BaseImageInfo(root, index_descriptor.digest, manifest_descriptor.digest, config_descriptor.digest, tuple(layer.descriptor.digest for layer in layers), ref)
+
+
+def _ld_cache(work: Path, files: list) -> Path | None:
+    """/etc/ld.so.cache for these files: staged in a folder and indexed by `ldconfig -r` (chroot: root,
+    else a user namespace).  None, with a warning, where neither is possible: a container of this base
+    then does not find libcudart, and the route's engine step says so."""
+    stage = work / "ld-stage"
+    shutil.rmtree(stage, ignore_errors=True)
+    for item in files:
+        target = stage / item.path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if item.symlink is not None:
+            target.symlink_to(item.symlink)
+        else:
+            shutil.copyfile(item.source, target)
+    ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
+    command = [ldconfig, "-X", "-r", str(stage)]
+    if os.geteuid() != 0:
+        command = ["unshare", "--user", "--map-root-user", *command]
+    result = subprocess.run(command, capture_output=True, text=True)
+    cache = stage / "etc" / "ld.so.cache"
+    if result.returncode != 0 or not cache.is_file():
+        import warnings
+
+        warnings.warn(f"the test base has no ld.so.cache: {' '.join(command)} exited {result.returncode}: {result.stderr.strip()}", stacklevel=2)
+        return None
+    out = work / "ld.so.cache"
+    shutil.copyfile(cache, out)
+    return out
 
 
 def push_base(base: BaseImageInfo, host: str, repository: str) -> None:

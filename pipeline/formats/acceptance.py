@@ -1,0 +1,454 @@
+"""Documented-route acceptance documents: bundle, run receipt, composed acceptance record.
+
+* **Bundle** (`omp_ninfer_acceptance_bundle`): one route of a route document, ready to
+  run: every step's exact bytes, SHA-256, line range, shell and host requirement; the
+  document's path, SHA-256 and the commit its bytes were read from; for a release route
+  the release, the candidate commit and the candidate manifest's SHA-256; the route's
+  host kind and parameters.  Made by `accept bundle`.
+* **Run receipt** (`omp_ninfer_acceptance_run_receipt`): what `accept run` did with one
+  bundle: per step the block SHA-256, the SHA-256 of the bytes actually executed,
+  status, exit status, elapsed time and SHA-256 + byte count of stdout and stderr
+  (never their content); the capabilities probed; the host's facts; the clone's
+  commit; `secret_values_recorded: 0`.
+* **Acceptance record** (`omp_ninfer_external_installation_acceptance`, the file
+  `manifests/<release>/acceptance/external-installation.json` of docs/release-tree.md),
+  extended with `documented_routes`: per route the bundle and receipt hashes and step
+  counts, the document's hashes and every `document_change`.  Made by `accept compose`.
+
+Only the standard library is used (the runner reads and writes these on an owner's
+host from a plain clone).  JSON is read strictly: bounded size and nesting, duplicate
+keys, NaN and infinities refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import InputError
+from ..util.hashing import is_commit_hex, is_sha256_hex
+from ..util.schema import Field, matches, one_of, read_table
+from .routes import CAPABILITIES
+
+BUNDLE_TYPE = "omp_ninfer_acceptance_bundle"
+RECEIPT_TYPE = "omp_ninfer_acceptance_run_receipt"
+RECORD_TYPE = "omp_ninfer_external_installation_acceptance"  # == releasetree.ACCEPTANCE_TYPE
+SCHEMA_VERSION = 1
+BUNDLE_KINDS = ("release-route", "runbook")
+STEP_STATUSES = ("passed", "failed", "not-run")
+MAX_JSON_BYTES = 4 << 20
+MAX_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class HostKind:
+    id: str
+    os: str  # platform.system().lower()
+    arch: str  # normalised platform.machine()
+    promises: tuple[str, ...]  # capabilities a host of this kind must have: their steps must run there
+    description: str
+
+
+HOST_KINDS: dict[str, HostKind] = {
+    kind.id: kind
+    for kind in (
+        HostKind("linux-x86_64", "linux", "x86_64", (), "any x86-64 Linux host (a CI machine); host-only steps run only where the host has their capability"),
+        HostKind("linux-x86_64-nvidia", "linux", "x86_64", ("gpu", "network", "oci-engine"), "the lane's Linux host: NVIDIA GPU and driver, an OCI engine, network"),
+        HostKind("windows-x86_64", "windows", "x86_64", (), "any x86-64 Windows host"),
+        HostKind("windows-x86_64-nvidia", "windows", "x86_64", ("gpu", "network"), "the lane's native Windows 11 host: NVIDIA GPU and driver, network"),
+        HostKind("windows-x86_64-wsl2-nvidia", "windows", "x86_64", ("gpu", "network", "oci-engine"), "Windows 11 + WSL2 with Docker and the NVIDIA runtime"),
+    )
+}
+DEFAULT_HOST_KIND = {"sh": "linux-x86_64", "powershell": "windows-x86_64"}
+ARCH_ALIASES = {"amd64": "x86_64", "x86_64": "x86_64", "x64": "x86_64", "arm64": "aarch64", "aarch64": "aarch64"}
+
+
+# -- strict JSON ----------------------------------------------------------------------------------
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _depth(node: Any, limit: int) -> int:
+    stack = [(node, 1)]
+    deepest = 0
+    while stack:
+        item, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        if isinstance(item, dict):
+            stack.extend((v, depth + 1) for v in item.values())
+        elif isinstance(item, list):
+            stack.extend((v, depth + 1) for v in item)
+    return deepest
+
+
+def loads_strict(data: bytes, *, file: str, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
+    """A JSON object from hostile bytes: bounded, UTF-8 without BOM, no duplicate keys, no NaN."""
+    if len(data) > max_bytes:
+        raise InputError("is too large", file=file, found=f"{len(data)} bytes", expected=f"at most {max_bytes} bytes")
+    if data.startswith(b"\xef\xbb\xbf"):
+        raise InputError("starts with a UTF-8 byte-order mark", file=file)
+    # Bracket depth before parsing: json's recursive parser must never see absurd nesting.
+    depth = 0
+    in_string = escaped = False
+    for byte in data:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:
+                escaped = True
+            elif byte == 0x22:
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise InputError("nests too deeply", file=file, expected=f"at most {MAX_DEPTH} levels")
+        elif byte in (0x5D, 0x7D):
+            depth -= 1
+    try:
+        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=file) from None
+    except ValueError as exc:
+        raise InputError(f"is not valid JSON: {exc}", file=file) from None
+    if not isinstance(doc, dict):
+        raise InputError("must hold a JSON object", file=file, found=type(doc).__name__)
+    return doc
+
+
+def canonical(document: Any) -> bytes:
+    """Canonical JSON (sorted keys, indent 2, LF, trailing newline), as pipeline.util.jsonio writes it."""
+    return (json.dumps(document, sort_keys=True, indent=2, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
+
+
+# -- manifest field paths ("components.ninfer_variants[rtx4090-windows-native].package_url") -----
+
+FIELD_PATH = re.compile(r"[a-z_][a-z0-9_]*(?:\[[A-Za-z0-9._-]+\])?(?:\.[a-z_][a-z0-9_]*(?:\[[A-Za-z0-9._-]+\])?)*")
+_PART = re.compile(r"(?P<key>[a-z_][a-z0-9_]*)(?:\[(?P<select>[A-Za-z0-9._-]+)\])?")
+SELECTOR_KEYS = ("id", "platform", "lane")
+_MISSING = object()
+
+
+def resolve_field(document: Any, path: str) -> Any:
+    """The value at `path`, or _MISSING.  `[X]` selects the one list element whose id, platform or lane is X."""
+    if not FIELD_PATH.fullmatch(path or ""):
+        return _MISSING
+    node = document
+    for part in path.split("."):
+        match = _PART.fullmatch(part)
+        if node is None:
+            return None  # a null parent (e.g. components.ninfer of a release without a container lane): not bound
+        if match is None or not isinstance(node, dict) or match.group("key") not in node:
+            return _MISSING
+        node = node[match.group("key")]
+        select = match.group("select")
+        if select is not None:
+            if not isinstance(node, list):
+                return _MISSING
+            found = [item for item in node if isinstance(item, dict) and any(item.get(k) == select for k in SELECTOR_KEYS)]
+            if len(found) != 1:
+                return _MISSING
+            node = found[0]
+    return node
+
+
+def is_missing(value: Any) -> bool:
+    return value is _MISSING
+
+
+def manifest_strings(document: Any) -> set[str]:
+    """Every string value of the manifest (the values a block may spell out literally)."""
+    out: set[str] = set()
+    stack = [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+        elif isinstance(node, str):
+            out.add(node)
+    return out
+
+
+# -- mirrors (OMP_NINFER_MIRROR="PREFIX=MIRROR ..."; audit --mirror has the same form) --------------
+
+_LOOPBACK = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?/")
+
+
+def parse_mirrors(value: str | None, *, source: str = "OMP_NINFER_MIRROR") -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    for item in (value or "").split():
+        prefix, sep, target = item.partition("=")
+        if not sep or not prefix or not target:
+            raise InputError(f"{source} holds an entry that is not URL_PREFIX=MIRROR_PREFIX", field=source, found=item)
+        for url in (prefix, target):
+            if not (url.startswith("https://") or _LOOPBACK.match(url)):
+                raise InputError(f"{source} names a prefix that is neither HTTPS nor a loopback HTTP URL", field=source, found=url, expected="https://... or http://127.0.0.1:PORT/...")
+        out.append((prefix, target))
+    return out
+
+
+def apply_mirrors(url: str, mirrors: list[tuple[str, str]]) -> str:
+    for prefix, target in mirrors:
+        if url.startswith(prefix):
+            return target + url[len(prefix):]
+    return url
+
+
+# -- schemas --------------------------------------------------------------------------------------
+
+_SHA = Field(str, check=is_sha256_hex, expected="a lowercase 64-hex SHA-256")
+_SHA_OR_NULL = Field((str, type(None)), check=lambda v: v is None or is_sha256_hex(v), expected="a SHA-256 or null")
+_COMMIT = Field(str, check=is_commit_hex, expected="a 40-hex commit")
+_COMMIT_OR_NULL = Field((str, type(None)), check=lambda v: v is None or is_commit_hex(v), expected="a 40-hex commit or null")
+_COUNT = Field(int, check=lambda v: 0 <= v < 1 << 53, expected="a byte count")
+_LINE = Field(int, check=lambda v: 0 < v < 1 << 31, expected="a line number")
+_ROUTE_ID = Field(str, check=matches(r"[a-z0-9][a-z0-9-]{0,62}"), expected="a route id")
+_CAPS = Field(list, items=str, check=lambda v: all(c in CAPABILITIES for c in v) and v == sorted(set(v)), expected="sorted known capabilities")
+_TIME = Field(str, check=matches(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?Z"), expected="a UTC time YYYY-MM-DDTHH:MM:SSZ")
+_SECONDS = Field((int, float), check=lambda v: not isinstance(v, bool) and 0 <= v < 1e7, expected="seconds (finite, >= 0)")
+
+BUNDLE_FIELDS = {
+    "artifact_type": Field(str, check=one_of(BUNDLE_TYPE), expected=BUNDLE_TYPE),
+    "schema_version": Field(int, check=lambda v: v == SCHEMA_VERSION, expected=str(SCHEMA_VERSION)),
+    "kind": Field(str, check=one_of(*BUNDLE_KINDS), expected=" or ".join(BUNDLE_KINDS)),
+    "release": Field((str, type(None))),
+    "candidate_commit": _COMMIT_OR_NULL,
+    "manifest": Field((dict, type(None))),
+    "document": Field(dict),
+    "route": Field(dict),
+    "parameters": Field(list, items=dict),
+    "steps": Field(list, items=dict),
+    "checks": Field(dict),
+}
+BUNDLE_DOCUMENT = {"path": Field(str), "sha256": _SHA, "bytes": _COUNT, "commit": _COMMIT}
+BUNDLE_MANIFEST = {"path": Field(str), "sha256": _SHA, "status": Field(str)}
+BUNDLE_ROUTE = {
+    "id": _ROUTE_ID,
+    "title": Field(str),
+    "heading_line": _LINE,
+    "shell": Field(str, check=one_of("sh", "powershell"), expected="sh or powershell"),
+    "host_kind": Field(str, check=lambda v: v in HOST_KINDS, expected="one of " + ", ".join(HOST_KINDS)),
+    "lane": Field((str, type(None))),
+    "required": Field(bool),
+}
+BUNDLE_PARAMETER = {"name": Field(str, check=matches(r"[A-Z][A-Z0-9_]{0,63}")), "default": Field((str, type(None))), "required": Field(bool)}
+BUNDLE_STEP = {
+    "index": Field(int, check=lambda v: v > 0),
+    "shell": Field(str, check=one_of("sh", "powershell")),
+    "requires": _CAPS,
+    "line_start": _LINE,
+    "line_end": _LINE,
+    "sha256": _SHA,
+    "bytes": _COUNT,
+    "text": Field(str),
+}
+
+RECEIPT_FIELDS = {
+    "artifact_type": Field(str, check=one_of(RECEIPT_TYPE), expected=RECEIPT_TYPE),
+    "schema_version": Field(int, check=lambda v: v == SCHEMA_VERSION, expected=str(SCHEMA_VERSION)),
+    "bundle_sha256": _SHA,
+    "kind": Field(str, check=one_of(*BUNDLE_KINDS)),
+    "release": Field((str, type(None))),
+    "route": _ROUTE_ID,
+    "candidate_commit": _COMMIT_OR_NULL,
+    "document": Field(dict),
+    "clone": Field(dict),
+    "status": Field(str, check=one_of("passed", "failed"), expected="passed or failed"),
+    "failed_step": Field((int, type(None))),
+    "failure": Field((str, type(None))),
+    "steps": Field(list, items=dict),
+    "environment": Field(dict),
+    "capabilities": Field(dict),
+    "host": Field(dict),
+    "started_at": _TIME,
+    "finished_at": _TIME,
+    "runner": Field(dict),
+    "secret_values_recorded": Field(int, check=lambda v: v == 0, expected="0"),
+}
+RECEIPT_DOCUMENT = {"path": Field(str), "sha256": _SHA, "sha256_in_clone": _SHA_OR_NULL}
+RECEIPT_CLONE = {"commit": _COMMIT, "clean": Field(bool)}
+_STREAM = Field((dict, type(None)))
+RECEIPT_STEP = {
+    "index": Field(int, check=lambda v: v > 0),
+    "block_sha256": _SHA,
+    "executed_sha256": _SHA_OR_NULL,
+    "requires": _CAPS,
+    "status": Field(str, check=one_of(*STEP_STATUSES), expected=", ".join(STEP_STATUSES)),
+    "exit_status": Field((int, type(None))),
+    "elapsed_s": Field((int, float, type(None)), check=lambda v: v is None or (not isinstance(v, bool) and 0 <= v < 1e7)),
+    "stdout": _STREAM,
+    "stderr": _STREAM,
+    "reason": Field((str, type(None))),
+}
+RECEIPT_STREAM = {"sha256": _SHA, "bytes": _COUNT}
+RECEIPT_CAPABILITY = {
+    "available": Field(bool),
+    "how": Field(str, check=one_of("probe", "granted", "not-granted", "denied"), expected="probe, granted, not-granted or denied"),
+    "command": Field((str, type(None))),
+    "exit_status": Field((int, type(None))),
+}
+
+
+def validate_bundle(doc: dict[str, Any], *, file: str) -> dict[str, Any]:
+    top = read_table(doc, BUNDLE_FIELDS, file=file)
+    read_table(top["document"], BUNDLE_DOCUMENT, file=file, prefix="document")
+    if top["manifest"] is not None:
+        read_table(top["manifest"], BUNDLE_MANIFEST, file=file, prefix="manifest")
+    route = read_table(top["route"], BUNDLE_ROUTE, file=file, prefix="route")
+    for index, parameter in enumerate(top["parameters"]):
+        read_table(parameter, BUNDLE_PARAMETER, file=file, prefix=f"parameters[{index}]")
+    if not top["steps"]:
+        raise InputError("a bundle needs at least one step", file=file, field="steps")
+    import hashlib
+
+    for index, step in enumerate(top["steps"]):
+        values = read_table(step, BUNDLE_STEP, file=file, prefix=f"steps[{index}]")
+        if values["index"] != index + 1:
+            raise InputError("steps are numbered 1, 2, ... in order", file=file, field=f"steps[{index}].index", found=values["index"], expected=index + 1)
+        encoded = values["text"].encode("utf-8")
+        if hashlib.sha256(encoded).hexdigest() != values["sha256"] or len(encoded) != values["bytes"]:
+            raise InputError("the step's text does not have its recorded SHA-256 and size", file=file, field=f"steps[{index}].sha256", found=hashlib.sha256(encoded).hexdigest(), expected=values["sha256"])
+        if values["shell"] != route["shell"]:
+            raise InputError("a step's shell differs from the route's", file=file, field=f"steps[{index}].shell", found=values["shell"], expected=route["shell"])
+    if top["kind"] == "release-route" and (top["release"] is None or top["candidate_commit"] is None or top["manifest"] is None):
+        raise InputError("a release-route bundle names its release, candidate commit and manifest", file=file, field="release")
+    return top
+
+
+def validate_receipt(doc: dict[str, Any], *, file: str) -> dict[str, Any]:
+    top = read_table(doc, RECEIPT_FIELDS, file=file)
+    read_table(top["document"], RECEIPT_DOCUMENT, file=file, prefix="document")
+    read_table(top["clone"], RECEIPT_CLONE, file=file, prefix="clone")
+    for index, step in enumerate(top["steps"]):
+        values = read_table(step, RECEIPT_STEP, file=file, prefix=f"steps[{index}]")
+        for stream in ("stdout", "stderr"):
+            if values[stream] is not None:
+                read_table(values[stream], RECEIPT_STREAM, file=file, prefix=f"steps[{index}].{stream}")
+    for name, capability in top["capabilities"].items():
+        if name not in CAPABILITIES:
+            raise InputError("names an unknown capability", file=file, field=f"capabilities.{name}")
+        read_table(capability, RECEIPT_CAPABILITY, file=file, prefix=f"capabilities.{name}")
+    return top
+
+
+# -- static checks of a block's text (release routes: against the candidate manifest) -------------
+
+URL_RE = re.compile(r"https?://[^\s'\"<>`)\]}]+")
+HEX64_RE = re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{64}(?![0-9A-Fa-f])")
+HEX40_RE = re.compile(r"(?<![0-9A-Fa-f])[0-9a-f]{40}(?![0-9A-Fa-f])")
+VERSION_TAG_RE = re.compile(r"(?<![A-Za-z0-9._/-])v[0-9]+\.[0-9]+\.[0-9]+(?:-[A-Za-z0-9.-]*[A-Za-z0-9])?(?![A-Za-z0-9._])")
+IMAGE_TOOLS_RE = re.compile(r"\b(docker|podman|skopeo|nerdctl|crane|oras|ctr)\b")
+TAGGED_IMAGE_RE = re.compile(r"(?<![A-Za-z0-9._/:$-])(?:docker://)?(?P<ref>(?:[a-z0-9.-]+(?::[0-9]+)?/)?[a-z0-9._-]+(?:/[a-z0-9._-]+)*:(?P<tag>[A-Za-z0-9_][A-Za-z0-9._-]{0,127}))(?![@A-Za-z0-9._:/-])")
+LATEST_RE = re.compile(r"(?i)(:latest\b|/latest/|/latest\b|\blatest\.)")
+MANIFEST_KEYS = ("artifact_type", "schema_version", "release", "status", "channel", "audience", "product", "predecessor", "inputs", "components", "runtime_identity", "compatibility", "qualification", "installation", "limitations", "signing", "publication")
+PINNED_USE_RE = re.compile(r"\bpinned\b(?P<flags>(?:[ \t]+-{1,2}[A-Za-z-]+)*)[ \t]+['\"]?(?P<field>(?:" + "|".join(MANIFEST_KEYS) + r")(?![A-Za-z0-9_])[A-Za-z0-9_.\[\]-]*)['\"]?")
+LOCAL_URL_RE = re.compile(r"https?://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]+)?(/|$)")
+_URL_FIELD = re.compile(r"(?P<stem>.+)_url$")
+
+
+@dataclass
+class BlockFinding:
+    line: int
+    what: str
+    found: str
+    expected: str
+
+
+def check_block(step_text: str, first_line: int, *, manifest: dict[str, Any] | None, release: str | None) -> tuple[list[BlockFinding], list[str]]:
+    """Findings for one block and the manifest fields it reads through `pinned`.
+
+    Refused: an image named by tag (a mutable reference), anything 'latest', a literal
+    URL that the manifest does not bind (an unpinned URL), a literal hash, commit or tag
+    that the manifest does not hold (a value that differs from the manifest), and a
+    `pinned FIELD` that is missing or null.  Without a manifest (a runbook), literal
+    hashes and commits are refused outright: nothing is typed by hand.
+    """
+    findings: list[BlockFinding] = []
+    fields: list[str] = []
+    strings = manifest_strings(manifest) if manifest is not None else set()
+    joined = " ".join(strings)
+    for offset, line in enumerate(step_text.split("\n")):
+        number = first_line + offset
+        code = line.split("#", 1)[0] if not line.lstrip().startswith("#") else ""
+        for match in LATEST_RE.finditer(line):
+            findings.append(BlockFinding(number, "names 'latest', a moving reference", match.group(0), "a value pinned by the manifest (digest, hash, exact version)"))
+        if IMAGE_TOOLS_RE.search(code):
+            for match in TAGGED_IMAGE_RE.finditer(code):
+                ref = match.group("ref")
+                if "/" not in ref and not match.group(0).startswith("docker://"):
+                    continue  # 'name:value' words that are not image references (format strings, host:port)
+                if re.fullmatch(r"[0-9]+", match.group("tag")) and "/" in ref and ref.count(":") == 1 and ref.index(":") < ref.index("/"):
+                    continue  # host:port/repository without a tag
+                findings.append(BlockFinding(number, "names an image by tag, a mutable reference", ref, "the image by digest (components.ninfer.oci_reference, '<repository>@sha256:<64 hex>')"))
+        for match in URL_RE.finditer(line):
+            url = match.group(0).rstrip(".,;:")
+            if LOCAL_URL_RE.match(url) or "$" in url:
+                continue  # the lane's own loopback endpoint, or a URL built from pinned values
+            if manifest is None:
+                continue
+            if url not in strings:
+                findings.append(BlockFinding(number, "names a URL the manifest does not bind (an unpinned URL)", url, "a URL read from the manifest (pinned FIELD_url) with its SHA-256"))
+        for match in HEX64_RE.finditer(line):
+            if manifest is None or match.group(0) not in joined:
+                findings.append(BlockFinding(number, "spells out a SHA-256 the manifest does not hold" if manifest is not None else "spells out a hash (nothing is typed by hand)", match.group(0), "the value read from the manifest (pinned FIELD)"))
+        for match in HEX40_RE.finditer(line):
+            if HEX64_RE.search(line[max(0, match.start() - 24): match.end() + 24]):
+                continue
+            if manifest is None or match.group(0) not in joined:
+                findings.append(BlockFinding(number, "spells out a commit the manifest does not hold" if manifest is not None else "spells out a commit (nothing is typed by hand)", match.group(0), "the value read from the manifest (pinned FIELD)"))
+        if manifest is not None:
+            for match in VERSION_TAG_RE.finditer(code):
+                if match.group(0) != release and match.group(0) not in strings:
+                    findings.append(BlockFinding(number, "spells out a version or tag that differs from the manifest", match.group(0), f"{release} or a tag the manifest binds (better: $OMP_NINFER_RELEASE or pinned FIELD)"))
+        for match in PINNED_USE_RE.finditer(code):
+            name = match.group("field")
+            if name.startswith("-"):
+                continue
+            fields.append(name)
+            if manifest is not None:
+                value = resolve_field(manifest, name)
+                if is_missing(value):
+                    findings.append(BlockFinding(number, "reads a manifest field that does not exist", name, "a field path of the manifest (docs/release-tree.md), e.g. components.ninfer.oci_reference"))
+                elif value is None:
+                    findings.append(BlockFinding(number, "reads a manifest field that is null (not bound yet)", name, "a bound value: bundle the route once the release binds it"))
+                elif isinstance(value, (dict, list)):
+                    findings.append(BlockFinding(number, "reads a manifest field that is not a single value", name, "a string, number or boolean field"))
+    return findings, fields
+
+
+def unpaired_urls(fields: list[str], manifest: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """(url field, hash field) for every URL a route reads whose hash field it never reads: an unpinned asset."""
+    out: list[tuple[str, str]] = []
+    used = set(fields)
+    for name in fields:
+        match = _URL_FIELD.fullmatch(name.rsplit(".", 1)[-1])
+        if not match:
+            continue
+        parent = name.rsplit(".", 1)[0] if "." in name else ""
+        stem = match.group("stem")
+        candidates = [f"{parent}.{stem}_sha256" if parent else f"{stem}_sha256"]
+        if stem == "artifact" or stem.endswith("_artifact"):
+            candidates = [f"{parent}.{stem}_sha256"]
+        if stem in ("public",):
+            candidates = [f"{parent}.sha256", f"{parent}.summary_sha256"]
+        exists = [c for c in candidates if manifest is None or not is_missing(resolve_field(manifest, c))]
+        if exists and not any(c in used for c in exists):
+            out.append((name, exists[0]))
+    return out
