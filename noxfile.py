@@ -35,8 +35,8 @@ from pathlib import Path
 
 import nox
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # pipeline.devenv is standard-library only
-from pipeline.devenv import ensure_debian_tools, ensure_env, ensure_node_tools  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # pipeline.dev.env is standard-library only
+from pipeline.dev.env import ensure_debian_tools, ensure_env, ensure_node_tools  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"

@@ -1,7 +1,8 @@
 """`python -m pipeline <command>`: the same stage functions nox calls.
 
-Each stage module contributes its sub-command through `register_cli(sub)`;
-this file only wires them, maps failures to exit codes and prints errors as
+The commands are the road's (`pipeline/road.py`: one per pipe, then the tools).
+Only the chosen command's module is imported and contributes its arguments
+through `register_cli(sub)`; this file only wires them, maps failures to exit codes and prints errors as
 one paragraph (`error[<class>]: ...`).
 """
 
@@ -9,35 +10,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
-from .errors import EXIT_CODE_TABLE, ExitCode, PipelineError, UsageError, redact
-from .lanes import load_lanes
-from .util import ui
-
-# Modules that contribute commands, in pipe order.  A module that does not
-# exist yet (a stage still being written) simply contributes nothing.
-COMMAND_MODULES = (
-    "toolchain",
-    "stages.cut",
-    "build",
-    "package",
-    "sbom",
-    "image",
-    "push",
-    "qualify",
-    "compose",
-    "stages.accept",
-    "verify",
-    "audit",
-    "sign",
-    "stages.verifier_dist",
-    "stages.publish",
-    "bench",
-)
+from pipeline.errors import EXIT_CODE_TABLE, ExitCode, PipelineError, UsageError, redact
+from pipeline.road import PIPES, TOOLS, commands
+from pipeline.runcontext import run_context
 
 
 class _Parser(argparse.ArgumentParser):
@@ -45,13 +24,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, fix=f"run '{self.prog} --help'")
 
 
-def add_common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--dist", type=Path, default=Path("dist"), help="output folder holding the artefact register (default: dist)")
+def add_common(parser: argparse.ArgumentParser, *, dist: bool = True, json_output: bool = False) -> None:
+    """The options every command shares, added in one place: --dist, --quiet and (for reports) --json."""
+    if dist:
+        parser.add_argument("--dist", type=Path, default=Path("dist"), help="output folder holding the artefact register (default: dist)")
     parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help="print only errors and results")
+    if json_output:
+        parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
 
 
 def print_lanes(lanes_dir: Path | None, as_json: bool) -> int:
+    from pipeline.formats.lanes import load_lanes
+
     lanes = load_lanes(lanes_dir)
     if as_json:
         rows = [
@@ -82,40 +67,54 @@ def print_lanes(lanes_dir: Path | None, as_json: bool) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m pipeline",
-        description="OMP NInfer release pipeline: build, package, image, push, qualify, compose, verify, audit, sign.",
-        epilog="exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE),
-    )
-    parser.add_argument("--print-lanes", action="store_true", help="list the lanes and exit")
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    lanes = sub.add_parser("lanes", help="list the lanes (runtime/lanes/*.toml)")
-    lanes.add_argument("--json", action="store_true")
+def register_cli(sub) -> None:
+    lanes = sub.add_parser("lanes", help=TOOLS["lanes"][1])
+    lanes.add_argument("--json", action="store_true", help="print the lanes as JSON")
     lanes.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     lanes.set_defaults(func=lambda args: print_lanes(args.lanes_dir, args.json))
-    for name in COMMAND_MODULES:
-        parent = f"pipeline.{name}".rpartition(".")[0]
-        if importlib.util.find_spec(parent) is None or importlib.util.find_spec(f"pipeline.{name}") is None:
-            continue
-        module = importlib.import_module(f"pipeline.{name}")
-        if hasattr(module, "register_cli"):
-            module.register_cli(sub)
+
+
+def _selected(argv: list[str]) -> str | None:
+    """The command named on the line (the first word that is not an option), if any."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The parser; only the module of the command named in `argv` is imported (none for --help)."""
+    parser = _Parser(
+        prog="python -m pipeline",
+        description="OMP NInfer release pipeline. Stages in release order: " + ", ".join(p.name for p in PIPES) + ".",
+        epilog="exit codes: " + "; ".join(f"{int(code)} {text}" for code, text in EXIT_CODE_TABLE),
+    )
+    sub = parser.add_subparsers(dest="command", parser_class=_Parser, metavar="COMMAND")
+    table = commands()
+    chosen = _selected(sys.argv[1:] if argv is None else argv)
+    provided: set[str] = set()
+    if chosen in table:
+        module_name = table[chosen][0]
+        module = sys.modules[__name__] if module_name == __name__ else importlib.import_module(module_name)
+        before = set(sub.choices)
+        module.register_cli(sub)
+        provided = set(sub.choices) - before
+    for name, (_module, summary) in table.items():
+        if name not in provided:
+            sub.add_parser(name, help=summary, add_help=False)  # a placeholder: its module is imported only when chosen
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     try:
-        parser = build_parser()
+        parser = build_parser(argv)
         args = parser.parse_args(argv)
-        if getattr(args, "quiet", False):
-            ui.set_quiet(True)
-        if args.print_lanes:
-            return print_lanes(None, False)
         if not getattr(args, "func", None):
             parser.print_help()
             return int(ExitCode.USAGE)
-        return int(args.func(args) or 0)
+        # One run context per command: its quiet switch and secrets never outlive it.
+        with run_context(quiet=bool(getattr(args, "quiet", False))):
+            return int(args.func(args) or 0)
     except PipelineError as error:
         sys.stderr.write(f"error[{error.label}]: {error.render()}\n")
         return int(error.exit_code)

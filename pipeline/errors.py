@@ -14,6 +14,8 @@ import os
 from enum import IntEnum
 from pathlib import Path
 
+from pipeline.runcontext import current
+
 
 class ExitCode(IntEnum):
     OK = 0
@@ -27,17 +29,16 @@ class ExitCode(IntEnum):
 
 
 _MISSING = object()
-_SECRETS: set[str] = set()
 
 
 def register_secret(value: str | None) -> None:
     """Remember a secret so that no rendered error or log line can contain it."""
     if value and len(value) >= 4:
-        _SECRETS.add(value)
+        current().secrets.add(value)
 
 
 def redact(text: str) -> str:
-    for secret in sorted(_SECRETS, key=len, reverse=True):
+    for secret in sorted(current().secrets, key=len, reverse=True):
         text = text.replace(secret, "[REDACTED]")
     return text
 

@@ -18,11 +18,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, IntegrityError
-from .util import ui
-from .util.fs import exclusive_lock, remove_leftovers
-from .util.hashing import is_sha256_hex, sha256_file
-from .util.jsonio import canonical_bytes, read_json_object, write_json
+from pipeline.errors import InputError, IntegrityError
+from pipeline.util import ui
+from pipeline.util.fs import exclusive_lock, remove_leftovers
+from pipeline.util.hashing import is_sha256_hex, sha256_file
+from pipeline.util.jsonio import canonical_bytes, read_json_object, write_json
 
 REGISTER_FILE = "register.json"
 LOCK_FILE = ".register.lock"
@@ -302,6 +302,6 @@ class Register:
 
 
 def fingerprint(inputs: Any) -> str:
-    from .util.hashing import sha256_bytes
+    from pipeline.util.hashing import sha256_bytes
 
     return sha256_bytes(canonical_bytes(json.loads(json.dumps(inputs, default=str))))

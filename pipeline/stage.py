@@ -1,11 +1,16 @@
-"""The stage contract and the ordered pipe list.
+"""The stage contract.
 
 A stage is a small named unit: `preflight()` runs cheap checks (tools on
 PATH, host platform, register entries it needs) before any work; `inputs()`
 returns everything its output depends on; `run()` does the work and returns
-the artefacts it wrote.  `execute()` wires them: preflight, fingerprint, skip
-when the register says the same inputs already produced intact outputs, else
-run and record.  Like goreleaser's pipes, the release order is one list.
+the artefacts it wrote.  `execute()` wires them: preflight, fingerprint (the
+inputs plus the code of the stage's module and every pipeline module it
+imports, `pipeline.codedigest`), skip when the register says the same
+fingerprint already produced intact outputs, else run and record.  A stage
+that observes the world rather than making bytes from files (verify, audit,
+qualify against a live endpoint) sets `always_runs`.  A stage that does not
+apply raises `Skip(reason)`, as goreleaser's pipes do.  The ordered pipe list
+is `pipeline/road.py: PIPES`.
 """
 
 from __future__ import annotations
@@ -14,13 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from .register import Artifact, Register, fingerprint
-from .util import ui
-from .util.fs import exclusive_lock, remove_leftovers
-
-# The release order.  Each name is a module with one stage (pipeline/ or pipeline/stages/).
-# `accept` runs the documented routes on the candidate that `compose` promoted.
-PIPES = ("cut", "build", "package", "image", "push", "qualify", "compose", "accept", "verify", "audit", "sign", "publish")
+from pipeline.codedigest import code_digest
+from pipeline.register import Artifact, Register, fingerprint
+from pipeline.util import ui
+from pipeline.util.fs import exclusive_lock, remove_leftovers
 
 DEFAULT_DIST = Path("dist")
 LOCKS_DIR = ".locks"  # under the dist: one lock file per stage key
@@ -39,15 +41,25 @@ class Context:
         return cls(dist=directory, register=Register(directory), lanes_dir=lanes_dir)
 
 
+class Skip(Exception):  # noqa: N818 - a typed skip, not an error
+    """The stage does not apply to this run; `reason` says why (printed as 'skipped: <reason>')."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 @dataclass
 class StageResult:
     key: str
-    skipped: bool
+    skipped: bool  # True: up to date, nothing was run
     outputs: list[Artifact]
 
 
 class Stage:
     name: ClassVar[str]
+    # An observation (a live endpoint, a release tree, public URLs): never "up to date".
+    always_runs: ClassVar[bool] = False
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -98,9 +110,9 @@ def execute(stage: Stage, *, force: bool = False) -> StageResult:
 def _execute_locked(stage: Stage, *, force: bool) -> StageResult:
     ui.step(stage.name, f"{stage.describe()}: preflight")
     stage.preflight()
-    digest = fingerprint(stage.inputs())
+    digest = fingerprint({"inputs": stage.inputs(), "code": code_digest(type(stage).__module__)})
     register = stage.ctx.register
-    if not force and register.stage_is_current(stage.key, digest):
+    if not force and not stage.always_runs and register.stage_is_current(stage.key, digest):
         outputs = register.outputs_of(stage.key)
         ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")
         return StageResult(stage.key, True, outputs)

@@ -279,8 +279,8 @@ def build_container_lane(dist: Path, work: Path, registry_host: str, *, reposito
     import imagekit
 
     from pipeline.cli import main
-    from pipeline.lanes import find_lane
-    from pipeline.toolchain import for_lane
+    from pipeline.formats.lanes import find_lane
+    from pipeline.infra.toolchain import for_lane
 
     lane = find_lane(LANE, lanes_dir)
     repo = work / "ninfer"
@@ -317,7 +317,7 @@ def container_candidate(tmp_path_factory, registry_host: str) -> ContainerCandid
     from releasekit import LANE as NATIVE
     from releasekit import qualify_pending, release_toml, sample_release
 
-    from pipeline.compose import compose_release, promote_release
+    from pipeline.stages.compose import compose_release, promote_release
     from pipeline.util import ui
 
     native = sample_release(tmp_path_factory)
@@ -411,8 +411,8 @@ def light_candidate(tmp_path: Path, tmp_path_factory, *, routes: dict[str, str] 
     from releasekit import RELEASE as SAMPLE_RELEASE
     from releasekit import release_toml, sample_release
 
-    from pipeline.compose import promote_release, rebind
-    from pipeline.lanes import load_lanes
+    from pipeline.formats.lanes import load_lanes
+    from pipeline.stages.compose import promote_release, rebind
     from pipeline.util import ui
 
     release = sample_release(tmp_path_factory)

@@ -65,7 +65,7 @@ def _no_compile_in_unit_tests(request, monkeypatch):
     """Unit tests must not start CMake/nvcc; only tests marked `cuda` may compile."""
     if request.node.get_closest_marker("cuda"):
         return
-    from pipeline import build
+    from pipeline.stages import build
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("this unit test tried to compile the runtime; mark it @pytest.mark.cuda")

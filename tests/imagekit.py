@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import oci
-from pipeline.lanes import Lane
+from pipeline.formats.lanes import Lane
+from pipeline.infra import oci
 from pipeline.register import Register
 from pipeline.util.fs import atomic_write_bytes
 

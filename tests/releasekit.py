@@ -157,7 +157,7 @@ def commit(repo: Path, message: str) -> str:
 
 
 def acceptance_record(manifest: dict[str, Any], candidate: str, *, status: str = "passed", lane: str = LANE) -> dict[str, Any]:
-    from pipeline.releasetree import acceptance_subject
+    from pipeline.formats.releasetree import acceptance_subject
 
     return {
         "artifact_type": "omp_ninfer_external_installation_acceptance",
@@ -181,7 +181,7 @@ class _NoGpu:
     def sampling(self):
         from contextlib import nullcontext
 
-        from pipeline.qualify_harness import GpuSamples
+        from pipeline.harness.gates import GpuSamples
 
         return nullcontext(GpuSamples())
 
@@ -197,7 +197,7 @@ class _FakeGpu:
     def sampling(self):
         import contextlib
 
-        from pipeline.qualify_harness import GpuSamples
+        from pipeline.harness.gates import GpuSamples
 
         @contextlib.contextmanager
         def run():
@@ -210,8 +210,8 @@ class _FakeGpu:
 
 
 def qualify_pending(dist: Path, lane, config: Path | None = None) -> Path:
-    from pipeline.qualify import QualifyStage
     from pipeline.stage import Context, execute
+    from pipeline.stages.qualify import QualifyStage
 
     stage = QualifyStage(Context.open(dist), lane, gpu=_NoGpu(), config=config, now="2026-11-02T10:00:00Z")
     execute(stage, force=True)
@@ -222,8 +222,8 @@ def qualify_on_owner_hardware(dist: Path, lane, work: Path, config: Path | None 
     """The harness against the test server, on a copy of the same packaged bytes; returns the receipt."""
     from ninfer_fake_server import FakeNInfer
 
-    from pipeline.qualify import QualifyStage, resolve_identity
     from pipeline.stage import Context, execute
+    from pipeline.stages.qualify import QualifyStage, resolve_identity
 
     owner = work / "owner-dist"
     shutil.copytree(dist, owner)
@@ -248,8 +248,8 @@ def qualify_on_owner_hardware(dist: Path, lane, work: Path, config: Path | None 
 
 
 def import_receipt(dist: Path, lane, receipt: Path, config: Path | None = None) -> None:
-    from pipeline.qualify import QualifyStage
     from pipeline.stage import Context, execute
+    from pipeline.stages.qualify import QualifyStage
 
     execute(QualifyStage(Context.open(dist), lane, import_path=receipt, gpu=_NoGpu(), config=config, now="2026-11-03T09:00:00Z"), force=True)
 
@@ -272,8 +272,8 @@ _CACHE: dict[str, SampleRelease] = {}
 def sample_release(tmp_path_factory) -> SampleRelease:
     if "release" in _CACHE:
         return _CACHE["release"]
-    from pipeline.compose import accept_release, compose_release, promote_release, rebind
-    from pipeline.lanes import load_lane
+    from pipeline.formats.lanes import load_lane
+    from pipeline.stages.compose import accept_release, compose_release, promote_release, rebind
     from pipeline.util import ui
 
     ui.set_quiet(True)
@@ -318,7 +318,7 @@ def sample_release(tmp_path_factory) -> SampleRelease:
     commits["accepted"] = commit(root, "acceptance bound")
 
     # 4. the pin dance: each pass pins what the last commit holds
-    from pipeline.lanes import load_lanes
+    from pipeline.formats.lanes import load_lanes
 
     lanes = load_lanes(lanes_dir)
     for step in range(1, 4):

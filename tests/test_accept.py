@@ -301,8 +301,8 @@ def manifest_of(root: Path, release: str) -> dict:
 
 def with_document(light, tmp_path, document: str, routes: dict[str, str] | None = None):
     """A candidate of the light release whose route document is `document` (committed before the candidate)."""
-    from pipeline.compose import promote_release, rebind
-    from pipeline.lanes import load_lanes
+    from pipeline.formats.lanes import load_lanes
+    from pipeline.stages.compose import promote_release, rebind
     from pipeline.util import ui
 
     root = light.clone(tmp_path / "product", "draft")
@@ -417,10 +417,10 @@ def compose(root, light, receipts, bundles, tmp_path, changes=()):
 
 def test_the_receipts_compose_into_the_record_that_moves_the_release_to_ready(light, tmp_path):
     from pipeline.cli import main
-    from pipeline.compose import promote_release, rebind
-    from pipeline.lanes import load_lanes
+    from pipeline.formats.lanes import load_lanes
+    from pipeline.stages.compose import promote_release, rebind
+    from pipeline.stages.verify import verify_release
     from pipeline.util import ui
-    from pipeline.verify import verify_release
 
     root = light.clone(tmp_path / "product")
     receipts, bundles = run_routes(root, light.release, ["first", "second"], tmp_path, light.lanes_dir)
@@ -569,7 +569,7 @@ def test_compose_refuses_a_receipt_of_another_document_or_release_state(light, t
 def test_a_hand_made_record_is_refused_where_release_toml_requires_documented_routes(light, tmp_path):
     from releasekit import acceptance_record
 
-    from pipeline.compose import accept_release
+    from pipeline.stages.compose import accept_release
 
     root = light.clone(tmp_path / "product")
     record = tmp_path / "hand-made.json"
@@ -580,8 +580,8 @@ def test_a_hand_made_record_is_refused_where_release_toml_requires_documented_ro
 
 
 def test_verify_rechecks_the_documented_routes_of_the_bound_record(light, tmp_path):
-    from pipeline.compose import accept_release
-    from pipeline.verify import verify_release
+    from pipeline.stages.compose import accept_release
+    from pipeline.stages.verify import verify_release
 
     root = light.clone(tmp_path / "product")
     receipts, bundles = run_routes(root, light.release, ["first", "second"], tmp_path, light.lanes_dir)

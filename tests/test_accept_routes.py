@@ -51,10 +51,10 @@ def served(candidate):
 
 def test_the_linux_routes_run_on_the_candidate_and_their_receipts_make_the_release_ready(candidate, served, tmp_path, capsys):
     from pipeline.cli import main
-    from pipeline.compose import promote_release, rebind
-    from pipeline.lanes import load_lanes
+    from pipeline.formats.lanes import load_lanes
+    from pipeline.stages.compose import promote_release, rebind
+    from pipeline.stages.verify import verify_release
     from pipeline.util import ui
-    from pipeline.verify import verify_release
 
     root = candidate.clone(tmp_path / "product")  # the maintainer's checkout, where the record is bound
     containers = containers_config(tmp_path / "containers", candidate.registry)

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import archive
 from pipeline.errors import InputError
+from pipeline.infra import archive
 
 
 def _payload(root: Path) -> Path:

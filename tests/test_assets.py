@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from winfixtures import packaged_native_set
 
-from pipeline.assets import OUTER_SUMS, asset_set, check_assets, parse_sums, render_sums
 from pipeline.cli import main
 from pipeline.errors import IntegrityError
-from pipeline.lanes import find_lane
+from pipeline.formats.assets import OUTER_SUMS, asset_set, check_assets, parse_sums, render_sums
+from pipeline.formats.lanes import find_lane
 
 H1, H2 = "1" * 64, "a" * 64
 
@@ -193,7 +193,8 @@ def test_a_repacked_package_with_fixed_outer_sums_is_caught_by_the_inner_sums(co
 
 
 def test_build_receipt_names_the_receipt_that_qualify_writes():
-    from pipeline import assets, qualify
+    from pipeline.formats import assets
+    from pipeline.stages import qualify
 
     assert set(assets.QUALIFICATION_SUMMARY_TYPES.values()) == {qualify.RECEIPT_TYPE}
 

@@ -26,8 +26,9 @@ from pathlib import Path
 import pytest
 
 from conftest import shared_or_skip
-from pipeline import audit, cli
+from pipeline import cli
 from pipeline.errors import ExitCode
+from pipeline.stages import audit
 
 RELEASE = "v0.13.1"
 COMMIT = "1" * 40  # the commit the manifest is served at
@@ -162,7 +163,7 @@ def _pseudo_random(size: int, seed: bytes) -> bytes:
 @pytest.fixture(scope="session")
 def native_set(tmp_path_factory):
     """The real RTX 4090 closed set, made by the pipeline's build (--prebuilt) and package stages."""
-    pytest.importorskip("pipeline.package", reason="the package stage (pipeline/package.py) is not in this checkout")
+    pytest.importorskip("pipeline.stages.package", reason="the package stage (pipeline/package.py) is not in this checkout")
     winfixtures = pytest.importorskip("winfixtures", reason="tests/winfixtures.py (mingw PE fixtures) is not in this checkout")
     workspace, dist = winfixtures.packaged_native_set(tmp_path_factory)
     folder = dist / LANE / "assets"
@@ -849,7 +850,7 @@ def test_too_little_room_in_the_cache_stops_before_any_download(server, tmp_path
 @pytest.fixture(scope="module")
 def pipeline_release(tmp_path_factory):
     """The ready sample release composed by the pipeline (build, package, qualify, compose, pin dance)."""
-    pytest.importorskip("pipeline.compose", reason="the compose stage is not in this checkout")
+    pytest.importorskip("pipeline.stages.compose", reason="the compose stage is not in this checkout")
     releasekit = pytest.importorskip("releasekit", reason="tests/releasekit.py is not in this checkout")
     return releasekit, releasekit.sample_release(tmp_path_factory)
 

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from pipeline import bench
 from pipeline.cli import main
+from pipeline.dev import bench
 
 
 @pytest.mark.slow

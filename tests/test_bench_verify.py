@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import bench_verify
+from pipeline.dev import bench_verify
 from pipeline.util.hashing import sha256_file, sha256_files
 
 
 @pytest.fixture(scope="module")
 def payload(tmp_path_factory):
-    bench = pytest.importorskip("pipeline.bench", reason="pipeline/bench.py (the payload generator) is not in this checkout")
+    bench = pytest.importorskip("pipeline.dev.bench", reason="pipeline/bench.py (the payload generator) is not in this checkout")
     root = tmp_path_factory.mktemp("bench")
     size, _files = bench.make_payload(root / "payload" / "ninfer-bench", 8 << 20)
     return root, root / "payload" / "ninfer-bench", size

@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from winfixtures import native_workspace
 
-from pipeline.binaries import (
+from pipeline.errors import BuildFailure, InputError
+from pipeline.formats.lanes import find_lane
+from pipeline.infra.binaries import (
     inspect_binary,
     resolve_libraries,
     set_origin_runpath,
     toolchain_libraries,
     unused_candidates,
 )
-from pipeline.errors import BuildFailure, InputError
-from pipeline.lanes import find_lane
 
 EXPECTED_BUNDLE = ["avcodec-61.dll", "avformat-61.dll", "avutil-59.dll", "cudart64_13.dll", "dstorage.dll", "dstoragecore.dll", "libcurl.dll"]
 

@@ -13,11 +13,11 @@ from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
 
 from conftest import ROOT, git, have_nvcc
-from pipeline.build import BuildStage
 from pipeline.errors import EnvironmentProblem, IntegrityError
-from pipeline.lanes import find_lane
-from pipeline.source import parse_source
+from pipeline.formats.lanes import find_lane
+from pipeline.infra.source import parse_source
 from pipeline.stage import Context, execute
+from pipeline.stages.build import BuildStage
 
 
 def dynamic(path: Path) -> tuple[list[str], list[str]]:
@@ -89,7 +89,7 @@ def test_sample_builds_for_each_lane_architecture(tmp_path, sample_repo, arch):
     assert identity["toolchain"]["kind"] == toolchain
     serve = next(a for a in result.outputs if a.attrs.get("binary") == "ninfer-serve")
     data = (tmp_path / "dist" / serve.path).read_bytes()
-    from pipeline.cubin import cubin_architectures
+    from pipeline.infra.cubin import cubin_architectures
 
     assert cubin_architectures(data) == {f"sm_{arch}"}
 

@@ -13,13 +13,13 @@ import pytest
 from releasekit import LANE, RELEASE, acceptance_record, commit, release_toml, sample_release
 
 from conftest import ROOT, git
-from pipeline.compose import accept_release, compose_release, promote_release, rebind, stage_release
 from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, UsageError
-from pipeline.lanes import load_lanes
-from pipeline.releasetree import dump_toml, load_release_toml, release_dir
+from pipeline.formats.lanes import load_lanes
+from pipeline.formats.releasetree import dump_toml, load_release_toml, release_dir
+from pipeline.stages.compose import accept_release, compose_release, promote_release, rebind, stage_release
+from pipeline.stages.verify import verify_release
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import canonical_bytes
-from pipeline.verify import verify_release
 
 
 @pytest.fixture(scope="session")
@@ -249,7 +249,7 @@ def test_rebind_refuses_a_sums_line_that_the_receipt_does_not_bind(release, tmp_
 
 
 def test_a_compose_refused_late_leaves_the_tree_as_it_was(release, tmp_path, monkeypatch):
-    import pipeline.compose as compose
+    import pipeline.stages.compose as compose
 
     root = release.clone(tmp_path / "p", "draft-pending")  # its receipt is hardware-pending; the register's is passed
     before = tree_bytes(root)
@@ -585,8 +585,8 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
     from releasekit import qualify_pending
 
     from pipeline.cli import main
-    from pipeline.lanes import load_lane
-    from pipeline.toolchain import for_lane
+    from pipeline.formats.lanes import load_lane
+    from pipeline.infra.toolchain import for_lane
     from pipeline.util import ui
 
     lane_id = "rtx5090-container"

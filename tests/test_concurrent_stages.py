@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from winfixtures import native_workspace, packaged_native_set
 
-from pipeline.assets import OUTER_SUMS, RECEIPT, check_assets, render_sums
-from pipeline.build import build_lane
+from pipeline.formats.assets import OUTER_SUMS, RECEIPT, check_assets, render_sums
 from pipeline.register import Register
+from pipeline.stages.build import build_lane
 from pipeline.util.hashing import sha256_file
 from pipeline.util.jsonio import canonical_bytes
 

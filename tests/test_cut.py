@@ -11,7 +11,6 @@ import pytest
 from github_standin import StandIn, Token
 
 from conftest import SAMPLE, git, make_repo
-from pipeline.build import BuildStage
 from pipeline.cli import main
 from pipeline.errors import InputError, RefusedError, UsageError
 from pipeline.formats.cut_ledger import (
@@ -23,10 +22,11 @@ from pipeline.formats.cut_ledger import (
     parse_ledger,
     write_ledger,
 )
+from pipeline.formats.lanes import DEFAULT_LANES_DIR, REPO_ROOT, find_lane, load_lane
 from pipeline.infra.github import Clock, GitHub
-from pipeline.lanes import DEFAULT_LANES_DIR, REPO_ROOT, find_lane, load_lane
-from pipeline.source import parse_source
+from pipeline.infra.source import parse_source
 from pipeline.stage import Context
+from pipeline.stages.build import BuildStage
 from pipeline.stages.cut import cut_lane, lock_digest
 
 LANE = "rtx5090-container"
@@ -246,7 +246,7 @@ def test_the_embedded_sample_is_a_rehearsal_of_the_current_cut(tmp_path):
 
 
 def test_the_release_tree_renders_superseded_cuts_and_later_cuts_do_not_change_it(tmp_path):
-    from pipeline.verify import verify_release
+    from pipeline.stages.verify import verify_release
 
     notes = (REPO_ROOT / "manifests" / "v0.13.1" / "NOTES.md").read_text()
     assert "## Superseded cuts" in notes

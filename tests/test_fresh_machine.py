@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.assets import RECEIPT, check_assets
-from pipeline.build import build_lane
+from pipeline.formats.assets import RECEIPT, check_assets
 from pipeline.register import Register
+from pipeline.stages.build import build_lane
 from pipeline.util.hashing import sha256_file
 from pipeline.util.proc import environment_bin_dirs, find_tool
 
@@ -61,7 +61,7 @@ def test_tools_are_looked_up_in_the_pipeline_environment_before_path(tmp_path, m
 RUNPATH_JOB = r"""
 import sys
 from pathlib import Path
-from pipeline.binaries import inspect_binary, patchelf_record, set_origin_runpath
+from pipeline.infra.binaries import inspect_binary, patchelf_record, set_origin_runpath
 target = Path(sys.argv[1])
 assert set_origin_runpath(target) is True
 info = inspect_binary(target)

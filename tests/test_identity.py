@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline.errors import BuildFailure, InputError, IntegrityError
-from pipeline.identity import (
+from pipeline.formats.identity import (
     IDENTITY_KEYS,
     MARKER,
     embedded_identity,

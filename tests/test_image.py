@@ -18,12 +18,12 @@ from pathlib import Path
 import imagekit
 import pytest
 
-from pipeline import oci
 from pipeline.cli import main
 from pipeline.errors import ExitCode, InputError, IntegrityError
-from pipeline.image import build_image, load_definition
-from pipeline.lanes import find_lane
+from pipeline.formats.lanes import find_lane
+from pipeline.infra import oci
 from pipeline.register import Register
+from pipeline.stages.image import build_image, load_definition
 
 ROOT = Path(__file__).resolve().parent.parent
 LANE = "rtx5090-container"

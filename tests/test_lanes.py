@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InputError, UsageError
-from pipeline.lanes import DEFAULT_LANES_DIR, find_lane, load_lane, load_lanes, pattern_regex
+from pipeline.formats.lanes import DEFAULT_LANES_DIR, find_lane, load_lane, load_lanes, pattern_regex
 
 
 def test_shipped_lanes_are_the_three_of_the_release():
@@ -162,7 +162,7 @@ def test_a_hostile_lane_file_is_refused_at_load_naming_file_and_field(tmp_path, 
 
 
 def test_the_stem_of_the_container_lane_may_omit_the_beta_and_every_shipped_name_is_a_plain_file_name():
-    from pipeline.assets import asset_set
+    from pipeline.formats.assets import asset_set
     from pipeline.util.safepath import component_problem
 
     for lane in load_lanes().values():
@@ -205,8 +205,8 @@ def test_every_beta_option_refuses_a_beta_below_one(argv, tmp_path, capsys):
 
 
 def test_the_stage_functions_refuse_a_beta_below_one_before_touching_dist(tmp_path):
-    from pipeline.build import build_lane
-    from pipeline.package import package_all, package_lane
+    from pipeline.stages.build import build_lane
+    from pipeline.stages.package import package_all, package_lane
 
     dist = tmp_path / "dist"
     for call in (lambda: build_lane("5090", dist=dist, beta=0), lambda: package_lane("5090", dist=dist, beta=0), lambda: package_all(dist=dist, beta=-1)):

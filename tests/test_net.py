@@ -16,9 +16,9 @@ import pytest
 import requests
 from hostile_http import Route, hostile_server, timed
 
-from pipeline import oci_registry, transfer
 from pipeline.errors import InputError, IntegrityError, RemoteError
-from pipeline.infra import net
+from pipeline.infra import net, transfer
+from pipeline.infra import registry as oci_registry
 
 PIN = 1024
 

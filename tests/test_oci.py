@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from registry import free_port, require_tool
 
-from pipeline import oci
 from pipeline.errors import ExitCode, InputError, IntegrityError, RemoteError, UsageError, redact
-from pipeline.oci_registry import (
+from pipeline.infra import oci
+from pipeline.infra.registry import (
     ENV_PASSWORD,
     ENV_USERNAME,
     RegistryClient,

@@ -21,14 +21,14 @@ from winfixtures import (
 )
 
 from conftest import SAMPLE, make_repo
-from pipeline import package as package_module
-from pipeline.assets import asset_set, check_assets
-from pipeline.binaries import inspect_binary
-from pipeline.build import build_lane
 from pipeline.cli import main
 from pipeline.errors import BuildFailure, InputError, IntegrityError, RefusedError
-from pipeline.lanes import find_lane, load_lane
+from pipeline.formats.assets import asset_set, check_assets
+from pipeline.formats.lanes import find_lane, load_lane
+from pipeline.infra.binaries import inspect_binary
 from pipeline.register import Register
+from pipeline.stages import package as package_module
+from pipeline.stages.build import build_lane
 from pipeline.util.jsonio import canonical_bytes
 
 NATIVE = "rtx4090-windows-native"

@@ -21,11 +21,11 @@ import pytest
 from github_standin import StandIn, Token
 from winfixtures import copy_lanes, packaged_native_set
 
-from pipeline.assets import asset_set
 from pipeline.errors import PipelineError, RefusedError, RemoteError
+from pipeline.formats.assets import asset_set
+from pipeline.formats.lanes import load_lane
 from pipeline.formats.publication_plan import Journal, read_journal, read_receipt
 from pipeline.infra.github import GitHub, GitHubError
-from pipeline.lanes import load_lane
 from pipeline.register import Register
 from pipeline.stages.publish import publish_component
 from pipeline.util.hashing import sha256_file
@@ -389,10 +389,10 @@ def test_client_retries_reads_and_never_writes_blindly(tmp_path):
 def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample_repo):
     """cut -> build (real nvcc) -> package -> publish --component, for the container lane, from the sample runtime."""
     from conftest import have_nvcc
-    from pipeline.build import build_lane
-    from pipeline.lanes import DEFAULT_LANES_DIR, REPO_ROOT
-    from pipeline.package import package_lane
+    from pipeline.formats.lanes import DEFAULT_LANES_DIR, REPO_ROOT
+    from pipeline.stages.build import build_lane
     from pipeline.stages.cut import cut_lane
+    from pipeline.stages.package import package_lane
 
     repo, commit = sample_repo
     lanes = tmp_path / "runtime" / "lanes"

@@ -1,7 +1,7 @@
 """`publish --release`: the product release of the ready sample release made by the pipeline
 (tests/releasekit.py), through its gates, against the GitHub stand-in.
 
-Live Sigstore cannot run here, so the happy path replaces `pipeline.sign.verify_bundle` with a
+Live Sigstore cannot run here, so the happy path replaces `pipeline.stages.sign.verify_bundle` with a
 stand-in that checks what the real one would be asked (the artefact's bytes, the tree's expected
 identity and issuer); the signature gate's refusals run the real verifier.
 """
@@ -18,12 +18,12 @@ from github_standin import StandIn, Token
 from releasekit import RELEASE, sample_release
 
 from conftest import SHARED, git
-from pipeline import sign
 from pipeline.cli import main
 from pipeline.errors import RefusedError
 from pipeline.formats.publication_plan import read_receipt
 from pipeline.formats.test_receipt import make_test_receipt, write_test_receipt
 from pipeline.infra.github import GitHub
+from pipeline.stages import sign
 from pipeline.stages.publish import publish_product
 from pipeline.util.hashing import sha256_bytes
 
@@ -171,7 +171,7 @@ def test_uncommitted_changes_do_not_reach_the_verify_gate(product):
 def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypatch):
     """A ready tree always binds a passing record, so verify refuses first; verify is passed over
     here only to show that the acceptance gate also refuses on its own."""
-    import pipeline.verify as verify_module
+    import pipeline.stages.verify as verify_module
 
     manifest_path = product.root / TREE / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
@@ -236,10 +236,10 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
     """The component published by `publish --component` is what compose binds as published."""
     from dataclasses import replace
 
-    from pipeline.compose import compose_release
     from pipeline.errors import IntegrityError
-    from pipeline.lanes import load_lane
+    from pipeline.formats.lanes import load_lane
     from pipeline.register import Register
+    from pipeline.stages.compose import compose_release
     from pipeline.stages.publish import publish_component
     from pipeline.util.jsonio import canonical_bytes
 

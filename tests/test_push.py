@@ -20,14 +20,14 @@ import imagekit
 import pytest
 from registry import ProxyRule, RegistryServer, free_port, require_tool
 
-from pipeline import oci
 from pipeline.cli import main
 from pipeline.errors import ExitCode, IntegrityError, RemoteError
-from pipeline.image import build_image
-from pipeline.lanes import find_lane
-from pipeline.oci_registry import ENV_PASSWORD, ENV_USERNAME
-from pipeline.push import RECEIPT_TYPE, push_image
+from pipeline.formats.lanes import find_lane
+from pipeline.infra import oci
+from pipeline.infra.registry import ENV_PASSWORD, ENV_USERNAME
 from pipeline.register import Register
+from pipeline.stages.image import build_image
+from pipeline.stages.push import RECEIPT_TYPE, push_image
 
 LANE = "rtx5090-container"
 pytestmark = pytest.mark.registry
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.registry
 def _isolated_environment(private_oci_cache, monkeypatch, tmp_path):
     from pipeline.util import ui
 
-    monkeypatch.setattr(ui, "_QUIET", False)  # another test's --quiet must not hide the retry lines
+    monkeypatch.setattr(ui.current(), "quiet", False)  # another test's --quiet must not hide the retry lines
     monkeypatch.delenv(ENV_USERNAME, raising=False)
     monkeypatch.delenv(ENV_PASSWORD, raising=False)
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-config"))
@@ -297,7 +297,7 @@ def test_secrets_never_reach_the_receipt_even_if_they_match_a_value(image_dist, 
     finally:
         from pipeline import errors
 
-        errors._SECRETS.discard(digest[7:23])
+        errors.current().secrets.discard(digest[7:23])
 
 
 # -- the whole chain on the compiled runtime ---------------------------------------------
@@ -306,7 +306,7 @@ def test_secrets_never_reach_the_receipt_even_if_they_match_a_value(image_dist, 
 @pytest.mark.cuda
 def test_build_package_image_push_and_run_the_unpacked_server(tmp_path, sample_repo, registry_server):
     """`nox -s build-5090 package image push` through the same CLI, twice; then run the image's binary."""
-    from pipeline.toolchain import for_lane
+    from pipeline.infra.toolchain import for_lane
 
     repo_path, commit = sample_repo
     lane = find_lane(LANE)
@@ -372,6 +372,6 @@ def test_registry_server_helper_stops_its_process(tmp_path):
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
     with pytest.raises(RemoteError):
-        from pipeline.oci_registry import RegistryClient, parse_push_target
+        from pipeline.infra.registry import RegistryClient, parse_push_target
 
         RegistryClient(parse_push_target(f"{server.host}/a"), credentials=None, retries=0).ping()

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.identity import IDENTITY_KEYS
-from pipeline.lanes import find_lane
-from pipeline.qualify import GATE_ORDER, QualifyStage, load_receipt, validate_receipt
-from pipeline.qualify_harness import ENDPOINT_GATES
+from pipeline.formats.identity import IDENTITY_KEYS
+from pipeline.formats.lanes import find_lane
+from pipeline.harness.gates import ENDPOINT_GATES
 from pipeline.stage import Context, execute
+from pipeline.stages.qualify import GATE_ORDER, QualifyStage, load_receipt, validate_receipt
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import write_json
 
@@ -28,7 +28,7 @@ class NoGpu:
     def sampling(self):
         from contextlib import nullcontext
 
-        from pipeline.qualify_harness import GpuSamples
+        from pipeline.harness.gates import GpuSamples
 
         return nullcontext(GpuSamples())
 
@@ -115,14 +115,14 @@ def test_hardware_pending_receipt_is_honest_and_valid(tmp_path):
 
 
 def test_windows_lane_binds_the_server_configuration(tmp_path):
-    from pipeline.serverconfig import config_sha256
+    from pipeline.formats.serverconfig import config_sha256
 
     dist = tmp_path / "dist"
     fake_build(dist, "4090")
     stage, _ = pending(dist, "4090")
     receipt = load_receipt(stage.receipt_path)
     config = Path(find_lane("4090").server_config)
-    from pipeline.lanes import REPO_ROOT
+    from pipeline.formats.lanes import REPO_ROOT
 
     assert receipt["identity"]["configuration_sha256"] == config_sha256(REPO_ROOT / config)
     assert receipt["identity"]["server_binary_sha256"] == receipt["identity"]["binaries"]["ninfer-serve.exe"]
@@ -160,9 +160,9 @@ import sys  # noqa: E402
 
 from ninfer_fake_server import FakeNInfer, Faults  # noqa: E402
 
-from pipeline import qualify_harness  # noqa: E402
-from pipeline.qualify import resolve_identity  # noqa: E402
-from pipeline.qualify_harness import GpuSamples  # noqa: E402
+from pipeline.harness import gates as qualify_harness  # noqa: E402
+from pipeline.harness.gates import GpuSamples  # noqa: E402
+from pipeline.stages.qualify import resolve_identity  # noqa: E402
 
 KEY = "sk-omp-qualify-RECOGNISABLE-4f1c9e2a7b3d5e6f8a9b0c1d2e3f4a5b"
 FAST = {  # small sizes so a fault test runs in well under a second; thresholds stay the lane's
@@ -595,7 +595,7 @@ def test_native_chain_build_package_pending_then_import_from_the_owners_hardware
     from winfixtures import packaged_native_set
 
     from pipeline.cli import main
-    from pipeline.serverconfig import config_sha256
+    from pipeline.formats.serverconfig import config_sha256
 
     workspace, packaged = packaged_native_set(tmp_path_factory)
     dist = tmp_path / "dist"
@@ -653,9 +653,9 @@ def test_container_chain_on_the_compiled_sample(tmp_path, sample_repo):
     import shutil
 
     from conftest import have_nvcc
-    from pipeline.build import BuildStage
-    from pipeline.package import package_lane
-    from pipeline.source import parse_source
+    from pipeline.infra.source import parse_source
+    from pipeline.stages.build import BuildStage
+    from pipeline.stages.package import package_lane
 
     repo, commit = sample_repo
     dist = tmp_path / "dist"
@@ -699,8 +699,8 @@ def test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu(tmp_path):
     import os
     import shutil
 
-    from pipeline.lanes import CUDA_ARCHITECTURES, load_lane
-    from pipeline.qualify import qualify_lanes
+    from pipeline.formats.lanes import CUDA_ARCHITECTURES, load_lane
+    from pipeline.stages.qualify import qualify_lanes
 
     facts = qualify_harness.NvidiaSmi().facts()
     if facts is None:
@@ -715,9 +715,9 @@ def test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu(tmp_path):
         if arch is None:
             pytest.skip(f"the sample has no CUDA architecture for compute capability {facts['compute_capability']}")
         from conftest import SAMPLE, have_nvcc, make_repo
-        from pipeline.build import BuildStage
-        from pipeline.package import package_lane
-        from pipeline.source import parse_source
+        from pipeline.infra.source import parse_source
+        from pipeline.stages.build import BuildStage
+        from pipeline.stages.package import package_lane
 
         lanes_dir = tmp_path / "lanes"
         lanes_dir.mkdir()
@@ -798,7 +798,7 @@ def test_the_smoke_run_extraction_refuses_a_member_name_that_is_no_plain_file_na
     import io
     import tarfile
 
-    from pipeline.qualify import _extract_bin
+    from pipeline.stages.qualify import _extract_bin
 
     package = tmp_path / "p.tar.gz"
     with tarfile.open(package, "w:gz") as tar:

@@ -23,9 +23,10 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT
-from pipeline import archive, oci, package, qualify, source
 from pipeline.errors import InputError, IntegrityError, PipelineError
+from pipeline.infra import archive, oci, source
 from pipeline.infra.safetar import MAX_EXTENSION_CHAIN, SafeTar, TarLimits, inflate_chunks
+from pipeline.stages import package, qualify
 
 MIB = 1024 * 1024
 RSS_BOUND_MIB = 120  # the reader's own peak RSS, interpreter included; the unbounded reader needed > 1 GiB
@@ -88,7 +89,7 @@ def run_child(code: str, *args: str, timeout: float = 120) -> tuple[int, float, 
 CHILD = """
 import sys
 from pathlib import Path
-from pipeline.archive import read_tar_gz
+from pipeline.infra.archive import read_tar_gz
 from pipeline.errors import PipelineError
 try:
     read_tar_gz(Path(sys.argv[1]))

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from winfixtures import packaged_native_set
 
-from pipeline import sbom
-from pipeline.archive import read_tar_gz
 from pipeline.cli import main
 from pipeline.errors import IntegrityError
+from pipeline.formats import sbom
+from pipeline.infra.archive import read_tar_gz
 from pipeline.util.hashing import file_digests
 
 EPOCH = 1795965149

@@ -16,12 +16,12 @@ import sbomkit
 from test_sbom import _small_input
 from winfixtures import packaged_native_set
 
-from pipeline import sbom
 from pipeline.errors import InputError, IntegrityError
+from pipeline.formats import sbom
 from pipeline.formats.components import ComponentModel, conjunction, copyright_lines
-from pipeline.image import build_image
-from pipeline.lanes import find_lane
+from pipeline.formats.lanes import find_lane
 from pipeline.register import Register
+from pipeline.stages.image import build_image
 
 
 def _set_files(assets: Path) -> tuple[Path, Path]:
@@ -186,8 +186,8 @@ def test_native_sets_made_from_mingw_binaries_conform_and_agree(tmp_path_factory
     # The graph is the import analysis: the binaries' PE imports and dstorage's LoadLibrary companion.
     ids = {p["SPDXID"]: p["name"] for p in document["packages"]}
     relations = {(ids.get(r["spdxElementId"]), r["relationshipType"], ids.get(r["relatedSpdxElement"])) for r in document["relationships"]}
-    from pipeline.binaries import inspect_binary
-    from pipeline.lanes import load_lane
+    from pipeline.formats.lanes import load_lane
+    from pipeline.infra.binaries import inspect_binary
 
     lane = load_lane(workspace.lanes_dir / f"{workspace.lane.id}.toml")
     exe = workspace.prebuilt / "ninfer-serve.exe"
@@ -223,7 +223,7 @@ def test_the_image_sbom_conforms(tmp_path, local_base, private_oci_cache):
 
 
 def test_a_lane_without_its_providers_is_refused(tmp_path):
-    from pipeline.lanes import DEFAULT_LANES_DIR, load_lane
+    from pipeline.formats.lanes import DEFAULT_LANES_DIR, load_lane
 
     text = (DEFAULT_LANES_DIR / "rtx5090-container.toml").read_text()
     start = text.index("[package.base_image_provider]")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.lanes import REPO_ROOT, load_lanes
-from pipeline.serverconfig import (
+from pipeline.formats.lanes import REPO_ROOT, load_lanes
+from pipeline.formats.serverconfig import (
     REQUIRED_GATES,
     check_release_spec,
     config_sha256,

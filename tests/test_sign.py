@@ -20,8 +20,8 @@ import pytest
 
 from conftest import shared_or_skip
 from pipeline import cli
-from pipeline import sign as sig
 from pipeline.errors import ExitCode, InputError, RefusedError
+from pipeline.stages import sign as sig
 
 GH_SAN = "https://github.com/trailofbits/rfc8785.py/.github/workflows/release.yml@refs/tags/v0.1.2"
 GH_ISSUER = "https://token.actions.githubusercontent.com"
@@ -458,7 +458,7 @@ def test_sign_plan_adds_dist_copies_of_signed_sums_and_leaves_unshipped_sets_out
     register.record_stage("package", "f" * 64, outputs)
     from pipeline.util import ui
 
-    monkeypatch.setattr(ui, "_QUIET", False)  # another test's --quiet must not hide the warning
+    monkeypatch.setattr(ui.current(), "quiet", False)  # another test's --quiet must not hide the warning
     monkeypatch.chdir(tmp_path)
     assert cli.main(["sign", "--dry-run", "--release", "v0.1.2", "--dist", "dist"]) == 0
     captured = capsys.readouterr()

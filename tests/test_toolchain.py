@@ -7,9 +7,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from pipeline import toolchain
 from pipeline.errors import InputError, IntegrityError, RemoteError
-from pipeline.toolchain import LOCK_FILE, Wheel, fetch_wheel, load_lock, toolchain_spec
+from pipeline.infra import toolchain
+from pipeline.infra.toolchain import LOCK_FILE, Wheel, fetch_wheel, load_lock, toolchain_spec
 
 
 def test_shipped_lock_pins_both_toolkits_for_both_platforms():

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from conftest import GIT_ENV, ROOT, make_repo
-from pipeline.assets import parse_sums
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, UsageError
+from pipeline.formats.assets import parse_sums
 from pipeline.register import Register
 from pipeline.stage import Context
 from pipeline.stages import verifier_dist as vd
@@ -158,7 +158,7 @@ def run_installed(venv: Path, *args: str, cwd: Path) -> subprocess.CompletedProc
 
 @pytest.mark.slow
 def test_the_installed_wheel_runs_from_outside_any_checkout(installed, tmp_path):
-    where = run_installed(installed, "-c", "import pipeline, pipeline.lanes as l; print(pipeline.__file__); print(l.REPO_ROOT)", cwd=tmp_path)
+    where = run_installed(installed, "-c", "import pipeline, pipeline.formats.lanes as l; print(pipeline.__file__); print(l.REPO_ROOT)", cwd=tmp_path)
     package_file, repo_root = where.stdout.split()
     assert Path(package_file).is_relative_to(installed), where.stdout  # not this checkout's editable install
     assert Path(repo_root) == Path(package_file).parent / "data" / "repo"

@@ -17,9 +17,9 @@ import pytest
 from releasekit import LANE, RELEASE, sample_release
 
 from conftest import ROOT, git
-from pipeline.releasetree import blocker_subject
+from pipeline.formats.releasetree import blocker_subject
+from pipeline.stages.verify import verify_release
 from pipeline.util.jsonio import canonical_bytes
-from pipeline.verify import verify_release
 
 
 @pytest.fixture(scope="session")
@@ -263,8 +263,8 @@ def test_a_crlf_checkout_is_one_actionable_error(release, tmp_path):
 
 
 def test_private_markers_and_placeholders_are_refused(release, ready):
-    from pipeline.compose import rebind
-    from pipeline.lanes import load_lanes
+    from pipeline.formats.lanes import load_lanes
+    from pipeline.stages.compose import rebind
 
     toml = ready / "manifests" / RELEASE / "release.toml"
     text = toml.read_text()
@@ -292,7 +292,7 @@ def test_sigstore_bundles_are_checked_through_pipeline_sign(release, ready):
     from conftest import shared_or_skip
 
     vector = shared_or_skip("sigstore-vectors", "bundle_v3_github.whl.sigstore")
-    pytest.importorskip("pipeline.sign")
+    pytest.importorskip("pipeline.stages.sign")
     bundle = ready / "manifests" / RELEASE / "manifest.json.sigstore.json"
     bundle.write_bytes(vector.read_bytes())  # a real bundle, but for another file and signer
     report = run(ready, release, require="ready")

@@ -10,8 +10,8 @@ import tree_sitter_powershell
 from tree_sitter import Language, Parser
 
 from pipeline.errors import InputError
-from pipeline.lanes import REPO_ROOT, load_lanes
-from pipeline.winscripts import assert_powershell51, check_powershell51, check_powershell51_source
+from pipeline.formats.lanes import REPO_ROOT, load_lanes
+from pipeline.infra.powershell import assert_powershell51, check_powershell51, check_powershell51_source
 
 WINDOWS = REPO_ROOT / "packaging" / "windows"
 SCRIPTS = ["Install-Release.ps1", "Control-Release.ps1", "Control-GpuOwner.ps1", "Protect-StateRoot.ps1"]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.identity import IDENTITY_KEYS
+from pipeline.formats.identity import IDENTITY_KEYS
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "windows"
 MINGW = "x86_64-w64-mingw32-gcc"
@@ -106,7 +106,7 @@ class NativeWorkspace:
         import json
 
         from conftest import SAMPLE, make_repo
-        from pipeline.lanes import DEFAULT_LANES_DIR, REPO_ROOT, load_lane
+        from pipeline.formats.lanes import DEFAULT_LANES_DIR, REPO_ROOT, load_lane
         from pipeline.util.jsonio import canonical_bytes
 
         self.root = root
@@ -138,12 +138,12 @@ class NativeWorkspace:
         self.prebuilt = compile_windows_prebuilt(root / "prebuilt", native_identity(self.lane, self.commit))
 
     def build(self, dist: Path, prebuilt: Path | None = None):
-        from pipeline.build import build_lane
+        from pipeline.stages.build import build_lane
 
         return build_lane(self.short, dist=dist, source=str(self.repo), prebuilt=prebuilt or self.prebuilt, lanes_dir=self.lanes_dir)
 
     def package(self, dist: Path, **kwargs):
-        from pipeline.package import package_lane
+        from pipeline.stages.package import package_lane
 
         return package_lane(self.short, dist=dist, lanes_dir=self.lanes_dir, **kwargs)
 
@@ -152,7 +152,7 @@ def write_sample_ledgers(cuts_dir: Path, lanes_dir: Path, repo: Path, commit: st
     """The real ledgers of the other lanes; for this native lane, beta.1 used before (as in the real
     lane, whose beta.1 was superseded) and beta.2 recorded by the real `cut` stage from `commit`."""
     from pipeline.formats.cut_ledger import External, Ledger, write_ledger
-    from pipeline.lanes import REPO_ROOT
+    from pipeline.formats.lanes import REPO_ROOT
     from pipeline.stages.cut import cut_lane
 
     lane_id = f"rtx{short}-windows-native"

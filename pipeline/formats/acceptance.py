@@ -27,10 +27,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import InputError
-from ..util.hashing import is_commit_hex, is_sha256_hex
-from ..util.schema import Field, matches, one_of, read_table
-from .routes import CAPABILITIES
+from pipeline.errors import InputError
+from pipeline.formats.routes import CAPABILITIES
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex
+from pipeline.util.schema import Field, matches, one_of, read_table
 
 BUNDLE_TYPE = "omp_ninfer_acceptance_bundle"
 RECEIPT_TYPE = "omp_ninfer_acceptance_run_receipt"

@@ -1,6 +1,6 @@
 """The component model of one asset set: the single list both SBOMs of the set are written from.
 
-`pipeline.sbom` writes the SPDX 2.3 and the CycloneDX 1.6 document of a package
+`pipeline.formats.sbom` writes the SPDX 2.3 and the CycloneDX 1.6 document of a package
 from one `ComponentModel`, so the two cannot disagree on what the set holds:
 the same components with the same names, versions, suppliers, purls, licences,
 copyright texts and hashes, and the same import graph.
@@ -15,7 +15,7 @@ Components (each with a stable `ref`, the CycloneDX bom-ref):
 - the toolchain that built the binaries, and the build host's dependencies
   (`add_host_dependencies`, one call with the build identity's list).
 
-Edges come from the import analysis (`pipeline.binaries`), never from a hand
+Edges come from the import analysis (`pipeline.infra.binaries`), never from a hand
 list: `dynamic-link` (an ELF DT_NEEDED or PE import), `loads` (a library the
 lane declares loaded by name, `loaded_by`), `contains` (the archive holds the
 file), `vendored` (source compiled into the package's binaries), `build-tool`
@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, IntegrityError
+from pipeline.errors import InputError, IntegrityError
 
 ROLES = (
     "package",  # the archive (root)

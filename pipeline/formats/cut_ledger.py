@@ -39,10 +39,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, RefusedError
-from ..util.fs import atomic_write_bytes
-from ..util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from ..util.jsonio import canonical_bytes, parse_strict
+from pipeline.errors import InputError, RefusedError
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
+from pipeline.util.jsonio import canonical_bytes, parse_strict
 
 ARTIFACT_TYPE = "omp_ninfer_cut_ledger"
 SCHEMA_VERSION = 1

@@ -39,9 +39,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from ..util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from ..util.jsonio import canonical_bytes, compact_identity_bytes, parse_strict
+from pipeline.errors import InputError
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
+from pipeline.util.jsonio import canonical_bytes, compact_identity_bytes, parse_strict
 
 PLAN_TYPE = "omp_ninfer_publication_plan"
 RECEIPT_TYPE = "omp_ninfer_release_publication_receipt"

@@ -35,7 +35,7 @@ import hashlib
 import re
 from dataclasses import dataclass, field
 
-from ..errors import InputError
+from pipeline.errors import InputError
 
 SHELLS = {"sh": "bash", "powershell": "Windows PowerShell 5.1"}
 # Names a reader might use for a shell block; refused so that nothing is run by accident or skipped by accident.

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import EnvironmentProblem, InputError, RefusedError
-from ..util.hashing import is_commit_hex
-from ..util.jsonio import canonical_bytes, parse_strict, write_json
+from pipeline.errors import EnvironmentProblem, InputError, RefusedError
+from pipeline.util.hashing import is_commit_hex
+from pipeline.util.jsonio import canonical_bytes, parse_strict, write_json
 
 ARTIFACT_TYPE = "omp_ninfer_test_run_receipt"
 SCHEMA_VERSION = 1

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ..errors import RefusedError, RemoteError, UsageError, redact, register_secret
-from ..util.hashing import sha256_file
+from pipeline.errors import RefusedError, RemoteError, UsageError, redact, register_secret
+from pipeline.util.hashing import sha256_file
 
 API = "https://api.github.com"
 UPLOADS = "https://uploads.github.com"
@@ -200,7 +200,7 @@ class GitHub:
                 why="the rate limit is exhausted for longer than this run waits",
                 fix="run the same command again later; it resumes from GitHub's state",
             )
-        from ..util import ui
+        from pipeline.util import ui
 
         ui.info(f"github: {why}; waiting {seconds:.0f} s")
         self.waited += seconds

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from ..errors import IntegrityError, RemoteError
+from pipeline.errors import IntegrityError, RemoteError
 
 CHUNK = 1024 * 1024
 MAX_REDIRECTS = 5

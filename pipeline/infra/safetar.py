@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from ..errors import IntegrityError, PipelineError
+from pipeline.errors import IntegrityError, PipelineError
 
 READ_CHUNK = 1 << 20
 MAX_EXTENSION_CHAIN = 8  # GNU/PAX extension headers in a row before one member

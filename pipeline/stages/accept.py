@@ -46,21 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import (
-    EnvironmentProblem,
-    InputError,
-    PipelineError,
-    RefusedError,
-    UsageError,
-    redact,
-)
-from ..formats import acceptance as fmt
-from ..formats.routes import CAPABILITIES, RESERVED_NAMES, Document, scan
-from ..register import Artifact, Register
-from ..stage import Context, Stage, execute
-from ..util import ui
-from ..util.fs import atomic_write_bytes
-from ..util.hashing import is_commit_hex, sha256_bytes
+from pipeline.errors import EnvironmentProblem, InputError, PipelineError, RefusedError, UsageError, redact
+from pipeline.formats import acceptance as fmt
+from pipeline.formats.routes import CAPABILITIES, RESERVED_NAMES, Document, scan
+from pipeline.register import Artifact, Register
+from pipeline.stage import Context, Stage, execute
+from pipeline.util import ui
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.hashing import is_commit_hex, sha256_bytes
 
 DEFAULT_DOCUMENT = "docs/QUICKSTART.md"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -680,7 +673,7 @@ def _refuse_findings(document: str, findings: list[tuple[int, str, str, str]], l
 
 
 def powershell_findings(step: Any) -> list[tuple[int, str, str, str]]:
-    from ..winscripts import check_powershell51_source
+    from pipeline.infra.powershell import check_powershell51_source
 
     out = []
     for problem in check_powershell51_source(step.text.encode("utf-8"), name="step"):
@@ -732,8 +725,8 @@ def make_bundle(
         _refuse_findings(document, findings, f"route {route_id} cannot be bundled")
         return _bundle_document("runbook", None, None, None, document, data, at, doc, route_id, fmt.DEFAULT_HOST_KIND[route.shell], None, False, fields)
 
-    from ..lanes import load_lanes
-    from ..releasetree import MANIFEST, acceptance_subject, load_release_toml, repo_path
+    from pipeline.formats.lanes import load_lanes
+    from pipeline.formats.releasetree import MANIFEST, acceptance_subject, load_release_toml, repo_path
 
     lanes = load_lanes(lanes_dir)
     rt = load_release_toml(root, release, lanes)
@@ -904,7 +897,7 @@ class ComposeStage(Stage):
         self.record = compose_record(self.root, self.release, self.receipt_paths, register=self.ctx.register, changes=self.change_args, bundles=self.bundle_paths, lanes_dir=self.lanes_dir)
 
     def run(self) -> list[Artifact]:
-        from ..compose import accept_release
+        from pipeline.stages.compose import accept_release
 
         assert self.record is not None
         path = self.ctx.dist / OUTPUT_DIR / self.release / "external-installation.json"
@@ -989,8 +982,8 @@ def check_receipt(item: Loaded, host_kind: str) -> None:
 
 def compose_record(root: Path, release: str, receipt_paths: list[Path], *, register: Register, changes: list[str], bundles: list[Path], lanes_dir: Path | None) -> dict[str, Any]:
     """The acceptance record, after every check (docs/release-tree.md, Acceptance record)."""
-    from ..lanes import load_lanes
-    from ..releasetree import MANIFEST, acceptance_subject, load_release_toml, repo_path
+    from pipeline.formats.lanes import load_lanes
+    from pipeline.formats.releasetree import MANIFEST, acceptance_subject, load_release_toml, repo_path
 
     lanes = load_lanes(lanes_dir)
     rt = load_release_toml(root, release, lanes)
@@ -1225,7 +1218,7 @@ def _cmd_routes(args: argparse.Namespace) -> int:
 def _root(args: argparse.Namespace) -> Path:
     if args.root is not None:
         return Path(args.root)
-    from ..lanes import REPO_ROOT
+    from pipeline.formats.lanes import REPO_ROOT
 
     return REPO_ROOT
 
@@ -1237,8 +1230,8 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     if args.required:
         if args.release is None:
             raise UsageError("--required needs --release", field="--required")
-        from ..lanes import load_lanes
-        from ..releasetree import load_release_toml
+        from pipeline.formats.lanes import load_lanes
+        from pipeline.formats.releasetree import load_release_toml
 
         config = acceptance_config(load_release_toml(_root(args), args.release, load_lanes(args.lanes_dir)))
         if config is None:
@@ -1366,3 +1359,12 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+STAGE = RunStage
+
+
+def release_plan(ctx, lanes, options) -> list:
+    from pipeline.stage import Skip
+
+    raise Skip("documented routes run on their hosts: 'python -m pipeline accept bundle|run|compose' (docs/RELEASING.md)")

@@ -35,18 +35,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, RefusedError, UsageError
-from ..formats.cut_ledger import Cut, External, Ledger, write_ledger
-from ..lanes import Lane
-from ..register import Artifact
-from ..stage import Context, Stage
-from ..util import ui
-from ..util.jsonio import write_json
+from pipeline.errors import InputError, RefusedError, UsageError
+from pipeline.formats.cut_ledger import Cut, External, Ledger, write_ledger
+from pipeline.formats.lanes import Lane
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage
+from pipeline.util import ui
+from pipeline.util.jsonio import write_json
 
 
 def lock_digest(lane: Lane) -> str:
     """The digest of the lane's toolchain lock entry (its toolkit, on its build host)."""
-    from ..toolchain import toolchain_spec
+    from pipeline.infra.toolchain import toolchain_spec
 
     return toolchain_spec(lane.cuda_toolkit, lane.build_host).digest
 
@@ -81,8 +81,8 @@ def numbers_in(lane: Lane, tags: list[str], *, where: str) -> dict[int, str]:
 
 
 def checkout_tags(path: Path) -> list[str]:
-    from ..source import GIT
-    from ..util.proc import run_text
+    from pipeline.infra.source import GIT
+    from pipeline.util.proc import run_text
 
     text = run_text([*GIT, "-C", str(path), "tag", "--list"], what=f"list the tags of {path}")
     return [line.strip() for line in text.splitlines() if line.strip()]
@@ -215,7 +215,7 @@ class CutStage(Stage):
         return self.ctx.dist / self.lane.id / "cut.json"
 
     def preflight(self) -> None:
-        from ..source import parse_source, resolve_source
+        from pipeline.infra.source import parse_source, resolve_source
 
         lane = self.lane
         if not self.source_text:
@@ -306,9 +306,9 @@ class CutStage(Stage):
 
 
 def cut_lane(lane_name: str, *, source: str, dist: Path | str = "dist", lanes_dir: Path | None = None, checkout: Path | None = None, supersede: int | None = None, reason: str | None = None, github=None, use_github: bool = True):
-    from ..infra.github import GitHub, repository_of, token_from_env
-    from ..lanes import find_lane
-    from ..stage import execute
+    from pipeline.formats.lanes import find_lane
+    from pipeline.infra.github import GitHub, repository_of, token_from_env
+    from pipeline.stage import execute
 
     lane = find_lane(lane_name, lanes_dir)
     if github is None and use_github:
@@ -320,7 +320,7 @@ def cut_lane(lane_name: str, *, source: str, dist: Path | str = "dist", lanes_di
 
 
 def register_cli(sub) -> None:
-    from ..cli import add_common
+    from pipeline.cli import add_common
 
     parser = sub.add_parser("cut", help="record a lane's next component cut (beta.N) in its cut ledger", description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--lane", required=True, help="lane id or short name")
@@ -330,3 +330,12 @@ def register_cli(sub) -> None:
     parser.add_argument("--reason", help="why cut N is superseded (recorded in the ledger)")
     add_common(parser)
     parser.set_defaults(func=lambda args: cut_lane(args.lane, source=args.source, dist=args.dist, lanes_dir=args.lanes_dir, checkout=args.checkout, supersede=args.supersede, reason=args.reason) and 0)
+
+
+STAGE = CutStage
+
+
+def release_plan(ctx, lanes, options) -> list:
+    from pipeline.stage import Skip
+
+    raise Skip("a cut is recorded deliberately, never by a release run: 'python -m pipeline cut --lane ID --source URL@COMMIT'")

@@ -46,17 +46,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError, IntegrityError, PipelineError, RefusedError, RemoteError, UsageError
-from ..formats import publication_plan as fmt
-from ..formats.cut_ledger import Publication, write_ledger
-from ..infra.github import Ambiguous, GitHub, GitHubError, repository_of, token_from_env
-from ..lanes import REPO_ROOT, Lane
-from ..register import Artifact
-from ..stage import Context, Stage
-from ..util import ui
-from ..util.fs import atomic_write_bytes
-from ..util.hashing import sha256_bytes, sha256_file
-from ..util.jsonio import canonical_bytes, parse_strict
+from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, RemoteError, UsageError
+from pipeline.formats import publication_plan as fmt
+from pipeline.formats.cut_ledger import Publication, write_ledger
+from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra.github import Ambiguous, GitHub, GitHubError, repository_of, token_from_env
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage
+from pipeline.util import ui
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.hashing import sha256_bytes, sha256_file
+from pipeline.util.jsonio import canonical_bytes, parse_strict
 
 ATTEMPTS = 4  # per operation, after ambiguous failures
 GIT = ["git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*"]
@@ -252,7 +252,7 @@ def run_gates(gates: list[tuple[str, Callable[[], str]]]) -> None:
 # -- component -----------------------------------------------------------------------
 
 def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub | None]) -> tuple[Target, Remote]:
-    from ..assets import asset_set, check_assets
+    from pipeline.formats.assets import asset_set, check_assets
 
     register = ctx.register
     entries = register.outputs_of(f"package:{lane.id}")
@@ -357,9 +357,9 @@ def product_target(
     lanes_dir: Path | None,
     github_of: Callable[[str], GitHub | None],
 ) -> tuple[Target, Remote]:
-    from .. import sign
-    from ..formats.test_receipt import read_test_receipt, require_green_for
-    from ..releasetree import RELEASE_RE
+    from pipeline.formats.releasetree import RELEASE_RE
+    from pipeline.formats.test_receipt import read_test_receipt, require_green_for
+    from pipeline.stages import sign
 
     if not RELEASE_RE.fullmatch(release or ""):
         raise UsageError("--release is not a product release name", field="--release", found=release, expected="vX.Y.Z or vX.Y.Z-beta.N")
@@ -420,7 +420,7 @@ def product_target(
     remote = Remote(github_of(repository), target)
 
     def gate_verify() -> str:
-        from ..verify import verify_release
+        from pipeline.stages.verify import verify_release
 
         work = Path(tempfile.mkdtemp(prefix=f"verify-{commit[:12]}-", dir=ctx.dist / "publish"))
         worktree = work / "tree"
@@ -852,8 +852,8 @@ def make_github_factory(github: GitHub | None = None, **options: Any) -> Callabl
 
 
 def publish_component(lane_name: str, *, dist: Path | str = "dist", lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
-    from ..lanes import find_lane
-    from ..stage import execute
+    from pipeline.formats.lanes import find_lane
+    from pipeline.stage import execute
 
     lane = find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
@@ -863,8 +863,8 @@ def publish_component(lane_name: str, *, dist: Path | str = "dist", lanes_dir: P
 
 def publish_product(release: str, *, root: Path = REPO_ROOT, dist: Path | str = "dist", commit: str | None = None, test_receipt: Path | None = None, bundles: Path | None = None,
                     lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
-    from ..formats.test_receipt import default_path
-    from ..stage import execute
+    from pipeline.formats.test_receipt import default_path
+    from pipeline.stage import execute
 
     ctx = Context.open(dist, lanes_dir)
     target, remote = product_target(ctx, Path(root), release, commit=commit, test_receipt=test_receipt or default_path(ctx.dist), bundles=bundles, lanes_dir=lanes_dir, github_of=make_github_factory(github))
@@ -880,7 +880,7 @@ def _run_cli(args: argparse.Namespace) -> int:
 
 
 def register_cli(sub) -> None:
-    from ..cli import add_common
+    from pipeline.cli import add_common
 
     parser = sub.add_parser("publish", help="plan (default) or apply a GitHub publication: a lane's component prerelease or the product release",
                             description=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -895,3 +895,12 @@ def register_cli(sub) -> None:
     parser.add_argument("--bundles", type=Path, help="folder with the Sigstore bundles <file>.sigstore.json (default: beside the signed files)")
     add_common(parser)
     parser.set_defaults(func=_run_cli)
+
+
+STAGE = PublishStage
+
+
+def release_plan(ctx, lanes, options) -> list:
+    from pipeline.stage import Skip
+
+    raise Skip("publication is planned and applied by hand: 'python -m pipeline publish --component LANE | --release vX.Y.Z', then --apply --plan-sha256 HEX")

@@ -50,14 +50,14 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path, PurePosixPath
 
-from ..assets import render_sums
-from ..errors import BuildFailure, EnvironmentProblem, InputError, IntegrityError, UsageError
-from ..register import Artifact
-from ..stage import Context, Stage, StageResult, execute
-from ..util import ui
-from ..util.fs import atomic_output_dir, atomic_write_bytes
-from ..util.hashing import is_commit_hex, sha256_file
-from ..util.proc import run
+from pipeline.errors import BuildFailure, EnvironmentProblem, InputError, IntegrityError, UsageError
+from pipeline.formats.assets import render_sums
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage, StageResult, execute
+from pipeline.util import ui
+from pipeline.util.fs import atomic_output_dir, atomic_write_bytes
+from pipeline.util.hashing import is_commit_hex, sha256_file
+from pipeline.util.proc import run
 
 STAGE = "verifier-dist"
 OUT_DIR = "verifier"
@@ -193,7 +193,7 @@ def _extract(data: bytes, destination: Path, epoch: int, *, file: str) -> None:
 
 def normalise_sdist(data: bytes, epoch: int, *, file: str) -> bytes:
     """The sdist with sorted PAX members, uid/gid 0 without names, modes 0644/0755, times = the commit."""
-    from ..archive import gzip_bytes
+    from pipeline.infra.archive import gzip_bytes
 
     entries: list[tuple[str, bool, int, bytes]] = []
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as archive:
@@ -410,7 +410,7 @@ def verifier_dist(*, dist: Path | str | None = None, source: str | None = None, 
 
 
 def register_cli(sub) -> None:
-    from ..cli import add_common
+    from pipeline.cli import add_common
 
     parser = sub.add_parser(
         "verifier-dist",

@@ -90,7 +90,7 @@ def relative_posix(path: Path, root: Path) -> str:
 
 def read_bytes_bounded(path: str | os.PathLike[str], limit: int, *, what: str = "file") -> bytes:
     """The bytes of `path`, refusing a file over `limit` bytes without reading more than limit + 1."""
-    from ..errors import InputError
+    from pipeline.errors import InputError
 
     try:
         with open(path, "rb") as handle:

@@ -23,8 +23,8 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
-from .fs import atomic_write_bytes
+from pipeline.errors import InputError
+from pipeline.util.fs import atomic_write_bytes
 
 
 def non_finite_field(document: Any, where: str = "") -> str | None:
@@ -212,7 +212,7 @@ def loads_object(data: bytes | bytearray | memoryview, *, source: str | os.PathL
 
 
 def read_json(path: str | os.PathLike[str], *, strict_bytes: bool = True, max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
-    from .fs import read_bytes_bounded
+    from pipeline.util.fs import read_bytes_bounded
 
     data = read_bytes_bounded(path, max_bytes, what="JSON document")
     return loads_document(data, source=path, max_bytes=max_bytes, strict_bytes=strict_bytes)

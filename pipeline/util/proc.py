@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BuildFailure, EnvironmentProblem, PipelineError
+from pipeline.errors import BuildFailure, EnvironmentProblem, PipelineError
 
 
 def environment_bin_dirs() -> list[Path]:
@@ -69,7 +69,7 @@ class ToolRecord:
 
 
 def tool_record(name: str, *, purpose: str, debian_package: str | None = None, python_package: str | None = None) -> ToolRecord:
-    from .hashing import sha256_file
+    from pipeline.util.hashing import sha256_file
 
     path = require_tool(name, purpose=purpose, debian_package=debian_package, python_package=python_package)
     origin = "pipeline-environment" if Path(path).parent in environment_bin_dirs() else "PATH"

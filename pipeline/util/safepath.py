@@ -28,7 +28,7 @@ import re
 import unicodedata
 from pathlib import Path
 
-from ..errors import InputError
+from pipeline.errors import InputError
 
 MAX_COMPONENT = 255  # NTFS and ext4 both stop at 255
 MAX_PATH = 1024

@@ -9,22 +9,24 @@ passes through `redact`, so a registered secret can never be printed.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 
-from ..errors import redact
-
-_QUIET = os.environ.get("OMP_NINFER_QUIET") == "1"
+from pipeline.errors import redact
+from pipeline.runcontext import current
 
 
 def set_quiet(quiet: bool) -> None:
-    global _QUIET
-    _QUIET = quiet
+    """Quiet (or not) for the rest of the current run (`pipeline.runcontext`)."""
+    current().quiet = quiet
+
+
+def is_quiet() -> bool:
+    return current().quiet
 
 
 def _emit(line: str) -> None:
-    if not _QUIET:
+    if not current().quiet:
         sys.stderr.write(redact(line) + "\n")
         sys.stderr.flush()
 
@@ -57,7 +59,7 @@ class ByteProgress:
         self.total = total
         self.done = 0
         self.start = time.monotonic()
-        self._tty = sys.stderr.isatty() and not _QUIET
+        self._tty = sys.stderr.isatty() and not current().quiet
         self._last_decile = -1
         self._last_draw = 0.0
 

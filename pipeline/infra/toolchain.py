@@ -23,15 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
-from .infra import net
-from .lanes import REPO_ROOT, Lane, current_host_platform
-from .util import ui
-from .util.fs import atomic_output_dir
-from .util.hashing import is_sha256_hex, sha256_bytes, sha256_file
-from .util.jsonio import canonical_bytes, expect_object, loads_object, read_json_object, write_json
-from .util.proc import run_text
-from .util.safepath import safe_component, safe_relpath
+from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
+from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.infra import net
+from pipeline.util import ui
+from pipeline.util.fs import atomic_output_dir
+from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
+from pipeline.util.jsonio import canonical_bytes, expect_object, loads_object, read_json_object, write_json
+from pipeline.util.proc import run_text
+from pipeline.util.safepath import safe_component, safe_relpath
 
 LOCK_FILE = REPO_ROOT / "runtime" / "toolchain.lock.json"
 LOCK_TYPE = "omp_ninfer_toolchain_lock"
@@ -168,7 +168,7 @@ def fetch_wheel(wheel: Wheel, *, session=None) -> Path:
         if target.stat().st_size == wheel.size and sha256_file(target) == wheel.sha256:
             return target
         target.unlink()
-    from .transfer import download_verified  # the blob mover shared with audit
+    from pipeline.infra.transfer import download_verified  # the blob mover shared with audit
 
     download_verified(wheel.url, target, expected_sha256=wheel.sha256, expected_size=wheel.size, label=wheel.filename, session=session)
     return target
@@ -315,7 +315,7 @@ def for_lane(lane: Lane, mode: str) -> Toolchain:
     if mode == "system":
         return system_toolchain(lane)
     if mode != "pinned":
-        from .errors import UsageError
+        from pipeline.errors import UsageError
 
         raise UsageError(f"unknown toolchain mode {mode!r}", expected="'pinned' or 'system'")
     return provision(toolchain_spec(lane.cuda_toolkit, current_host_platform()))

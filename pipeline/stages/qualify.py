@@ -13,7 +13,7 @@ configuration are re-hashed, plus the outer `SHA256SUMS`), then writes one
 * no endpoint: an honest ``hardware-pending`` receipt listing every gate that
   was not run; on a host with an NVIDIA driver the packaged ``ninfer-serve
   --selftest`` still runs as the GPU smoke gate;
-* ``--endpoint URL --api-key-file F``: the harness (`pipeline.qualify_harness`)
+* ``--endpoint URL --api-key-file F``: the harness (`pipeline.harness.gates`)
   runs every gate against the live runtime; an identity mismatch fails the
   whole receipt and the remaining gates are not run.  A live run is an
   observation, not a function of files, so it always runs (never "up to date");
@@ -42,7 +42,7 @@ copies it byte for byte.  Fields (closed set; ``imported`` only on imports):
 ``status_reason``           one sentence: why this status (failed / skipped / not-run gates)
 ``generated_utc``           ``"YYYY-MM-DDTHH:MM:SSZ"``: the only wall-clock field
 ``harness``                 ``{name: "omp-ninfer-qualify", version: "1.0.0", code_sha256}``
-                            (code_sha256: SHA-256 of qualify.py + qualify_harness.py bytes)
+                            (code_sha256: pipeline.codedigest of this stage and every pipeline module it imports)
 ``endpoint``                ``{host, port}`` of the runtime qualified, or null (none reached)
 ``identity``                the exact bytes the receipt is about:
     ``source_commit``           40-hex (the build identity's patch_stack_sha)
@@ -113,17 +113,16 @@ import datetime as _dt
 import hashlib
 import re
 import tempfile
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .assets import check_registered_set
-from .errors import ExitCode, InputError, IntegrityError, UsageError, redact, register_secret
-from .identity import IDENTITY_KEYS
-from .infra.safetar import SafeTar
-from .lanes import REPO_ROOT, Lane, current_host_platform
-from .qualify_harness import (
+from pipeline.codedigest import code_digest
+from pipeline.errors import ExitCode, InputError, IntegrityError, UsageError, redact, register_secret
+from pipeline.formats.assets import check_registered_set
+from pipeline.formats.identity import IDENTITY_KEYS
+from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.harness.gates import (
     ENDPOINT_GATES,
     GATE_ORDER,
     GATE_STATUSES,
@@ -143,12 +142,13 @@ from .qualify_harness import (
     run_endpoint_gates,
     served_identity,
 )
-from .register import Artifact
-from .stage import Context, Stage
-from .util import ui
-from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
-from .util.jsonio import canonical_bytes, loads_object, read_json_object, write_json
-from .util.safepath import safe_component
+from pipeline.infra.safetar import SafeTar
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage
+from pipeline.util import ui
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
+from pipeline.util.jsonio import canonical_bytes, loads_object, read_json_object, write_json
+from pipeline.util.safepath import safe_component
 
 RECEIPT_TYPE = "omp_ninfer_lane_receipt"
 RECEIPT_SCHEMA_VERSION = 1
@@ -166,12 +166,11 @@ _IDENTITY_FIELDS = (
 )
 _HOST_FIELDS = frozenset({"gpu_name", "driver", "cuda", "compute_capability", "memory_total_mib", "nvidia_smi", "gpu_index", "gpu_count"})
 _UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-_CODE_FILES = ("qualify.py", "qualify_harness.py")
 
 
 def harness_code_sha256() -> str:
-    here = Path(__file__).parent
-    return sha256_bytes(b"".join((here / name).read_bytes() for name in _CODE_FILES))
+    """The harness's code: this stage and every pipeline module it uses (the harness gates among them)."""
+    return code_digest(__name__)
 
 
 def harness_block() -> dict[str, str]:
@@ -608,13 +607,14 @@ class QualifyStage(Stage):
         if self.mode == "import":
             assert self.import_path is not None
             data["import_sha256"] = sha256_file(self.import_path)
-        elif self.mode == "endpoint":
-            data["run"] = uuid.uuid4().hex  # a live run is an observation: never "up to date"
-        else:
+        elif self.mode != "endpoint":  # a live endpoint run is an observation: `always_runs`
             data["host"] = self.gpu.facts()
             data["library_dirs"] = [str(p) for p in self.ident.library_dirs]
-            data["force"] = uuid.uuid4().hex if self.force else None
         return data
+
+    @property
+    def always_runs(self) -> bool:  # type: ignore[override]
+        return self.mode == "endpoint"
 
     # -- run -----------------------------------------------------------------
     def run(self) -> list[Artifact]:
@@ -838,8 +838,8 @@ def qualify_lanes(
     force: bool = False,
 ) -> list[tuple[str, str, Path]]:
     """Qualify the named lanes (None: every built lane); returns (lane, status, receipt path)."""
-    from .lanes import find_lane
-    from .stage import execute
+    from pipeline.formats.lanes import find_lane
+    from pipeline.stage import execute
 
     ctx = Context.open(dist, lanes_dir)
     api_key = _read_key(api_key_file)
@@ -879,7 +879,7 @@ def qualify_lanes(
             force=force,
             pending_reason=pending,
         )
-        result = execute(stage, force=force or stage.mode == "endpoint")
+        result = execute(stage, force=force)
         status = stage.result_status
         if status is None:  # up to date: read the status back from the register
             status = result.outputs[0].attrs["status"] if result.outputs else "unknown"
@@ -915,7 +915,7 @@ def _served_lane(ctx, lanes, endpoint, api_key, timeout, config, library_dirs) -
 
 
 def register_cli(sub) -> None:
-    from .cli import add_common
+    from pipeline.cli import add_common
 
     parser = sub.add_parser("qualify", help="qualify a lane's packaged bytes into a lane receipt (hardware-pending without a runtime)")
     which = parser.add_mutually_exclusive_group(required=True)
@@ -967,3 +967,19 @@ __all__ = [
     "resolve_identity",
     "validate_receipt",
 ]
+
+
+STAGE = QualifyStage
+
+
+def release_plan(ctx: Context, lanes: list, options) -> list:
+    """`release`: a lane receipt for each packaged lane (hardware-pending without a live endpoint)."""
+    from pipeline.stage import Skip, execute
+
+    steps: list = []
+    for lane in lanes:
+        if not ctx.register.query("package-archive", lane=lane.id) and not ctx.register.query("build-identity", lane=lane.id):
+            steps.append((lane.id, Skip("no build or package of this lane in the register")))
+            continue
+        steps.append((lane.id, lambda lane=lane: execute(QualifyStage(ctx, lane, gpu=NvidiaSmi()))))
+    return steps

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, IntegrityError
-from .lanes import Lane, load_lanes, pattern_regex
-from .util.hashing import is_sha256_hex, sha256_file
-from .util.jsonio import check_text_hygiene, expect_object, loads_object
-from .util.safepath import component_problem, relpath_problem
+from pipeline.errors import InputError, IntegrityError
+from pipeline.formats.lanes import Lane, load_lanes, pattern_regex
+from pipeline.util.hashing import is_sha256_hex, sha256_file
+from pipeline.util.jsonio import check_text_hygiene, expect_object, loads_object
+from pipeline.util.safepath import component_problem, relpath_problem
 
 OUTER_SUMS = "SHA256SUMS"
 RECEIPT = "package-build-receipt.json"
@@ -468,8 +468,8 @@ def check_assets(
 
 
 def _deep_check(directory: Path, lane: Lane, expected: AssetSet, report: AssetReport) -> None:
-    from . import sbom  # the SBOM libraries are heavy; only the deep check needs them
-    from .archive import gzip_header_fields, read_tar_gz
+    from pipeline.formats import sbom  # the SBOM libraries are heavy; only the deep check needs them
+    from pipeline.infra.archive import gzip_header_fields, read_tar_gz
 
     package_path = directory / expected.name_of("package")
     entries = read_tar_gz(package_path)
@@ -526,7 +526,7 @@ def _deep_check(directory: Path, lane: Lane, expected: AssetSet, report: AssetRe
     report.checks.append(f"package: {len(files)} files under {root}/, {PAYLOAD_SUMS} closed and matching, owners 0/0, one epoch, no gzip name")
 
     source_path = directory / expected.name_of("source")
-    from .infra.safetar import inflate_chunks
+    from pipeline.infra.safetar import inflate_chunks
 
     digest = hashlib.sha256()
     for chunk in inflate_chunks(source_path, size=1 << 22):  # bounded: a gzip bomb is refused while it inflates
@@ -550,7 +550,7 @@ def _deep_check(directory: Path, lane: Lane, expected: AssetSet, report: AssetRe
 
 
 def _read_member(package_path: Path, name: str) -> bytes:
-    from .infra.safetar import SafeTar
+    from pipeline.infra.safetar import SafeTar
 
     with SafeTar(package_path) as archive:
         for info in archive:
@@ -580,7 +580,7 @@ def check_registered_set(register: Any, lane: Lane, *, needed_by: str) -> AssetR
     other, and every register entry of the set must name the bytes checked.
     None when the register holds no set for the lane.
     """
-    from .util import ui
+    from pipeline.util import ui
 
     outer = register.query("outer-checksums", lane=lane.id)
     if not outer:

@@ -36,13 +36,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from . import __version__, archive
-from .errors import UsageError
-from .util import ui
-from .util.fs import atomic_write_bytes
-from .util.hashing import sha256_file, sha256_files
-from .util.jsonio import canonical_bytes
-from .util.proc import require_tool, run_text
+from pipeline import __version__
+from pipeline.errors import UsageError
+from pipeline.infra import archive
+from pipeline.util import ui
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.hashing import sha256_file, sha256_files
+from pipeline.util.jsonio import canonical_bytes
+from pipeline.util.proc import require_tool, run_text
 
 DEFAULT_OUTPUT = Path("bench-results/bench.json")
 DEFAULT_SIZE = 1 << 30
@@ -110,7 +111,7 @@ def measure_package_archive(work: Path, payload: Path, size: int, level: int) ->
     start = time.perf_counter()
     subprocess.run(["bash", "-o", "pipefail", "-c", command], check=True)
     reference_seconds = time.perf_counter() - start
-    ui.step("bench", f"package-archive: pipeline.archive (deterministic tar + gzip -{level}, {archive.default_jobs()} threads)")
+    ui.step("bench", f"package-archive: pipeline.infra.archive (deterministic tar + gzip -{level}, {archive.default_jobs()} threads)")
     start = time.perf_counter()
     result = archive.write_tar_gz(payload, ours_path, prefix=payload.name, mtime=EPOCH, level=level)
     ours_seconds = time.perf_counter() - start
@@ -123,7 +124,7 @@ def measure_package_archive(work: Path, payload: Path, size: int, level: int) ->
         "payload_bytes": size,
         "gzip_level": level,
         "ours": {
-            "tool": f"pipeline.archive (block {archive.BLOCK_SIZE} bytes, {archive.default_jobs()} threads)",
+            "tool": f"pipeline.infra.archive (block {archive.BLOCK_SIZE} bytes, {archive.default_jobs()} threads)",
             "seconds": round(ours_seconds, 3),
             "mib_per_s": _rate(size, ours_seconds),
             "compressed_bytes": result.size,
@@ -196,7 +197,7 @@ MEASUREMENTS: dict[str, Callable[[Path, Path, int, int], dict[str, Any]]] = {
 
 # Issue 6: verify/audit hashing (one large file; many files with --jobs 2) and an audit of a
 # served release against curl | sha256sum.  They live in pipeline/bench_verify.py.
-from .bench_verify import MEASUREMENTS as _VERIFY_MEASUREMENTS  # noqa: E402
+from pipeline.dev.bench_verify import MEASUREMENTS as _VERIFY_MEASUREMENTS  # noqa: E402
 
 MEASUREMENTS.update(_VERIFY_MEASUREMENTS)
 

@@ -20,7 +20,7 @@ import sys
 import venv
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ENV_DIR = ROOT / ".nox" / "pipeline-env"
 
 # tool on PATH -> Debian package that provides it

@@ -25,31 +25,31 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from .cubin import cubin_architectures
-from .errors import BuildFailure, EnvironmentProblem, InputError
-from .identity import (
+from pipeline.codedigest import code_digest
+from pipeline.errors import BuildFailure, EnvironmentProblem, InputError
+from pipeline.formats.identity import (
     BuildIdentity,
     check_expected,
     embedded_identity,
     parse_version_line,
     require_identical,
 )
-from .lanes import REPO_ROOT, Lane, current_host_platform
-from .register import Artifact
-from .source import SourceSpec, archive_tar, export_tree, resolve_source
-from .stage import Context, Stage
-from .toolchain import CANONICAL_ROOT, ON_WINDOWS, Toolchain, for_lane, toolchain_spec
-from .util import ui
-from .util.fs import atomic_write_bytes, copy_file
-from .util.hashing import sha256_bytes, sha256_file
-from .util.jsonio import write_json
-from .util.proc import run, run_text
+from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.infra.cubin import cubin_architectures
+from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source
+from pipeline.infra.toolchain import CANONICAL_ROOT, ON_WINDOWS, Toolchain, for_lane, toolchain_spec
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage
+from pipeline.util import ui
+from pipeline.util.fs import atomic_write_bytes, copy_file
+from pipeline.util.hashing import sha256_bytes, sha256_file
+from pipeline.util.jsonio import write_json
+from pipeline.util.proc import run, run_text
 
 LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
 # The system folders a Linux build sees (besides the toolchain's): where the host compilers are found.
 BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
-_CODE_FILES = ("build.py", "source.py", "identity.py", "toolchain.py", "lanes.py", "cubin.py")
 
 
 def build_root(lane: Lane) -> Path:
@@ -90,8 +90,8 @@ def host_compiler() -> str:
 
 
 def _code_digest() -> str:
-    here = Path(__file__).parent
-    return sha256_bytes(b"".join((here / name).read_bytes() for name in _CODE_FILES) + LAUNCHER.read_bytes())
+    # the stage's code closure is in every fingerprint (stage.execute); the launcher lives outside the package
+    return code_digest(__name__, LAUNCHER)
 
 
 class BuildStage(Stage):
@@ -164,7 +164,7 @@ class BuildStage(Stage):
         if self.prebuilt is None and not ON_WINDOWS:
             self._require_host_compilers()
         self.source = resolve_source(self.source_spec, lane)
-        from .stages.cut import binding_for_build
+        from pipeline.stages.cut import binding_for_build
 
         kind = "embedded-sample" if self.rehearsal else self.source_spec.kind
         self.cut = binding_for_build(lane, commit=self.source.commit, source_kind=kind, stage="build")
@@ -481,9 +481,9 @@ def build_lane(
     lanes_dir: Path | None = None,
     force: bool = False,
 ):
-    from .lanes import find_lane
-    from .source import parse_source
-    from .stage import execute
+    from pipeline.formats.lanes import find_lane
+    from pipeline.infra.source import parse_source
+    from pipeline.stage import execute
 
     lane = find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
@@ -500,7 +500,7 @@ def build_lane(
 
 
 def register_cli(sub) -> None:
-    from .cli import add_common
+    from pipeline.cli import add_common
 
     parser = sub.add_parser("build", help="compile one lane's runtime from an exact commit (or import --prebuilt binaries)")
     parser.add_argument("--lane", required=True, help="lane id or short name (see 'lanes')")
@@ -525,3 +525,20 @@ def register_cli(sub) -> None:
         )
         and 0
     )
+
+
+STAGE = BuildStage
+
+
+def release_plan(ctx: Context, lanes: list[Lane], options) -> list:
+    """`release`: build each lane that can be built on this host (the others say how instead)."""
+    from pipeline.stage import Skip
+
+    host = current_host_platform()
+    steps: list = []
+    for lane in lanes:
+        if lane.build_host != host:
+            steps.append((lane.id, Skip(f"built on {lane.build_host} (the release workflow's Windows job, or 'build --prebuilt DIR')")))
+            continue
+        steps.append((lane.id, lambda lane=lane: build_lane(lane.id, dist=ctx.dist, source=options.source, toolchain=options.toolchain, lanes_dir=options.lanes_dir)))
+    return steps

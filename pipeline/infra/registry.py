@@ -43,12 +43,12 @@ from urllib.parse import urlsplit
 
 import requests
 
-from .errors import InputError, IntegrityError, RemoteError, UsageError, register_secret
-from .infra import net
-from .infra.net import authority_is_loopback
-from .oci import ACCEPT_ANY_MANIFEST, CHUNK, Descriptor, is_digest
-from .util import ui
-from .util.jsonio import expect_list, expect_object, loads_document, loads_object, read_json_object
+from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError, register_secret
+from pipeline.infra import net
+from pipeline.infra.net import authority_is_loopback
+from pipeline.infra.oci import ACCEPT_ANY_MANIFEST, CHUNK, Descriptor, is_digest
+from pipeline.util import ui
+from pipeline.util.jsonio import expect_list, expect_object, loads_document, loads_object, read_json_object
 
 ENV_USERNAME = "PIPELINE_REGISTRY_USERNAME"
 ENV_PASSWORD = "PIPELINE_REGISTRY_PASSWORD"

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import BuildFailure, InputError, IntegrityError
-from .util.hashing import is_commit_hex
+from pipeline.errors import BuildFailure, InputError, IntegrityError
+from pipeline.util.hashing import is_commit_hex
 
 IDENTITY_KEYS = (
     "upstream_base_sha",

@@ -22,13 +22,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from .errors import InputError, UsageError
-from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from .util.jsonio import read_toml
-from .util.safepath import safe_component, safe_relative
-from .util.schema import Field, matches, one_of, read_table
+from pipeline.errors import InputError, UsageError
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
+from pipeline.util.jsonio import read_toml
+from pipeline.util.safepath import safe_component, safe_relative
+from pipeline.util.schema import Field, matches, one_of, read_table
 
-_PACKAGE = Path(__file__).resolve().parent
+_PACKAGE = Path(__file__).resolve().parents[1]  # pipeline/
 # A checkout has the repository above the package.  An installed wheel (the verifier shipped with a
 # release) has no repository: it carries the lane files and the licence texts they name under
 # pipeline/data/repo/, in the same layout (setup.py).
@@ -289,7 +289,7 @@ class Lane:
         return pattern.format(version=self.version, n=n if n is not None else "")
 
     def ledger_file(self) -> Path:
-        from .formats.cut_ledger import ledger_path
+        from pipeline.formats.cut_ledger import ledger_path
 
         return ledger_path(self.cuts_dir or cuts_dir_for(self.file.parent), self.id)
 
@@ -298,7 +298,7 @@ class Lane:
 
     def ledger(self):
         """The lane's cut ledger as it is on disk now."""
-        from .formats.cut_ledger import load_ledger
+        from pipeline.formats.cut_ledger import load_ledger
 
         return load_ledger(self.cuts_dir or cuts_dir_for(self.file.parent), self.id, tag_for=self.render_tag)
 
@@ -414,7 +414,7 @@ def _check_pattern(file: Path, key: str, pattern: str, *, needs_n: bool) -> None
 
 def _check_rendered_names(file: Path, comp: dict[str, Any], asset_platform: str) -> None:
     """Every name a pattern renders (for any beta) is one safe file name: checked here, at load time."""
-    for beta in (comp["beta"], MAX_BETA):
+    for beta in (MIN_BETA, MAX_BETA):  # N comes from the cut ledger; both ends of its range must render safely
         stem = comp["stem_pattern"].format(version=comp["version"], n=beta)
         # The longest names of the set (pipeline/assets.py): the package's SBOM and inner sums, the source.
         for name in (f"{stem}-{asset_platform}.SHA256SUMS", f"{stem}-{asset_platform}.spdx.json", f"{stem}-source.tar.gz", stem):
@@ -571,7 +571,7 @@ def load_lane(path: Path) -> Lane:
 
     raw = path.read_bytes()
     cuts_dir = cuts_dir_for(path.parent)
-    from .formats.cut_ledger import load_ledger
+    from pipeline.formats.cut_ledger import load_ledger
 
     current = load_ledger(cuts_dir, top["id"], tag_for=lambda version, n: comp["tag_pattern"].format(version=version, n=n)).current(comp["version"])
     return Lane(
@@ -647,7 +647,7 @@ def find_lane(name: str, lanes_dir: Path | None = None) -> Lane:
     for lane in lanes.values():
         if name in (lane.id, lane.short_name):
             return lane
-    from .errors import UsageError
+    from pipeline.errors import UsageError
 
     raise UsageError(
         f"unknown lane {name!r}",

@@ -32,15 +32,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
-from .util import ui
-from .util.fs import atomic_write_bytes
-from .util.hashing import is_sha256_hex, sha256_bytes, sha256_file
-from .util.jsonio import loads_object, read_json_object
-from .util.safepath import safe_relpath
+from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
+from pipeline.runcontext import current
+from pipeline.util import ui
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
+from pipeline.util.jsonio import loads_object, read_json_object
+from pipeline.util.safepath import safe_relpath
 
 BUNDLE_SUFFIX = ".sigstore.json"
-TRUST_CONFIG_DIR = Path(__file__).resolve().parent / "data" / "sigstore"
+TRUST_CONFIG_DIR = Path(__file__).resolve().parents[1] / "data" / "sigstore"
 TRUST_CONFIGS = {
     "production": TRUST_CONFIG_DIR / "production-trust-config.json",
     "staging": TRUST_CONFIG_DIR / "staging-trust-config.json",
@@ -170,7 +171,6 @@ def trust_config_path(spec: str | os.PathLike[str]) -> Path:
     return path
 
 
-_TRUST_CACHE: dict[tuple[str, str], Any] = {}
 
 
 def load_trust_config(spec: Any = "production"):
@@ -182,12 +182,12 @@ def load_trust_config(spec: Any = "production"):
     path = trust_config_path(spec)
     data = path.read_bytes()
     key = (str(path), sha256_bytes(data))
-    if key not in _TRUST_CACHE:
+    if key not in current().trust_roots:
         try:
-            _TRUST_CACHE[key] = ClientTrustConfig.from_json(data.decode("utf-8"))
+            current().trust_roots[key] = ClientTrustConfig.from_json(data.decode("utf-8"))
         except Exception as exc:  # sigstore raises several types for a bad document
             raise InputError(f"is not a Sigstore ClientTrustConfig: {exc}", file=path) from None
-    return _TRUST_CACHE[key]
+    return current().trust_roots[key]
 
 
 # -- verification ----------------------------------------------------------------
@@ -471,7 +471,7 @@ def collect_targets(release_dir: Path, dist: Path | None, manifest: dict[str, An
         if path not in target.files:
             target.files.append(path)
     if dist is not None and (dist / "register.json").is_file():
-        from .register import Register
+        from pipeline.register import Register
 
         register = Register(dist)
         for artifact in register.query("outer-checksums"):
@@ -660,7 +660,7 @@ def sign_targets(
 def _register_bundles(dist: Path, report: SignReport) -> None:
     if not (dist / "register.json").is_file():
         return
-    from .register import Register
+    from pipeline.register import Register
 
     register = Register(dist)
     outputs = []

@@ -1,6 +1,6 @@
 """Issue 6's benchmark measurements: the hashing of `verify`/`audit` and a served audit.
 
-Three named measurements in the shape `pipeline.bench` runs (a function of
+Three named measurements in the shape `pipeline.dev.bench` runs (a function of
 `(work dir, payload root, payload bytes, gzip level)` returning one JSON
 object with our numbers, the reference tool's numbers on the same bytes in the
 same run, the ratio and whether the goal is met):
@@ -35,9 +35,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .util import ui
-from .util.hashing import sha256_file, sha256_files
-from .util.proc import require_tool, run_text
+from pipeline.util import ui
+from pipeline.util.hashing import sha256_file, sha256_files
+from pipeline.util.proc import require_tool, run_text
 
 ROUNDS = 3
 JOBS = 2
@@ -220,7 +220,7 @@ def _served_tree(work: Path, payload: Path, base: str) -> tuple[Path, list[tuple
 
 
 def measure_audit_served_release(work: Path, payload: Path, size: int, level: int) -> dict[str, Any]:
-    from .audit import Auditor
+    from pipeline.stages.audit import Auditor
 
     curl = require_tool("curl", purpose="run the curl | sha256sum reference", debian_package="curl")
     sha256sum = require_tool("sha256sum", purpose="run the curl | sha256sum reference", debian_package="coreutils")

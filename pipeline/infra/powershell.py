@@ -54,7 +54,7 @@ from collections.abc import Iterable, Iterator
 from functools import lru_cache
 from pathlib import Path
 
-from .errors import InputError
+from pipeline.errors import InputError
 
 # Literals that only test harnesses or fault injection use.  A shipped script
 # must not carry a switch that weakens it, even in a comment.
@@ -197,7 +197,7 @@ def _parser():
         import tree_sitter_powershell
         from tree_sitter import Language, Parser
     except ImportError as exc:  # pragma: no cover - the project venv has both
-        from .errors import EnvironmentProblem
+        from pipeline.errors import EnvironmentProblem
 
         raise EnvironmentProblem(
             f"the PowerShell grammar is not installed ({exc})",
@@ -560,5 +560,5 @@ def assert_powershell51(paths: Iterable[str | os.PathLike[str]], *, show: int = 
                 expected="a script that parses, uses no PowerShell 7-only syntax, cmdlets or .NET 5+ APIs, "
                 "is ASCII with LF line endings and no BOM, and carries no test or fault hooks",
                 fix="rewrite the reported constructs in Windows PowerShell 5.1 syntax and run "
-                "'python -c \"from pipeline.winscripts import check_powershell51 as c; print(c(PATH))\"' again",
+                "'python -c \"from pipeline.infra.powershell import check_powershell51 as c; print(c(PATH))\"' again",
             )

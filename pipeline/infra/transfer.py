@@ -23,9 +23,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import IntegrityError, PipelineError, RemoteError
-from .infra import net
-from .util import ui
+from pipeline.errors import IntegrityError, PipelineError, RemoteError
+from pipeline.infra import net
+from pipeline.util import ui
 
 CHUNK = 1024 * 1024
 RETRIES = 4

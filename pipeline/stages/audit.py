@@ -17,18 +17,18 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    HTTPS only (plain HTTP is accepted for loopback addresses, i.e. tests:
    `pipeline.infra.net` decides, for the registry client and the
    qualification harness too);
-4. download everything in parallel (`--jobs`) through `pipeline.transfer`
+4. download everything in parallel (`--jobs`) through `pipeline.infra.transfer`
    (streamed, SHA-256 computed while writing, HTTP Range resume of `.part`
    files, retries with backoff): size and hash are checked on the bytes as
    they arrive, never by a second read; a download stops at its pin (or,
    unpinned, at a MAX_*_BYTES cap) and at its deadline, and rejected bytes
    are deleted;
-5. check each lane's set with `pipeline.assets.check_assets` (closed set,
+5. check each lane's set with `pipeline.formats.assets.check_assets` (closed set,
    `SHA256SUMS` format and hashes, receipt, package payload, both SBOMs
    against the payload) and validate every SBOM document with
-   `pipeline.sbom.validate_file`;
+   `pipeline.formats.sbom.validate_file`;
 6. verify the Sigstore bundle of each file in `signing.signed_files`
-   (`pipeline.sign.verify_bundle`, offline, pinned trust config);
+   (`pipeline.stages.sign.verify_bundle`, offline, pinned trust config);
 7. GET the container image's manifest by digest from the registry
    (anonymous token flow for GHCR-style registries), hash the bytes and
    compare with the pinned digest.
@@ -55,13 +55,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .errors import EnvironmentProblem, InputError, PipelineError, RemoteError
-from .infra import net
-from .util import ui
-from .util.fs import read_bytes_bounded
-from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
-from .util.jsonio import dig, loads_document, loads_object
-from .util.safepath import component_problem, safe_component, safe_relpath
+from pipeline.errors import EnvironmentProblem, InputError, PipelineError, RemoteError
+from pipeline.infra import net
+from pipeline.util import ui
+from pipeline.util.fs import read_bytes_bounded
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
+from pipeline.util.jsonio import dig, loads_document, loads_object
+from pipeline.util.safepath import component_problem, safe_component, safe_relpath
 
 DEFAULT_JOBS = 4
 DEFAULT_TIMEOUT = 60.0
@@ -560,7 +560,7 @@ class Auditor:
         Bounded by the pinned `size`, else by `cap` (unpinned documents), else
         by MAX_UNSIZED_ASSET_BYTES (hash-pinned files without a recorded size).
         """
-        from . import transfer
+        from pipeline.infra import transfer
 
         binding = Binding(label=label, field="", url=url, sha256=sha256, size=size)
         url = self.fetch_url(url)
@@ -762,9 +762,9 @@ class Auditor:
             self.add(Item(label, False, "its outer SHA256SUMS could not be verified (see above)", "set"))
             return
         try:
-            from .assets import parse_sums
+            from pipeline.formats.assets import parse_sums
         except ImportError:  # pragma: no cover - pipeline/assets.py is part of the package stage
-            self.add(Item(label, False, "set check not available: pipeline.assets is missing from this checkout", "set"))
+            self.add(Item(label, False, "set check not available: pipeline.formats.assets is missing from this checkout", "set"))
             return
         try:
             listed = parse_sums(sums.path.read_bytes(), file=sums.binding.url)
@@ -805,8 +805,8 @@ class Auditor:
             self.add(Item(label, False, "; ".join(problems), "set"))
             return
         try:
-            from .assets import check_assets
-            from .lanes import load_lanes
+            from pipeline.formats.assets import check_assets
+            from pipeline.formats.lanes import load_lanes
 
             lanes = load_lanes(self.lanes_dir)
             lane_obj = lanes.get(lane)
@@ -821,9 +821,9 @@ class Auditor:
         assert result.path is not None
         label = f"sbom {result.binding.name}"
         try:
-            from .sbom import validate_file
+            from pipeline.formats.sbom import validate_file
         except ImportError:  # pragma: no cover - pipeline/sbom.py is part of the package stage
-            self.add(Item(label, False, "SBOM validation not available: pipeline.sbom is missing from this checkout", "sbom"))
+            self.add(Item(label, False, "SBOM validation not available: pipeline.formats.sbom is missing from this checkout", "sbom"))
             return
         try:
             message = validate_file(result.path)
@@ -859,7 +859,7 @@ class Auditor:
         return fetched.path.read_bytes()
 
     def _audit_signatures(self, manifest: dict[str, Any], manifest_bytes: bytes) -> None:
-        from . import sign
+        from pipeline.stages import sign
 
         signing = manifest.get("signing")
         release = manifest["release"]
@@ -1038,7 +1038,7 @@ def fetch_manifest_by_digest(host: str, name: str, digest: str, *, session, time
         token = payload.get("token") or payload.get("access_token")
         if not isinstance(token, str) or not token:
             raise RemoteError("the registry's token service returned no token", file=realm, found=sorted(payload)[:8], expected="an object with 'token' or 'access_token'")
-        from .errors import register_secret
+        from pipeline.errors import register_secret
 
         register_secret(token)
         response, body = get(url, MAX_MANIFEST_BYTES, f"manifest {digest}", headers={**headers, "Authorization": f"Bearer {token}"})
@@ -1061,7 +1061,7 @@ def _byte_size(text: str) -> int:
 
 
 def _parse_mirror(value: str) -> tuple[str, str]:
-    from .errors import UsageError
+    from pipeline.errors import UsageError
 
     source, sep, target = value.partition("=")
     if not sep or not source or not target:
@@ -1088,7 +1088,7 @@ def run_audit(args: argparse.Namespace) -> int:
             print(line, flush=True)
 
     if args.jobs < 1:
-        from .errors import UsageError
+        from pipeline.errors import UsageError
 
         raise UsageError("--jobs must be at least 1", field="--jobs", found=args.jobs)
     auditor = Auditor(

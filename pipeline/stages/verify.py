@@ -25,7 +25,7 @@ the value expected.  The checks (docs/release-tree.md):
   `--require-ready`;
 - `--check-pins`: every pinned raw URL's bytes, re-hashed from local git
   history (`git show <commit>:<path>`), failing closed on a missing commit;
-- `--require-ready`: Sigstore bundles through `pipeline.sign.verify_bundle`.
+- `--require-ready`: Sigstore bundles through `pipeline.stages.sign.verify_bundle`.
 
 Human output: one `OK:`/`FAIL:` line per check group on stderr, then a verdict;
 `--json` prints `{release, status, valid, errors, warnings}` on stdout.
@@ -45,9 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import InputError, PipelineError, UsageError
-from .lanes import REPO_ROOT, Lane, load_lanes
-from .releasetree import (
+from pipeline.errors import InputError, PipelineError, UsageError
+from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
+from pipeline.formats.releasetree import (
     _MISSING,
     ACCEPTANCE_TYPE,
     AUTHORITY_MD,
@@ -78,9 +78,9 @@ from .releasetree import (
     row_path,
     split_image_reference,
 )
-from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from .util.jsonio import canonical_bytes, loads_document
-from .util.safepath import relpath_problem, within
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
+from pipeline.util.jsonio import canonical_bytes, loads_document
+from pipeline.util.safepath import relpath_problem, within
 
 GROUPS = (
     ("line-endings", "line endings: no CRLF rewrite"),
@@ -309,7 +309,7 @@ class Verifier:
         self.problems.add(check, what, **kwargs)
 
     def from_error(self, check: str, error: PipelineError, *, file: str | None = None) -> None:
-        from .errors import _MISSING as unset
+        from pipeline.errors import _MISSING as unset
 
         kwargs: dict[str, Any] = {"file": file or error.file, "field": error.field, "fix": error.fix, "why": error.why}
         if error.found is not unset:
@@ -564,7 +564,7 @@ class Verifier:
     # 5 -------------------------------------------------------------------------------------
     def check_checksums(self) -> None:
         self.groups.append("checksums")
-        from .assets import parse_sums
+        from pipeline.formats.assets import parse_sums
 
         for row in _rows(self.manifest):
             rel = row.get("checksums_path")
@@ -797,7 +797,7 @@ class Verifier:
                 line = next((i + 1 for i, (a, b) in enumerate(zip(current, wanted, strict=False)) if a != b), min(len(current), len(wanted)) + 1)
                 self.error("copies", f"is stale or edited by hand (first difference at line {line}); it is generated, do not edit", file=rel, field=f"line {line}", fix=f"run 'python -m pipeline compose rebind --release {self.release}'")
         if d.release is not None:
-            from .releasetree import _null_identities, unknown_keys_unused
+            from pipeline.formats.releasetree import _null_identities, unknown_keys_unused
 
             for key in unknown_keys_unused(d.release, _null_identities(d.manifest["components"], self.lanes)):
                 self.warn("copies", "explains a value that is no longer null", file=d.release.path, field=f"unknown.{key}", fix="remove the entry")
@@ -952,7 +952,7 @@ class Verifier:
         identity = signing.get("certificate_identity")
         issuer = signing.get("certificate_oidc_issuer")
         try:
-            from .sign import verify_bundle  # pipeline/sign.py (release workflow signatures)
+            from pipeline.stages.sign import verify_bundle  # pipeline/sign.py (release workflow signatures)
         except ImportError:
             verify_bundle = None
         for rel in signing.get("signed_files") or []:
@@ -963,7 +963,7 @@ class Verifier:
                 self.warn("signatures", "not signed yet (the release workflow signs after the ready commit is tagged)", file=rel + BUNDLE_SUFFIX)
                 continue
             if verify_bundle is None:
-                self.warn("signatures", "bundle check not available: pipeline.sign.verify_bundle is missing in this checkout", file=rel + BUNDLE_SUFFIX)
+                self.warn("signatures", "bundle check not available: pipeline.stages.sign.verify_bundle is missing in this checkout", file=rel + BUNDLE_SUFFIX)
                 continue
             try:
                 verify_bundle(self.root / rel, bundle, identity=identity, issuer=issuer)

@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import EnvironmentProblem, InputError, RefusedError, UsageError
-from .infra.safetar import SafeTar
-from .lanes import REPO_ROOT, Lane
-from .util.hashing import is_commit_hex
-from .util.proc import run, run_text
+from pipeline.errors import EnvironmentProblem, InputError, RefusedError, UsageError
+from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra.safetar import SafeTar
+from pipeline.util.hashing import is_commit_hex
+from pipeline.util.proc import run, run_text
 
 EMBEDDED_SUBDIR = "runtime/sample"
 GIT = ["git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*"]
@@ -106,7 +106,7 @@ def _fetch_remote(spec: SourceSpec) -> str:
         run([*GIT, "init", "--bare", "-q", str(mirror)], what="create a source mirror", failure=EnvironmentProblem)
     have = _git(str(mirror), "cat-file", "-e", f"{spec.commit}^{{commit}}", what="look for the commit", check=False)
     if have.returncode != 0:
-        from .errors import RemoteError
+        from pipeline.errors import RemoteError
 
         _git(
             str(mirror), "fetch", "-q", "--depth", "1", spec.location, spec.commit,

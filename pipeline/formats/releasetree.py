@@ -25,13 +25,13 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from .errors import _MISSING as _MISSING_ERR
-from .errors import InputError, PipelineError
-from .lanes import Lane, load_lanes
-from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from .util.jsonio import canonical_bytes, loads_document
-from .util.safepath import safe_relative
-from .util.schema import Field, matches, one_of, read_table
+from pipeline.errors import _MISSING as _MISSING_ERR
+from pipeline.errors import InputError, PipelineError
+from pipeline.formats.lanes import Lane, load_lanes
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
+from pipeline.util.jsonio import canonical_bytes, loads_document
+from pipeline.util.safepath import safe_relative
+from pipeline.util.schema import Field, matches, one_of, read_table
 
 MANIFESTS_DIR = "manifests"
 RELEASE_TOML = "release.toml"
@@ -348,7 +348,7 @@ def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> Relea
     """Read and check `manifests/<release>/release.toml`; raises InputError naming the key."""
     import tomllib
 
-    from .util.jsonio import check_text_hygiene
+    from pipeline.util.jsonio import check_text_hygiene
 
     rel = repo_path(release, RELEASE_TOML)
     path = root / rel
@@ -440,7 +440,7 @@ def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> Relea
 
 def _read_acceptance(table: Any, file: str, lanes: dict[str, Lane], lane_inputs: dict[str, LaneInput]) -> dict[str, Any]:
     """[acceptance]: the routes a release requires (docs/release-tree.md, Documented routes)."""
-    from .formats.acceptance import HOST_KINDS
+    from pipeline.formats.acceptance import HOST_KINDS
 
     values = read_table(table, _ACCEPTANCE, file=file, prefix="acceptance")
     if not values["routes"]:
@@ -655,7 +655,7 @@ def expected_names(lane: Lane, tag: str | None) -> dict[str, str] | None:
         return None
     try:
         beta = lane.beta_from_tag(tag)
-        from .assets import asset_set  # the package stage's naming rules (one place)
+        from pipeline.formats.assets import asset_set  # the package stage's naming rules (one place)
     except (InputError, ImportError):
         return None
     names: dict[str, str] = {}
@@ -666,8 +666,8 @@ def expected_names(lane: Lane, tag: str | None) -> dict[str, str] | None:
 
 
 def parse_sums_bytes(data: bytes, *, file: str) -> dict[str, str]:
-    """Strict `<64 hex>  <name>` lines (pipeline.assets.parse_sums); raises IntegrityError."""
-    from .assets import parse_sums
+    """Strict `<64 hex>  <name>` lines (pipeline.formats.assets.parse_sums); raises IntegrityError."""
+    from pipeline.formats.assets import parse_sums
 
     return parse_sums(data, file=file)
 

@@ -44,7 +44,7 @@ the installed release's instance id at launch time (the file itself is never
 rewritten, so its hash stays the identity).
 
 `check_release_spec` cross-checks ``release-spec.json`` (artifact type
-``ninfer_windows_release_spec``, schema 3) against a `pipeline.lanes.Lane`
+``ninfer_windows_release_spec``, schema 3) against a `pipeline.formats.lanes.Lane`
 and against the server configuration beside it.
 """
 
@@ -56,11 +56,11 @@ from dataclasses import dataclass
 from pathlib import Path, PureWindowsPath
 from typing import Any, NoReturn
 
-from .errors import InputError
-from .lanes import CUDA_ARCHITECTURES, Lane
-from .util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
-from .util.jsonio import canonical_bytes, check_text_hygiene, loads_document
-from .util.schema import Field, read_table
+from pipeline.errors import InputError
+from pipeline.formats.lanes import CUDA_ARCHITECTURES, Lane
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
+from pipeline.util.jsonio import canonical_bytes, check_text_hygiene, loads_document
+from pipeline.util.schema import Field, read_table
 
 SERVER_CONFIG_TYPE = "ninfer_windows_server_config"
 SERVER_CONFIG_SCHEMA = 4

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from .errors import InputError, IntegrityError
-from .infra.safetar import DEFAULT_LIMITS, SafeTar, TarLimits
-from .util.fs import atomic_output_file
+from pipeline.errors import InputError, IntegrityError
+from pipeline.infra.safetar import DEFAULT_LIMITS, SafeTar, TarLimits
+from pipeline.util.fs import atomic_output_file
 
 # Part of the output format: changing either changes every archive's bytes.
 BLOCK_SIZE = 1 << 20

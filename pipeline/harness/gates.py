@@ -55,11 +55,11 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from .errors import InputError, PipelineError, UsageError, redact, register_secret
-from .identity import IDENTITY_KEYS
-from .infra import net
-from .util.hashing import sha256_bytes
-from .util.jsonio import loads_document
+from pipeline.errors import InputError, PipelineError, UsageError, redact, register_secret
+from pipeline.formats.identity import IDENTITY_KEYS
+from pipeline.infra import net
+from pipeline.util.hashing import sha256_bytes
+from pipeline.util.jsonio import loads_document
 
 MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a non-streamed answer of the runtime under test
 MAX_STREAM_BYTES = 64 * 1024 * 1024  # one streamed chat completion

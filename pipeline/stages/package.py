@@ -9,7 +9,7 @@ Preflight refuses, before any work: a build of another cut than the lane's
 current one (pipeline/stages/cut.py; the beta number is the cut's), binaries whose
 bytes changed since the build, an invalid server configuration or release
 spec, a script that is not Windows PowerShell 5.1, and any imported library
-that is neither provided by the target nor bundleable (`pipeline.binaries`).
+that is neither provided by the target nor bundleable (`pipeline.infra.binaries`).
 
 Run: the whole set is made twice, in two separate staging folders, from the
 same inputs; every file must be byte-identical or the stage stops.  The set is
@@ -32,23 +32,24 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from . import archive, assets, binaries, sbom
-from .errors import InputError, IntegrityError, RefusedError, UsageError
-from .formats import components as bom_model
-from .infra.safetar import SafeTar
-from .lanes import REPO_ROOT, Lane
-from .register import Artifact
-from .stage import Context, Stage
-from .util import ui
-from .util.fs import atomic_output_dir, atomic_write_bytes, copy_file
-from .util.hashing import file_digests, sha256_bytes, sha256_file
-from .util.jsonio import canonical_bytes, loads_document, read_json_object
-from .util.proc import ToolRecord
-from .util.safepath import safe_component, safe_relpath
+from pipeline.codedigest import code_digest
+from pipeline.errors import InputError, IntegrityError, RefusedError, UsageError
+from pipeline.formats import assets, sbom
+from pipeline.formats import components as bom_model
+from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra import archive, binaries
+from pipeline.infra.safetar import SafeTar
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage
+from pipeline.util import ui
+from pipeline.util.fs import atomic_output_dir, atomic_write_bytes, copy_file
+from pipeline.util.hashing import file_digests, sha256_bytes, sha256_file
+from pipeline.util.jsonio import canonical_bytes, loads_document, read_json_object
+from pipeline.util.proc import ToolRecord
+from pipeline.util.safepath import safe_component, safe_relpath
 
 TEMPLATES = REPO_ROOT / "packaging" / "templates"
 INVENTORY = "third_party/inventory.json"
-_CODE_FILES = ("package.py", "archive.py", "assets.py", "sbom.py", "formats/components.py", "binaries.py", "lanes.py", "serverconfig.py", "winscripts.py", "identity.py")
 # Receipt keys of the three runtime binaries (anchor §8).
 PROGRESS_THRESHOLD = 32 << 20
 BINARY_KEYS = {"ninfer": "ninfer_sha256", "ninfer-serve": "server_sha256", "ninfer_bench": "benchmark_sha256"}
@@ -60,10 +61,8 @@ def _repo_path(value: str) -> Path:
 
 
 def _code_digest() -> str:
-    here = Path(__file__).parent
-    parts = [(here / name).read_bytes() for name in _CODE_FILES if (here / name).exists()]
-    parts += [p.read_bytes() for p in sorted(TEMPLATES.glob("*.in"))]
-    return sha256_bytes(b"".join(parts))
+    # the stage's code closure and the packaging templates it renders (outside the package)
+    return code_digest(__name__, *sorted(TEMPLATES.glob("*.in")))
 
 
 def _tar_members(tar_bytes: bytes) -> dict[str, bytes]:
@@ -132,7 +131,7 @@ class PackageStage(Stage):
         identity_entry = register.one("build-identity", lane=lane.id, needed_by="package", produced_by="build")
         self.identity = read_json_object(register.verified_path(identity_entry))
         self.inputs_used = {identity_entry.name: identity_entry}
-        from .stages.cut import check_binding_current
+        from pipeline.stages.cut import check_binding_current
 
         build_beta = lane.beta_from_tag(self.identity["component_tag"])
         self.cut = check_binding_current(lane, identity_entry.attrs.get("cut") or {}, file=register.path_of(identity_entry), stage="package")
@@ -243,8 +242,8 @@ class PackageStage(Stage):
         return sorted(components, key=lambda c: c["name"])
 
     def _check_native_contract(self) -> None:
-        from .serverconfig import check_release_spec, load_server_config
-        from .winscripts import assert_powershell51
+        from pipeline.formats.serverconfig import check_release_spec, load_server_config
+        from pipeline.infra.powershell import assert_powershell51
 
         lane = self.lane
         assert lane.server_config and lane.release_spec
@@ -587,7 +586,7 @@ class PackageStage(Stage):
     def _toolchain_authors(self) -> dict[str, str]:
         """The author each toolchain wheel's METADATA names (its SBOM supplier), from the unpacked
         toolchain, else from the pinned wheels in the download cache."""
-        from .toolchain import wheel_cache
+        from pipeline.infra.toolchain import wheel_cache
 
         toolchain = self.identity.get("toolchain", {})
         root = Path(toolchain["root"]) if toolchain.get("root") else None
@@ -662,8 +661,8 @@ def package_lane(
     jobs: int | None = None,
     force: bool = False,
 ):
-    from .lanes import find_lane
-    from .stage import execute
+    from pipeline.formats.lanes import find_lane
+    from pipeline.stage import execute
 
     lane = lane or find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
@@ -672,7 +671,7 @@ def package_lane(
 
 
 def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, jobs: int | None = None, force: bool = False) -> list:
-    from .lanes import load_lanes
+    from pipeline.formats.lanes import load_lanes
 
     ctx = Context.open(dist, lanes_dir)
     built = sorted({entry.lane for entry in ctx.register.query("build-identity") if entry.lane})
@@ -692,7 +691,7 @@ def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, job
 
 
 def _check_assets_command(args) -> int:
-    from .lanes import find_lane
+    from pipeline.formats.lanes import find_lane
 
     lane = find_lane(args.lane, args.lanes_dir) if args.lane else None
     report = assets.check_assets(args.directory, lane=lane, beta=args.beta, lanes_dir=args.lanes_dir, deep=not args.shallow)
@@ -706,8 +705,8 @@ def _check_assets_command(args) -> int:
 
 
 def register_cli(sub) -> None:
-    from .cli import add_common
-    from .lanes import beta_argument
+    from pipeline.cli import add_common
+    from pipeline.formats.lanes import beta_argument
 
     parser = sub.add_parser("package", help="make a lane's closed asset set (package, source, SBOMs, checksums, receipt) from its build")
     which = parser.add_mutually_exclusive_group(required=True)
@@ -736,3 +735,18 @@ def register_cli(sub) -> None:
     check.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     check.add_argument("--quiet", action="store_true", help="print only errors and results")
     check.set_defaults(func=_check_assets_command)
+
+
+STAGE = PackageStage
+
+
+def release_plan(ctx: Context, lanes: list[Lane], options) -> list:
+    """`release`: package each lane the register holds a build of."""
+    from pipeline.stage import Skip
+
+    return [
+        (lane.id, (lambda lane=lane: package_lane(lane.id, dist=ctx.dist, lanes_dir=options.lanes_dir)))
+        if ctx.register.query("build-identity", lane=lane.id)
+        else (lane.id, Skip("no build of this lane in the register"))
+        for lane in lanes
+    ]

@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import oci
-from .errors import InputError, IntegrityError, RefusedError, RemoteError, UsageError, redact
-from .lanes import Lane, find_lane, load_lanes
-from .oci_registry import (
+from pipeline.codedigest import code_digest
+from pipeline.errors import InputError, IntegrityError, RefusedError, RemoteError, UsageError, redact
+from pipeline.formats.lanes import Lane, find_lane, load_lanes
+from pipeline.infra import oci
+from pipeline.infra.registry import (
     TAG,
     Credentials,
     RegistryClient,
@@ -48,16 +49,14 @@ from .oci_registry import (
     credentials_for,
     parse_push_target,
 )
-from .register import Artifact, Register
-from .stage import Context, Stage, StageResult, execute
-from .util import ui
-from .util.hashing import sha256_bytes
-from .util.jsonio import canonical_bytes, loads_document, write_json
+from pipeline.register import Artifact, Register
+from pipeline.stage import Context, Stage, StageResult, execute
+from pipeline.util import ui
+from pipeline.util.jsonio import canonical_bytes, loads_document, write_json
 
 RECEIPT_TYPE = "ninfer_runtime_image_publication_receipt"
 RECEIPT_SCHEMA = 3
 RECEIPT_FILE = "image-publication-receipt.json"
-_CODE_FILES = ("push.py", "oci.py", "oci_registry.py")
 
 
 @dataclass
@@ -165,14 +164,13 @@ class PushStage(Stage):
 
     def inputs(self) -> dict[str, Any]:
         assert self.image is not None
-        here = Path(__file__).parent
         return {
             "lane": self.lane.id,
             "manifest_digest": self.image.manifest_digest,
             "target": self.target.name,
             "plain_http": self.target.plain_http,
             "tag": self.tag,
-            "code": sha256_bytes(b"".join((here / name).read_bytes() for name in _CODE_FILES)),
+            "code": code_digest(__name__),
             "workflow_url": workflow_url(),
         }
 
@@ -428,7 +426,7 @@ def push_image(
 
 
 def register_cli(sub) -> None:
-    from .cli import add_common
+    from pipeline.cli import add_common
 
     parser = sub.add_parser(
         "push",
@@ -476,3 +474,21 @@ def register_cli(sub) -> None:
 
 
 __all__ = ["PushStage", "push_image", "load_local_image", "RemoteError"]
+
+
+STAGE = PushStage
+
+
+def release_plan(ctx: Context, lanes: list, options) -> list:
+    """`release`: push each lane's image when a --registry is given."""
+    from pipeline.stage import Skip
+
+    steps: list = []
+    for lane in lanes:
+        if not ctx.register.query("oci-layout", lane=lane.id):
+            steps.append((lane.id, Skip("no image of this lane in the register")))
+        elif not getattr(options, "registry", None):
+            steps.append((lane.id, Skip("no --registry given")))
+        else:
+            steps.append((lane.id, lambda lane=lane: push_image(options.registry, dist=ctx.dist, lane_name=lane.id, lanes_dir=options.lanes_dir)))
+    return steps

@@ -8,7 +8,7 @@
 
 `compose` reads the release's hand-written `release.toml`; for every lane built
 by this pipeline (`from = "register"`) it takes the lane's closed asset set
-(checked with `pipeline.assets.check_assets`), its lane receipt and, for the
+(checked with `pipeline.formats.assets.check_assets`), its lane receipt and, for the
 container lane, the image publication receipt from the artefact register,
 refuses any drift between them (a receipt for other bytes, a publication
 receipt for another archive, a mutable image tag) with the file and field
@@ -36,10 +36,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RefusedError, UsageError
-from .lanes import REPO_ROOT, Lane, load_lanes
-from .register import REGISTER_FILE, Register
-from .releasetree import (
+from pipeline.errors import (
+    EnvironmentProblem,
+    InputError,
+    IntegrityError,
+    PipelineError,
+    RefusedError,
+    UsageError,
+)
+from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
+from pipeline.formats.releasetree import (
     ACCEPTANCE,
     AUTHORITY_MD,
     LANE_RECEIPT_TYPE,
@@ -72,11 +78,8 @@ from .releasetree import (
     split_image_reference,
     sums_name,
 )
-from .util import ui
-from .util.fs import atomic_write_bytes
-from .util.hashing import is_commit_hex, sha256_bytes
-from .util.jsonio import canonical_bytes, expect_object, loads_document, loads_object
-from .verify import (
+from pipeline.register import REGISTER_FILE, Register
+from pipeline.stages.verify import (
     GIT,
     GitObjects,
     GitUnavailable,
@@ -87,6 +90,10 @@ from .verify import (
     state_problems,
     verify_release,
 )
+from pipeline.util import ui
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.hashing import is_commit_hex, sha256_bytes
+from pipeline.util.jsonio import canonical_bytes, expect_object, loads_document, loads_object
 
 
 @dataclass
@@ -121,7 +128,7 @@ def _refuse(problems: list[Problem], *, kind: type[PipelineError] = InputError, 
 
 
 def _sentinel() -> object:
-    from .errors import _MISSING
+    from pipeline.errors import _MISSING
 
     return _MISSING
 
@@ -135,7 +142,7 @@ def _read_manifest(root: Path, release: str) -> dict[str, Any] | None:
     path = root / repo_path(release, MANIFEST)
     if not path.exists():
         return None
-    from .util.jsonio import read_json_object
+    from pipeline.util.jsonio import read_json_object
 
     return read_json_object(path)
 
@@ -157,7 +164,7 @@ def _want(check: bool, what: str, *, file: Path | str, field: str, found: Any, e
 
 def import_register_lane(root: Path, release: str, lane: Lane, register: Register, *, status: str, model_sha256: str | None) -> dict[str, bytes]:
     """The evidence files of one register-mode lane, checked against each other: {tree path: bytes}."""
-    from .assets import asset_set, check_assets
+    from pipeline.formats.assets import asset_set, check_assets
 
     outer = register.one("outer-checksums", lane=lane.id, needed_by="compose", produced_by="package")
     sums_path = register.verified_path(outer)
@@ -249,8 +256,8 @@ def component_publication(register: Register, lane: Lane, tag: str, set_files: d
     """The register's publication receipt of this lane's component (pipeline/stages/publish.py), checked
     to bind exactly this closed set at this tag and commit; None when the component is not published
     by the pipeline.  Drift (a receipt of other bytes, tag, commit or repository) is refused."""
-    from .formats.publication_plan import read_receipt
-    from .infra.github import repository_of
+    from pipeline.formats.publication_plan import read_receipt
+    from pipeline.infra.github import repository_of
 
     entries = [e for e in register.query("release-publication", lane=lane.id) if e.attrs.get("tag") == tag]
     if not entries:
@@ -272,8 +279,8 @@ def component_publication(register: Register, lane: Lane, tag: str, set_files: d
 
 def _pins_checksums(root: Path, release: str, lane: Lane, source: str, tag: str | None) -> bytes:
     """Bind a downloaded published SHA256SUMS (pins mode): strict format, closed set of the lane's names."""
-    from .assets import parse_sums
-    from .releasetree import expected_names
+    from pipeline.formats.assets import parse_sums
+    from pipeline.formats.releasetree import expected_names
 
     path = root / source
     if not path.is_file():
@@ -442,7 +449,7 @@ def rebind(
             outcome.written.append(rel)
     outcome.blockers = list(derived.manifest["publication"]["blockers"])
     outcome.warnings += problems.warnings
-    from .releasetree import _null_identities, unknown_keys_unused
+    from pipeline.formats.releasetree import _null_identities, unknown_keys_unused
 
     for key in unknown_keys_unused(derived.release, _null_identities(derived.manifest["components"], lanes)):
         outcome.warnings.append(Problem("input", "explains a value that is no longer null", file=derived.release.path, field=f"unknown.{key}", fix="remove the entry"))
@@ -450,7 +457,7 @@ def rebind(
 
 
 def _first_difference(before: Any, after: Any, path: str = "subject") -> tuple[str, Any, Any]:
-    from .verify import diff
+    from pipeline.stages.verify import diff
 
     out: list[tuple[str, Any, Any]] = []
     diff(after, before, path, out)
@@ -519,8 +526,8 @@ def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes
 
 def _check_published(root: Path, release: str, lane: Lane, li: Any, register: Register, writes: dict[str, bytes]) -> None:
     """`published` of a register lane against the component's publication receipt in the register."""
-    from .assets import parse_sums
-    from .releasetree import receipt_facts
+    from pipeline.formats.assets import parse_sums
+    from pipeline.formats.releasetree import receipt_facts
 
     sums = writes[repo_path(release, sums_name(lane.id))]
     set_files = {**parse_sums(sums, file=sums_name(lane.id)), "SHA256SUMS": sha256_bytes(sums)}
@@ -651,7 +658,7 @@ def accept_release(root: Path, release: str, record: Path, *, lanes_dir: Path | 
     data = Path(record).read_bytes() if Path(record).is_file() else None
     if data is None:
         raise InputError("acceptance record does not exist", file=record)
-    from .util.jsonio import check_text_hygiene
+    from pipeline.util.jsonio import check_text_hygiene
 
     check_text_hygiene(record, data)
     doc = loads_object(data, source=record)

@@ -43,11 +43,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .errors import EnvironmentProblem, IntegrityError
-from .formats import components as cm
-from .util.fs import atomic_write_bytes
-from .util.hashing import file_digests
-from .util.jsonio import canonical_bytes, loads_object
+from pipeline.errors import EnvironmentProblem, IntegrityError
+from pipeline.formats import components as cm
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.hashing import file_digests
+from pipeline.util.jsonio import canonical_bytes, loads_object
 
 TOOL_NAME = "omp-ninfer-pipeline"
 PROPERTY = "omp-ninfer"  # CycloneDX property namespace
@@ -105,14 +105,14 @@ class SbomInput:
     source: dict[str, Any]
     files: list[PayloadFile]
     binaries: dict[str, str] = field(default_factory=dict)  # binary file name -> payload path
-    libraries: list[Any] = field(default_factory=list)  # pipeline.binaries.Library
+    libraries: list[Any] = field(default_factory=list)  # pipeline.infra.binaries.Library
     edges: dict[str, tuple[str, ...]] = field(default_factory=dict)
     fold_case: bool = False
     vendored: list[dict[str, Any]] = field(default_factory=list)
     toolchain: dict[str, Any] = field(default_factory=dict)
     cuda_toolkit: str = ""
     runtime_copyright: str | None = None  # from the runtime's LICENSE
-    providers: dict[str, Any] = field(default_factory=dict)  # provider kind -> pipeline.lanes.Provider
+    providers: dict[str, Any] = field(default_factory=dict)  # provider kind -> pipeline.formats.lanes.Provider
     license_texts: dict[str, tuple[str, str]] = field(default_factory=dict)  # LicenseRef-* -> (name, text)
     toolchain_authors: dict[str, str] = field(default_factory=dict)  # wheel distribution -> METADATA author
     host_dependencies: list[dict[str, Any]] = field(default_factory=list)  # from the build identity
@@ -840,7 +840,7 @@ def validate_file(path: Path) -> str:
             raise IntegrityError("CycloneDX 1.6 schema validation failed", file=path, found=errors[:5])
         document = loads_object(path.read_bytes(), source=path)
         return f"{path}: valid CycloneDX {document.get('specVersion')}, {len(document.get('components', []))} components"
-    from .errors import UsageError
+    from pipeline.errors import UsageError
 
     raise UsageError("unknown SBOM type", file=path, expected="a *.spdx.json or *.cdx.json file")
 

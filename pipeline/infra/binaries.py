@@ -32,10 +32,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import BuildFailure, InputError, IntegrityError
-from .lanes import REPO_ROOT, Lane, Redistributable
-from .util.proc import ToolRecord, require_tool, run, tool_record
-from .util.safepath import safe_relative
+from pipeline.errors import BuildFailure, InputError, IntegrityError
+from pipeline.formats.lanes import REPO_ROOT, Lane, Redistributable
+from pipeline.util.proc import ToolRecord, require_tool, run, tool_record
+from pipeline.util.safepath import safe_relative
 
 ORIGIN = "$ORIGIN"
 

@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
 
-from .errors import InputError, IntegrityError
-from .infra.safetar import SafeTar
-from .util.fs import atomic_write_bytes
-from .util.jsonio import loads_document, loads_object
-from .util.safepath import relpath_problem
+from pipeline.errors import InputError, IntegrityError
+from pipeline.infra.safetar import SafeTar
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.jsonio import loads_document, loads_object
+from pipeline.util.safepath import relpath_problem
 
 # -- media types -------------------------------------------------------------
 

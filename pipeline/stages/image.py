@@ -54,28 +54,28 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from . import oci
-from .assets import check_registered_set
-from .errors import InputError, IntegrityError, RemoteError
-from .formats.components import repository_owner
-from .infra.safetar import SafeTar
-from .lanes import REPO_ROOT, Lane, find_lane
-from .oci_registry import RegistryClient, Repository, credentials_for, parse_repository
-from .register import Artifact
-from .sbom import spdx_bytes, tool_creator
-from .stage import Context, Stage, StageResult, execute
-from .util import ui
-from .util.fs import atomic_output_dir, atomic_write_bytes
-from .util.hashing import file_digests, sha256_bytes, sha256_file
-from .util.jsonio import loads_document, loads_object, read_toml
-from .util.safepath import relpath_problem
-from .util.schema import Field, matches, one_of, read_table
+from pipeline.codedigest import code_digest
+from pipeline.errors import InputError, IntegrityError, RemoteError
+from pipeline.formats.assets import check_registered_set
+from pipeline.formats.components import repository_owner
+from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
+from pipeline.formats.sbom import spdx_bytes, tool_creator
+from pipeline.infra import oci
+from pipeline.infra.registry import RegistryClient, Repository, credentials_for, parse_repository
+from pipeline.infra.safetar import SafeTar
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage, StageResult, execute
+from pipeline.util import ui
+from pipeline.util.fs import atomic_output_dir, atomic_write_bytes
+from pipeline.util.hashing import file_digests, sha256_bytes, sha256_file
+from pipeline.util.jsonio import loads_document, loads_object, read_toml
+from pipeline.util.safepath import relpath_problem
+from pipeline.util.schema import Field, matches, one_of, read_table
 
 DEFINITIONS_DIR = REPO_ROOT / "containers"
 OCI_CACHE_ENV = "OMP_NINFER_OCI_CACHE"
 IDENTITY_FILE = "build-identity.json"
 SUMS_FILE = "SHA256SUMS.txt"
-_CODE_FILES = ("image.py", "oci.py", "oci_registry.py")
 
 # Labels the stage computes; a definition may not set them.
 OCI_PREFIX = "org.opencontainers.image."
@@ -1150,8 +1150,7 @@ def write_image_sbom(
 # -- the stage ----------------------------------------------------------------
 
 def _code_digest() -> str:
-    here = Path(__file__).parent
-    return sha256_bytes(b"".join((here / name).read_bytes() for name in _CODE_FILES))
+    return code_digest(__name__)
 
 
 @dataclass
@@ -1373,7 +1372,7 @@ def _print_result(result: StageResult, as_json: bool) -> int:
 
 
 def register_cli(sub) -> None:
-    from .cli import add_common
+    from pipeline.cli import add_common
 
     parser = sub.add_parser("image", help="assemble the container lane's OCI image layout from its binary archive (no Docker engine)")
     parser.add_argument("--lane", default="rtx5090-container", help="container lane id or short name (default: rtx5090-container)")
@@ -1398,3 +1397,34 @@ def register_cli(sub) -> None:
         return _print_result(result, args.json)
 
     parser.set_defaults(func=run)
+
+
+STAGE = ImageStage
+
+
+def _unpinned_base(lane: Lane) -> str | None:
+    """Why the lane's production image cannot be built yet (a base pinned by tag only), or None."""
+    try:
+        definition_for_lane(lane)
+    except InputError as problem:
+        if problem.field == "base.digest":
+            return "its image definition pins no base image digest yet ('python -m pipeline image' says how to pin it)"
+        raise
+    return None
+
+
+def release_plan(ctx: Context, lanes: list, options) -> list:
+    """`release`: the image of each container lane that has been packaged."""
+    from pipeline.stage import Skip
+
+    steps: list = []
+    for lane in lanes:
+        if lane.kind != "container":
+            steps.append((lane.id, Skip("a native lane ships no image")))
+        elif not ctx.register.query("package-archive", lane=lane.id):
+            steps.append((lane.id, Skip("no package of this lane in the register")))
+        elif (unpinned := _unpinned_base(lane)) is not None:
+            steps.append((lane.id, Skip(unpinned)))
+        else:
+            steps.append((lane.id, lambda lane=lane: build_image(lane.id, dist=ctx.dist, lanes_dir=options.lanes_dir)))
+    return steps
