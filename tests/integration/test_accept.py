@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from acceptkit import LIGHT_DOCUMENT, acceptance_toml, commit, light_candidate
+from repokit import ROOT, git
 
-from conftest import ROOT, git
 from pipeline.errors import EnvironmentProblem, InputError, PipelineError, RefusedError, UsageError
 from pipeline.formats.acceptance import canonical, loads_strict, validate_receipt
 from pipeline.register import Register

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
+from repokit import shared_or_skip
 
-from conftest import shared_or_skip
 from pipeline import cli
 from pipeline.errors import ExitCode
 from pipeline.stages import audit
@@ -163,8 +163,7 @@ def _pseudo_random(size: int, seed: bytes) -> bytes:
 @pytest.fixture(scope="session")
 def native_set(tmp_path_factory):
     """The real RTX 4090 closed set, made by the pipeline's build (--prebuilt) and package stages."""
-    pytest.importorskip("pipeline.stages.package", reason="the package stage (pipeline/package.py) is not in this checkout")
-    winfixtures = pytest.importorskip("winfixtures", reason="tests/winfixtures.py (mingw PE fixtures) is not in this checkout")
+    import winfixtures
     workspace, dist = winfixtures.packaged_native_set(tmp_path_factory)
     folder = dist / LANE / "assets"
     assert (folder / "SHA256SUMS").is_file()
@@ -850,8 +849,7 @@ def test_too_little_room_in_the_cache_stops_before_any_download(server, tmp_path
 @pytest.fixture(scope="module")
 def pipeline_release(tmp_path_factory):
     """The ready sample release composed by the pipeline (build, package, qualify, compose, pin dance)."""
-    pytest.importorskip("pipeline.stages.compose", reason="the compose stage is not in this checkout")
-    releasekit = pytest.importorskip("releasekit", reason="tests/releasekit.py is not in this checkout")
+    import releasekit
     return releasekit, releasekit.sample_release(tmp_path_factory)
 
 
@@ -862,7 +860,7 @@ def _serve_pipeline_release(server: ReleaseServer, releasekit, release, manifest
     the kit's bytes, and every raw URL serves `git show <commit>:<path>` of the product
     repository, so the pins are the ones the pin dance wrote.  Returns the --mirror values.
     """
-    from conftest import git
+    from repokit import git
 
     strings: list[str] = []
 

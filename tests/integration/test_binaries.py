@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from repokit import missing_dependency
 from winfixtures import native_workspace
 
 from pipeline.errors import BuildFailure, InputError
@@ -25,7 +26,7 @@ EXPECTED_BUNDLE = ["avcodec-61.dll", "avformat-61.dll", "avutil-59.dll", "cudart
 
 def _cc(*args: str | Path, cwd: Path) -> None:
     if shutil.which("gcc") is None:
-        pytest.skip("gcc is not installed")
+        missing_dependency("gcc is not installed (Debian: apt-get install gcc; .ci/run installs g++, which brings it)")
     subprocess.run(["gcc", *map(str, args)], cwd=cwd, check=True, capture_output=True)
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
+from repokit import ROOT, git, have_nvcc
 
-from conftest import ROOT, git, have_nvcc
 from pipeline.errors import EnvironmentProblem, IntegrityError
 from pipeline.formats.lanes import find_lane
 from pipeline.infra.source import parse_source

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from releasekit import LANE, RELEASE, acceptance_record, commit, release_toml, sample_release
+from repokit import ROOT, git
 
-from conftest import ROOT, git
 from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, UsageError
 from pipeline.formats.lanes import load_lanes
 from pipeline.formats.releasetree import dump_toml, load_release_toml, release_dir

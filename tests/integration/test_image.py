@@ -17,6 +17,7 @@ from pathlib import Path
 
 import imagekit
 import pytest
+from repokit import ROOT
 
 from pipeline.cli import main
 from pipeline.errors import ExitCode, InputError, IntegrityError
@@ -25,7 +26,6 @@ from pipeline.infra import oci
 from pipeline.register import Register
 from pipeline.stages.image import build_image, load_definition
 
-ROOT = Path(__file__).resolve().parent.parent
 LANE = "rtx5090-container"
 
 

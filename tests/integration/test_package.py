@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import sbomkit
+from repokit import SAMPLE, make_repo
 from winfixtures import (
     compile_windows_prebuilt,
     copy_lanes,
@@ -20,7 +21,6 @@ from winfixtures import (
     packaged_native_set,
 )
 
-from conftest import SAMPLE, make_repo
 from pipeline.cli import main
 from pipeline.errors import BuildFailure, InputError, IntegrityError, RefusedError
 from pipeline.formats.assets import asset_set, check_assets

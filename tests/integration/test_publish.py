@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 from github_standin import StandIn, Token
+from repokit import ROOT
 from winfixtures import copy_lanes, packaged_native_set
 
 from pipeline.errors import PipelineError, RefusedError, RemoteError
@@ -34,7 +35,6 @@ LANE = "rtx4090-windows-native"
 TAG = "v0.7.0-qwen38-4090-beta.2"
 TOKEN = "ghp_standinTokenForPublishTests0123456789"
 REPO = "alphastorm/ninfer"
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class FakeClock:
@@ -388,7 +388,8 @@ def test_client_retries_reads_and_never_writes_blindly(tmp_path):
 @pytest.mark.slow
 def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample_repo):
     """cut -> build (real nvcc) -> package -> publish --component, for the container lane, from the sample runtime."""
-    from conftest import have_nvcc
+    from repokit import have_nvcc
+
     from pipeline.formats.lanes import DEFAULT_LANES_DIR, REPO_ROOT
     from pipeline.stages.build import build_lane
     from pipeline.stages.cut import cut_lane

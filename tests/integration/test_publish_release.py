@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from github_standin import StandIn, Token
 from releasekit import RELEASE, sample_release
+from repokit import SHARED, git
 
-from conftest import SHARED, git
 from pipeline.cli import main
 from pipeline.errors import RefusedError
 from pipeline.formats.publication_plan import read_receipt

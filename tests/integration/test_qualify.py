@@ -512,8 +512,7 @@ def test_cli_qualifies_a_server_process_and_restarts_it_for_real(tmp_path, monke
     import time
 
     import requests
-
-    from conftest import ROOT
+    from repokit import ROOT
 
     dist = tmp_path / "dist"
     fake_build(dist, "4090")
@@ -652,7 +651,8 @@ def test_container_chain_on_the_compiled_sample(tmp_path, sample_repo):
     binary's selftest for real, so on a host without a driver that gate fails, honestly."""
     import shutil
 
-    from conftest import have_nvcc
+    from repokit import have_nvcc
+
     from pipeline.infra.source import parse_source
     from pipeline.stages.build import BuildStage
     from pipeline.stages.package import package_lane
@@ -714,7 +714,8 @@ def test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu(tmp_path):
         arch = {cc: a for a, cc in CUDA_ARCHITECTURES.items()}.get(facts["compute_capability"])
         if arch is None:
             pytest.skip(f"the sample has no CUDA architecture for compute capability {facts['compute_capability']}")
-        from conftest import SAMPLE, have_nvcc, make_repo
+        from repokit import SAMPLE, have_nvcc, make_repo
+
         from pipeline.infra.source import parse_source
         from pipeline.stages.build import BuildStage
         from pipeline.stages.package import package_lane

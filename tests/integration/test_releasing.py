@@ -41,8 +41,8 @@ from acceptkit import (
     engine_can_run,
     make_product_repo,
 )
+from repokit import SAMPLE, make_repo
 
-from conftest import SAMPLE, make_repo
 from pipeline.formats.acceptance import canonical
 from pipeline.stages.accept import RunOptions, make_bundle, run_bundle
 

@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 import pytest
+from repokit import ROOT
 
-from conftest import ROOT
 from pipeline.errors import InputError, IntegrityError, PipelineError
 from pipeline.infra import archive, oci, source
 from pipeline.infra.safetar import MAX_EXTENSION_CHAIN, SafeTar, TarLimits, inflate_chunks

@@ -13,6 +13,7 @@ from pathlib import Path
 import imagekit
 import pytest
 import sbomkit
+from repokit import ROOT
 from test_sbom import _small_input
 from winfixtures import packaged_native_set
 
@@ -182,7 +183,7 @@ def test_native_sets_made_from_mingw_binaries_conform_and_agree(tmp_path_factory
     assert packages["KERNEL32.dll"]["supplier"] == "Organization: Microsoft Corporation"
     texts = {e["licenseId"]: e["extractedText"] for e in document["hasExtractedLicensingInfos"]}
     assert sorted(texts) == ["LicenseRef-Microsoft-DirectStorage", "LicenseRef-NVIDIA-CUDA-EULA"]
-    assert texts["LicenseRef-Microsoft-DirectStorage"] == (Path(__file__).resolve().parent.parent / "packaging/licenses/LicenseRef-Microsoft-DirectStorage.txt").read_text()
+    assert texts["LicenseRef-Microsoft-DirectStorage"] == (ROOT / "packaging/licenses/LicenseRef-Microsoft-DirectStorage.txt").read_text()
     # The graph is the import analysis: the binaries' PE imports and dstorage's LoadLibrary companion.
     ids = {p["SPDXID"]: p["name"] for p in document["packages"]}
     relations = {(ids.get(r["spdxElementId"]), r["relationshipType"], ids.get(r["relatedSpdxElement"])) for r in document["relationships"]}

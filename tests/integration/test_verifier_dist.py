@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from repokit import GIT_ENV, ROOT, make_repo
 
-from conftest import GIT_ENV, ROOT, make_repo
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, UsageError
 from pipeline.formats.assets import parse_sums
 from pipeline.register import Register
@@ -29,7 +29,7 @@ from pipeline.stage import Context
 from pipeline.stages import verifier_dist as vd
 from pipeline.util.hashing import sha256_file
 
-EPOCH = 1793534400  # GIT_COMMITTER_DATE of conftest.make_repo: 2026-11-01T12:00:00Z
+EPOCH = 1793534400  # GIT_COMMITTER_DATE of repokit.make_repo: 2026-11-01T12:00:00Z
 assert GIT_ENV["GIT_COMMITTER_DATE"] == "2026-11-01T12:00:00+00:00"
 WHEEL = "omp_ninfer_pipeline-0.1.0-py3-none-any.whl"
 SDIST = "omp_ninfer_pipeline-0.1.0.tar.gz"
@@ -184,7 +184,7 @@ def test_the_installed_wheel_runs_from_outside_any_checkout(installed, tmp_path)
 def test_the_installed_wheel_audits_the_pipelines_sample_release(installed, tmp_path, tmp_path_factory):
     """A real audit by the installed wheel, with its bundled lane files (no --lanes-dir), of the ready sample
     release made by the pipeline and served on loopback (the audit tests' server and release kit)."""
-    releasekit = pytest.importorskip("releasekit", reason="tests/releasekit.py is not in this checkout")
+    import releasekit
     import test_audit
 
     release = releasekit.sample_release(tmp_path_factory)  # made once per session, shared with the audit tests

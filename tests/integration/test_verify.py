@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 from releasekit import LANE, RELEASE, sample_release
+from repokit import ROOT, git
 
-from conftest import ROOT, git
 from pipeline.formats.releasetree import blocker_subject
 from pipeline.stages.verify import verify_release
 from pipeline.util.jsonio import canonical_bytes
@@ -289,10 +289,9 @@ def test_acceptance_must_bind_this_candidate(release, ready):
 
 
 def test_sigstore_bundles_are_checked_through_pipeline_sign(release, ready):
-    from conftest import shared_or_skip
+    from repokit import shared_or_skip
 
     vector = shared_or_skip("sigstore-vectors", "bundle_v3_github.whl.sigstore")
-    pytest.importorskip("pipeline.stages.sign")
     bundle = ready / "manifests" / RELEASE / "manifest.json.sigstore.json"
     bundle.write_bytes(vector.read_bytes())  # a real bundle, but for another file and signer
     report = run(ready, release, require="ready")

@@ -26,10 +26,9 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml  # PyYAML: installed with the pipeline (spdx-tools depends on it), so never a skip
+from repokit import ROOT
 
-yaml = pytest.importorskip("yaml", reason="PyYAML is not installed (it comes with spdx-tools)")
-
-ROOT = Path(__file__).resolve().parent.parent
 WORKFLOWS = ROOT / ".github" / "workflows"
 RELEASE = WORKFLOWS / "release.yml"
 CI = WORKFLOWS / "ci.yml"
@@ -175,9 +174,16 @@ def test_ci_runs_the_ci_entry_point_on_push_and_pull_requests():
     on = triggers(document)
     assert "push" in on and "pull_request" in on
     assert "pull_request_target" not in on
-    (job,) = document["jobs"].values()
+    # Two jobs: .ci/run (the whole suite, on Debian), and the unit tier on Windows.
+    assert set(document["jobs"]) == {"ci", "unit-windows"}
+    job = document["jobs"]["ci"]
     assert any(step.get("run", "").strip().endswith("bash .ci/run") for step in job["steps"])
     assert (ROOT / ".ci" / "run").is_file()
+    windows = document["jobs"]["unit-windows"]
+    assert windows["runs-on"] == "windows-latest"
+    runs = [step["run"].strip() for step in windows["steps"] if "run" in step]
+    assert runs == ['python -m pip install -e ".[test]"', "python -m pytest tests/unit"]
+    assert (ROOT / "tests" / "unit").is_dir()
 
 
 def test_lane_source_helper_prints_the_pinned_commit_or_fails(tmp_path):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, SAMPLE, git, make_repo
+from repokit import ROOT, SAMPLE, git, make_repo
 
 RELEASE = "v1.0.0"
 LANE = "rtx5090-container"

@@ -8,10 +8,14 @@ symlink, like NVIDIA's images.  It is an OCI layout whose top entry is an image
 index (as multi-platform images are), built with the pipeline's own deterministic
 primitives and pushed to the test registry with skopeo (an independent client).
 
-The binary archive follows the package stage's contract: one top folder
-`ninfer-qwen38-rtx5090-v<version>-linux-x86_64-cuda13.1/` with `bin/ninfer`,
-`bin/ninfer-serve`, `LICENSE`, `licenses/`, `VERSION`, `README.md`,
-`RELEASE_NOTES.md`, `build-identity.json` and `SHA256SUMS.txt`.
+The binary archive follows the package stage's contract, read from pipeline/formats/assets.py
+rather than typed here: the set's names (`asset_set`: the package and source archive names and
+the top folder `ninfer-qwen38-rtx5090-v<version>-linux-x86_64-cuda13.1/`), the payload every
+package holds (`payload_required`: `PAYLOAD_FILES`, `bin/<binaries>`, `SHA256SUMS.txt`, plus
+`licenses/`), the folder `dist/<lane>/assets/`, and the register names, kinds and attributes the
+package stage records (`AssetSet.entry_name`, `entry_attrs`, `ROLE_KINDS`).  Only the package and
+source archives are written (no SBOMs, checksum files or receipt: the image stage then binds the
+archive on its register hash and says so).
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from repokit import ROOT
 
+from pipeline.formats import assets
 from pipeline.formats.lanes import Lane
 from pipeline.infra import oci
 from pipeline.register import Register
 from pipeline.util.fs import atomic_write_bytes
 
-EPOCH = 1793534400  # 2026-11-01T12:00:00Z, the sample repository's commit time (conftest.GIT_ENV)
+EPOCH = 1793534400  # 2026-11-01T12:00:00Z, the sample repository's commit time (repokit.GIT_ENV)
 MULTIARCH = "x86_64-linux-gnu"
 HOST_LIBRARIES = ("libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libdl.so.2", "libpthread.so.0", "librt.so.1")
 LOADER = "ld-linux-x86-64.so.2"
@@ -194,7 +200,8 @@ def push_base(base: BaseImageInfo, host: str, repository: str) -> None:
 # -- binary archives -----------------------------------------------------------
 
 def archive_stem(lane: Lane, beta: int | None = None) -> str:
-    return f"{lane.stem(beta)}-{lane.asset_platform}"
+    """The package's top folder and file stem: `<stem>-<platform>` of the lane's asset set."""
+    return assets.asset_set(lane, beta).package_root
 
 
 def fake_identity(lane: Lane, binaries: dict[str, Path], *, commit: str = "a" * 40, epoch: int = EPOCH, beta: int | None = None) -> dict:
@@ -228,24 +235,29 @@ def write_package(
     """A binary archive in the package contract's shape, recorded in the register like the package stage does."""
     identity = identity or fake_identity(lane, binaries, beta=beta)
     epoch = int(identity["source_date_epoch"])
-    stem = archive_stem(lane, beta)
-    payload: dict[str, tuple[bytes, int]] = {
-        "LICENSE": (b"Apache License 2.0 (test stand-in)\n", 0o644),
-        "licenses/miniargs.txt": (b"MIT License (miniargs, vendored)\n", 0o644),
-        "licenses/tinycrc.txt": (b"Zlib License (tinycrc, vendored)\n", 0o644),
-        "VERSION": (f"{lane.version}-beta.{beta or lane.beta}\n".encode(), 0o644),
-        "README.md": (b"# NInfer runtime\n", 0o644),
-        "RELEASE_NOTES.md": (b"# Release notes\n", 0o644),
-        "build-identity.json": ((json.dumps(identity, sort_keys=True, separators=(",", ":")) + "\n").encode(), 0o644),
+    expected = assets.asset_set(lane, beta)
+    stem = expected.package_root
+    texts = {
+        "LICENSE": b"Apache License 2.0 (test stand-in)\n",
+        "VERSION": f"{lane.version}-beta.{beta or lane.beta}\n".encode(),
+        "README.md": b"# NInfer runtime\n",
+        "RELEASE_NOTES.md": b"# Release notes\n",
+        "build-identity.json": (json.dumps(identity, sort_keys=True, separators=(",", ":")) + "\n").encode(),
     }
+    assert sorted(texts) == sorted(assets.PAYLOAD_FILES), "the package contract's payload files changed: follow it here"
+    payload: dict[str, tuple[bytes, int]] = {name: (texts[name], 0o644) for name in assets.PAYLOAD_FILES}
+    payload[f"{assets.LICENSES_DIR}/miniargs.txt"] = (b"MIT License (miniargs, vendored)\n", 0o644)
+    payload[f"{assets.LICENSES_DIR}/tinycrc.txt"] = (b"Zlib License (tinycrc, vendored)\n", 0o644)
     for name, path in binaries.items():
-        payload[f"bin/{name}"] = (path.read_bytes(), 0o755)
+        payload[f"{assets.BIN_DIR}/{name}"] = (path.read_bytes(), 0o755)
+    missing = set(assets.payload_required(lane, list(binaries))) - set(payload) - {assets.PAYLOAD_SUMS}
+    assert not missing, f"the fake package lacks what every package of {lane.id} holds: {sorted(missing)}"
     for name, data in (extra or {}).items():
         payload[name] = (data, 0o644)
     for name in drop:
         payload.pop(name, None)
     sums = "".join(f"{hashlib.sha256(data).hexdigest()}  {name}\n" for name, (data, _mode) in sorted(payload.items()))
-    payload["SHA256SUMS.txt"] = (sums.encode(), 0o644)
+    payload[assets.PAYLOAD_SUMS] = (sums.encode(), 0o644)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
         names = sorted({stem, *(f"{stem}/{n}" for n in payload), *(f"{stem}/{p}" for n in payload for p in _parents(n))})
@@ -263,17 +275,17 @@ def write_package(
     compressed = io.BytesIO()
     with gzip.GzipFile(filename="", mode="wb", fileobj=compressed, mtime=epoch, compresslevel=9) as gz:
         gz.write(buffer.getvalue())
-    assets = dist / lane.id / "assets"
-    archive = assets / f"{stem}.tar.gz"
+    folder = dist / lane.id / assets.ASSETS_DIR
+    archive = folder / expected.name_of("package")
     atomic_write_bytes(archive, compressed.getvalue())
     if record:
         register = Register(dist)
-        source = assets / f"runtime-source-{identity['patch_stack_sha'][:8]}.tar.gz"
+        source = folder / expected.name_of("source")
         atomic_write_bytes(source, gzip.compress(b"source", mtime=0))
-        tag = identity["component_tag"]
         outputs = [
-            register.make("package-archive", archive, stage="package", lane=lane.id, name=f"{lane.id}/{archive.name}", component_tag=tag),
-            register.make("source-archive", source, stage="package", lane=lane.id, name=f"{lane.id}/{source.name}", component_tag=tag),
+            register.make(assets.ROLE_KINDS[expected.role_of(path.name)], path, stage="package", lane=lane.id,
+                          name=expected.entry_name(path.name), **expected.entry_attrs(path.name))
+            for path in (archive, source)
         ]
         register.record_stage(f"package:{lane.id}", "test-made", outputs)
     return archive
@@ -298,7 +310,7 @@ def stand_in_binaries(folder: Path) -> dict[str, Path]:
 
 def definition_text(base_repository: str, digest: str, *, tag: str | None = "13.1-runtime-test", extra_layer: str = "", archive_ignore: str = "[]") -> str:
     """The shipped definition with the test base swapped in (everything else as in production)."""
-    shipped = (Path(__file__).resolve().parent.parent / "containers" / "ninfer-runtime.toml").read_text()
+    shipped = (ROOT / "containers" / "ninfer-runtime.toml").read_text()
     lines = []
     section = ""
     for line in shipped.splitlines():
@@ -321,7 +333,7 @@ def definition_text(base_repository: str, digest: str, *, tag: str | None = "13.
     return "\n".join(lines) + "\n" + extra_layer
 
 
-# -- fixtures (imported by conftest.py) ------------------------------------------
+# -- fixtures (this kit is a plugin of the suite: tests/conftest.py pytest_plugins) ----
 
 @pytest.fixture(scope="session")
 def local_base(tmp_path_factory) -> BaseImageInfo:

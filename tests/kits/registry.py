@@ -5,7 +5,7 @@ filesystem store in a temporary folder (optionally with htpasswd basic auth),
 waits until `GET /v2/` answers, and stops the process it started by its PID.
 `FaultProxy` sits in front of it and injects the failures the push stage must
 survive or refuse: a 5xx in the middle of a blob upload, a rewritten
-`Docker-Content-Digest`.  The fixtures are imported by conftest.py.
+`Docker-Content-Digest`.  This kit is a plugin of the suite (tests/conftest.py: pytest_plugins).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from repokit import missing_dependency
 
 CONFIG = """\
 version: 0.1
@@ -67,7 +68,7 @@ def bcrypt_hash(password: str) -> str:
     try:
         library = ctypes.CDLL("libcrypt.so.1")
     except OSError:
-        pytest.skip("libcrypt.so.1 is not available to make an htpasswd file")
+        missing_dependency("libcrypt.so.1 is not available to make an htpasswd file (Debian: libcrypt1)")
     library.crypt_gensalt.restype = ctypes.c_char_p
     library.crypt_gensalt.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int]
     library.crypt.restype = ctypes.c_char_p
@@ -75,7 +76,7 @@ def bcrypt_hash(password: str) -> str:
     salt = library.crypt_gensalt(b"$2b$", 5, None, 0)
     hashed = library.crypt(password.encode(), salt) if salt else None
     if not hashed or not hashed.startswith(b"$2"):
-        pytest.skip("this libcrypt cannot make bcrypt hashes")
+        missing_dependency("this libcrypt cannot make bcrypt hashes (libxcrypt's libcrypt1 can)")
     return hashed.decode()
 
 
@@ -246,7 +247,7 @@ class FaultProxy:
         return [entry for entry in self.log if entry[0] == method and contains in entry[1]]
 
 
-# -- fixtures (imported by conftest.py) ------------------------------------------
+# -- fixtures (this kit is a plugin of the suite: tests/conftest.py pytest_plugins) ----
 
 @pytest.fixture(scope="session")
 def registry_server(tmp_path_factory) -> Iterator[RegistryServer]:

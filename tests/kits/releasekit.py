@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from repokit import git
 from winfixtures import packaged_native_set
-
-from conftest import git
 
 RELEASE = "v1.0.0"
 LANE = "rtx4090-windows-native"

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from repokit import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 NODE_TOOLS = ROOT / "tools" / "node"
 CDX_SCRIPT = NODE_TOOLS / "validate-cyclonedx.cjs"
 CDX_LIBRARY = "@cyclonedx/cyclonedx-library"

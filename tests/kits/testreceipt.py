@@ -112,8 +112,13 @@ class TestReceiptPlugin:
             terminalreporter.write_line(self.message)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # This module is one of the suite's plugins (tests/conftest.py: pytest_plugins).
+    configure(config)
+
+
 def configure(config: pytest.Config) -> None:
-    """Register the plugin when PIPELINE_TEST_RECEIPT is set (called from tests/conftest.py)."""
+    """Register the plugin when PIPELINE_TEST_RECEIPT is set (this module's pytest_configure, or a suite's own conftest)."""
     target = os.environ.get(ENV_VAR)
     if not target or hasattr(config, "workerinput"):  # never in an xdist worker: the controller counts
         return

@@ -14,11 +14,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from repokit import FIXTURES as TEST_FIXTURES
+from repokit import missing_dependency
 
 from pipeline.formats.identity import IDENTITY_KEYS
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "windows"
+FIXTURES = TEST_FIXTURES / "windows"
 MINGW = "x86_64-w64-mingw32-gcc"
 # Reproducible PE files: no link timestamp, no symbols.
 COMMON = ["-O2", "-s", "-Wl,--no-insert-timestamp"]
@@ -40,7 +41,7 @@ EXE_LIBS = ["cudart", "dstorage", "avformat", "curl"]
 def require_mingw() -> str:
     found = shutil.which(MINGW)
     if not found:
-        pytest.skip(f"{MINGW} is not installed (Debian: apt-get install gcc-mingw-w64-x86-64; .ci/run installs it)")
+        missing_dependency(f"{MINGW} is not installed (Debian: apt-get install gcc-mingw-w64-x86-64; .ci/run installs it)")
     return found
 
 
@@ -105,7 +106,8 @@ class NativeWorkspace:
     def __init__(self, root: Path, short: str = "4090") -> None:
         import json
 
-        from conftest import SAMPLE, make_repo
+        from repokit import SAMPLE, make_repo
+
         from pipeline.formats.lanes import DEFAULT_LANES_DIR, REPO_ROOT, load_lane
         from pipeline.util.jsonio import canonical_bytes
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from github_standin import StandIn, Token
+from repokit import SAMPLE, git, make_repo
 
-from conftest import SAMPLE, git, make_repo
 from pipeline.cli import main
 from pipeline.errors import InputError, RefusedError, UsageError
 from pipeline.formats.cut_ledger import (
@@ -230,7 +230,7 @@ def test_build_takes_the_current_cut_and_refuses_another_commit(runtime, tmp_pat
     assert rehearsal.cut.rehearsal and rehearsal.cut.tag == TAG.format(1)
     # The lane file changed since the cut: that build is not the cut any more.
     git(repo, "checkout", "-q", first)
-    (lanes / f"{LANE}.toml").write_text((lanes / f"{LANE}.toml").read_text().replace("max_restart_seconds = 120.0", "max_restart_seconds = 121.0"))
+    (lanes / f"{LANE}.toml").write_text((lanes / f"{LANE}.toml").read_text().replace("max_restart_seconds = 120.0", "max_restart_seconds = 121.0"), newline="\n")
     changed = load_lane(lanes / f"{LANE}.toml")
     with pytest.raises(RefusedError, match="lane file changed since v0.7.0-qwen38-5090-beta.1 was cut"):
         BuildStage(Context.open(tmp_path / "d4"), changed, source=parse_source(str(repo))).preflight()

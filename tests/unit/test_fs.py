@@ -14,6 +14,7 @@ def _mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
+@pytest.mark.skipif(os.name == "nt", reason="POSIX permission bits: Windows folders have ACLs, and os.stat reports 0o777 for every folder")
 def test_a_published_folder_is_0755_although_it_was_staged_private(tmp_path):
     target = tmp_path / "lane" / "assets"
     seen = []

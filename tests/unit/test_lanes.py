@@ -45,7 +45,7 @@ def _edited(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:
     target = directory / f"{lane_id}.toml"
     text = (DEFAULT_LANES_DIR / f"{lane_id}.toml").read_text()
     assert old in text, f"fixture text {old!r} not in lane file"
-    target.write_text(text.replace(old, new, 1))
+    target.write_text(text.replace(old, new, 1), newline="\n")  # LF on every platform, as the repository stores it
     return target
 
 
@@ -241,7 +241,7 @@ def test_the_stage_functions_refuse_a_ledger_beta_outside_1_to_99999_before_touc
     ledger_file = tmp_path / "cuts" / "rtx5090-container.json"
     ledger = json.loads(ledger_file.read_text())
     ledger["cuts"][0].update(n=n, tag=f"v0.7.0-qwen38-5090-beta.{n}")
-    ledger_file.write_text(json.dumps(ledger, indent=2, sort_keys=True) + "\n")
+    ledger_file.write_text(json.dumps(ledger, indent=2, sort_keys=True) + "\n", newline="\n")
     dist = tmp_path / "dist"
     for call in (lambda: build_lane("5090", dist=dist, lanes_dir=lanes), lambda: package_lane("5090", dist=dist, lanes_dir=lanes)):
         with pytest.raises(InputError, match="is not a valid number") as info:
@@ -257,7 +257,7 @@ def _sentinel(root: Path) -> dict[str, bytes]:
 def test_a_pattern_whose_rendered_asset_names_exceed_a_file_name_is_refused(tmp_path):
     """A pattern within its own bound can still render names too long for a file system."""
     path = _edited(tmp_path, "rtx4090-windows-native", 'stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "' + "{version}" * 14 + '"')
-    path.write_text(path.read_text().replace('version = "0.7.0"', 'version = "1234567890.1234567890.1234567890"', 1).replace("0.7.0", "1234567890.1234567890.1234567890"))
+    path.write_text(path.read_text().replace('version = "0.7.0"', 'version = "1234567890.1234567890.1234567890"', 1).replace("0.7.0", "1234567890.1234567890.1234567890"), newline="\n")
     with pytest.raises(InputError) as info:
         load_lane(path)
     assert info.value.field == "component.stem_pattern"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from conftest import ROOT
+from repokit import ROOT
 
 spec = importlib.util.spec_from_file_location("launcher", ROOT / "runtime" / "launcher" / "nvcc_deterministic.py")
 launcher = importlib.util.module_from_spec(spec)

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from repokit import ROOT
 
-from conftest import ROOT
 from pipeline.errors import InputError
 from pipeline.formats.routes import scan
 

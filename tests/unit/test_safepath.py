@@ -136,6 +136,7 @@ def test_unsafe_relative_paths_are_refused(value, reason, tmp_path):
         assert reason in caught.value.what
 
 
+@pytest.mark.skipif(os.name == "nt", reason="POSIX symbolic links: on Windows a link needs a privilege and, to a folder, target_is_directory, which these links to folders do not pass")
 def test_a_symlink_that_leaves_the_root_is_refused_and_one_inside_is_accepted(tmp_path):
     root = tmp_path / "root"
     outside = tmp_path / "outside"

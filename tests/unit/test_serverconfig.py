@@ -695,7 +695,7 @@ def test_release_spec_refuses_malformed_spec(tmp_path, lane4090, change, field, 
 
 def test_release_spec_must_be_canonical(tmp_path, lane4090):
     path = spec_copy(tmp_path)
-    path.write_text(json.dumps(json.loads(path.read_text()), indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    path.write_text(json.dumps(json.loads(path.read_text()), indent=1, sort_keys=True) + "\n", encoding="utf-8", newline="\n")
     error = spec_refusal(path, lane4090)
     assert "is not byte-canonical JSON" in str(error)
 

@@ -17,8 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from repokit import shared_or_skip
 
-from conftest import shared_or_skip
 from pipeline import cli
 from pipeline.errors import ExitCode, InputError, RefusedError
 from pipeline.stages import sign as sig
@@ -248,7 +248,7 @@ def _release_tree(root: Path, release: str = "v0.1.2", lanes: tuple[str, ...] = 
         "product": {"repository": "https://github.com/trailofbits/rfc8785.py"},
         "signing": {"certificate_identity": identity, "certificate_oidc_issuer": GH_ISSUER, "bundle_suffix": ".sigstore.json", "signed_files": signed},
     }
-    (tree / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    (tree / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", newline="\n")
     return tree
 
 
@@ -291,7 +291,7 @@ def test_sign_refuses_a_signed_file_outside_the_release_tree(tmp_path, monkeypat
     tree = _release_tree(tmp_path)
     manifest = json.loads((tree / "manifest.json").read_text())
     manifest["signing"]["signed_files"].append("README.md")
-    (tmp_path / "README.md").write_text("x\n")
+    (tmp_path / "README.md").write_text("x\n", newline="\n")
     (tree / "manifest.json").write_text(json.dumps(manifest))
     monkeypatch.chdir(tmp_path)
     assert cli.main(["sign", "--dry-run", "--release", "v0.1.2"]) == 1

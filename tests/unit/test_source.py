@@ -1,8 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from repokit import git, make_repo
 
-from conftest import git, make_repo
 from pipeline.errors import RefusedError, UsageError
 from pipeline.formats.lanes import find_lane
 from pipeline.infra.source import archive_tar, parse_source, resolve_source
@@ -80,12 +80,12 @@ def test_remote_url_at_commit_is_fetched_exactly(tmp_path):
     origin.mkdir()
     (origin / "f.txt").write_bytes(b"line\r\nwith crlf kept\n")
     commit = make_repo(origin)
-    spec = parse_source(f"file://{origin}@{commit}")
+    spec = parse_source(f"{origin.as_uri()}@{commit}")  # file:///... on every platform
     resolved = resolve_source(spec, _unpinned_lane())
     assert resolved.commit == commit
     tar = archive_tar(resolved)
     assert b"line\r\nwith crlf kept\n" in tar  # git archive without EOL conversion
-    missing = parse_source(f"file://{origin}@{'0' * 40}")
+    missing = parse_source(f"{origin.as_uri()}@{'0' * 40}")
     from pipeline.errors import RemoteError
 
     with pytest.raises(RemoteError):

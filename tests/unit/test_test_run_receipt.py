@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from repokit import KITS, git, make_repo
 
-from conftest import git, make_repo
 from pipeline.errors import InputError, RefusedError
 from pipeline.formats.test_receipt import (
     ENV_VAR,
@@ -30,7 +30,6 @@ from pipeline.formats.test_receipt import (
 )
 from pipeline.util.jsonio import canonical_bytes
 
-TESTS = Path(__file__).resolve().parent
 COMMIT = "a" * 40
 TREE = "b" * 40
 
@@ -150,7 +149,7 @@ SUITE = {
     "pyproject.toml": '[tool.pytest.ini_options]\ntestpaths = ["tests"]\n',
     "tests/conftest.py": (
         "import sys\n"
-        f"sys.path.insert(0, {str(TESTS)!r})\n"
+        f"sys.path.insert(0, {str(KITS)!r})\n"
         "import testreceipt\n\n\n"
         "def pytest_configure(config):\n"
         "    testreceipt.configure(config)\n"
