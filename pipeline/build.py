@@ -27,6 +27,7 @@ from typing import Any
 
 from .cubin import cubin_architectures
 from .errors import BuildFailure, EnvironmentProblem, InputError
+from .formats import host_dependencies as host_declaration
 from .identity import (
     BuildIdentity,
     check_expected,
@@ -34,9 +35,10 @@ from .identity import (
     parse_version_line,
     require_identical,
 )
+from .infra import hostdeps
 from .lanes import REPO_ROOT, Lane, current_host_platform
 from .register import Artifact
-from .source import SourceSpec, archive_tar, export_tree, resolve_source
+from .source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
 from .stage import Context, Stage
 from .toolchain import CANONICAL_ROOT, ON_WINDOWS, Toolchain, for_lane, toolchain_spec
 from .util import ui
@@ -47,7 +49,9 @@ from .util.proc import run, run_text
 
 LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
-_CODE_FILES = ("build.py", "source.py", "identity.py", "toolchain.py", "lanes.py", "cubin.py")
+_CODE_FILES = ("build.py", "source.py", "identity.py", "toolchain.py", "lanes.py", "cubin.py", "infra/hostdeps.py", "formats/host_dependencies.py")
+# The system part of the compile's PATH (after the toolchain's folders): host tools are found here only.
+HOST_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 
 
 def build_root(lane: Lane) -> Path:
@@ -105,6 +109,7 @@ class BuildStage(Stage):
         prebuilt: Path | None = None,
         work_dir: Path | None = None,
         beta: int | None = None,
+        pkg_config_path: tuple[str, ...] = (),
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
@@ -115,6 +120,8 @@ class BuildStage(Stage):
         self.beta = beta if beta is not None else lane.beta
         self.source = None
         self.toolchain: Toolchain | None = None
+        self.pkg_config_path = tuple(pkg_config_path)
+        self.host_check: hostdeps.HostCheck | None = None
 
     @property
     def key(self) -> str:
@@ -161,6 +168,36 @@ class BuildStage(Stage):
         if self.prebuilt is None and self.toolchain_mode == "pinned":
             toolchain_spec(lane.cuda_toolkit, host)  # the lock must pin this toolkit before any download
         ui.info(f"source: {self.source_spec.display} at {self.source.commit}")
+        if self.prebuilt is None:
+            self.host_check = self._check_host_dependencies(host)
+
+    def host_declaration(self) -> tuple[tuple, str, str]:
+        """(dependencies, declared_by, file for errors): the source's own declaration, else the lane's."""
+        assert self.source is not None
+        data = source_file(self.source, host_declaration.FILE_NAME)
+        if data is not None:
+            origin = f"{self.source_spec.display}: {host_declaration.FILE_NAME}"
+            return host_declaration.parse(data, origin=origin), f"source:{host_declaration.FILE_NAME}", origin
+        return self.lane.host_dependencies, f"lane:{self.lane.file.name}", str(self.lane.file)
+
+    def _check_host_dependencies(self, host: str) -> hostdeps.HostCheck:
+        dependencies, declared_by, origin = self.host_declaration()
+        path = os.environ.get("PATH", "").split(os.pathsep) if ON_WINDOWS else list(HOST_PATH)
+        check = hostdeps.check(
+            dependencies,
+            host=host,
+            declared_by=declared_by,
+            declaration_file=origin,
+            path=path,
+            pkg_config_path=self.pkg_config_path,
+            base_env=os.environ if ON_WINDOWS else {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")},
+        )
+        for item in check.found:
+            package = f", {item.debian_package} {item.debian_version}" if item.debian_package else ""
+            ui.info(f"host dependency {item.dependency.name}: {item.version} ({item.path}{package})")
+        if not check.found:
+            ui.info(f"host dependencies: none declared for {host} ({declared_by})")
+        return check
 
     def inputs(self) -> dict[str, Any]:
         assert self.source is not None
@@ -177,6 +214,9 @@ class BuildStage(Stage):
         else:
             data["toolchain_mode"] = self.toolchain_mode
             data["host_compiler"] = host_compiler()
+            if self.host_check is not None:
+                data["host_dependencies"] = self.host_check.dependencies_json()
+                data["host_environment"] = self.host_check.environment_json()
             data["work_dir"] = str(self.work_dir) if self.work_dir else None
             if self.toolchain_mode == "pinned":
                 data["toolchain"] = toolchain_spec(self.lane.cuda_toolkit, current_host_platform()).digest
@@ -231,6 +271,9 @@ class BuildStage(Stage):
             "source_tar_sha256": sha256_bytes(source_tar),
             "source_date_epoch": self.source.commit_time,
             "build_route": "prebuilt" if self.prebuilt is not None else "local-build",
+            # What the build host provided (null for --prebuilt: built elsewhere, not observed here).
+            "host_dependencies": self.host_check.dependencies_json() if self.host_check is not None else None,
+            "host_environment": self.host_check.environment_json() if self.host_check is not None else None,
         }
         identity_path = self.out_dir / "build-identity.json"
         write_json(identity_path, document)
@@ -276,6 +319,7 @@ class BuildStage(Stage):
                 f"-DCMAKE_CUDA_COMPILER={toolchain.nvcc}",
                 f"-DCUDAToolkit_ROOT={toolchain.cuda_home}",
                 f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{LAUNCHER}",
+                *(self.host_check.cmake_args() if self.host_check is not None else []),
                 *self._identity_cache_args(),
                 *lane.cmake_args,
             ]
@@ -311,15 +355,19 @@ class BuildStage(Stage):
         assert self.source is not None
         tools = [str(toolchain.nvcc.parent), str(toolchain.cmake.parent), str(toolchain.ninja.parent)]
         fixed = {"TZ": "UTC", "SOURCE_DATE_EPOCH": str(self.source.commit_time)}
+        # pkg-config's search path is passed explicitly (--pkg-config-path), never inherited.
+        search = self.host_check.build_env() if self.host_check is not None else {}
         if ON_WINDOWS:
             # MSVC needs the Visual Studio developer environment (INCLUDE, LIB, PATH) it was started in.
-            return dict(os.environ, PATH=os.pathsep.join([*tools, os.environ.get("PATH", "")]), **fixed)
+            inherited = {k: v for k, v in os.environ.items() if not k.upper().startswith("PKG_CONFIG")}
+            return dict(inherited, PATH=os.pathsep.join([*tools, os.environ.get("PATH", "")]), **fixed, **search)
         return {
-            "PATH": os.pathsep.join([*tools, "/usr/local/bin", "/usr/bin", "/bin"]),
+            "PATH": os.pathsep.join([*tools, *HOST_PATH]),
             "HOME": os.environ.get("HOME", "/tmp"),
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
             **fixed,
+            **search,
         }
 
     def _ninja(self, toolchain: Toolchain, build: Path, env: dict[str, str]) -> None:
@@ -352,10 +400,11 @@ class BuildStage(Stage):
         return matches[0] if matches else None
 
     def _identity_of_local(self, bin_dir: Path, toolchain: Toolchain) -> BuildIdentity:
+        extra = self.host_check.library_dirs() if self.host_check is not None else []
         if ON_WINDOWS:
-            env = dict(os.environ, PATH=os.pathsep.join([str(toolchain.library_dir), os.environ.get("PATH", "")]))
+            env = dict(os.environ, PATH=os.pathsep.join([str(toolchain.library_dir), *extra, os.environ.get("PATH", "")]))
         else:
-            env = dict(os.environ, LD_LIBRARY_PATH=str(toolchain.library_dir))
+            env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([str(toolchain.library_dir), *extra]))
         identities: dict[str, BuildIdentity] = {}
         for binary in self._present_binaries(bin_dir):
             path = bin_dir / self.lane.binary_file(binary)
@@ -455,6 +504,7 @@ def build_lane(
     beta: int | None = None,
     lanes_dir: Path | None = None,
     force: bool = False,
+    pkg_config_path: list[str] | None = None,
 ):
     from .lanes import find_lane
     from .source import parse_source
@@ -470,6 +520,7 @@ def build_lane(
         prebuilt=Path(prebuilt) if prebuilt else None,
         work_dir=Path(work).resolve() if work else None,
         beta=beta,
+        pkg_config_path=hostdeps.parse_search_path(pkg_config_path),
     )
     return execute(stage, force=force)
 
@@ -485,6 +536,12 @@ def register_cli(sub) -> None:
     parser.add_argument("--work", type=Path, help="build directory (default: /var/tmp/omp-ninfer/build/<lane>/build)")
     parser.add_argument("--beta", type=int, help="component beta number N (default: the lane file's)")
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
+    parser.add_argument(
+        "--pkg-config-path",
+        action="append",
+        metavar="DIR[:DIR]",
+        help="folders pkg-config searches before its built-in ones (passed to CMake as PKG_CONFIG_PATH and recorded; the build never inherits PKG_CONFIG_PATH)",
+    )
     add_common(parser)
     parser.set_defaults(
         func=lambda args: build_lane(
@@ -497,6 +554,7 @@ def register_cli(sub) -> None:
             beta=args.beta,
             lanes_dir=args.lanes_dir,
             force=args.force,
+            pkg_config_path=args.pkg_config_path,
         )
         and 0
     )

@@ -171,6 +171,18 @@ def resolve_source(spec: SourceSpec, lane: Lane) -> ResolvedSource:
     return ResolvedSource(spec=spec, repository=repo, commit=commit, tree=tree, commit_time=commit_time, subdir=spec.subdir)
 
 
+def source_file(source: ResolvedSource, relative: str) -> bytes | None:
+    """The bytes of one file at the source's root (in its exact commit), or None when it has none."""
+    path = f"{source.subdir}/{relative}" if source.subdir else relative
+    spec = f"{source.commit}:{path}"
+    if _git(source.repository, "cat-file", "-e", spec, what=f"look for {relative} in the source", check=False).returncode != 0:
+        return None
+    kind = _git_text(source.repository, "cat-file", "-t", spec, what=f"read the type of {relative}")
+    if kind != "blob":
+        raise InputError(f"{relative} in the source is a {kind}, not a file", file=f"{source.commit}:{path}")
+    return _git(source.repository, "cat-file", "blob", spec, what=f"read {relative} from the source").stdout
+
+
 def archive_tar(source: ResolvedSource, prefix: str = "") -> bytes:
     """`git archive` of the exact commit (or its subtree) as tar bytes; no EOL conversion."""
     treeish = f"{source.commit}:{source.subdir}" if source.subdir else source.commit
