@@ -33,6 +33,8 @@ DEBIAN_TOOLS = {
     "x86_64-w64-mingw32-gcc": "gcc-mingw-w64-x86-64",
     "patchelf": "patchelf",
     "readelf": "binutils",
+    "pkg-config": "pkg-config",
+    "diffoscope": "diffoscope-minimal",
 }
 
 
