@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .cubin import cubin_architectures
-from .errors import BuildFailure, EnvironmentProblem, InputError
+from .errors import BuildFailure, EnvironmentProblem, InputError, UsageError
 from .formats import host_dependencies as host_declaration
 from .identity import (
     BuildIdentity,
@@ -40,7 +40,7 @@ from .lanes import REPO_ROOT, Lane, current_host_platform
 from .register import Artifact
 from .source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
 from .stage import Context, Stage
-from .toolchain import CANONICAL_ROOT, ON_WINDOWS, Toolchain, for_lane, toolchain_spec
+from .toolchain import CANONICAL_ROOT, LOCK_FILE, ON_WINDOWS, Toolchain, for_lane, toolchain_spec
 from .util import ui
 from .util.fs import atomic_write_bytes, copy_file
 from .util.hashing import sha256_bytes, sha256_file
@@ -168,6 +168,8 @@ class BuildStage(Stage):
         if self.prebuilt is None and self.toolchain_mode == "pinned":
             toolchain_spec(lane.cuda_toolkit, host)  # the lock must pin this toolkit before any download
         ui.info(f"source: {self.source_spec.display} at {self.source.commit}")
+        for problem in self.source.problems:
+            ui.warn(f"source archive: {problem}; building it anyway, as rebuild --verify asked")
         if self.prebuilt is None:
             self.host_check = self._check_host_dependencies(host)
 
@@ -227,7 +229,7 @@ class BuildStage(Stage):
     # -- run -------------------------------------------------------------
     def expected_identity(self, cuda_toolkit: str | None) -> dict[str, str]:
         assert self.source is not None
-        upstream = self.source.commit if self.source.spec.kind == "embedded-sample" else (self.lane.upstream_base or self.source.commit)
+        upstream = self.source.commit if self.source.kind == "embedded-sample" else (self.lane.upstream_base or self.source.commit)
         expected = {  # the source commit first: it is the most telling mismatch
             "patch_stack_sha": self.source.commit,
             "upstream_base_sha": upstream,
@@ -271,6 +273,9 @@ class BuildStage(Stage):
             "source_tar_sha256": sha256_bytes(source_tar),
             "source_date_epoch": self.source.commit_time,
             "build_route": "prebuilt" if self.prebuilt is not None else "local-build",
+            # The pipeline's own inputs, by hash: what provenance names and `rebuild --verify` checks.
+            "lane_file_sha256": lane.file_sha256,
+            "toolchain_lock_sha256": sha256_file(LOCK_FILE) if self.prebuilt is None and self.toolchain_mode == "pinned" else None,
             # What the build host provided (null for --prebuilt: built elsewhere, not observed here).
             "host_dependencies": self.host_check.dependencies_json() if self.host_check is not None else None,
             "host_environment": self.host_check.environment_json() if self.host_check is not None else None,
@@ -493,6 +498,20 @@ class BuildStage(Stage):
 
 # -- front door (CLI and nox) -------------------------------------------------
 
+def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) -> SourceSpec:
+    """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
+    from .formats import provenance as slsa
+
+    data = statement_path.read_bytes() if statement_path.is_file() else None
+    if data is None:
+        raise InputError("provenance statement does not exist", file=statement_path, field="--provenance")
+    statement = slsa.read_statement(data, origin=str(statement_path))
+    claim = slsa.archive_claim(statement, origin=str(statement_path), strict=strict)
+    if not archive.is_file():
+        raise InputError("source archive does not exist", file=archive, field="--source-archive")
+    return SourceSpec("archive", str(archive.resolve()), claim.commit, claim=claim)
+
+
 def build_lane(
     lane_name: str,
     *,
@@ -505,6 +524,8 @@ def build_lane(
     lanes_dir: Path | None = None,
     force: bool = False,
     pkg_config_path: list[str] | None = None,
+    source_archive: Path | str | None = None,
+    provenance: Path | str | None = None,
 ):
     from .lanes import find_lane
     from .source import parse_source
@@ -512,10 +533,16 @@ def build_lane(
 
     lane = find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
+    if source_archive is not None:
+        if source or provenance is None:
+            raise UsageError("--source-archive takes --provenance (what the archive must be) and no --source", field="--source-archive", fix="pass --source-archive FILE --provenance STATEMENT")
+        spec = archive_source(Path(source_archive), Path(provenance))
+    else:
+        spec = parse_source(source)
     stage = BuildStage(
         ctx,
         lane,
-        source=parse_source(source),
+        source=spec,
         toolchain_mode=toolchain,
         prebuilt=Path(prebuilt) if prebuilt else None,
         work_dir=Path(work).resolve() if work else None,
@@ -531,6 +558,8 @@ def register_cli(sub) -> None:
     parser = sub.add_parser("build", help="compile one lane's runtime from an exact commit (or import --prebuilt binaries)")
     parser.add_argument("--lane", required=True, help="lane id or short name (see 'lanes')")
     parser.add_argument("--source", help="PATH[@COMMIT] of a git checkout or URL@COMMIT (default: the embedded sample runtime)")
+    parser.add_argument("--source-archive", type=Path, help="a published source archive (git archive tar[.gz], no history) instead of a checkout; needs --provenance")
+    parser.add_argument("--provenance", type=Path, help="the SLSA provenance naming the archive's SHA-256, commit and tree (with --source-archive)")
     parser.add_argument("--prebuilt", type=Path, help="folder of binaries built elsewhere (e.g. the Windows job) to check and record")
     parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default) or the system nvcc")
     parser.add_argument("--work", type=Path, help="build directory (default: /var/tmp/omp-ninfer/build/<lane>/build)")
@@ -555,6 +584,8 @@ def register_cli(sub) -> None:
             lanes_dir=args.lanes_dir,
             force=args.force,
             pkg_config_path=args.pkg_config_path,
+            source_archive=args.source_archive,
+            provenance=args.provenance,
         )
         and 0
     )

@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "compose",
     "verify",
     "audit",
+    "stages.rebuild",
     "sign",
     "publish",
     "bench",

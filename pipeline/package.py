@@ -34,6 +34,7 @@ from typing import Any
 
 from . import archive, assets, binaries, sbom
 from .errors import InputError, IntegrityError, RefusedError, UsageError
+from .formats import provenance
 from .lanes import REPO_ROOT, Lane
 from .register import Artifact
 from .stage import Context, Stage
@@ -45,7 +46,7 @@ from .util.proc import run_text
 
 TEMPLATES = REPO_ROOT / "packaging" / "templates"
 INVENTORY = "third_party/inventory.json"
-_CODE_FILES = ("package.py", "archive.py", "assets.py", "sbom.py", "binaries.py", "lanes.py", "serverconfig.py", "winscripts.py", "identity.py")
+_CODE_FILES = ("package.py", "archive.py", "assets.py", "sbom.py", "binaries.py", "lanes.py", "serverconfig.py", "winscripts.py", "identity.py", "formats/provenance.py")
 # Receipt keys of the three runtime binaries (anchor §8).
 PROGRESS_THRESHOLD = 32 << 20
 BINARY_KEYS = {"ninfer": "ninfer_sha256", "ninfer-serve": "server_sha256", "ninfer_bench": "benchmark_sha256"}
@@ -287,6 +288,8 @@ class PackageStage(Stage):
             "code": _code_digest(),
             "zlib": zlib.ZLIB_RUNTIME_VERSION,
             "libraries": {name: metadata.version(name) for name in ("spdx-tools", "cyclonedx-python-lib", "pefile", "pyelftools")},
+            # The provenance beside the set: who states it, and the lock its wheel URLs come from.
+            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME)},
         }
         if lane.is_windows:
             data["contract"] = {name: sha256_file(path) for name, path in [("server-config", _repo_path(lane.server_config or "")), ("release-spec", _repo_path(lane.release_spec or ""))]}
@@ -312,8 +315,12 @@ class PackageStage(Stage):
                 report = assets.check_assets(first, lane=lane, beta=self.beta)
                 for line in report.checks:
                     ui.info(f"check: {line}")
+                statement = self._provenance(first, expected)
+                if statement != self._provenance(second / "assets", expected):
+                    raise IntegrityError("the provenance is not reproducible: the two sets give different statements", file=self.provenance_path(expected), why="something time- or machine-dependent reached the statement")
         finally:
             shutil.rmtree(second, ignore_errors=True)
+        atomic_write_bytes(self.provenance_path(expected), statement)
         register = self.ctx.register
         outputs = []
         for asset in expected.assets:
@@ -332,7 +339,32 @@ class PackageStage(Stage):
             )
         for asset in outputs:
             ui.info(f"{Path(asset.path).name}: sha256 {asset.sha256} ({asset.size} bytes)")
+        outputs.append(
+            register.make(
+                "provenance",
+                self.provenance_path(expected),
+                stage=self.name,
+                lane=lane.id,
+                name=f"{lane.id}/{provenance.FOLDER}/{self.provenance_path(expected).name}",
+                component_tag=expected.component_tag,
+                build_type=provenance.BUILD_TYPE_SET,
+                subjects=len(expected.names()),
+            )
+        )
+        ui.info(f"provenance {self.provenance_path(expected).name}: {len(expected.names())} subjects (beside the set, not part of it)")
         return outputs
+
+    def provenance_path(self, expected: assets.AssetSet) -> Path:
+        return self.ctx.dist / self.lane.id / provenance.FOLDER / provenance.set_statement_name(expected.package_root)
+
+    def _provenance(self, asset_dir: Path, expected: assets.AssetSet) -> bytes:
+        """The set's SLSA provenance: every file of the closed set a subject (formats/provenance.py)."""
+        files = {name: sha256_file(asset_dir / name) for name in expected.names()}
+        byproducts = {
+            "build-identity.json": self._packaged_identity_sha256,
+            **{expected.name_of(role): files[expected.name_of(role)] for role in ("spdx", "cdx", "inner-sums")},
+        }
+        return provenance.make_set_statement(lane=self.lane, identity=self.identity, files=files, byproducts=byproducts)
 
     def _compare(self, first: Path, second: Path, expected: assets.AssetSet) -> None:
         # The package first: a difference there is the cause, later files only inherit it.
@@ -478,6 +510,7 @@ class PackageStage(Stage):
         identity = dict(self._payload_identity)
         identity["source_archive_sha256"] = source.sha256
         atomic_write_bytes(payload / "build-identity.json", canonical_bytes(identity, indent=None))
+        self._packaged_identity_sha256 = sha256_file(payload / "build-identity.json")
         files = sorted(p for p in payload.rglob("*") if p.is_file())
         digests = {p.relative_to(payload).as_posix(): file_digests(p) for p in files}
         atomic_write_bytes(payload / assets.PAYLOAD_SUMS, assets.render_sums({name: d[0] for name, d in digests.items()}, paths=True))
@@ -506,7 +539,7 @@ class PackageStage(Stage):
             release_version=self.identity["release_version"],
             runtime_license=lane.runtime_license,
             epoch=self.epoch,
-            identity_sha256=sha256_file(payload / "build-identity.json"),
+            identity_sha256=self._packaged_identity_sha256,
             source=self.identity["source"],
             files=[sbom.PayloadFile(name, d[0], d[1], d[2]) for name, d in sorted(digests.items())],
             binaries={name: f"{assets.BIN_DIR}/{name}" for name in sorted(self.binary_files)},
@@ -516,6 +549,7 @@ class PackageStage(Stage):
             vendored=self.vendored,
             toolchain=self.identity.get("toolchain", {}),
             cuda_toolkit=self.identity.get("cuda_toolkit", ""),
+            host_dependencies=self.identity.get("host_dependencies") or [],
         )
         sbom.write_spdx(asset_dir / expected.name_of("spdx"), inp, payload)
         sbom.write_cdx(asset_dir / expected.name_of("cdx"), inp, payload)

@@ -75,6 +75,8 @@ class SbomInput:
     vendored: list[dict[str, Any]] = field(default_factory=list)
     toolchain: dict[str, Any] = field(default_factory=dict)
     cuda_toolkit: str = ""
+    # build-identity.json host_dependencies: what the build host provided (pipeline/infra/hostdeps.py).
+    host_dependencies: list[dict[str, Any]] = field(default_factory=list)
 
     def created(self) -> datetime:
         return datetime.fromtimestamp(self.epoch, tz=UTC)
@@ -459,6 +461,26 @@ def build_cdx(inp: SbomInput):
             scope=ComponentScope.EXCLUDED,
             description="CUDA toolkit of the build host (binaries built outside this pipeline run; identity read from the binaries)",
             properties=_props(role="build-toolchain", toolchain_kind=inp.toolchain.get("kind", "prebuilt")),
+        )
+        bom.components.add(component)
+        toolchain_components.append(component)
+
+    for entry in inp.host_dependencies:
+        component = Component(
+            type=ComponentType.LIBRARY if entry["kind"] == "pkg-config" else ComponentType.APPLICATION,
+            bom_ref=f"build-host:{entry['kind']}:{entry['name']}@{entry['version']}",
+            name=entry["name"],
+            version=entry["version"],
+            scope=ComponentScope.EXCLUDED,
+            description="build-host dependency (found by the build's preflight; used to compile, not shipped)",
+            properties=_props(
+                role="build-host-dependency",
+                kind=entry["kind"],
+                min_version=entry.get("min_version"),
+                debian_package=entry.get("debian_package"),
+                debian_version=entry.get("debian_version"),
+                vcpkg_port=entry.get("vcpkg_port"),
+            ),
         )
         bom.components.add(component)
         toolchain_components.append(component)

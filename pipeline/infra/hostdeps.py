@@ -103,6 +103,7 @@ class HostCheck:
     found: list[Found] = field(default_factory=list)
     pkg_config: str | None = None
     pkg_config_default_path: str | None = None
+    os_release: dict[str, str] | None = None
 
     def dependencies_json(self) -> list[dict[str, Any]]:
         return [f.to_json() for f in sorted(self.found, key=lambda f: (f.dependency.kind, f.dependency.name))]
@@ -115,6 +116,7 @@ class HostCheck:
             "PKG_CONFIG_PATH": list(self.pkg_config_path),
             "pkg_config": self.pkg_config,
             "pkg_config_default_path": self.pkg_config_default_path,
+            "os_release": self.os_release,
         }
 
     def build_env(self) -> dict[str, str]:
@@ -132,6 +134,20 @@ class HostCheck:
             if item.libdir and any(item.path.startswith(p.rstrip("/") + "/") for p in self.pkg_config_path) and item.libdir not in dirs:
                 dirs.append(item.libdir)
         return dirs
+
+
+def os_release(path: Path = Path("/etc/os-release")) -> dict[str, str] | None:
+    """ID and VERSION_ID of the host's distribution (the namespace of its package versions), if it says."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")[:16384]
+    except OSError:
+        return None
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in ("ID", "VERSION_ID"):
+            values[key] = value.strip().strip('"').strip("'")[:64]
+    return values or None
 
 
 def _owner(path: str, env: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -188,7 +204,7 @@ def check(
     env.pop("PKG_CONFIG_PATH", None)
     if pkg_config_path:
         env["PKG_CONFIG_PATH"] = os.pathsep.join(pkg_config_path)
-    result = HostCheck(declared_by=declared_by, host=host, path=tuple(path), pkg_config_path=tuple(pkg_config_path))
+    result = HostCheck(declared_by=declared_by, host=host, path=tuple(path), pkg_config_path=tuple(pkg_config_path), os_release=os_release())
     applicable = [d for d in dependencies if d.applies_to(host)]
     problems: list[tuple[HostDependency, str]] = []
 

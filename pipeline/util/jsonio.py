@@ -98,3 +98,52 @@ def dig(document: Any, dotted: str) -> Any:
             return None
         node = node.get(part)
     return node
+
+
+MAX_DEPTH = 64
+
+
+def strict_loads(data: bytes, *, origin: str | os.PathLike[str], max_bytes: int = 16 << 20) -> Any:
+    """JSON from untrusted bytes: bounded size and nesting, UTF-8 without BOM, no duplicate keys, no NaN/Infinity."""
+    if len(data) > max_bytes:
+        raise InputError("is too large to be read as JSON", file=origin, found=f"{len(data)} bytes", expected=f"at most {max_bytes} bytes")
+    check_text_hygiene(origin, data)
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in items:
+            if key in out:
+                raise InputError("repeats a key in one JSON object", file=origin, field=key, why="a reader could take either value")
+            out[key] = value
+        return out
+
+    def constant(name: str) -> Any:
+        raise InputError(f"holds the non-finite number {name}", file=origin, expected="finite JSON numbers only")
+
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=origin) from None
+    depth = level = 0
+    in_string = escaped = False
+    for char in text:  # nesting is bounded before the recursive parser sees it
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            level += 1
+            depth = max(depth, level)
+            if depth > MAX_DEPTH:
+                raise InputError("nests deeper than allowed", file=origin, expected=f"at most {MAX_DEPTH} levels")
+        elif char in "]}":
+            level -= 1
+    try:
+        return json.loads(text, object_pairs_hook=pairs, parse_constant=constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=origin) from None
