@@ -659,11 +659,16 @@ def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, job
     return results
 
 
+GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
+
+
 def _check_assets_command(args) -> int:
     from .lanes import find_lane
 
     lane = find_lane(args.lane, args.lanes_dir) if args.lane else None
     report = assets.check_assets(args.directory, lane=lane, beta=args.beta, lanes_dir=args.lanes_dir, deep=not args.shallow)
+    if args.provenance is not None:
+        report.checks += _check_provenance(args, report)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -671,6 +676,29 @@ def _check_assets_command(args) -> int:
         for line in report.checks:
             print(f"  ok  {line}")
     return 0
+
+
+def _check_provenance(args, report: assets.AssetReport) -> list[str]:
+    """The statement's subjects are exactly the checked set's files; its DSSE bundle verifies, where one is beside it."""
+    from . import sign
+
+    path: Path = args.provenance
+    if not path.is_file():
+        raise InputError("provenance statement does not exist", file=path, field="--provenance")
+    data = path.read_bytes()
+    statement = provenance.read_statement(data, origin=str(path))
+    provenance.check_subjects(statement, report.files, origin=str(path), what="the set's files")
+    if statement.external["lane"] != report.lane or statement.external["component_tag"] != report.component_tag:
+        raise IntegrityError("the statement describes another set", file=path, field="externalParameters", found=statement.external, expected=f"lane {report.lane}, component_tag {report.component_tag}")
+    lines = [f"provenance: {len(statement.subjects)} subjects are exactly the set's files (source {statement.external['source_commit']}, builder {statement.builder_id})"]
+    bundle = sign.bundle_path_for(path)
+    if bundle.is_file():
+        if not args.certificate_identity:
+            lines.append(f"provenance: {bundle.name} is present but not checked (give --certificate-identity and --certificate-oidc-issuer)")
+        else:
+            verified = sign.verify_dsse_bundle(data, bundle, identity=args.certificate_identity, issuer=args.certificate_oidc_issuer, trust_config=args.trust_config, name=path.name)
+            lines.append(f"provenance: DSSE bundle signed by {verified.identity} (log index {verified.log_index})")
+    return lines
 
 
 def register_cli(sub) -> None:
@@ -701,6 +729,10 @@ def register_cli(sub) -> None:
     check.add_argument("--beta", type=int, help="beta number (default: from the names or the receipt)")
     check.add_argument("--shallow", action="store_true", help="names, checksums and receipt only; do not open the package and SBOMs")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--provenance", type=Path, help="also check this SLSA statement: its subjects must be exactly the set's files")
+    check.add_argument("--certificate-identity", help="with --provenance: the signer its DSSE bundle (<statement>.sigstore.json) must carry")
+    check.add_argument("--certificate-oidc-issuer", default=GITHUB_ACTIONS_ISSUER, help="with --certificate-identity (default: GitHub Actions)")
+    check.add_argument("--trust-config", default="production", help="'production' (default), 'staging' or a ClientTrustConfig file")
     check.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     check.add_argument("--quiet", action="store_true", help="print only errors and results")
     check.set_defaults(func=_check_assets_command)
