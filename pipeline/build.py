@@ -2,7 +2,11 @@
 
 Preflight refuses, before any work: a lane whose build host is not this host
 (Windows lanes build with MSVC on Windows), a dirty or unpinned source, a
-missing toolchain.  Run: export the commit with `git archive` to the canonical
+missing toolchain, and a missing or too old build-host dependency (the lane's
+`[[build.host_dependencies]]`, or the source's own `host-dependencies.toml`;
+pipeline/infra/hostdeps.py), naming the command that installs it.  A source
+can also be a published `git archive` tarball bound to its provenance
+(`--source-archive`, `--provenance`).  Run: export the commit with `git archive` to the canonical
 source path, configure CMake + Ninja for the lane's single CUDA architecture
 with the deterministic nvcc launcher, build the lane's targets (showing
 `[n/N]`), copy the binaries out, check that every binary prints the same
