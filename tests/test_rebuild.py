@@ -95,6 +95,26 @@ def test_the_published_set_is_rebuilt_bit_for_bit_from_its_source_archive(publis
 
 @pytest.mark.cuda
 @pytest.mark.slow
+def test_the_sets_build_host_dependencies_are_in_its_identity_cyclonedx_and_provenance(published):
+    expected = _names(published)
+    cdx = json.loads((published / expected.name_of("cdx")).read_bytes())
+    [compiler] = [c for c in cdx["components"] if c["name"] == "c++"]
+    properties = {p["name"]: p["value"] for p in compiler["properties"]}
+    assert properties["omp-ninfer:role"] == "build-host-dependency" and compiler["scope"] == "excluded"
+    with tarfile.open(published / expected.name_of("package")) as archive:
+        identity = json.loads(archive.extractfile(f"{expected.package_root}/build-identity.json").read())
+    [recorded] = identity["host_dependencies"]
+    assert compiler["version"] == recorded["version"] and properties["omp-ninfer:debian-package"] == recorded["debian_package"]
+    assert identity["host_environment"]["declared_by"] == "source:host-dependencies.toml"
+    statement = slsa.read_statement((published / slsa.set_statement_name(expected.package_root)).read_bytes(), origin="s")
+    host = statement.dependency("build-host:tool:c++")
+    distribution = identity["host_environment"]["os_release"]["ID"]  # debian here, ubuntu on an Ubuntu host
+    assert host["uri"] == f"pkg:deb/{distribution}/{recorded['debian_package']}@{recorded['debian_version']}"
+    assert host["annotations"]["version"] == recorded["version"]
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
 def test_a_one_byte_change_in_the_source_archive_fails_naming_the_binaries(published, tmp_path):
     tampered = tmp_path / "tampered"
     shutil.copytree(published, tampered)
@@ -163,3 +183,38 @@ def test_the_rebuild_refuses_other_instructions_or_another_sets_provenance(publi
     (busy / "x").write_text("x")
     with pytest.raises(UsageError, match="must be new or empty"):
         rebuild_verify(str(published), lane_name="5090", work=busy)
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_a_release_manifest_names_the_set_to_download_and_rebuild(published, tmp_path):
+    """The manifest route: the lane row's SHA256SUMS is fetched against its pin, every listed file against it."""
+    from test_audit import ReleaseServer
+
+    expected = _names(published)
+    server = ReleaseServer()
+    try:
+        prefix = f"/alphastorm/ninfer/releases/download/{expected.component_tag}/"
+        for path in published.iterdir():
+            server.files[prefix + path.name] = path.read_bytes()
+        row = {
+            "id": LANE,
+            "release_tag": expected.component_tag,
+            "repository": server.url("/alphastorm/ninfer"),
+            "checksums_url": server.url(prefix + "SHA256SUMS"),
+            "checksums_sha256": sha256_file(published / "SHA256SUMS"),
+        }
+        manifest = {"release": "v1.0.0", "components": {"ninfer": row, "ninfer_variants": []}}
+        server.files["/manifest.json"] = json.dumps(manifest).encode()
+        outcome = rebuild_verify(server.url("/manifest.json"), lane_name="5090", work=tmp_path / "rebuild")
+        assert outcome.passed, [c.detail for c in outcome.checks if not c.ok]
+        summary = json.loads(outcome.summary_path.read_bytes())
+        assert summary["predicate"]["resourceUri"] == server.url("/manifest.json")
+        assert sorted(p.name for p in (tmp_path / "rebuild" / "download" / "published").iterdir()) == expected.names()
+        # A SHA256SUMS that is not the pinned one stops the download before anything is built.
+        row["checksums_sha256"] = "0" * 64
+        server.files["/manifest.json"] = json.dumps(manifest).encode()
+        with pytest.raises(IntegrityError, match="do not match the pin"):
+            rebuild_verify(server.url("/manifest.json"), lane_name="5090", work=tmp_path / "again")
+    finally:
+        server.close()
