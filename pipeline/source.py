@@ -280,7 +280,7 @@ def describe_commit(repo: str, commit: str) -> str:
 
 # -- a source archive instead of a checkout (rebuild --verify) --------------------------
 
-MAX_ARCHIVE_BYTES = 8 << 30
+MAX_ARCHIVE_BYTES = 1 << 30  # a source, not a model: far above the engine's few MiB
 
 
 def read_archive(path: Path) -> bytes:
