@@ -33,8 +33,8 @@ def published(tmp_path_factory, sample_repo) -> Path:
     """The sample's 5090 set as a maintainer publishes it: the seven files and the statement beside them."""
     repo, _commit = sample_repo
     dist = tmp_path_factory.mktemp("published") / "dist"
-    assert main(["build", "--lane", "5090", "--source", str(repo), "--dist", str(dist), "--quiet"]) == 0
-    assert main(["package", "--lane", "5090", "--dist", str(dist), "--quiet"]) == 0
+    assert main(["build", "--lane", "5090", "--source", str(repo), "--dist", str(dist)]) == 0
+    assert main(["package", "--lane", "5090", "--dist", str(dist)]) == 0
     folder = tmp_path_factory.mktemp("release") / "download"
     shutil.copytree(dist / LANE / "assets", folder)
     for statement in (dist / LANE / slsa.FOLDER).iterdir():
@@ -61,7 +61,7 @@ def _tamper_source(folder: Path, member: str, needle: bytes) -> None:
 @pytest.mark.slow
 def test_the_published_set_is_rebuilt_bit_for_bit_from_its_source_archive(published, tmp_path, capsys):
     work = tmp_path / "rebuild"
-    code = main(["rebuild", "--verify", str(published), "--lane", "5090", "--work", str(work), "--quiet"])
+    code = main(["rebuild", "--verify", str(published), "--lane", "5090", "--work", str(work)])
     out = capsys.readouterr().out
     assert code == 0, out
     expected = _names(published)
@@ -135,7 +135,7 @@ def test_a_one_byte_change_in_the_source_archive_fails_naming_the_binaries(publi
     if shutil.which("diffoscope"):
         package_report = next(r for r in reports if r["file"] == _names(tampered).name_of("package"))
         assert package_report["exit_code"] == 1 and Path(package_report["report"]).read_text().count("bin/ninfer")
-    assert main(["rebuild", "--verify", str(tampered), "--lane", "5090", "--work", str(tmp_path / "again"), "--no-diffoscope", "--quiet"]) == 5
+    assert main(["rebuild", "--verify", str(tampered), "--lane", "5090", "--work", str(tmp_path / "again"), "--no-diffoscope"]) == 5
 
 
 @pytest.mark.cuda
