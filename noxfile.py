@@ -10,6 +10,7 @@ Options come from environment variables, because nox hands the same
   PIPELINE_SOURCE     PATH[@COMMIT] or URL@COMMIT (default: the embedded sample runtime)
   PIPELINE_TOOLCHAIN  pinned (default) or system
   PIPELINE_PREBUILT   folder of prebuilt binaries for the lane being built
+  PIPELINE_PKG_CONFIG_PATH  extra pkg-config folders for `build` (':'-separated; never inherited as PKG_CONFIG_PATH)
   PIPELINE_REGISTRY   HOST[:PORT]/REPO for `push`
   PIPELINE_IMAGE_DEFINITION  image definition for `image` (default: containers/<the lane's>.toml)
   PIPELINE_BASE_LAYOUT       local OCI layout holding the pinned base image (default: pull it by digest)
@@ -94,7 +95,12 @@ for _short, _lane in LANES.items():
     nox.session(name=f"publish-{_short}", venv_backend="none")(_publish)
 
     def _build(session: nox.Session, lane: str = _lane) -> None:
-        flags = _env_flags(("PIPELINE_SOURCE", "--source"), ("PIPELINE_TOOLCHAIN", "--toolchain"), ("PIPELINE_PREBUILT", "--prebuilt"))
+        flags = _env_flags(
+            ("PIPELINE_SOURCE", "--source"),
+            ("PIPELINE_TOOLCHAIN", "--toolchain"),
+            ("PIPELINE_PREBUILT", "--prebuilt"),
+            ("PIPELINE_PKG_CONFIG_PATH", "--pkg-config-path"),
+        )
         _pipeline(session, "build", "--lane", lane, *flags)
 
     _build.__doc__ = f"Build the {_lane} runtime (the embedded sample unless PIPELINE_SOURCE / PIPELINE_PREBUILT say otherwise)."

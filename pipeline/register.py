@@ -42,6 +42,10 @@ KINDS: dict[str, frozenset[str]] = {
     "inner-checksums": frozenset({"component_tag"}),
     "outer-checksums": frozenset({"component_tag"}),
     "package-build-receipt": frozenset({"component_tag"}),
+    # SLSA provenance beside a closed set or image (formats/provenance.py); never a member of the set.
+    "provenance": frozenset({"component_tag", "build_type"}),
+    # rebuild --verify's SLSA verification summary (formats/vsa.py), in the rebuild's own work folder.
+    "verification-summary": frozenset({"component_tag", "result"}),
     "support-script": frozenset({"component_tag"}),
     "oci-layout": frozenset({"manifest_digest"}),
     "image-sbom": frozenset({"manifest_digest"}),

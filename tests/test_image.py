@@ -135,6 +135,17 @@ def test_image_is_reproducible_and_carries_the_contract(tmp_path, lane, local_ba
     assert layout_files(layout_a) == layout_files(layout_b), "two builds gave different layout bytes"
     sbom_name = f"ninfer-runtime-{lane.tag()}.image.spdx.json"
     assert (dist_a / LANE / "image" / sbom_name).read_bytes() == (dist_b / LANE / "image" / sbom_name).read_bytes()
+    # The image's SLSA provenance beside it: the manifest digest is the subject, the base is an input by digest.
+    statement_name = f"ninfer-runtime-{lane.tag()}.image.provenance.intoto.json"
+    statement_a = (dist_a / LANE / "attestations" / statement_name).read_bytes()
+    assert statement_a == (dist_b / LANE / "attestations" / statement_name).read_bytes()
+    from pipeline.formats import provenance
+
+    statement = provenance.read_statement(statement_a, origin=statement_name)
+    assert list(statement.subjects.values()) == [digest.removeprefix("sha256:")] and statement.build_type == provenance.BUILD_TYPE_IMAGE
+    assert statement.dependency("base-image")["digest"]["sha256"] == entry.attrs["base_manifest_digest"].removeprefix("sha256:")
+    assert statement.dependency(entry.attrs["binary_archive"])["digest"]["sha256"] == entry.attrs["binary_archive_sha256"]
+    assert next(a for a in first.outputs if a.kind == "provenance").attrs["manifest_digest"] == digest
 
     # A re-run with unchanged inputs is a no-op; --force rebuilds the same bytes.
     assert build_image(LANE, dist=dist_a, definition=definition, base_layout=local_base.layout).skipped

@@ -351,6 +351,14 @@ class FakeSigningContext:
                 outer.calls.append(sig.sha256_bytes(input_))
                 return Bundle.from_json(outer.bundles[sig.sha256_bytes(input_)])
 
+            def sign_dsse(self, input_):
+                from sigstore.dsse import Statement
+
+                assert isinstance(input_, Statement)  # sigstore's own type: the statement was parsed as in-toto
+                digest = sig.sha256_bytes(input_._contents)
+                outer.calls.append(digest)
+                return Bundle.from_json(outer.bundles[digest])
+
         yield _Signer()
 
 

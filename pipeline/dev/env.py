@@ -39,6 +39,8 @@ DEBIAN_TOOLS = {
     # documented-route acceptance: the RTX 5090 route's engine steps (podman with runc)
     "podman": "podman",
     "runc": "runc",
+    "pkg-config": "pkg-config",
+    "diffoscope": "diffoscope-minimal",
 }
 NODE_TOOLS = ROOT / "tools" / "node"
 

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pipeline.errors import EnvironmentProblem, InputError, PipelineError, RemoteError
+from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RemoteError
 from pipeline.infra import net
 from pipeline.util import ui
 from pipeline.util.fs import read_bytes_bounded
@@ -513,6 +513,7 @@ class Auditor:
         self.mirrors = list(mirrors or [])
         self.skip_larger_than = skip_larger_than
         self.report = AuditReport(manifest=source)
+        self._manifest: dict[str, Any] = {}
 
     # -- plumbing
     def _http(self):
@@ -683,6 +684,7 @@ class Auditor:
             if result.binding.group:
                 by_group.setdefault(result.binding.group, []).append(result)
 
+        self._manifest = manifest
         for row_where, row in _lane_rows(manifest):
             lane = row.get("id") or row_where
             self._audit_set(lane, row, by_group.get(lane, []), cache)
@@ -816,6 +818,58 @@ class Auditor:
             self.add(Item(label, False, error.render(), "set"))
             return
         self.add(Item(label, True, f"closed set of {len(report.files)} files, SHA256SUMS matches, receipt and payload agree, SPDX {report.spdx_files} files / CycloneDX {report.cdx_components} components", "set"))
+        if lane_obj is not None:
+            from .assets import asset_set
+
+            self._audit_provenance(lane, asset_set(lane_obj, beta).package_root, prefix, report.files, cache)
+
+    def _audit_provenance(self, lane: str, package_root: str, prefix: str, files: dict[str, str], cache: Path) -> None:
+        """The set's SLSA statement beside it: subjects exactly the set's files; its DSSE bundle, where one exists."""
+        from . import sign
+        from .formats import provenance
+
+        name = provenance.set_statement_name(package_root)
+        label = f"provenance {lane} {name}"
+        folder = cache / "provenance" / lane
+        fetched = self._download(prefix + name, folder / name, sha256=None, size=None, label=name)
+        if fetched.error or fetched.path is None:
+            if "HTTP 404" in (fetched.error or ""):
+                self.add(Item(label, None, f"no provenance statement is published beside the set ({prefix + name})", "provenance"))
+            else:
+                self.add(Item(label, False, fetched.error or "download failed", "provenance"))
+            return
+        data = fetched.path.read_bytes()
+        try:
+            statement = provenance.read_statement(data, origin=prefix + name)
+            provenance.check_subjects(statement, files, origin=prefix + name, what="the set's files")
+            if statement.external.get("lane") != lane:
+                raise IntegrityError("the statement describes another lane", file=prefix + name, field="externalParameters.lane", found=statement.external.get("lane"), expected=lane)
+        except PipelineError as error:
+            self.add(Item(label, False, error.render(), "provenance"))
+            return
+        self.add(Item(label, True, f"{len(statement.subjects)} subjects are exactly the set's files; source {statement.external['source_commit']}, builder {statement.builder_id}", "provenance", {"sha256": sha256_bytes(data)}))
+        signing = self._manifest.get("signing") if isinstance(self._manifest.get("signing"), dict) else {}
+        suffix = signing.get("bundle_suffix") or sign.BUNDLE_SUFFIX
+        bundle = self._download(prefix + name + suffix, folder / (name + suffix), sha256=None, size=None, label=name + suffix)
+        bundle_label = f"signature {name}"
+        if bundle.error or bundle.path is None:
+            self.add(Item(bundle_label, None, f"no DSSE bundle beside the statement ({prefix + name + suffix})", "signature"))
+            return
+        identity, issuer = signing.get("certificate_identity"), signing.get("certificate_oidc_issuer")
+        if not isinstance(identity, str) or not isinstance(issuer, str):
+            self.add(Item(bundle_label, False, "the manifest declares no expected signer to check the DSSE bundle against", "signature"))
+            return
+        repository, ref = sign.github_claims(identity)
+        trust = self.trust_config or signing.get("trust_config") or "production"
+        try:
+            verified = sign.verify_dsse_bundle(data, bundle.path.read_bytes(), identity=identity, issuer=issuer, trust_config=trust, repository=repository, ref=ref, name=name)
+        except sign.SignatureError as error:
+            self.add(Item(bundle_label, False, error.reason, "signature", {"identity": identity}))
+            return
+        except PipelineError as error:
+            self.add(Item(bundle_label, False, error.render(), "signature"))
+            return
+        self.add(Item(bundle_label, True, f"DSSE signed by {verified.identity}, log index {verified.log_index}", "signature", verified.to_json()))
 
     def _validate_sbom(self, result: Fetched) -> None:
         assert result.path is not None

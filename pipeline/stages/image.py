@@ -56,6 +56,7 @@ from typing import Any
 
 from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RemoteError
+from pipeline.formats import provenance
 from pipeline.formats.assets import check_registered_set
 from pipeline.formats.components import repository_owner
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
@@ -1218,6 +1219,7 @@ class ImageStage(Stage):
             "base_source": str(self.base_layout) if self.base_layout else "registry",
             "code": _code_digest(),
             "zlib": oci.zlib_version(),
+            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME)},
         }
 
     def run(self) -> list[Artifact]:
@@ -1324,7 +1326,18 @@ class ImageStage(Stage):
             "definition_sha256": definition.file_sha256,
         }
         out = self.out_dir
+        statement_path = self._provenance(archive, base, definition, manifest_digest, config_descriptor.digest, out / sbom_name)
         return [
+            register.make(
+                "provenance",
+                statement_path,
+                stage=self.name,
+                lane=lane.id,
+                name=f"{lane.id}/{provenance.FOLDER}/{statement_path.name}",
+                component_tag=archive.component_tag,
+                build_type=provenance.BUILD_TYPE_IMAGE,
+                manifest_digest=manifest_digest,
+            ),
             register.make("oci-layout", out / "oci" / "index.json", stage=self.name, lane=lane.id, name=f"{lane.id}/image/oci", **attrs),
             register.make(
                 "image-sbom",
@@ -1336,6 +1349,27 @@ class ImageStage(Stage):
                 component_tag=archive.component_tag,
             ),
         ]
+
+
+    def _provenance(self, archive: ArchiveContent, base: BaseImage, definition: ImageDefinition, manifest_digest: str, config_digest: str, sbom: Path) -> Path:
+        """The image's SLSA provenance beside its layout (formats/provenance.py): the manifest is the subject."""
+        statement = provenance.make_image_statement(
+            lane=self.lane,
+            identity=archive.identity,
+            subject_name=definition.repository or definition.name,
+            manifest_digest=manifest_digest,
+            base_reference=base.spec.reference,
+            base_manifest_digest=base.manifest_digest,
+            archive_name=archive.path.name,
+            archive_sha256=archive.artifact.sha256,
+            definition_name=f"containers/{definition.file.name}",
+            definition_sha256=definition.file_sha256,
+            byproducts={sbom.name: sha256_file(sbom), "image-config": config_digest},
+        )
+        path = self.ctx.dist / self.lane.id / provenance.FOLDER / provenance.image_statement_name(definition.name, archive.component_tag)
+        atomic_write_bytes(path, statement)
+        ui.info(f"provenance {path.name}: subject {manifest_digest}")
+        return path
 
 
 # -- front door ------------------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Any
 
 from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RefusedError, UsageError
-from pipeline.formats import assets, sbom
+from pipeline.formats import assets, provenance, sbom
 from pipeline.formats import components as bom_model
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.infra import archive, binaries
@@ -308,6 +308,8 @@ class PackageStage(Stage):
             "code": _code_digest(),
             "zlib": zlib.ZLIB_RUNTIME_VERSION,
             "libraries": {name: metadata.version(name) for name in ("spdx-tools", "cyclonedx-python-lib", "pefile", "pyelftools")},
+            # The provenance beside the set: who states it, and the lock its wheel URLs come from.
+            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME)},
         }
         if lane.is_windows:
             data["contract"] = {name: sha256_file(path) for name, path in [("server-config", _repo_path(lane.server_config or "")), ("release-spec", _repo_path(lane.release_spec or ""))]}
@@ -334,8 +336,12 @@ class PackageStage(Stage):
                 report = assets.check_assets(first, lane=lane, beta=self.beta)
                 for line in report.checks:
                     ui.info(f"check: {line}")
+                statement = self._provenance(first, expected)
+                if statement != self._provenance(second / "assets", expected):
+                    raise IntegrityError("the provenance is not reproducible: the two sets give different statements", file=self.provenance_path(expected), why="something time- or machine-dependent reached the statement")
         finally:
             shutil.rmtree(second, ignore_errors=True)
+        atomic_write_bytes(self.provenance_path(expected), statement)
         register = self.ctx.register
         outputs = []
         for asset in expected.assets:
@@ -357,7 +363,32 @@ class PackageStage(Stage):
             )
         for asset in outputs:
             ui.info(f"{Path(asset.path).name}: sha256 {asset.sha256} ({asset.size} bytes)")
+        outputs.append(
+            register.make(
+                "provenance",
+                self.provenance_path(expected),
+                stage=self.name,
+                lane=lane.id,
+                name=f"{lane.id}/{provenance.FOLDER}/{self.provenance_path(expected).name}",
+                component_tag=expected.component_tag,
+                build_type=provenance.BUILD_TYPE_SET,
+                subjects=len(expected.names()),
+            )
+        )
+        ui.info(f"provenance {self.provenance_path(expected).name}: {len(expected.names())} subjects (beside the set, not part of it)")
         return outputs
+
+    def provenance_path(self, expected: assets.AssetSet) -> Path:
+        return self.ctx.dist / self.lane.id / provenance.FOLDER / provenance.set_statement_name(expected.package_root)
+
+    def _provenance(self, asset_dir: Path, expected: assets.AssetSet) -> bytes:
+        """The set's SLSA provenance: every file of the closed set a subject (formats/provenance.py)."""
+        files = {name: sha256_file(asset_dir / name) for name in expected.names()}
+        byproducts = {
+            "build-identity.json": self._packaged_identity_sha256,
+            **{expected.name_of(role): files[expected.name_of(role)] for role in ("spdx", "cdx", "inner-sums")},
+        }
+        return provenance.make_set_statement(lane=self.lane, identity=self.identity, files=files, byproducts=byproducts)
 
     def _compare(self, first: Path, second: Path, expected: assets.AssetSet) -> None:
         # The package first: a difference there is the cause, later files only inherit it.
@@ -505,6 +536,7 @@ class PackageStage(Stage):
         identity = dict(self._payload_identity)
         identity["source_archive_sha256"] = source.sha256
         atomic_write_bytes(payload / "build-identity.json", canonical_bytes(identity, indent=None))
+        self._packaged_identity_sha256 = sha256_file(payload / "build-identity.json")
         files = sorted(p for p in payload.rglob("*") if p.is_file())
         digests = {p.relative_to(payload).as_posix(): file_digests(p) for p in files}
         atomic_write_bytes(payload / assets.PAYLOAD_SUMS, assets.render_sums({name: d[0] for name, d in digests.items()}, paths=True))
@@ -533,7 +565,7 @@ class PackageStage(Stage):
             release_version=self.identity["release_version"],
             runtime_license=lane.runtime_license,
             epoch=self.epoch,
-            identity_sha256=sha256_file(payload / "build-identity.json"),
+            identity_sha256=self._packaged_identity_sha256,
             source=self.identity["source"],
             files=[sbom.PayloadFile(name, d[0], d[1], d[2]) for name, d in sorted(digests.items())],
             binaries={name: f"{assets.BIN_DIR}/{name}" for name in sorted(self.binary_files)},
@@ -690,11 +722,16 @@ def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, job
     return results
 
 
+GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
+
+
 def _check_assets_command(args) -> int:
     from pipeline.formats.lanes import find_lane
 
     lane = find_lane(args.lane, args.lanes_dir) if args.lane else None
     report = assets.check_assets(args.directory, lane=lane, beta=args.beta, lanes_dir=args.lanes_dir, deep=not args.shallow)
+    if args.provenance is not None:
+        report.checks += _check_provenance(args, report)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -702,6 +739,29 @@ def _check_assets_command(args) -> int:
         for line in report.checks:
             print(f"  ok  {line}")
     return 0
+
+
+def _check_provenance(args, report: assets.AssetReport) -> list[str]:
+    """The statement's subjects are exactly the checked set's files; its DSSE bundle verifies, where one is beside it."""
+    from . import sign
+
+    path: Path = args.provenance
+    if not path.is_file():
+        raise InputError("provenance statement does not exist", file=path, field="--provenance")
+    data = path.read_bytes()
+    statement = provenance.read_statement(data, origin=str(path))
+    provenance.check_subjects(statement, report.files, origin=str(path), what="the set's files")
+    if statement.external["lane"] != report.lane or statement.external["component_tag"] != report.component_tag:
+        raise IntegrityError("the statement describes another set", file=path, field="externalParameters", found=statement.external, expected=f"lane {report.lane}, component_tag {report.component_tag}")
+    lines = [f"provenance: {len(statement.subjects)} subjects are exactly the set's files (source {statement.external['source_commit']}, builder {statement.builder_id})"]
+    bundle = sign.bundle_path_for(path)
+    if bundle.is_file():
+        if not args.certificate_identity:
+            lines.append(f"provenance: {bundle.name} is present but not checked (give --certificate-identity and --certificate-oidc-issuer)")
+        else:
+            verified = sign.verify_dsse_bundle(data, bundle, identity=args.certificate_identity, issuer=args.certificate_oidc_issuer, trust_config=args.trust_config, name=path.name)
+            lines.append(f"provenance: DSSE bundle signed by {verified.identity} (log index {verified.log_index})")
+    return lines
 
 
 def register_cli(sub) -> None:
@@ -732,6 +792,10 @@ def register_cli(sub) -> None:
     check.add_argument("--beta", type=beta_argument, help="beta number N >= 1 (default: from the names or the receipt)")
     check.add_argument("--shallow", action="store_true", help="names, checksums and receipt only; do not open the package and SBOMs")
     check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.add_argument("--provenance", type=Path, help="also check this SLSA statement: its subjects must be exactly the set's files")
+    check.add_argument("--certificate-identity", help="with --provenance: the signer its DSSE bundle (<statement>.sigstore.json) must carry")
+    check.add_argument("--certificate-oidc-issuer", default=GITHUB_ACTIONS_ISSUER, help="with --certificate-identity (default: GitHub Actions)")
+    check.add_argument("--trust-config", default="production", help="'production' (default), 'staging' or a ClientTrustConfig file")
     check.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     check.add_argument("--quiet", action="store_true", help="print only errors and results")
     check.set_defaults(func=_check_assets_command)

@@ -12,6 +12,12 @@ issuer), so a re-run is idempotent and a wrong identity can never slip out.
 Outside GitHub Actions it refuses (exit 7): a release is never published
 unsigned, and nobody signs a release from a laptop.
 
+Provenance statements (pipeline/formats/provenance.py) of the sets and the
+image the release ships are signed too, as DSSE envelopes (sigstore-python's
+`Signer.sign_dsse`, payload type `application/vnd.in-toto+json`), with the
+bundle `<statement>.sigstore.json` beside each; `verify_dsse_bundle` checks one
+offline and requires the envelope to carry the statement's exact bytes.
+
 `verify_bundle` is the one verification routine (`verify --require-ready`,
 `audit`, and the check after signing): offline, against a pinned trust
 configuration vendored under `pipeline/data/sigstore/` (no TUF refresh), for
@@ -381,6 +387,70 @@ def verify_bundle(
     )
 
 
+IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+def verify_dsse_bundle(
+    statement: bytes,
+    bundle_path: str | os.PathLike[str] | bytes,
+    *,
+    identity: str,
+    issuer: str,
+    trust_config: Any = "production",
+    repository: str | None = None,
+    ref: str | None = None,
+    name: str = "statement",
+) -> VerifiedSignature:
+    """Verify a DSSE bundle offline: the signer's policy, the envelope signature, its log entry,
+    and that the envelope carries exactly `statement` (an in-toto statement, byte for byte)."""
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.models import Bundle
+    from sigstore.verify import Verifier, policy
+
+    raw, bundle_name = _read_bundle(bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path))
+    trust_name = trust_config if isinstance(trust_config, str) else getattr(trust_config, "name", "pinned")
+    trust = load_trust_config(trust_config)
+    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
+        repository, ref = github_claims(identity)
+    checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]
+    if repository:
+        checks.append(policy.GitHubWorkflowRepository(normalize_repository(repository)))
+    if ref:
+        checks.append(policy.GitHubWorkflowRef(ref))
+    try:
+        bundle = Bundle.from_json(raw)
+        payload_type, payload = Verifier(trusted_root=trust.trusted_root).verify_dsse(bundle, policy.AllOf(checks))
+    except (SigstoreError, ValueError) as exc:
+        reason = str(exc).strip() or type(exc).__name__
+        why, fix = _why(exc, str(trust_name))
+        raise SignatureError(f"DSSE bundle does not verify: {reason}", reason=reason, file=bundle_name, field=f"signs {name}", why=why, fix=fix) from None
+    if payload_type != IN_TOTO_PAYLOAD_TYPE:
+        raise SignatureError("the DSSE envelope does not carry an in-toto statement", reason=f"payload type {payload_type!r}", file=bundle_name, found=payload_type, expected=IN_TOTO_PAYLOAD_TYPE)
+    if payload != statement:
+        raise SignatureError(
+            "the DSSE envelope carries another statement than this file",
+            reason="DSSE payload differs from the statement",
+            file=bundle_name,
+            field=f"signs {name}",
+            found=f"payload sha256 {sha256_bytes(payload)}",
+            expected=f"sha256 {sha256_bytes(statement)}",
+            why="the statement was changed after it was signed, or the bundle belongs to another statement",
+            fix="download the statement and its bundle again; if it still fails, do not trust the statement",
+        )
+    san, cert_issuer = _certificate_identity(bundle.signing_certificate)
+    entry = getattr(bundle.log_entry, "_inner", None)
+    log_index = getattr(entry, "log_index", None)
+    integrated = getattr(entry, "integrated_time", None)
+    return VerifiedSignature(
+        artifact=name,
+        sha256=sha256_bytes(statement),
+        identity=san or identity,
+        issuer=cert_issuer or issuer,
+        log_index=int(log_index) if log_index not in (None, "") else None,
+        integrated_time=int(integrated) if integrated not in (None, "") else None,
+    )
+
+
 def bundle_path_for(path: Path) -> Path:
     return path.with_name(path.name + BUNDLE_SUFFIX)
 
@@ -395,6 +465,7 @@ class SigningTarget:
     sha256: str
     data: bytes
     files: list[Path] = field(default_factory=list)
+    dsse: bool = False  # an in-toto statement: signed as a DSSE envelope, not as a blob
 
     @property
     def label(self) -> str:
@@ -483,7 +554,34 @@ def collect_targets(release_dir: Path, dist: Path | None, manifest: dict[str, An
                 continue
             if path not in target.files:
                 target.files.append(path)  # the same bytes: the bundle is copied beside it for upload
+        shipped_image = dig_manifest_digest(manifest)
+        for artifact in register.query("provenance"):
+            path = register.verified_path(artifact).resolve()
+            target = statement_target(path, targets, shipped_image)
+            if target is None:
+                ui.warn(f"{path}: the statement describes a set or image this release does not ship; not signed")
+                continue
+            targets.setdefault(f"dsse:{target.sha256}", target)
     return list(targets.values())
+
+
+def dig_manifest_digest(manifest: dict[str, Any]) -> str | None:
+    """The container lane's image manifest digest a release binds (components.ninfer.oci_manifest_digest)."""
+    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    row = components.get("ninfer") if isinstance(components.get("ninfer"), dict) else {}
+    digest = row.get("oci_manifest_digest")
+    return digest.removeprefix("sha256:") if isinstance(digest, str) else None
+
+
+def statement_target(path: Path, targets: dict[str, SigningTarget], shipped_image: str | None) -> SigningTarget | None:
+    """A provenance statement to sign as DSSE, when its set's outer SHA256SUMS (or its image) is what the release ships."""
+    from .formats.provenance import read_statement
+
+    data = path.read_bytes()
+    statement = read_statement(data, origin=str(path))
+    sums = statement.subjects.get(OUTER_SUMS_SUFFIX)
+    shipped = (sums is not None and sums in targets) or (shipped_image is not None and shipped_image in statement.subjects.values())
+    return SigningTarget(sha256_bytes(data), data, [path], dsse=True) if shipped else None
 
 
 def refuse_outside_ci(environ: dict[str, str] | os._Environ = os.environ) -> None:
@@ -576,6 +674,17 @@ def sign_targets(
     trust = load_trust_config(signer.trust_config)
 
     def check(target: SigningTarget, bundle_file: Path) -> VerifiedSignature:
+        if target.dsse:
+            return verify_dsse_bundle(
+                target.data,
+                bundle_file,
+                identity=signer.identity,
+                issuer=signer.issuer,
+                trust_config=trust,
+                repository=signer.repository,
+                ref=signer.ref,
+                name=target.files[0].name,
+            )
         return verify_bundle(
             Sha256Digest(target.sha256),
             bundle_file,
@@ -630,8 +739,13 @@ def sign_targets(
         context = context_factory(trust)
         with context.signer(token, cache=True) as handle:
             for target in pending:
-                ui.info(f"signing {target.label} (sha256 {target.sha256[:12]}) as {signer.identity}")
-                bundle = handle.sign_artifact(target.data)
+                ui.info(f"signing {target.label} (sha256 {target.sha256[:12]}{', DSSE' if target.dsse else ''}) as {signer.identity}")
+                if target.dsse:
+                    from sigstore.dsse import Statement
+
+                    bundle = handle.sign_dsse(Statement(target.data))  # the envelope carries these exact bytes
+                else:
+                    bundle = handle.sign_artifact(target.data)
                 text = bundle.to_json()
                 report.bundles += _write_bundle(target, text.encode("utf-8") if isinstance(text, str) else text)
                 report.signed.append(target.label)
@@ -690,7 +804,7 @@ def run_sign(args: argparse.Namespace) -> int:
         plan = {
             "release": release_dir.name,
             "signer": signer.to_json(),
-            "targets": [{"sha256": t.sha256, "files": [str(p) for p in t.files], "bundle": [str(bundle_path_for(p)) for p in t.files]} for t in targets],
+            "targets": [{"sha256": t.sha256, "dsse": t.dsse, "files": [str(p) for p in t.files], "bundle": [str(bundle_path_for(p)) for p in t.files]} for t in targets],
         }
         print(json.dumps(plan, indent=2, sort_keys=True))
         return 0
@@ -741,4 +855,5 @@ __all__ = [
     "sign_targets",
     "signer_from_manifest",
     "verify_bundle",
+    "verify_dsse_bundle",
 ]
