@@ -257,3 +257,26 @@ def toolchain_supplier(distribution: str, authors: Mapping[str, str]) -> str | N
 def with_properties(component: Component, **values: Any) -> Component:
     extra = tuple((key.replace("_", "-"), str(value)) for key, value in sorted(values.items()) if value is not None)
     return replace(component, properties=tuple(sorted({*component.properties, *extra})))
+
+
+def host_dependency_entries(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The build identity's `host_dependencies` (what the build's preflight found, pipeline/infra/hostdeps.py)
+    in the shape `ComponentModel.add_host_dependencies` takes: the supplier and purl are derived from the
+    package that owns each one (Debian, or a vcpkg port), never typed by hand."""
+    found = identity.get("host_dependencies") or []
+    environment = identity.get("host_environment") or {}
+    distro = str((environment.get("os_release") or {}).get("ID") or "debian").lower()
+    entries = []
+    for entry in found:
+        package, package_version, port = entry.get("debian_package"), entry.get("debian_version"), entry.get("vcpkg_port")
+        if package and package_version:
+            purl = f"pkg:deb/{distro}/{package}@{package_version}"
+            supplier = f"Organization: {distro.capitalize()} (package {package})"
+        elif port:
+            purl = f"pkg:generic/vcpkg/{port}@{entry.get('version')}"
+            supplier = f"Organization: vcpkg (port {port})"
+        else:
+            purl = None
+            supplier = "Organization: the build host (no package owns it)"
+        entries.append({"name": entry.get("name"), "version": entry.get("version"), "purl": purl, "supplier": supplier, "license": None})
+    return entries

@@ -579,9 +579,8 @@ class PackageStage(Stage):
             providers=dict(lane.providers),
             license_texts=self._license_texts(),
             toolchain_authors=self._toolchain_authors(),
-            # The build host's dependencies, once the build identity records them (name, version,
-            # purl, supplier, license each): they join both SBOMs as build dependencies.
-            host_dependencies=list(self.identity.get("host_dependencies") or []),
+            # The build host's dependencies as the build's preflight found them: both SBOMs list them.
+            host_dependencies=bom_model.host_dependency_entries(self.identity),
         )
         # One component model for both documents: they cannot disagree.
         model = sbom.component_model(inp)
