@@ -101,7 +101,11 @@ MAX_DEPTH = 64  # arrays and objects nested deeper than this are refused
 
 
 class _Refused(ValueError):
-    """Raised inside the parser's hooks; turned into an InputError naming the source."""
+    """Raised inside the parser's hooks; turned into an InputError naming the source (and the key)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -110,7 +114,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _value in pairs:
             if key in seen:
-                raise _Refused(f"holds the key {key!r} twice in one object")
+                raise _Refused(f"holds the key {key!r} twice in one object (a duplicate key)", field=key)
             seen.add(key)
     return document
 
@@ -175,6 +179,7 @@ def loads_document(
         raise InputError(
             str(exc),
             file=source,
+            field=exc.field,
             why="a strict reader refuses what different JSON parsers would read differently",
             fix="repair the document (one value per key, finite numbers only)",
         ) from None
@@ -244,48 +249,6 @@ def dig(document: Any, dotted: str) -> Any:
     return node
 
 
-MAX_JSON_DEPTH = 64
-
-
-def parse_strict(data: bytes, *, file: str | os.PathLike[str], max_bytes: int = 16 * 1024 * 1024) -> Any:
-    """Parse untrusted JSON bytes: bounded size and nesting, no duplicate keys, no NaN/Infinity, no BOM or CR."""
-    if len(data) > max_bytes:
-        raise InputError("is too large to be this document", file=file, found=f"{len(data)} bytes", expected=f"at most {max_bytes} bytes")
-    check_text_hygiene(file, data)
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise InputError("has a duplicate key", file=file, field=key, why="a reader could take either value; the pipeline refuses the ambiguity")
-            out[key] = value
-        return out
-
-    def constant(name: str) -> Any:
-        raise InputError(f"holds the non-finite number {name}", file=file, expected="finite numbers only")
-
-    depth = peak = 0
-    in_string = escaped = False
-    for byte in data:  # nesting is measured before json recurses into it
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            peak = max(peak, depth)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    if peak > MAX_JSON_DEPTH:
-        raise InputError("is nested too deeply", file=file, found=f"{peak} levels", expected=f"at most {MAX_JSON_DEPTH}")
-    try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=file) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=file) from None
+def parse_strict(data: bytes, *, file: str | os.PathLike[str], max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """A document of the pipeline's own formats (ledgers, plans, receipts): the one strict reader, plus text hygiene (no BOM, no CR)."""
+    return loads_document(data, source=file, max_bytes=max_bytes, strict_bytes=True)
