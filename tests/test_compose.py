@@ -15,9 +15,10 @@ from releasekit import LANE, RELEASE, acceptance_record, commit, release_toml, s
 from conftest import ROOT, git
 from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, UsageError
 from pipeline.formats.lanes import load_lanes
-from pipeline.formats.releasetree import dump_toml, load_release_toml, release_dir
+from pipeline.formats.release.contract import verify_release
+from pipeline.formats.release.names import release_dir
+from pipeline.formats.release.spec import dump_toml, load_release_toml
 from pipeline.stages.compose import accept_release, compose_release, promote_release, rebind, stage_release
-from pipeline.stages.verify import verify_release
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import canonical_bytes
 

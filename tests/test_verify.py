@@ -17,8 +17,8 @@ import pytest
 from releasekit import LANE, RELEASE, sample_release
 
 from conftest import ROOT, git
-from pipeline.formats.releasetree import blocker_subject
-from pipeline.stages.verify import verify_release
+from pipeline.formats.release.contract import verify_release
+from pipeline.formats.release.names import blocker_subject
 from pipeline.util.jsonio import canonical_bytes
 
 
