@@ -901,13 +901,16 @@ class ComposeStage(Stage):
         self.record = compose_record(self.root, self.release, self.receipt_paths, register=self.ctx.register, changes=self.change_args, bundles=self.bundle_paths, lanes_dir=self.lanes_dir)
 
     def run(self) -> list[Artifact]:
-        from pipeline.stages.compose import accept_release
+        from pipeline.stages.compose import AcceptStage
 
         assert self.record is not None
         path = self.ctx.dist / OUTPUT_DIR / self.release / "external-installation.json"
         atomic_write_bytes(path, fmt.canonical(self.record))
         self.record_path = path
-        self.outcome = accept_release(self.root, self.release, path, lanes_dir=self.lanes_dir)
+        # Bound by compose's own action, so the register's release-tree entries describe the tree it leaves.
+        binding = AcceptStage(Context.open(self.ctx.dist, self.lanes_dir, root=self.root), self.release, path, lanes_dir=self.lanes_dir)
+        execute(binding)
+        self.outcome = binding.outcome
         return [self.ctx.register.make("acceptance-record", path, stage="accept", lane=None, release=self.release, status=self.record["status"])]
 
 
