@@ -740,6 +740,21 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
     assert caught.value.field == f"lanes.{lane_id}.status"
     lanes[lane_id] = "preview"
     toml.write_text(release_toml(release.client, register=lanes, preview_reason="RTX 5090 hardware qualification pending: the receipt is hardware-pending"))
+    # Only the lane's own publication receipt is evidence: one recorded for another lane is never used.
+    import dataclasses
+
+    from pipeline.register import Register
+
+    foreign = tmp_path / "foreign"
+    shutil.copytree(dist, foreign)
+    register = Register(foreign)
+    pushed = register.one("publication-receipt", lane=lane_id, needed_by="test", produced_by="push")
+    key = next(k for k, v in register.stages.items() if pushed.name in v["outputs"])
+    register.record_stage(key, register.stages[key]["fingerprint"], [dataclasses.replace(a, lane=LANE) if a.name == pushed.name else a for a in register.outputs_of(key)])
+    before = tree_bytes(root)
+    with pytest.raises(InputError) as caught:
+        compose_release(root, RELEASE, dist=foreign, lanes_dir=release.lanes_dir)
+    assert caught.value.file == f"manifests/{RELEASE}/qualification/runtime-publication.json" and tree_bytes(root) == before
     compose_release(root, RELEASE, dist=dist, lanes_dir=release.lanes_dir)
     manifest = manifest_of(root)
     row = manifest["components"]["ninfer"]
