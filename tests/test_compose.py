@@ -609,8 +609,11 @@ def test_compose_records_every_file_of_the_tree_and_a_second_run_is_up_to_date(r
     notes = tree / "NOTES.md"
     good = notes.read_bytes()
     notes.write_bytes(good + b"edited\n")
+    interrupted = tree / ".manifest.json.k2j3h4.tmp"  # what a killed run of atomic_write_bytes leaves behind
+    interrupted.write_bytes(b"{")
     code, third, err = _cli(capsys, "compose", *common)
     assert code == 0 and third["written"] == [f"manifests/{RELEASE}/NOTES.md"] and notes.read_bytes() == good
+    assert not interrupted.exists() and f"removed {interrupted}" in err
     # A changed input (release.toml) runs it again, and the register follows the new bytes.
     toml = tree / "release.toml"
     toml.write_text(toml.read_text().replace('title = "sample release made by the pipeline"', 'title = "sample release, retitled"'))

@@ -7,9 +7,10 @@
     python -m pipeline compose promote --release vX.Y.Z --to candidate|ready
 
 `compose` reads the release's hand-written `release.toml`; for every lane built
-by this pipeline (`from = "register"`) it takes the lane's closed asset set
-(checked with `pipeline.formats.assets.check_assets`), its lane receipt and, for the
-container lane, the image publication receipt from the artefact register,
+by this pipeline (`from = "register"`) it takes the lane's closed asset set and
+its `package-archive` entry (checked as check-assets does,
+`pipeline.formats.assets.check_registered_set`), its lane receipt and, for the
+container lane, that lane's image publication receipt from the artefact register,
 refuses any drift between them (a receipt for other bytes, a publication
 receipt for another archive, a mutable image tag) with the file and field
 named, and copies them into the tree byte for byte.  Then `rebind` recomputes
@@ -23,6 +24,11 @@ installation acceptance made on a candidate commit, and `promote` moves the
 status forward after checking the target state's rules.  `rebind --pin COMMIT`
 is the pin dance: a record's raw URL may name only a commit that already holds
 its bytes, which `git show COMMIT:PATH` proves locally.
+
+Every action runs through `stage.execute()` as its own stage key and records
+the tree it leaves as `release-tree` entries (see "the stages" below); the
+format itself -- names, release.toml, derivation, renderings, the state and
+acceptance rules, verify's checks -- is `pipeline.formats.release`.
 """
 
 from __future__ import annotations
@@ -92,6 +98,7 @@ from pipeline.util.jsonio import (
     loads_object,
     read_json_object,
 )
+from pipeline.util.safepath import within
 
 
 @dataclass
@@ -740,8 +747,10 @@ class TreeAction(Stage):
 
     def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
         # atomic_write_bytes' temporary names; only compose actions write the tree, and they hold one lock.
+        # Never through a link: a tree (or a folder of it) that leads elsewhere is not ours to clean.
         tree = release_dir(self.root, self.release)
-        return [(folder, (".*.tmp",)) for folder in (tree, tree / "qualification", tree / "acceptance")]
+        folders = (tree, tree / "qualification", tree / "acceptance")
+        return [(folder, (".*.tmp",)) for folder in folders if not folder.is_symlink() and within(folder, self.root) and not tree.is_symlink()]
 
     def inputs(self) -> dict[str, Any]:
         return {"root": str(self.root.resolve()), "release": self.release, "action": self.action, "tree": tree_digests(self.root, self.release)}
