@@ -30,6 +30,7 @@ from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 
 
 def manifest_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The lane rows of a manifest (the container row first), skipping anything that is not an object."""
     comp = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
     rows = []
     if isinstance(comp.get("ninfer"), dict):
@@ -41,12 +42,14 @@ def manifest_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def row_field(row: dict[str, Any], lanes: dict[str, Lane]) -> str:
+    """The manifest field path of a row (`components.ninfer` or `components.ninfer_variants[<id>]`)."""
     lane = lanes.get(row.get("id"))
     kind = lane.kind if lane else ("container" if "binary_archive_sha256" in row else "windows-native")
     return row_path(str(row.get("id")), kind)
 
 
 def row_kind(row: dict[str, Any], lanes: dict[str, Lane]) -> str:
+    """The lane kind of a row: from the lane file, else from the row's own fields (an unknown lane)."""
     lane = lanes.get(row.get("id"))
     return lane.kind if lane else ("container" if "binary_archive_sha256" in row else "windows-native")
 
@@ -88,6 +91,7 @@ def diff(found: Any, expected: Any, path: str, out: list[tuple[str, Any, Any]]) 
 
 
 def abbreviate(value: Any) -> Any:
+    """A value short enough for an error message (objects and lists as JSON, cut at 200 characters)."""
     if isinstance(value, (dict, list)):
         text = json.dumps(value, sort_keys=True)
         return text if len(text) <= 200 else text[:197] + "..."
