@@ -157,7 +157,7 @@ def commit(repo: Path, message: str) -> str:
 
 
 def acceptance_record(manifest: dict[str, Any], candidate: str, *, status: str = "passed", lane: str = LANE) -> dict[str, Any]:
-    from pipeline.formats.releasetree import acceptance_subject
+    from pipeline.formats.release.rules import acceptance_subject
 
     return {
         "artifact_type": "omp_ninfer_external_installation_acceptance",

@@ -171,7 +171,7 @@ def test_uncommitted_changes_do_not_reach_the_verify_gate(product):
 def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypatch):
     """A ready tree always binds a passing record, so verify refuses first; verify is passed over
     here only to show that the acceptance gate also refuses on its own."""
-    import pipeline.stages.verify as verify_module
+    import pipeline.formats.release.contract as verify_module
 
     manifest_path = product.root / TREE / "manifest.json"
     manifest = json.loads(manifest_path.read_text())

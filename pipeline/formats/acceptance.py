@@ -35,7 +35,7 @@ from pipeline.util.schema import Field, matches, one_of, read_table
 
 BUNDLE_TYPE = "omp_ninfer_acceptance_bundle"
 RECEIPT_TYPE = "omp_ninfer_acceptance_run_receipt"
-RECORD_TYPE = "omp_ninfer_external_installation_acceptance"  # == releasetree.ACCEPTANCE_TYPE
+RECORD_TYPE = "omp_ninfer_external_installation_acceptance"  # the one declaration (verify and compose check it)
 SCHEMA_VERSION = 1
 BUNDLE_KINDS = ("release-route", "runbook")
 STEP_STATUSES = ("passed", "failed", "not-run")

@@ -22,12 +22,12 @@ from pathlib import Path
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, UsageError
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra.git import GIT
 from pipeline.infra.safetar import SafeTar
 from pipeline.util.hashing import is_commit_hex
 from pipeline.util.proc import run, run_text
 
 EMBEDDED_SUBDIR = "runtime/sample"
-GIT = ["git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*"]
 
 
 @dataclass(frozen=True)

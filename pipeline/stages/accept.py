@@ -49,6 +49,7 @@ from typing import Any
 from pipeline.errors import EnvironmentProblem, InputError, PipelineError, RefusedError, UsageError, redact
 from pipeline.formats import acceptance as fmt
 from pipeline.formats.routes import CAPABILITIES, RESERVED_NAMES, Document, scan
+from pipeline.infra.git import GIT
 from pipeline.register import Artifact, Register
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
@@ -61,7 +62,6 @@ DEFAULT_STEP_TIMEOUT = 1800.0
 PROBE_TIMEOUT = 60.0
 OUTPUT_DIR = "acceptance"
 RUNNER = "pipeline.stages.accept"
-GIT = ("git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*")
 GRANTABLE = ("network", "github")
 # Windows needs these from the system for PowerShell and .NET to start; their values are host facts, not secrets.
 WINDOWS_SYSTEM_VARIABLES = ("SystemRoot", "SystemDrive", "windir", "ComSpec", "PATHEXT", "ProgramData", "ProgramFiles", "ProgramFiles(x86)", "CommonProgramFiles", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE", "OS")
@@ -123,7 +123,9 @@ def pinned_value(field_path: str, *, release: str | None, root: Path, mirrored: 
     release = release or environ.get("OMP_NINFER_RELEASE")
     if not release:
         raise UsageError("no release named", field="--release", expected="--release vX.Y.Z or OMP_NINFER_RELEASE set", fix="export OMP_NINFER_RELEASE=vX.Y.Z (the release you install)")
-    if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+(-beta\.[1-9][0-9]*)?", release):
+    from pipeline.formats.release.names import RELEASE_RE
+
+    if not RELEASE_RE.fullmatch(release):
         raise UsageError("is not a product release name", field="release", found=release, expected="vX.Y.Z")
     path = root / "manifests" / release / "manifest.json"
     if not path.is_file():
@@ -726,7 +728,9 @@ def make_bundle(
         return _bundle_document("runbook", None, None, None, document, data, at, doc, route_id, fmt.DEFAULT_HOST_KIND[route.shell], None, False, fields)
 
     from pipeline.formats.lanes import load_lanes
-    from pipeline.formats.releasetree import MANIFEST, acceptance_subject, load_release_toml, repo_path
+    from pipeline.formats.release.names import MANIFEST, repo_path
+    from pipeline.formats.release.rules import acceptance_subject
+    from pipeline.formats.release.spec import load_release_toml
 
     lanes = load_lanes(lanes_dir)
     rt = load_release_toml(root, release, lanes)
@@ -897,13 +901,16 @@ class ComposeStage(Stage):
         self.record = compose_record(self.root, self.release, self.receipt_paths, register=self.ctx.register, changes=self.change_args, bundles=self.bundle_paths, lanes_dir=self.lanes_dir)
 
     def run(self) -> list[Artifact]:
-        from pipeline.stages.compose import accept_release
+        from pipeline.stages.compose import AcceptStage
 
         assert self.record is not None
         path = self.ctx.dist / OUTPUT_DIR / self.release / "external-installation.json"
         atomic_write_bytes(path, fmt.canonical(self.record))
         self.record_path = path
-        self.outcome = accept_release(self.root, self.release, path, lanes_dir=self.lanes_dir)
+        # Bound by compose's own action, so the register's release-tree entries describe the tree it leaves.
+        binding = AcceptStage(Context.open(self.ctx.dist, self.lanes_dir, root=self.root), self.release, path, lanes_dir=self.lanes_dir)
+        execute(binding)
+        self.outcome = binding.outcome
         return [self.ctx.register.make("acceptance-record", path, stage="accept", lane=None, release=self.release, status=self.record["status"])]
 
 
@@ -983,7 +990,9 @@ def check_receipt(item: Loaded, host_kind: str) -> None:
 def compose_record(root: Path, release: str, receipt_paths: list[Path], *, register: Register, changes: list[str], bundles: list[Path], lanes_dir: Path | None) -> dict[str, Any]:
     """The acceptance record, after every check (docs/release-tree.md, Acceptance record)."""
     from pipeline.formats.lanes import load_lanes
-    from pipeline.formats.releasetree import MANIFEST, acceptance_subject, load_release_toml, repo_path
+    from pipeline.formats.release.names import MANIFEST, repo_path
+    from pipeline.formats.release.rules import acceptance_subject
+    from pipeline.formats.release.spec import load_release_toml
 
     lanes = load_lanes(lanes_dir)
     rt = load_release_toml(root, release, lanes)
@@ -1231,7 +1240,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         if args.release is None:
             raise UsageError("--required needs --release", field="--required")
         from pipeline.formats.lanes import load_lanes
-        from pipeline.formats.releasetree import load_release_toml
+        from pipeline.formats.release.spec import load_release_toml
 
         config = acceptance_config(load_release_toml(_root(args), args.release, load_lanes(args.lanes_dir)))
         if config is None:

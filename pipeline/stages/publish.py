@@ -50,6 +50,7 @@ from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedEr
 from pipeline.formats import publication_plan as fmt
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra.git import GIT
 from pipeline.infra.github import Ambiguous, GitHub, GitHubError, repository_of, token_from_env
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
@@ -59,7 +60,6 @@ from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import canonical_bytes, parse_strict
 
 ATTEMPTS = 4  # per operation, after ambiguous failures
-GIT = ["git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*"]
 # Register kinds of files the product release also ships (the pipeline's own wheel and sdist, #11 §3).
 PRODUCT_REGISTER_KINDS: tuple[str, ...] = ()
 
@@ -357,7 +357,7 @@ def product_target(
     lanes_dir: Path | None,
     github_of: Callable[[str], GitHub | None],
 ) -> tuple[Target, Remote]:
-    from pipeline.formats.releasetree import RELEASE_RE
+    from pipeline.formats.release.names import RELEASE_RE
     from pipeline.formats.test_receipt import read_test_receipt, require_green_for
     from pipeline.stages import sign
 
@@ -420,7 +420,7 @@ def product_target(
     remote = Remote(github_of(repository), target)
 
     def gate_verify() -> str:
-        from pipeline.stages.verify import verify_release
+        from pipeline.formats.release.contract import verify_release
 
         work = Path(tempfile.mkdtemp(prefix=f"verify-{commit[:12]}-", dir=ctx.dist / "publish"))
         worktree = work / "tree"

@@ -39,6 +39,7 @@ from typing import Any
 from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RefusedError, RemoteError, UsageError, redact
 from pipeline.formats.lanes import Lane, find_lane, load_lanes
+from pipeline.formats.receipts import IMAGE_PUBLICATION_SCHEMA, IMAGE_PUBLICATION_TYPE
 from pipeline.infra import oci
 from pipeline.infra.registry import (
     TAG,
@@ -54,8 +55,6 @@ from pipeline.stage import Context, Stage, StageResult, execute
 from pipeline.util import ui
 from pipeline.util.jsonio import canonical_bytes, loads_document, write_json
 
-RECEIPT_TYPE = "ninfer_runtime_image_publication_receipt"
-RECEIPT_SCHEMA = 3
 RECEIPT_FILE = "image-publication-receipt.json"
 
 
@@ -327,8 +326,8 @@ class PushStage(Stage):
         sboms = register.query("image-sbom", lane=self.lane.id, manifest_digest=image.manifest_digest)
         base_name = attrs["base_repository"] + (f":{attrs['base_tag']}" if attrs.get("base_tag") else "")
         return {
-            "artifact_type": RECEIPT_TYPE,
-            "schema_version": RECEIPT_SCHEMA,
+            "artifact_type": IMAGE_PUBLICATION_TYPE,
+            "schema_version": IMAGE_PUBLICATION_SCHEMA,
             "lane": self.lane.id,
             "component_tag": attrs["component_tag"],
             "release_tag": attrs["component_tag"],

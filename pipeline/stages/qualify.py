@@ -122,6 +122,7 @@ from pipeline.errors import ExitCode, InputError, IntegrityError, UsageError, re
 from pipeline.formats.assets import check_registered_set
 from pipeline.formats.identity import IDENTITY_KEYS
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.formats.receipts import LANE_RECEIPT_SCHEMA, LANE_RECEIPT_STATUSES, LANE_RECEIPT_TYPE
 from pipeline.harness.gates import (
     ENDPOINT_GATES,
     GATE_ORDER,
@@ -150,9 +151,6 @@ from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sh
 from pipeline.util.jsonio import canonical_bytes, loads_object, read_json_object, write_json
 from pipeline.util.safepath import safe_component
 
-RECEIPT_TYPE = "omp_ninfer_lane_receipt"
-RECEIPT_SCHEMA_VERSION = 1
-RECEIPT_STATUSES = ("passed", "failed", "hardware-pending")
 MAX_PACKAGE_DOCUMENT_BYTES = 16 * 1024 * 1024  # a top-level JSON member of the package read into memory
 SERVER_BINARY = "ninfer-serve"
 _FIELDS = frozenset({
@@ -213,9 +211,9 @@ def validate_receipt(document: Any, *, file: Any = None) -> dict[str, Any]:
     """Check a lane receipt against schema 1 and its status rules; return it."""
     if not isinstance(document, dict):
         raise _bad(file, "(top level)", "is not a JSON object")
-    if document.get("artifact_type") != RECEIPT_TYPE:
-        raise _bad(file, "artifact_type", "has the wrong artifact type", document.get("artifact_type"), repr(RECEIPT_TYPE))
-    if document.get("schema_version") != RECEIPT_SCHEMA_VERSION:
+    if document.get("artifact_type") != LANE_RECEIPT_TYPE:
+        raise _bad(file, "artifact_type", "has the wrong artifact type", document.get("artifact_type"), repr(LANE_RECEIPT_TYPE))
+    if document.get("schema_version") != LANE_RECEIPT_SCHEMA:
         raise _bad(file, "schema_version", "has an unsupported schema version", document.get("schema_version"), "1")
     allowed = _FIELDS | {"imported"}
     unknown = sorted(set(document) - allowed)
@@ -228,8 +226,8 @@ def validate_receipt(document: Any, *, file: Any = None) -> dict[str, Any]:
         if not isinstance(document[key], str) or not document[key]:
             raise _bad(file, key, "must be a non-empty string", document[key])
     status = document["status"]
-    if status not in RECEIPT_STATUSES:
-        raise _bad(file, "status", "has an unknown status", status, " | ".join(RECEIPT_STATUSES))
+    if status not in LANE_RECEIPT_STATUSES:
+        raise _bad(file, "status", "has an unknown status", status, " | ".join(LANE_RECEIPT_STATUSES))
     if not isinstance(document["generated_utc"], str) or not _UTC.fullmatch(document["generated_utc"]):
         raise _bad(file, "generated_utc", "is not a UTC timestamp", document["generated_utc"], "YYYY-MM-DDTHH:MM:SSZ")
     harness = document["harness"]
@@ -708,8 +706,8 @@ class QualifyStage(Stage):
         status, reason = _status_of(gates, not_run, reached, pending_why)
         self.result_status = status
         return {
-            "artifact_type": RECEIPT_TYPE,
-            "schema_version": RECEIPT_SCHEMA_VERSION,
+            "artifact_type": LANE_RECEIPT_TYPE,
+            "schema_version": LANE_RECEIPT_SCHEMA,
             "lane": lane.id,
             "component_tag": ident.component_tag,
             "deployment_profile": ident.deployment_profile,
@@ -957,9 +955,6 @@ def register_cli(sub) -> None:
 __all__ = [
     "GATE_ORDER",
     "ENDPOINT_GATES",
-    "RECEIPT_TYPE",
-    "RECEIPT_SCHEMA_VERSION",
-    "RECEIPT_STATUSES",
     "QualifyStage",
     "identity_differences",
     "load_receipt",
