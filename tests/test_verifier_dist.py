@@ -63,7 +63,7 @@ def built(this_commit, tmp_path_factory) -> tuple[Path, Path, str]:
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(source), str(clone)], check=True)
         old = os.umask(0o077 if index else 0o022)
         try:
-            result = vd.verifier_dist(dist=base / f"dist-{index}", source=f"{clone}@{commit}")
+            result = vd.build_verifier_dist(dist=base / f"dist-{index}", source=f"{clone}@{commit}")
         finally:
             os.umask(old)
         assert result.skipped is False
@@ -125,12 +125,12 @@ def test_two_clones_give_byte_identical_wheel_and_sdist(built, this_commit):
 def test_a_rerun_is_a_noop_and_a_damaged_output_is_rebuilt(built):
     one, _, commit = built
     clone = one.parent / "clone-a"
-    again = vd.verifier_dist(dist=one, source=f"{clone}@{commit}")
+    again = vd.build_verifier_dist(dist=one, source=f"{clone}@{commit}")
     assert again.skipped is True
     wheel = one / "verifier" / WHEEL
     before = wheel.read_bytes()
     wheel.write_bytes(b"not a wheel")
-    rebuilt = vd.verifier_dist(dist=one, source=f"{clone}@{commit}")
+    rebuilt = vd.build_verifier_dist(dist=one, source=f"{clone}@{commit}")
     assert rebuilt.skipped is False and wheel.read_bytes() == before
 
 

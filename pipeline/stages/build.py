@@ -16,6 +16,7 @@ exactly like a local build's.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -499,6 +500,22 @@ def build_lane(
     return execute(stage, force=force)
 
 
+def run_build(args: argparse.Namespace) -> int:
+    """`build`: the command line's front door to `build_lane`."""
+    build_lane(
+        args.lane,
+        dist=args.dist,
+        source=args.source,
+        toolchain=args.toolchain,
+        prebuilt=args.prebuilt,
+        work=args.work,
+        rehearsal=args.rehearsal,
+        lanes_dir=args.lanes_dir,
+        force=args.force,
+    )
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -511,20 +528,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--rehearsal", action="store_true", help="build a commit that is not the lane's current cut under the cut's names (a test build: publish refuses it); the embedded sample always is one unless a cut binds its commit")
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
     add_common(parser)
-    parser.set_defaults(
-        func=lambda args: build_lane(
-            args.lane,
-            dist=args.dist,
-            source=args.source,
-            toolchain=args.toolchain,
-            prebuilt=args.prebuilt,
-            work=args.work,
-            rehearsal=args.rehearsal,
-            lanes_dir=args.lanes_dir,
-            force=args.force,
-        )
-        and 0
-    )
+    parser.set_defaults(func=run_build)
 
 
 STAGE = BuildStage
