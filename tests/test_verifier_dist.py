@@ -166,7 +166,7 @@ def test_the_installed_wheel_runs_from_outside_any_checkout(installed, tmp_path)
     assert helped.returncode == 0 and "audit" in helped.stdout and "verifier-dist" in helped.stdout, helped.stderr
     audit_help = run_installed(installed, "-m", "pipeline", "audit", "--help", cwd=tmp_path)
     assert audit_help.returncode == 0 and "--mirror" in audit_help.stdout, audit_help.stderr
-    trust = run_installed(installed, "-c", "from pipeline import sign; print(sign.trust_config_path('production')); "
+    trust = run_installed(installed, "-c", "from pipeline.stages import sign; print(sign.trust_config_path('production')); "
                           "sign.load_trust_config('production'); sign.load_trust_config('staging')", cwd=tmp_path)
     assert trust.returncode == 0 and Path(trust.stdout.strip()).is_relative_to(installed), trust.stderr  # pinned roots load
     lanes = run_installed(installed, "-m", "pipeline", "lanes", "--json", cwd=tmp_path)
@@ -328,6 +328,7 @@ def test_the_wheel_check_finds_a_missing_lane_a_stray_file_a_clock_date_and_a_um
 def test_the_cli_offers_the_command():
     from pipeline import cli
 
-    parser = cli.build_parser()
-    args = parser.parse_args(["verifier-dist", "--dist", "d", "--source", f".@{'c' * 40}"])
+    argv = ["verifier-dist", "--dist", "d", "--source", f".@{'c' * 40}"]
+    parser = cli.build_parser(argv)  # only the named command's module contributes its options
+    args = parser.parse_args(argv)
     assert args.func is not None and args.source.endswith("c" * 40) and args.dist == Path("d")
