@@ -48,7 +48,6 @@ _WORDS = (
 assert len(_WORDS) == 256
 
 
-
 def _word_stream(seed: str) -> Iterator[str]:
     counter = 0
     while True:

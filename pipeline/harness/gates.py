@@ -101,7 +101,6 @@ def skipped(reason: str, **data: Any) -> Gate:
     return Gate("skipped", reason, data)
 
 
-
 def contains_exactly(text: str, word: str) -> bool:
     return re.search(rf"(?<![0-9A-Za-z]){re.escape(word)}(?![0-9A-Za-z])", text) is not None
 
