@@ -181,7 +181,7 @@ class _NoGpu:
     def sampling(self):
         from contextlib import nullcontext
 
-        from pipeline.harness.gates import GpuSamples
+        from pipeline.harness.gpu import GpuSamples
 
         return nullcontext(GpuSamples())
 
@@ -197,7 +197,7 @@ class _FakeGpu:
     def sampling(self):
         import contextlib
 
-        from pipeline.harness.gates import GpuSamples
+        from pipeline.harness.gpu import GpuSamples
 
         @contextlib.contextmanager
         def run():

@@ -13,7 +13,7 @@ import pytest
 from hostile_http import Route, hostile_server
 
 from pipeline.errors import InputError
-from pipeline.harness import gates as qualify_harness
+from pipeline.harness import client as qualify_harness
 from pipeline.register import REGISTER_FILE, REGISTER_TYPE, Register
 from pipeline.util import jsonio
 from pipeline.util.jsonio import MAX_DEPTH, loads_document, loads_object, read_json, read_json_object

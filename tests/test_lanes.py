@@ -92,11 +92,12 @@ def test_lane_id_must_match_file_name(tmp_path):
 
 def test_cli_lists_lanes(capsys):
     from pipeline.cli import main
+    from pipeline.errors import ExitCode
 
     assert main(["lanes"]) == 0
     out = capsys.readouterr().out
     assert "rtx4090-windows-native" in out and "v0.7.0-qwen38-4090-beta.2" in out
-    assert main(["--print-lanes"]) == 0
+    assert main(["--print-lanes"]) == ExitCode.USAGE  # gone in favour of 'lanes' (issue #10 §3)
 
 
 # -- hostile lane files: names that would become paths, numbers that would judge gates ----------
@@ -206,10 +207,10 @@ def test_every_beta_option_refuses_a_beta_below_one(argv, tmp_path, capsys):
 
 def test_the_stage_functions_refuse_a_beta_below_one_before_touching_dist(tmp_path):
     from pipeline.stages.build import build_lane
-    from pipeline.stages.package import package_all, package_lane
+    from pipeline.stages.package import package_lane, package_lanes
 
     dist = tmp_path / "dist"
-    for call in (lambda: build_lane("5090", dist=dist, beta=0), lambda: package_lane("5090", dist=dist, beta=0), lambda: package_all(dist=dist, beta=-1)):
+    for call in (lambda: build_lane("5090", dist=dist, beta=0), lambda: package_lane("5090", dist=dist, beta=0), lambda: package_lanes(dist=dist, beta=-1)):
         with pytest.raises(UsageError, match="is not a beta number") as info:
             call()
         assert info.value.field == "--beta"

@@ -24,6 +24,7 @@ ones, plus small text files.
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import random
@@ -209,7 +210,7 @@ def _tool_version(command: list[str]) -> str | None:
         return None
 
 
-def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level: int = archive.DEFAULT_LEVEL, only: list[str] | None = None, work: Path | None = None) -> dict[str, Any]:
+def benchmark(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level: int = archive.DEFAULT_LEVEL, only: list[str] | None = None, work: Path | None = None) -> dict[str, Any]:
     names = only or list(MEASUREMENTS)
     unknown = [n for n in names if n not in MEASUREMENTS]
     if unknown:
@@ -249,12 +250,20 @@ def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level:
     return document
 
 
+def run_bench(args: argparse.Namespace) -> int:
+    """`bench`: the command line's front door to `benchmark`."""
+    benchmark(output=args.output, size=args.size, level=args.level, only=args.only, work=args.work)
+    return 0
+
+
 def register_cli(sub) -> None:
+    from pipeline.cli import add_common
+
     parser = sub.add_parser("bench", help="benchmark packaging and hashing against GNU tar+gzip and openssl; writes JSON")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help=f"result file (default: {DEFAULT_OUTPUT})")
     parser.add_argument("--size", type=int, default=DEFAULT_SIZE, help="payload bytes (default: 1 GiB)")
     parser.add_argument("--level", type=int, default=archive.DEFAULT_LEVEL, choices=range(1, 10), metavar="1-9", help="gzip level for both sides (default: the package stage's, 9)")
     parser.add_argument("--only", action="append", help="run only this measurement (repeatable): " + ", ".join(MEASUREMENTS))
     parser.add_argument("--work", type=Path, help="folder for the temporary payload (default: the system temp folder)")
-    parser.add_argument("--quiet", action="store_true", help="print only errors and results")
-    parser.set_defaults(func=lambda args: run_bench(output=args.output, size=args.size, level=args.level, only=args.only, work=args.work) and 0)
+    add_common(parser, dist=False)
+    parser.set_defaults(func=run_bench)

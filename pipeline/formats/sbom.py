@@ -35,6 +35,7 @@ declared hash that differs from the bytes stops the stage, naming the file.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import uuid
@@ -845,9 +846,19 @@ def validate_file(path: Path) -> str:
     raise UsageError("unknown SBOM type", file=path, expected="a *.spdx.json or *.cdx.json file")
 
 
+def run_sbom_validate(args: argparse.Namespace) -> int:
+    """`sbom validate FILE...`: one line per document that validates (the first that does not raises)."""
+    for path in args.files:
+        print(validate_file(path))
+    return 0
+
+
 def register_cli(sub) -> None:
+    from pipeline.cli import add_common
+
     parser = sub.add_parser("sbom", help="validate SPDX 2.3 / CycloneDX 1.6 documents")
     action = parser.add_subparsers(dest="sbom_action", required=True)
     validate = action.add_parser("validate", help="validate *.spdx.json with spdx-tools and *.cdx.json against the CycloneDX 1.6 schema")
     validate.add_argument("files", nargs="+", type=Path)
-    validate.set_defaults(func=lambda args: [print(validate_file(p)) for p in args.files] and 0)
+    add_common(validate, dist=False)
+    validate.set_defaults(func=run_sbom_validate)

@@ -15,6 +15,7 @@ identity then records it as a system toolchain with its version.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -422,13 +423,35 @@ PINNED_VERSIONS = {
 PINNED_TOOLS = {"cmake": "3.31.10", "ninja": "1.13.0"}
 
 
+def run_toolchain_show(args: argparse.Namespace) -> int:
+    """`toolchain show`: what the lock pins."""
+    print("\n".join(describe_lock()))
+    return 0
+
+
+def run_toolchain_provision(args: argparse.Namespace) -> int:
+    """`toolchain provision --toolkit X.Y`: download and unpack it; prints its CUDA home."""
+    print(provision(toolchain_spec(args.toolkit, current_host_platform())).cuda_home)
+    return 0
+
+
+def run_toolchain_lock(args: argparse.Namespace) -> int:
+    """`toolchain lock`: re-pin the wheels from PyPI, then show the new lock."""
+    write_lock(PINNED_VERSIONS, PINNED_TOOLS)
+    return run_toolchain_show(args)
+
+
 def register_cli(sub) -> None:
+    from pipeline.cli import add_common
+
     parser = sub.add_parser("toolchain", help="show, provision or re-pin the CUDA toolchains")
     action = parser.add_subparsers(dest="toolchain_action", required=True)
     show = action.add_parser("show", help="list what the lock pins")
-    show.set_defaults(func=lambda args: print("\n".join(describe_lock())) or 0)
+    show.set_defaults(func=run_toolchain_show)
     prov = action.add_parser("provision", help="download and unpack a pinned toolchain")
     prov.add_argument("--toolkit", required=True, help="CUDA toolkit line, e.g. 13.1")
-    prov.set_defaults(func=lambda args: print(provision(toolchain_spec(args.toolkit, current_host_platform())).cuda_home) or 0)
+    prov.set_defaults(func=run_toolchain_provision)
     lock = action.add_parser("lock", help="re-pin the wheels from PyPI (maintainers; writes runtime/toolchain.lock.json)")
-    lock.set_defaults(func=lambda args: write_lock(PINNED_VERSIONS, PINNED_TOOLS) and print("\n".join(describe_lock())) or 0)
+    lock.set_defaults(func=run_toolchain_lock)
+    for command in (show, prov, lock):
+        add_common(command, dist=False)

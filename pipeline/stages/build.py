@@ -20,6 +20,7 @@ exactly like a local build's.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -586,6 +587,25 @@ def build_lane(
     return execute(stage, force=force)
 
 
+def run_build(args: argparse.Namespace) -> int:
+    """`build`: the command line's front door to `build_lane`."""
+    build_lane(
+        args.lane,
+        dist=args.dist,
+        source=args.source,
+        toolchain=args.toolchain,
+        prebuilt=args.prebuilt,
+        work=args.work,
+        rehearsal=args.rehearsal,
+        lanes_dir=args.lanes_dir,
+        force=args.force,
+        pkg_config_path=args.pkg_config_path,
+        source_archive=args.source_archive,
+        provenance=args.provenance,
+    )
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -606,23 +626,7 @@ def register_cli(sub) -> None:
         help="folders pkg-config searches before its built-in ones (passed to CMake as PKG_CONFIG_PATH and recorded; the build never inherits PKG_CONFIG_PATH)",
     )
     add_common(parser)
-    parser.set_defaults(
-        func=lambda args: build_lane(
-            args.lane,
-            dist=args.dist,
-            source=args.source,
-            toolchain=args.toolchain,
-            prebuilt=args.prebuilt,
-            work=args.work,
-            rehearsal=args.rehearsal,
-            lanes_dir=args.lanes_dir,
-            force=args.force,
-            pkg_config_path=args.pkg_config_path,
-            source_archive=args.source_archive,
-            provenance=args.provenance,
-        )
-        and 0
-    )
+    parser.set_defaults(func=run_build)
 
 
 STAGE = BuildStage

@@ -319,6 +319,12 @@ def cut_lane(lane_name: str, *, source: str, dist: Path | str = "dist", lanes_di
     return execute(stage, force=True)
 
 
+def run_cut(args: argparse.Namespace) -> int:
+    """`cut`: the command line's front door to `cut_lane`."""
+    cut_lane(args.lane, source=args.source, dist=args.dist, lanes_dir=args.lanes_dir, checkout=args.checkout, supersede=args.supersede, reason=args.reason)
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -329,7 +335,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--supersede", type=int, metavar="N", help="mark the published cut N superseded by this one")
     parser.add_argument("--reason", help="why cut N is superseded (recorded in the ledger)")
     add_common(parser)
-    parser.set_defaults(func=lambda args: cut_lane(args.lane, source=args.source, dist=args.dist, lanes_dir=args.lanes_dir, checkout=args.checkout, supersede=args.supersede, reason=args.reason) and 0)
+    parser.set_defaults(func=run_cut)
 
 
 STAGE = CutStage

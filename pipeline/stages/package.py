@@ -701,7 +701,7 @@ def package_lane(
     return execute(stage, force=force)
 
 
-def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, jobs: int | None = None, force: bool = False) -> list:
+def package_lanes(*, dist: Path | str = "dist", lanes_dir: Path | None = None, jobs: int | None = None, force: bool = False) -> list:
     from pipeline.formats.lanes import load_lanes
 
     ctx = Context.open(dist, lanes_dir)
@@ -724,7 +724,17 @@ def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, job
 GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
 
 
-def _check_assets_command(args) -> int:
+def run_package(args: argparse.Namespace) -> int:
+    """`package`: the command line's front door to `package_lane` / `package_lanes`."""
+    if args.all:
+        package_lanes(dist=args.dist, lanes_dir=args.lanes_dir, jobs=args.jobs, force=args.force)
+    else:
+        package_lane(args.lane, dist=args.dist, lanes_dir=args.lanes_dir, source_date_epoch=args.source_date_epoch, jobs=args.jobs, force=args.force)
+    return 0
+
+
+def run_check_assets(args: argparse.Namespace) -> int:
+    """`check-assets`: check one downloaded asset set and print what was checked."""
     from pipeline.formats.lanes import find_lane
 
     lane = find_lane(args.lane, args.lanes_dir) if args.lane else None
@@ -775,14 +785,6 @@ def register_cli(sub) -> None:
     parser.add_argument("--jobs", type=int, help="compression threads (the bytes do not depend on it; default: all cores)")
     parser.add_argument("--force", action="store_true", help="package again even when inputs are unchanged")
     add_common(parser)
-
-    def run_package(args) -> int:
-        if args.all:
-            package_all(dist=args.dist, lanes_dir=args.lanes_dir, jobs=args.jobs, force=args.force)
-        else:
-            package_lane(args.lane, dist=args.dist, lanes_dir=args.lanes_dir, source_date_epoch=args.source_date_epoch, jobs=args.jobs, force=args.force)
-        return 0
-
     parser.set_defaults(func=run_package)
 
     check = sub.add_parser("check-assets", help="check a downloaded asset set: closed, hashes, receipt, package payload, SPDX and CycloneDX")
@@ -790,14 +792,12 @@ def register_cli(sub) -> None:
     check.add_argument("--lane", help="lane id or short name (default: recognised from the file names)")
     check.add_argument("--beta", type=beta_argument, help="beta number N >= 1 (default: from the names or the receipt)")
     check.add_argument("--shallow", action="store_true", help="names, checksums and receipt only; do not open the package and SBOMs")
-    check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.add_argument("--provenance", type=Path, help="also check this SLSA statement: its subjects must be exactly the set's files")
     check.add_argument("--certificate-identity", help="with --provenance: the signer its DSSE bundle (<statement>.sigstore.json) must carry")
     check.add_argument("--certificate-oidc-issuer", default=GITHUB_ACTIONS_ISSUER, help="with --certificate-identity (default: GitHub Actions)")
     check.add_argument("--trust-config", default="production", help="'production' (default), 'staging' or a ClientTrustConfig file")
-    check.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
-    check.add_argument("--quiet", action="store_true", help="print only errors and results")
-    check.set_defaults(func=_check_assets_command)
+    add_common(check, dist=False, json_output="print the report as JSON")
+    check.set_defaults(func=run_check_assets)
 
 
 STAGE = PackageStage

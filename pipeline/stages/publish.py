@@ -851,7 +851,7 @@ def make_github_factory(github: GitHub | None = None, **options: Any) -> Callabl
     return factory
 
 
-def publish_component(lane_name: str, *, dist: Path | str = "dist", lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
+def publish_lane(lane_name: str, *, dist: Path | str = "dist", lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
     from pipeline.formats.lanes import find_lane
     from pipeline.stage import execute
 
@@ -861,7 +861,7 @@ def publish_component(lane_name: str, *, dist: Path | str = "dist", lanes_dir: P
     return execute(PublishStage(ctx, target, remote, apply=apply, plan_sha256=plan_sha256), force=True)
 
 
-def publish_product(release: str, *, root: Path = REPO_ROOT, dist: Path | str = "dist", commit: str | None = None, test_receipt: Path | None = None, bundles: Path | None = None,
+def publish_release(release: str, *, root: Path = REPO_ROOT, dist: Path | str = "dist", commit: str | None = None, test_receipt: Path | None = None, bundles: Path | None = None,
                     lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
     from pipeline.formats.test_receipt import default_path
     from pipeline.stage import execute
@@ -871,11 +871,12 @@ def publish_product(release: str, *, root: Path = REPO_ROOT, dist: Path | str = 
     return execute(PublishStage(ctx, target, remote, apply=apply, plan_sha256=plan_sha256), force=True)
 
 
-def _run_cli(args: argparse.Namespace) -> int:
+def run_publish(args: argparse.Namespace) -> int:
+    """`publish`: the command line's front door to `publish_lane` (--component) / `publish_release` (--release)."""
     if args.component:
-        publish_component(args.component, dist=args.dist, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
+        publish_lane(args.component, dist=args.dist, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
     else:
-        publish_product(args.release, root=args.root, dist=args.dist, commit=args.commit, test_receipt=args.test_receipt, bundles=args.bundles, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
+        publish_release(args.release, root=args.root, dist=args.dist, commit=args.commit, test_receipt=args.test_receipt, bundles=args.bundles, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
     return 0
 
 
@@ -894,7 +895,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--test-receipt", type=Path, help="test-run receipt of that commit (default: <dist>/test-run-receipt.json)")
     parser.add_argument("--bundles", type=Path, help="folder with the Sigstore bundles <file>.sigstore.json (default: beside the signed files)")
     add_common(parser)
-    parser.set_defaults(func=_run_cli)
+    parser.set_defaults(func=run_publish)
 
 
 STAGE = PublishStage

@@ -424,6 +424,32 @@ def push_image(
     return execute(stage, force=force)
 
 
+def run_push(args: argparse.Namespace) -> int:
+    """`push`: the command line's front door to `push_image`; prints the image reference (or --json the receipt)."""
+    if args.retries < 0 or args.retries > 20:
+        raise UsageError("retries must be between 0 and 20", field="--retries", found=args.retries)
+    result = push_image(
+        args.registry,
+        dist=args.dist,
+        lane_name=args.lane,
+        tag=args.tag,
+        no_tag=args.no_tag,
+        plain_http=args.plain_http,
+        retries=args.retries,
+        lanes_dir=args.lanes_dir,
+        force=args.force,
+    )
+    receipt = next((a for a in result.outputs if a.kind == "publication-receipt"), None)
+    if receipt is None:
+        raise InputError("push recorded no receipt")
+    path = Path(args.dist) / receipt.path
+    if args.json:
+        print(json.dumps(loads_document(path.read_bytes(), source=path), indent=2, sort_keys=True))
+    else:
+        print(receipt.attrs["image_reference"])
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -442,34 +468,8 @@ def register_cli(sub) -> None:
     parser.add_argument("--plain-http", action="store_true", default=None, help="talk HTTP instead of HTTPS (automatic for loopback registries)")
     parser.add_argument("--retries", type=int, default=4, help="retries per request and restarts per blob (default 4, exponential backoff)")
     parser.add_argument("--force", action="store_true", help="push again even when inputs are unchanged")
-    parser.add_argument("--json", action="store_true", help="print the receipt as JSON on stdout")
-    add_common(parser)
-
-    def run(args: argparse.Namespace) -> int:
-        if args.retries < 0 or args.retries > 20:
-            raise UsageError("retries must be between 0 and 20", field="--retries", found=args.retries)
-        result = push_image(
-            args.registry,
-            dist=args.dist,
-            lane_name=args.lane,
-            tag=args.tag,
-            no_tag=args.no_tag,
-            plain_http=args.plain_http,
-            retries=args.retries,
-            lanes_dir=args.lanes_dir,
-            force=args.force,
-        )
-        receipt = next((a for a in result.outputs if a.kind == "publication-receipt"), None)
-        if receipt is None:
-            raise InputError("push recorded no receipt")
-        path = Path(args.dist) / receipt.path
-        if args.json:
-            print(json.dumps(loads_document(path.read_bytes(), source=path), indent=2, sort_keys=True))
-        else:
-            print(receipt.attrs["image_reference"])
-        return 0
-
-    parser.set_defaults(func=run)
+    add_common(parser, json_output="print the receipt as JSON on stdout")
+    parser.set_defaults(func=run_push)
 
 
 __all__ = ["PushStage", "push_image", "load_local_image", "RemoteError"]

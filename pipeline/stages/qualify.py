@@ -13,7 +13,7 @@ configuration are re-hashed, plus the outer `SHA256SUMS`), then writes one
 * no endpoint: an honest ``hardware-pending`` receipt listing every gate that
   was not run; on a host with an NVIDIA driver the packaged ``ninfer-serve
   --selftest`` still runs as the GPU smoke gate;
-* ``--endpoint URL --api-key-file F``: the harness (`pipeline.harness.gates`)
+* ``--endpoint URL --api-key-file F``: the harness (`pipeline.harness`: gates, client, fixtures, gpu)
   runs every gate against the live runtime; an identity mismatch fails the
   whole receipt and the remaining gates are not run.  A live run is an
   observation, not a function of files, so it always runs (never "up to date");
@@ -109,6 +109,7 @@ Status rules (checked by `validate_receipt`, also on import):
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import hashlib
 import re
@@ -123,26 +124,24 @@ from pipeline.formats.assets import check_registered_set
 from pipeline.formats.identity import IDENTITY_KEYS
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
 from pipeline.formats.receipts import LANE_RECEIPT_SCHEMA, LANE_RECEIPT_STATUSES, LANE_RECEIPT_TYPE
+from pipeline.harness.client import Client, GateFailure
 from pipeline.harness.gates import (
     ENDPOINT_GATES,
     GATE_ORDER,
     GATE_STATUSES,
     HARNESS_NAME,
     HARNESS_VERSION,
-    Client,
     CommandRestartHook,
     Expected,
     Gate,
-    GateFailure,
-    GpuMonitor,
-    NvidiaSmi,
+    GateRun,
     RestartHook,
-    RunContext,
     gate_gpu_smoke,
     is_content_key,
     run_endpoint_gates,
     served_identity,
 )
+from pipeline.harness.gpu import GpuMonitor, NvidiaSmi
 from pipeline.infra.safetar import SafeTar
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
@@ -693,7 +692,7 @@ class QualifyStage(Stage):
                 endpoint_block = None
             else:
                 reached = True
-                run = RunContext(
+                run = GateRun(
                     client=client,
                     lane_id=lane.id,
                     thresholds=dict(lane.qualification),
@@ -912,6 +911,27 @@ def _served_lane(ctx, lanes, endpoint, api_key, timeout, config, library_dirs) -
     return candidates[0]
 
 
+def run_qualify(args: argparse.Namespace) -> int:
+    """`qualify`: the command line's front door to `qualify_lanes`; one line per lane, exit 1 when a lane failed."""
+    results = qualify_lanes(
+        None if args.all else [args.lane],
+        dist=args.dist,
+        endpoint=args.endpoint,
+        api_key_file=args.api_key_file,
+        import_path=args.import_path,
+        restart_command=args.restart_command,
+        config=args.config,
+        library_dirs=args.runtime_library_dir,
+        gpu_index=args.gpu_index,
+        request_timeout=args.request_timeout,
+        lanes_dir=args.lanes_dir,
+        force=args.force,
+    )
+    for lane, status, path in results:
+        print(f"{lane}\t{status}\t{path}")
+    return int(ExitCode.INPUT) if any(status == "failed" for _l, status, _p in results) else 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -929,27 +949,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--request-timeout", type=float, default=1800.0, help="seconds one request may take (default 1800)")
     parser.add_argument("--force", action="store_true", help="run even when inputs are unchanged; replace receipts holding hardware evidence")
     add_common(parser)
-
-    def main(args) -> int:
-        results = qualify_lanes(
-            None if args.all else [args.lane],
-            dist=args.dist,
-            endpoint=args.endpoint,
-            api_key_file=args.api_key_file,
-            import_path=args.import_path,
-            restart_command=args.restart_command,
-            config=args.config,
-            library_dirs=args.runtime_library_dir,
-            gpu_index=args.gpu_index,
-            request_timeout=args.request_timeout,
-            lanes_dir=args.lanes_dir,
-            force=args.force,
-        )
-        for lane, status, path in results:
-            print(f"{lane}\t{status}\t{path}")
-        return int(ExitCode.INPUT) if any(status == "failed" for _l, status, _p in results) else 0
-
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=run_qualify)
 
 
 __all__ = [
