@@ -332,6 +332,8 @@ def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level:
         verdict = "met" if result["met"] else "NOT met"
         figure = f"speedup {result['speedup']}x" if "speedup" in result else f"ratio {result['ratio']}x"
         baseline = f"; {result['baseline']['tool']} {result['baseline']['mib_per_s']} MiB/s" if "baseline" in result else ""
+        if "machine_ceiling" in result:
+            baseline += f"; the machine's own ceiling: {result['machine_ceiling']['ratio']}x"
         ui.step("bench", f"{result['name']}: ours {result['ours']['mib_per_s']} MiB/s, {result['reference']['tool']} {result['reference']['mib_per_s']} MiB/s ({figure}){baseline}; goal {verdict}")
     ui.info(f"results: {output}")
     return document
