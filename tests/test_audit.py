@@ -1093,3 +1093,22 @@ def test_the_cli_exits_1_on_a_hostile_manifest_and_names_the_field(server, tmp_p
     assert code == ExitCode.INPUT
     assert "components.ninfer_variants[0].id: is not a safe name" in out and out.splitlines()[-1].startswith("AUDIT FAILED")
     assert _snapshot(sentinel) == before
+
+
+def test_parallel_downloads_start_with_the_largest_files_and_report_in_manifest_order(server, tmp_path):
+    # The model is listed last; started last with --jobs 2 it would leave one worker idle at the end.
+    tree = Tree(server, None, None)
+    prefix = "/can1357/oh-my-pi/releases/download/v18.12.6/"
+    platforms = tree.manifest["components"]["omp"]["platforms"]
+    for platform, size in (("linux-x64", 1024), ("darwin-arm64", 2048)):
+        name = f"omp-{platform}"
+        data = _pseudo_random(size, name.encode())
+        server.files[prefix + name] = data
+        platforms.append({"platform": platform, "artifact_name": name, "artifact_url": server.url(prefix + name), "artifact_bytes": size, "artifact_sha256": hashlib.sha256(data).hexdigest()})
+    report, lines = run_audit(tree.publish(), tmp_path, jobs=2)
+    assert report.passed, "\n".join(lines)
+    assets = [path for path, _range in server.log if path.startswith(prefix) or path == tree.paths["model"]]
+    assert sorted(assets) == sorted([tree.paths["model"], tree.paths["client"], prefix + "omp-linux-x64", prefix + "omp-darwin-arm64"])
+    assert set(assets[:2]) == {tree.paths["model"], tree.paths["client"]}, assets  # the two largest go first
+    order = [line[len("OK: "):].split(" (")[0] for line in lines if line.startswith(("OK: client", "OK: model"))]
+    assert order == ["client windows-x64 omp-windows-x64.exe", "client linux-x64 omp-linux-x64", "client darwin-arm64 omp-darwin-arm64", "model qwen3_8_27b.ninfer"]

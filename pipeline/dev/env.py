@@ -34,6 +34,7 @@ DEBIAN_TOOLS = {
     "c++": "g++",
     "openssl": "openssl",
     "curl": "curl",
+    "pigz": "pigz",  # the benchmark's parallel gzip peer
     "docker-registry": "docker-registry",
     "skopeo": "skopeo",
     "umoci": "umoci",
