@@ -49,6 +49,8 @@ KINDS: dict[str, frozenset[str]] = {
     "lane-receipt": frozenset({"status", "component_tag"}),
     "release-tree": frozenset({"release"}),
     "signature-bundle": frozenset({"signed_name"}),
+    # what an audit of a published release found (pipeline/stages/audit.py, pipeline/formats/audit_report.py)
+    "audit-report": frozenset({"manifest", "release", "passed"}),
     "benchmark": frozenset(),
     "verifier-wheel": frozenset({"commit", "version"}),
     "verifier-sdist": frozenset({"commit", "version"}),

@@ -58,6 +58,7 @@ from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RemoteError
 from pipeline.formats.assets import check_registered_set
 from pipeline.formats.components import repository_owner
+from pipeline.formats.image_reference import is_tag
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
 from pipeline.formats.sbom import spdx_bytes, tool_creator
 from pipeline.infra import oci
@@ -238,7 +239,7 @@ def load_definition(path: Path) -> ImageDefinition:
                 f"docker://{base['repository']}:{base.get('tag') or '<tag>'}', and write it into base.digest"
             ),
         )
-    if base.get("tag") is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", base["tag"]):
+    if base.get("tag") is not None and not is_tag(base["tag"]):
         raise InputError("is not a valid tag", file=file, field="base.tag", found=base["tag"])
 
     platform_arch = top["platform"].split("/")[1]

@@ -952,7 +952,7 @@ class Verifier:
         identity = signing.get("certificate_identity")
         issuer = signing.get("certificate_oidc_issuer")
         try:
-            from pipeline.stages.sign import verify_bundle  # pipeline/sign.py (release workflow signatures)
+            from pipeline.infra.sigstore import verify_bundle  # offline, pinned trust roots
         except ImportError:
             verify_bundle = None
         for rel in signing.get("signed_files") or []:
