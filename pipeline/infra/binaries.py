@@ -1,5 +1,8 @@
 """What the runtime binaries import, where each library comes from, and RUNPATH.
 
+The one ELF and PE reader of the pipeline (package resolves imports with it,
+the image stage checks its layers' binaries with `elf_imports`).
+
 The libraries a package bundles are read from the binaries themselves, never
 from a hand list: ELF `DT_NEEDED` entries (pyelftools) and PE import and
 delay-import tables (pefile).  Each imported name is resolved against the
@@ -32,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import BuildFailure, InputError, IntegrityError
+from pipeline.errors import BuildFailure, InputError, IntegrityError, PipelineError
 from pipeline.formats.lanes import REPO_ROOT, Lane, Redistributable
 from pipeline.util.proc import ToolRecord, require_tool, run, tool_record
 from pipeline.util.safepath import safe_relative
@@ -67,7 +70,22 @@ def inspect_binary(path: Path) -> BinaryInfo:
     )
 
 
-def _inspect_elf(path: Path) -> BinaryInfo:
+def is_elf(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"\x7fELF"
+
+
+def elf_imports(path: Path, *, error: type[PipelineError] = IntegrityError) -> BinaryInfo | None:
+    """The DT_NEEDED, RUNPATH and RPATH of an ELF file; None when the file is not ELF (a script, a text).
+
+    For callers that look at every file of a tree (the image's layers);
+    `error` is the failure class for a file that starts like ELF but is not
+    readable as one.
+    """
+    return _inspect_elf(path, error=error) if is_elf(path) else None
+
+
+def _inspect_elf(path: Path, *, error: type[PipelineError] = IntegrityError) -> BinaryInfo:
     from elftools.common.exceptions import ELFError
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
@@ -91,7 +109,7 @@ def _inspect_elf(path: Path) -> BinaryInfo:
                     elif kind == "DT_RPATH":
                         rpath.extend(p for p in tag.rpath.split(":") if p)
     except (ELFError, OSError, ValueError) as exc:
-        raise IntegrityError(f"is not a readable ELF file ({exc})", file=path) from None
+        raise error(f"is not a readable ELF file ({exc})", file=path) from None
     return BinaryInfo(path, "elf", str(machine), tuple(needed), tuple(runpath), tuple(rpath))
 
 

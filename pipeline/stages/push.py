@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RefusedError, RemoteError, UsageError, redact
 from pipeline.formats.image_reference import TAG_EXPECTED, is_tag
 from pipeline.formats.lanes import Lane, find_lane, load_lanes
@@ -170,7 +169,6 @@ class PushStage(Stage):
             "target": self.target.name,
             "plain_http": self.target.plain_http,
             "tag": self.tag,
-            "code": code_digest(__name__),
             "workflow_url": workflow_url(),
         }
 
