@@ -33,7 +33,8 @@ KINDS: dict[str, frozenset[str]] = {
     "binary": frozenset({"binary"}),
     "build-identity": frozenset(),
     "source-tar": frozenset({"commit"}),
-    "toolchain": frozenset({"toolchain_kind"}),
+    # what the build's toolchain gives later stages (pipeline/formats/toolchain_record.py)
+    "toolchain": frozenset({"toolchain_kind", "root", "library_dir"}),
     "runtime-library": frozenset({"library", "origin"}),
     "package-archive": frozenset({"component_tag"}),
     "source-archive": frozenset({"component_tag"}),

@@ -530,7 +530,7 @@ class SignStage(Stage):
 
     @property
     def key(self) -> str:
-        return f"sign:{self.release}" if self.release else "sign"
+        return f"sign:{self.release}" if self.release else "sign"  # sign_release always names the release
 
     def describe(self) -> str:
         return self.release or "newest release"
@@ -585,8 +585,11 @@ def sign_release(
     context_factory: Callable[[Any], Any] | None = None,
     token_provider: Callable[[], Any] | None = None,
 ) -> tuple[StageResult, SignStage]:
+    ctx = Context.open(dist)
+    # The stage key names the release, also when it is found rather than given (one register record per release).
+    release = release or find_release_dir(manifests, None, ctx.register).name
     stage = SignStage(
-        Context.open(dist),
+        ctx,
         release,
         manifests=manifests,
         trust_config=trust_config,
