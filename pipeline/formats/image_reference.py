@@ -79,6 +79,11 @@ def match_digest_reference(reference: object) -> DigestReference | None:
     return DigestReference(match.group("host"), match.group("path"), match.group("digest")) if match else None
 
 
+def is_digest_reference(reference: object) -> bool:
+    """A check for schema fields: `host/path@sha256:<64 hex>`, nothing else."""
+    return match_digest_reference(reference) is not None
+
+
 def split_digest_reference(reference: object) -> tuple[str, str] | None:
     """(repository `host/path`, digest) of a digest-pinned reference, else None."""
     parts = match_digest_reference(reference)
