@@ -103,8 +103,6 @@ def trust_config_path(spec: str | os.PathLike[str]) -> Path:
     return path
 
 
-
-
 def load_trust_config(spec: Any = "production"):
     """A `ClientTrustConfig` from a name (`production`/`staging`), a path, or one passed through."""
     from sigstore.models import ClientTrustConfig
