@@ -39,7 +39,8 @@ KINDS: dict[str, frozenset[str]] = {
     "binary": frozenset({"binary"}),
     "build-identity": frozenset(),
     "source-tar": frozenset({"commit"}),
-    "toolchain": frozenset({"toolchain_kind"}),
+    # what the build's toolchain gives later stages (pipeline/formats/toolchain_record.py)
+    "toolchain": frozenset({"toolchain_kind", "root", "library_dir"}),
     "runtime-library": frozenset({"library", "origin"}),
     "package-archive": frozenset({"component_tag"}),
     "source-archive": frozenset({"component_tag"}),
@@ -62,6 +63,8 @@ KINDS: dict[str, frozenset[str]] = {
     # verify: the report of one verification of a tree (pipeline/formats/release/contract.py)
     "verification-report": frozenset({"release", "valid"}),
     "signature-bundle": frozenset({"signed_name"}),
+    # what an audit of a published release found (pipeline/stages/audit.py, pipeline/formats/audit_report.py)
+    "audit-report": frozenset({"manifest", "release", "passed"}),
     "benchmark": frozenset(),
     "verifier-wheel": frozenset({"commit", "version"}),
     "verifier-sdist": frozenset({"commit", "version"}),

@@ -28,6 +28,8 @@ import pytest
 from conftest import shared_or_skip
 from pipeline import cli
 from pipeline.errors import ExitCode
+from pipeline.formats.audit_report import read_report
+from pipeline.register import Register
 from pipeline.stages import audit
 
 RELEASE = "v0.13.1"
@@ -347,19 +349,30 @@ def test_without_allow_unsigned_a_missing_bundle_fails(server, tmp_path):
 def test_cli_prints_lines_and_verdict_and_exits_0_or_1(server, tmp_path, capsys):
     tree = Tree(server, None, None)
     url = tree.publish()
-    code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--jobs", "2"])
+    dist = tmp_path / "dist"
+    code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--jobs", "2", "--dist", str(dist)])
     out = capsys.readouterr().out.splitlines()
     assert code == 0, out
     assert out[-1].startswith(f"AUDIT PASSED: {RELEASE}: all 5 items OK, 1 skipped;")
     assert all(re.match(r"(OK|FAIL|SKIP): ", line) for line in out[:-1])
+    # The audit ran through the stage contract: its report is a register entry.
+    (entry,) = Register(dist).query("audit-report")
+    assert (entry.path, entry.attrs["release"], entry.attrs["passed"], entry.attrs["manifest"]) == (f"audit/{RELEASE}.json", RELEASE, True, url)
+    assert read_report(dist / entry.path)["verdict"] == out[-1]
     tree.tamper("model", 5)
-    code = cli.main(["audit", url, "--cache", str(tmp_path / "c2"), "--allow-unsigned", "--quiet", "--json"])
+    code = cli.main(["audit", url, "--cache", str(tmp_path / "c2"), "--allow-unsigned", "--quiet", "--json", "--dist", str(dist)])
     captured = capsys.readouterr()
     document = json.loads(captured.out)
     assert code == ExitCode.INPUT == 1
     assert document["passed"] is False and document["failed"] == 1
     assert [i["item"] for i in document["items"] if i["result"] == "fail"] == ["model qwen3_8_27b.ninfer"]
     assert "FAIL: model qwen3_8_27b.ninfer: SHA-256 mismatch" in captured.err
+    # An observation always runs again: the same manifest's entry now records the failed audit.
+    register = Register(dist)
+    (entry,) = register.query("audit-report")
+    assert entry.attrs["passed"] is False and register.stages[f"audit:{url}"]["outputs"] == [entry.name]
+    recorded = read_report(register.verified_path(entry))
+    assert {k: v for k, v in recorded.items() if k not in ("artifact_type", "schema_version")} == document
 
 
 # -- tampered bytes, one per asset kind ------------------------------------------------------
@@ -839,7 +852,7 @@ def test_too_little_room_in_the_cache_stops_before_any_download(server, tmp_path
     url = tree.publish()
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(audit.shutil, "disk_usage", lambda path: usage(10 << 20, 9 << 20, 1 << 20))
-    assert cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--quiet"]) == ExitCode.ENVIRONMENT
+    assert cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--quiet", "--dist", str(tmp_path / "dist")]) == ExitCode.ENVIRONMENT
     assert "the cache folder has 1.0 MiB free, the release binds 11.0 MiB" in capsys.readouterr().err
     assert [path for path, _ in server.log] == [tree.manifest_path]
 
@@ -1088,7 +1101,7 @@ def test_the_cli_exits_1_on_a_hostile_manifest_and_names_the_field(server, tmp_p
     tree = Tree(server, None, None)
     tree.manifest["components"]["ninfer_variants"].append(_hostile_row(server, str(sentinel / "keys"), "id_ed25519", b"ATTACKER KEY\n"))
     before = _snapshot(sentinel)
-    code = cli.main(["audit", tree.publish(), "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet"])
+    code = cli.main(["audit", tree.publish(), "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--dist", str(tmp_path / "dist")])
     out = capsys.readouterr().out
     assert code == ExitCode.INPUT
     assert "components.ninfer_variants[0].id: is not a safe name" in out and out.splitlines()[-1].startswith("AUDIT FAILED")

@@ -268,6 +268,20 @@ def test_container_set_from_a_cuda_build_is_reproducible_and_checked(tmp_path, s
     assert (cudart["supplier"], cudart["versionInfo"]) == (f"Organization: {provider.supplier}", provider.version)
     toolchain = {p["name"]: p for p in spdx["packages"] if p["SPDXID"].startswith("SPDXRef-Toolchain-")}
     assert toolchain["nvidia-cuda-nvcc"]["supplier"] == "Organization: NVIDIA Corporation" and toolchain["cmake"]["supplier"].startswith("Organization: ")
+    # The build's toolchain reached package through its register entry, not through the toolchain folder.
+    from pipeline.formats.toolchain_record import read_record
+    from pipeline.register import Register
+    from pipeline.util.hashing import sha256_file
+
+    register = Register(tmp_path / "a")
+    entry = register.one("toolchain", lane="rtx5090-container", needed_by="t", produced_by="build")
+    record = read_record(register.verified_path(entry))
+    assert (entry.attrs["toolchain_kind"], record.kind) == ("pinned", "pinned") and entry.attrs["library_dir"] == record.library_dir
+    assert Path(record.library_dir) == Path(record.root) / "site" / "nvidia" / "cu13" / "lib"
+    cudart = record.libraries["libcudart.so.13"]
+    assert (cudart.distribution, cudart.path) == ("nvidia-cuda-runtime", "nvidia/cu13/lib/libcudart.so.13")
+    assert cudart.sha256 == sha256_file(Path(record.library_dir) / "libcudart.so.13")
+    assert record.wheel_authors["cmake"] == toolchain["cmake"]["supplier"].removeprefix("Organization: ")
     capsys.readouterr()
     assert main(["package", "--lane", "5090", "--dist", str(tmp_path / "a")]) == 0
     assert "up to date, nothing to do" in capsys.readouterr().err

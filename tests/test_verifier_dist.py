@@ -166,7 +166,7 @@ def test_the_installed_wheel_runs_from_outside_any_checkout(installed, tmp_path)
     assert helped.returncode == 0 and "audit" in helped.stdout and "verifier-dist" in helped.stdout, helped.stderr
     audit_help = run_installed(installed, "-m", "pipeline", "audit", "--help", cwd=tmp_path)
     assert audit_help.returncode == 0 and "--mirror" in audit_help.stdout, audit_help.stderr
-    trust = run_installed(installed, "-c", "from pipeline.stages import sign; print(sign.trust_config_path('production')); "
+    trust = run_installed(installed, "-c", "from pipeline.infra import sigstore as sign; print(sign.trust_config_path('production')); "
                           "sign.load_trust_config('production'); sign.load_trust_config('staging')", cwd=tmp_path)
     assert trust.returncode == 0 and Path(trust.stdout.strip()).is_relative_to(installed), trust.stderr  # pinned roots load
     lanes = run_installed(installed, "-m", "pipeline", "lanes", "--json", cwd=tmp_path)

@@ -225,16 +225,17 @@ def _metadata_author(text: str) -> tuple[str, str]:
     return name, author
 
 
-def wheel_authors(site: Path | None, wheels: Iterable[Path] = ()) -> dict[str, str]:
+def wheel_authors(site: Path | None, wheels: Iterable[Path] = (), *, dist_infos: Iterable[str] | None = None) -> dict[str, str]:
     """Distribution (normalised) -> the author its wheel's METADATA names: from an unpacked
-    toolchain (`site`), else from the pinned wheel files themselves."""
+    toolchain (`site`; only the `dist_infos` folders when given), else from the pinned wheel files themselves."""
     import zipfile
 
     found: dict[str, str] = {}
     texts: list[str] = []
     if site is not None and site.is_dir():
         root = site / "site" if (site / "site").is_dir() else site
-        texts += [m.read_text("utf-8", "replace") for m in sorted(root.glob("*.dist-info/METADATA")) if m.stat().st_size <= _METADATA_LIMIT]
+        metadata = sorted(root.glob("*.dist-info/METADATA")) if dist_infos is None else [root / name / "METADATA" for name in dist_infos]
+        texts += [m.read_text("utf-8", "replace") for m in metadata if m.is_file() and m.stat().st_size <= _METADATA_LIMIT]
     for wheel in wheels:
         with zipfile.ZipFile(wheel) as archive:
             for info in archive.infolist():

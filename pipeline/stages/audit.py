@@ -28,14 +28,18 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    against the payload) and validate every SBOM document with
    `pipeline.formats.sbom.validate_file`;
 6. verify the Sigstore bundle of each file in `signing.signed_files`
-   (`pipeline.stages.sign.verify_bundle`, offline, pinned trust config);
+   (`pipeline.infra.sigstore.verify_bundle`, offline, pinned trust config);
 7. GET the container image's manifest by digest from the registry
-   (anonymous token flow for GHCR-style registries), hash the bytes and
-   compare with the pinned digest.
+   (`pipeline.infra.registry.fetch_manifest_by_digest`: the anonymous token
+   flow of GHCR-style registries), hash the bytes and compare with the
+   pinned digest.
 
 One `OK: <item>` or `FAIL: <item>: <reason>` line per item on stdout (with
 `--json`: one JSON document on stdout, the lines on stderr), then a verdict.
-Exit 0 when every item passed, 1 otherwise.
+Exit 0 when every item passed, 1 otherwise.  The audit runs through
+`stage.execute()` (`AuditStage`, always run: it observes the world) and
+records its report in the register as `<dist>/audit/<release>.json`
+(kind `audit-report`, pipeline/formats/audit_report.py).
 """
 
 from __future__ import annotations
@@ -57,10 +61,12 @@ from urllib.parse import urlsplit
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RemoteError
 from pipeline.infra import net
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
 from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
-from pipeline.util.jsonio import dig, loads_document, loads_object
+from pipeline.util.jsonio import dig, loads_document
 from pipeline.util.safepath import component_problem, safe_component, safe_relpath
 
 DEFAULT_JOBS = 4
@@ -68,15 +74,7 @@ DEFAULT_TIMEOUT = 60.0
 _BARE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 _REPO_PATH = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 RAW_HOST = "raw.githubusercontent.com"
-MANIFEST_MEDIA_TYPES = (
-    "application/vnd.oci.image.index.v1+json",
-    "application/vnd.oci.image.manifest.v1+json",
-    "application/vnd.docker.distribution.manifest.list.v2+json",
-    "application/vnd.docker.distribution.manifest.v2+json",
-)
 # Caps of what is fetched without a pinned size (a hostile server cannot fill memory or disk).
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a registry's image manifest (the OCI distribution spec's 4 MiB)
-MAX_TOKEN_ANSWER_BYTES = 64 * 1024  # a registry token service's JSON answer
 MAX_RELEASE_MANIFEST_BYTES = 4 * 1024 * 1024  # the release manifest
 MAX_SIGNED_FILE_BYTES = 4 * 1024 * 1024  # a signed record of the release tree
 MAX_BUNDLE_BYTES = 1024 * 1024  # a Sigstore bundle (a few KiB in practice)
@@ -917,7 +915,7 @@ class Auditor:
         return fetched.path.read_bytes()
 
     def _audit_signatures(self, manifest: dict[str, Any], manifest_bytes: bytes) -> None:
-        from pipeline.stages import sign
+        from pipeline.infra import sigstore
 
         signing = manifest.get("signing")
         release = manifest["release"]
@@ -927,11 +925,11 @@ class Auditor:
         identity = signing.get("certificate_identity")
         issuer = signing.get("certificate_oidc_issuer")
         files = signing.get("signed_files")
-        suffix = signing.get("bundle_suffix") or sign.BUNDLE_SUFFIX
+        suffix = signing.get("bundle_suffix") or sigstore.BUNDLE_SUFFIX
         if not isinstance(identity, str) or not isinstance(issuer, str) or not isinstance(files, list) or not files:
             self.add(Item("signatures", False, "signing block lacks certificate_identity, certificate_oidc_issuer or signed_files", "signature"))
             return
-        repository, ref = sign.github_claims(identity)
+        repository, ref = sigstore.github_claims(identity)
         trust = self.trust_config or signing.get("trust_config") or "production"
         cache = self._cache_dir(release) / "signatures"
         product_repository = str(dig(manifest, "product.repository") or "").rstrip("/")
@@ -964,8 +962,8 @@ class Auditor:
                 self.add(Item(label, None if self.allow_unsigned else False, "no Sigstore bundle at " + " or ".join(tried), "signature"))
                 continue
             try:
-                verified = sign.verify_bundle(sign.Sha256Digest(sha256_bytes(data)), bundle, identity=identity, issuer=issuer, trust_config=trust, repository=repository, ref=ref)
-            except sign.SignatureError as error:
+                verified = sigstore.verify_bundle(sigstore.Sha256Digest(sha256_bytes(data)), bundle, identity=identity, issuer=issuer, trust_config=trust, repository=repository, ref=ref)
+            except sigstore.SignatureError as error:
                 self.add(Item(label, False, error.reason, "signature", {"identity": identity}))
                 continue
             except PipelineError as error:
@@ -980,6 +978,9 @@ class Auditor:
         if not isinstance(reference, str) or not reference:
             self.add(Item(f"image {row.get('id') or 'container'}", False, "not bound: components.ninfer.oci_reference is null", "image"))
             return
+        from pipeline.formats.image_reference import parse_digest_reference
+        from pipeline.infra.registry import fetch_manifest_by_digest
+
         try:
             host, name, digest = parse_digest_reference(reference)
         except InputError as error:
@@ -1040,74 +1041,6 @@ def _short_remote(error: PipelineError) -> str:
     return text
 
 
-# -- registries ----------------------------------------------------------------------
-
-
-_REFERENCE = re.compile(r"(?P<host>[A-Za-z0-9.-]+(?::[0-9]{1,5})?|\[[0-9a-fA-F:]+\](?::[0-9]{1,5})?)/(?P<name>[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*)@(?P<digest>sha256:[0-9a-f]{64})")
-
-
-def parse_digest_reference(reference: str) -> tuple[str, str, str]:
-    match = _REFERENCE.fullmatch(reference)
-    if not match:
-        raise InputError(
-            "is not a digest-pinned image reference",
-            field="oci_reference",
-            found=reference,
-            expected="HOST/REPOSITORY@sha256:<64 hex> (never a tag)",
-        )
-    return match.group("host"), match.group("name"), match.group("digest")
-
-
-def _bearer_challenge(header: str) -> dict[str, str] | None:
-    if not header.lower().startswith("bearer "):
-        return None
-    return dict(re.findall(r'([A-Za-z_]+)="([^"]*)"', header[7:]))
-
-
-def fetch_manifest_by_digest(host: str, name: str, digest: str, *, session, timeout: float = DEFAULT_TIMEOUT) -> tuple[bytes, str]:
-    """GET /v2/<name>/manifests/<digest>, with the anonymous token flow; returns (bytes, media type).
-
-    Every answer is capped (MAX_MANIFEST_BYTES, MAX_TOKEN_ANSWER_BYTES) and read
-    within `timeout` overall; redirects stay on the registry's origin.
-    """
-    scheme = "http" if net.authority_is_loopback(host) else "https"
-    url = f"{scheme}://{host}/v2/{name}/manifests/{digest}"
-    headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
-
-    def get(location: str, cap: int, what: str, **kwargs: Any):
-        return net.fetch_bytes(session, location, cap=cap, timeout=timeout, what=what, redirects="same-origin", label=what, accept_status=lambda status: True, **kwargs)
-
-    response, body = get(url, MAX_MANIFEST_BYTES, f"manifest {digest}", headers=headers)
-    if response.status_code == 401:
-        challenge = _bearer_challenge(response.headers.get("WWW-Authenticate", ""))
-        if challenge is None or "realm" not in challenge:
-            raise RemoteError(f"the registry {host} requires credentials for {name} (HTTP 401 without an anonymous token challenge)", file=url)
-        realm = challenge["realm"]
-        problem = net.scheme_problem(realm)
-        if problem:
-            raise RemoteError(f"the registry's token realm {realm} {problem}", file=url)
-        params = {"scope": challenge.get("scope") or f"repository:{name}:pull"}
-        if challenge.get("service"):
-            params["service"] = challenge["service"]
-        token_response, answer = get(realm, MAX_TOKEN_ANSWER_BYTES, "the registry's token answer", params=params)
-        if token_response.status_code != 200:
-            raise RemoteError(f"the registry's token service answered HTTP {token_response.status_code} for an anonymous pull token of {name}", file=realm)
-        payload = loads_object(answer, source=realm, max_bytes=MAX_TOKEN_ANSWER_BYTES)
-        token = payload.get("token") or payload.get("access_token")
-        if not isinstance(token, str) or not token:
-            raise RemoteError("the registry's token service returned no token", file=realm, found=sorted(payload)[:8], expected="an object with 'token' or 'access_token'")
-        from pipeline.errors import register_secret
-
-        register_secret(token)
-        response, body = get(url, MAX_MANIFEST_BYTES, f"manifest {digest}", headers={**headers, "Authorization": f"Bearer {token}"})
-    if response.status_code == 404:
-        raise RemoteError(f"the registry has no manifest {digest} in {host}/{name} (HTTP 404)", file=url)
-    if response.status_code != 200:
-        raise RemoteError(f"the registry answered HTTP {response.status_code} for manifest {digest}", file=url)
-    media_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "unknown"
-    return body, media_type
-
-
 # -- command line ----------------------------------------------------------------------
 
 
@@ -1131,6 +1064,69 @@ def _parse_mirror(value: str) -> tuple[str, str]:
     if problem:
         raise UsageError(f"the mirror {problem}", field="--mirror", found=target)
     return source, target
+
+
+# -- the stage --------------------------------------------------------------------------
+
+
+class AuditStage(Stage):
+    """An audit on the stage contract: it observes public URLs, so it always runs; its report is a register entry."""
+
+    name = "audit"
+    always_runs = True  # what a URL serves can change at any time: an audit is never "up to date"
+
+    def __init__(self, ctx: Context, auditor: Auditor) -> None:
+        super().__init__(ctx)
+        self.auditor = auditor
+        self.report: AuditReport | None = None
+
+    @property
+    def key(self) -> str:
+        source = self.auditor.source
+        # One register record per audited manifest; a very long source is named by its hash (lock file names).
+        return f"audit:{source}" if len(source) <= 160 else f"audit:sha256:{sha256_bytes(source.encode('utf-8'))}"
+
+    def describe(self) -> str:
+        return self.auditor.source
+
+    def inputs(self) -> dict[str, Any]:
+        auditor = self.auditor
+        return {
+            "manifest": auditor.source,
+            "allow_unsigned": auditor.allow_unsigned,
+            "trust_config": auditor.trust_config,
+            "mirrors": auditor.mirrors,
+            "skip_larger_than": auditor.skip_larger_than,
+        }
+
+    def run(self) -> list[Artifact]:
+        from pipeline.formats.audit_report import write_report
+
+        self.report = self.auditor.run()
+        path = write_report(self.ctx.dist, self.report.to_json())
+        return [
+            self.ctx.register.make(
+                "audit-report",
+                path,
+                stage=self.name,
+                lane=None,
+                manifest=self.report.manifest,
+                release=self.report.release,
+                passed=self.report.passed,
+                failed=len(self.report.failed),
+            )
+        ]
+
+
+STAGE = AuditStage  # no release_plan: audit is for outsiders re-checking a published release (road.py: outsider)
+
+
+def audit_release(auditor: Auditor, *, dist: Path | str = "dist") -> AuditReport:
+    """Run one audit through `stage.execute()`, recording its report in `<dist>/register.json`."""
+    stage = AuditStage(Context.open(dist), auditor)
+    execute(stage)
+    assert stage.report is not None  # an audit always runs
+    return stage.report
 
 
 def run_audit(args: argparse.Namespace) -> int:
@@ -1163,7 +1159,7 @@ def run_audit(args: argparse.Namespace) -> int:
         mirrors=[_parse_mirror(value) for value in (args.mirror or os.environ.get("OMP_NINFER_MIRROR", "").split())],
         skip_larger_than=args.skip_larger_than,
     )
-    report = auditor.run()
+    report = audit_release(auditor, dist=args.dist)
     if as_json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -1193,5 +1189,6 @@ def register_cli(sub) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--mirror", action="append", default=[], metavar="URL_PREFIX=MIRROR_PREFIX", help="fetch URLs starting with URL_PREFIX from MIRROR_PREFIX instead (repeatable; default: the space-separated entries of $OMP_NINFER_MIRROR); sizes, hashes and location rules are unchanged")
     parser.add_argument("--skip-larger-than", type=_byte_size, default=None, metavar="SIZE", help="do not download files larger than SIZE (e.g. 4G); they are reported as SKIP, never as OK")
+    parser.add_argument("--dist", type=Path, default=Path("dist"), help="output folder whose register records the report as dist/audit/<release>.json (default: dist)")
     parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.set_defaults(func=run_audit)

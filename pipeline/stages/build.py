@@ -11,7 +11,9 @@ source path, configure CMake + Ninja for the lane's single CUDA architecture
 with the deterministic nvcc launcher, build the lane's targets (showing
 `[n/N]`), copy the binaries out, check that every binary prints the same
 identity and that it names this source, lane and toolchain, and write
-`build-identity.json`.
+`build-identity.json` and the toolchain record `toolchain.json` (register
+kind `toolchain`: the toolchain's libraries and where the CUDA runtime is,
+which package and qualify query instead of looking into the toolchain).
 
 `--prebuilt DIR` takes binaries built elsewhere (the Windows job of the
 release workflow) instead: their hashes and identity are checked and recorded
@@ -41,6 +43,8 @@ from pipeline.formats.identity import (
     require_identical,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
+from pipeline.formats.toolchain_record import write_record
 from pipeline.infra import hostdeps
 from pipeline.infra.cubin import cubin_architectures
 from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
@@ -50,6 +54,7 @@ from pipeline.infra.toolchain import (
     ON_WINDOWS,
     Toolchain,
     for_lane,
+    toolchain_record,
     toolchain_spec,
 )
 from pipeline.register import Artifact
@@ -315,6 +320,10 @@ class BuildStage(Stage):
         }
         identity_path = self.out_dir / "build-identity.json"
         write_json(identity_path, document)
+        # What the toolchain gives the later stages (its libraries, where the CUDA runtime is): one record,
+        # so package and qualify never look into the toolchain folder themselves.
+        toolchain = toolchain_record(self.toolchain if self.prebuilt is None else None, cuda_version=identity.values.get("cuda_toolkit"))
+        toolchain_path = write_record(self.out_dir / TOOLCHAIN_RECORD, toolchain)
         register = self.ctx.register
         artifacts = [
             register.make("binary", bin_dir / name, stage=self.name, lane=lane.id, name=f"{lane.id}/bin/{name}", binary=name.removesuffix(".exe"))
@@ -327,6 +336,8 @@ class BuildStage(Stage):
         assert self.cut is not None
         artifacts.append(register.make("build-identity", identity_path, stage=self.name, lane=lane.id, name=f"{lane.id}/build-identity.json", cut=self.cut.to_json()))
         artifacts.append(register.make("source-tar", self.out_dir / "source.tar", stage=self.name, lane=lane.id, name=f"{lane.id}/source.tar", commit=self.source.commit))
+        artifacts.append(register.make("toolchain", toolchain_path, stage=self.name, lane=lane.id, name=f"{lane.id}/{TOOLCHAIN_RECORD}",
+                                       toolchain_kind=toolchain.kind, root=toolchain.root, library_dir=toolchain.library_dir))
         ui.info(f"build identity: {identity.text()}")
         ui.info(f"cut: {self.cut.tag}" + (" (a rehearsal: the cut's names, not its commit; publish refuses it)" if self.cut.rehearsal else f" at {self.cut.commit}"))
         for name, digest in sorted(binaries.items()):

@@ -2,7 +2,8 @@
 
 Input: the register entries the build stage wrote for the lane (binaries,
 runtime libraries from `--prebuilt`, `build-identity.json`, the `git archive`
-source tar), the lane file, and for Windows lanes the serving contract
+source tar, the toolchain record: the libraries the build's toolchain ships,
+with hashes, licence files and wheel authors), the lane file, and for Windows lanes the serving contract
 (`server-config.json`, `release-spec.json`) and the four lifecycle scripts.
 
 Preflight refuses, before any work: a build of another cut than the lane's
@@ -37,6 +38,7 @@ from pipeline.errors import InputError, IntegrityError, RefusedError, UsageError
 from pipeline.formats import assets, provenance, sbom
 from pipeline.formats import components as bom_model
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.formats.toolchain_record import ToolchainRecord, read_record
 from pipeline.infra import archive, binaries
 from pipeline.infra.safetar import SafeTar
 from pipeline.register import Artifact
@@ -107,6 +109,8 @@ class PackageStage(Stage):
         self.scripts: dict[str, Path] = {}
         self.epoch = 0
         self.patchelf: ToolRecord | None = None  # Linux lanes: the patchelf that sets RUNPATH=$ORIGIN
+        self.toolchain: ToolchainRecord | None = None  # the build's toolchain record (register kind `toolchain`)
+        self.toolchain_file: Path | None = None
 
     @property
     def key(self) -> str:
@@ -150,6 +154,11 @@ class PackageStage(Stage):
         for entry in register.query("runtime-library", lane=lane.id):
             self.library_files[entry.attrs["library"]] = register.verified_path(entry)
             self.inputs_used[entry.name] = entry
+        # The build's toolchain as the build recorded it: its libraries, licence files and wheel authors.
+        toolchain_entry = register.one("toolchain", lane=lane.id, needed_by="package", produced_by="build")
+        self.toolchain_file = register.verified_path(toolchain_entry)
+        self.toolchain = read_record(self.toolchain_file)
+        self.inputs_used[toolchain_entry.name] = toolchain_entry
         source_entry = register.one("source-tar", lane=lane.id, needed_by="package", produced_by="build")
         self.source_tar = register.verified_path(source_entry).read_bytes()
         self.inputs_used[source_entry.name] = source_entry
@@ -278,9 +287,8 @@ class PackageStage(Stage):
 
     def _resolve(self) -> binaries.Resolution:
         lane = self.lane
-        toolchain = self.identity.get("toolchain", {})
-        root = toolchain.get("root")
-        libraries = binaries.toolchain_libraries(Path(root)) if root else {}
+        assert self.toolchain is not None
+        libraries = binaries.recorded_libraries(self.toolchain)
         resolution = binaries.resolve_libraries(
             lane,
             self.binary_files,
@@ -288,6 +296,10 @@ class PackageStage(Stage):
             toolchain=libraries,
             toolchain_version=self.identity.get("cuda_toolkit"),
         )
+        bundled = {lib.path for lib in resolution.bundled()}
+        for library in libraries.values():
+            if library.path in bundled:  # bundle only the bytes the toolchain that built the binaries had
+                binaries.check_recorded(library, record_file=self.toolchain_file)
         for name in binaries.unused_candidates(resolution, self.library_files, fold=lane.is_windows):
             ui.warn(f"{name} came with the build, but no binary imports or loads it: it is not bundled")
         return resolution
@@ -615,17 +627,9 @@ class PackageStage(Stage):
         return texts
 
     def _toolchain_authors(self) -> dict[str, str]:
-        """The author each toolchain wheel's METADATA names (its SBOM supplier), from the unpacked
-        toolchain, else from the pinned wheels in the download cache."""
-        from pipeline.infra.toolchain import wheel_cache
-
-        toolchain = self.identity.get("toolchain", {})
-        root = Path(toolchain["root"]) if toolchain.get("root") else None
-        wheels = []
-        for wheel in toolchain.get("wheels", []):
-            folder = wheel_cache() / wheel["sha256"][:2] / wheel["sha256"]
-            wheels += [p for p in sorted(folder.glob("*.whl")) if sha256_file(p) == wheel["sha256"]]
-        return bom_model.wheel_authors(root, wheels if root is None or not root.is_dir() else ())
+        """The author each toolchain wheel's METADATA names (its SBOM supplier), as the build recorded it."""
+        assert self.toolchain is not None
+        return dict(self.toolchain.wheel_authors)
 
     def _receipt(self, expected: assets.AssetSet, package: archive.ArchiveResult, source: archive.ArchiveResult, hashes: dict[str, str], asset_dir: Path) -> dict[str, Any]:
         assert self.resolution is not None

@@ -36,13 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RefusedError, RemoteError, UsageError, redact
+from pipeline.formats.image_reference import TAG_EXPECTED, is_tag
 from pipeline.formats.lanes import Lane, find_lane, load_lanes
 from pipeline.formats.receipts import IMAGE_PUBLICATION_SCHEMA, IMAGE_PUBLICATION_TYPE
 from pipeline.infra import oci
 from pipeline.infra.registry import (
-    TAG,
     Credentials,
     RegistryClient,
     Repository,
@@ -151,8 +150,8 @@ class PushStage(Stage):
 
     # -- preflight -----------------------------------------------------------
     def preflight(self) -> None:
-        if self.tag is not None and not TAG.fullmatch(self.tag):
-            raise UsageError("is not a valid tag", field="--tag", found=self.tag, expected="[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+        if self.tag is not None and not is_tag(self.tag):
+            raise UsageError("is not a valid tag", field="--tag", found=self.tag, expected=TAG_EXPECTED)
         self.image = load_local_image(self.ctx.register, self.lane)
         self.credentials = credentials_for(self.target.host, use_environment=True)
         source = self.credentials.source if self.credentials else "none (anonymous)"
@@ -169,7 +168,6 @@ class PushStage(Stage):
             "target": self.target.name,
             "plain_http": self.target.plain_http,
             "tag": self.tag,
-            "code": code_digest(__name__),
             "workflow_url": workflow_url(),
         }
 

@@ -483,11 +483,13 @@ def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, li
     for artefact in register.query("binary", lane=lane.id, binary=SERVER_BINARY):
         build_binary = register.path_of(artefact)
     dirs = list(library_dirs or [])
-    root = (build.get("toolchain") or {}).get("root") if isinstance(build.get("toolchain"), dict) else None
-    if root:
-        candidate = Path(root) / "site" / "nvidia" / "cu13" / "lib"
-        if candidate.is_dir():
-            dirs.append(candidate)
+    # Where the build's toolchain keeps the CUDA runtime (the build's toolchain record; none for a prebuilt import).
+    toolchains = register.query("toolchain", lane=lane.id)
+    if len(toolchains) > 1:
+        raise InputError("the register holds more than one toolchain record for the lane", file=register.file, found=[a.name for a in toolchains])
+    library_dir = toolchains[0].attrs.get("library_dir") if toolchains else None
+    if isinstance(library_dir, str) and Path(library_dir).is_dir():
+        dirs.append(Path(library_dir))
     identity = {
         "source_commit": build_identity["patch_stack_sha"],
         "build_identity": build_identity,
