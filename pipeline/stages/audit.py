@@ -827,8 +827,8 @@ class Auditor:
 
     def _audit_provenance(self, lane: str, package_root: str, prefix: str, files: dict[str, str], cache: Path) -> None:
         """The set's SLSA statement beside it: subjects exactly the set's files; its DSSE bundle, where one exists."""
-        from pipeline.stages import sign
         from pipeline.formats import provenance
+        from pipeline.stages import sign
 
         name = provenance.set_statement_name(package_root)
         label = f"provenance {lane} {name}"
