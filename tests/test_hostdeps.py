@@ -182,11 +182,12 @@ def test_build_refuses_a_missing_lane_dependency_before_any_compile(tmp_path, un
     monkeypatch.setattr(BuildStage, "_compile", lambda self, *a: calls.append(a))
     from pipeline.cli import main
 
-    code = main(["build", "--lane", "5090", "--source", str(repo), "--dist", str(tmp_path / "dist"), "--lanes-dir", str(lanes)])
+    # The copied repository is no cut's commit: a rehearsal (the host check comes before any compile either way).
+    code = main(["build", "--lane", "5090", "--source", str(repo), "--rehearsal", "--dist", str(tmp_path / "dist"), "--lanes-dir", str(lanes)])
     assert code == 3 and calls == []
     assert not (tmp_path / "dist" / lane.id / "build").exists()
     with pytest.raises(EnvironmentProblem) as info:
-        execute(BuildStage(Context.open(tmp_path / "d2"), lane, source=parse_source(str(repo))))
+        execute(BuildStage(Context.open(tmp_path / "d2"), lane, source=parse_source(str(repo)), rehearsal=True))
     assert info.value.field == "build.host_dependencies[2]"
     assert str(info.value.file).endswith("rtx5090-container.toml")
     assert ABSENT in info.value.what and "apt-get install" in info.value.render()
@@ -194,7 +195,7 @@ def test_build_refuses_a_missing_lane_dependency_before_any_compile(tmp_path, un
 
 def test_the_sources_own_declaration_replaces_the_lanes(tmp_path, sample_repo):
     repo, _commit = sample_repo
-    stage = BuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), source=parse_source(str(repo)))
+    stage = BuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), source=parse_source(str(repo)), rehearsal=True)
     stage.preflight()  # the lane's FFmpeg/libcurl are not asked for: the sample needs only c++
     assert stage.host_check is not None
     assert stage.host_check.declared_by == "source:host-dependencies.toml"
@@ -230,7 +231,7 @@ def test_a_lane_declared_module_is_checked_and_its_version_recorded_in_the_build
     )
     lane = find_lane("5090", lanes)
     work = tmp_path / "work"
-    stage = BuildStage(Context.open(tmp_path / "dist"), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned", work_dir=work)
+    stage = BuildStage(Context.open(tmp_path / "dist"), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned", work_dir=work, rehearsal=True)
     execute(stage)
     identity = json.loads((tmp_path / "dist" / lane.id / "build" / "build-identity.json").read_text())
     zlib = next(d for d in identity["host_dependencies"] if d["name"] == "zlib")

@@ -339,7 +339,7 @@ def archive_tree(data: bytes, *, origin: str) -> str:
 
 def resolve_archive(spec: SourceSpec, lane: Lane) -> ResolvedSource:
     """A source archive checked against its claim: the tar's SHA-256, the commit in its header, the tree of its files."""
-    from .util.hashing import sha256_bytes
+    from pipeline.util.hashing import sha256_bytes
 
     claim = spec.claim
     assert claim is not None and spec.commit == claim.commit

@@ -819,14 +819,14 @@ class Auditor:
             return
         self.add(Item(label, True, f"closed set of {len(report.files)} files, SHA256SUMS matches, receipt and payload agree, SPDX {report.spdx_files} files / CycloneDX {report.cdx_components} components", "set"))
         if lane_obj is not None:
-            from .assets import asset_set
+            from pipeline.formats.assets import asset_set
 
             self._audit_provenance(lane, asset_set(lane_obj, beta).package_root, prefix, report.files, cache)
 
     def _audit_provenance(self, lane: str, package_root: str, prefix: str, files: dict[str, str], cache: Path) -> None:
         """The set's SLSA statement beside it: subjects exactly the set's files; its DSSE bundle, where one exists."""
-        from . import sign
-        from .formats import provenance
+        from pipeline.formats import provenance
+        from pipeline.stages import sign
 
         name = provenance.set_statement_name(package_root)
         label = f"provenance {lane} {name}"

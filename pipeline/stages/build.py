@@ -534,7 +534,7 @@ class BuildStage(Stage):
 
 def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) -> SourceSpec:
     """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
-    from .formats import provenance as slsa
+    from pipeline.formats import provenance as slsa
 
     data = statement_path.read_bytes() if statement_path.is_file() else None
     if data is None:

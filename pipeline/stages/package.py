@@ -742,7 +742,7 @@ def _check_assets_command(args) -> int:
 
 def _check_provenance(args, report: assets.AssetReport) -> list[str]:
     """The statement's subjects are exactly the checked set's files; its DSSE bundle verifies, where one is beside it."""
-    from . import sign
+    from pipeline.stages import sign
 
     path: Path = args.provenance
     if not path.is_file():

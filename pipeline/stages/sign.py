@@ -575,7 +575,7 @@ def dig_manifest_digest(manifest: dict[str, Any]) -> str | None:
 
 def statement_target(path: Path, targets: dict[str, SigningTarget], shipped_image: str | None) -> SigningTarget | None:
     """A provenance statement to sign as DSSE, when its set's outer SHA256SUMS (or its image) is what the release ships."""
-    from .formats.provenance import read_statement
+    from pipeline.formats.provenance import read_statement
 
     data = path.read_bytes()
     statement = read_statement(data, origin=str(path))
