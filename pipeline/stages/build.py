@@ -133,7 +133,7 @@ class BuildStage(Stage):
         # rebuild --verify: the CutBinding the published set was built as (not the lane's current cut).
         self.given_cut = cut
         self.cut = None  # the CutBinding, known after preflight
-        self.beta = lane.beta
+        self.beta = cut.n if cut is not None else lane.beta
         self.source = None
         self.toolchain: Toolchain | None = None
         self.pkg_config_path = tuple(pkg_config_path)
@@ -144,7 +144,8 @@ class BuildStage(Stage):
         return f"build:{self.lane.id}"
 
     def describe(self) -> str:
-        return f"{self.lane.id} ({self.cut.tag if self.cut else 'current cut'})"
+        cut = self.cut or self.given_cut
+        return f"{self.lane.id} ({cut.tag if cut else 'current cut'})"
 
     @property
     def out_dir(self) -> Path:

@@ -90,7 +90,7 @@ class PackageStage(Stage):
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
-        self.beta = lane.beta
+        self.beta = cut.n if cut is not None else lane.beta
         # rebuild --verify: the CutBinding the published set was made as, instead of the lane's current cut.
         self.given_cut = cut
         self.cut = None
