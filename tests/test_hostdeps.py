@@ -182,11 +182,12 @@ def test_build_refuses_a_missing_lane_dependency_before_any_compile(tmp_path, un
     monkeypatch.setattr(BuildStage, "_compile", lambda self, *a: calls.append(a))
     from pipeline.cli import main
 
-    code = main(["build", "--lane", "5090", "--source", str(repo), "--dist", str(tmp_path / "dist"), "--lanes-dir", str(lanes)])
+    # The copied repository is no cut's commit: a rehearsal (the host check comes before any compile either way).
+    code = main(["build", "--lane", "5090", "--source", str(repo), "--rehearsal", "--dist", str(tmp_path / "dist"), "--lanes-dir", str(lanes)])
     assert code == 3 and calls == []
     assert not (tmp_path / "dist" / lane.id / "build").exists()
     with pytest.raises(EnvironmentProblem) as info:
-        execute(BuildStage(Context.open(tmp_path / "d2"), lane, source=parse_source(str(repo))))
+        execute(BuildStage(Context.open(tmp_path / "d2"), lane, source=parse_source(str(repo)), rehearsal=True))
     assert info.value.field == "build.host_dependencies[2]"
     assert str(info.value.file).endswith("rtx5090-container.toml")
     assert ABSENT in info.value.what and "apt-get install" in info.value.render()
@@ -194,7 +195,7 @@ def test_build_refuses_a_missing_lane_dependency_before_any_compile(tmp_path, un
 
 def test_the_sources_own_declaration_replaces_the_lanes(tmp_path, sample_repo):
     repo, _commit = sample_repo
-    stage = BuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), source=parse_source(str(repo)))
+    stage = BuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), source=parse_source(str(repo)), rehearsal=True)
     stage.preflight()  # the lane's FFmpeg/libcurl are not asked for: the sample needs only c++
     assert stage.host_check is not None
     assert stage.host_check.declared_by == "source:host-dependencies.toml"
@@ -211,13 +212,14 @@ def test_cli_rejects_a_relative_pkg_config_folder(tmp_path, capsys):
     assert "--pkg-config-path" in capsys.readouterr().err
 
 
-@pytest.mark.cuda
-@pytest.mark.slow
-def test_a_lane_declared_module_is_checked_and_its_version_recorded_in_the_build_identity(tmp_path, undeclared_repo):
+@pytest.fixture(scope="module")
+def lane_declared_build(tmp_path_factory, undeclared_repo) -> tuple[Path, Path, Path]:
+    """(dist, work, lanes): a real build of the undeclared sample whose lane declares pkg-config and zlib (a rehearsal)."""
     from conftest import have_nvcc
 
     repo, _commit = undeclared_repo
-    lanes = tmp_path / "lanes"
+    root = tmp_path_factory.mktemp("lane-declared")
+    lanes = root / "lanes"
     lanes.mkdir()
     text = (DEFAULT_LANES_DIR / "rtx5090-container.toml").read_text()
     head, sep, tail = text.partition("[[build.host_dependencies]]")
@@ -229,10 +231,18 @@ def test_a_lane_declared_module_is_checked_and_its_version_recorded_in_the_build
         + tail
     )
     lane = find_lane("5090", lanes)
-    work = tmp_path / "work"
-    stage = BuildStage(Context.open(tmp_path / "dist"), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned", work_dir=work)
+    work = root / "work"
+    stage = BuildStage(Context.open(root / "dist", lanes), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned", work_dir=work, rehearsal=True)
     execute(stage)
-    identity = json.loads((tmp_path / "dist" / lane.id / "build" / "build-identity.json").read_text())
+    return root / "dist", work, lanes
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_a_lane_declared_module_is_checked_and_its_version_recorded_in_the_build_identity(lane_declared_build):
+    dist, work, lanes = lane_declared_build
+    lane = find_lane("5090", lanes)
+    identity = json.loads((dist / lane.id / "build" / "build-identity.json").read_text())
     zlib = next(d for d in identity["host_dependencies"] if d["name"] == "zlib")
     assert zlib["version"] == _tool_output("pkg-config", "--modversion", "zlib")
     assert zlib["debian_package"] == "zlib1g-dev"
@@ -241,3 +251,53 @@ def test_a_lane_declared_module_is_checked_and_its_version_recorded_in_the_build
     assert identity["host_environment"]["pkg_config"] == "/usr/bin/pkg-config"
     # CMake was given the pkg-config the preflight checked, not whatever its own search finds.
     assert "PKG_CONFIG_EXECUTABLE:UNINITIALIZED=/usr/bin/pkg-config" in (work / "CMakeCache.txt").read_text()
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_the_sets_spdx_and_cyclonedx_name_the_declared_host_dependencies_alike(lane_declared_build, tmp_path):
+    """Packaged, the build's host dependencies are in both SBOMs, as the same components (sbomkit)."""
+    import sbomkit
+    from packageurl import PackageURL
+
+    from pipeline.formats import sbom
+    from pipeline.formats.assets import asset_set
+    from pipeline.stages.package import package_lane
+
+    built, _work, lanes = lane_declared_build
+    dist = tmp_path / "dist"
+    shutil.copytree(built, dist)
+    package_lane("5090", dist=dist, lanes_dir=lanes)
+    lane = find_lane("5090", lanes)
+    identity = json.loads((dist / lane.id / "build" / "build-identity.json").read_text())
+    expected = asset_set(lane, identity["cut"]["n"])
+    spdx_path, cdx_path = (dist / lane.id / "assets" / expected.name_of(role) for role in ("spdx", "cdx"))
+    spdx, cdx = json.loads(spdx_path.read_bytes()), json.loads(cdx_path.read_bytes())
+    distribution = identity["host_environment"]["os_release"]["ID"]
+    recorded = {d["name"]: d for d in identity["host_dependencies"]}
+    assert set(recorded) == {"pkg-config", "zlib"}
+    packages = {p["name"]: p for p in spdx["packages"]}
+    components = {c["name"]: c for c in cdx["components"]}
+    relations = {(r["spdxElementId"], r["relationshipType"], r["relatedSpdxElement"]) for r in spdx["relationships"]}
+    for name, entry in recorded.items():
+        owner = entry["debian_package"]  # what dpkg-query -S said owns the file (checked by the probe tests above)
+        assert owner and entry["debian_version"]
+        package, component = packages[name], components[name]
+        assert package["versionInfo"] == component["version"] == entry["version"]
+        purl = PackageURL.from_string(component["purl"])
+        assert (purl.type, purl.namespace, purl.name, purl.version) == ("deb", distribution, owner, entry["debian_version"])
+        assert [r["referenceLocator"] for r in package["externalRefs"] if r["referenceType"] == "purl"] == [component["purl"]]
+        assert package["supplier"] == f"Organization: {component['supplier']['name']}" == f"Organization: {distribution.capitalize()} (package {owner})"
+        assert (package["SPDXID"], "BUILD_DEPENDENCY_OF", sbom.SPDX_PACKAGE_ID) in relations and component["scope"] == "excluded"
+    assert components["zlib"]["version"] == _tool_output("pkg-config", "--modversion", "zlib")
+    # Component by component the two documents agree, and each passes its independent checker.
+    assert sbomkit.compare_twins(spdx_path, cdx_path) == len(spdx["packages"])
+    sbomkit.require_ntia(spdx_path)
+    sbomkit.require_cdx_js(cdx_path)
+    # The provenance beside the set names the same versions.
+    from pipeline.formats import provenance as slsa
+
+    statement = slsa.read_statement((dist / lane.id / slsa.FOLDER / slsa.set_statement_name(expected.package_root)).read_bytes(), origin="s")
+    for name, entry in recorded.items():
+        host = statement.dependency(f"build-host:{entry['kind']}:{name}")
+        assert host["annotations"]["version"] == entry["version"] and host["uri"] == components[name]["purl"]

@@ -362,8 +362,7 @@ def _build_with_inventory(workspace, tmp_path: Path, change) -> tuple[Path, Path
     change(inventory)
     (source / "third_party" / "inventory.json").write_text(json.dumps(inventory, indent=2, sort_keys=True) + "\n")
     commit = make_repo(tmp_path / "ninfer", source)
-    lanes = tmp_path / "lanes"
-    shutil.copytree(workspace.lanes_dir, lanes)
+    lanes = copy_lanes(workspace, tmp_path)  # with the cut ledgers beside it (the lane's current cut names the set)
     contract = tmp_path / "contract"
     shutil.copytree(workspace.contract, contract)
     _set_json(contract / "release-spec.json", lambda d: d["source"].update(commit=commit))
@@ -371,7 +370,7 @@ def _build_with_inventory(workspace, tmp_path: Path, change) -> tuple[Path, Path
     lane_file.write_text(lane_file.read_text().replace(workspace.commit, commit).replace(str(workspace.contract), str(contract)))
     prebuilt = compile_windows_prebuilt(tmp_path / "prebuilt", native_identity(load_lane(lane_file), commit))
     dist = tmp_path / "dist"
-    build_lane("4090", dist=dist, source=str(tmp_path / "ninfer"), prebuilt=prebuilt, lanes_dir=lanes)
+    build_lane("4090", dist=dist, source=str(tmp_path / "ninfer"), prebuilt=prebuilt, lanes_dir=lanes, rehearsal=True)  # not the cut's commit
     return lanes, dist
 
 
@@ -398,5 +397,9 @@ def test_a_hostile_vendored_inventory_is_refused_before_package_writes_anything(
         package_module.package_lane("4090", dist=dist, lanes_dir=lanes)
     assert caught.value.file.endswith("source.tar!third_party/inventory.json")
     assert caught.value.field == field and reason in caught.value.render()
-    assert _snapshot(tmp_path) == before
+    after = _snapshot(tmp_path)
+    # The one new file: the stage's empty lock (stage.py takes it before preflight, so two runs cannot race; never removed,
+    # as deleting a lock file races too). Nothing else, inside dist or out.
+    assert after.pop(f"dist/.locks/package_{NATIVE}.lock", b"") == b""
+    assert after == before
     assert not (dist / NATIVE / "assets").exists()

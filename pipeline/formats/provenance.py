@@ -133,13 +133,15 @@ def source_descriptors(source: Mapping[str, Any], repository: str, source_tar_sh
 
 def host_descriptors(host_dependencies: list[dict[str, Any]] | None, os_release: Mapping[str, str] | None) -> list[dict[str, Any]]:
     """Each build-host dependency found by the preflight, with its version (a Debian package as a purl)."""
+    from packageurl import PackageURL
+
+    from pipeline.formats.components import host_purl
+
     out = []
-    distribution = (os_release or {}).get("ID") or "debian"
+    distribution = str((os_release or {}).get("ID") or "debian").lower()
     for entry in host_dependencies or []:
-        if entry.get("debian_package") and entry.get("debian_version"):
-            uri = f"pkg:deb/{distribution}/{entry['debian_package']}@{entry['debian_version']}"
-        else:
-            uri = f"pkg:generic/{entry['name']}@{entry['version']}"
+        # The purl both SBOMs give the dependency (canonical, percent-encoded), else a generic one.
+        uri = host_purl(entry, distribution) or PackageURL(type="generic", name=entry["name"], version=entry["version"]).to_string()
         annotations = {k: entry.get(k) for k in ("kind", "version", "min_version", "path", "debian_package", "debian_version", "vcpkg_port")}
         out.append(descriptor(f"build-host:{entry['kind']}:{entry['name']}", uri=uri, annotations=annotations))
     return out
@@ -344,6 +346,8 @@ def _common(identity: Mapping[str, Any], lane) -> tuple[dict[str, str], dict[str
         "asset_platform": lane.asset_platform,
         "build_profile": identity.get("build_profile"),
         "build_route": identity.get("build_route"),
+        # {n, tag, commit, rehearsal}: the cut the build was, or whose names a rehearsal carries (rebuild --verify builds as it).
+        "cut": identity.get("cut"),
         "cuda_architecture": identity.get("cuda_architecture"),
         "cuda_toolkit": identity.get("cuda_toolkit"),
         "source_date_epoch": identity.get("source_date_epoch"),

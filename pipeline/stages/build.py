@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.codedigest import code_digest
-from pipeline.errors import BuildFailure, EnvironmentProblem, InputError, UsageError
+from pipeline.errors import BuildFailure, EnvironmentProblem, InputError, IntegrityError, UsageError
 from pipeline.formats import host_dependencies as host_declaration
 from pipeline.formats.identity import (
     BuildIdentity,
@@ -127,6 +127,7 @@ class BuildStage(Stage):
         work_dir: Path | None = None,
         rehearsal: bool = False,
         pkg_config_path: tuple[str, ...] = (),
+        cut=None,
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
@@ -135,8 +136,10 @@ class BuildStage(Stage):
         self.prebuilt = prebuilt
         self.work_dir = work_dir
         self.rehearsal = rehearsal
+        # rebuild --verify: the CutBinding the published set was built as (not the lane's current cut).
+        self.given_cut = cut
         self.cut = None  # the CutBinding, known after preflight
-        self.beta = lane.beta
+        self.beta = cut.n if cut is not None else lane.beta
         self.source = None
         self.toolchain: Toolchain | None = None
         self.pkg_config_path = tuple(pkg_config_path)
@@ -147,7 +150,8 @@ class BuildStage(Stage):
         return f"build:{self.lane.id}"
 
     def describe(self) -> str:
-        return f"{self.lane.id} ({self.cut.tag if self.cut else 'current cut'})"
+        cut = self.cut or self.given_cut
+        return f"{self.lane.id} ({cut.tag if cut else 'current cut'})"
 
     @property
     def out_dir(self) -> Path:
@@ -188,8 +192,19 @@ class BuildStage(Stage):
         self.source = resolve_source(self.source_spec, lane)
         from pipeline.stages.cut import binding_for_build
 
-        kind = "embedded-sample" if self.rehearsal else self.source_spec.kind
-        self.cut = binding_for_build(lane, commit=self.source.commit, source_kind=kind, stage="build")
+        if self.given_cut is not None:
+            if not self.given_cut.rehearsal and self.given_cut.commit != self.source.commit:
+                raise IntegrityError(
+                    f"the source is not the commit {self.given_cut.tag} was cut from",
+                    field="cut.commit",
+                    found=self.source.commit,
+                    expected=self.given_cut.commit,
+                    why="a build as a cut must be of the cut's commit",
+                )
+            self.cut = self.given_cut
+        else:
+            kind = "embedded-sample" if self.rehearsal else self.source_spec.kind
+            self.cut = binding_for_build(lane, commit=self.source.commit, source_kind=kind, stage="build")
         self.beta = self.cut.n
         if self.prebuilt is None and self.toolchain_mode == "pinned":
             toolchain_spec(lane.cuda_toolkit, host)  # the lock must pin this toolkit before any download
@@ -303,6 +318,8 @@ class BuildStage(Stage):
             "component_tag": lane.tag(self.beta),
             "release_version": f"{lane.version}-beta.{self.beta}",
             "deployment_profile": lane.deployment_profile(self.beta),
+            # Which cut the build is, or which cut's names a rehearsal carries: rebuild --verify builds as the same.
+            "cut": self.cut.to_json(),
             **identity.values,
             "binaries": binaries,
             "runtime_dependencies": {p.name: sha256_file(p) for p in sorted(libraries)},

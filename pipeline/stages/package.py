@@ -88,10 +88,13 @@ class PackageStage(Stage):
         source_date_epoch: int | None = None,
         jobs: int | None = None,
         level: int = archive.DEFAULT_LEVEL,
+        cut=None,
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
-        self.beta = lane.beta
+        self.beta = cut.n if cut is not None else lane.beta
+        # rebuild --verify: the CutBinding the published set was made as, instead of the lane's current cut.
+        self.given_cut = cut
         self.cut = None
         self.requested_epoch = source_date_epoch
         self.jobs = jobs
@@ -138,8 +141,21 @@ class PackageStage(Stage):
         from pipeline.stages.cut import check_binding_current
 
         build_beta = lane.beta_from_tag(self.identity["component_tag"])
-        self.cut = check_binding_current(lane, identity_entry.attrs.get("cut") or {}, file=register.path_of(identity_entry), stage="package")
-        if self.cut.n != build_beta or (not self.cut.rehearsal and self.cut.commit != self.identity["source"]["commit"]):
+        recorded_cut = identity_entry.attrs.get("cut") or {}
+        if self.given_cut is None:
+            self.cut = check_binding_current(lane, recorded_cut, file=register.path_of(identity_entry), stage="package")
+        elif recorded_cut != self.given_cut.to_json():
+            raise IntegrityError(
+                f"the build in the register is not a build as {self.given_cut.tag}" + (" (a rehearsal)" if self.given_cut.rehearsal else ""),
+                file=register.path_of(identity_entry),
+                field="attrs.cut",
+                found=recorded_cut,
+                expected=self.given_cut.to_json(),
+                fix="build the lane again as that cut",
+            )
+        else:
+            self.cut = self.given_cut
+        if self.cut.n != build_beta or self.identity.get("cut") != self.cut.to_json() or (not self.cut.rehearsal and self.cut.commit != self.identity["source"]["commit"]):
             raise IntegrityError("build-identity.json names another cut than its register entry", file=register.path_of(identity_entry), field="component_tag", found=self.identity["component_tag"], expected=self.cut.tag)
         self.beta = build_beta
         for entry in register.query("binary", lane=lane.id):

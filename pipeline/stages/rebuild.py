@@ -13,6 +13,16 @@ lane, component tag and set; the lane file and the toolchain lock of this
 checkout must be the ones the provenance names by SHA-256 (else the rebuild
 would follow other instructions; check out the pipeline where they match).
 
+The rebuild is made as the cut the set was made as, read from the
+provenance (`internalParameters.cut`, the build identity's `cut`): the same
+beta number N (its names are in the binaries and every file name) and the
+same rehearsal flag and cut commit (they are in the packaged build identity).
+Not the lane's current cut: a set of a cut superseded since is rebuilt as
+that cut, and a rehearsal (the current cut's names on another commit, e.g.
+the embedded sample) as that rehearsal.  A cut build must be a cut this
+checkout's ledger records for the set's commit (the `cut` check); a rehearsal
+binds nothing in the ledger and the summary says it is one.
+
 Run, in a fresh work folder: the build stage compiles the published
 `git archive` source tarball (no git history) — the tar's SHA-256, the commit
 in its header and the git tree of its files are compared with the provenance
@@ -39,7 +49,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pipeline.errors import IntegrityError, PipelineError, RefusedError, UsageError
+from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, UsageError
 from pipeline.formats import assets, vsa
 from pipeline.formats import provenance as slsa
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
@@ -52,7 +62,8 @@ from pipeline.util.jsonio import parse_strict
 
 DIFFOSCOPE_TIMEOUT = 600
 DIFFOSCOPE_MAX_REPORT = 4 << 20
-MAX_SMALL_DOWNLOAD = 64 << 20
+MAX_SMALL_DOWNLOAD = 4 << 20  # a release manifest, a set's SHA256SUMS (as audit bounds them)
+MAX_SET_FILE = 2 << 30  # one file of a set: GitHub's release-asset limit (publish's asset-limits gate)
 
 
 @dataclass
@@ -123,7 +134,7 @@ def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
         problem = check_scheme(manifest_source)
         if problem:
             raise UsageError(f"the manifest URL {problem}", field="SET_DIR_OR_MANIFEST", found=manifest_source)
-        fetched = download(manifest_source, into / "manifest.json", progress=False)
+        fetched = download(manifest_source, into / "manifest.json", progress=False, max_size=MAX_SMALL_DOWNLOAD, resume=False)
         if fetched.size > MAX_SMALL_DOWNLOAD:
             raise IntegrityError("the manifest is larger than a manifest can be", file=manifest_source)
         raw = (into / "manifest.json").read_bytes()
@@ -153,15 +164,15 @@ def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
             raise UsageError(f"the set's URL {problem}", file=manifest_source, found=url)
     folder = into / "published"
     folder.mkdir(parents=True)
-    download_verified(sums_url, folder / assets.OUTER_SUMS, expected_sha256=sums_sha, label=assets.OUTER_SUMS)
+    download_verified(sums_url, folder / assets.OUTER_SUMS, expected_sha256=sums_sha, max_size=MAX_SMALL_DOWNLOAD, label=assets.OUTER_SUMS)
     listed = assets.parse_sums((folder / assets.OUTER_SUMS).read_bytes(), file=sums_url)
     for name, digest in sorted(listed.items()):
-        download_verified(prefix + name, folder / name, expected_sha256=digest, label=name)
+        download_verified(prefix + name, folder / name, expected_sha256=digest, max_size=MAX_SET_FILE, label=name)
     beta = lane.beta_from_tag(tag)
     statement = slsa.set_statement_name(assets.asset_set(lane, beta).package_root)
     attestations = into / slsa.FOLDER
     attestations.mkdir()
-    download(prefix + statement, attestations / statement, progress=False)
+    download(prefix + statement, attestations / statement, progress=False, max_size=slsa.MAX_BYTES, resume=False)
     return folder
 
 
@@ -230,6 +241,7 @@ class RebuildStage(Stage):
                 )
         if self.statement.build_type != slsa.BUILD_TYPE_SET:
             raise UsageError("the provenance is not an asset set's", file=self.statement_path, field="predicate.buildDefinition.buildType", found=self.statement.build_type, expected=slsa.BUILD_TYPE_SET)
+        self._read_cut()
         # The instructions must be the ones the set was made with.
         for name, actual in ((f"runtime/lanes/{lane.id}.toml", lane.file_sha256), (slsa.LOCK_NAME, sha256_file(REPO_ROOT / slsa.LOCK_NAME))):
             item = self.statement.dependency(name)
@@ -255,6 +267,29 @@ class RebuildStage(Stage):
         self.source_spec = archive_source(source_archive, self.statement_path, strict=False)
         ui.info(f"provenance {self.statement_path.name}: {len(self.statement.subjects)} subjects, source {self.statement.external['source_repository']}@{self.statement.external['source_commit']}")
 
+    def _read_cut(self) -> None:
+        """The cut (or rehearsal) the set was built as: the rebuild builds and packages as exactly that."""
+        from pipeline.stages.cut import ledger_check_for_rebuild, parse_binding
+
+        field = "predicate.buildDefinition.internalParameters.cut"
+        internal = self.statement.document["predicate"]["buildDefinition"]["internalParameters"]
+        self.cut = parse_binding(internal.get("cut"), self.lane, file=self.statement_path, field=field)
+        source_commit = self.statement.external["source_commit"]
+        if self.cut.n != self.beta:
+            raise UsageError("the provenance's cut is not the set's", file=self.statement_path, field=f"{field}.n", found=self.cut.n, expected=f"{self.beta} (the set's {self.expected.component_tag})")
+        if not self.cut.rehearsal and self.cut.commit != source_commit:
+            raise InputError(
+                "the provenance says the set is a cut build of another commit than its source",
+                file=self.statement_path,
+                field=f"{field}.commit",
+                found=self.cut.commit,
+                expected=f"{source_commit} (externalParameters.source_commit), or rehearsal true",
+            )
+        lane_file = (self.statement.dependency(f"runtime/lanes/{self.lane.id}.toml") or {}).get("digest", {}).get("sha256")
+        ok, detail = ledger_check_for_rebuild(self.lane, self.cut, source_commit=source_commit, lane_file_sha256=lane_file)
+        self.checks.append(Check("cut", ok, detail))
+        ui.info(f"built as: {detail}")
+
     def _check_published(self) -> None:
         """The published set's own checks (closed set, sums, receipt, SBOMs) and its provenance subjects, as results."""
         with tempfile.TemporaryDirectory(prefix="omp-ninfer-published.") as scratch:
@@ -276,7 +311,7 @@ class RebuildStage(Stage):
             self.checks.append(Check("provenance subjects", False, error.render()))
 
     def inputs(self) -> dict[str, Any]:
-        return {"published": self.published_hashes, "provenance": self.statement_sha256, "lane_file_sha256": self.lane.file_sha256}
+        return {"published": self.published_hashes, "provenance": self.statement_sha256, "lane_file_sha256": self.lane.file_sha256, "cut": self.cut.to_json()}
 
     # -- run ---------------------------------------------------------------------
     def run(self) -> list[Artifact]:
@@ -288,7 +323,7 @@ class RebuildStage(Stage):
         rebuilt_dir = dist / lane.id / "assets"
         built = False
         try:
-            build = BuildStage(self.ctx, lane, source=self.source_spec, toolchain_mode=self.toolchain_mode, work_dir=work / "build", beta=self.beta, pkg_config_path=self.pkg_config_path)
+            build = BuildStage(self.ctx, lane, source=self.source_spec, toolchain_mode=self.toolchain_mode, work_dir=work / "build", cut=self.cut, pkg_config_path=self.pkg_config_path)
             execute(build, force=True)
             assert build.source is not None
             if build.source.problems:
@@ -297,7 +332,7 @@ class RebuildStage(Stage):
                 self.checks.append(Check("source archive", True, "the tar's SHA-256, commit and git tree are the provenance's"))
             receipt = parse_strict((self.published / assets.RECEIPT).read_bytes(), file=self.published / assets.RECEIPT) if (self.published / assets.RECEIPT).is_file() else {}
             epoch = receipt.get("source_date_epoch") if isinstance(receipt, dict) and isinstance(receipt.get("source_date_epoch"), int) else None
-            execute(PackageStage(self.ctx, lane, beta=self.beta, source_date_epoch=epoch), force=True)
+            execute(PackageStage(self.ctx, lane, cut=self.cut, source_date_epoch=epoch), force=True)
             built = True
         except PipelineError as error:
             if error.exit_code in (2, 3):  # usage or environment: this host cannot rebuild; nothing was verified
@@ -315,6 +350,7 @@ class RebuildStage(Stage):
             rebuild={
                 "lane": lane.id,
                 "component_tag": self.expected.component_tag,
+                "cut": self.cut.to_json(),
                 "published_from": str(self.published),
                 "work_folder": str(work),
                 "checks": [c.to_json() for c in self.checks],
