@@ -21,7 +21,9 @@ Options come from environment variables, because nox hands the same
   PIPELINE_IMPORT_RECEIPT  a receipt from the owner's hardware for `qualify-<short>` to bind
   (`tests` writes the test-run receipt to PIPELINE_DIST/test-run-receipt.json)
 
-Posargs go to `tests` (pytest arguments) only.
+  PIPELINE_FUZZ_SECONDS  seconds per target for `fuzz` (default 60)
+
+Posargs go to `tests` (pytest arguments) and `fuzz` (tests/fuzz/run.py arguments) only.
 """
 
 from __future__ import annotations
@@ -153,6 +155,17 @@ def tests(session: nox.Session) -> None:
     python = str(ensure_env(session.log))
     receipt = Path(os.environ.get("PIPELINE_DIST", "dist")).resolve() / "test-run-receipt.json"
     session.run(python, "-m", "pytest", *session.posargs, external=True, env={"PIPELINE_TEST_RECEIPT": str(receipt)})
+
+
+@nox.session(venv_backend="none")
+def fuzz(session: nox.Session) -> None:
+    """Fuzz every reader of outside bytes (tests/fuzz, atheris) for PIPELINE_FUZZ_SECONDS each (default 60).
+
+    Arguments after -- go to tests/fuzz/run.py, e.g. `nox -s fuzz -- --seconds 300 --target tar`; new corpus
+    inputs and crashing inputs are kept in .fuzz/ (replay one with `-- --replay --target NAME --input FILE`).
+    """
+    python = str(ensure_env(session.log))
+    session.run(python, "tests/fuzz/run.py", *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none")

@@ -152,3 +152,22 @@ def test_the_harness_caps_an_answer():
             client.status()
         sent = server.sent.get("/v1/ninfer/status", 0)
     assert f"larger than the {qualify_harness.MAX_ANSWER_BYTES} bytes" in str(caught.value) and sent < 64 * 1024 * 1024
+
+
+def test_toml_is_read_strictly_and_bounded(tmp_path):
+    # One TOML reader (lane files, image definitions, release.toml): every defect is an InputError naming the file.
+    path = tmp_path / "x.toml"
+    for data, what in [
+        (b"a = \"\xd7\"\n", "is not valid UTF-8 (invalid continuation byte at byte 5)"),
+        (b"a = " + b"[" * 5000, "nests arrays or inline tables too deeply"),
+        (b"a = 1\r\n", "contains a carriage return (CR) at line 1"),
+        (b"a = \n", "is not valid TOML: Invalid value (at line 1, column 5)"),
+    ]:
+        path.write_bytes(data)
+        with pytest.raises(InputError) as caught:
+            jsonio.read_toml(path)
+        assert caught.value.what == what and caught.value.file == str(path)
+    path.write_bytes(b"a = 1\n" + b"#" * jsonio.MAX_TOML_BYTES)
+    with pytest.raises(InputError, match="larger than the 4194304 bytes allowed for a TOML file"):
+        jsonio.read_toml(path)
+    assert jsonio.loads_toml(b"a = [1, {b = 2}]\n", source="x") == {"a": [1, {"b": 2}]}

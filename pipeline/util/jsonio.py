@@ -20,7 +20,6 @@ import json
 import math
 import os
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
@@ -222,16 +221,31 @@ def read_json_object(path: str | os.PathLike[str], **kwargs: Any) -> dict[str, A
     return expect_object(read_json(path, **kwargs), source=path)
 
 
-def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+MAX_TOML_BYTES = 4 * 1024 * 1024  # lane files, release.toml and image definitions are a few KiB
+
+
+def loads_toml(data: bytes, *, source: str | os.PathLike[str], max_bytes: int = MAX_TOML_BYTES) -> dict[str, Any]:
+    """Parse TOML bytes strictly: bounded, UTF-8 without BOM or CR, and every defect an InputError naming the source."""
+    if len(data) > max_bytes:
+        raise InputError(f"is larger than the {max_bytes} bytes allowed for a TOML file", file=source, found=f"{len(data)} bytes",
+                         fix="check that this is the file it claims to be")
+    check_text_hygiene(source, data)
     try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError("file does not exist", file=path) from None
-    check_text_hygiene(path, data)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=source, fix="save the file as UTF-8") from None
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"is not valid TOML: {exc}", file=path) from None
+        raise InputError(f"is not valid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise InputError("nests arrays or inline tables too deeply", file=source, fix="a real file is shallow; check its origin") from None
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    from .fs import read_bytes_bounded
+
+    return loads_toml(read_bytes_bounded(path, MAX_TOML_BYTES, what="TOML file"), source=path)
 
 
 def dig(document: Any, dotted: str) -> Any:
