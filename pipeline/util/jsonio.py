@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tomllib
 from typing import Any
 
@@ -125,6 +126,47 @@ def _float(text: str) -> float:
     return value
 
 
+# A `\uD800`-`\uDFFF` escape: the only way a JSON text (valid UTF-8) can carry a UTF-16 surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(document: Any) -> str | None:
+    """The dotted path of the first string (key or value) holding an unpaired surrogate, or None."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return where or "(the document)"
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                path = f"{where}.{key}" if where else key
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:
+                    return (f"{where}.{key!a}" if where else ascii(key))
+                stack.append((value, path))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{index}]") for index, item in enumerate(node))
+    return None
+
+
+def _refuse_lone_surrogates(document: Any, text: str, source: str | os.PathLike[str]) -> None:
+    if not _SURROGATE_ESCAPE.search(text):
+        return  # the common case: no surrogate escape at all, nothing to walk
+    where = _lone_surrogate(document)
+    if where is not None:
+        raise InputError(
+            "holds an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF), which is no Unicode character",
+            file=source,
+            field=where,
+            why="such a string cannot be written as UTF-8: the document could be read but never written back, printed or hashed as text",
+            fix="repair the document (a surrogate escape must come in a high-low pair)",
+        )
+
+
 def _depth(document: Any, bound: int) -> int:
     """Nesting depth of arrays and objects (a scalar is 0), without recursion; stops past `bound`."""
     deepest = 0
@@ -185,6 +227,7 @@ def loads_document(
         raise InputError(f"holds a number out of range ({exc})", file=source) from None
     if _depth(document, max_depth) > max_depth:
         raise InputError(f"nests arrays or objects deeper than {max_depth} levels", file=source, fix="a real document is shallow; check its origin")
+    _refuse_lone_surrogates(document, text, source)
     return document
 
 
@@ -297,9 +340,20 @@ def parse_strict(data: bytes, *, file: str | os.PathLike[str], max_bytes: int = 
             depth -= 1
     if peak > MAX_JSON_DEPTH:
         raise InputError("is nested too deeply", file=file, found=f"{peak} levels", expected=f"at most {MAX_JSON_DEPTH}")
+    def finite(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            raise InputError(f"holds the number {text}, which overflows to infinity", file=file, expected="finite numbers only")
+        return value
+
     try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant)
+        text = data.decode("utf-8")
+        document = json.loads(text, object_pairs_hook=pairs, parse_constant=constant, parse_float=finite)
     except UnicodeDecodeError as exc:
         raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=file) from None
     except json.JSONDecodeError as exc:
         raise InputError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=file) from None
+    except ValueError as exc:  # an integer literal longer than Python converts (sys.get_int_max_str_digits)
+        raise InputError(f"holds a number out of range ({exc})", file=file) from None
+    _refuse_lone_surrogates(document, text, file)
+    return document

@@ -21,6 +21,7 @@ hold real examples (tests/fuzz/seeds.py makes them).
 
 from __future__ import annotations
 
+import functools
 import gzip
 import hashlib
 import io
@@ -73,17 +74,38 @@ class Target:
     harness: Callable[[bytes, Path], None]
     max_len: int  # libFuzzer's -max_len: the largest input it generates
     doc: str
+    tokens: tuple[bytes, ...] = ()  # libFuzzer's -dict: words the mutator splices in
 
 
 TARGETS: dict[str, Target] = {}
 
+# Words of the formats, for libFuzzer's dictionary: hostile values a byte mutator would rarely spell.
+JSON_TOKENS = (b'"\\ud800"', b'"\\udc00"', b"NaN", b"Infinity", b"-Infinity", b"1e999", b"-0", b"1E400", b"9" * 30, b"true", b"false",
+               b"null", b"[]", b"{}", b'""', b'"\\u0000"', b"\xef\xbb\xbf", b"\r", b'"../"', b'"/etc/passwd"', b'"C:\\\\x"', b'"NUL"', b"0", b"-1")
+TOML_TOKENS = (b"[", b"[[", b"]]", b" = ", b'"""', b"'''", b"inf", b"nan", b"-inf", b"true", b"1979-05-27T07:32:00Z", b"0x10", b"1_000",
+               b"{", b"}", b"{n}", b"{version}", b"{n:>9}", b"{0}", b"{version!r}", b"{{", b"../", b"/etc/passwd", b"C:", b"NUL", b"\\u0000")
+TAR_TOKENS = (b"ustar\x0000", b"ustar  \x00", b"././@LongLink", b"path=", b"linkpath=", b"size=", b"GNU.sparse.map=", b"../", b"/", b"\x1f\x8b\x08",
+              b"0000777\x00", b"00000000000\x00", b"77777777777\x00")
+MANIFEST_TOKENS = (b'"release"', b'"components"', b'"ninfer"', b'"ninfer_variants"', b'"omp"', b'"model"', b'"platforms"', b'"product"',
+                   b'"repository"', b'"signing"', b'"signed_files"', b'"qualification"', b'"public_url"', b'"summary"', b'"compatibility"',
+                   b'"oci_reference"', b'"http://127.0.0.1:1/"', b'"https://[::1]/"', b'"http://["', b'"https://x@y/"', b"null", b"[]", b"{}", b"0",
+                   b'"\\ud800"', b'"../"', b'"checksums_url"', b'"package_url"', b'"_sha256"', b'"_bytes"', b"-1", b"1e308")
+REGISTRY_TOKENS = (b'"mediaType"', b'"manifests"', b'"layers"', b'"config"', b'"digest"', b'"size"', b'"annotations"', b'"platform"',
+                   b'"sha256:', b'"schemaVersion"', b'"rootfs"', b'"diff_ids"', b'"os"', b'"architecture"', b'"variant"', b"null", b"[]", b"{}",
+                   b"Bearer ", b"Basic ", b'realm="', b'service="', b'scope="', b'"token"', b'"access_token"', b'"errors"', b'"tags"', SEP)
 
-def target(name: str, *, max_len: int = 16384):
+
+def target(name: str, *, max_len: int = 16384, tokens: tuple[bytes, ...] = ()):
     def register(function: Callable[[bytes, Path], None]) -> Callable[[bytes, Path], None]:
-        TARGETS[name] = Target(name, function, max_len, (function.__doc__ or "").strip().splitlines()[0])
+        TARGETS[name] = Target(name, function, max_len, (function.__doc__ or "").strip().splitlines()[0], tokens)
         return function
 
     return register
+
+
+def dictionary(name: str) -> str:
+    """The target's tokens in libFuzzer's dictionary format."""
+    return "".join('"' + "".join(chr(b) if 32 <= b < 127 and b not in (34, 92) else f"\\x{b:02x}" for b in token) + '"\n' for token in TARGETS[name].tokens)
 
 
 class HarnessFailure(AssertionError):
@@ -141,7 +163,7 @@ def _refused(call: Callable[[], object]) -> object | None:
 # -- the JSON reader ----------------------------------------------------------------
 
 
-@target("json", max_len=65536)
+@target("json", max_len=65536, tokens=JSON_TOKENS)
 def fuzz_json(data: bytes, work: Path) -> None:
     """The strict JSON reader (util/jsonio.py): bytes, files, shapes, and the canonical form of what it accepts."""
     try:
@@ -174,7 +196,7 @@ def fuzz_json(data: bytes, work: Path) -> None:
 _LANE_ID = re.compile(rb'^id = "(rtx[0-9]{4}-(?:container|windows-native))"', re.MULTILINE)
 
 
-@target("lane", max_len=16384)
+@target("lane", max_len=16384, tokens=TOML_TOKENS)
 def fuzz_lane(data: bytes, work: Path) -> None:
     """Lane files (lanes.py): load_lane, then every name a stage renders from the lane."""
     match = _LANE_ID.search(data)
@@ -190,13 +212,12 @@ def fuzz_lane(data: bytes, work: Path) -> None:
     names = assets.asset_set(lane).names()
     assert all("/" not in name and name not in (".", "..") for name in names)
     assets.payload_required(lane, [lane.binary_file(name) for name in lane.binaries])
-    lanes.load_lanes(folder)
 
 
 # -- SHA256SUMS -----------------------------------------------------------------------
 
 
-@target("sums", max_len=8192)
+@target("sums", max_len=8192, tokens=(b"  ", b"\n", b"/", b"..", b"\\", b"SHA256SUMS", b"0" * 64, b"a/b", b"\r\n", b".", b"-"))
 def fuzz_sums(data: bytes, work: Path) -> None:
     """Checksum files (assets.parse_sums): outer and inner sets (bare names) and the payload's (paths)."""
     for paths in (False, True):
@@ -210,7 +231,7 @@ def fuzz_sums(data: bytes, work: Path) -> None:
 # -- the tar and gzip reader ----------------------------------------------------------
 
 
-@target("tar", max_len=65536)
+@target("tar", max_len=65536, tokens=TAR_TOKENS)
 def fuzz_tar(data: bytes, work: Path) -> None:
     """The bounded tar reader (infra/safetar.py): gzip and plain streams, member data, extraction, layers."""
     mode = data[0] % 6 if data else 0
@@ -269,8 +290,14 @@ def _source_tar() -> bytes:
     return SOURCE_TAR
 
 
+@functools.cache
 def fuzz_lane_4090() -> lanes.Lane:
     return lanes.find_lane("4090")
+
+
+@functools.cache
+def shipped_lane_ids() -> tuple[str, ...]:
+    return tuple(lanes.load_lanes())
 
 
 def write_asset_set(folder: Path, package: bytes, lane: lanes.Lane) -> assets.AssetSet:
@@ -359,20 +386,21 @@ def trim_tar(data: bytes) -> bytes:
     return data[:end] + bytes(1024)
 
 
-@target("check_assets", max_len=65536)
+@target("check_assets", max_len=65536, tokens=TAR_TOKENS + (b"SHA256SUMS.txt", b"build-identity.json", b'"binaries"', b'"runtime_dependencies"', b'"source_tar_sha256"'))
 def fuzz_check_assets(data: bytes, work: Path) -> None:
     """check-assets on a downloaded set whose package holds the input (a tar, gzipped here; or gzip bytes as given)."""
     lane = fuzz_lane_4090()
     package = data if data[:2] == b"\x1f\x8b" else gzip.compress(data, compresslevel=1, mtime=SEED_EPOCH)
     folder = work / "cwd" / "download"
     write_asset_set(folder, package, lane)
-    assets.check_assets(folder)  # identified by its names alone, as a user runs it
+    # The lane is passed (as audit does): identifying it by name would load every lane file per input.
+    assets.check_assets(folder, lane=lane)
 
 
 # -- the build identity line ----------------------------------------------------------
 
 
-@target("identity", max_len=4096)
+@target("identity", max_len=4096, tokens=(b"NINFER-BUILD-IDENTITY:v1 ", b"=", b" ", b"\x00", b"true", b"false", b"upstream_base_sha=", b"source_dirty=", b"\n"))
 def fuzz_identity(data: bytes, work: Path) -> None:
     """The build identity (identity.py): a binary's --version line and the identity embedded in a binary."""
     line = data.decode("utf-8", "replace")  # as build.py decodes the binary's stdout
@@ -397,7 +425,7 @@ def _manifest(data: bytes) -> dict | None:
     return document
 
 
-@target("manifest", max_len=65536)
+@target("manifest", max_len=65536, tokens=MANIFEST_TOKENS)
 def fuzz_manifest(data: bytes, work: Path) -> None:
     """Release manifests: audit's name gate and binding collection, compose's pins and predecessor rows."""
     manifest = _manifest(data)
@@ -405,7 +433,7 @@ def fuzz_manifest(data: bytes, work: Path) -> None:
         return
     # compose and verify read the current and the predecessor's manifest of a tree
     releasetree.collect_pins(manifest)
-    for lane_id in lanes.load_lanes():
+    for lane_id in shipped_lane_ids():
         releasetree.predecessor_row(manifest, lane_id)
     releasetree.acceptance_subject(manifest)
     audit.check_manifest_names(manifest, file="manifest.json")
@@ -443,7 +471,7 @@ def scripted_session(answer) -> requests.Session:
     return session
 
 
-@target("audit", max_len=65536)
+@target("audit", max_len=65536, tokens=MANIFEST_TOKENS)
 def fuzz_audit(data: bytes, work: Path) -> None:
     """A whole offline audit of a manifest file (every server answers 404), its cache inside the scratch folder."""
     if _manifest(data) is None:
@@ -463,7 +491,7 @@ def fuzz_audit(data: bytes, work: Path) -> None:
 # -- lane receipts ----------------------------------------------------------------------
 
 
-@target("receipt", max_len=32768)
+@target("receipt", max_len=32768, tokens=JSON_TOKENS + (b'"status"', b'"gates"', b'"gates_not_run"', b'"identity"', b'"redacted"', b'"imported"', b'"passed"', b'"failed"', b'"hardware-pending"', b'"skipped"'))
 def fuzz_receipt(data: bytes, work: Path) -> None:
     """Lane receipts: qualify.validate_receipt / load_receipt and what compose reads from them (releasetree)."""
     root = work / "cwd" / "repo"
@@ -501,7 +529,7 @@ def _rebind(data: bytes, bind: Callable[[dict], None]) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
-@target("registry_manifest", max_len=32768)
+@target("registry_manifest", max_len=32768, tokens=REGISTRY_TOKENS)
 def fuzz_registry_manifest(data: bytes, work: Path) -> None:
     """Registry manifests: an index, its platform manifest and the config, read by image.acquire_base from a layout."""
     top, platform_manifest, config, layer = split(data, 4)
@@ -545,7 +573,7 @@ def fuzz_registry_manifest(data: bytes, work: Path) -> None:
     assert base.config_descriptor.digest == config_digest
 
 
-@target("token", max_len=16384)
+@target("token", max_len=16384, tokens=REGISTRY_TOKENS)
 def fuzz_token(data: bytes, work: Path) -> None:
     """Registry answers: the bearer challenge, the token service's answer, the manifest, error bodies, tag lists."""
     challenge, answer, content_type, body = split(data, 4)
@@ -564,7 +592,7 @@ def fuzz_token(data: bytes, work: Path) -> None:
     assert fetched == body and isinstance(media_type, str)
 
 
-@target("token_answer", max_len=16384)
+@target("token_answer", max_len=16384, tokens=REGISTRY_TOKENS)
 def fuzz_token_answer(data: bytes, work: Path) -> None:
     """One registry answer body read by the push client: oras' token backend, an error body, a tag list."""
     raw = urllib3.HTTPResponse(body=io.BytesIO(data), headers={"Content-Type": "application/json"}, status=200, preload_content=False, request_url="https://ghcr.io/token")
@@ -578,7 +606,7 @@ def fuzz_token_answer(data: bytes, work: Path) -> None:
     jsonio.expect_list(tags.get("tags") or [], source="tags", field="tags")
 
 
-@target("registry_client", max_len=16384)
+@target("registry_client", max_len=16384, tokens=REGISTRY_TOKENS)
 def fuzz_registry_client(data: bytes, work: Path) -> None:
     """The push/pull client (oci_registry.RegistryClient) against a registry whose every answer is the input."""
     challenge, answer, body, tags = split(data, 4)
@@ -608,3 +636,30 @@ def fuzz_registry_client(data: bytes, work: Path) -> None:
     client.manifest_digest("latest")
     listed = client.tags()
     assert all(isinstance(tag, str) for tag in listed)
+
+
+# -- SBOMs -------------------------------------------------------------------------------
+
+SBOM_PACKAGE = "ninfer-sample-windows-x86_64.tar.gz"
+SBOM_PACKAGE_SHA256 = hashlib.sha256(b"the package archive").hexdigest()
+SBOM_PAYLOAD = {"bin/ninfer-serve.exe": b"binary ninfer-serve\n", "LICENSE": b"Apache License 2.0 (sample)\n"}
+
+
+def sbom_digests() -> dict[str, tuple[str, str]]:
+    return {name: (hashlib.sha256(body).hexdigest(), hashlib.sha1(body, usedforsecurity=False).hexdigest()) for name, body in SBOM_PAYLOAD.items()}
+
+
+@target("sbom", max_len=32768, tokens=JSON_TOKENS + (b'"spdxVersion"', b'"SPDX-2.3"', b'"creationInfo"', b'"packages"', b'"files"', b'"relationships"',
+                                                      b'"checksums"', b'"SPDXID"', b'"bomFormat"', b'"specVersion"', b'"components"', b'"dependencies"',
+                                                      b'"properties"', b'"hashes"', b'"bom-ref"', b'"dependsOn"'))
+def fuzz_sbom(data: bytes, work: Path) -> None:
+    """SBOMs of a downloaded set (sbom.py): SPDX 2.3 and CycloneDX 1.6 as check-assets and audit read them."""
+    cdx = b'"bomFormat"' in data
+    path = work / "cwd" / ("sample.cdx.json" if cdx else "sample.spdx.json")
+    path.write_bytes(data)
+    _refused(lambda: sbom.validate_file(path))
+    if cdx:
+        count = sbom.verify_cdx(path, sbom_digests(), package_sha256=SBOM_PACKAGE_SHA256)
+    else:
+        count = sbom.verify_spdx(path, sbom_digests(), package_name=SBOM_PACKAGE, package_sha256=SBOM_PACKAGE_SHA256)
+    assert isinstance(count, int)

@@ -74,6 +74,11 @@ def _child(name: str, seconds: float, out: Path, runs: int | None) -> int:
         ]
         if runs is not None:
             argv.append(f"-runs={runs}")
+        if spec.tokens:
+            words = out / "dicts" / f"{name}.dict"
+            words.parent.mkdir(parents=True, exist_ok=True)
+            words.write_text(harnesses.dictionary(name))
+            argv.append(f"-dict={words}")
         argv += [str(work_corpus), str(harnesses.CORPUS / name)]
         atheris.Setup(argv, one)
         atheris.Fuzz()

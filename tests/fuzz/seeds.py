@@ -230,6 +230,61 @@ def registry_client_seeds() -> dict[str, bytes]:
     }
 
 
+def sbom_seeds() -> dict[str, bytes]:
+    from spdx_tools.spdx.model import (
+        Actor,
+        ActorType,
+        Checksum,
+        ChecksumAlgorithm,
+        CreationInfo,
+        Document,
+        File,
+        Package,
+        PackageVerificationCode,
+        Relationship,
+        RelationshipType,
+        SpdxNoAssertion,
+    )
+
+    from pipeline import sbom
+
+    digests = harnesses.sbom_digests()
+    created = __import__("datetime").datetime(2026, 11, 1, 12, 0, 0)
+    supplier = Actor(ActorType.ORGANIZATION, "OMP")
+    files = [
+        File(name=f"./{name}", spdx_id=f"SPDXRef-File-{index}", checksums=[Checksum(ChecksumAlgorithm.SHA1, sha1), Checksum(ChecksumAlgorithm.SHA256, sha256)],
+             license_concluded=SpdxNoAssertion(), copyright_text=SpdxNoAssertion())
+        for index, (name, (sha256, sha1)) in enumerate(sorted(digests.items()))
+    ]
+    code = hashlib.sha1("".join(sorted(sha1 for _sha256, sha1 in digests.values())).encode(), usedforsecurity=False).hexdigest()
+    package = Package(spdx_id="SPDXRef-Package-NInfer", name="ninfer-sample", download_location=SpdxNoAssertion(), version="0.7.0",
+                      file_name=harnesses.SBOM_PACKAGE, supplier=supplier, files_analyzed=True, verification_code=PackageVerificationCode(code),
+                      checksums=[Checksum(ChecksumAlgorithm.SHA256, harnesses.SBOM_PACKAGE_SHA256)],
+                      license_concluded=SpdxNoAssertion(), license_declared=SpdxNoAssertion(), copyright_text=SpdxNoAssertion())
+    relationships = [Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, package.spdx_id)]
+    relationships += [Relationship(package.spdx_id, RelationshipType.CONTAINS, file.spdx_id) for file in files]
+    creation = CreationInfo(spdx_version="SPDX-2.3", spdx_id="SPDXRef-DOCUMENT", name="ninfer-sample-sbom", data_license="CC0-1.0",
+                            document_namespace="https://example.invalid/spdx/ninfer-sample", creators=[Actor(ActorType.TOOL, "omp-ninfer-pipeline-0.1.0"), supplier],
+                            created=created)
+    spdx = sbom.spdx_bytes(Document(creation_info=creation, packages=[package], files=files, relationships=relationships))
+    components = [
+        {"type": "file", "bom-ref": f"file:{name}", "name": name.rsplit("/", 1)[-1], "version": "0.7.0",
+         "hashes": [{"alg": "SHA-256", "content": sha256}, {"alg": "SHA-1", "content": sha1}],
+         "properties": [{"name": f"{sbom.PROPERTY}:path", "value": name}]}
+        for name, (sha256, sha1) in sorted(digests.items())
+    ]
+    cdx = {
+        "$schema": "http://cyclonedx.org/schema/bom-1.6.schema.json", "bomFormat": "CycloneDX", "specVersion": "1.6",
+        "serialNumber": "urn:uuid:3e671687-395b-41f5-a30f-a58921a69b79", "version": 1,
+        "metadata": {"timestamp": "2026-11-01T12:00:00+00:00", "component": {
+            "type": "application", "bom-ref": "package", "name": "ninfer-sample", "version": "0.7.0",
+            "hashes": [{"alg": "SHA-256", "content": harnesses.SBOM_PACKAGE_SHA256}]}},
+        "components": components,
+        "dependencies": [{"ref": "package", "dependsOn": [c["bom-ref"] for c in components]}] + [{"ref": c["bom-ref"]} for c in components],
+    }
+    return {"sample.spdx.json": spdx, "sample.cdx.json": jsonio.canonical_bytes(cdx)}
+
+
 SEEDS = {
     "json": json_seeds,
     "lane": lane_seeds,
@@ -244,6 +299,7 @@ SEEDS = {
     "token": token_seeds,
     "token_answer": token_answer_seeds,
     "registry_client": registry_client_seeds,
+    "sbom": sbom_seeds,
 }
 
 
