@@ -327,3 +327,17 @@ def test_the_registry_clients_token_answer_is_capped():
         sent = server.sent.get("/token", 0)
     assert isinstance(error, RemoteError) and f"larger than the {oci_registry.MAX_ANSWER_BYTES} bytes" in error.what
     assert sent < 64 * 1024 * 1024 and seconds < 10
+
+
+@pytest.mark.parametrize("challenge", ["Bearer ", 'Bearer service="test",scope="repository:a/b:pull"'])
+def test_a_bearer_challenge_without_a_realm_is_a_remote_error(challenge):
+    # Found by the registry-client fuzzer (tests/fuzz, target 'registry_client'): oras-py's token
+    # backend called .startswith on the missing realm, an AttributeError (internal error) in push and image.
+    with hostile_server() as server:
+        headers = {"WWW-Authenticate": challenge}
+        server.add("/v2/", Route("body", status=401, body=b'{"errors":[]}', headers=headers))
+        server.add("/v2/a/b/manifests/latest", Route("body", status=401, body=b'{"errors":[]}', headers=headers))
+        client = oci_registry.RegistryClient(oci_registry.parse_push_target(f"127.0.0.1:{server.port}/a/b"), credentials=None, retries=0, sleep=lambda s: None)
+        with pytest.raises(RemoteError) as caught:
+            client.get_manifest("latest")
+    assert "bearer challenge names no token service" in caught.value.what and caught.value.field == "WWW-Authenticate"

@@ -75,6 +75,7 @@ class Target:
     max_len: int  # libFuzzer's -max_len: the largest input it generates
     doc: str
     tokens: tuple[bytes, ...] = ()  # libFuzzer's -dict: words the mutator splices in
+    structure: str | None = None  # "json" or "toml": mutate parsed documents too (mutators.py)
 
 
 TARGETS: dict[str, Target] = {}
@@ -95,9 +96,9 @@ REGISTRY_TOKENS = (b'"mediaType"', b'"manifests"', b'"layers"', b'"config"', b'"
                    b"Bearer ", b"Basic ", b'realm="', b'service="', b'scope="', b'"token"', b'"access_token"', b'"errors"', b'"tags"', SEP)
 
 
-def target(name: str, *, max_len: int = 16384, tokens: tuple[bytes, ...] = ()):
+def target(name: str, *, max_len: int = 16384, tokens: tuple[bytes, ...] = (), structure: str | None = None):
     def register(function: Callable[[bytes, Path], None]) -> Callable[[bytes, Path], None]:
-        TARGETS[name] = Target(name, function, max_len, (function.__doc__ or "").strip().splitlines()[0], tokens)
+        TARGETS[name] = Target(name, function, max_len, (function.__doc__ or "").strip().splitlines()[0], tokens, structure)
         return function
 
     return register
@@ -163,7 +164,7 @@ def _refused(call: Callable[[], object]) -> object | None:
 # -- the JSON reader ----------------------------------------------------------------
 
 
-@target("json", max_len=65536, tokens=JSON_TOKENS)
+@target("json", max_len=65536, tokens=JSON_TOKENS, structure="json")
 def fuzz_json(data: bytes, work: Path) -> None:
     """The strict JSON reader (util/jsonio.py): bytes, files, shapes, and the canonical form of what it accepts."""
     try:
@@ -196,7 +197,7 @@ def fuzz_json(data: bytes, work: Path) -> None:
 _LANE_ID = re.compile(rb'^id = "(rtx[0-9]{4}-(?:container|windows-native))"', re.MULTILINE)
 
 
-@target("lane", max_len=16384, tokens=TOML_TOKENS)
+@target("lane", max_len=16384, tokens=TOML_TOKENS, structure="toml")
 def fuzz_lane(data: bytes, work: Path) -> None:
     """Lane files (lanes.py): load_lane, then every name a stage renders from the lane."""
     match = _LANE_ID.search(data)
@@ -425,7 +426,7 @@ def _manifest(data: bytes) -> dict | None:
     return document
 
 
-@target("manifest", max_len=65536, tokens=MANIFEST_TOKENS)
+@target("manifest", max_len=65536, tokens=MANIFEST_TOKENS, structure="json")
 def fuzz_manifest(data: bytes, work: Path) -> None:
     """Release manifests: audit's name gate and binding collection, compose's pins and predecessor rows."""
     manifest = _manifest(data)
@@ -471,7 +472,7 @@ def scripted_session(answer) -> requests.Session:
     return session
 
 
-@target("audit", max_len=65536, tokens=MANIFEST_TOKENS)
+@target("audit", max_len=65536, tokens=MANIFEST_TOKENS, structure="json")
 def fuzz_audit(data: bytes, work: Path) -> None:
     """A whole offline audit of a manifest file (every server answers 404), its cache inside the scratch folder."""
     if _manifest(data) is None:
@@ -491,7 +492,7 @@ def fuzz_audit(data: bytes, work: Path) -> None:
 # -- lane receipts ----------------------------------------------------------------------
 
 
-@target("receipt", max_len=32768, tokens=JSON_TOKENS + (b'"status"', b'"gates"', b'"gates_not_run"', b'"identity"', b'"redacted"', b'"imported"', b'"passed"', b'"failed"', b'"hardware-pending"', b'"skipped"'))
+@target("receipt", max_len=32768, tokens=JSON_TOKENS + (b'"status"', b'"gates"', b'"gates_not_run"', b'"identity"', b'"redacted"', b'"imported"', b'"passed"', b'"failed"', b'"hardware-pending"', b'"skipped"'), structure="json")
 def fuzz_receipt(data: bytes, work: Path) -> None:
     """Lane receipts: qualify.validate_receipt / load_receipt and what compose reads from them (releasetree)."""
     root = work / "cwd" / "repo"
@@ -529,7 +530,7 @@ def _rebind(data: bytes, bind: Callable[[dict], None]) -> bytes:
     return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
-@target("registry_manifest", max_len=32768, tokens=REGISTRY_TOKENS)
+@target("registry_manifest", max_len=32768, tokens=REGISTRY_TOKENS, structure="json")
 def fuzz_registry_manifest(data: bytes, work: Path) -> None:
     """Registry manifests: an index, its platform manifest and the config, read by image.acquire_base from a layout."""
     top, platform_manifest, config, layer = split(data, 4)
@@ -573,7 +574,7 @@ def fuzz_registry_manifest(data: bytes, work: Path) -> None:
     assert base.config_descriptor.digest == config_digest
 
 
-@target("token", max_len=16384, tokens=REGISTRY_TOKENS)
+@target("token", max_len=16384, tokens=REGISTRY_TOKENS, structure="json")
 def fuzz_token(data: bytes, work: Path) -> None:
     """Registry answers: the bearer challenge, the token service's answer, the manifest, error bodies, tag lists."""
     challenge, answer, content_type, body = split(data, 4)
@@ -592,7 +593,7 @@ def fuzz_token(data: bytes, work: Path) -> None:
     assert fetched == body and isinstance(media_type, str)
 
 
-@target("token_answer", max_len=16384, tokens=REGISTRY_TOKENS)
+@target("token_answer", max_len=16384, tokens=REGISTRY_TOKENS, structure="json")
 def fuzz_token_answer(data: bytes, work: Path) -> None:
     """One registry answer body read by the push client: oras' token backend, an error body, a tag list."""
     raw = urllib3.HTTPResponse(body=io.BytesIO(data), headers={"Content-Type": "application/json"}, status=200, preload_content=False, request_url="https://ghcr.io/token")
@@ -606,7 +607,7 @@ def fuzz_token_answer(data: bytes, work: Path) -> None:
     jsonio.expect_list(tags.get("tags") or [], source="tags", field="tags")
 
 
-@target("registry_client", max_len=16384, tokens=REGISTRY_TOKENS)
+@target("registry_client", max_len=16384, tokens=REGISTRY_TOKENS, structure="json")
 def fuzz_registry_client(data: bytes, work: Path) -> None:
     """The push/pull client (oci_registry.RegistryClient) against a registry whose every answer is the input."""
     challenge, answer, body, tags = split(data, 4)
@@ -651,7 +652,7 @@ def sbom_digests() -> dict[str, tuple[str, str]]:
 
 @target("sbom", max_len=32768, tokens=JSON_TOKENS + (b'"spdxVersion"', b'"SPDX-2.3"', b'"creationInfo"', b'"packages"', b'"files"', b'"relationships"',
                                                       b'"checksums"', b'"SPDXID"', b'"bomFormat"', b'"specVersion"', b'"components"', b'"dependencies"',
-                                                      b'"properties"', b'"hashes"', b'"bom-ref"', b'"dependsOn"'))
+                                                      b'"properties"', b'"hashes"', b'"bom-ref"', b'"dependsOn"'), structure="json")
 def fuzz_sbom(data: bytes, work: Path) -> None:
     """SBOMs of a downloaded set (sbom.py): SPDX 2.3 and CycloneDX 1.6 as check-assets and audit read them."""
     cdx = b'"bomFormat"' in data

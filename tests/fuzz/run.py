@@ -80,7 +80,19 @@ def _child(name: str, seconds: float, out: Path, runs: int | None) -> int:
             words.write_text(harnesses.dictionary(name))
             argv.append(f"-dict={words}")
         argv += [str(work_corpus), str(harnesses.CORPUS / name)]
-        atheris.Setup(argv, one)
+        if spec.structure:
+            from fuzz.mutators import mutate_document
+
+            def mutator(data: bytes, max_size: int, seed: int) -> bytes:
+                rng = random.Random(seed)
+                if rng.random() < 0.5:
+                    return atheris.Mutate(data, max_size)
+                mutated = mutate_document(data, rng, lambda part: atheris.Mutate(part, max_size), kind=spec.structure, sep=harnesses.SEP)
+                return mutated[:max_size]
+
+            atheris.Setup(argv, one, custom_mutator=mutator)
+        else:
+            atheris.Setup(argv, one)
         atheris.Fuzz()
         return 0  # not reached: atheris exits
     from fuzz import harnesses
@@ -124,8 +136,14 @@ def mutation_loop(name: str, seconds: float, crashes: Path, *, runs: int | None 
     rng = random.Random(f"{name}:{seed}")
     ends = time.monotonic() + seconds
     count = 0
+    from fuzz.mutators import mutate_document
+
     while time.monotonic() < ends and (runs is None or count < runs):
-        data = mutate(rng.choice(pool), rng, pool, spec.max_len)
+        seed_input = rng.choice(pool)
+        if spec.structure and rng.random() < 0.5:
+            data = mutate_document(seed_input, rng, lambda part: mutate(part, rng, pool, spec.max_len), kind=spec.structure, sep=harnesses.SEP)[: spec.max_len]
+        else:
+            data = mutate(seed_input, rng, pool, spec.max_len)
         count += 1
         try:
             harnesses.run_input(name, data)
