@@ -670,23 +670,25 @@ def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
         take(qual, "summary", "public_url")
         take(qual.get("acceptance"), "path", "public_url")
     take(manifest.get("compatibility"), "path", "public_url")
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    rows = [components.get("ninfer")] + list(components.get("ninfer_variants") or [])
-    for row in rows:
+    for row in _manifest_rows(manifest):
         if isinstance(row, dict):
             take(row.get("qualification"), "summary", "public_url")
             take(row.get("publication_receipt"), "path", "public_url")
     return pins
 
 
+def _manifest_rows(manifest: dict[str, Any]) -> list[Any]:
+    """The lane rows of a manifest (components.ninfer, then components.ninfer_variants), as written:
+    entries of any type, nothing for a field of the wrong type (verify reports the shapes)."""
+    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    variants = components.get("ninfer_variants")
+    return [components.get("ninfer"), *(variants if isinstance(variants, list) else [])]
+
+
 def predecessor_row(pred_manifest: dict[str, Any] | None, lane_id: str) -> dict[str, Any] | None:
     if not isinstance(pred_manifest, dict):
         return None
-    components = pred_manifest.get("components") or {}
-    if not isinstance(components, dict):
-        return None
-    rows = [components.get("ninfer")] + list(components.get("ninfer_variants") or [])
-    for row in rows:
+    for row in _manifest_rows(pred_manifest):
         if isinstance(row, dict) and row.get("id") == lane_id:
             return row
     return None
@@ -1379,12 +1381,16 @@ def render_notes(manifest: dict[str, Any], rt: ReleaseInput, summary: dict[str, 
 
 def acceptance_subject(manifest: dict[str, Any]) -> dict[str, Any]:
     """The install-relevant identities an acceptance run binds."""
-    comp = manifest.get("components") or {}
-    omp = comp.get("omp") or {}
-    model = comp.get("model") or {}
-    rows = ([comp["ninfer"]] if comp.get("ninfer") else []) + list(comp.get("ninfer_variants") or [])
-    lanes_out = {}
-    for row in rows:
+    comp = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    omp = comp.get("omp") if isinstance(comp.get("omp"), dict) else {}
+    model = comp.get("model") if isinstance(comp.get("model"), dict) else {}
+    lanes_out: dict[Any, Any] = {}
+    container, *variants = _manifest_rows(manifest)
+    for index, row in enumerate(([container] if container else []) + variants):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, type(None))):
+            # Kept as written, so that a malformed row never compares equal to a well-formed subject.
+            lanes_out[f"(row {index})"] = row
+            continue
         pkg = "binary_archive" if "binary_archive_sha256" in row else "package"
         lanes_out[row.get("id")] = {
             "release_tag": row.get("release_tag"),
@@ -1393,8 +1399,15 @@ def acceptance_subject(manifest: dict[str, Any]) -> dict[str, Any]:
             "configuration_sha256": row.get("configuration_sha256"),
             "oci_reference": row.get("oci_reference"),
         }
+    platforms = omp.get("platforms") if isinstance(omp.get("platforms"), list) else []
+    client = {}
+    for index, p in enumerate(platforms):
+        if isinstance(p, dict) and isinstance(p.get("platform"), (str, type(None))):
+            client[p.get("platform")] = p.get("artifact_sha256")
+        else:
+            client[f"(platform {index})"] = p
     return {
-        "client": {p.get("platform"): p.get("artifact_sha256") for p in omp.get("platforms") or []},
+        "client": client,
         "model_sha256": model.get("artifact_sha256"),
         "lanes": lanes_out,
     }

@@ -37,6 +37,11 @@ def test_tag_regex_accepts_exact_beta_tags_only():
         with pytest.raises(InputError, match="does not match the lane's tag pattern"):
             lane.beta_from_tag(bad)
     assert pattern_regex("v{version}-x-beta.{n}", "1.2.3").fullmatch("v1.2.3-x-beta.7")
+    # A tag read from a manifest row may be any JSON value (audit passes row["release_tag"]): found in
+    # review of audit's set check while fixing the manifest fuzzer's findings; it was a TypeError.
+    for bad in (None, 2, ["v0.7.0-qwen38-4090-beta.2"]):
+        with pytest.raises(InputError, match="does not match the lane's tag pattern"):
+            lane.beta_from_tag(bad)
 
 
 def _edited(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:

@@ -55,7 +55,8 @@ def _child(name: str, seconds: float, out: Path, runs: int | None) -> int:
     if have_atheris():
         import atheris
 
-        with atheris.instrument_imports(include=["pipeline", "tarfile", "gzip", "tomllib", "json", "oras", "fuzz"]):
+        assert "pipeline" not in sys.modules, "the pipeline was imported before atheris could instrument it"
+        with atheris.instrument_imports(include=["pipeline", "tarfile", "gzip", "tomllib", "json", "oras", "spdx_tools", "fuzz"]):
             from fuzz import harnesses
         spec = harnesses.TARGETS[name]
         harnesses.sandbox()  # the audit hook before the first input
@@ -181,6 +182,16 @@ def replay(names: list[str], inputs: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--child" in argv:
+        # Before anything imports the pipeline: atheris instruments modules as they are first imported.
+        child = argparse.ArgumentParser()
+        child.add_argument("--child")
+        child.add_argument("--seconds", type=float)
+        child.add_argument("--out", type=Path)
+        child.add_argument("--runs", type=int, default=None)
+        known = child.parse_args(argv)
+        return _child(known.child, known.seconds, known.out, known.runs)
     from fuzz import harnesses
 
     parser = argparse.ArgumentParser(prog="tests/fuzz/run.py", description="Fuzz every reader of outside bytes (atheris; see tests/fuzz/harnesses.py).")
@@ -191,10 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", action="store_true", help="run the committed corpus (or --input files) once, without fuzzing")
     parser.add_argument("--input", action="append", type=Path, default=[], help="with --replay: these files instead of the corpus")
     parser.add_argument("--list", action="store_true", help="list the targets")
-    parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.child:
-        return _child(args.child, args.seconds, args.out, args.runs)
     names = args.target or sorted(harnesses.TARGETS)
     if args.list:
         for name in sorted(harnesses.TARGETS):
@@ -219,12 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         new = sorted(set(crashes.glob("*")) - before) if crashes.is_dir() else []
         stats = [line for line in result.stderr.splitlines() if line.startswith(("stat::number_of_executed_units", "mutation loop"))]
         runs = stats[0].split(":")[-1].strip() if stats else "?"
+        grew = [line.split(":")[-1].strip() for line in result.stderr.splitlines() if line.startswith("stat::new_units_added")]
         if result.returncode != 0 or new:
             failed.append(name)
             tail = "\n".join(result.stderr.splitlines()[-40:])
             print(f"FAIL: {name}: exit {result.returncode} after {took:.0f} s; crashing inputs: {', '.join(str(p) for p in new) or 'none saved'}\n{tail}", flush=True)
         else:
-            print(f"OK: {name}: {runs} inputs in {took:.0f} s, no crash", flush=True)
+            coverage = f", {grew[0]} new coverage inputs" if grew else ""
+            print(f"OK: {name}: {runs} inputs in {took:.0f} s{coverage}, no crash", flush=True)
     if failed:
         print(f"FUZZ FAILED: {len(failed)} of {len(names)} targets crashed ({', '.join(failed)}); replay with --replay --target NAME --input FILE")
         return 1
