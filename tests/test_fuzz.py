@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # Every reader of outside bytes that issue #9 names has a harness (and a seed corpus).
 READERS = {
     "json", "lane", "sums", "tar", "check_assets", "identity", "manifest", "audit", "receipt",
-    "registry_manifest", "token", "token_answer", "registry_client", "sbom",
+    "registry_manifest", "token", "token_answer", "registry_client", "sbom", "release_toml",
 }
 FUZZ_SECONDS = 3
 

@@ -664,3 +664,31 @@ def fuzz_sbom(data: bytes, work: Path) -> None:
     else:
         count = sbom.verify_spdx(path, sbom_digests(), package_name=SBOM_PACKAGE, package_sha256=SBOM_PACKAGE_SHA256)
     assert isinstance(count, int)
+
+
+# -- release.toml -------------------------------------------------------------------------
+
+
+_RELEASE_NAME = re.compile(rb'^release = "(v[0-9]{1,3}\.[0-9]{1,3}\.[0-9]{1,3})"', re.MULTILINE)
+
+
+@functools.cache
+def shipped_lanes() -> dict[str, lanes.Lane]:
+    return lanes.load_lanes()
+
+
+@target("release_toml", max_len=16384, tokens=TOML_TOKENS + (b"[lanes.rtx4090-windows-native]", b'from = "pins"', b'checksums_file = "', b"predecessor = "),
+        structure="toml")
+def fuzz_release_toml(data: bytes, work: Path) -> None:
+    """release.toml, the release input compose and verify read (releasetree.load_release_toml)."""
+    named = _RELEASE_NAME.search(data)
+    name = named.group(1).decode() if named else "v0.13.1"  # the folder the file names (vX.Y.Z only)
+    root = work / "cwd" / "repo"
+    path = root / "manifests" / name / "release.toml"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(data)
+    release = releasetree.load_release_toml(root, name, shipped_lanes())
+    assert release.release == name and set(release.lanes) <= set(shipped_lanes())
+    for lane_input in release.lanes.values():
+        if "checksums_file" in lane_input.pins:  # what compose copies: a file of the repository only
+            assert (root / lane_input.pins["checksums_file"]).resolve().is_relative_to(root.resolve())

@@ -285,6 +285,10 @@ def sbom_seeds() -> dict[str, bytes]:
     return {"sample.spdx.json": spdx, "sample.cdx.json": jsonio.canonical_bytes(cdx)}
 
 
+def release_toml_seeds() -> dict[str, bytes]:
+    return {f"{path.parent.name}-release.toml": path.read_bytes() for path in sorted((ROOT / "manifests").glob("*/release.toml"))}
+
+
 SEEDS = {
     "json": json_seeds,
     "lane": lane_seeds,
@@ -300,6 +304,7 @@ SEEDS = {
     "token_answer": token_answer_seeds,
     "registry_client": registry_client_seeds,
     "sbom": sbom_seeds,
+    "release_toml": release_toml_seeds,
 }
 
 
