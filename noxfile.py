@@ -32,7 +32,10 @@ Options come from environment variables, because nox hands the same
                       the last stage to run, stages to skip (space-separated); with PIPELINE_SOURCE,
                       PIPELINE_TOOLCHAIN, PIPELINE_REGISTRY and PIPELINE_RELEASE as above
 
-Posargs go to `tests` and `tests-unit` (pytest arguments) only, e.g. `nox -s tests -- -m "not slow"`.
+  PIPELINE_FUZZ_SECONDS  seconds per target for `fuzz` (default 60)
+
+Posargs go to `tests`, `tests-unit` (pytest arguments, e.g. `nox -s tests -- -m "not slow"`) and
+`fuzz` (tests/fuzz/run.py arguments) only.
 """
 
 from __future__ import annotations
@@ -239,8 +242,13 @@ def tests_unit(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def fuzz(session: nox.Session) -> None:
-    """Placeholder: there are no fuzz targets yet, so this session runs nothing and says so."""
-    session.skip("no fuzz targets yet: nothing was run (the hostile-input tests run in 'tests')")
+    """Fuzz every reader of outside bytes (tests/fuzz, atheris) for PIPELINE_FUZZ_SECONDS each (default 60).
+
+    Arguments after -- go to tests/fuzz/run.py, e.g. `nox -s fuzz -- --seconds 300 --target tar`; new corpus
+    inputs and crashing inputs are kept in .fuzz/ (replay one with `-- --replay --target NAME --input FILE`).
+    """
+    python = str(ensure_env(session.log))
+    session.run(python, "tests/fuzz/run.py", *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none")

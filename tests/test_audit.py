@@ -678,6 +678,33 @@ def test_null_bindings_fail_as_not_bound(server, tmp_path):
     ]
 
 
+# Found by the manifest and audit fuzzers (tests/fuzz, structure-aware mutation of the shipped
+# manifests): a field of the wrong type (a number where a list of rows or platforms belongs, a
+# number as the product repository) or a URL urlsplit cannot parse ("http://[") was a TypeError,
+# AttributeError or ValueError: an internal error instead of a FAIL line for that field.  A
+# binding field of the wrong type fails the manifest (read as empty it would pass unchecked).
+@pytest.mark.parametrize(
+    ("edit", "prefix", "reason"),
+    [
+        (lambda m: m["components"].__setitem__("ninfer_variants", 5), "FAIL: manifest manifest.json:", "components.ninfer_variants: must hold a JSON array (found 'number'"),
+        (lambda m: m["components"]["omp"].__setitem__("platforms", 1.5), "FAIL: manifest manifest.json:", "components.omp.platforms: must hold a JSON array"),
+        (lambda m: m["components"]["ninfer_variants"].insert(0, None), "FAIL: manifest manifest.json:", "components.ninfer_variants[0]: must hold a JSON object (found 'null'"),
+        (lambda m: m.__setitem__("components", "x"), "FAIL: manifest manifest.json:", "components: must hold a JSON object (found 'string'"),
+        (lambda m: m["product"].__setitem__("repository", 5), "FAIL: manifest manifest.json:", "product.repository: must be a URL string"),
+        (lambda m: m["compatibility"].__setitem__("public_url", "http://[::1/x"), "FAIL: compatibility authority:", "is not a valid URL (Invalid IPv6 URL)"),
+        (lambda m: m["components"]["model"].__setitem__("artifact_url", "https://[x"), "FAIL: model qwen3_8_27b.ninfer:", "is not a valid URL (Invalid IPv6 URL)"),
+    ],
+)
+def test_a_manifest_field_of_the_wrong_type_fails_its_item_instead_of_a_traceback(server, tmp_path, edit, prefix, reason):
+    tree = Tree(server, None, None)
+    edit(tree.manifest)
+    report, lines = run_audit(tree.publish(), tmp_path)
+    assert not report.passed and report.verdict().startswith("AUDIT FAILED")
+    assert reason in line_for(fails(lines), prefix)
+    bindings = audit.collect_bindings(tree.manifest)  # the collection alone is total too
+    assert all(isinstance(audit.binding_problem(binding), (str, type(None))) for binding in bindings)
+
+
 # -- signatures -----------------------------------------------------------------------------
 
 

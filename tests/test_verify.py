@@ -455,3 +455,32 @@ def test_a_file_in_the_tree_that_links_outside_it_is_refused_before_anything_is_
     assert sorted(errors(report)) == [("tree", f"manifests/{RELEASE}/manifest.json", None), ("tree", f"manifests/{RELEASE}/qualification/{LANE}.json", None)]
     assert all("is a symbolic link that leaves the release tree" in p.message() for p in report.problems.items)
     assert report.status is None  # the manifest behind the link was never read
+
+
+# Found by the manifest fuzzer (tests/fuzz, target 'manifest'): the readers compose and verify
+# apply to the current, the predecessor's and the accepted candidate's manifest called `.get` on
+# whatever a field held and used a lane id as a dict key, so a row of the wrong type (or an id
+# that is a list) was an AttributeError or TypeError instead of a finding.
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.__setitem__("components", True),
+        lambda m: m["components"].__setitem__("ninfer", -1),
+        lambda m: m["components"].__setitem__("ninfer_variants", 1.5),
+        lambda m: m["components"]["ninfer_variants"].append(None),
+        lambda m: m["components"]["ninfer_variants"][0].__setitem__("id", []),
+        lambda m: m["components"]["omp"].__setitem__("platforms", [None, "x"]),
+        lambda m: m["components"].__setitem__("omp", "x"),
+    ],
+)
+def test_the_manifest_readers_of_compose_and_verify_take_any_shape(edit):
+    from pipeline.formats.release.evidence import collect_pins, predecessor_row
+    from pipeline.formats.release.rules import acceptance_subject
+
+    good = json.loads((ROOT / "manifests" / "v0.13.1" / "manifest.json").read_bytes())
+    bad = json.loads(json.dumps(good))
+    edit(bad)
+    assert acceptance_subject(bad) != acceptance_subject(good)  # a malformed row never reads as the accepted subject
+    assert isinstance(collect_pins(bad), dict)
+    row = predecessor_row(bad, "rtx4090-windows-native")
+    assert row is None or (isinstance(row, dict) and row["id"] == "rtx4090-windows-native")

@@ -419,7 +419,7 @@ class Lane:
         return pattern_regex(self.tag_pattern, self.version)
 
     def beta_from_tag(self, tag: str) -> int:
-        match = self.tag_regex().fullmatch(tag)
+        match = self.tag_regex().fullmatch(tag) if isinstance(tag, str) else None  # a manifest's release_tag may be any JSON value
         if not match:
             raise InputError(
                 "component tag does not match the lane's tag pattern",

@@ -283,6 +283,15 @@ def _strict_token_backend(session, plain_http: bool):
             return token or None
 
         def request_token(self, h):
+            if not h.realm:
+                # oras-py would call .startswith on None: a challenge without a realm names no token service.
+                raise RemoteError(
+                    "the registry's bearer challenge names no token service (no realm)",
+                    field="WWW-Authenticate",
+                    expected='Bearer realm="https://<token service>",service="<registry>"',
+                    why="the registry asks for a token but does not say where to get one",
+                    fix="check the registry's address (a proxy or a broken registry answers like this)",
+                )
             params: dict[str, str] = {}
             headers: dict[str, str] = {}
             if h.service:

@@ -66,7 +66,7 @@ from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
 from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
-from pipeline.util.jsonio import dig, loads_document
+from pipeline.util.jsonio import dig, expect_list, expect_object, loads_document
 from pipeline.util.safepath import component_problem, safe_component, safe_relpath
 
 DEFAULT_JOBS = 4
@@ -120,7 +120,7 @@ class Binding:
 
     @property
     def cache_name(self) -> str:
-        base = self.name or Path(urlsplit(str(self.url)).path).name or "download"
+        base = (self.name if isinstance(self.name, str) else None) or url_file_name(self.url) or "download"
         if self.kind == "record" and is_sha256_hex(self.sha256):
             return f"{self.sha256[:16]}-{base}"  # records of different lanes may share a file name
         return base
@@ -191,12 +191,31 @@ class AuditReport:
 # -- URL rules --------------------------------------------------------------------
 
 
+def url_file_name(url: Any) -> str | None:
+    """The last path segment of a URL from the manifest; None when it is no URL (or not a string)."""
+    if not isinstance(url, str):
+        return None
+    try:
+        return Path(urlsplit(url).path).name or None
+    except ValueError:  # an unbalanced '[' of an IPv6 host: the location check reports it
+        return None
+
+
+def _items(value: Any) -> list[Any]:
+    """A manifest list, or nothing when the field holds another type (the row checks report the field)."""
+    return value if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def check_scheme(url: str) -> str | None:
     """Why a release URL is refused: the shared scheme rule (HTTPS; plain HTTP only to loopback), then the release rules."""
     problem = net.scheme_problem(url)
     if problem:
         return problem
-    parts = urlsplit(url)
+    parts = urlsplit(url)  # scheme_problem has parsed it
     if parts.query or parts.fragment:
         return "carries a query or fragment; a release URL names one immutable file"
     if "/../" in parts.path + "/" or "/./" in parts.path + "/":
@@ -251,14 +270,14 @@ def check_raw_location(url: str, path: Any, product_repository: str, release: st
 
 def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
     release = manifest.get("release")
-    product_repository = dig(manifest, "product.repository") or ""
+    product_repository = _text(dig(manifest, "product.repository"))
     bindings: list[Binding] = []
     components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
 
     omp = components.get("omp") if isinstance(components.get("omp"), dict) else None
     if omp is not None:
         prefix = f"{str(omp.get('upstream_repository') or '').rstrip('/')}/releases/download/{omp.get('upstream_tag')}/"
-        for index, platform in enumerate(omp.get("platforms") or []):
+        for index, platform in enumerate(_items(omp.get("platforms"))):
             if not isinstance(platform, dict):
                 continue
             name = platform.get("artifact_name")
@@ -296,7 +315,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
     rows: list[tuple[str, dict[str, Any]]] = []
     if isinstance(components.get("ninfer"), dict):
         rows.append(("components.ninfer", components["ninfer"]))
-    for index, row in enumerate(components.get("ninfer_variants") or []):
+    for index, row in enumerate(_items(components.get("ninfer_variants"))):
         if isinstance(row, dict):
             rows.append((f"components.ninfer_variants[{index}]", row))
     for where, row in rows:
@@ -307,7 +326,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
             if url_field not in row:
                 continue
             url = row.get(url_field)
-            name = row.get(f"{stem}_name") or (Path(urlsplit(url).path).name if isinstance(url, str) else None)
+            name = row.get(f"{stem}_name") or url_file_name(url)
             if stem == "checksums":
                 name = "SHA256SUMS"
             bindings.append(
@@ -375,6 +394,37 @@ def _lane_row_list(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]
     return rows
 
 
+# Fields that hold bindings, by the type the release-tree contract gives them: a manifest that
+# holds another type there (a number for the list of lane rows) binds nothing the audit could
+# check, and would otherwise pass with those items silently missing.
+_OBJECT_FIELDS = ("components", "product", "qualification", "compatibility", "signing", "components.omp", "components.model",
+                  "components.ninfer", "qualification.acceptance")
+_LIST_FIELDS = ("components.ninfer_variants", "components.omp.platforms", "signing.signed_files")
+
+
+def check_manifest_shapes(manifest: dict[str, Any], *, file: str) -> None:
+    """Every binding-holding field that is present (and not null) has its contract's type; InputError naming it."""
+    for where in _OBJECT_FIELDS:
+        value = dig(manifest, where)
+        if value is not None:
+            expect_object(value, source=file, field=where)
+    for where in _LIST_FIELDS:
+        value = dig(manifest, where)
+        if value is not None:
+            expect_list(value, source=file, field=where)
+    product = dig(manifest, "product.repository")
+    if product is not None and not isinstance(product, str):
+        raise InputError("must be a URL string", file=file, field="product.repository", found=product, expected="the product repository URL")
+    for index, platform in enumerate(dig(manifest, "components.omp.platforms") or []):
+        expect_object(platform, source=file, field=f"components.omp.platforms[{index}]")
+    for index, row in enumerate(dig(manifest, "components.ninfer_variants") or []):
+        expect_object(row, source=file, field=f"components.ninfer_variants[{index}]")
+    for where, row in _lane_row_list(manifest):
+        for record in ("qualification", "publication_receipt"):
+            if row.get(record) is not None:
+                expect_object(row[record], source=file, field=f"{where}.{record}")
+
+
 def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
     """Every manifest value that becomes part of a path under --cache, checked before anything is fetched.
 
@@ -383,6 +433,7 @@ def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
     any of them outside --cache (an absolute id, '..', a device name).
     """
     safe_component(manifest.get("release"), file=file, field="release", max_len=100, expected="a release name such as 'v0.13.1'")
+    check_manifest_shapes(manifest, file=file)
     components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
     omp = components.get("omp") if isinstance(components.get("omp"), dict) else {}
     platforms = omp.get("platforms")
@@ -1018,7 +1069,7 @@ def _lane_rows(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     container = dig(manifest, "components.ninfer")
     if isinstance(container, dict) and "checksums_url" in container:
         rows.append(("components.ninfer", container))
-    for index, row in enumerate(dig(manifest, "components.ninfer_variants") or []):
+    for index, row in enumerate(_items(dig(manifest, "components.ninfer_variants"))):
         if isinstance(row, dict) and "checksums_url" in row:
             rows.append((f"components.ninfer_variants[{index}]", row))
     return rows

@@ -451,7 +451,7 @@ def acquire_base(spec: BaseSpec, platform: str, *, layout: Path | None, retries:
     origin = spec.reference
     data, header_type = source.document(spec.digest, what="manifest")
     document = oci.parse_json_blob(data, origin=origin)
-    media_type = oci.document_media_type(document, header_type)
+    media_type = oci.document_media_type(document, header_type, origin=origin)
     index_digest = None
     manifest_digest = spec.digest
     if media_type in oci.INDEX_TYPES:
@@ -461,7 +461,7 @@ def acquire_base(spec: BaseSpec, platform: str, *, layout: Path | None, retries:
         data, header_type = source.document(entry.digest, what=f"{platform} manifest")
         origin = spec.repository.at(entry.digest)
         document = oci.parse_json_blob(data, origin=origin)
-        media_type = oci.document_media_type(document, header_type or entry.media_type)
+        media_type = oci.document_media_type(document, header_type or entry.media_type, origin=origin)
     if media_type not in oci.MANIFEST_TYPES:
         raise InputError("base reference does not name an image manifest", file=origin, found=media_type, expected=" or ".join(oci.MANIFEST_TYPES + oci.INDEX_TYPES))
     manifest = oci.parse_manifest(document, origin=origin, media_type=media_type)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
@@ -130,6 +130,47 @@ def _float(text: str) -> float:
     return value
 
 
+# A `\uD800`-`\uDFFF` escape: the only way a JSON text (valid UTF-8) can carry a UTF-16 surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(document: Any) -> str | None:
+    """The dotted path of the first string (key or value) holding an unpaired surrogate, or None."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return where or "(the document)"
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                path = f"{where}.{key}" if where else key
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:
+                    return (f"{where}.{key!a}" if where else ascii(key))
+                stack.append((value, path))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{index}]") for index, item in enumerate(node))
+    return None
+
+
+def _refuse_lone_surrogates(document: Any, text: str, source: str | os.PathLike[str]) -> None:
+    if not _SURROGATE_ESCAPE.search(text):
+        return  # the common case: no surrogate escape at all, nothing to walk
+    where = _lone_surrogate(document)
+    if where is not None:
+        raise InputError(
+            "holds an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF), which is no Unicode character",
+            file=source,
+            field=where,
+            why="such a string cannot be written as UTF-8: the document could be read but never written back, printed or hashed as text",
+            fix="repair the document (a surrogate escape must come in a high-low pair)",
+        )
+
+
 def _depth(document: Any, bound: int) -> int:
     """Nesting depth of arrays and objects (a scalar is 0), without recursion; stops past `bound`."""
     deepest = 0
@@ -191,6 +232,7 @@ def loads_document(
         raise InputError(f"holds a number out of range ({exc})", file=source) from None
     if _depth(document, max_depth) > max_depth:
         raise InputError(f"nests arrays or objects deeper than {max_depth} levels", file=source, fix="a real document is shallow; check its origin")
+    _refuse_lone_surrogates(document, text, source)
     return document
 
 
@@ -227,16 +269,31 @@ def read_json_object(path: str | os.PathLike[str], **kwargs: Any) -> dict[str, A
     return expect_object(read_json(path, **kwargs), source=path)
 
 
-def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+MAX_TOML_BYTES = 4 * 1024 * 1024  # lane files, release.toml and image definitions are a few KiB
+
+
+def loads_toml(data: bytes, *, source: str | os.PathLike[str], max_bytes: int = MAX_TOML_BYTES) -> dict[str, Any]:
+    """Parse TOML bytes strictly: bounded, UTF-8 without BOM or CR, and every defect an InputError naming the source."""
+    if len(data) > max_bytes:
+        raise InputError(f"is larger than the {max_bytes} bytes allowed for a TOML file", file=source, found=f"{len(data)} bytes",
+                         fix="check that this is the file it claims to be")
+    check_text_hygiene(source, data)
     try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError("file does not exist", file=path) from None
-    check_text_hygiene(path, data)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=source, fix="save the file as UTF-8") from None
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"is not valid TOML: {exc}", file=path) from None
+        raise InputError(f"is not valid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise InputError("nests arrays or inline tables too deeply", file=source, fix="a real file is shallow; check its origin") from None
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    from .fs import read_bytes_bounded
+
+    return loads_toml(read_bytes_bounded(path, MAX_TOML_BYTES, what="TOML file"), source=path)
 
 
 def dig(document: Any, dotted: str) -> Any:

@@ -78,6 +78,14 @@ def expected_names(lane: Lane, tag: str | None) -> dict[str, str] | None:
     return names
 
 
+def manifest_rows(manifest: dict[str, Any]) -> list[Any]:
+    """The lane rows of a manifest (components.ninfer, then components.ninfer_variants), as written:
+    entries of any type, nothing for a field of the wrong type (verify reports the shapes)."""
+    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    variants = components.get("ninfer_variants")
+    return [components.get("ninfer"), *(variants if isinstance(variants, list) else [])]
+
+
 def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
     """Every record path -> its pinned raw URL, as the current manifest records them."""
     pins: dict[str, str] = {}
@@ -93,9 +101,7 @@ def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
         take(qual, "summary", "public_url")
         take(qual.get("acceptance"), "path", "public_url")
     take(manifest.get("compatibility"), "path", "public_url")
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    rows = [components.get("ninfer")] + list(components.get("ninfer_variants") or [])
-    for row in rows:
+    for row in manifest_rows(manifest):
         if isinstance(row, dict):
             take(row.get("qualification"), "summary", "public_url")
             take(row.get("publication_receipt"), "path", "public_url")
@@ -105,11 +111,7 @@ def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
 def predecessor_row(pred_manifest: dict[str, Any] | None, lane_id: str) -> dict[str, Any] | None:
     if not isinstance(pred_manifest, dict):
         return None
-    components = pred_manifest.get("components") or {}
-    if not isinstance(components, dict):
-        return None
-    rows = [components.get("ninfer")] + list(components.get("ninfer_variants") or [])
-    for row in rows:
+    for row in manifest_rows(pred_manifest):
         if isinstance(row, dict) and row.get("id") == lane_id:
             return row
     return None

@@ -100,12 +100,18 @@ def abbreviate(value: Any) -> Any:
 
 def acceptance_subject(manifest: dict[str, Any]) -> dict[str, Any]:
     """The install-relevant identities an acceptance run binds."""
-    comp = manifest.get("components") or {}
-    omp = comp.get("omp") or {}
-    model = comp.get("model") or {}
-    rows = ([comp["ninfer"]] if comp.get("ninfer") else []) + list(comp.get("ninfer_variants") or [])
-    lanes_out = {}
-    for row in rows:
+    from pipeline.formats.release.evidence import manifest_rows
+
+    comp = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    omp = comp.get("omp") if isinstance(comp.get("omp"), dict) else {}
+    model = comp.get("model") if isinstance(comp.get("model"), dict) else {}
+    lanes_out: dict[Any, Any] = {}
+    container, *variants = manifest_rows(manifest)
+    for index, row in enumerate(([container] if container else []) + variants):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, type(None))):
+            # Kept as written, so that a malformed row never compares equal to a well-formed subject.
+            lanes_out[f"(row {index})"] = row
+            continue
         pkg = "binary_archive" if "binary_archive_sha256" in row else "package"
         lanes_out[row.get("id")] = {
             "release_tag": row.get("release_tag"),
@@ -114,8 +120,15 @@ def acceptance_subject(manifest: dict[str, Any]) -> dict[str, Any]:
             "configuration_sha256": row.get("configuration_sha256"),
             "oci_reference": row.get("oci_reference"),
         }
+    platforms = omp.get("platforms") if isinstance(omp.get("platforms"), list) else []
+    client = {}
+    for index, p in enumerate(platforms):
+        if isinstance(p, dict) and isinstance(p.get("platform"), (str, type(None))):
+            client[p.get("platform")] = p.get("artifact_sha256")
+        else:
+            client[f"(platform {index})"] = p
     return {
-        "client": {p.get("platform"): p.get("artifact_sha256") for p in omp.get("platforms") or []},
+        "client": client,
         "model_sha256": model.get("artifact_sha256"),
         "lanes": lanes_out,
     }

@@ -143,23 +143,16 @@ class ReleaseInput:
 
 def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> ReleaseInput:
     """Read and check `manifests/<release>/release.toml`; raises InputError naming the key."""
-    import tomllib
-
-    from pipeline.util.jsonio import check_text_hygiene
+    from pipeline.util.fs import read_bytes_bounded
+    from pipeline.util.jsonio import MAX_TOML_BYTES, loads_toml
 
     rel = repo_path(release, RELEASE_TOML)
     path = root / rel
     file = rel
     if not path.is_file():
         raise InputError("file does not exist", file=file, fix="write the release input (docs/release-tree.md) or stage the release from its predecessor")
-    raw = path.read_bytes()
-    check_text_hygiene(file, raw)
-    try:
-        data = tomllib.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=file) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"is not valid TOML: {exc}", file=file) from None
+    raw = read_bytes_bounded(path, MAX_TOML_BYTES, what="release.toml")
+    data = loads_toml(raw, source=file)
     top = read_table(data, _TOP, file=file)
     if top["release"] != release:
         raise InputError("names another release than its folder", file=file, field="release", found=top["release"], expected=repr(release))
