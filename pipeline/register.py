@@ -40,7 +40,7 @@ KINDS: dict[str, frozenset[str]] = {
     "build-identity": frozenset(),
     "source-tar": frozenset({"commit"}),
     # what the build's toolchain gives later stages (pipeline/formats/toolchain_record.py)
-    "toolchain": frozenset({"toolchain_kind", "root", "library_dir"}),
+    "toolchain": frozenset({"toolchain_kind", "toolchain_root", "library_dir"}),  # not "root": that names where an entry lives
     "runtime-library": frozenset({"library", "origin"}),
     "package-archive": frozenset({"component_tag"}),
     "source-archive": frozenset({"component_tag"}),

@@ -354,7 +354,7 @@ class BuildStage(Stage):
         artifacts.append(register.make("build-identity", identity_path, stage=self.name, lane=lane.id, name=f"{lane.id}/build-identity.json", cut=self.cut.to_json()))
         artifacts.append(register.make("source-tar", self.out_dir / "source.tar", stage=self.name, lane=lane.id, name=f"{lane.id}/source.tar", commit=self.source.commit))
         artifacts.append(register.make("toolchain", toolchain_path, stage=self.name, lane=lane.id, name=f"{lane.id}/{TOOLCHAIN_RECORD}",
-                                       toolchain_kind=toolchain.kind, root=toolchain.root, library_dir=toolchain.library_dir))
+                                       toolchain_kind=toolchain.kind, toolchain_root=toolchain.root, library_dir=toolchain.library_dir))
         ui.info(f"build identity: {identity.text()}")
         ui.info(f"cut: {self.cut.tag}" + (" (a rehearsal: the cut's names, not its commit; publish refuses it)" if self.cut.rehearsal else f" at {self.cut.commit}"))
         for name, digest in sorted(binaries.items()):

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
-from pipeline.formats.releasetree import RELEASE_RE, sort_release_key
+from pipeline.formats.release.names import RELEASE_RE, sort_release_key
 from pipeline.infra.sigstore import (
     BUNDLE_SUFFIX,
     GITHUB_ACTIONS_ISSUER,
