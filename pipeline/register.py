@@ -26,7 +26,7 @@ from pipeline.errors import InputError, IntegrityError, UsageError
 from pipeline.util import ui
 from pipeline.util.fs import exclusive_lock, remove_leftovers
 from pipeline.util.hashing import is_sha256_hex, sha256_file
-from pipeline.util.jsonio import canonical_bytes, read_json_object, write_json
+from pipeline.util.jsonio import canonical_bytes, expect_list, expect_object, read_json_object, write_json
 from pipeline.util.safepath import relpath_problem, safe_relative
 
 REGISTER_FILE = "register.json"
@@ -157,14 +157,12 @@ class Register:
                 expected=REGISTER_TYPE,
                 fix="remove the output folder or pass another --dist",
             )
-        entries = data.get("artifacts", [])
-        if not isinstance(entries, list):
-            raise self._bad("has a malformed artefact list", "artifacts", type(entries).__name__, "a list of entry objects")
+        # Wrong JSON types are named in the strict reader's words (pipeline/util/jsonio.py), with the fix.
+        entries = expect_list(data.get("artifacts", []), source=self.file, field="artifacts", expected="a list of entry objects", fix=_SHAPE_FIX)
         artifacts: dict[str, Artifact] = {}
         for index, entry in enumerate(entries):
             where = f"artifacts[{index}]"
-            if not isinstance(entry, dict):
-                raise self._bad("has an artefact entry that is not an object", where, type(entry).__name__, "an object with " + ", ".join(_ENTRY_FIELDS))
+            expect_object(entry, source=self.file, field=where, expected="an object with " + ", ".join(_ENTRY_FIELDS), fix=_SHAPE_FIX)
             for key, types in _ENTRY_FIELDS.items():
                 value = entry.get(key)
                 if key not in entry or not isinstance(value, types) or isinstance(value, bool):
@@ -182,18 +180,15 @@ class Register:
             if artifact.name in artifacts:
                 raise self._bad("lists an artefact name twice", f"{where}.name", artifact.name, "each name once")
             artifacts[artifact.name] = artifact
-        stages = data.get("stages", {})
-        if not isinstance(stages, dict):
-            raise self._bad("has a malformed stage table", "stages", type(stages).__name__, "an object {stage key: {fingerprint, outputs}}")
+        stages = expect_object(data.get("stages", {}), source=self.file, field="stages", expected="an object {stage key: {fingerprint, outputs}}", fix=_SHAPE_FIX)
         for key, record in stages.items():
             where = f"stages.{key}"
-            if not isinstance(record, dict):
-                raise self._bad("has a stage record that is not an object", where, type(record).__name__, "an object {fingerprint, outputs}")
+            expect_object(record, source=self.file, field=where, expected="an object {fingerprint, outputs}", fix=_SHAPE_FIX)
+            outputs = expect_list(record.get("outputs"), source=self.file, field=f"{where}.outputs", expected="a list of artefact names", fix=_SHAPE_FIX)
+            if not all(isinstance(name, str) for name in outputs):
+                raise self._bad("names outputs that are not strings", f"{where}.outputs", outputs, "a list of artefact names")
             if not isinstance(record.get("fingerprint"), str):
                 raise self._bad("has a stage record without a fingerprint", f"{where}.fingerprint", record.get("fingerprint"), "a string")
-            outputs = record.get("outputs")
-            if not isinstance(outputs, list) or not all(isinstance(name, str) for name in outputs):
-                raise self._bad("has a stage record whose outputs are not a list of names", f"{where}.outputs", outputs, "a list of artefact names")
         self.artifacts = artifacts
         self.stages = {key: dict(record) for key, record in stages.items()}
 

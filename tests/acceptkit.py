@@ -79,10 +79,13 @@ def product_files() -> list[str]:
 
 
 def make_product_repo(root: Path, *, lanes_dir: Path | None = None) -> str:
-    """A product repository with this checkout's files; `lanes_dir` replaces runtime/lanes (the sample's lanes)."""
+    """A product repository with this checkout's files; `lanes_dir` replaces runtime/lanes (the sample's lanes)
+    and the cut ledgers beside it replace runtime/cuts (a lane's current cut is data of its ledger)."""
+    from pipeline.formats.lanes import cuts_dir_for
+
     root.mkdir(parents=True)
     for name in product_files():
-        if lanes_dir is not None and name.startswith("runtime/lanes/"):
+        if lanes_dir is not None and name.startswith(("runtime/lanes/", "runtime/cuts/")):
             continue
         target = root / name
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -92,6 +95,9 @@ def make_product_repo(root: Path, *, lanes_dir: Path | None = None) -> str:
         (root / "runtime" / "lanes").mkdir(parents=True, exist_ok=True)
         for path in sorted(lanes_dir.glob("*.toml")):
             shutil.copyfile(path, root / "runtime" / "lanes" / path.name)
+        (root / "runtime" / "cuts").mkdir(parents=True, exist_ok=True)
+        for path in sorted(cuts_dir_for(lanes_dir).glob("*.json")):
+            shutil.copyfile(path, root / "runtime" / "cuts" / path.name)
     git(root.parent, "init", "-q", "-b", "main", str(root))
     git(root, "config", "core.autocrlf", "false")
     return commit(root, "product repository at this checkout")
@@ -274,19 +280,25 @@ class ContainerCandidate:
 _CACHE: dict[str, Any] = {}
 
 
-def build_container_lane(dist: Path, work: Path, registry_host: str, *, repository: str, lanes_dir: Path | None = None) -> dict[str, Any]:
-    """build -> package -> image -> push of the 5090 lane from the sample repository (fixed commit), through the CLI."""
+def build_container_lane(dist: Path, work: Path, registry_host: str, *, repository: str, lanes_dir: Path) -> dict[str, Any]:
+    """cut -> build -> package -> image -> push of the 5090 lane from the sample repository (fixed commit), through the CLI.
+
+    The cut is recorded in `lanes_dir`'s ledgers by the real cut stage, without GitHub (the documented
+    cut step is host-only), so the build of that commit is the lane's current cut, not a rehearsal."""
     import imagekit
 
     from pipeline.cli import main
     from pipeline.formats.lanes import find_lane
     from pipeline.infra.toolchain import for_lane
+    from pipeline.stages.cut import cut_lane
 
-    lane = find_lane(LANE, lanes_dir)
     repo = work / "ninfer"
     source_commit = make_repo(repo, SAMPLE)
     source = f"{repo}@{source_commit}"
-    common = ["--dist", str(dist), "--quiet", *(["--lanes-dir", str(lanes_dir)] if lanes_dir else [])]
+    cut_lane("5090", source=source, dist=dist, lanes_dir=lanes_dir, use_github=False)
+    lane = find_lane(LANE, lanes_dir)
+    assert lane.ledger().current(lane.version).source_commit == source_commit
+    common = ["--dist", str(dist), "--quiet", "--lanes-dir", str(lanes_dir)]
     assert main(["build", "--lane", "5090", "--source", source, *common]) == 0
     assert main(["package", "--lane", LANE, *common]) == 0
     cudart = for_lane(lane, "pinned").library_dir / "libcudart.so.13"
@@ -317,6 +329,7 @@ def container_candidate(tmp_path_factory, registry_host: str) -> ContainerCandid
     from releasekit import LANE as NATIVE
     from releasekit import qualify_pending, release_toml, sample_release
 
+    from pipeline.formats.lanes import cuts_dir_for
     from pipeline.stages.compose import compose_release, promote_release
     from pipeline.util import ui
 
@@ -326,24 +339,28 @@ def container_candidate(tmp_path_factory, registry_host: str) -> ContainerCandid
     dist = work / "dist"
     shutil.copytree(native.dist, dist)  # the native lane, already qualified on the owner's hardware
     repository = "alphastorm/ninfer-runtime-accept"
-    built = build_container_lane(dist, work, registry_host, repository=repository, lanes_dir=native.lanes_dir)
+    # The sample release's lanes with their cut ledgers, copied: the container lane's cut is recorded here.
+    lanes_dir = work / "runtime" / "lanes"
+    shutil.copytree(native.lanes_dir, lanes_dir)
+    shutil.copytree(cuts_dir_for(native.lanes_dir), cuts_dir_for(lanes_dir))
+    built = build_container_lane(dist, work, registry_host, repository=repository, lanes_dir=lanes_dir)
     qualify_pending(dist, built["lane"], config=built["config"])
 
     root = work / "product"
-    commits = {"empty": make_product_repo(root, lanes_dir=native.lanes_dir)}
+    commits = {"empty": make_product_repo(root, lanes_dir=lanes_dir)}
     toml = root / "manifests" / RELEASE / "release.toml"
     toml.parent.mkdir(parents=True)
     text = release_toml(native.client, register={NATIVE: "qualified", LANE: "preview"}, preview_reason=PREVIEW_REASON)
     toml.write_text(text.replace('release = "v1.0.0"', f'release = "{RELEASE}"') + acceptance_toml(ROUTES, lanes={"rtx5090-linux": LANE}))
-    compose_release(root, RELEASE, dist=dist)
+    compose_release(root, RELEASE, dist=dist, lanes_dir=lanes_dir)  # the product repository's lanes and cuts
     commits["draft"] = commit(root, "draft: the native lane qualified, the container lane a preview")
-    promote_release(root, RELEASE, "candidate")
+    promote_release(root, RELEASE, "candidate", lanes_dir=lanes_dir)
     commits["candidate"] = commit(root, "candidate")
     ui.set_quiet(False)
     candidate = ContainerCandidate(
         root=root, dist=dist, work=work, registry=registry_host, image_repository=f"{registry_host}/{repository}",
         source=built["source"], definition=built["definition"], config=built["config"], owner_receipt=native.owner_receipt,
-        client=native.client, base_rootfs=built["rootfs"], lanes_dir=native.lanes_dir, commits=commits,
+        client=native.client, base_rootfs=built["rootfs"], lanes_dir=lanes_dir, commits=commits,
     )
     _CACHE["container"] = candidate
     return candidate

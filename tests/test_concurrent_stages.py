@@ -65,7 +65,7 @@ def mode(path: Path) -> int:
 def test_two_lanes_packaged_at_once_on_one_dist_keep_both_records(tmp_path_factory, tmp_path):
     workspace = native_workspace(tmp_path_factory)
     dist = tmp_path / "dist"
-    build_lane("5090", dist=dist, source=str(workspace.repo), lanes_dir=workspace.lanes_dir)
+    build_lane("5090", dist=dist, source=str(workspace.repo), lanes_dir=workspace.lanes_dir, rehearsal=True)  # not the 5090 cut's commit
     workspace.build(dist)
     procs = {
         lane: subprocess.Popen(pipeline_cmd("package", "--lane", lane, "--dist", dist, lanes_dir=workspace.lanes_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

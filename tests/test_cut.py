@@ -85,6 +85,8 @@ def test_the_seeded_ledgers_state_only_what_the_repository_knows():
         (ledger_doc([cut_doc(1), cut_doc(1)]), "same version and number twice"),
         (ledger_doc([cut_doc(2), cut_doc(1)]), "not sorted"),
         (ledger_doc([cut_doc(0, tag=TAG.format(0))]), "not a valid number"),
+        (ledger_doc([cut_doc(-1, tag=TAG.format(-1))]), "not a valid number"),
+        (ledger_doc([cut_doc(100000, tag=TAG.format(100000))]), "not a valid number"),  # above the names a lane renders
         (ledger_doc([cut_doc(1, tag="v0.7.0-qwen38-5090-beta.01")]), "leading zero"),
         (ledger_doc([cut_doc(1, tag="v0.7.0-qwen38-5090-beta.0")]), "leading zero or beta.0"),
         (ledger_doc([cut_doc(1, tag="v0.7.0-qwen38-4090-beta.1")]), "not the lane's tag"),

@@ -108,12 +108,12 @@ def _register(tmp_path, **changes) -> None:
 @pytest.mark.parametrize(
     ("changes", "field", "what"),
     [
-        ({"stages": ["build"]}, "stages", "has a malformed stage table"),
-        ({"stages": {"build": ["x"]}}, "stages.build", "has a stage record that is not an object"),
-        ({"stages": {"build": {"fingerprint": "f", "outputs": "x"}}}, "stages.build.outputs", "has a stage record whose outputs are not a list of names"),
-        ({"stages": {"build": {"fingerprint": "f", "outputs": [1]}}}, "stages.build.outputs", "has a stage record whose outputs are not a list of names"),
-        ({"artifacts": {"a": 1}}, "artifacts", "has a malformed artefact list"),
-        ({"artifacts": ["a"]}, "artifacts[0]", "has an artefact entry that is not an object"),
+        ({"stages": ["build"]}, "stages", "must hold a JSON object"),
+        ({"stages": {"build": ["x"]}}, "stages.build", "must hold a JSON object"),
+        ({"stages": {"build": {"outputs": "x"}}}, "stages.build.outputs", "must hold a JSON array"),
+        ({"stages": {"build": {"outputs": [1]}}}, "stages.build.outputs", "names outputs that are not strings"),
+        ({"artifacts": {"a": 1}}, "artifacts", "must hold a JSON array"),
+        ({"artifacts": ["a"]}, "artifacts[0]", "must hold a JSON object"),
     ],
 )
 def test_a_register_of_the_wrong_shape_is_an_input_error(tmp_path, changes, field, what):

@@ -97,12 +97,12 @@ def test_lane_id_must_match_file_name(tmp_path):
 
 def test_cli_lists_lanes(capsys):
     from pipeline.cli import main
-    from pipeline.errors import ExitCode
 
     assert main(["lanes"]) == 0
     out = capsys.readouterr().out
     assert "rtx4090-windows-native" in out and "v0.7.0-qwen38-4090-beta.2" in out
-    assert main(["--print-lanes"]) == ExitCode.USAGE  # gone in favour of 'lanes' (issue #10 §3)
+    # `lanes` replaced the old --print-lanes switch (issue #10 §3): one command, no second spelling.
+    assert main(["--print-lanes"]) == 2
 
 
 # -- hostile lane files: names that would become paths, numbers that would judge gates ----------
@@ -150,9 +150,12 @@ HOSTILE_LANE_EDITS = [
     ("benchmark_prompt_tokens = 4541", "benchmark_prompt_tokens = 200000", "qualification.benchmark_prompt_tokens", "longer than the advertised context"),
     ("advertised_prompt_tokens = 130048", "advertised_prompt_tokens = 99999999999", "qualification.advertised_prompt_tokens", "invalid value"),
     ("vram_mib = 24564", "vram_mib = 0", "gpu.vram_mib", "invalid value"),
-    ("beta = 2", "beta = 0", "component.beta", "invalid value"),
-    ("beta = 2", "beta = -1", "component.beta", "invalid value"),
-    ("beta = 2", "beta = 100000", "component.beta", "invalid value"),
+    # N lives in the cut ledger (tests/test_cut.py refuses a ledger's N < 1 or > 99999); a hand-written
+    # beta in the lane file, whatever its value, is refused.
+    ('version = "0.7.0"', 'version = "0.7.0"\nbeta = 0', "component.beta", "unknown key"),
+    ('version = "0.7.0"', 'version = "0.7.0"\nbeta = -1', "component.beta", "unknown key"),
+    ('version = "0.7.0"', 'version = "0.7.0"\nbeta = 100000', "component.beta", "unknown key"),
+    ('version = "0.7.0"', 'version = "0.7.0"\nbeta = 2', "component.beta", "unknown key"),
     ('version = "0.7.0"', 'version = "0.7.' + "0" * 40 + '"', "component.version", "invalid value"),
 ]
 
@@ -189,12 +192,9 @@ def test_a_lane_never_renders_a_name_for_a_beta_that_is_no_cut(beta):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["build", "--lane", "5090", "--beta", "0"],
-        ["build", "--lane", "5090", "--beta", "-3"],
-        ["build", "--lane", "5090", "--beta", "x"],
-        ["package", "--lane", "5090", "--beta", "0"],
-        ["package", "--all", "--beta", "0"],
         ["check-assets", ".", "--beta", "0"],
+        ["check-assets", ".", "--beta", "-3"],
+        ["check-assets", ".", "--beta", "x"],
     ],
 )
 def test_every_beta_option_refuses_a_beta_below_one(argv, tmp_path, capsys):
@@ -210,15 +210,48 @@ def test_every_beta_option_refuses_a_beta_below_one(argv, tmp_path, capsys):
     assert not dist.exists() and _sentinel(tmp_path) == sentinel
 
 
-def test_the_stage_functions_refuse_a_beta_below_one_before_touching_dist(tmp_path):
-    from pipeline.stages.build import build_lane
-    from pipeline.stages.package import package_lane, package_lanes
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["build", "--lane", "5090", "--beta", "2"],
+        ["build", "--lane", "5090", "--beta", "0"],
+        ["package", "--lane", "5090", "--beta", "0"],
+        ["package", "--all", "--beta", "0"],
+    ],
+)
+def test_build_and_package_take_no_beta_option(argv, tmp_path, capsys):
+    """build and package take N from the lane's current cut (runtime/cuts/), never from the command line."""
+    from pipeline.cli import main
+    from pipeline.errors import ExitCode
 
+    sentinel = _sentinel(tmp_path)
     dist = tmp_path / "dist"
-    for call in (lambda: build_lane("5090", dist=dist, beta=0), lambda: package_lane("5090", dist=dist, beta=0), lambda: package_lanes(dist=dist, beta=-1)):
-        with pytest.raises(UsageError, match="is not a beta number") as info:
+    assert main([*argv, "--dist", str(dist)]) == ExitCode.USAGE
+    assert "error[usage]: unrecognized arguments: --beta" in capsys.readouterr().err
+    assert not dist.exists() and _sentinel(tmp_path) == sentinel
+
+
+@pytest.mark.parametrize("n", [0, -1, 100000])
+def test_the_stage_functions_refuse_a_ledger_beta_outside_1_to_99999_before_touching_dist(tmp_path, n):
+    """The beta number a stage function uses comes from the cut ledger; a ledger naming beta.0 (or below,
+    or above the range) is refused when the lane is loaded, before anything is written."""
+    import json
+
+    from pipeline.stages.build import build_lane
+    from pipeline.stages.package import package_lane
+
+    lanes = tmp_path / "lanes"
+    shutil.copytree(DEFAULT_LANES_DIR, lanes)
+    shutil.copytree(DEFAULT_LANES_DIR.parent / "cuts", tmp_path / "cuts")
+    ledger_file = tmp_path / "cuts" / "rtx5090-container.json"
+    ledger = json.loads(ledger_file.read_text())
+    ledger["cuts"][0].update(n=n, tag=f"v0.7.0-qwen38-5090-beta.{n}")
+    ledger_file.write_text(json.dumps(ledger, indent=2, sort_keys=True) + "\n")
+    dist = tmp_path / "dist"
+    for call in (lambda: build_lane("5090", dist=dist, lanes_dir=lanes), lambda: package_lane("5090", dist=dist, lanes_dir=lanes)):
+        with pytest.raises(InputError, match="is not a valid number") as info:
             call()
-        assert info.value.field == "--beta"
+        assert info.value.file == str(ledger_file) and info.value.field.endswith(".n")
     assert not dist.exists()
 
 

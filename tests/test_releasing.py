@@ -15,8 +15,9 @@ committed, as the runbook's "Before you start" asks:
   receipts into the acceptance record, does the pin dance and promotes to ready.
 
 The steps marked `requires=github` (cut, publish, push) are host-only: not granted here, so
-recorded as not run, and the route goes on without them (issue #11 brings `cut`, `publish`
-and a GitHub stand-in; the lead wires them in).
+recorded as not run, and the route goes on without them.  The cuts those steps would record are
+committed with the release input instead, made by the real cut stage without GitHub: the native
+lane's by the native workspace (tests/winfixtures.py), the container lane's here.
 """
 
 from __future__ import annotations
@@ -59,18 +60,22 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
     from pipeline.formats.lanes import load_lanes
     from pipeline.formats.release.contract import verify_release
     from pipeline.infra.toolchain import for_lane
+    from pipeline.stages.cut import cut_lane
 
     native = sample_release(tmp_path_factory)  # the owner's receipt of the 4090 lane and the client
     workspace = native_workspace(tmp_path_factory)  # the sample's repository and the Windows job's binaries
     root = tmp_path / "product"
     make_product_repo(root, lanes_dir=native.lanes_dir)
+    source_repo = tmp_path / "ninfer"
+    source = f"{source_repo}@{make_repo(source_repo, SAMPLE)}"
+    cut_lane("5090", source=source, dist=tmp_path / "cut-dist", lanes_dir=root / "runtime" / "lanes", use_github=False)
     toml = root / "manifests" / RELEASE / "release.toml"
     toml.parent.mkdir(parents=True)
     toml.write_text(release_toml(native.client, register={NATIVE: "qualified", "rtx5090-container": "preview"}, preview_reason=PREVIEW_REASON) + acceptance_toml(ROUTES, lanes={"rtx5090-linux": "rtx5090-container"}))
     commit(root, f"{RELEASE}: release input")
 
     # What the maintainer brings: the base image pinned by digest, the container lane's configuration.
-    lanes = load_lanes(native.lanes_dir)
+    lanes = load_lanes(root / "runtime" / "lanes")
     cudart = for_lane(lanes["rtx5090-container"], "pinned").library_dir / "libcudart.so.13"
     base = imagekit.build_base_layout(tmp_path / "cuda-base", cudart=cudart.resolve(), ld_cache=True)
     imagekit.push_base(base, registry_server.host, "nvidia/cuda-runbook")
@@ -78,8 +83,6 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
     definition.write_text(imagekit.definition_text(f"{registry_server.host}/nvidia/cuda-runbook", base.index_digest))
     config = tmp_path / "server-config.json"
     config.write_bytes(canonical({"deployment_profile": lanes["rtx5090-container"].deployment_profile(), "max_context": 131072, "port": 8080}))
-    source_repo = tmp_path / "ninfer"
-    source = f"{source_repo}@{make_repo(source_repo, SAMPLE)}"
 
     # The public URLs, served from what the routes publish into dist/ (read when requested).
     clients = {name: f"sample client {platform}\n".encode() * 64 for platform, (name, _n, _h) in native.client["platforms"].items()}
@@ -137,6 +140,6 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
     record = json.loads((root / "manifests" / RELEASE / "acceptance" / "external-installation.json").read_bytes())
     assert record["routes"] == {"audit": "passed", "rtx5090-linux": "passed", "verify": "passed"}
     assert record["documented_routes"]["document"]["path"] == "docs/QUICKSTART.md"
-    report = verify_release(root, RELEASE, require="ready", check_pins=True)
+    report = verify_release(root, RELEASE, require="ready", check_pins=True, lanes_dir=root / "runtime" / "lanes")  # its own lanes and cuts
     assert report.valid, [p.message() for p in report.problems.items]
     assert Path(root / "dist" / "register.json").is_file()

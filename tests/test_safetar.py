@@ -4,8 +4,10 @@ Hostile archives are generated here, small on disk: a gzip bomb is one tar
 header followed by the same 1 MiB-of-zeros gzip member repeated (a valid
 multi-member gzip of ~2 MiB that inflates to 2 GiB); a GNU long-name header
 declares 1 GiB and is followed by enough cheap bytes to satisfy it.  Memory
-bounds are measured on a child process (`os.wait4` returns that child's own
-`ru_maxrss`, the figure `getrusage(RUSAGE_CHILDREN)` aggregates).
+bounds are measured on a child process: its own high-water RSS (`VmHWM` of
+/proc/self/status, written by the child as it exits).  Not `ru_maxrss`: Linux
+carries the pre-exec high-water mark into it, so a child started from a large
+pytest process (the whole suite) reports the parent's peak, not its own.
 """
 
 from __future__ import annotations
@@ -71,19 +73,32 @@ def tar_gz(path: Path, *members: tuple[str, bytes, bytes, str]) -> Path:
     return path
 
 
-def run_child(code: str, *args: str, timeout: float = 120) -> tuple[int, float, str]:
-    """Run `code` in a fresh interpreter; (exit status, its own peak RSS in MiB, its stderr)."""
-    err_path = Path(args[0]).with_suffix(".stderr") if args else Path("/dev/null")
+PEAK_PRELUDE = """
+import atexit, os
+def _write_peak():
+    with open("/proc/self/status") as status:
+        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(os.environ["OMP_NINFER_TEST_PEAK_FILE"], "w") as out:
+        out.write(peak)
+atexit.register(_write_peak)
+"""
+
+
+def run_child(code: str, archive_path: str, timeout: float = 120) -> tuple[int, float, str]:
+    """Run `code` on `archive_path` in a fresh interpreter; (exit status, its own peak RSS in MiB, its stderr)."""
+    err_path, peak_path = Path(archive_path).with_suffix(".stderr"), Path(archive_path).with_suffix(".peak")
+    env = dict(os.environ, OMP_NINFER_TEST_PEAK_FILE=str(peak_path))
     with open(err_path, "wb") as err:
-        process = subprocess.Popen([sys.executable, "-c", code, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+        process = subprocess.Popen([sys.executable, "-c", PEAK_PRELUDE + code, archive_path], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err)
         watchdog = threading.Timer(timeout, process.kill)
         watchdog.start()
         try:
-            _pid, status, usage = os.wait4(process.pid, 0)
+            _pid, status, _usage = os.wait4(process.pid, 0)
         finally:
             watchdog.cancel()
     process.returncode = os.waitstatus_to_exitcode(status)
-    return process.returncode, usage.ru_maxrss / 1024, err_path.read_text() if args else ""
+    assert peak_path.is_file(), f"the child (exit {process.returncode}) did not report its peak RSS: {err_path.read_text()[-2000:]}"
+    return process.returncode, int(peak_path.read_text()) / 1024, err_path.read_text()
 
 
 CHILD = """

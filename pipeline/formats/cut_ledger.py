@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, RefusedError
+from pipeline.formats.lanes import MAX_BETA
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import canonical_bytes, parse_strict
@@ -49,7 +50,7 @@ SCHEMA_VERSION = 1
 STATES = ("cut", "published", "superseded")
 ORIGINS = ("cut", "record")
 SEEN = ("github-release", "github-tag", "checkout-tag", "history")
-MAX_N = 100_000
+MAX_N = MAX_BETA  # one range: a lane renders its names for every N a ledger may hold, and only those
 MAX_BYTES = 4 * 1024 * 1024
 VERSION_RE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
 BINDINGS = ("source_commit", "lane_file_sha256", "toolchain_lock_sha256")

@@ -384,6 +384,9 @@ class Lane:
                 why="the beta number N of a component comes from the lane's cut ledger, never from the lane file",
                 fix=f"record one with 'python -m pipeline cut --lane {self.id} --source URL_OR_PATH@COMMIT'",
             )
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not MIN_BETA <= n <= MAX_BETA):
+            raise InputError("is not a beta number", file=self.file, field="component.beta", found=n, expected=f"an integer {MIN_BETA}..{MAX_BETA}",
+                             why="names, tags and release ids are rendered only for a real beta.N cut")
         return pattern.format(version=self.version, n=n if n is not None else "")
 
     def ledger_file(self) -> Path:

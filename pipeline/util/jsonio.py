@@ -236,16 +236,16 @@ def loads_document(
     return document
 
 
-def expect_object(document: Any, *, source: str | os.PathLike[str], field: str | None = None) -> dict[str, Any]:
+def expect_object(document: Any, *, source: str | os.PathLike[str], field: str | None = None, expected: str = "object", fix: str | None = None) -> dict[str, Any]:
     """`document` when it is a JSON object, else an InputError naming the source (and field)."""
     if not isinstance(document, dict):
-        raise InputError("must hold a JSON object", file=source, field=field, found=_kind(document), expected="object")
+        raise InputError("must hold a JSON object", file=source, field=field, found=_kind(document), expected=expected, fix=fix)
     return document
 
 
-def expect_list(document: Any, *, source: str | os.PathLike[str], field: str | None = None) -> list[Any]:
+def expect_list(document: Any, *, source: str | os.PathLike[str], field: str | None = None, expected: str = "array", fix: str | None = None) -> list[Any]:
     if not isinstance(document, list):
-        raise InputError("must hold a JSON array", file=source, field=field, found=_kind(document), expected="array")
+        raise InputError("must hold a JSON array", file=source, field=field, found=_kind(document), expected=expected, fix=fix)
     return document
 
 
