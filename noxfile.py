@@ -1,8 +1,11 @@
 """Nox sessions of the OMP NInfer release pipeline.
 
 Sessions are thin: each runs `python -m pipeline <command>` (the same
-functions as the CLI) in one shared environment made by pipeline/devenv.py.
-Run them in release order, e.g. `nox -s build-5090 package image push`.
+functions as the CLI) in one shared environment made by pipeline/dev/env.py.
+Run them in release order, e.g. `nox -s build-5090 package image push`, or
+all at once with `nox -s release`.  The per-lane sessions (`build-<short>`,
+`package-<short>`, `qualify-<short>`, `cut-<short>`, `publish-<short>`) are
+made for each lane file in runtime/lanes/, named by its `short_name`.
 Options come from environment variables, because nox hands the same
 `-- posargs` to every session it runs:
 
@@ -10,6 +13,7 @@ Options come from environment variables, because nox hands the same
   PIPELINE_SOURCE     PATH[@COMMIT] or URL@COMMIT (default: the embedded sample runtime)
   PIPELINE_TOOLCHAIN  pinned (default) or system
   PIPELINE_PREBUILT   folder of prebuilt binaries for the lane being built
+  PIPELINE_PKG_CONFIG_PATH  extra pkg-config folders for `build` (':'-separated; never inherited as PKG_CONFIG_PATH)
   PIPELINE_REGISTRY   HOST[:PORT]/REPO for `push`
   PIPELINE_IMAGE_DEFINITION  image definition for `image` (default: containers/<the lane's>.toml)
   PIPELINE_BASE_LAYOUT       local OCI layout holding the pinned base image (default: pull it by digest)
@@ -23,8 +27,15 @@ Options come from environment variables, because nox hands the same
   PIPELINE_PLAN_SHA256     the reviewed plan's hash: `publish-<short>` / `publish-release` apply it
                            (without it they only write and print the plan and check the gates)
   GITHUB_TOKEN             for `cut-<short>` (numbers used on GitHub) and `publish-*`
+  PIPELINE_LANES, PIPELINE_THROUGH, PIPELINE_SKIP
+                      `release`: lane ids or short names (space-separated; default every lane),
+                      the last stage to run, stages to skip (space-separated); with PIPELINE_SOURCE,
+                      PIPELINE_TOOLCHAIN, PIPELINE_REGISTRY and PIPELINE_RELEASE as above
 
-Posargs go to `tests` (pytest arguments) only.
+  PIPELINE_FUZZ_SECONDS  seconds per target for `fuzz` (default 60)
+
+Posargs go to `tests`, `tests-unit` (pytest arguments, e.g. `nox -s tests -- -m "not slow"`) and
+`fuzz` (tests/fuzz/run.py arguments) only.
 """
 
 from __future__ import annotations
@@ -35,13 +46,19 @@ from pathlib import Path
 
 import nox
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # pipeline.dev.env is standard-library only
-from pipeline.dev.env import ensure_debian_tools, ensure_env, ensure_node_tools  # noqa: E402
+ROOT = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT))  # pipeline.dev.env and the lane format it reads are standard-library only
+from pipeline.dev.env import ensure_debian_tools, ensure_env, ensure_node_tools, lane_table  # noqa: E402
+from pipeline.errors import PipelineError  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"
 
-LANES = {"5090": "rtx5090-container", "4090": "rtx4090-windows-native", "3090": "rtx3090-windows-native"}
+try:
+    LANES = lane_table()
+except PipelineError as _problem:  # the other sessions (lint, tests) still work while a lane file is being fixed
+    sys.stderr.write(f"warning: no per-lane sessions: error[{_problem.label}]: {_problem.render()}\n")
+    LANES = []
 
 
 def _pipeline(session: nox.Session, *args: str, dist: bool = True) -> None:
@@ -78,7 +95,8 @@ def _apply_flags() -> list[str]:
     return ["--apply", "--plan-sha256", sha] if sha else []
 
 
-for _short, _lane in LANES.items():
+for _row in LANES:
+    _short, _lane = _row.short_name, _row.id
 
     def _cut(session: nox.Session, lane: str = _lane) -> None:
         source = _required(session, "PIPELINE_SOURCE", "https://github.com/alphastorm/ninfer.git@<40-hex commit>")
@@ -94,7 +112,12 @@ for _short, _lane in LANES.items():
     nox.session(name=f"publish-{_short}", venv_backend="none")(_publish)
 
     def _build(session: nox.Session, lane: str = _lane) -> None:
-        flags = _env_flags(("PIPELINE_SOURCE", "--source"), ("PIPELINE_TOOLCHAIN", "--toolchain"), ("PIPELINE_PREBUILT", "--prebuilt"))
+        flags = _env_flags(
+            ("PIPELINE_SOURCE", "--source"),
+            ("PIPELINE_TOOLCHAIN", "--toolchain"),
+            ("PIPELINE_PREBUILT", "--prebuilt"),
+            ("PIPELINE_PKG_CONFIG_PATH", "--pkg-config-path"),
+        )
         _pipeline(session, "build", "--lane", lane, *flags)
 
     _build.__doc__ = f"Build the {_lane} runtime (the embedded sample unless PIPELINE_SOURCE / PIPELINE_PREBUILT say otherwise)."
@@ -121,8 +144,12 @@ def package(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def image(session: nox.Session) -> None:
-    """Assemble the RTX 5090 OCI image layout from the packaged binary archive."""
-    _pipeline(session, "image", "--lane", LANES["5090"])
+    """Assemble each container lane's OCI image layout from its packaged binary archive."""
+    containers = [row.id for row in LANES if row.kind == "container"]
+    if not containers:
+        session.error("no container lane in runtime/lanes/ (kind = \"container\")")
+    for lane in containers:
+        _pipeline(session, "image", "--lane", lane)
 
 
 @nox.session(venv_backend="none")
@@ -162,6 +189,22 @@ def publish_release(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def release(session: nox.Session) -> None:
+    """Run the road: every stage in release order (run / up to date / skipped), options from PIPELINE_*."""
+    flags = _env_flags(
+        ("PIPELINE_THROUGH", "--through"),
+        ("PIPELINE_SOURCE", "--source"),
+        ("PIPELINE_TOOLCHAIN", "--toolchain"),
+        ("PIPELINE_REGISTRY", "--registry"),
+        ("PIPELINE_RELEASE", "--release"),
+    )
+    for variable, flag in (("PIPELINE_LANES", "--lane"), ("PIPELINE_SKIP", "--skip")):
+        for word in os.environ.get(variable, "").split():
+            flags += [flag, word]
+    _pipeline(session, "release", *flags)
+
+
+@nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Benchmark the hot paths (hashing, packaging, transfers) against openssl, GNU tar+gzip and curl; writes JSON."""
     ensure_debian_tools(session.log)
@@ -180,6 +223,32 @@ def tests(session: nox.Session) -> None:
     python = str(ensure_env(session.log))
     receipt = Path(os.environ.get("PIPELINE_DIST", "dist")).resolve() / "test-run-receipt.json"
     session.run(python, "-m", "pytest", *session.posargs, external=True, env={"PIPELINE_TEST_RECEIPT": str(receipt)})
+
+
+@nox.session(name="tests-unit", venv_backend="none")
+def tests_unit(session: nox.Session) -> None:
+    """The quick loop: the unit tier (tests/unit/), or, until the tiers exist, every test that is not slow
+    and needs no CUDA compiler or registry (pytest arguments after --).  Writes no test-run receipt."""
+    python = str(ensure_env(session.log))
+    unit = ROOT / "tests" / "unit"
+    if unit.is_dir():
+        selection = [str(unit)]
+    else:
+        ensure_debian_tools(session.log)  # the untiered quick set still holds tests that use Debian and node tools
+        ensure_node_tools(session.log)
+        selection = ["-m", "not slow and not cuda and not registry"]
+    session.run(python, "-m", "pytest", *selection, *session.posargs, external=True)
+
+
+@nox.session(venv_backend="none")
+def fuzz(session: nox.Session) -> None:
+    """Fuzz every reader of outside bytes (tests/fuzz, atheris) for PIPELINE_FUZZ_SECONDS each (default 60).
+
+    Arguments after -- go to tests/fuzz/run.py, e.g. `nox -s fuzz -- --seconds 300 --target tar`; new corpus
+    inputs and crashing inputs are kept in .fuzz/ (replay one with `-- --replay --target NAME --input FILE`).
+    """
+    python = str(ensure_env(session.log))
+    session.run(python, "tests/fuzz/run.py", *session.posargs, external=True)
 
 
 @nox.session(venv_backend="none")

@@ -3,7 +3,13 @@
 The commands are the road's (`pipeline/road.py`: one per pipe, then the tools).
 Only the chosen command's module is imported and contributes its arguments
 through `register_cli(sub)`; this file only wires them, maps failures to exit codes and prints errors as
-one paragraph (`error[<class>]: ...`).
+one paragraph (`error[<class>]: ...`).  A command whose module lacks a third-party dependency is an
+`error[environment]`; `--help` imports no command module at all.
+
+Front doors are named one way: the Python entry of a stage is `<verb>_lane(name, ...)` for one lane,
+`<verb>_lanes(...)` for several (`<verb>_release` for the product release, `push_image`, `build_image`),
+and a command's CLI handler is `run_<command>(args) -> int` (sub-actions: `run_<command>_<action>`).
+Every parser takes the shared options from `add_common` (`--dist`, `--quiet`, `--json` where it reports).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from pipeline.errors import EXIT_CODE_TABLE, ExitCode, PipelineError, UsageError, redact
+from pipeline.errors import EXIT_CODE_TABLE, EnvironmentProblem, ExitCode, PipelineError, UsageError, redact
 from pipeline.road import PIPES, TOOLS, commands
 from pipeline.runcontext import run_context
 
@@ -24,21 +30,24 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, fix=f"run '{self.prog} --help'")
 
 
-def add_common(parser: argparse.ArgumentParser, *, dist: bool = True, json_output: bool = False) -> None:
-    """The options every command shares, added in one place: --dist, --quiet and (for reports) --json."""
+def add_common(parser: argparse.ArgumentParser, *, dist: bool = True, json_output: bool | str = False) -> None:
+    """The options every command shares, added in one place: --dist, --quiet and (for reports) --json.
+
+    `json_output` may be the --json help text when the command's report is not simply "the report"."""
     if dist:
         parser.add_argument("--dist", type=Path, default=Path("dist"), help="output folder holding the artefact register (default: dist)")
     parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help="print only errors and results")
     if json_output:
-        parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+        parser.add_argument("--json", action="store_true", help=json_output if isinstance(json_output, str) else "print the report as JSON on stdout")
 
 
-def print_lanes(lanes_dir: Path | None, as_json: bool) -> int:
+def run_lanes(args: argparse.Namespace) -> int:
+    """`lanes`: the lanes of runtime/lanes/*.toml, as a table or (--json) as JSON."""
     from pipeline.formats.lanes import load_lanes
 
-    lanes = load_lanes(lanes_dir)
-    if as_json:
+    lanes = load_lanes(args.lanes_dir)
+    if args.json:
         rows = [
             {
                 "id": lane.id,
@@ -69,9 +78,8 @@ def print_lanes(lanes_dir: Path | None, as_json: bool) -> int:
 
 def register_cli(sub) -> None:
     lanes = sub.add_parser("lanes", help=TOOLS["lanes"][1])
-    lanes.add_argument("--json", action="store_true", help="print the lanes as JSON")
-    lanes.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
-    lanes.set_defaults(func=lambda args: print_lanes(args.lanes_dir, args.json))
+    add_common(lanes, dist=False, json_output="print the lanes as JSON")
+    lanes.set_defaults(func=run_lanes)
 
 
 def _selected(argv: list[str]) -> str | None:
@@ -80,6 +88,31 @@ def _selected(argv: list[str]) -> str | None:
         if not word.startswith("-"):
             return word
     return None
+
+
+def _missing_dependency(command: str, error: ImportError) -> EnvironmentProblem:
+    missing = error.name or str(error)
+    return EnvironmentProblem(
+        f"the '{command}' command cannot start: it needs the module {missing!r}, which this Python cannot import ({error})",
+        why="this Python environment lacks one of the pipeline's dependencies (pyproject.toml), or the installation is incomplete",
+        fix=f"run it in the pipeline's environment ('nox' makes .nox/pipeline-env), or install the pipeline with its dependencies "
+        f"('{sys.executable} -m pip install -e .' in this checkout); 'python -m pipeline --help' works without them",
+    )
+
+
+def _is_own_module(error: ImportError) -> bool:
+    """An import of the pipeline's own code failed: a bug (or a broken checkout), not a missing dependency."""
+    return (error.name or "").partition(".")[0] == "pipeline"
+
+
+def _load_command(command: str, module_name: str):
+    """The command's module; a third-party dependency it lacks is an environment problem, never a traceback."""
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as error:
+        if _is_own_module(error):
+            raise
+        raise _missing_dependency(command, error) from None
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
@@ -95,7 +128,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     provided: set[str] = set()
     if chosen in table:
         module_name = table[chosen][0]
-        module = sys.modules[__name__] if module_name == __name__ else importlib.import_module(module_name)
+        module = sys.modules[__name__] if module_name == __name__ else _load_command(chosen, module_name)
         before = set(sub.choices)
         module.register_cli(sub)
         provided = set(sub.choices) - before
@@ -124,9 +157,21 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
         return 130
+    except ImportError as error:
+        if _is_own_module(error):
+            _report_bug(error)
+            raise
+        # A dependency the command imports lazily (e.g. requests when its first request is made).
+        problem = _missing_dependency(_selected(sys.argv[1:] if argv is None else argv) or "pipeline", error)
+        sys.stderr.write(f"error[{problem.label}]: {problem.render()}\n")
+        return int(problem.exit_code)
     except Exception as error:  # a bug: say so, without secrets
-        sys.stderr.write(f"internal error: {redact(repr(error))}\n(this is a bug in the pipeline; please report it with the command line)\n")
+        _report_bug(error)
         raise
+
+
+def _report_bug(error: BaseException) -> None:
+    sys.stderr.write(f"internal error: {redact(repr(error))}\n(this is a bug in the pipeline; please report it with the command line)\n")
 
 
 if __name__ == "__main__":

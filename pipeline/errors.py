@@ -114,6 +114,8 @@ class PipelineError(Exception):
 
 
 def _display_path(path: str) -> str:
+    if "://" in path:
+        return path  # a URL (a registry, a download): as a path it would resolve under the working folder as 'https:/host/…'
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
     except (ValueError, OSError):

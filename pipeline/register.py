@@ -2,7 +2,11 @@
 
 Every output a stage makes is recorded as a typed entry (kind, name, lane,
 path inside the output folder, SHA-256, size, kind-specific attributes) in
-`<dist>/register.json`.  A later stage asks the register for "the package
+`<dist>/register.json`.  An entry whose attributes say `root: "repository"`
+names a file of the repository instead (the release tree compose writes under
+`manifests/`): its path is relative to the repository root the register was
+opened with (`Context.open(..., root=PATH)`), never `..` or absolute, and it is
+re-hashed like any other.  A later stage asks the register for "the package
 archive of lane X" and gets exactly one entry, whose bytes are re-hashed
 before use; it never globs folders.  The register also remembers, per stage
 and lane, the fingerprint of the inputs of its last successful run, so a
@@ -18,22 +22,25 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, IntegrityError
+from pipeline.errors import InputError, IntegrityError, UsageError
 from pipeline.util import ui
 from pipeline.util.fs import exclusive_lock, remove_leftovers
 from pipeline.util.hashing import is_sha256_hex, sha256_file
 from pipeline.util.jsonio import canonical_bytes, expect_list, expect_object, read_json_object, write_json
+from pipeline.util.safepath import relpath_problem, safe_relative
 
 REGISTER_FILE = "register.json"
 LOCK_FILE = ".register.lock"
 REGISTER_TYPE = "omp_ninfer_artifact_register"
+REPOSITORY = "repository"  # attrs["root"] of an entry naming a file of the repository, not of the dist
 
 # kind -> attributes every entry of that kind must carry
 KINDS: dict[str, frozenset[str]] = {
     "binary": frozenset({"binary"}),
     "build-identity": frozenset(),
     "source-tar": frozenset({"commit"}),
-    "toolchain": frozenset({"toolchain_kind"}),
+    # what the build's toolchain gives later stages (pipeline/formats/toolchain_record.py)
+    "toolchain": frozenset({"toolchain_kind", "toolchain_root", "library_dir"}),  # not "root": that names where an entry lives
     "runtime-library": frozenset({"library", "origin"}),
     "package-archive": frozenset({"component_tag"}),
     "source-archive": frozenset({"component_tag"}),
@@ -42,13 +49,22 @@ KINDS: dict[str, frozenset[str]] = {
     "inner-checksums": frozenset({"component_tag"}),
     "outer-checksums": frozenset({"component_tag"}),
     "package-build-receipt": frozenset({"component_tag"}),
+    # SLSA provenance beside a closed set or image (formats/provenance.py); never a member of the set.
+    "provenance": frozenset({"component_tag", "build_type"}),
+    # rebuild --verify's SLSA verification summary (formats/vsa.py), in the rebuild's own work folder.
+    "verification-summary": frozenset({"component_tag", "result"}),
     "support-script": frozenset({"component_tag"}),
     "oci-layout": frozenset({"manifest_digest"}),
     "image-sbom": frozenset({"manifest_digest"}),
     "publication-receipt": frozenset({"image_reference"}),
     "lane-receipt": frozenset({"status", "component_tag"}),
-    "release-tree": frozenset({"release"}),
+    # compose: every file of manifests/<release>/ (root "repository"), with its role in the tree
+    "release-tree": frozenset({"release", "root", "role"}),
+    # verify: the report of one verification of a tree (pipeline/formats/release/contract.py)
+    "verification-report": frozenset({"release", "valid"}),
     "signature-bundle": frozenset({"signed_name"}),
+    # what an audit of a published release found (pipeline/stages/audit.py, pipeline/formats/audit_report.py)
+    "audit-report": frozenset({"manifest", "release", "passed"}),
     "benchmark": frozenset(),
     "verifier-wheel": frozenset({"commit", "version"}),
     "verifier-sdist": frozenset({"commit", "version"}),
@@ -84,6 +100,15 @@ class Artifact:
             raise ValueError(f"artefact {self.name!r} of kind {self.kind} lacks attributes {sorted(missing)}")
         if Path(self.path).is_absolute() or ".." in Path(self.path).parts:
             raise ValueError(f"artefact path must stay inside the output folder: {self.path!r}")
+        root = self.attrs.get("root")
+        if root is not None and root != REPOSITORY:
+            raise ValueError(f"artefact {self.name!r} names an unknown root {root!r} (only {REPOSITORY!r}, or none for the output folder)")
+        if root == REPOSITORY and relpath_problem(self.path, hidden=True) is not None:
+            raise ValueError(f"artefact {self.name!r} path {self.path!r} {relpath_problem(self.path, hidden=True)}")
+
+    @property
+    def in_repository(self) -> bool:
+        return self.attrs.get("root") == REPOSITORY
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,8 +133,9 @@ def _type_names(types: tuple[type, ...]) -> str:
 
 
 class Register:
-    def __init__(self, dist: Path) -> None:
+    def __init__(self, dist: Path, *, repo_root: Path | None = None) -> None:
         self.dist = dist
+        self.repo_root = repo_root  # where entries with root "repository" live (None: such entries cannot be read)
         self.file = dist / REGISTER_FILE
         self.lock_file = dist / LOCK_FILE
         self.artifacts: dict[str, Artifact] = {}
@@ -186,9 +212,15 @@ class Register:
             yield
 
     # -- writing ---------------------------------------------------------
-    def make(self, kind: str, path: Path, *, stage: str, lane: str | None, name: str | None = None, **attrs: Any) -> Artifact:
-        """Hash a file already written under dist and describe it as an artefact."""
-        relative = path.resolve().relative_to(self.dist.resolve()).as_posix()
+    def make(self, kind: str, path: Path, *, stage: str, lane: str | None, name: str | None = None, root: str | None = None, **attrs: Any) -> Artifact:
+        """Hash a file already written under dist (or, with root="repository", under the repository) and describe it."""
+        if root == REPOSITORY:
+            relative = path.resolve().relative_to(self._repository().resolve()).as_posix()
+            attrs["root"] = REPOSITORY
+        elif root is not None:
+            raise ValueError(f"unknown root {root!r}")
+        else:
+            relative = path.resolve().relative_to(self.dist.resolve()).as_posix()
         return Artifact(
             kind=kind,
             name=name or relative,
@@ -255,7 +287,20 @@ class Register:
             )
         return found[0]
 
+    def _repository(self) -> Path:
+        if self.repo_root is None:
+            raise UsageError(
+                "the register was opened without a repository root, but an entry names a file of the repository",
+                file=self.file,
+                why="entries with root 'repository' (the release tree) are relative to the repository, not to the output folder",
+                fix="open it through the stage context (Context.open(dist, root=REPOSITORY)) or pass --root",
+            )
+        return self.repo_root
+
     def path_of(self, artifact: Artifact) -> Path:
+        if artifact.in_repository:
+            # The same gate as every name from data: no '..', no absolute path, no link out of the repository.
+            return safe_relative(artifact.path, self._repository(), file=self.file, field=f"{artifact.name}.path", hidden=True, what="the repository")
         return self.dist / artifact.path
 
     def verified_path(self, artifact: Artifact) -> Path:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from pipeline.errors import UsageError
 from pipeline.road import PIPES, Pipe
@@ -49,7 +48,8 @@ def road(through: str | None, skip: list[str]) -> list[Pipe]:
     return chosen
 
 
-def run_release(options: argparse.Namespace, *, emit: Callable[[Outcome], None] = lambda o: print(f"{o.stage:<8} {o.label:<24} {o.verdict}", flush=True)) -> list[Outcome]:
+def release_lanes(options: argparse.Namespace, *, emit: Callable[[Outcome], None] = lambda o: print(f"{o.stage:<8} {o.label:<24} {o.verdict}", flush=True)) -> list[Outcome]:
+    """Run the road for the chosen lanes (default: every lane); `emit` gets each step's outcome as it happens."""
     from pipeline.formats.lanes import find_lane, load_lanes
 
     ctx = Context.open(options.dist, options.lanes_dir)
@@ -76,6 +76,12 @@ def run_release(options: argparse.Namespace, *, emit: Callable[[Outcome], None] 
     return outcomes
 
 
+def run_release(args: argparse.Namespace) -> int:
+    """`release`: the command line's front door to `release_lanes`; one line per step."""
+    release_lanes(args)
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -88,9 +94,4 @@ def register_cli(sub) -> None:
     parser.add_argument("--registry", help="HOST[:PORT]/REPO for push (without it push is skipped)")
     parser.add_argument("--release", help="product release vX.Y.Z for compose and verify (without it they are skipped)")
     add_common(parser)
-
-    def command(args: Any) -> int:
-        run_release(args)
-        return 0
-
-    parser.set_defaults(func=command)
+    parser.set_defaults(func=run_release)

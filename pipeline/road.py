@@ -46,6 +46,7 @@ PIPES: tuple[Pipe, ...] = (
     Pipe("sign", "pipeline.stages.sign", "keyless Sigstore bundles for the release's signed files (release workflow only)"),
     Pipe("publish", "pipeline.stages.publish", "publish a component prerelease or the product release: plan, gates, apply, resume"),
     Pipe("audit", "pipeline.stages.audit", "re-verify a published release from its public URLs", outsider=True),
+    Pipe("rebuild", "pipeline.stages.rebuild", "rebuild a published lane from its source archive and compare every file bit for bit", outsider=True),
 )
 
 # Commands that are tools, not stages: name -> (module providing it, summary).

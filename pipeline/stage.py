@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from pipeline.codedigest import code_digest
+from pipeline.errors import UsageError
 from pipeline.register import Artifact, Register, fingerprint
 from pipeline.util import ui
 from pipeline.util.fs import exclusive_lock, remove_leftovers
@@ -35,10 +36,23 @@ class Context:
     lanes_dir: Path | None = None
 
     @classmethod
-    def open(cls, dist: Path | str | None = None, lanes_dir: Path | None = None) -> Context:
+    def open(cls, dist: Path | str | None = None, lanes_dir: Path | None = None, *, root: Path | str | None = None) -> Context:
+        """The run's output folder and its register; `root` is the repository whose files some
+        entries name (`root: "repository"`, e.g. the release tree under manifests/), by default
+        the checkout this pipeline runs from."""
         directory = Path(dist) if dist else DEFAULT_DIST
         directory.mkdir(parents=True, exist_ok=True)
-        return cls(dist=directory, register=Register(directory), lanes_dir=lanes_dir)
+        if root is None:
+            from pipeline.formats.lanes import REPO_ROOT
+
+            root = REPO_ROOT
+        return cls(dist=directory, register=Register(directory, repo_root=Path(root)), lanes_dir=lanes_dir)
+
+    @property
+    def repo_root(self) -> Path:
+        if self.register.repo_root is None:
+            raise UsageError("this run names no repository root", why="the stage reads or writes files of the repository (manifests/)", fix="open the context with Context.open(..., root=PATH)")
+        return self.register.repo_root
 
 
 class Skip(Exception):  # noqa: N818 - a typed skip, not an error
@@ -67,6 +81,12 @@ class Stage:
     @property
     def key(self) -> str:
         return self.name
+
+    @property
+    def lock_key(self) -> str:
+        """What runs exclude each other on (one lock per value): the stage key, unless several keys
+        write one place (compose's actions on one release tree)."""
+        return self.key
 
     def preflight(self) -> None:  # pragma: no cover - default does nothing
         pass
@@ -97,7 +117,7 @@ def _lock_name(key: str) -> str:
 
 def execute(stage: Stage, *, force: bool = False) -> StageResult:
     # One run per stage key and dist at a time: a second one waits, then usually finds its work done.
-    lock = stage.ctx.dist / LOCKS_DIR / _lock_name(stage.key)
+    lock = stage.ctx.dist / LOCKS_DIR / _lock_name(stage.lock_key)
     with exclusive_lock(lock, waiting=f"another run of {stage.key} is working in {stage.ctx.dist}; waiting for it", on_wait=ui.info):
         for folder, patterns in stage.leftovers():
             for path in remove_leftovers(folder, patterns):

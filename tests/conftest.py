@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+# tests/ itself is on sys.path too (pytest puts the folder of a rootdir conftest there): the fuzz
+# tool tests/fuzz is imported as the package `fuzz`.
 KITS = Path(__file__).resolve().parent / "kits"
 if str(KITS) not in sys.path:
     sys.path.insert(0, str(KITS))

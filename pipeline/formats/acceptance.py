@@ -30,11 +30,12 @@ from typing import Any
 from pipeline.errors import InputError
 from pipeline.formats.routes import CAPABILITIES
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
+from pipeline.util.jsonio import loads_object
 from pipeline.util.schema import Field, matches, one_of, read_table
 
 BUNDLE_TYPE = "omp_ninfer_acceptance_bundle"
 RECEIPT_TYPE = "omp_ninfer_acceptance_run_receipt"
-RECORD_TYPE = "omp_ninfer_external_installation_acceptance"  # == releasetree.ACCEPTANCE_TYPE
+RECORD_TYPE = "omp_ninfer_external_installation_acceptance"  # the one declaration (verify and compose check it)
 SCHEMA_VERSION = 1
 BUNDLE_KINDS = ("release-route", "runbook")
 STEP_STATUSES = ("passed", "failed", "not-run")
@@ -67,68 +68,9 @@ ARCH_ALIASES = {"amd64": "x86_64", "x86_64": "x86_64", "x64": "x86_64", "arm64":
 
 # -- strict JSON ----------------------------------------------------------------------------------
 
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r}")
-        out[key] = value
-    return out
-
-
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _depth(node: Any, limit: int) -> int:
-    stack = [(node, 1)]
-    deepest = 0
-    while stack:
-        item, depth = stack.pop()
-        deepest = max(deepest, depth)
-        if deepest > limit:
-            return deepest
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
-    return deepest
-
-
 def loads_strict(data: bytes, *, file: str, max_bytes: int = MAX_JSON_BYTES) -> dict[str, Any]:
-    """A JSON object from hostile bytes: bounded, UTF-8 without BOM, no duplicate keys, no NaN."""
-    if len(data) > max_bytes:
-        raise InputError("is too large", file=file, found=f"{len(data)} bytes", expected=f"at most {max_bytes} bytes")
-    if data.startswith(b"\xef\xbb\xbf"):
-        raise InputError("starts with a UTF-8 byte-order mark", file=file)
-    # Bracket depth before parsing: json's recursive parser must never see absurd nesting.
-    depth = 0
-    in_string = escaped = False
-    for byte in data:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            if depth > MAX_DEPTH:
-                raise InputError("nests too deeply", file=file, expected=f"at most {MAX_DEPTH} levels")
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    try:
-        doc = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicates, parse_constant=_no_constant)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=file) from None
-    except ValueError as exc:
-        raise InputError(f"is not valid JSON: {exc}", file=file) from None
-    if not isinstance(doc, dict):
-        raise InputError("must hold a JSON object", file=file, found=type(doc).__name__)
-    return doc
+    """A JSON object from hostile bytes through the one strict reader (bounded, no BOM, no duplicate keys, no NaN, shallow)."""
+    return loads_object(data, source=file, max_bytes=max_bytes, max_depth=MAX_DEPTH, strict_bytes=True)
 
 
 def canonical(document: Any) -> bytes:

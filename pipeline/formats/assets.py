@@ -30,6 +30,7 @@ from typing import Any
 
 from pipeline.errors import InputError, IntegrityError
 from pipeline.formats.lanes import Lane, load_lanes, pattern_regex
+from pipeline.formats.receipts import LANE_RECEIPT_TYPE
 from pipeline.util.hashing import is_sha256_hex, sha256_file
 from pipeline.util.jsonio import check_text_hygiene, expect_object, loads_object
 from pipeline.util.safepath import component_problem, relpath_problem
@@ -45,11 +46,8 @@ RECEIPT_TYPES = {
     "binary-archive": "ninfer_container_package_build_receipt",
 }
 # What qualification will later produce from these bytes (never written into the package):
-# the lane receipt of pipeline/qualify.py (RECEIPT_TYPE), the same for both layouts.
-QUALIFICATION_SUMMARY_TYPES = {
-    "native-asset-set": "omp_ninfer_lane_receipt",
-    "binary-archive": "omp_ninfer_lane_receipt",
-}
+# the lane receipt (pipeline/formats/receipts.py), the same for both layouts.
+QUALIFICATION_SUMMARY_TYPES = {layout: LANE_RECEIPT_TYPE for layout in RECEIPT_TYPES}
 # Lifecycle script -> its key in the receipt's support_assets (anchor §8).
 SUPPORT_SCRIPT_KEYS = {
     "Install-Release.ps1": "installer_sha256",

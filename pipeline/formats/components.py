@@ -136,7 +136,8 @@ class ComponentModel:
             missing = [key for key in ("name", "version", "supplier") if not str(entry.get(key) or "").strip()]
             if missing:
                 raise InputError("a host build dependency lacks a field", field=f"host_dependencies[{index}].{missing[0]}", found=dict(entry))
-            purl = entry.get("purl") or None
+            # The canonical spelling (percent-encoded, e.g. g%2B%2B): what the CycloneDX library writes, so SPDX writes it too.
+            purl = canonical_purl(entry["purl"]) if entry.get("purl") else None
             component = self.add(Component(
                 ref=purl or f"host:{entry['name']}@{entry['version']}",
                 role="host-build-dependency",
@@ -225,16 +226,17 @@ def _metadata_author(text: str) -> tuple[str, str]:
     return name, author
 
 
-def wheel_authors(site: Path | None, wheels: Iterable[Path] = ()) -> dict[str, str]:
+def wheel_authors(site: Path | None, wheels: Iterable[Path] = (), *, dist_infos: Iterable[str] | None = None) -> dict[str, str]:
     """Distribution (normalised) -> the author its wheel's METADATA names: from an unpacked
-    toolchain (`site`), else from the pinned wheel files themselves."""
+    toolchain (`site`; only the `dist_infos` folders when given), else from the pinned wheel files themselves."""
     import zipfile
 
     found: dict[str, str] = {}
     texts: list[str] = []
     if site is not None and site.is_dir():
         root = site / "site" if (site / "site").is_dir() else site
-        texts += [m.read_text("utf-8", "replace") for m in sorted(root.glob("*.dist-info/METADATA")) if m.stat().st_size <= _METADATA_LIMIT]
+        metadata = sorted(root.glob("*.dist-info/METADATA")) if dist_infos is None else [root / name / "METADATA" for name in dist_infos]
+        texts += [m.read_text("utf-8", "replace") for m in metadata if m.is_file() and m.stat().st_size <= _METADATA_LIMIT]
     for wheel in wheels:
         with zipfile.ZipFile(wheel) as archive:
             for info in archive.infolist():
@@ -257,3 +259,43 @@ def toolchain_supplier(distribution: str, authors: Mapping[str, str]) -> str | N
 def with_properties(component: Component, **values: Any) -> Component:
     extra = tuple((key.replace("_", "-"), str(value)) for key, value in sorted(values.items()) if value is not None)
     return replace(component, properties=tuple(sorted({*component.properties, *extra})))
+
+
+def canonical_purl(purl: str) -> str:
+    from packageurl import PackageURL
+
+    return PackageURL.from_string(purl).to_string()
+
+
+def host_purl(entry: Mapping[str, Any], distribution: str) -> str | None:
+    """The purl of a recorded host dependency: its owning Debian package, else its vcpkg port, else none."""
+    from packageurl import PackageURL
+
+    package, package_version, port = entry.get("debian_package"), entry.get("debian_version"), entry.get("vcpkg_port")
+    if package and package_version:
+        return PackageURL(type="deb", namespace=distribution, name=package, version=package_version).to_string()
+    if port:
+        return PackageURL(type="generic", namespace="vcpkg", name=port, version=entry.get("version")).to_string()
+    return None
+
+
+def host_dependency_entries(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The build identity's `host_dependencies` (what the build's preflight found, pipeline/infra/hostdeps.py)
+    in the shape `ComponentModel.add_host_dependencies` takes: the supplier and purl are derived from the
+    package that owns each one (Debian, or a vcpkg port), never typed by hand.  A supplier is the
+    organisation's name alone: the SPDX writer adds the `Organization: ` actor prefix."""
+    found = identity.get("host_dependencies") or []
+    environment = identity.get("host_environment") or {}
+    distro = str((environment.get("os_release") or {}).get("ID") or "debian").lower()
+    entries = []
+    for entry in found:
+        package, package_version, port = entry.get("debian_package"), entry.get("debian_version"), entry.get("vcpkg_port")
+        purl = host_purl(entry, distro)
+        if package and package_version:
+            supplier = f"{distro.capitalize()} (package {package})"
+        elif port:
+            supplier = f"vcpkg (port {port})"
+        else:
+            supplier = "the build host (no package owns it)"
+        entries.append({"name": entry.get("name"), "version": entry.get("version"), "purl": purl, "supplier": supplier, "license": None})
+    return entries

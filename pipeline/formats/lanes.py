@@ -155,6 +155,22 @@ _BUILD = {
     "targets": Field(list, items=str, check=lambda v: len(v) > 0, expected="a non-empty list of CMake targets"),
     "binaries": Field(list, items=str, check=lambda v: len(v) > 0, expected="a non-empty list of binaries"),
     "optional_binaries": Field(list, items=str, required=False, default=[]),
+    # What the build host must provide beyond the pinned toolchain ([[build.host_dependencies]]).
+    "host_dependencies": Field(list, items=dict, required=False, default=[]),
+}
+HOST_DEPENDENCY_KINDS = ("pkg-config", "tool")
+_VERSION = r"[0-9]+(\.[0-9]+)*"
+_HOST_DEPENDENCY = {
+    # A pkg-config module name (libavformat) or a tool's executable name (pkg-config, c++).
+    "name": Field(str, check=matches(r"[A-Za-z0-9][A-Za-z0-9+._-]*"), expected="a pkg-config module or executable name, e.g. 'libavformat'"),
+    "kind": Field(str, check=one_of(*HOST_DEPENDENCY_KINDS), expected=" or ".join(repr(k) for k in HOST_DEPENDENCY_KINDS)),
+    # The floor checked before any compile (pkg-config's own 'module >= version' for modules).
+    "min_version": Field(str, required=False, check=matches(_VERSION), expected="a dotted version such as '60' or '7.85'"),
+    # Where it comes from, per host kind: the Debian/Ubuntu package and the vcpkg port.
+    "debian": Field(str, required=False, check=matches(r"[a-z0-9][a-z0-9+.-]+"), expected="a Debian package name, e.g. 'libavformat-dev'"),
+    "vcpkg": Field(str, required=False, check=matches(r"[a-z0-9][a-z0-9-]*(\[[a-z0-9,-]+\])?"), expected="a vcpkg port with optional features, e.g. 'ffmpeg[avformat]'"),
+    # The host platforms the entry applies to (default: every platform).
+    "hosts": Field(list, items=str, required=False, check=lambda v: bool(v) and all(h in PLATFORMS for h in v), expected="a non-empty list of " + ", ".join(PLATFORMS)),
 }
 _PACKAGE = {
     "layout": Field(str, check=one_of("binary-archive", "native-asset-set"), expected="'binary-archive' (container lane) or 'native-asset-set' (Windows lanes)"),
@@ -232,6 +248,87 @@ DRIVER_SUPPLIER = "NVIDIA Corporation"
 
 
 @dataclass(frozen=True)
+class HostDependency:
+    """One thing the build host must provide: a pkg-config module or a tool, with its floor and origin."""
+
+    name: str
+    kind: str  # "pkg-config" | "tool"
+    min_version: str | None = None
+    debian: str | None = None
+    vcpkg: str | None = None
+    hosts: tuple[str, ...] = PLATFORMS
+    declared_at: str = ""  # the key that declares it (for errors), e.g. build.host_dependencies[2]
+
+    def applies_to(self, host: str) -> bool:
+        return host in self.hosts
+
+    def origin_for(self, host: str) -> str | None:
+        """The package that provides it on `host` (Debian package on Linux, vcpkg port on Windows)."""
+        return self.vcpkg if host.startswith("windows") else self.debian
+
+    def requirement(self) -> str:
+        return f"{self.name} >= {self.min_version}" if self.min_version else self.name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "min_version": self.min_version,
+            "debian": self.debian,
+            "vcpkg": self.vcpkg,
+            "hosts": list(self.hosts),
+        }
+
+
+def parse_host_dependencies(items: list[Any], *, file: str, prefix: str, build_host: str | None) -> tuple[HostDependency, ...]:
+    """Read [[...host_dependencies]] entries strictly.
+
+    With `build_host` (a lane file), every entry that applies to that host must
+    say where it comes from there, and pkg-config modules need the pkg-config
+    tool declared too: the install step of the release workflow and the
+    preflight's fix both come from these fields.
+    """
+    out: list[HostDependency] = []
+    for index, item in enumerate(items):
+        where = f"{prefix}[{index}]"
+        raw = read_table(item, _HOST_DEPENDENCY, file=file, prefix=where)
+        dependency = HostDependency(
+            name=raw["name"],
+            kind=raw["kind"],
+            min_version=raw["min_version"],
+            debian=raw["debian"],
+            vcpkg=raw["vcpkg"],
+            hosts=tuple(raw["hosts"]) if raw["hosts"] else PLATFORMS,
+            declared_at=where,
+        )
+        if any((d.kind, d.name) == (dependency.kind, dependency.name) for d in out):
+            raise InputError("declares a host dependency twice", file=file, field=f"{where}.name", found=dependency.name, expected="each module or tool once")
+        if build_host is not None and dependency.applies_to(build_host) and dependency.origin_for(build_host) is None:
+            key = "vcpkg" if build_host.startswith("windows") else "debian"
+            raise InputError(
+                f"does not say where the dependency comes from on the lane's {build_host} build host",
+                file=file,
+                field=f"{where}.{key}",
+                found=None,
+                expected="a vcpkg port, e.g. 'ffmpeg[avformat]'" if key == "vcpkg" else "a Debian/Ubuntu package, e.g. 'libavformat-dev'",
+                why="the release workflow installs the build host's dependencies from these fields, and the preflight names them in its fix",
+            )
+        out.append(dependency)
+    for host in PLATFORMS:
+        modules = [d for d in out if d.kind == "pkg-config" and d.applies_to(host)]
+        if modules and not any(d.kind == "tool" and d.name in ("pkg-config", "pkgconf") and d.applies_to(host) for d in out):
+            raise InputError(
+                "declares pkg-config modules but not the pkg-config tool itself",
+                file=file,
+                field=modules[0].declared_at,
+                found=modules[0].name,
+                expected=f"also an entry {{name = \"pkg-config\", kind = \"tool\"}} for {host}",
+                why="the modules are found and checked with pkg-config, which the build host must then provide",
+            )
+    return tuple(out)
+
+
+@dataclass(frozen=True)
 class Lane:
     id: str
     short_name: str
@@ -275,6 +372,7 @@ class Lane:
     qualification: dict[str, Any] = field(default_factory=dict)
     providers: dict[str, Provider] = field(default_factory=dict)  # "system", "driver", "base-image"
     cuts_dir: Path | None = None
+    host_dependencies: tuple[HostDependency, ...] = ()
 
     # Names derived from the patterns for one beta number (default: the current cut's).
     def _render(self, pattern: str, beta: int | None = None) -> str:
@@ -324,7 +422,7 @@ class Lane:
         return pattern_regex(self.tag_pattern, self.version)
 
     def beta_from_tag(self, tag: str) -> int:
-        match = self.tag_regex().fullmatch(tag)
+        match = self.tag_regex().fullmatch(tag) if isinstance(tag, str) else None  # a manifest's release_tag may be any JSON value
         if not match:
             raise InputError(
                 "component tag does not match the lane's tag pattern",
@@ -556,6 +654,7 @@ def load_lane(path: Path) -> Lane:
                 why="every component of the SBOMs names its supplier and version, the target-provided ones too",
                 fix=f"add [package.{key}] with supplier = \"...\" and version = \"...\"",
             )
+    host_dependencies = parse_host_dependencies(build["host_dependencies"] or [], file=file, prefix="build.host_dependencies", build_host=plat["build_host"])
     expected_layout = "binary-archive" if expected_kind == "container" else "native-asset-set"
     if pkg["layout"] != expected_layout:
         raise InputError("package layout does not fit the lane kind", file=file, field="package.layout", found=pkg["layout"], expected=repr(expected_layout))
@@ -620,6 +719,7 @@ def load_lane(path: Path) -> Lane:
         qualification=qual,
         providers=providers,
         cuts_dir=cuts_dir,
+        host_dependencies=host_dependencies,
     )
 
 

@@ -35,6 +35,7 @@ declared hash that differs from the bytes stops the stage, naming the file.
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import uuid
@@ -43,7 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import EnvironmentProblem, IntegrityError
+from pipeline.errors import EnvironmentProblem, InputError, IntegrityError
 from pipeline.formats import components as cm
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import file_digests
@@ -526,21 +527,42 @@ def _spdx_declared(document: dict[str, Any]) -> dict[str, dict[str, str]]:
     return declared
 
 
-def verify_spdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *, package_name: str, package_sha256: str) -> int:
-    """Parse an SPDX file back, validate it, and check it lists exactly the payload with the payload's hashes."""
+# What spdx-tools and the CycloneDX library raise on a document of the wrong shape (a list where
+# they expect an object, a number where a string): they are not hardened readers, so each SBOM is
+# read strictly first, and their own shape errors are the document's defect, not a bug.
+_LIBRARY_SHAPE_ERRORS = (AttributeError, TypeError, ValueError, KeyError, IndexError, RecursionError)
+
+
+def _strict_sbom_json(path: Path, data: bytes) -> dict[str, Any]:
+    """The SBOM as the pipeline's strict JSON reader sees it (duplicate keys, NaN, nesting, a non-object refused)."""
+    try:
+        return loads_object(data, source=path)
+    except InputError as exc:
+        raise IntegrityError(exc.what, file=path, found=exc.found, expected=exc.expected, why=exc.why) from None
+
+
+def _parse_spdx(path: Path, data: bytes):
     from spdx_tools.spdx.parser.error import SPDXParsingError
     from spdx_tools.spdx.parser.parse_anything import parse_file
+
+    _strict_sbom_json(path, data)  # spdx-tools would keep the last of two equal keys
+    try:
+        return parse_file(str(path))
+    except SPDXParsingError as exc:
+        raise IntegrityError(f"is not a parsable SPDX document: {exc.get_messages()[:3]}", file=path) from None
+    except _LIBRARY_SHAPE_ERRORS as exc:
+        raise IntegrityError(f"is not a parsable SPDX document ({type(exc).__name__}: {str(exc)[:200]})", file=path,
+                             expected="an SPDX 2.3 JSON document") from None
+
+
+def verify_spdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *, package_name: str, package_sha256: str) -> int:
+    """Parse an SPDX file back, validate it, and check it lists exactly the payload with the payload's hashes."""
     from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
     data = path.read_bytes()
     if b"\r" in data or not data.endswith(b"\n") or data.startswith(b"\xef\xbb\xbf"):
         raise IntegrityError("SBOM is not UTF-8 without BOM with LF line endings", file=path)
-    try:
-        document = parse_file(str(path))
-    except SPDXParsingError as exc:
-        raise IntegrityError(f"is not a parsable SPDX document: {exc.get_messages()[:3]}", file=path) from None
-    except (ValueError, KeyError, json.JSONDecodeError) as exc:
-        raise IntegrityError(f"is not a parsable SPDX document ({exc})", file=path) from None
+    document = _parse_spdx(path, data)
     messages = validate_full_spdx_document(document)
     if messages:
         raise IntegrityError("SPDX validation failed", file=path, found=[m.validation_message for m in messages[:5]])
@@ -794,10 +816,10 @@ def verify_cdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *,
     data = path.read_bytes()
     if b"\r" in data or not data.endswith(b"\n") or data.startswith(b"\xef\xbb\xbf"):
         raise IntegrityError("SBOM is not UTF-8 without BOM with LF line endings", file=path)
+    document = _strict_sbom_json(path, data)  # before the schema validator, which reads with Python's json
     errors = cdx_schema_errors(data)
     if errors:
         raise IntegrityError("CycloneDX 1.6 schema validation failed", file=path, found=errors[:5])
-    document = loads_object(data, source=path)
     if document.get("specVersion") != "1.6":
         raise IntegrityError("is not CycloneDX 1.6", file=path, field="specVersion", found=document.get("specVersion"), expected="1.6")
     root_hashes = {h["alg"]: h["content"] for h in document.get("metadata", {}).get("component", {}).get("hashes", [])}
@@ -822,32 +844,38 @@ def verify_cdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *,
 def validate_file(path: Path) -> str:
     """Standalone validation of one SBOM file (schema/semantics only; no payload to compare)."""
     if path.name.endswith(".spdx.json"):
-        from spdx_tools.spdx.parser.error import SPDXParsingError
-        from spdx_tools.spdx.parser.parse_anything import parse_file
         from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
-        try:
-            document = parse_file(str(path))
-        except SPDXParsingError as exc:
-            raise IntegrityError(f"is not a parsable SPDX document: {exc.get_messages()[:3]}", file=path) from None
+        document = _parse_spdx(path, path.read_bytes())
         messages = validate_full_spdx_document(document)
         if messages:
             raise IntegrityError("SPDX validation failed", file=path, found=[m.validation_message for m in messages[:5]])
         return f"{path}: valid {document.creation_info.spdx_version}, {len(document.files)} files"
     if path.name.endswith(".cdx.json"):
-        errors = cdx_schema_errors(path.read_bytes())
+        data = path.read_bytes()
+        document = _strict_sbom_json(path, data)
+        errors = cdx_schema_errors(data)
         if errors:
             raise IntegrityError("CycloneDX 1.6 schema validation failed", file=path, found=errors[:5])
-        document = loads_object(path.read_bytes(), source=path)
         return f"{path}: valid CycloneDX {document.get('specVersion')}, {len(document.get('components', []))} components"
     from pipeline.errors import UsageError
 
     raise UsageError("unknown SBOM type", file=path, expected="a *.spdx.json or *.cdx.json file")
 
 
+def run_sbom_validate(args: argparse.Namespace) -> int:
+    """`sbom validate FILE...`: one line per document that validates (the first that does not raises)."""
+    for path in args.files:
+        print(validate_file(path))
+    return 0
+
+
 def register_cli(sub) -> None:
+    from pipeline.cli import add_common
+
     parser = sub.add_parser("sbom", help="validate SPDX 2.3 / CycloneDX 1.6 documents")
     action = parser.add_subparsers(dest="sbom_action", required=True)
     validate = action.add_parser("validate", help="validate *.spdx.json with spdx-tools and *.cdx.json against the CycloneDX 1.6 schema")
     validate.add_argument("files", nargs="+", type=Path)
-    validate.set_defaults(func=lambda args: [print(validate_file(p)) for p in args.files] and 0)
+    add_common(validate, dist=False)
+    validate.set_defaults(func=run_sbom_validate)

@@ -1,71 +1,47 @@
-"""The qualification harness: gates run against a live NInfer endpoint.
+"""The qualification gates: each one judges one property of a live NInfer endpoint.
 
-`pipeline/qualify.py` owns the stage, the receipt and its schema; this module
-owns what is measured.  Every gate returns a `Gate` (status passed, failed or
-skipped, a one-sentence reason, and the numbers it measured).  Nothing that
-could carry content (model outputs, the planted nonce, prompts) leaves a gate
-except as `{"redacted": true, "sha256": ...}`, and the API key is registered
-as a secret before the first request, so no message, log line or receipt can
-show it.
-
-The NInfer serving protocol as the harness speaks it
-----------------------------------------------------
-* ``GET /health`` (no key) -> 200 when the model is resident.
-* ``GET /v1/models`` -> ``{"data": [{"id": ...}]}``.
-* ``POST /v1/chat/completions`` (OpenAI Chat; ``stream: true`` gives SSE
-  ``data: {chat.completion.chunk}`` events ending with ``data: [DONE]``;
-  ``stream_options.include_usage`` adds a final usage chunk).
-* ``POST /v1/responses`` with ``previous_response_id``, ``prompt_cache_key``
-  (the session capability within one API-key principal), ``store``;
-  ``GET``/``DELETE /v1/responses/{id}``; ``POST /v1/responses/input_tokens``
-  counts the tokens of an input (used to size fixtures exactly).
-* ``GET /v1/ninfer/status`` -> the runtime's identity: the nine build keys
-  (top level, or under ``build``), ``deployment_profile``, ``binary_sha256``,
-  ``config_sha256``, ``model_artifact_sha256`` (``artifact_sha256`` is
-  accepted), ``listen`` ``{host, port}``, and ``instance_id`` (changes with
-  every process start; used to prove that a restart replaced the process).
-* Bearer authentication (``Authorization: Bearer <key>``) on everything but
-  ``/health``.
-
-Fixtures are generated deterministically (`needle_fixture`): filler words
-from a fixed vocabulary chosen by a SHA-256 counter stream, a planted numeric
-nonce at a fixed depth, and a question.  Their size is calibrated with the
-server's own token counter so the prompt has the lane's advertised size; the
-fixture's SHA-256 is recorded, the text never is.  A per-run salt line in front
-keeps any prefix cache from serving the prompt.
+`pipeline/stages/qualify.py` owns the stage, the receipt and its schema; this
+module owns what is judged (the client and SSE reader are in `client.py`, the
+prompts in `fixtures.py`, the GPU monitor in `gpu.py`).  Every gate returns a
+`Gate` (status passed, failed or skipped, a one-sentence reason, and the
+numbers it measured).  Nothing that could carry content (model outputs, the
+planted nonce, prompts) leaves a gate except as `{"redacted": true, "sha256":
+...}`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ipaddress
-import json
 import math
 import os
 import re
 import secrets
 import shlex
-import socket
 import subprocess
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
 
-from pipeline.errors import InputError, PipelineError, UsageError, redact, register_secret
+from pipeline.errors import UsageError, redact
 from pipeline.formats.identity import IDENTITY_KEYS
+from pipeline.harness.client import (
+    ChatResult,
+    Client,
+    GateFailure,
+    local_non_loopback_addresses,
+    response_text,
+    tcp_accepts,
+    usage_int,
+)
+from pipeline.harness.fixtures import continuation_fixture, needle_fixture, size_fixture
+from pipeline.harness.gpu import GpuMonitor, GpuSamples
 from pipeline.infra import net
 from pipeline.util.hashing import sha256_bytes
-from pipeline.util.jsonio import loads_document
 
-MAX_ANSWER_BYTES = 4 * 1024 * 1024  # a non-streamed answer of the runtime under test
-MAX_STREAM_BYTES = 64 * 1024 * 1024  # one streamed chat completion
 HARNESS_NAME = "omp-ninfer-qualify"
 HARNESS_VERSION = "1.0.0"
-FIXTURE_GENERATOR = "omp-ninfer-needle-v1"
 
 # Every gate, in the order the harness runs them.
 GATE_ORDER = (
@@ -86,40 +62,12 @@ GATE_STATUSES = ("passed", "failed", "skipped")
 
 # Fraction of the advertised prompt size the measured prompt may differ by.
 PROMPT_SIZE_TOLERANCE = 0.01
-NONCE_DEPTH = 0.37
 RESTART_GRACE_SECONDS = 60.0
 _SELFTEST_LINE = re.compile(
     r'selftest: ok device="(?P<device>[^"]*)" compute_capability=(?P<cc>[0-9]+\.[0-9]+) '
     r"cuda_architecture=(?P<arch>[0-9a-z]+) elements=(?P<elements>[0-9]+) "
     r"max_abs_error=(?P<error>\S+) crc32=(?P<crc>[0-9a-f]{8})"
 )
-
-# 256 short, common words: one byte of the counter stream picks one.
-_WORDS = (
-    "able", "about", "above", "across", "act", "add", "after", "again", "against", "age", "ago", "air",
-    "all", "also", "always", "among", "and", "animal", "answer", "any", "appear", "area", "arm", "around",
-    "art", "ask", "away", "back", "base", "be", "bear", "beauty", "bed", "been", "before", "began",
-    "begin", "behind", "best", "better", "between", "big", "bird", "black", "blue", "board", "boat",
-    "body", "book", "both", "bottom", "box", "boy", "bring", "brought", "build", "busy", "but", "buy",
-    "call", "came", "can", "car", "care", "carry", "case", "cat", "cause", "center", "certain", "change",
-    "check", "child", "city", "class", "clear", "close", "cold", "color", "come", "common", "complete",
-    "contain", "correct", "could", "country", "course", "cover", "cross", "cry", "current", "cut", "dark",
-    "day", "deep", "did", "differ", "direct", "do", "does", "dog", "done", "door", "down", "draw", "dream",
-    "drive", "dry", "during", "each", "early", "earth", "ease", "east", "eat", "edge", "egg", "end",
-    "enough", "even", "ever", "every", "example", "eye", "face", "fact", "fall", "family", "far", "farm",
-    "fast", "father", "feel", "feet", "few", "field", "fig", "final", "find", "fine", "fire", "first",
-    "fish", "five", "floor", "fly", "follow", "food", "foot", "for", "force", "form", "found", "four",
-    "free", "friend", "from", "front", "full", "game", "garden", "gave", "get", "girl", "give", "glass",
-    "go", "gold", "good", "got", "govern", "great", "green", "ground", "group", "grow", "had", "half",
-    "hand", "happen", "hard", "has", "hat", "have", "he", "head", "hear", "heart", "heat", "heavy", "help",
-    "her", "here", "high", "hill", "him", "his", "hold", "hole", "home", "hope", "horse", "hot", "hour",
-    "house", "how", "huge", "hunt", "idea", "if", "inch", "include", "iron", "island", "it", "just",
-    "keep", "kind", "king", "knew", "know", "lake", "land", "large", "last", "late", "laugh", "lay",
-    "lead", "learn", "leave", "left", "leg", "length", "less", "let", "letter", "level", "lie", "life",
-    "light", "like", "line", "list", "listen", "little", "live", "long", "look", "lost", "low", "machine",
-    "made", "main", "make", "man",
-)
-assert len(_WORDS) == 256
 
 
 def redacted(text: str) -> dict[str, Any]:
@@ -153,233 +101,8 @@ def skipped(reason: str, **data: Any) -> Gate:
     return Gate("skipped", reason, data)
 
 
-class GateFailure(Exception):
-    """A step of a gate did not get what the protocol requires."""
-
-
-# -- fixtures ----------------------------------------------------------------
-
-
-def _word_stream(seed: str) -> Iterator[str]:
-    counter = 0
-    while True:
-        block = sha256_bytes(f"{seed}:{counter}".encode()).encode("ascii")
-        counter += 1
-        for index in range(0, 64, 2):
-            yield _WORDS[int(block[index:index + 2], 16)]
-
-
-def filler_words(seed: str, count: int) -> list[str]:
-    stream = _word_stream(seed)
-    return [next(stream) for _ in range(count)]
-
-
-def nonce_for(seed: str) -> str:
-    """A ten-digit number (no leading zero) derived from the fixture seed."""
-    value = int(sha256_bytes(f"nonce:{seed}".encode()), 16)
-    return str(1_000_000_000 + value % 9_000_000_000)
-
-
-NEEDLE_QUESTION = "Question: What is the archive verification number stated in the document above? Answer with the number only."
-CONTINUE_INSTRUCTION = "Continue the text above with more words in the same style."
-
-
-def _paragraphs(words: list[str]) -> str:
-    lines = []
-    for start in range(0, len(words), 16):
-        chunk = words[start:start + 16]
-        lines.append(" ".join(chunk) + ".")
-    return "\n".join(lines)
-
-
-@dataclass(frozen=True)
-class Fixture:
-    """A generated prompt: `text` is sent (salt line included), `fixture_sha256` covers it without the salt."""
-
-    kind: str
-    seed: str
-    words: int
-    body: str
-    salt: str
-    nonce: str | None = None
-
-    @property
-    def text(self) -> str:
-        return f"Document {self.salt}.\n{self.body}"
-
-    @property
-    def fixture_sha256(self) -> str:
-        return sha256_bytes(self.body.encode("utf-8"))
-
-    def describe(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"generator": FIXTURE_GENERATOR, "kind": self.kind, "filler_words": self.words, "salted": True}
-        if self.nonce is not None:
-            data["nonce_depth"] = NONCE_DEPTH
-        return data
-
-
-def needle_fixture(seed: str, words: int, salt: str) -> Fixture:
-    filler = filler_words(seed, words)
-    nonce = nonce_for(seed)
-    at = int(len(filler) * NONCE_DEPTH)
-    before, after = _paragraphs(filler[:at]), _paragraphs(filler[at:])
-    needle = f"The archive verification number is {nonce}."
-    body = "\n".join(part for part in (before, needle, after) if part) + "\n\n" + NEEDLE_QUESTION
-    return Fixture("needle", seed, words, body, salt, nonce)
-
-
-def continuation_fixture(seed: str, words: int, salt: str) -> Fixture:
-    body = _paragraphs(filler_words(seed, words)) + "\n\n" + CONTINUE_INSTRUCTION
-    return Fixture("benchmark", seed, words, body, salt)
-
-
-def size_fixture(
-    make: Callable[[int], Fixture], target_tokens: int, count: Callable[[str], int | None]
-) -> tuple[Fixture, int | None, int]:
-    """The largest fixture whose token count (by the server's counter) is at most `target_tokens`.
-
-    Returns (fixture, its token count or None when the server cannot count, probes used).
-    """
-    words = max(1, int(target_tokens / 1.35))
-    fixture = make(words)
-    tokens = count(fixture.text)
-    probes = 1
-    if tokens is None:
-        return fixture, None, probes
-    low: tuple[int, int] | None = None  # (words, tokens) known <= target
-    high: int | None = None  # words known > target
-    for _ in range(40):
-        if tokens <= target_tokens:
-            low = (words, tokens)
-        else:
-            high = words
-        if tokens == target_tokens:
-            break
-        if low is not None and high is not None:
-            if high - low[0] <= 1:
-                break
-            words = (low[0] + high) // 2
-        else:
-            per_word = max(tokens / words, 0.05)
-            step = int(round((target_tokens - tokens) / per_word))
-            if step == 0:
-                step = 1 if tokens < target_tokens else -1
-            words = max(1, words + step)
-        fixture = make(words)
-        tokens = count(fixture.text)
-        probes += 1
-    if low is None:
-        raise GateFailure(f"even a {words}-word fixture has more than {target_tokens} tokens")
-    if fixture.words != low[0]:
-        fixture = make(low[0])
-    return fixture, low[1], probes
-
-
-# -- GPU facts and sampling ---------------------------------------------------
-
-
-class GpuMonitor(Protocol):
-    def facts(self) -> dict[str, Any] | None: ...
-
-    def sampling(self) -> contextlib.AbstractContextManager[GpuSamples]: ...
-
-
-@dataclass
-class GpuSamples:
-    memory_used_mib: list[float] = field(default_factory=list)
-    power_w: list[float] = field(default_factory=list)
-
-    def add(self, memory: float | None, power: float | None) -> None:
-        if memory is not None:
-            self.memory_used_mib.append(memory)
-        if power is not None:
-            self.power_w.append(power)
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text.strip())
-    except ValueError:
-        return None  # "[N/A]", "[Not Supported]"
-
-
-class NvidiaSmi:
-    """Host facts and VRAM/power sampling through `nvidia-smi` (absent: facts() is None)."""
-
-    def __init__(self, executable: str = "nvidia-smi", index: int = 0, interval: float = 0.25) -> None:
-        self.executable = executable
-        self.index = index
-        self.interval = interval
-        self._facts: dict[str, Any] | None | bool = False
-
-    def _query(self, *args: str, timeout: float = 20.0) -> str | None:
-        try:
-            result = subprocess.run([self.executable, *args], capture_output=True, text=True, timeout=timeout, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return result.stdout if result.returncode == 0 else None
-
-    def facts(self) -> dict[str, Any] | None:
-        if self._facts is not False:
-            return self._facts  # type: ignore[return-value]
-        self._facts = None
-        rows = self._query("--query-gpu=name,driver_version,compute_cap,memory.total", "--format=csv,noheader,nounits")
-        with_cc = rows is not None
-        if rows is None:  # drivers before compute_cap was a query field
-            rows = self._query("--query-gpu=name,driver_version,memory.total", "--format=csv,noheader,nounits")
-        if rows is None:
-            return None
-        lines = [line for line in rows.splitlines() if line.strip()]
-        if not lines or self.index >= len(lines):
-            return None
-        parts = [p.strip() for p in lines[self.index].split(",")]
-        summary = self._query() or ""
-        cuda = re.search(r"CUDA Version:\s*([0-9.]+)", summary)
-        version = self._query("--version") or ""
-        smi = re.search(r"NVIDIA-SMI version\s*:\s*(\S+)", version) or re.search(r"NVIDIA-SMI\s+([0-9.]+)", summary)
-        facts: dict[str, Any] = {
-            "gpu_name": parts[0],
-            "driver": parts[1],
-            "compute_capability": parts[2] if with_cc else None,
-            "memory_total_mib": _number(parts[-1]),
-            "cuda": cuda.group(1) if cuda else None,
-            "nvidia_smi": smi.group(1) if smi else None,
-            "gpu_index": self.index,
-            "gpu_count": len(lines),
-        }
-        if isinstance(facts["memory_total_mib"], float) and facts["memory_total_mib"].is_integer():
-            facts["memory_total_mib"] = int(facts["memory_total_mib"])
-        self._facts = facts
-        return facts
-
-    def sample(self) -> tuple[float | None, float | None]:
-        out = self._query(f"--id={self.index}", "--query-gpu=memory.used,power.draw", "--format=csv,noheader,nounits", timeout=5.0)
-        if not out or not out.strip():
-            return None, None
-        parts = out.strip().splitlines()[0].split(",")
-        return _number(parts[0]), _number(parts[1]) if len(parts) > 1 else None
-
-    @contextlib.contextmanager
-    def sampling(self) -> Iterator[GpuSamples]:
-        samples = GpuSamples()
-        if self.facts() is None:
-            yield samples
-            return
-        stop = threading.Event()
-
-        def loop() -> None:
-            while True:
-                samples.add(*self.sample())
-                if stop.wait(self.interval):
-                    break
-
-        thread = threading.Thread(target=loop, name="nvidia-smi-sampler", daemon=True)
-        thread.start()
-        try:
-            yield samples
-        finally:
-            stop.set()
-            thread.join(timeout=10)
+def contains_exactly(text: str, word: str) -> bool:
+    return re.search(rf"(?<![0-9A-Za-z]){re.escape(word)}(?![0-9A-Za-z])", text) is not None
 
 
 # -- restart hooks --------------------------------------------------------------
@@ -414,286 +137,6 @@ class CommandRestartHook:
             raise GateFailure(f"the restart command exited with status {result.returncode}: {redact(tail[0])[:200]}")
 
 
-# -- the HTTP client ----------------------------------------------------------------
-
-_USE_KEY = object()
-
-
-@dataclass
-class ChatResult:
-    status: int
-    text: str
-    usage: dict[str, Any]
-    elapsed: float
-    first_token_at: float | None = None  # seconds after the request was sent
-    last_token_at: float | None = None
-    content_events: int = 0
-    well_formed: bool = True
-    finish_reason: str | None = None
-
-
-def _normalise_base(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise UsageError("--endpoint is not an http(s) URL", found=url, expected="e.g. http://127.0.0.1:18082")
-    if parts.username or parts.password:
-        raise UsageError("--endpoint must not carry credentials", fix="pass the key with --api-key-file")
-    path = parts.path.rstrip("/")
-    if path.endswith("/v1"):
-        path = path[: -len("/v1")]
-    netloc = parts.netloc
-    return f"{parts.scheme}://{netloc}{path}"
-
-
-class Client:
-    def __init__(self, endpoint: str, api_key: str, *, timeout: float = 1800.0) -> None:
-        import requests
-
-        self.base = _normalise_base(endpoint)
-        parts = urlsplit(self.base)
-        self.host = parts.hostname or ""
-        self.port = parts.port or (443 if parts.scheme == "https" else 80)
-        register_secret(api_key)
-        self.api_key = api_key
-        # A wrong key that is certainly not the right one, never recorded.
-        self.wrong_key = "wrong-" + secrets.token_hex(24)
-        register_secret(self.wrong_key)
-        self.timeout = timeout
-        self.session = requests.Session()
-        self.session.trust_env = False  # no proxy between the harness and a loopback endpoint
-        # Answers are bounded: a non-streamed body is capped and read within the request's timeout.
-        adapter = net.bounded_adapter(cap=MAX_ANSWER_BYTES, timeout=timeout, scheme=parts.scheme)
-        self.session.mount("http://", adapter)
-        self.session.mount("https://", adapter)
-
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def headers(self, key: Any = _USE_KEY) -> dict[str, str]:
-        key = self.api_key if key is _USE_KEY else key
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def request(self, method: str, path: str, *, key: Any = _USE_KEY, body: Any = None, timeout: float | None = None, stream: bool = False):
-        import requests
-
-        try:
-            return self.session.request(
-                method,
-                self.url(path),
-                headers={**self.headers(key), **({"Content-Type": "application/json"} if body is not None else {})},
-                data=json.dumps(body).encode("utf-8") if body is not None else None,
-                timeout=(10.0, timeout or self.timeout),
-                stream=stream,
-            )
-        except requests.RequestException as exc:
-            raise GateFailure(f"{method} {path} did not complete: {type(exc).__name__}") from None
-        except PipelineError as error:  # the bounded adapter refused the answer (too large, another scheme)
-            raise GateFailure(f"{method} {path}: {error.what}") from None
-
-    def json_of(self, response, what: str) -> dict[str, Any]:
-        try:
-            document = loads_document(response.content, source=what)
-        except InputError as error:
-            raise GateFailure(f"{what} answered {response.status_code} with a body that is not strict JSON ({error.what})") from None
-        if not isinstance(document, dict):
-            raise GateFailure(f"{what} answered with JSON that is not an object")
-        return document
-
-    def expect_json(self, method: str, path: str, *, body: Any = None, status: int = 200, timeout: float | None = None) -> dict[str, Any]:
-        response = self.request(method, path, body=body, timeout=timeout)
-        if response.status_code != status:
-            raise GateFailure(f"{method} {path} answered {response.status_code}, expected {status}")
-        return self.json_of(response, f"{method} {path}")
-
-    def health(self, timeout: float = 10.0) -> int | None:
-        """The /health status code, or None when nothing answered."""
-        import requests
-
-        try:
-            return self.session.get(self.url("/health"), timeout=(5.0, timeout)).status_code
-        except (requests.RequestException, PipelineError):  # nothing usable answered (or an answer over the cap)
-            return None
-
-    def status(self) -> dict[str, Any]:
-        return self.expect_json("GET", "/v1/ninfer/status", timeout=60)
-
-    def count_tokens(self, model: str, text: str) -> int | None:
-        response = self.request("POST", "/v1/responses/input_tokens", body={"model": model, "input": text}, timeout=300)
-        if response.status_code in (404, 405, 501):
-            return None
-        if response.status_code != 200:
-            raise GateFailure(f"POST /v1/responses/input_tokens answered {response.status_code}")
-        document = self.json_of(response, "POST /v1/responses/input_tokens")
-        value = document.get("input_tokens")
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise GateFailure("POST /v1/responses/input_tokens did not report input_tokens")
-        return value
-
-    def respond(self, model: str, text: str, *, session: str | None, previous: str | None = None, max_tokens: int = 32, store: bool = True, timeout: float | None = None):
-        body: dict[str, Any] = {"model": model, "input": text, "max_output_tokens": max_tokens, "temperature": 0, "store": store}
-        if previous is not None:
-            body["previous_response_id"] = previous
-        if session is not None:
-            body["prompt_cache_key"] = session
-        return self.request("POST", "/v1/responses", body=body, timeout=timeout)
-
-    def chat(self, model: str, text: str, *, max_tokens: int, stream: bool, timeout: float | None = None) -> ChatResult:
-        body: dict[str, Any] = {
-            "model": model,
-            "messages": [{"role": "user", "content": text}],
-            "max_tokens": max_tokens,
-            "temperature": 0,
-            "seed": 0,
-            "stream": stream,
-        }
-        if stream:
-            body["stream_options"] = {"include_usage": True}
-        start = time.perf_counter()
-        response = self.request("POST", "/v1/chat/completions", body=body, timeout=timeout, stream=stream)
-        if response.status_code != 200:
-            response.close()
-            return ChatResult(response.status_code, "", {}, time.perf_counter() - start)
-        if not stream:
-            document = self.json_of(response, "POST /v1/chat/completions")
-            elapsed = time.perf_counter() - start
-            try:
-                choice = document["choices"][0]
-                text_out = choice["message"]["content"] or ""
-            except (KeyError, IndexError, TypeError):
-                raise GateFailure("a chat completion lacks choices[0].message.content") from None
-            return ChatResult(200, text_out, document.get("usage") or {}, elapsed, finish_reason=choice.get("finish_reason"))
-        return self._read_sse(response, start)
-
-    @staticmethod
-    def _read_sse(response, start: float) -> ChatResult:
-        pieces: list[str] = []
-        usage: dict[str, Any] = {}
-        first = last = None
-        events = 0
-        done = False
-        well_formed = True
-        finish = None
-        buffer = b""
-        received = 0
-        try:
-            for chunk in response.iter_content(chunk_size=None):
-                arrived = time.perf_counter() - start
-                received += len(chunk)
-                if received > MAX_STREAM_BYTES:
-                    raise GateFailure(f"the streamed chat completion exceeded {MAX_STREAM_BYTES} bytes")
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    line = line.rstrip(b"\r")
-                    if not line or line.startswith(b":"):
-                        continue
-                    if not line.startswith(b"data:"):
-                        if not line.startswith((b"event:", b"id:", b"retry:")):
-                            well_formed = False
-                        continue
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        done = True
-                        continue
-                    if done:
-                        well_formed = False
-                    try:
-                        event = loads_document(payload, source="a streamed chat completion event")
-                    except InputError:
-                        well_formed = False
-                        continue
-                    if not isinstance(event, dict) or not isinstance(event.get("choices") or [], list):
-                        well_formed = False
-                        continue
-                    if event.get("object") not in (None, "chat.completion.chunk"):
-                        well_formed = False
-                    if isinstance(event.get("usage"), dict) and event["usage"]:
-                        usage = event["usage"]
-                    for choice in event.get("choices") or []:
-                        delta = (choice.get("delta") or {}) if isinstance(choice, dict) else None
-                        if not isinstance(delta, dict):
-                            well_formed = False
-                            continue
-                        content = delta.get("content")
-                        if content is not None and not isinstance(content, str):
-                            well_formed = False
-                            continue
-                        if content:
-                            pieces.append(content)
-                            events += 1
-                            if first is None:
-                                first = arrived
-                            last = arrived
-                        if choice.get("finish_reason"):
-                            finish = choice["finish_reason"]
-        finally:
-            response.close()
-        return ChatResult(
-            200, "".join(pieces), usage, time.perf_counter() - start, first, last, events, well_formed and done, finish
-        )
-
-
-def response_text(document: dict[str, Any]) -> str:
-    """The assistant text of a Responses API object."""
-    if isinstance(document.get("output_text"), str):
-        return document["output_text"]
-    texts = []
-    for item in document.get("output") or []:
-        if isinstance(item, dict) and item.get("type") == "message":
-            for part in item.get("content") or []:
-                if isinstance(part, dict) and part.get("type") in ("output_text", "text") and isinstance(part.get("text"), str):
-                    texts.append(part["text"])
-    return "".join(texts)
-
-
-def _usage_int(usage: dict[str, Any], *keys: str) -> int | None:
-    value: Any = usage
-    for key in keys:
-        if not isinstance(value, dict):
-            return None
-        value = value.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def contains_exactly(text: str, word: str) -> bool:
-    return re.search(rf"(?<![0-9A-Za-z]){re.escape(word)}(?![0-9A-Za-z])", text) is not None
-
-
-# -- loopback -------------------------------------------------------------------------
-
-
-def local_non_loopback_addresses() -> list[str]:
-    """This host's own non-loopback addresses (where a 0.0.0.0 bind would also answer)."""
-    found: set[str] = set()
-    with contextlib.suppress(OSError):
-        for info in socket.getaddrinfo(socket.gethostname(), None):
-            found.add(info[4][0])
-    for family, probe in ((socket.AF_INET, "192.0.2.1"), (socket.AF_INET6, "2001:db8::1")):
-        with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as sock:
-            sock.connect((probe, 9))  # UDP: no packet is sent; the kernel picks the source address
-            found.add(sock.getsockname()[0])
-    result = []
-    for address in found:
-        try:
-            ip = ipaddress.ip_address(address.split("%")[0])
-        except ValueError:
-            continue
-        if not (net.is_loopback(str(ip), allow_name=False) or ip.is_unspecified or ip.is_link_local):
-            result.append(str(ip))
-    return sorted(result)
-
-
-def tcp_accepts(address: str, port: int, timeout: float = 1.0) -> bool:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.settimeout(timeout)
-        try:
-            sock.connect((address, port))
-        except OSError:
-            return False
-        return True
-
-
 # -- the gates ---------------------------------------------------------------------------
 
 
@@ -710,7 +153,10 @@ class Expected:
 
 
 @dataclass
-class RunContext:
+class GateRun:
+    """One qualification run against one endpoint: what the gates share (the client, the lane's
+    thresholds, the expected identity, the samples and the one benchmark stream three gates judge)."""
+
     client: Client
     lane_id: str
     thresholds: dict[str, Any]
@@ -736,7 +182,7 @@ def served_identity(status: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def gate_identity(run: RunContext) -> Gate:
+def gate_identity(run: GateRun) -> Gate:
     client = run.client
     health = client.health()
     if health != 200:
@@ -783,7 +229,7 @@ _SECURITY_PROBES = (
 )
 
 
-def gate_security(run: RunContext) -> Gate:
+def gate_security(run: GateRun) -> Gate:
     client = run.client
     matrix: dict[str, dict[str, int]] = {}
     problems: list[str] = []
@@ -833,7 +279,7 @@ def gate_security(run: RunContext) -> Gate:
     return passed("every probe without a key or with a wrong key got 401; the server listens on loopback only", **data)
 
 
-def gate_protocol(run: RunContext) -> Gate:
+def gate_protocol(run: GateRun) -> Gate:
     client, model = run.client, run.model or ""
     checks: dict[str, Any] = {}
     statuses: dict[str, int] = {}
@@ -935,7 +381,7 @@ def gate_protocol(run: RunContext) -> Gate:
     )
 
 
-def gate_long_context(run: RunContext) -> Gate:
+def gate_long_context(run: GateRun) -> Gate:
     client, model = run.client, run.model or ""
     target = int(run.thresholds["advertised_prompt_tokens"])
     seed = f"{run.lane_id}:needle:{target}"
@@ -952,7 +398,7 @@ def gate_long_context(run: RunContext) -> Gate:
     with run.gpu.sampling() as samples:
         response = client.respond(model, fixture.text, session="qualify-" + secrets.token_hex(12), max_tokens=32, store=False)
     elapsed = time.perf_counter() - started
-    _merge(run.samples, samples)
+    run.samples.extend(samples)
     data["elapsed_seconds"] = round(elapsed, 3)
     data["http_status"] = response.status_code
     if response.status_code != 200:
@@ -961,12 +407,12 @@ def gate_long_context(run: RunContext) -> Gate:
     document = client.json_of(response, "POST /v1/responses")
     output = response_text(document)
     usage = document.get("usage") or {}
-    prompt_tokens = _usage_int(usage, "input_tokens")
-    cached = _usage_int(usage, "input_tokens_details", "cached_tokens")
+    prompt_tokens = usage_int(usage, "input_tokens")
+    cached = usage_int(usage, "input_tokens_details", "cached_tokens")
     exact = contains_exactly(output, fixture.nonce)
     data.update(
         prompt_tokens=prompt_tokens,
-        completion_tokens=_usage_int(usage, "output_tokens"),
+        completion_tokens=usage_int(usage, "output_tokens"),
         cached_tokens=cached,
         cold=cached in (0, None),
         output=redacted(output),
@@ -981,12 +427,7 @@ def gate_long_context(run: RunContext) -> Gate:
     return passed(f"exact recall of the planted nonce at {prompt_tokens} prompt tokens in {elapsed:.2f} s", **data)
 
 
-def _merge(into: GpuSamples, other: GpuSamples) -> None:
-    into.memory_used_mib.extend(other.memory_used_mib)
-    into.power_w.extend(other.power_w)
-
-
-def run_benchmark(run: RunContext) -> None:
+def run_benchmark(run: GateRun) -> None:
     """One streamed request of the lane's fixed prompt and completion size; feeds three gates."""
     client, model = run.client, run.model or ""
     target = int(run.thresholds["benchmark_prompt_tokens"])
@@ -1002,12 +443,12 @@ def run_benchmark(run: RunContext) -> None:
         }
         with run.gpu.sampling() as samples:
             run.benchmark = client.chat(model, fixture.text, max_tokens=completion, stream=True)
-        _merge(run.samples, samples)
+        run.samples.extend(samples)
     except GateFailure as problem:
         run.benchmark_error = str(problem)
 
 
-def _benchmark_problem(run: RunContext) -> str | None:
+def _benchmark_problem(run: GateRun) -> str | None:
     if run.benchmark_error:
         return run.benchmark_error
     result = run.benchmark
@@ -1022,7 +463,7 @@ def _benchmark_problem(run: RunContext) -> str | None:
     return None
 
 
-def _threshold(run: RunContext, key: str, *, integer: bool = False) -> float:
+def _threshold(run: GateRun, key: str, *, integer: bool = False) -> float:
     """A gate's threshold: finite and positive, or the gate fails (a NaN compares false with everything,
     so 'below a NaN minimum' would never fail and the gate would pass whatever was measured)."""
     value = run.thresholds.get(key)
@@ -1031,69 +472,97 @@ def _threshold(run: RunContext, key: str, *, integer: bool = False) -> float:
     return int(value) if integer else float(value)
 
 
-def gate_decode(run: RunContext) -> Gate:
-    problem = _benchmark_problem(run)
-    threshold = _threshold(run, "min_decode_tokens_per_second")
-    wanted = int(run.thresholds["completion_tokens"])
-    if problem:
-        return failed(problem, threshold_tokens_per_second=threshold, **run.benchmark_data)
-    result = run.benchmark
-    assert result is not None and result.first_token_at is not None and result.last_token_at is not None
-    tokens = _usage_int(result.usage, "completion_tokens")
-    data: dict[str, Any] = {
-        "completion_tokens": tokens,
-        "requested_completion_tokens": wanted,
-        "stream_content_events": result.content_events,
-        "threshold_tokens_per_second": threshold,
-        "basis": "client-wall",
-        "wall_seconds": round(result.elapsed, 3),
-    }
-    if tokens is None:
-        return failed("the benchmark stream reports no usage.completion_tokens (stream_options.include_usage)", **data)
-    if tokens < wanted:
-        return failed(f"the completion stopped after {tokens} of {wanted} tokens, so decode was not measured over the fixed size", **data)
-    seconds = result.last_token_at - result.first_token_at
-    if seconds <= 0:
-        return failed("the whole completion arrived at once; decode speed cannot be measured", **data)
-    rate = (tokens - 1) / seconds
-    data.update(decode_seconds=round(seconds, 4), tokens_per_second=round(rate, 2))
-    if not rate >= threshold:  # fails closed: a comparison with NaN is false
-        return failed(f"decode ran at {rate:.2f} tokens/s, below the lane's {threshold:g}", **data)
-    return passed(f"decode ran at {rate:.2f} tokens/s over {tokens} tokens (threshold {threshold:g})", **data)
+@dataclass(frozen=True)
+class Throughput:
+    """One phase's measurement on the benchmark stream: `tokens` over `seconds`, described as `over`."""
+
+    tokens: int
+    seconds: float
+    over: str  # what the rate was measured over, for the reason line
 
 
-def gate_prefill(run: RunContext) -> Gate:
+def _throughput_gate(
+    run: GateRun,
+    *,
+    phase: str,
+    threshold_key: str,
+    measure: Callable[[ChatResult, dict[str, Any]], Throughput | str],
+    with_fixture_on_problem: bool = False,
+) -> Gate:
+    """The shape decode and prefill share: the benchmark stream, a tokens-per-second threshold, a rate.
+
+    `measure` records what it read into `data` and returns the measurement, or why there is none
+    (the gate fails with that reason and the data so far)."""
     problem = _benchmark_problem(run)
-    threshold = _threshold(run, "min_prefill_tokens_per_second")
+    threshold = _threshold(run, threshold_key)
     if problem:
-        return failed(problem, threshold_tokens_per_second=threshold)
+        return failed(problem, threshold_tokens_per_second=threshold, **(run.benchmark_data if with_fixture_on_problem else {}))
     result = run.benchmark
     assert result is not None and result.first_token_at is not None
-    prompt = _usage_int(result.usage, "prompt_tokens")
-    cached = _usage_int(result.usage, "prompt_tokens_details", "cached_tokens") or 0
-    data: dict[str, Any] = {
-        "prompt_tokens": prompt,
-        "cached_tokens": cached,
-        "threshold_tokens_per_second": threshold,
-        "basis": "client-wall (computed prompt tokens / time to first token)",
-        "fixture_sha256": run.benchmark_data.get("fixture_sha256"),
-    }
-    if prompt is None:
-        return failed("the benchmark stream reports no usage.prompt_tokens", **data)
-    computed = prompt - cached
-    data["computed_prompt_tokens"] = computed
-    if computed <= 0:
-        return failed("the whole prompt was served from a prefix cache; prefill was not measured", **data)
-    if not result.first_token_at > 0:
-        return failed("the first token arrived with the request; prefill speed cannot be measured", **data)
-    rate = computed / result.first_token_at
-    data.update(prefill_seconds=round(result.first_token_at, 4), tokens_per_second=round(rate, 2))
-    if not rate >= threshold:
-        return failed(f"prefill ran at {rate:.2f} tokens/s, below the lane's {threshold:g}", **data)
-    return passed(f"prefill ran at {rate:.2f} tokens/s over {computed} computed prompt tokens (threshold {threshold:g})", **data)
+    data: dict[str, Any] = {"threshold_tokens_per_second": threshold}
+    measured = measure(result, data)
+    if isinstance(measured, str):
+        return failed(measured, **data)
+    rate = measured.tokens / measured.seconds
+    data.update({f"{phase}_seconds": round(measured.seconds, 4), "tokens_per_second": round(rate, 2)})
+    if not rate >= threshold:  # fails closed: a comparison with NaN is false
+        return failed(f"{phase} ran at {rate:.2f} tokens/s, below the lane's {threshold:g}", **data)
+    return passed(f"{phase} ran at {rate:.2f} tokens/s over {measured.over} (threshold {threshold:g})", **data)
 
 
-def gate_ttft(run: RunContext) -> Gate:
+def gate_decode(run: GateRun) -> Gate:
+    """Decode speed: completion tokens after the first over the time between the first and the last."""
+
+    def measure(result: ChatResult, data: dict[str, Any]) -> Throughput | str:
+        wanted = int(run.thresholds["completion_tokens"])
+        tokens = usage_int(result.usage, "completion_tokens")
+        data.update(
+            completion_tokens=tokens,
+            requested_completion_tokens=wanted,
+            stream_content_events=result.content_events,
+            basis="client-wall",
+            wall_seconds=round(result.elapsed, 3),
+        )
+        if tokens is None:
+            return "the benchmark stream reports no usage.completion_tokens (stream_options.include_usage)"
+        if tokens < wanted:
+            return f"the completion stopped after {tokens} of {wanted} tokens, so decode was not measured over the fixed size"
+        assert result.first_token_at is not None and result.last_token_at is not None
+        seconds = result.last_token_at - result.first_token_at
+        if seconds <= 0:
+            return "the whole completion arrived at once; decode speed cannot be measured"
+        return Throughput(tokens - 1, seconds, f"{tokens} tokens")
+
+    return _throughput_gate(run, phase="decode", threshold_key="min_decode_tokens_per_second", measure=measure, with_fixture_on_problem=True)
+
+
+def gate_prefill(run: GateRun) -> Gate:
+    """Prefill speed: the prompt tokens the server computed (not cached) over the time to the first token."""
+
+    def measure(result: ChatResult, data: dict[str, Any]) -> Throughput | str:
+        prompt = usage_int(result.usage, "prompt_tokens")
+        cached = usage_int(result.usage, "prompt_tokens_details", "cached_tokens") or 0
+        data.update(
+            prompt_tokens=prompt,
+            cached_tokens=cached,
+            basis="client-wall (computed prompt tokens / time to first token)",
+            fixture_sha256=run.benchmark_data.get("fixture_sha256"),
+        )
+        if prompt is None:
+            return "the benchmark stream reports no usage.prompt_tokens"
+        computed = prompt - cached
+        data["computed_prompt_tokens"] = computed
+        if computed <= 0:
+            return "the whole prompt was served from a prefix cache; prefill was not measured"
+        assert result.first_token_at is not None
+        if not result.first_token_at > 0:
+            return "the first token arrived with the request; prefill speed cannot be measured"
+        return Throughput(computed, result.first_token_at, f"{computed} computed prompt tokens")
+
+    return _throughput_gate(run, phase="prefill", threshold_key="min_prefill_tokens_per_second", measure=measure)
+
+
+def gate_ttft(run: GateRun) -> Gate:
     problem = _benchmark_problem(run)
     threshold = _threshold(run, "max_time_to_first_token_seconds")
     if problem:
@@ -1101,13 +570,13 @@ def gate_ttft(run: RunContext) -> Gate:
     result = run.benchmark
     assert result is not None and result.first_token_at is not None
     ttft = result.first_token_at
-    data = {"seconds": round(ttft, 4), "threshold_seconds": threshold, "prompt_tokens": _usage_int(result.usage, "prompt_tokens")}
+    data = {"seconds": round(ttft, 4), "threshold_seconds": threshold, "prompt_tokens": usage_int(result.usage, "prompt_tokens")}
     if not ttft <= threshold:
         return failed(f"the first token came after {ttft:.3f} s, above the lane's {threshold:g} s", **data)
     return passed(f"the first token came after {ttft:.3f} s (threshold {threshold:g} s)", **data)
 
 
-def gate_gpu_resources(run: RunContext) -> Gate:
+def gate_gpu_resources(run: GateRun) -> Gate:
     threshold = _threshold(run, "max_vram_mib", integer=True)
     facts = run.gpu.facts()
     if facts is None:
@@ -1129,7 +598,7 @@ def gate_gpu_resources(run: RunContext) -> Gate:
     return passed(f"peak VRAM {peak:g} MiB (threshold {threshold} MiB), max power {power if power is not None else 'n/a'} W", **data)
 
 
-def gate_restart(run: RunContext) -> Gate:
+def gate_restart(run: GateRun) -> Gate:
     client, model = run.client, run.model or ""
     limit = _threshold(run, "max_restart_seconds")
     hook = run.restart_hook
@@ -1173,7 +642,7 @@ def gate_restart(run: RunContext) -> Gate:
         output = response_text(document)
         data["output"] = redacted(output)
         data["exact_output"] = contains_exactly(output, word)
-        data["restored_cached_input_tokens"] = _usage_int(document.get("usage") or {}, "input_tokens_details", "cached_tokens")
+        data["restored_cached_input_tokens"] = usage_int(document.get("usage") or {}, "input_tokens_details", "cached_tokens")
         if run.deleted_response is not None:
             ghost = client.respond(model, "What is the first code word?", session=None, previous=run.deleted_response, max_tokens=8, timeout=120)
             data["post_restart_deleted_continuation_status"] = ghost.status_code
@@ -1192,11 +661,11 @@ def gate_restart(run: RunContext) -> Gate:
     )
 
 
-def run_endpoint_gates(run: RunContext, on_gate: Callable[[str, Gate], None]) -> tuple[dict[str, Gate], list[str]]:
+def run_endpoint_gates(run: GateRun, on_gate: Callable[[str, Gate], None]) -> tuple[dict[str, Gate], list[str]]:
     """Run every endpoint gate in order.  An identity mismatch stops the run: the rest are not run."""
     results: dict[str, Gate] = {}
 
-    def attempt(name: str, function: Callable[[RunContext], Gate]) -> Gate:
+    def attempt(name: str, function: Callable[[GateRun], Gate]) -> Gate:
         try:
             gate = function(run)
         except GateFailure as problem:

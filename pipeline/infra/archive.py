@@ -19,7 +19,9 @@ every core.  Deflate output still depends on the zlib build
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import itertools
 import os
 import stat
 import struct
@@ -52,6 +54,30 @@ def default_jobs() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # pragma: no cover - not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def _spread_workers() -> Callable[[], None] | None:
+    """A thread-pool initializer that pins each compression thread to its own allowed CPU (Linux).
+
+    On a loaded machine the scheduler was seen stacking both compression threads on one of two
+    CPUs for much of a run (the bench: 0.85x of `pigz -p 2` unpinned, 1.07x pinned, median of
+    10 runs at load 5); pigz's C threads stayed spread.  Only the pool's threads are pinned (on
+    Linux the call binds the calling thread) and they end with the archive; the bytes do not
+    depend on it.  Where affinity cannot be set, the threads simply stay unpinned.
+    """
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # pragma: no cover - not Linux
+        return None
+    if len(cpus) < 2:
+        return None
+    slots = itertools.count()
+
+    def pin() -> None:
+        with contextlib.suppress(OSError):  # the allowed set changed under us: stay unpinned
+            os.sched_setaffinity(0, {cpus[next(slots) % len(cpus)]})
+
+    return pin
 
 
 @dataclass(frozen=True)
@@ -198,7 +224,7 @@ class DeterministicGzip:
         self._pending = bytearray()
         self._previous_tail = b""
         self._inflight: deque[Future[bytes]] = deque()
-        self._pool = ThreadPoolExecutor(max_workers=self.jobs) if self.jobs > 1 else None
+        self._pool = ThreadPoolExecutor(max_workers=self.jobs, initializer=_spread_workers()) if self.jobs > 1 else None
         extra_flags = 2 if level == 9 else 4 if level == 1 else 0
         self._emit(b"\x1f\x8b\x08\x00" + struct.pack("<I", mtime) + bytes([extra_flags, 255]))
 

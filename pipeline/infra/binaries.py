@@ -1,5 +1,8 @@
 """What the runtime binaries import, where each library comes from, and RUNPATH.
 
+The one ELF and PE reader of the pipeline (package resolves imports with it,
+the image stage checks its layers' binaries with `elf_imports`).
+
 The libraries a package bundles are read from the binaries themselves, never
 from a hand list: ELF `DT_NEEDED` entries (pyelftools) and PE import and
 delay-import tables (pefile).  Each imported name is resolved against the
@@ -32,8 +35,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pipeline.errors import BuildFailure, InputError, IntegrityError
+from pipeline.errors import BuildFailure, InputError, IntegrityError, PipelineError
 from pipeline.formats.lanes import REPO_ROOT, Lane, Redistributable
+from pipeline.formats.toolchain_record import ToolchainRecord
+from pipeline.util.hashing import sha256_file
 from pipeline.util.proc import ToolRecord, require_tool, run, tool_record
 from pipeline.util.safepath import safe_relative
 
@@ -67,7 +72,22 @@ def inspect_binary(path: Path) -> BinaryInfo:
     )
 
 
-def _inspect_elf(path: Path) -> BinaryInfo:
+def is_elf(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(4) == b"\x7fELF"
+
+
+def elf_imports(path: Path, *, error: type[PipelineError] = IntegrityError) -> BinaryInfo | None:
+    """The DT_NEEDED, RUNPATH and RPATH of an ELF file; None when the file is not ELF (a script, a text).
+
+    For callers that look at every file of a tree (the image's layers);
+    `error` is the failure class for a file that starts like ELF but is not
+    readable as one.
+    """
+    return _inspect_elf(path, error=error) if is_elf(path) else None
+
+
+def _inspect_elf(path: Path, *, error: type[PipelineError] = IntegrityError) -> BinaryInfo:
     from elftools.common.exceptions import ELFError
     from elftools.elf.dynamic import DynamicSection
     from elftools.elf.elffile import ELFFile
@@ -91,7 +111,7 @@ def _inspect_elf(path: Path) -> BinaryInfo:
                     elif kind == "DT_RPATH":
                         rpath.extend(p for p in tag.rpath.split(":") if p)
     except (ELFError, OSError, ValueError) as exc:
-        raise IntegrityError(f"is not a readable ELF file ({exc})", file=path) from None
+        raise error(f"is not a readable ELF file ({exc})", file=path) from None
     return BinaryInfo(path, "elf", str(machine), tuple(needed), tuple(runpath), tuple(rpath))
 
 
@@ -129,20 +149,36 @@ class ToolchainLibrary:
     distribution: str  # wheel distribution, e.g. nvidia-cuda-runtime ("" for a system toolkit)
     version: str
     license_file: Path | None
+    sha256: str | None = None  # as the build recorded it (pipeline/formats/toolchain_record.py)
 
 
-def toolchain_libraries(root: Path | None) -> dict[str, ToolchainLibrary]:
+def toolchain_libraries(root: Path | None, *, dist_infos: Iterable[str] | None = None) -> dict[str, ToolchainLibrary]:
     """Shared libraries of an unpacked toolchain, by file name, with the wheel that shipped each.
 
     A pinned toolchain is a folder of unpacked wheels (`<root>/site`); each
-    wheel's `*.dist-info/RECORD` lists its files, so every library maps to its
-    distribution, version and licence text.
+    wheel's `<distribution>-<version>.dist-info/RECORD` lists its files, so
+    every library maps to its distribution, version and licence text.
+    `dist_infos` names the wheels' dist-info folders (from the lock's wheel
+    file names, `pipeline.infra.toolchain`); each must be there.  Without it
+    every dist-info folder of the site is read.
     """
     found: dict[str, ToolchainLibrary] = {}
     if root is None or not root.is_dir():
         return found
     site = root / "site" if (root / "site").is_dir() else root
-    for record in sorted(site.glob("*.dist-info/RECORD")):
+    if dist_infos is None:
+        records = sorted(site.glob("*.dist-info/RECORD"))
+    else:
+        records = [safe_relative(name, site, file=root, field="dist-info", hidden=True, portable=False, what="the toolchain's site folder") / "RECORD" for name in dist_infos]
+        for record in records:
+            if not record.is_file():
+                raise IntegrityError(
+                    "the unpacked toolchain lacks a pinned wheel's RECORD",
+                    file=record,
+                    why="every wheel of the lock is unpacked with its dist-info folder; this one is missing or was changed",
+                    fix=f"delete {root} and build again (the toolchain is provisioned anew)",
+                )
+    for record in records:
         dist_info = record.parent
         base = dist_info.name[: -len(".dist-info")]
         distribution, _, version = base.rpartition("-")
@@ -159,6 +195,45 @@ def toolchain_libraries(root: Path | None) -> dict[str, ToolchainLibrary]:
             if path.is_file() and name not in found:
                 found[name] = ToolchainLibrary(path, distribution, version, license_file)
     return found
+
+
+def recorded_libraries(record: ToolchainRecord) -> dict[str, ToolchainLibrary]:
+    """The toolchain libraries the build recorded, at their place in the unpacked toolchain.
+
+    Paths come from the record, inside its site folder; the bytes are checked
+    against the recorded SHA-256 by `check_recorded` before anything is bundled.
+    """
+    site = record.site
+    if site is None:
+        return {}
+    return {
+        name: ToolchainLibrary(
+            path=safe_relative(row.path, site, file=record.root, field=f"libraries.{name}.path", hidden=True, portable=False, what="the toolchain's site folder"),
+            distribution=row.distribution,
+            version=row.version,
+            license_file=site / row.license_file if row.license_file else None,
+            sha256=row.sha256,
+        )
+        for name, row in record.libraries.items()
+    }
+
+
+def check_recorded(library: ToolchainLibrary, *, record_file: Path | str) -> None:
+    """A recorded toolchain library still holds the bytes the build recorded (else IntegrityError)."""
+    if library.sha256 is None:
+        return
+    if not library.path.is_file():
+        raise IntegrityError("a toolchain library the build recorded is gone", file=library.path, why=f"recorded in {record_file}", fix="build the lane again (the toolchain is provisioned anew)")
+    actual = sha256_file(library.path)
+    if actual != library.sha256:
+        raise IntegrityError(
+            "a toolchain library changed after the build recorded it",
+            file=library.path,
+            found=actual,
+            expected=library.sha256,
+            why=f"the package would bundle other bytes than the toolchain that built the binaries ({record_file})",
+            fix="build the lane again with a freshly provisioned toolchain",
+        )
 
 
 def _is_shared_library(name: str) -> bool:

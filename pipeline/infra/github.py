@@ -217,11 +217,12 @@ class GitHub:
         data = b"".join(chunks)
         if not data:
             return None
-        import json
+        from pipeline.errors import InputError
+        from pipeline.util.jsonio import loads_document
 
         try:
-            return json.loads(data.decode("utf-8"), parse_constant=lambda name: None)
-        except (UnicodeDecodeError, ValueError):
+            return loads_document(data, source="GitHub's answer", max_bytes=MAX_JSON_BYTES)
+        except InputError:  # an error page, not JSON: keep its start as the message
             return {"message": data[:200].decode("utf-8", "replace")}
 
     def request(

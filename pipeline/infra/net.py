@@ -93,28 +93,36 @@ def authority_is_loopback(authority: str, *, allow_name: bool = True) -> bool:
 
 
 def scheme_problem(url: str) -> str | None:
-    """Why `url` may not be fetched at all: not HTTPS (plain HTTP only to loopback), no host, credentials."""
-    parts = urlsplit(url)
+    """Why `url` may not be fetched at all: not HTTPS (plain HTTP only to loopback), no host, credentials, not a URL."""
+    try:
+        parts = urlsplit(url)
+        hostname, credentials = parts.hostname, parts.username or parts.password
+    except ValueError as exc:  # an unbalanced '[' of an IPv6 host, a port that is no number
+        return f"is not a valid URL ({exc})"
     if parts.scheme == "http":
-        if not is_loopback(parts.hostname):
+        if not is_loopback(hostname):
             return "plain HTTP is not accepted (only for loopback test servers); the release must be served over HTTPS"
     elif parts.scheme != "https":
         return f"is not an HTTPS URL (scheme {parts.scheme or 'none'!r})"
-    if not parts.hostname:
+    if not hostname:
         return "names no host"
-    if parts.username or parts.password:
+    if credentials:
         return "carries credentials"
     return None
 
 
 def origin(url: str) -> tuple[str, str, int | None]:
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        hostname = parts.hostname
+    except ValueError:  # not a URL: an origin nothing else shares
+        return "", "", None
     scheme = parts.scheme.lower()
     try:
         port = parts.port
     except ValueError:
         port = None
-    return scheme, (parts.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
+    return scheme, (hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
 
 
 def redirect_problem(first: str, target: str, policy: str) -> str | None:
@@ -260,18 +268,28 @@ def open_stream(
     Raises RemoteError for a redirect the policy refuses; `requests`
     exceptions propagate for connection failures.
     """
+    import requests
+
     label = label or url
     current = url
     sent = dict(headers or {})
     for _hop in range(MAX_REDIRECTS + 1):
-        response = session.get(current, headers=sent, params=params, stream=True, timeout=timeout, allow_redirects=False)
+        try:
+            response = session.get(current, headers=sent, params=params, stream=True, timeout=timeout, allow_redirects=False)
+        except requests.RequestException:
+            raise  # the caller's to retry or report
+        except ValueError as exc:  # requests parses a redirect's Location even when it does not follow it
+            raise RemoteError(f"the server redirected {label} to an invalid URL ({exc})", file=current) from None
         if response.status_code not in REDIRECT_STATUS:
             return response
         location = response.headers.get("Location")
         response.close()
         if not location:
             raise RemoteError(f"the server answered HTTP {response.status_code} without a Location for {label}", file=current)
-        target = urljoin(current, location)
+        try:
+            target = urljoin(current, location)
+        except ValueError as exc:  # a Location that is no URL (an unbalanced '[')
+            raise RemoteError(f"the server redirected {label} to an invalid URL {location[:200]!r} ({exc})", file=current) from None
         problem = redirect_problem(url, target, redirects)
         if problem:
             raise RemoteError(

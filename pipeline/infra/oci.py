@@ -140,9 +140,24 @@ class Descriptor:
             )
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
             raise InputError("descriptor size is not a non-negative integer", file=origin, field=f"{field_name}.size", found=size)
-        annotations = document.get("annotations") or {}
+        annotations = read_annotations(document.get("annotations"), origin=origin, field_name=f"{field_name}.annotations")
         platform = document.get("platform")
-        return cls(media_type, digest, size, dict(annotations), dict(platform) if isinstance(platform, dict) else None)
+        return cls(media_type, digest, size, annotations, dict(platform) if isinstance(platform, dict) else None)
+
+
+def read_annotations(value: Any, *, origin: str, field_name: str) -> dict[str, str]:
+    """OCI annotations: a map of string to string (absent or null: none)."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(item, str) for item in value.values()):
+        raise InputError(
+            "annotations are not a map of strings",
+            file=origin,
+            field=field_name,
+            found=value if not isinstance(value, dict) else {k: v for k, v in value.items() if not isinstance(v, str)},
+            expected="an object whose values are strings (OCI image spec, annotations)",
+        )
+    return dict(value)
 
 
 # -- hashing writers ---------------------------------------------------------
@@ -443,9 +458,12 @@ def parse_json_blob(data: bytes, *, origin: str) -> dict[str, Any]:
     return document
 
 
-def document_media_type(document: dict[str, Any], header: str | None) -> str:
+def document_media_type(document: dict[str, Any], header: str | None, *, origin: str | None = None) -> str:
     """A manifest's media type: its own field, else what the registry said, else guessed from shape."""
-    media_type = document.get("mediaType") or header or ""
+    own = document.get("mediaType")
+    if own is not None and not isinstance(own, str):
+        raise InputError("mediaType is not a string", file=origin, field="mediaType", found=own, expected="a media type such as " + repr(MANIFEST))
+    media_type = own or header or ""
     if not media_type:
         media_type = INDEX if "manifests" in document else MANIFEST
     return media_type.split(";")[0].strip()
@@ -465,7 +483,7 @@ def parse_manifest(document: dict[str, Any], *, origin: str, media_type: str) ->
     if not isinstance(raw_layers, list) or not raw_layers:
         raise InputError("manifest has no layers", file=origin, field="layers")
     layers = tuple(Descriptor.from_json(item, origin=origin, field_name=f"layers[{i}]") for i, item in enumerate(raw_layers))
-    return Manifest(media_type, config, layers, dict(document.get("annotations") or {}))
+    return Manifest(media_type, config, layers, read_annotations(document.get("annotations"), origin=origin, field_name="annotations"))
 
 
 def as_oci_layer(descriptor: Descriptor, *, origin: str, index: int) -> Descriptor:

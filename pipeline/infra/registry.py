@@ -44,6 +44,7 @@ from urllib.parse import urlsplit
 import requests
 
 from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError, register_secret
+from pipeline.formats import image_reference
 from pipeline.infra import net
 from pipeline.infra.net import authority_is_loopback
 from pipeline.infra.oci import ACCEPT_ANY_MANIFEST, CHUNK, Descriptor, is_digest
@@ -68,11 +69,10 @@ DOCKER_HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io")
 DOCKER_HUB_API = "registry-1.docker.io"
 DOCKER_HUB_CONFIG_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
-# distribution's reference grammar (github.com/distribution/reference).
-_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"
-REPOSITORY = re.compile(rf"{_COMPONENT}(?:/{_COMPONENT})*")
-TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
-_HOST = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9a-fA-F:]+\])(?::[0-9]{1,5})?")
+# distribution's reference grammar lives in one place (pipeline/formats/image_reference.py).
+REPOSITORY = image_reference.REPOSITORY
+TAG = image_reference.TAG
+_HOST = image_reference.HOST
 
 
 # -- names ----------------------------------------------------------------
@@ -101,8 +101,7 @@ class Repository:
         return f"{self.name}@{digest}"
 
 
-def _looks_like_host(component: str) -> bool:
-    return "." in component or ":" in component or component == "localhost" or component.startswith("[")
+_looks_like_host = image_reference.looks_like_host
 
 
 def parse_push_target(value: str, *, plain_http: bool | None = None) -> Repository:
@@ -284,6 +283,15 @@ def _strict_token_backend(session, plain_http: bool):
             return token or None
 
         def request_token(self, h):
+            if not h.realm:
+                # oras-py would call .startswith on None: a challenge without a realm names no token service.
+                raise RemoteError(
+                    "the registry's bearer challenge names no token service (no realm)",
+                    field="WWW-Authenticate",
+                    expected='Bearer realm="https://<token service>",service="<registry>"',
+                    why="the registry asks for a token but does not say where to get one",
+                    fix="check the registry's address (a proxy or a broken registry answers like this)",
+                )
             params: dict[str, str] = {}
             headers: dict[str, str] = {}
             if h.service:
@@ -787,3 +795,62 @@ class RegistryClient:
         if not all(isinstance(tag, str) for tag in tags):
             raise InputError("lists tags that are not strings", file=url, field="tags")
         return tags
+
+
+# -- anonymous pulls by digest (audit) ---------------------------------------
+
+MAX_TOKEN_ANSWER_BYTES = 64 * 1024  # a token service's JSON answer to an anonymous pull
+
+
+def bearer_challenge(header: str) -> dict[str, str] | None:
+    """The parameters of a `WWW-Authenticate: Bearer realm="…",service="…",scope="…"` challenge, else None."""
+    if not header.lower().startswith("bearer "):
+        return None
+    return dict(re.findall(r'([A-Za-z_]+)="([^"]*)"', header[7:]))
+
+
+def fetch_manifest_by_digest(host: str, name: str, digest: str, *, session, timeout: float = TIMEOUT_SECONDS) -> tuple[bytes, str]:
+    """GET /v2/<name>/manifests/<digest> as an anonymous puller (audit); returns (bytes, media type).
+
+    A 401 with a Bearer challenge is answered with the anonymous token flow
+    (GHCR and Docker Hub serve public images so).  Every answer is capped
+    (MAX_ANSWER_BYTES for the manifest, MAX_TOKEN_ANSWER_BYTES for the token
+    service) and read within `timeout` overall through `pipeline.infra.net`,
+    whose loopback rule picks plain HTTP and whose redirect rule keeps every
+    request on the registry's origin.  The caller hashes the bytes against
+    the digest: a mismatch is its finding, not a transport error.
+    """
+    scheme = "http" if authority_is_loopback(host) else "https"
+    url = f"{scheme}://{host}/v2/{name}/manifests/{digest}"
+    headers = {"Accept": ACCEPT_ANY_MANIFEST}
+
+    def get(location: str, cap: int, what: str, **kwargs: Any):
+        return net.fetch_bytes(session, location, cap=cap, timeout=timeout, what=what, redirects="same-origin", label=what, accept_status=lambda status: True, **kwargs)
+
+    response, body = get(url, MAX_ANSWER_BYTES, f"manifest {digest}", headers=headers)
+    if response.status_code == 401:
+        challenge = bearer_challenge(response.headers.get("WWW-Authenticate", ""))
+        if challenge is None or "realm" not in challenge:
+            raise RemoteError(f"the registry {host} requires credentials for {name} (HTTP 401 without an anonymous token challenge)", file=url)
+        realm = challenge["realm"]
+        problem = net.scheme_problem(realm)
+        if problem:
+            raise RemoteError(f"the registry's token realm {realm} {problem}", file=url)
+        params = {"scope": challenge.get("scope") or f"repository:{name}:pull"}
+        if challenge.get("service"):
+            params["service"] = challenge["service"]
+        token_response, answer = get(realm, MAX_TOKEN_ANSWER_BYTES, "the registry's token answer", params=params)
+        if token_response.status_code != 200:
+            raise RemoteError(f"the registry's token service answered HTTP {token_response.status_code} for an anonymous pull token of {name}", file=realm)
+        payload = loads_object(answer, source=realm, max_bytes=MAX_TOKEN_ANSWER_BYTES)
+        token = payload.get("token") or payload.get("access_token")
+        if not isinstance(token, str) or not token:
+            raise RemoteError("the registry's token service returned no token", file=realm, found=sorted(payload)[:8], expected="an object with 'token' or 'access_token'")
+        register_secret(token)
+        response, body = get(url, MAX_ANSWER_BYTES, f"manifest {digest}", headers={**headers, "Authorization": f"Bearer {token}"})
+    if response.status_code == 404:
+        raise RemoteError(f"the registry has no manifest {digest} in {host}/{name} (HTTP 404)", file=url)
+    if response.status_code != 200:
+        raise RemoteError(f"the registry answered HTTP {response.status_code} for manifest {digest}", file=url)
+    media_type = response.headers.get("Content-Type", "").split(";")[0].strip() or "unknown"
+    return body, media_type

@@ -11,46 +11,88 @@ because `-lineinfo` embeds absolute source paths in device code.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import os
 import re
+import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import EnvironmentProblem, InputError, RefusedError, UsageError
+from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, UsageError
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra.git import GIT
 from pipeline.infra.safetar import SafeTar
 from pipeline.util.hashing import is_commit_hex
 from pipeline.util.proc import run, run_text
 
 EMBEDDED_SUBDIR = "runtime/sample"
-GIT = ["git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*"]
+
+
+@dataclass(frozen=True)
+class ArchiveClaim:
+    """What a source archive must be, from its provenance: the tar's SHA-256, the commit and its tree,
+    and the labels the original build recorded for it (kind, location, subdir)."""
+
+    tar_sha256: str
+    commit: str
+    tree: str
+    recorded: tuple[tuple[str, object], ...]  # the original build identity's `source` block
+    strict: bool = True  # refuse a mismatch (build); `rebuild --verify` records it and builds anyway
+
+    @property
+    def recorded_dict(self) -> dict[str, object]:
+        return dict(self.recorded)
 
 
 @dataclass(frozen=True)
 class SourceSpec:
-    kind: str  # "embedded-sample", "local", "remote"
-    location: str  # a path or URL
+    kind: str  # "embedded-sample", "local", "remote", "archive"
+    location: str  # a path or URL (for "archive": the .tar or .tar.gz file)
     commit: str | None  # requested commit (None: HEAD of a local checkout)
     subdir: str = ""
+    claim: ArchiveClaim | None = None  # "archive" only
 
     @property
     def display(self) -> str:
         if self.kind == "embedded-sample":
             return f"embedded sample runtime ({EMBEDDED_SUBDIR} of this repository)"
+        if self.kind == "archive":
+            return f"source archive {self.location} (commit {self.commit})"
         return f"{self.location}@{self.commit}" if self.commit else self.location
 
 
 @dataclass(frozen=True)
 class ResolvedSource:
     spec: SourceSpec
-    repository: str  # where the git objects are (a local path)
+    repository: str  # where the git objects are (a local path; "" for a source archive)
     commit: str
     tree: str
     commit_time: int
     subdir: str
+    archive: bytes | None = None  # the exact tar of a source archive (no git history)
+    problems: tuple[str, ...] = ()  # identity mismatches of a non-strict archive (rebuild --verify)
+
+    @property
+    def kind(self) -> str:
+        """The kind the build identity records: a source archive keeps its original build's."""
+        if self.spec.claim is not None:
+            return str(self.spec.claim.recorded_dict.get("kind") or "archive")
+        return self.spec.kind
 
     def to_json(self) -> dict[str, object]:
+        if self.spec.claim is not None:
+            # Labels (kind, location, subdir) are the original's; commit, tree and time are what the archive holds.
+            recorded = self.spec.claim.recorded_dict
+            return {
+                "kind": recorded.get("kind"),
+                "location": recorded.get("location"),
+                "commit": self.commit,
+                "tree": self.tree,
+                "subdir": recorded.get("subdir", ""),
+                "commit_time": self.commit_time,
+            }
         return {
             "kind": self.spec.kind,
             "location": self.spec.location if self.spec.kind == "remote" else None,
@@ -117,6 +159,8 @@ def _fetch_remote(spec: SourceSpec) -> str:
 
 
 def resolve_source(spec: SourceSpec, lane: Lane) -> ResolvedSource:
+    if spec.kind == "archive":
+        return resolve_archive(spec, lane)
     if spec.kind == "remote":
         repo = _fetch_remote(spec)
         commit = _git_text(repo, "rev-parse", "--verify", f"{spec.commit}^{{commit}}", what="resolve the fetched commit")
@@ -170,8 +214,32 @@ def resolve_source(spec: SourceSpec, lane: Lane) -> ResolvedSource:
     return ResolvedSource(spec=spec, repository=repo, commit=commit, tree=tree, commit_time=commit_time, subdir=spec.subdir)
 
 
+def source_file(source: ResolvedSource, relative: str) -> bytes | None:
+    """The bytes of one file at the source's root (in its exact commit), or None when it has none."""
+    if source.archive is not None:
+        with tarfile.open(fileobj=io.BytesIO(source.archive), mode="r:") as archive:
+            for info in archive:
+                if info.name.removeprefix("./") == relative:
+                    if not info.isreg():
+                        raise InputError(f"{relative} in the source archive is not a regular file", file=source.spec.location)
+                    handle = archive.extractfile(info)
+                    assert handle is not None
+                    return handle.read()
+        return None
+    path = f"{source.subdir}/{relative}" if source.subdir else relative
+    spec = f"{source.commit}:{path}"
+    if _git(source.repository, "cat-file", "-e", spec, what=f"look for {relative} in the source", check=False).returncode != 0:
+        return None
+    kind = _git_text(source.repository, "cat-file", "-t", spec, what=f"read the type of {relative}")
+    if kind != "blob":
+        raise InputError(f"{relative} in the source is a {kind}, not a file", file=f"{source.commit}:{path}")
+    return _git(source.repository, "cat-file", "blob", spec, what=f"read {relative} from the source").stdout
+
+
 def archive_tar(source: ResolvedSource, prefix: str = "") -> bytes:
     """`git archive` of the exact commit (or its subtree) as tar bytes; no EOL conversion."""
+    if source.archive is not None:
+        return source.archive
     treeish = f"{source.commit}:{source.subdir}" if source.subdir else source.commit
     args = ["archive", "--format=tar"]
     if prefix:
@@ -211,3 +279,106 @@ def export_tree(tar_bytes: bytes, destination: Path) -> None:
 
 def describe_commit(repo: str, commit: str) -> str:
     return run_text([*GIT, "-C", repo, "log", "-1", "--format=%h %s", commit], what="describe the commit")
+
+
+# -- a source archive instead of a checkout (rebuild --verify) --------------------------
+
+MAX_ARCHIVE_BYTES = 1 << 30  # a source, not a model: far above the engine's few MiB
+
+
+def read_archive(path: Path) -> bytes:
+    """The tar bytes of a `.tar` or `.tar.gz` source archive (bounded in size)."""
+
+    try:
+        raw = path.read_bytes() if path.stat().st_size <= MAX_ARCHIVE_BYTES else None
+    except OSError as exc:
+        raise InputError(f"cannot read the source archive ({exc.strerror})", file=path) from None
+    if raw is None:
+        raise InputError("the source archive is larger than a source can be", file=path, expected=f"at most {MAX_ARCHIVE_BYTES} bytes")
+    if raw[:2] != b"\x1f\x8b":
+        return raw
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as handle:
+            data = handle.read(MAX_ARCHIVE_BYTES + 1)
+    except (OSError, EOFError) as exc:
+        raise InputError(f"the source archive is not a readable gzip file ({exc})", file=path) from None
+    if len(data) > MAX_ARCHIVE_BYTES:
+        raise InputError("the source archive unpacks to more than a source can be", file=path)
+    return data
+
+
+def archive_facts(data: bytes, *, origin: str) -> tuple[str | None, int]:
+    """(the commit git archive wrote into the pax global header, or None; the members' one mtime)."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
+            members = archive.getmembers()
+            comment = archive.pax_headers.get("comment")
+    except tarfile.TarError as exc:
+        raise InputError(f"the source archive is not a tar file ({exc})", file=origin) from None
+    if not members:
+        raise InputError("the source archive is empty", file=origin)
+    times = {m.mtime for m in members}
+    if len(times) != 1:
+        raise InputError("the source archive's members carry different times", file=origin, found=sorted(times)[:5], expected="one time: the commit's (as git archive writes it)")
+    return (comment if isinstance(comment, str) and is_commit_hex(comment) else None), int(times.pop())
+
+
+def archive_tree(data: bytes, *, origin: str) -> str:
+    """The git tree id of the archive's files (what `git write-tree` gives for them)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="omp-ninfer-tree.") as scratch:
+        files = Path(scratch) / "files"
+        export_tree(data, files)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "GIT_CONFIG_NOSYSTEM": "1", "GIT_DIR": str(Path(scratch) / "git"), "GIT_WORK_TREE": str(files)}
+        run([*GIT, "init", "-q"], env=env, what="make a scratch index for the source archive", failure=EnvironmentProblem)
+        # -f: a committed file can match an ignore rule and still be in the tree.
+        run([*GIT, "-c", "core.fileMode=true", "add", "-A", "-f", "."], cwd=files, env=env, what=f"hash the files of {origin}", failure=InputError)
+        return run_text([*GIT, "write-tree"], cwd=files, env=env, what=f"compute the tree id of {origin}", failure=InputError).strip()
+
+
+def resolve_archive(spec: SourceSpec, lane: Lane) -> ResolvedSource:
+    """A source archive checked against its claim: the tar's SHA-256, the commit in its header, the tree of its files."""
+    from pipeline.util.hashing import sha256_bytes
+
+    claim = spec.claim
+    assert claim is not None and spec.commit == claim.commit
+    path = Path(spec.location)
+    data = read_archive(path)
+    header_commit, mtime = archive_facts(data, origin=str(path))
+    tree = archive_tree(data, origin=str(path))
+    problems = []
+    digest = sha256_bytes(data)
+    if digest != claim.tar_sha256:
+        problems.append(("the source archive is not the tar the provenance names", "source-tar sha256", digest, claim.tar_sha256))
+    if header_commit is not None and header_commit != claim.commit:
+        problems.append(("the source archive's header names another commit", "pax comment", header_commit, claim.commit))
+    if tree != claim.tree:
+        problems.append(("the source archive's files do not hash to the commit's tree", "git tree", tree, claim.tree))
+    recorded_time = claim.recorded_dict.get("commit_time")
+    if isinstance(recorded_time, int) and recorded_time != mtime:
+        problems.append(("the source archive's time is not the commit time the build recorded", "member mtime", mtime, recorded_time))
+    if problems and claim.strict:
+        what, field_name, found, expected = problems[0]
+        raise IntegrityError(
+            what,
+            file=path,
+            field=field_name,
+            found=found,
+            expected=expected,
+            why="a build from an archive is tied to its provenance: these bytes are not the source it names"
+            + (" (a .gitattributes export-ignore/export-subst rule also changes an archive's tree)" if field_name == "git tree" else ""),
+            fix="download the source archive of the set again; never build a release from bytes that do not match",
+        )
+    if spec.kind != "embedded-sample" and claim.recorded_dict.get("kind") != "embedded-sample" and lane.source_commit and claim.commit != lane.source_commit:
+        raise RefusedError("the source commit is not the lane's pinned commit", file=lane.file, field="source.commit", found=claim.commit, expected=lane.source_commit)
+    return ResolvedSource(
+        spec=spec,
+        repository="",
+        commit=claim.commit,
+        tree=tree,
+        commit_time=mtime,
+        subdir=str(claim.recorded_dict.get("subdir") or ""),
+        archive=data,
+        problems=tuple(f"{what} ({field_name}: found {found}, expected {expected})" for what, field_name, found, expected in problems),
+    )

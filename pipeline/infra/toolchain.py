@@ -15,6 +15,7 @@ identity then records it as a system toolchain with its version.
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.formats.toolchain_record import RecordedLibrary, ToolchainRecord
 from pipeline.infra import net
 from pipeline.util import ui
 from pipeline.util.fs import atomic_output_dir
@@ -66,6 +68,12 @@ class Wheel:
     sha256: str
     size: int
 
+    @property
+    def dist_info(self) -> str:
+        """The folder the unpacked wheel keeps its metadata in: `<distribution>-<version>.dist-info` (PEP 427)."""
+        distribution, version = self.filename.split("-")[:2]
+        return f"{distribution}-{version}.dist-info"
+
 
 @dataclass(frozen=True)
 class ToolchainSpec:
@@ -104,6 +112,7 @@ class Toolchain:
     cuda_home: Path
     cuda_version: str
     description: dict[str, Any] = field(default_factory=dict)
+    wheels: tuple[Wheel, ...] = ()  # the pinned wheels it was unpacked from (none for a system toolkit)
 
     @property
     def library_dir(self) -> Path:
@@ -232,6 +241,7 @@ def provision(spec: ToolchainSpec) -> Toolchain:
         ninja=site / spec.ninja,
         cuda_home=cuda_home,
         cuda_version=spec.cuda_version,
+        wheels=spec.wheels,
     )
     toolchain.description = {
         "kind": "pinned",
@@ -309,6 +319,37 @@ def _check_versions(toolchain: Toolchain, *, expected_cuda: str | None) -> None:
             "ninja_version": ninja_text.strip(),
         }
     )
+
+
+def toolchain_record(toolchain: Toolchain | None, *, cuda_version: str | None = None) -> ToolchainRecord:
+    """What the build's toolchain provides to the later stages (pipeline/formats/toolchain_record.py).
+
+    A pinned toolchain's shared libraries are read once, here, from the RECORD
+    of each pinned wheel (its dist-info folder named by the lock's file name),
+    with their hashes and licence files, and each wheel's METADATA author;
+    `None` is a prebuilt import (no toolchain ran).
+    """
+    if toolchain is None:
+        return ToolchainRecord("prebuilt", cuda_version, None, None)
+    if toolchain.kind != "pinned":
+        return ToolchainRecord(toolchain.kind, toolchain.cuda_version, None, str(toolchain.library_dir))
+    from pipeline.formats.components import wheel_authors
+    from pipeline.infra.binaries import toolchain_libraries
+
+    root = Path(toolchain.description["root"])
+    site = root / "site"
+    dist_infos = [wheel.dist_info for wheel in toolchain.wheels]
+    libraries = {
+        name: RecordedLibrary(
+            path=library.path.relative_to(site).as_posix(),
+            distribution=library.distribution,
+            version=library.version,
+            sha256=sha256_file(library.path),
+            license_file=library.license_file.relative_to(site).as_posix() if library.license_file else None,
+        )
+        for name, library in toolchain_libraries(root, dist_infos=dist_infos).items()
+    }
+    return ToolchainRecord("pinned", toolchain.cuda_version, str(root), str(toolchain.library_dir), libraries, wheel_authors(root, dist_infos=dist_infos))
 
 
 def for_lane(lane: Lane, mode: str) -> Toolchain:
@@ -422,13 +463,35 @@ PINNED_VERSIONS = {
 PINNED_TOOLS = {"cmake": "3.31.10", "ninja": "1.13.0"}
 
 
+def run_toolchain_show(args: argparse.Namespace) -> int:
+    """`toolchain show`: what the lock pins."""
+    print("\n".join(describe_lock()))
+    return 0
+
+
+def run_toolchain_provision(args: argparse.Namespace) -> int:
+    """`toolchain provision --toolkit X.Y`: download and unpack it; prints its CUDA home."""
+    print(provision(toolchain_spec(args.toolkit, current_host_platform())).cuda_home)
+    return 0
+
+
+def run_toolchain_lock(args: argparse.Namespace) -> int:
+    """`toolchain lock`: re-pin the wheels from PyPI, then show the new lock."""
+    write_lock(PINNED_VERSIONS, PINNED_TOOLS)
+    return run_toolchain_show(args)
+
+
 def register_cli(sub) -> None:
+    from pipeline.cli import add_common
+
     parser = sub.add_parser("toolchain", help="show, provision or re-pin the CUDA toolchains")
     action = parser.add_subparsers(dest="toolchain_action", required=True)
     show = action.add_parser("show", help="list what the lock pins")
-    show.set_defaults(func=lambda args: print("\n".join(describe_lock())) or 0)
+    show.set_defaults(func=run_toolchain_show)
     prov = action.add_parser("provision", help="download and unpack a pinned toolchain")
     prov.add_argument("--toolkit", required=True, help="CUDA toolkit line, e.g. 13.1")
-    prov.set_defaults(func=lambda args: print(provision(toolchain_spec(args.toolkit, current_host_platform())).cuda_home) or 0)
+    prov.set_defaults(func=run_toolchain_provision)
     lock = action.add_parser("lock", help="re-pin the wheels from PyPI (maintainers; writes runtime/toolchain.lock.json)")
-    lock.set_defaults(func=lambda args: write_lock(PINNED_VERSIONS, PINNED_TOOLS) and print("\n".join(describe_lock())) or 0)
+    lock.set_defaults(func=run_toolchain_lock)
+    for command in (show, prov, lock):
+        add_common(command, dist=False)

@@ -242,10 +242,17 @@ def download_verified(
     *,
     expected_sha256: str,
     expected_size: int | None = None,
+    max_size: int | None = None,
     label: str | None = None,
     session=None,
 ) -> Download:
-    result = download(url, target, label=label, session=session, expected_size=expected_size)
+    """A download pinned by SHA-256; without a pinned size, `max_size` bounds it (and its deadline)."""
+    bounds: dict = {}
+    if expected_size is None:
+        if max_size is None:
+            raise ValueError("a download pinned by hash only needs max_size")
+        bounds = {"max_size": max_size, "deadline": net.deadline_for(60.0, max_size)}
+    result = download(url, target, label=label, session=session, expected_size=expected_size, **bounds)
     if (expected_size is not None and result.size != expected_size) or result.sha256 != expected_sha256:
         target.unlink(missing_ok=True)
         raise IntegrityError(

@@ -49,6 +49,7 @@ from typing import Any
 from pipeline.errors import EnvironmentProblem, InputError, PipelineError, RefusedError, UsageError, redact
 from pipeline.formats import acceptance as fmt
 from pipeline.formats.routes import CAPABILITIES, RESERVED_NAMES, Document, scan
+from pipeline.infra.git import GIT
 from pipeline.register import Artifact, Register
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
@@ -61,7 +62,6 @@ DEFAULT_STEP_TIMEOUT = 1800.0
 PROBE_TIMEOUT = 60.0
 OUTPUT_DIR = "acceptance"
 RUNNER = "pipeline.stages.accept"
-GIT = ("git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*")
 GRANTABLE = ("network", "github")
 # Windows needs these from the system for PowerShell and .NET to start; their values are host facts, not secrets.
 WINDOWS_SYSTEM_VARIABLES = ("SystemRoot", "SystemDrive", "windir", "ComSpec", "PATHEXT", "ProgramData", "ProgramFiles", "ProgramFiles(x86)", "CommonProgramFiles", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE", "OS")
@@ -123,7 +123,9 @@ def pinned_value(field_path: str, *, release: str | None, root: Path, mirrored: 
     release = release or environ.get("OMP_NINFER_RELEASE")
     if not release:
         raise UsageError("no release named", field="--release", expected="--release vX.Y.Z or OMP_NINFER_RELEASE set", fix="export OMP_NINFER_RELEASE=vX.Y.Z (the release you install)")
-    if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+(-beta\.[1-9][0-9]*)?", release):
+    from pipeline.formats.release.names import RELEASE_RE
+
+    if not RELEASE_RE.fullmatch(release):
         raise UsageError("is not a product release name", field="release", found=release, expected="vX.Y.Z")
     path = root / "manifests" / release / "manifest.json"
     if not path.is_file():
@@ -726,7 +728,9 @@ def make_bundle(
         return _bundle_document("runbook", None, None, None, document, data, at, doc, route_id, fmt.DEFAULT_HOST_KIND[route.shell], None, False, fields)
 
     from pipeline.formats.lanes import load_lanes
-    from pipeline.formats.releasetree import MANIFEST, acceptance_subject, load_release_toml, repo_path
+    from pipeline.formats.release.names import MANIFEST, repo_path
+    from pipeline.formats.release.rules import acceptance_subject
+    from pipeline.formats.release.spec import load_release_toml
 
     lanes = load_lanes(lanes_dir)
     rt = load_release_toml(root, release, lanes)
@@ -897,13 +901,16 @@ class ComposeStage(Stage):
         self.record = compose_record(self.root, self.release, self.receipt_paths, register=self.ctx.register, changes=self.change_args, bundles=self.bundle_paths, lanes_dir=self.lanes_dir)
 
     def run(self) -> list[Artifact]:
-        from pipeline.stages.compose import accept_release
+        from pipeline.stages.compose import AcceptStage
 
         assert self.record is not None
         path = self.ctx.dist / OUTPUT_DIR / self.release / "external-installation.json"
         atomic_write_bytes(path, fmt.canonical(self.record))
         self.record_path = path
-        self.outcome = accept_release(self.root, self.release, path, lanes_dir=self.lanes_dir)
+        # Bound by compose's own action, so the register's release-tree entries describe the tree it leaves.
+        binding = AcceptStage(Context.open(self.ctx.dist, self.lanes_dir, root=self.root), self.release, path, lanes_dir=self.lanes_dir)
+        execute(binding)
+        self.outcome = binding.outcome
         return [self.ctx.register.make("acceptance-record", path, stage="accept", lane=None, release=self.release, status=self.record["status"])]
 
 
@@ -983,7 +990,9 @@ def check_receipt(item: Loaded, host_kind: str) -> None:
 def compose_record(root: Path, release: str, receipt_paths: list[Path], *, register: Register, changes: list[str], bundles: list[Path], lanes_dir: Path | None) -> dict[str, Any]:
     """The acceptance record, after every check (docs/release-tree.md, Acceptance record)."""
     from pipeline.formats.lanes import load_lanes
-    from pipeline.formats.releasetree import MANIFEST, acceptance_subject, load_release_toml, repo_path
+    from pipeline.formats.release.names import MANIFEST, repo_path
+    from pipeline.formats.release.rules import acceptance_subject
+    from pipeline.formats.release.spec import load_release_toml
 
     lanes = load_lanes(lanes_dir)
     rt = load_release_toml(root, release, lanes)
@@ -1170,7 +1179,7 @@ def _parameters(values: list[str]) -> dict[str, str]:
     return out
 
 
-def _cmd_run(args: argparse.Namespace) -> int:
+def run_accept_run(args: argparse.Namespace) -> int:
     for cap in args.grant:
         if cap not in CAPABILITIES:
             raise UsageError("--grant names an unknown capability", field="--grant", found=cap, expected=" or ".join(GRANTABLE))
@@ -1197,12 +1206,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_pinned(args: argparse.Namespace) -> int:
+def run_accept_pinned(args: argparse.Namespace) -> int:
     sys.stdout.write(pinned_value(args.field, release=args.release, root=Path(args.root or "."), mirrored=args.mirrored) + "\n")
     return 0
 
 
-def _cmd_routes(args: argparse.Namespace) -> int:
+def run_accept_routes(args: argparse.Namespace) -> int:
     path = Path(args.document)
     if not path.is_file():
         raise InputError("does not exist", file=path)
@@ -1223,7 +1232,7 @@ def _root(args: argparse.Namespace) -> Path:
     return REPO_ROOT
 
 
-def _cmd_bundle(args: argparse.Namespace) -> int:
+def run_accept_bundle(args: argparse.Namespace) -> int:
     if args.release is None and args.document is None:
         raise UsageError("name the release (--release vX.Y.Z) or, for a runbook, the document (--document docs/RELEASING.md)", field="--release")
     routes = [args.route]
@@ -1231,7 +1240,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
         if args.release is None:
             raise UsageError("--required needs --release", field="--required")
         from pipeline.formats.lanes import load_lanes
-        from pipeline.formats.releasetree import load_release_toml
+        from pipeline.formats.release.spec import load_release_toml
 
         config = acceptance_config(load_release_toml(_root(args), args.release, load_lanes(args.lanes_dir)))
         if config is None:
@@ -1248,7 +1257,7 @@ def _cmd_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_compose(args: argparse.Namespace) -> int:
+def run_accept_compose(args: argparse.Namespace) -> int:
     ctx = Context.open(args.dist)
     stage = ComposeStage(ctx, _root(args), args.release, [Path(p) for p in args.receipts], changes=list(args.document_change), bundles=[Path(p) for p in args.bundle], lanes_dir=args.lanes_dir)
     result = execute(stage, force=True)
@@ -1259,17 +1268,15 @@ def _cmd_compose(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub) -> argparse.ArgumentParser:
+def register_cli(sub) -> None:
+    from pipeline.cli import add_common
+
     parser = sub.add_parser(
         "accept",
         help="documented-route acceptance: bundle a route, run it, compose the acceptance record",
         description="Run the documented routes (docs/QUICKSTART.md) exactly as written on the candidate and bind the result.",
     )
     actions = parser.add_subparsers(dest="accept_action", metavar="{bundle,run,compose,pinned,routes}", parser_class=type(parser))
-
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--dist", type=Path, default=Path("dist"), help="output folder holding the artefact register (default: dist)")
-        p.add_argument("--quiet", action="store_true", help="print only errors and results")
 
     bundle = actions.add_parser("bundle", help="one route of the release's route document, checked, with its exact blocks")
     bundle.add_argument("--release", help="product release, e.g. v0.13.1 (omit for a runbook with --document)")
@@ -1280,9 +1287,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     bundle.add_argument("--candidate", default="HEAD", help="the candidate commit (default HEAD; its manifest must have status candidate)")
     bundle.add_argument("--document-at", default=None, help="read the document at this commit (default: the candidate); a later commit re-runs changed blocks")
     bundle.add_argument("--root", type=Path, default=None, help="repository root (default: this checkout)")
-    bundle.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
-    common(bundle)
-    bundle.set_defaults(func=_cmd_bundle)
+    add_common(bundle)
+    bundle.set_defaults(func=run_accept_bundle)
 
     run = actions.add_parser("run", help="run a bundle in one shell session from a clean clone and write its receipt")
     run.add_argument("bundle", help="the bundle file (accept bundle wrote it)")
@@ -1296,8 +1302,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
     run.add_argument("--out", type=Path, default=None, help="also write the receipt here")
     run.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary folder; kept when a step fails)")
     run.add_argument("--keep-work", action="store_true", help="keep the work folder (step outputs) after a passing run")
-    common(run)
-    run.set_defaults(func=_cmd_run)
+    add_common(run)
+    run.set_defaults(func=run_accept_run)
 
     compose = actions.add_parser("compose", help="check the receipts and bind the acceptance record (as compose accept does)")
     compose.add_argument("--release", required=True, help="product release, e.g. v0.13.1")
@@ -1305,33 +1311,27 @@ def add_parser(sub) -> argparse.ArgumentParser:
     compose.add_argument("--document-change", action="append", default=[], metavar="ROUTE:STEP=WHY", help="a block changed since the candidate: which and why (repeatable)")
     compose.add_argument("--bundle", action="append", default=[], metavar="FILE", help="a bundle not in the register (repeatable)")
     compose.add_argument("--root", type=Path, default=None, help="repository root (default: this checkout)")
-    compose.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
-    common(compose)
-    compose.set_defaults(func=_cmd_compose)
+    add_common(compose)
+    compose.set_defaults(func=run_accept_compose)
 
     pinned = actions.add_parser("pinned", help="print one value of the release manifest (for route blocks)")
     pinned.add_argument("field", help="field path, e.g. components.ninfer.oci_reference or 'components.ninfer_variants[rtx4090-windows-native].package_url'")
     pinned.add_argument("--release", default=None, help="product release (default: $OMP_NINFER_RELEASE)")
     pinned.add_argument("--mirrored", action="store_true", help="rewrite a URL through $OMP_NINFER_MIRROR (PREFIX=MIRROR ...)")
     pinned.add_argument("--root", default=None, help="the clone's top folder (default: the current folder)")
-    pinned.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
-    pinned.set_defaults(func=_cmd_pinned)
+    add_common(pinned, dist=False)
+    pinned.set_defaults(func=run_accept_pinned)
 
     routes = actions.add_parser("routes", help="list the routes and steps of a route document")
     routes.add_argument("document", help="e.g. docs/QUICKSTART.md")
-    routes.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)
-    routes.set_defaults(func=_cmd_routes)
+    add_common(routes, dist=False)
+    routes.set_defaults(func=run_accept_routes)
 
     def no_action(args: argparse.Namespace) -> int:
         parser.print_help()
         return int(UsageError.exit_code)
 
     parser.set_defaults(func=no_action)
-    return parser
-
-
-def register_cli(sub) -> None:
-    add_parser(sub)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1343,7 +1343,7 @@ def main(argv: list[str] | None = None) -> int:
 
     top = _Parser(prog="python3 -m pipeline.stages.accept")
     sub = top.add_subparsers(dest="command", parser_class=_Parser)
-    add_parser(sub)
+    register_cli(sub)
     try:
         args = top.parse_args(["accept", *(sys.argv[1:] if argv is None else argv)])
         if getattr(args, "quiet", False):

@@ -2,12 +2,18 @@
 
 Preflight refuses, before any work: a lane whose build host is not this host
 (Windows lanes build with MSVC on Windows), a dirty or unpinned source, a
-missing toolchain.  Run: export the commit with `git archive` to the canonical
+missing toolchain, and a missing or too old build-host dependency (the lane's
+`[[build.host_dependencies]]`, or the source's own `host-dependencies.toml`;
+pipeline/infra/hostdeps.py), naming the command that installs it.  A source
+can also be a published `git archive` tarball bound to its provenance
+(`--source-archive`, `--provenance`).  Run: export the commit with `git archive` to the canonical
 source path, configure CMake + Ninja for the lane's single CUDA architecture
 with the deterministic nvcc launcher, build the lane's targets (showing
 `[n/N]`), copy the binaries out, check that every binary prints the same
 identity and that it names this source, lane and toolchain, and write
-`build-identity.json`.
+`build-identity.json` and the toolchain record `toolchain.json` (register
+kind `toolchain`: the toolchain's libraries and where the CUDA runtime is,
+which package and qualify query instead of looking into the toolchain).
 
 `--prebuilt DIR` takes binaries built elsewhere (the Windows job of the
 release workflow) instead: their hashes and identity are checked and recorded
@@ -16,6 +22,7 @@ exactly like a local build's.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -26,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.codedigest import code_digest
-from pipeline.errors import BuildFailure, EnvironmentProblem, InputError
+from pipeline.errors import BuildFailure, EnvironmentProblem, InputError, IntegrityError, UsageError
+from pipeline.formats import host_dependencies as host_declaration
 from pipeline.formats.identity import (
     BuildIdentity,
     check_expected,
@@ -35,9 +43,20 @@ from pipeline.formats.identity import (
     require_identical,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
+from pipeline.formats.toolchain_record import write_record
+from pipeline.infra import hostdeps
 from pipeline.infra.cubin import cubin_architectures
-from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source
-from pipeline.infra.toolchain import CANONICAL_ROOT, ON_WINDOWS, Toolchain, for_lane, toolchain_spec
+from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
+from pipeline.infra.toolchain import (
+    CANONICAL_ROOT,
+    LOCK_FILE,
+    ON_WINDOWS,
+    Toolchain,
+    for_lane,
+    toolchain_record,
+    toolchain_spec,
+)
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
 from pipeline.util import ui
@@ -48,7 +67,7 @@ from pipeline.util.proc import run, run_text
 
 LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
-# The system folders a Linux build sees (besides the toolchain's): where the host compilers are found.
+# The system part of the compile's PATH (after the toolchain's folders): host compilers and tools are found here only.
 BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 
 
@@ -107,6 +126,8 @@ class BuildStage(Stage):
         prebuilt: Path | None = None,
         work_dir: Path | None = None,
         rehearsal: bool = False,
+        pkg_config_path: tuple[str, ...] = (),
+        cut=None,
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
@@ -115,17 +136,22 @@ class BuildStage(Stage):
         self.prebuilt = prebuilt
         self.work_dir = work_dir
         self.rehearsal = rehearsal
+        # rebuild --verify: the CutBinding the published set was built as (not the lane's current cut).
+        self.given_cut = cut
         self.cut = None  # the CutBinding, known after preflight
-        self.beta = lane.beta
+        self.beta = cut.n if cut is not None else lane.beta
         self.source = None
         self.toolchain: Toolchain | None = None
+        self.pkg_config_path = tuple(pkg_config_path)
+        self.host_check: hostdeps.HostCheck | None = None
 
     @property
     def key(self) -> str:
         return f"build:{self.lane.id}"
 
     def describe(self) -> str:
-        return f"{self.lane.id} ({self.cut.tag if self.cut else 'current cut'})"
+        cut = self.cut or self.given_cut
+        return f"{self.lane.id} ({cut.tag if cut else 'current cut'})"
 
     @property
     def out_dir(self) -> Path:
@@ -166,12 +192,55 @@ class BuildStage(Stage):
         self.source = resolve_source(self.source_spec, lane)
         from pipeline.stages.cut import binding_for_build
 
-        kind = "embedded-sample" if self.rehearsal else self.source_spec.kind
-        self.cut = binding_for_build(lane, commit=self.source.commit, source_kind=kind, stage="build")
+        if self.given_cut is not None:
+            if not self.given_cut.rehearsal and self.given_cut.commit != self.source.commit:
+                raise IntegrityError(
+                    f"the source is not the commit {self.given_cut.tag} was cut from",
+                    field="cut.commit",
+                    found=self.source.commit,
+                    expected=self.given_cut.commit,
+                    why="a build as a cut must be of the cut's commit",
+                )
+            self.cut = self.given_cut
+        else:
+            kind = "embedded-sample" if self.rehearsal else self.source_spec.kind
+            self.cut = binding_for_build(lane, commit=self.source.commit, source_kind=kind, stage="build")
         self.beta = self.cut.n
         if self.prebuilt is None and self.toolchain_mode == "pinned":
             toolchain_spec(lane.cuda_toolkit, host)  # the lock must pin this toolkit before any download
         ui.info(f"source: {self.source_spec.display} at {self.source.commit}")
+        for problem in self.source.problems:
+            ui.warn(f"source archive: {problem}; building it anyway, as rebuild --verify asked")
+        if self.prebuilt is None:
+            self.host_check = self._check_host_dependencies(host)
+
+    def host_declaration(self) -> tuple[tuple, str, str]:
+        """(dependencies, declared_by, file for errors): the source's own declaration, else the lane's."""
+        assert self.source is not None
+        data = source_file(self.source, host_declaration.FILE_NAME)
+        if data is not None:
+            origin = f"{self.source_spec.display}: {host_declaration.FILE_NAME}"
+            return host_declaration.parse(data, origin=origin), f"source:{host_declaration.FILE_NAME}", origin
+        return self.lane.host_dependencies, f"lane:{self.lane.file.name}", str(self.lane.file)
+
+    def _check_host_dependencies(self, host: str) -> hostdeps.HostCheck:
+        dependencies, declared_by, origin = self.host_declaration()
+        path = os.environ.get("PATH", "").split(os.pathsep) if ON_WINDOWS else list(BUILD_PATH)
+        check = hostdeps.check(
+            dependencies,
+            host=host,
+            declared_by=declared_by,
+            declaration_file=origin,
+            path=path,
+            pkg_config_path=self.pkg_config_path,
+            base_env=os.environ if ON_WINDOWS else {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")},
+        )
+        for item in check.found:
+            package = f", {item.debian_package} {item.debian_version}" if item.debian_package else ""
+            ui.info(f"host dependency {item.dependency.name}: {item.version} ({item.path}{package})")
+        if not check.found:
+            ui.info(f"host dependencies: none declared for {host} ({declared_by})")
+        return check
 
     def _require_host_compilers(self) -> None:
         # The one prerequisite besides python and git: CMake's C/C++ compilers (nvcc's host compiler),
@@ -200,6 +269,9 @@ class BuildStage(Stage):
         else:
             data["toolchain_mode"] = self.toolchain_mode
             data["host_compiler"] = host_compiler()
+            if self.host_check is not None:
+                data["host_dependencies"] = self.host_check.dependencies_json()
+                data["host_environment"] = self.host_check.environment_json()
             data["work_dir"] = str(self.work_dir) if self.work_dir else None
             if self.toolchain_mode == "pinned":
                 data["toolchain"] = toolchain_spec(self.lane.cuda_toolkit, current_host_platform()).digest
@@ -210,7 +282,7 @@ class BuildStage(Stage):
     # -- run -------------------------------------------------------------
     def expected_identity(self, cuda_toolkit: str | None) -> dict[str, str]:
         assert self.source is not None
-        upstream = self.source.commit if self.source.spec.kind == "embedded-sample" else (self.lane.upstream_base or self.source.commit)
+        upstream = self.source.commit if self.source.kind == "embedded-sample" else (self.lane.upstream_base or self.source.commit)
         expected = {  # the source commit first: it is the most telling mismatch
             "patch_stack_sha": self.source.commit,
             "upstream_base_sha": upstream,
@@ -246,6 +318,8 @@ class BuildStage(Stage):
             "component_tag": lane.tag(self.beta),
             "release_version": f"{lane.version}-beta.{self.beta}",
             "deployment_profile": lane.deployment_profile(self.beta),
+            # Which cut the build is, or which cut's names a rehearsal carries: rebuild --verify builds as the same.
+            "cut": self.cut.to_json(),
             **identity.values,
             "binaries": binaries,
             "runtime_dependencies": {p.name: sha256_file(p) for p in sorted(libraries)},
@@ -254,9 +328,19 @@ class BuildStage(Stage):
             "source_tar_sha256": sha256_bytes(source_tar),
             "source_date_epoch": self.source.commit_time,
             "build_route": "prebuilt" if self.prebuilt is not None else "local-build",
+            # The pipeline's own inputs, by hash: what provenance names and `rebuild --verify` checks.
+            "lane_file_sha256": lane.file_sha256,
+            "toolchain_lock_sha256": sha256_file(LOCK_FILE) if self.prebuilt is None and self.toolchain_mode == "pinned" else None,
+            # What the build host provided (null for --prebuilt: built elsewhere, not observed here).
+            "host_dependencies": self.host_check.dependencies_json() if self.host_check is not None else None,
+            "host_environment": self.host_check.environment_json() if self.host_check is not None else None,
         }
         identity_path = self.out_dir / "build-identity.json"
         write_json(identity_path, document)
+        # What the toolchain gives the later stages (its libraries, where the CUDA runtime is): one record,
+        # so package and qualify never look into the toolchain folder themselves.
+        toolchain = toolchain_record(self.toolchain if self.prebuilt is None else None, cuda_version=identity.values.get("cuda_toolkit"))
+        toolchain_path = write_record(self.out_dir / TOOLCHAIN_RECORD, toolchain)
         register = self.ctx.register
         artifacts = [
             register.make("binary", bin_dir / name, stage=self.name, lane=lane.id, name=f"{lane.id}/bin/{name}", binary=name.removesuffix(".exe"))
@@ -269,6 +353,8 @@ class BuildStage(Stage):
         assert self.cut is not None
         artifacts.append(register.make("build-identity", identity_path, stage=self.name, lane=lane.id, name=f"{lane.id}/build-identity.json", cut=self.cut.to_json()))
         artifacts.append(register.make("source-tar", self.out_dir / "source.tar", stage=self.name, lane=lane.id, name=f"{lane.id}/source.tar", commit=self.source.commit))
+        artifacts.append(register.make("toolchain", toolchain_path, stage=self.name, lane=lane.id, name=f"{lane.id}/{TOOLCHAIN_RECORD}",
+                                       toolchain_kind=toolchain.kind, toolchain_root=toolchain.root, library_dir=toolchain.library_dir))
         ui.info(f"build identity: {identity.text()}")
         ui.info(f"cut: {self.cut.tag}" + (" (a rehearsal: the cut's names, not its commit; publish refuses it)" if self.cut.rehearsal else f" at {self.cut.commit}"))
         for name, digest in sorted(binaries.items()):
@@ -301,6 +387,7 @@ class BuildStage(Stage):
                 f"-DCMAKE_CUDA_COMPILER={toolchain.nvcc}",
                 f"-DCUDAToolkit_ROOT={toolchain.cuda_home}",
                 f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{LAUNCHER}",
+                *(self.host_check.cmake_args() if self.host_check is not None else []),
                 *self._identity_cache_args(),
                 *lane.cmake_args,
             ]
@@ -336,15 +423,19 @@ class BuildStage(Stage):
         assert self.source is not None
         tools = [str(toolchain.nvcc.parent), str(toolchain.cmake.parent), str(toolchain.ninja.parent)]
         fixed = {"TZ": "UTC", "SOURCE_DATE_EPOCH": str(self.source.commit_time)}
+        # pkg-config's search path is passed explicitly (--pkg-config-path), never inherited.
+        search = self.host_check.build_env() if self.host_check is not None else {}
         if ON_WINDOWS:
             # MSVC needs the Visual Studio developer environment (INCLUDE, LIB, PATH) it was started in.
-            return dict(os.environ, PATH=os.pathsep.join([*tools, os.environ.get("PATH", "")]), **fixed)
+            inherited = {k: v for k, v in os.environ.items() if not k.upper().startswith("PKG_CONFIG")}
+            return dict(inherited, PATH=os.pathsep.join([*tools, os.environ.get("PATH", "")]), **fixed, **search)
         return {
             "PATH": os.pathsep.join([*tools, *BUILD_PATH]),
             "HOME": os.environ.get("HOME", "/tmp"),
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",
             **fixed,
+            **search,
         }
 
     def _ninja(self, toolchain: Toolchain, build: Path, env: dict[str, str]) -> None:
@@ -377,10 +468,11 @@ class BuildStage(Stage):
         return matches[0] if matches else None
 
     def _identity_of_local(self, bin_dir: Path, toolchain: Toolchain) -> BuildIdentity:
+        extra = self.host_check.library_dirs() if self.host_check is not None else []
         if ON_WINDOWS:
-            env = dict(os.environ, PATH=os.pathsep.join([str(toolchain.library_dir), os.environ.get("PATH", "")]))
+            env = dict(os.environ, PATH=os.pathsep.join([str(toolchain.library_dir), *extra, os.environ.get("PATH", "")]))
         else:
-            env = dict(os.environ, LD_LIBRARY_PATH=str(toolchain.library_dir))
+            env = dict(os.environ, LD_LIBRARY_PATH=os.pathsep.join([str(toolchain.library_dir), *extra]))
         identities: dict[str, BuildIdentity] = {}
         for binary in self._present_binaries(bin_dir):
             path = bin_dir / self.lane.binary_file(binary)
@@ -469,6 +561,20 @@ class BuildStage(Stage):
 
 # -- front door (CLI and nox) -------------------------------------------------
 
+def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) -> SourceSpec:
+    """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
+    from pipeline.formats import provenance as slsa
+
+    data = statement_path.read_bytes() if statement_path.is_file() else None
+    if data is None:
+        raise InputError("provenance statement does not exist", file=statement_path, field="--provenance")
+    statement = slsa.read_statement(data, origin=str(statement_path))
+    claim = slsa.archive_claim(statement, origin=str(statement_path), strict=strict)
+    if not archive.is_file():
+        raise InputError("source archive does not exist", file=archive, field="--source-archive")
+    return SourceSpec("archive", str(archive.resolve()), claim.commit, claim=claim)
+
+
 def build_lane(
     lane_name: str,
     *,
@@ -480,6 +586,9 @@ def build_lane(
     rehearsal: bool = False,
     lanes_dir: Path | None = None,
     force: bool = False,
+    pkg_config_path: list[str] | None = None,
+    source_archive: Path | str | None = None,
+    provenance: Path | str | None = None,
 ):
     from pipeline.formats.lanes import find_lane
     from pipeline.infra.source import parse_source
@@ -487,16 +596,42 @@ def build_lane(
 
     lane = find_lane(lane_name, lanes_dir)
     ctx = Context.open(dist, lanes_dir)
+    if source_archive is not None:
+        if source or provenance is None:
+            raise UsageError("--source-archive takes --provenance (what the archive must be) and no --source", field="--source-archive", fix="pass --source-archive FILE --provenance STATEMENT")
+        spec = archive_source(Path(source_archive), Path(provenance))
+    else:
+        spec = parse_source(source)
     stage = BuildStage(
         ctx,
         lane,
-        source=parse_source(source),
+        source=spec,
         toolchain_mode=toolchain,
         prebuilt=Path(prebuilt) if prebuilt else None,
         work_dir=Path(work).resolve() if work else None,
         rehearsal=rehearsal,
+        pkg_config_path=hostdeps.parse_search_path(pkg_config_path),
     )
     return execute(stage, force=force)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    """`build`: the command line's front door to `build_lane`."""
+    build_lane(
+        args.lane,
+        dist=args.dist,
+        source=args.source,
+        toolchain=args.toolchain,
+        prebuilt=args.prebuilt,
+        work=args.work,
+        rehearsal=args.rehearsal,
+        lanes_dir=args.lanes_dir,
+        force=args.force,
+        pkg_config_path=args.pkg_config_path,
+        source_archive=args.source_archive,
+        provenance=args.provenance,
+    )
+    return 0
 
 
 def register_cli(sub) -> None:
@@ -505,26 +640,21 @@ def register_cli(sub) -> None:
     parser = sub.add_parser("build", help="compile one lane's runtime from an exact commit (or import --prebuilt binaries)")
     parser.add_argument("--lane", required=True, help="lane id or short name (see 'lanes')")
     parser.add_argument("--source", help="PATH[@COMMIT] of a git checkout or URL@COMMIT (default: the embedded sample runtime)")
+    parser.add_argument("--source-archive", type=Path, help="a published source archive (git archive tar[.gz], no history) instead of a checkout; needs --provenance")
+    parser.add_argument("--provenance", type=Path, help="the SLSA provenance naming the archive's SHA-256, commit and tree (with --source-archive)")
     parser.add_argument("--prebuilt", type=Path, help="folder of binaries built elsewhere (e.g. the Windows job) to check and record")
     parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default) or the system nvcc")
     parser.add_argument("--work", type=Path, help="build directory (default: /var/tmp/omp-ninfer/build/<lane>/build)")
     parser.add_argument("--rehearsal", action="store_true", help="build a commit that is not the lane's current cut under the cut's names (a test build: publish refuses it); the embedded sample always is one unless a cut binds its commit")
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
-    add_common(parser)
-    parser.set_defaults(
-        func=lambda args: build_lane(
-            args.lane,
-            dist=args.dist,
-            source=args.source,
-            toolchain=args.toolchain,
-            prebuilt=args.prebuilt,
-            work=args.work,
-            rehearsal=args.rehearsal,
-            lanes_dir=args.lanes_dir,
-            force=args.force,
-        )
-        and 0
+    parser.add_argument(
+        "--pkg-config-path",
+        action="append",
+        metavar="DIR[:DIR]",
+        help="folders pkg-config searches before its built-in ones (passed to CMake as PKG_CONFIG_PATH and recorded; the build never inherits PKG_CONFIG_PATH)",
     )
+    add_common(parser)
+    parser.set_defaults(func=run_build)
 
 
 STAGE = BuildStage

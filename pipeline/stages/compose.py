@@ -7,9 +7,10 @@
     python -m pipeline compose promote --release vX.Y.Z --to candidate|ready
 
 `compose` reads the release's hand-written `release.toml`; for every lane built
-by this pipeline (`from = "register"`) it takes the lane's closed asset set
-(checked with `pipeline.formats.assets.check_assets`), its lane receipt and, for the
-container lane, the image publication receipt from the artefact register,
+by this pipeline (`from = "register"`) it takes the lane's closed asset set and
+its `package-archive` entry (checked as check-assets does,
+`pipeline.formats.assets.check_registered_set`), its lane receipt and, for the
+container lane, that lane's image publication receipt from the artefact register,
 refuses any drift between them (a receipt for other bytes, a publication
 receipt for another archive, a mutable image tag) with the file and field
 named, and copies them into the tree byte for byte.  Then `rebind` recomputes
@@ -23,13 +24,17 @@ installation acceptance made on a candidate commit, and `promote` moves the
 status forward after checking the target state's rules.  `rebind --pin COMMIT`
 is the pin dance: a record's raw URL may name only a commit that already holds
 its bytes, which `git show COMMIT:PATH` proves locally.
+
+Every action runs through `stage.execute()` as its own stage key and records
+the tree it leaves as `release-tree` entries (see "the stages" below); the
+format itself -- names, release.toml, derivation, renderings, the state and
+acceptance rules, verify's checks -- is `pipeline.formats.release`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -45,32 +50,30 @@ from pipeline.errors import (
     UsageError,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
-from pipeline.formats.releasetree import (
-    ACCEPTANCE,
-    AUTHORITY_MD,
+from pipeline.formats.receipts import (
+    IMAGE_PUBLICATION_TYPE,
+    LANE_RECEIPT_SCHEMA,
+    LANE_RECEIPT_STATUSES,
     LANE_RECEIPT_TYPE,
+    publication_facts,
+    receipt_facts,
+)
+from pipeline.formats.release.contract import evidence_problems, tree_digests, verify_release
+from pipeline.formats.release.derive import Derived, derive, null_identities, unknown_keys_unused
+from pipeline.formats.release.evidence import collect_pins, expected_names, file_sha256, predecessor_row
+from pipeline.formats.release.names import (
+    ACCEPTANCE,
+    AUTHORITY,
+    AUTHORITY_MD,
     MANIFEST,
     NOTES,
     PUBLICATION_RECEIPT,
-    PUBLICATION_TYPE,
-    RECEIPT_STATUSES,
     RELEASE_RE,
     RELEASE_TOML,
-    SHIPPED,
     STATES,
-    Derived,
-    Problem,
-    Problems,
-    acceptance_subject,
-    collect_pins,
-    derive,
-    dump_toml,
-    load_release_toml,
+    SUMMARY,
     parse_raw_url,
-    predecessor_row,
-    publication_facts,
     raw_url,
-    receipt_facts,
     receipt_name,
     release_dir,
     repo_path,
@@ -78,22 +81,24 @@ from pipeline.formats.releasetree import (
     split_image_reference,
     sums_name,
 )
-from pipeline.register import REGISTER_FILE, Register
-from pipeline.stages.verify import (
-    GIT,
-    GitObjects,
-    GitUnavailable,
-    acceptance_problems,
-    evidence_problems,
-    git_has_commit,
-    git_show,
-    state_problems,
-    verify_release,
-)
+from pipeline.formats.release.problems import Problem, Problems
+from pipeline.formats.release.rules import acceptance_problems, acceptance_subject, diff, state_problems
+from pipeline.formats.release.spec import SHIPPED, dump_toml, load_release_toml
+from pipeline.infra.git import GitObjects, GitUnavailable, git_has_commit, git_show, rev_parse_commit
+from pipeline.register import REGISTER_FILE, REPOSITORY, Artifact, Register
+from pipeline.stage import Context, Skip, Stage, StageResult, execute
 from pipeline.util import ui
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import is_commit_hex, sha256_bytes
-from pipeline.util.jsonio import canonical_bytes, expect_object, loads_document, loads_object
+from pipeline.util.jsonio import (
+    canonical_bytes,
+    check_text_hygiene,
+    expect_object,
+    loads_document,
+    loads_object,
+    read_json_object,
+)
+from pipeline.util.safepath import within
 
 
 @dataclass
@@ -105,6 +110,9 @@ class Outcome:
     pinned: list[str] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
+    # the closed tree after the action: repository path -> its role (derive's Derived.files), and the signed files
+    files: dict[str, str] = field(default_factory=dict)
+    signed: list[str] = field(default_factory=list)
 
 
 def _refuse(problems: list[Problem], *, kind: type[PipelineError] = InputError, lead: str = "compose refused") -> None:
@@ -115,22 +123,7 @@ def _refuse(problems: list[Problem], *, kind: type[PipelineError] = InputError, 
         sys.stderr.write(f"error: {problem.message()}\n")
     first = problems[0]
     more = f" (and {len(problems) - 1} more error{'s' if len(problems) > 2 else ''} listed above)" if len(problems) > 1 else ""
-    error = first.error()
-    raise kind(
-        f"{lead}: {first.what}{more}",
-        file=first.file,
-        field=first.field,
-        **({"found": error.found} if error.found is not _sentinel() else {}),
-        **({"expected": error.expected} if error.expected is not _sentinel() else {}),
-        why=first.why,
-        fix=first.fix,
-    )
-
-
-def _sentinel() -> object:
-    from pipeline.errors import _MISSING
-
-    return _MISSING
+    raise kind(f"{lead}: {first.what}{more}", **first.details())
 
 
 def _check_release_name(release: str, flag: str = "--release") -> None:
@@ -142,8 +135,6 @@ def _read_manifest(root: Path, release: str) -> dict[str, Any] | None:
     path = root / repo_path(release, MANIFEST)
     if not path.exists():
         return None
-    from pipeline.util.jsonio import read_json_object
-
     return read_json_object(path)
 
 
@@ -164,19 +155,20 @@ def _want(check: bool, what: str, *, file: Path | str, field: str, found: Any, e
 
 def import_register_lane(root: Path, release: str, lane: Lane, register: Register, *, status: str, model_sha256: str | None) -> dict[str, bytes]:
     """The evidence files of one register-mode lane, checked against each other: {tree path: bytes}."""
-    from pipeline.formats.assets import asset_set, check_assets
+    from pipeline.formats.assets import asset_set, check_registered_set
 
     outer = register.one("outer-checksums", lane=lane.id, needed_by="compose", produced_by="package")
+    # Deep, as check-assets: the closed set, its checksum files, receipt, package payload and SBOMs,
+    # and every register entry of the set (the package archive among them) naming exactly the bytes checked.
+    check_registered_set(register, lane, needed_by="compose")
     sums_path = register.verified_path(outer)
     tag = outer.attrs["component_tag"]
-    beta = lane.beta_from_tag(tag)
-    report = check_assets(sums_path.parent, lane=lane, beta=beta)  # deep, as check-assets: package and SBOMs too
-    expected = asset_set(lane, beta)
-    package_name = expected.name_of("package")
-    package_path = sums_path.parent / package_name
+    package_name = asset_set(lane, lane.beta_from_tag(tag)).name_of("package")
+    package = register.one("package-archive", lane=lane.id, needed_by="compose", produced_by="package")
+    package_path = register.verified_path(package)
+    _want(package_path.name == package_name, "the register's package archive is not the set's package", file=register.file, field=f"{package.name}.path", found=package.path, expected=package_name)
+    _want(package.attrs["component_tag"] == tag, "the register's package archive is of another component tag than the set", file=register.file, field=f"{package.name}.component_tag", found=package.attrs["component_tag"], expected=tag)
     sums_bytes = sums_path.read_bytes()
-    for entry in register.query("package-archive", lane=lane.id):
-        _want(entry.sha256 == report.files.get(package_name), "the register's package archive is not the one in the asset set", file=register.file, field=f"{entry.name}.sha256", found=entry.sha256, expected=report.files.get(package_name))
 
     entry = register.one("lane-receipt", lane=lane.id, needed_by="compose", produced_by="qualify")
     receipt_path = register.verified_path(entry)
@@ -185,16 +177,16 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
     facts = receipt_facts(doc)
     f = receipt_path
     _want(doc.get("artifact_type") == LANE_RECEIPT_TYPE, "is not a lane receipt", file=f, field="artifact_type", found=doc.get("artifact_type"), expected=LANE_RECEIPT_TYPE)
-    _want(doc.get("schema_version") == 1, "has an unsupported schema version", file=f, field="schema_version", found=doc.get("schema_version"), expected=1)
+    _want(doc.get("schema_version") == LANE_RECEIPT_SCHEMA, "has an unsupported schema version", file=f, field="schema_version", found=doc.get("schema_version"), expected=LANE_RECEIPT_SCHEMA)
     _want(facts.lane == lane.id, "is a receipt of another lane", file=f, field="lane", found=facts.lane, expected=lane.id)
     _want(facts.component_tag == tag, "qualified another component tag than the packaged set", file=f, field="component_tag", found=facts.component_tag, expected=tag)
     _want(facts.package_name == package_name, "qualified another package file", file=f, field="identity.package.name", found=facts.package_name, expected=package_name)
-    _want(facts.package_sha256 == report.files[package_name], "is a receipt for other bytes: its package hash differs from the set's SHA256SUMS", file=f, field="identity.package.sha256", found=facts.package_sha256, expected=report.files[package_name], fix="qualify the packaged bytes again (python -m pipeline qualify --lane " + lane.id + ")")
-    _want(facts.package_bytes == package_path.stat().st_size, "qualified a package of another size", file=f, field="identity.package.bytes", found=facts.package_bytes, expected=package_path.stat().st_size)
+    _want(facts.package_sha256 == package.sha256, "is a receipt for other bytes: its package hash differs from the set's SHA256SUMS", file=f, field="identity.package.sha256", found=facts.package_sha256, expected=package.sha256, fix="qualify the packaged bytes again (python -m pipeline qualify --lane " + lane.id + ")")
+    _want(facts.package_bytes == package.size, "qualified a package of another size", file=f, field="identity.package.bytes", found=facts.package_bytes, expected=package.size)
     _want(facts.outer_checksums_sha256 == sha256_bytes(sums_bytes), "binds another outer SHA256SUMS than the packaged set", file=f, field="identity.outer_checksums_sha256", found=facts.outer_checksums_sha256, expected=sha256_bytes(sums_bytes))
     _want(is_commit_hex(facts.source_commit), "does not bind a full source commit", file=f, field="identity.source_commit", found=facts.source_commit, expected="40 hex")
     _want(facts.patch_stack_sha == facts.source_commit, "build identity names another source commit", file=f, field="identity.build_identity.patch_stack_sha", found=facts.patch_stack_sha, expected=facts.source_commit)
-    _want(facts.status in RECEIPT_STATUSES, "has an unknown status", file=f, field="status", found=facts.status, expected=", ".join(RECEIPT_STATUSES))
+    _want(facts.status in LANE_RECEIPT_STATUSES, "has an unknown status", file=f, field="status", found=facts.status, expected=", ".join(LANE_RECEIPT_STATUSES))
     _want(facts.secret_values_recorded == 0, "records secret values", file=f, field="secret_values_recorded", found=facts.secret_values_recorded, expected=0)
     if model_sha256 is not None:
         _want(facts.model_artifact_sha256 == model_sha256, "was qualified with another model than release.toml binds", file=f, field="identity.model_artifact_sha256", found=facts.model_artifact_sha256, expected=model_sha256, fix="qualify with the release's model, or correct [model] in release.toml")
@@ -219,16 +211,17 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
         repo_path(release, sums_name(lane.id)): sums_bytes,
     }
     if lane.kind == "container":
-        entries = register.query("publication-receipt", lane=lane.id) or register.query("publication-receipt")
+        # Only this lane's own receipt: an image pushed for another lane is never evidence for this one.
+        entries = register.query("publication-receipt", lane=lane.id)
         if len(entries) > 1:
-            raise InputError(f"the register has {len(entries)} publication receipts", file=register.file, found=[e.name for e in entries], expected="exactly one")
+            raise InputError(f"the register has {len(entries)} publication receipts for lane {lane.id}", file=register.file, found=[e.name for e in entries], expected="exactly one")
         if entries:
             pub_path = register.verified_path(entries[0])
             pub_bytes = pub_path.read_bytes()
             pub = loads_object(pub_bytes, source=pub_path)
             pf = publication_facts(pub)
             p = pub_path
-            _want(pub.get("artifact_type") == PUBLICATION_TYPE, "is not an image publication receipt", file=p, field="artifact_type", found=pub.get("artifact_type"), expected=PUBLICATION_TYPE)
+            _want(pub.get("artifact_type") == IMAGE_PUBLICATION_TYPE, "is not an image publication receipt", file=p, field="artifact_type", found=pub.get("artifact_type"), expected=IMAGE_PUBLICATION_TYPE)
             if split_image_reference(pf.image_reference) is None:
                 raise IntegrityError(
                     "the image reference is not pinned by digest (a mutable tag)",
@@ -240,7 +233,7 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
                     fix="push by digest (python -m pipeline push) and bind the digest reference",
                 )
             _want(pf.image_digest == split_image_reference(pf.image_reference)[1], "the digest differs from the image reference", file=p, field="image_digest", found=pf.image_digest, expected=split_image_reference(pf.image_reference)[1])
-            _want(pf.binary_sha256 == report.files[package_name], "the image was built from another binary archive than the packaged set", file=p, field="binary_sha256", found=pf.binary_sha256, expected=report.files[package_name], fix="rebuild and push the image from the packaged archive (python -m pipeline image, push)")
+            _want(pf.binary_sha256 == package.sha256, "the image was built from another binary archive than the packaged set", file=p, field="binary_sha256", found=pf.binary_sha256, expected=package.sha256, fix="rebuild and push the image from the packaged archive (python -m pipeline image, push)")
             _want(pf.binary_name == package_name, "the image names another binary archive", file=p, field="binary_asset", found=pf.binary_name, expected=package_name)
             _want(pf.source_commit == facts.source_commit, "the image names another source commit than the receipt", file=p, field="source_commit", found=pf.source_commit, expected=facts.source_commit)
             _want(pf.component_tag == tag, "the image names another component tag", file=p, field="release_tag", found=pf.component_tag, expected=tag)
@@ -248,7 +241,7 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
             files[repo_path(release, PUBLICATION_RECEIPT)] = pub_bytes
         else:
             ui.warn(f"{lane.id}: no publication-receipt in the register yet (run image and push); the image stays null with a blocker")
-    ui.info(f"{lane.id}: {tag}, package {package_name} {report.files[package_name][:12]}, receipt {facts.status}")
+    ui.info(f"{lane.id}: {tag}, package {package_name} {package.sha256[:12]}, receipt {facts.status}")
     return files
 
 
@@ -280,7 +273,6 @@ def component_publication(register: Register, lane: Lane, tag: str, set_files: d
 def _pins_checksums(root: Path, release: str, lane: Lane, source: str, tag: str | None) -> bytes:
     """Bind a downloaded published SHA256SUMS (pins mode): strict format, closed set of the lane's names."""
     from pipeline.formats.assets import parse_sums
-    from pipeline.formats.releasetree import expected_names
 
     path = root / source
     if not path.is_file():
@@ -300,12 +292,8 @@ def _pins_checksums(root: Path, release: str, lane: Lane, source: str, tag: str 
 # -- the pin dance -------------------------------------------------------------------------
 
 def resolve_commit(root: Path, rev: str) -> str:
-    try:
-        result = subprocess.run([*GIT, "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"], capture_output=True, text=True, check=False)
-    except FileNotFoundError:
-        raise EnvironmentProblem("git is not installed", why="pinning proves with 'git show' that a commit holds the bytes", fix="install git") from None
-    commit = result.stdout.strip()
-    if result.returncode != 0 or not is_commit_hex(commit):
+    commit = rev_parse_commit(root, rev, why="pinning proves with 'git show' that a commit holds the bytes")
+    if commit is None:
         raise UsageError("--pin names no commit of this repository", field="--pin", found=rev, expected="a commit (e.g. HEAD or 40 hex) that holds the committed release tree", fix="commit the tree first, then pin that commit")
     return commit
 
@@ -335,11 +323,8 @@ def compute_pins(root: Path, release: str, lanes: dict[str, Lane], current: dict
     """Pins that hold: existing ones whose commit still serves the bytes, plus `commit` where it does."""
     pins = collect_pins(current)
     unverifiable: set[str] = set()
-    objects = GitObjects(root)
-    try:
+    with GitObjects(root) as objects:
         pins = _settle_pins(root, release, lanes, current, commit, pins, objects, unverifiable)
-    finally:
-        objects.close()
     before = collect_pins(current)
     outcome.pinned = sorted(rel for rel in pins if before.get(rel) != pins[rel])
     outcome.dropped = sorted(rel for rel in before if rel not in pins and (root / rel).exists())
@@ -449,16 +434,14 @@ def rebind(
             outcome.written.append(rel)
     outcome.blockers = list(derived.manifest["publication"]["blockers"])
     outcome.warnings += problems.warnings
-    from pipeline.formats.releasetree import _null_identities, unknown_keys_unused
-
-    for key in unknown_keys_unused(derived.release, _null_identities(derived.manifest["components"], lanes)):
+    outcome.files = dict(derived.files)
+    outcome.signed = list(derived.manifest["signing"]["signed_files"])
+    for key in unknown_keys_unused(derived.release, null_identities(derived.manifest["components"], lanes)):
         outcome.warnings.append(Problem("input", "explains a value that is no longer null", file=derived.release.path, field=f"unknown.{key}", fix="remove the entry"))
     return outcome
 
 
 def _first_difference(before: Any, after: Any, path: str = "subject") -> tuple[str, Any, Any]:
-    from pipeline.stages.verify import diff
-
     out: list[tuple[str, Any, Any]] = []
     diff(after, before, path, out)
     return out[0] if out else (path, after, before)
@@ -466,7 +449,8 @@ def _first_difference(before: Any, after: Any, path: str = "subject") -> tuple[s
 
 # -- compose: import + rebind ----------------------------------------------------------------
 
-def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes_dir: Path | None = None) -> Outcome:
+def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes_dir: Path | None = None, register: Register | None = None) -> Outcome:
+    """Import the register lanes' evidence from `dist`'s register (or `register`, already open on it) and rebind."""
     _check_release_name(release)
     lanes = load_lanes(lanes_dir)
     rt = load_release_toml(root, release, lanes)
@@ -484,7 +468,7 @@ def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes
                 found="register",
                 fix="pass --dist DIR (the output folder of build, package and qualify)",
             )
-        register = Register(Path(dist))
+        register = register if register is not None and register.dist.resolve() == Path(dist).resolve() else Register(Path(dist))
         for li in register_lanes:
             writes.update(import_register_lane(root, release, lanes[li.id], register, status=li.status, model_sha256=rt.model["artifact_sha256"]))
             _check_published(root, release, lanes[li.id], li, register, writes)
@@ -527,7 +511,6 @@ def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes
 def _check_published(root: Path, release: str, lane: Lane, li: Any, register: Register, writes: dict[str, bytes]) -> None:
     """`published` of a register lane against the component's publication receipt in the register."""
     from pipeline.formats.assets import parse_sums
-    from pipeline.formats.releasetree import receipt_facts
 
     sums = writes[repo_path(release, sums_name(lane.id))]
     set_files = {**parse_sums(sums, file=sums_name(lane.id)), "SHA256SUMS": sha256_bytes(sums)}
@@ -658,8 +641,6 @@ def accept_release(root: Path, release: str, record: Path, *, lanes_dir: Path | 
     data = Path(record).read_bytes() if Path(record).is_file() else None
     if data is None:
         raise InputError("acceptance record does not exist", file=record)
-    from pipeline.util.jsonio import check_text_hygiene
-
     check_text_hygiene(record, data)
     doc = loads_object(data, source=record)
     declared = load_release_toml(root, release, lanes).acceptance
@@ -715,6 +696,208 @@ def promote_release(root: Path, release: str, to: str, *, lanes_dir: Path | None
     return outcome
 
 
+# -- the stages: every action runs through stage.execute() ------------------------------------------
+#
+# Each action is its own stage key, so that the register says which action last bound the tree and
+# each has its own fingerprint: compose:<release> (import + rebind), compose-stage:<release>,
+# compose-rebind:<release>, compose-accept:<release>, compose-promote:<release>.  All of them exclude
+# each other on one lock per tree (a tree has one writer at a time), and each records the closed tree
+# it leaves as `release-tree` entries (root "repository", with the file's role), so the register always
+# describes the tree as the last action left it, one entry per file.
+#
+# Only the plain compose can be "up to date": its inputs are every byte it reads that it does not write
+# (release.toml and the other hand-placed files of the tree, the register's evidence of its lanes, the
+# predecessor's manifest, pinned checksum files, lane files and cut ledgers), and what it writes is
+# checked intact by the register.  stage, rebind, accept and promote are transitions decided on the tree's
+# current state and its git history (a second `promote --to candidate` is refused, `rebind --pin HEAD`
+# asks git which commit serves the bytes): they always run.
+
+# The register entries compose reads for a lane from = "register": their bytes are compose's inputs.
+EVIDENCE_KINDS = frozenset({
+    "outer-checksums", "package-archive", "source-archive", "spdx-sbom", "cdx-sbom", "inner-checksums",
+    "package-build-receipt", "support-script", "lane-receipt", "build-identity", "publication-receipt", "release-publication",
+})
+DERIVED_FILES = (SUMMARY, AUTHORITY, AUTHORITY_MD, NOTES, MANIFEST)  # what rebind writes
+
+
+class TreeAction(Stage):
+    """One action of compose on one release tree (base of the compose stages)."""
+
+    name = "compose"
+    action = "compose"
+
+    def __init__(self, ctx: Context, release: str, *, lanes_dir: Path | None = None) -> None:
+        super().__init__(ctx)
+        _check_release_name(release)
+        self.root = ctx.repo_root
+        self.release = release
+        self.lanes_dir = lanes_dir
+        self.outcome: Outcome | None = None
+
+    @property
+    def key(self) -> str:
+        return f"compose:{self.release}" if self.action == "compose" else f"compose-{self.action}:{self.release}"
+
+    @property
+    def lock_key(self) -> str:
+        return f"release-tree:{self.release}"
+
+    def describe(self) -> str:
+        return f"{self.action} {self.release}"
+
+    def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
+        # atomic_write_bytes' temporary names; only compose actions write the tree, and they hold one lock.
+        # Never through a link: a tree (or a folder of it) that leads elsewhere is not ours to clean.
+        tree = release_dir(self.root, self.release)
+        folders = (tree, tree / "qualification", tree / "acceptance")
+        return [(folder, (".*.tmp",)) for folder in folders if not folder.is_symlink() and within(folder, self.root) and not tree.is_symlink()]
+
+    def inputs(self) -> dict[str, Any]:
+        return {"root": str(self.root.resolve()), "release": self.release, "action": self.action, "tree": tree_digests(self.root, self.release)}
+
+    def act(self) -> Outcome:
+        raise NotImplementedError
+
+    def run(self) -> list[Artifact]:
+        self.outcome = self.act()
+        return self.tree_entries(self.outcome)
+
+    def tree_entries(self, outcome: Outcome) -> list[Artifact]:
+        """Every file of the closed tree the action left, as a `release-tree` entry."""
+        register = self.ctx.register
+        entries = []
+        for rel, role in sorted(outcome.files.items()):
+            path = self.root / rel
+            if path.is_file() and not path.is_symlink():
+                entries.append(register.make("release-tree", path, stage=self.name, lane=None, name=rel, root=REPOSITORY,
+                                             release=self.release, role=role, signed=rel in outcome.signed, action=self.action))
+        return entries
+
+
+class ComposeStage(TreeAction):
+    """`compose`: import the register lanes' evidence and rebind the hash chain (key compose:<release>)."""
+
+    def __init__(self, ctx: Context, release: str, *, evidence: bool = True, lanes_dir: Path | None = None) -> None:
+        super().__init__(ctx, release, lanes_dir=lanes_dir)
+        self.evidence = evidence  # lanes from = "register" import from ctx's register (without it they are refused)
+
+    def inputs(self) -> dict[str, Any]:
+        lanes = load_lanes(self.lanes_dir)
+        rt = load_release_toml(self.root, self.release, lanes)
+        register_lanes = sorted(li.id for li in rt.lanes.values() if li.mode == "register" and li.status in SHIPPED)
+        made = {repo_path(self.release, name) for name in DERIVED_FILES}
+        for lane_id in register_lanes:
+            made |= {repo_path(self.release, receipt_name(lane_id)), repo_path(self.release, sums_name(lane_id))}
+            if lanes[lane_id].kind == "container":
+                made.add(repo_path(self.release, PUBLICATION_RECEIPT))
+        register = self.ctx.register
+        evidence = {a.name: a.sha256 for a in register.artifacts.values() if a.lane in register_lanes and a.kind in EVIDENCE_KINDS} if self.evidence else None
+        pinned = {li.id: file_sha256(self.root, li.pins["checksums_file"]) for li in rt.lanes.values() if li.mode == "pins" and li.pins.get("checksums_file")}
+        ledgers = {lane_id: [lanes[lane_id].file_sha256, file_sha256(lanes[lane_id].ledger_file().parent, lanes[lane_id].ledger_file().name)] for lane_id in sorted(rt.lanes)}
+        return {
+            "root": str(self.root.resolve()),
+            "release": self.release,
+            "register": str(register.dist.resolve()) if self.evidence else None,
+            # what compose writes is checked intact by the register; the rest of the tree is input
+            "tree": {rel: digest for rel, digest in tree_digests(self.root, self.release).items() if rel not in made},
+            "evidence": evidence,
+            "pinned_checksums": pinned,
+            "predecessor": file_sha256(self.root, repo_path(rt.predecessor, MANIFEST)) if rt.predecessor else None,
+            "lanes": ledgers,
+        }
+
+    def act(self) -> Outcome:
+        register = self.ctx.register
+        return compose_release(self.root, self.release, dist=register.dist if self.evidence else None, lanes_dir=self.lanes_dir, register=register)
+
+
+class StageReleaseStage(TreeAction):
+    """`compose stage --from`: a new draft from its predecessor (key compose-stage:<release>)."""
+
+    action = "stage"
+    always_runs = True  # refused when the tree exists: decided on the repository as it is now
+
+    def __init__(self, ctx: Context, previous: str, release: str, *, lanes_dir: Path | None = None) -> None:
+        _check_release_name(previous, "--from")
+        super().__init__(ctx, release, lanes_dir=lanes_dir)
+        self.previous = previous
+
+    def inputs(self) -> dict[str, Any]:
+        return {**super().inputs(), "from": self.previous, "predecessor_tree": tree_digests(self.root, self.previous)}
+
+    def act(self) -> Outcome:
+        return stage_release(self.root, self.previous, self.release, lanes_dir=self.lanes_dir)
+
+
+class RebindStage(TreeAction):
+    """`compose rebind [--pin COMMIT]`: recompute the hash chain, pin what a commit holds (key compose-rebind:<release>)."""
+
+    action = "rebind"
+    always_runs = True  # pins are decided by what git history holds now
+
+    def __init__(self, ctx: Context, release: str, *, pin: str | None = None, lanes_dir: Path | None = None) -> None:
+        super().__init__(ctx, release, lanes_dir=lanes_dir)
+        self.pin = pin
+
+    def inputs(self) -> dict[str, Any]:
+        return {**super().inputs(), "pin": self.pin}
+
+    def act(self) -> Outcome:
+        return rebind(self.root, self.release, pin=self.pin, lanes=load_lanes(self.lanes_dir))
+
+
+class AcceptStage(TreeAction):
+    """`compose accept --record`: bind a passed acceptance made on the candidate commit (key compose-accept:<release>)."""
+
+    action = "accept"
+    always_runs = True  # checked against the candidate commit in git history
+
+    def __init__(self, ctx: Context, release: str, record: Path, *, lanes_dir: Path | None = None) -> None:
+        super().__init__(ctx, release, lanes_dir=lanes_dir)
+        self.record = Path(record)
+
+    def inputs(self) -> dict[str, Any]:
+        return {**super().inputs(), "record": sha256_bytes(self.record.read_bytes()) if self.record.is_file() else None}
+
+    def act(self) -> Outcome:
+        return accept_release(self.root, self.release, self.record, lanes_dir=self.lanes_dir)
+
+
+class PromoteStage(TreeAction):
+    """`compose promote --to`: move the status one step after checking its rules (key compose-promote:<release>)."""
+
+    action = "promote"
+    always_runs = True  # a second promotion to the same status is refused, never "up to date"
+
+    def __init__(self, ctx: Context, release: str, to: str, *, lanes_dir: Path | None = None) -> None:
+        super().__init__(ctx, release, lanes_dir=lanes_dir)
+        self.to = to
+
+    def inputs(self) -> dict[str, Any]:
+        return {**super().inputs(), "to": self.to}
+
+    def act(self) -> Outcome:
+        return promote_release(self.root, self.release, self.to, lanes_dir=self.lanes_dir)
+
+
+STAGE = ComposeStage
+
+
+def release_plan(ctx: Context, lanes: list, options: argparse.Namespace) -> list:
+    """`release`: compose the tree of `--release` from this checkout's manifests/ and the run's register."""
+    release = getattr(options, "release", None)
+    if not release:
+        raise Skip("no --release given")
+    return [(release, lambda: execute(ComposeStage(ctx, release, evidence=True, lanes_dir=options.lanes_dir)))]
+
+
+def tree_outcome(root: Path, release: str) -> Outcome:
+    """What an action that changed nothing reports: the tree's status and blockers, nothing written."""
+    manifest = _read_manifest(root, release) or {}
+    publication = manifest.get("publication") if isinstance(manifest.get("publication"), dict) else {}
+    return Outcome(release, str(manifest.get("status")), [b for b in publication.get("blockers") or [] if isinstance(b, str)])
+
+
 # -- CLI --------------------------------------------------------------------------------------------
 
 def _print_outcome(outcome: Outcome, *, steps: bool = False) -> None:
@@ -738,25 +921,34 @@ def _print_outcome(outcome: Outcome, *, steps: bool = False) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     action = getattr(args, "action", None)
-    root = args.root
+    root = Path(args.root)
     release = getattr(args, "release", None)
     if release is None:
         raise UsageError("--release is required", field="--release", expected="e.g. --release v0.13.1")
+    if action == "stage":
+        _check_release_name(args.previous, "--from")
+    _check_release_name(release)  # a bad name is a usage error before anything is written
+    if not root.is_dir():
+        raise InputError("the repository root is not a folder", file=root, expected="a clone holding manifests/", fix="pass --root PATH")
+    dist = getattr(args, "dist", None)
+    # The run is recorded in --dist, else in the repository's own dist/; lanes from = "register"
+    # import evidence only from a register named with --dist (as before: never from a guessed folder).
+    ctx = Context.open(dist or root / "dist", args.lanes_dir, root=root)
     if action is None:
-        outcome = compose_release(root, release, dist=args.dist, lanes_dir=args.lanes_dir)
+        stage: TreeAction = ComposeStage(ctx, release, evidence=dist is not None, lanes_dir=args.lanes_dir)
     elif action == "stage":
-        outcome = stage_release(root, args.previous, release, lanes_dir=args.lanes_dir)
-        _print_outcome(outcome, steps=True)
-        return 0
+        stage = StageReleaseStage(ctx, args.previous, release, lanes_dir=args.lanes_dir)
     elif action == "rebind":
-        outcome = rebind(root, release, pin=args.pin, lanes=load_lanes(args.lanes_dir))
+        stage = RebindStage(ctx, release, pin=args.pin, lanes_dir=args.lanes_dir)
     elif action == "accept":
-        outcome = accept_release(root, release, args.record, lanes_dir=args.lanes_dir)
+        stage = AcceptStage(ctx, release, args.record, lanes_dir=args.lanes_dir)
     elif action == "promote":
-        outcome = promote_release(root, release, args.to, lanes_dir=args.lanes_dir)
+        stage = PromoteStage(ctx, release, args.to, lanes_dir=args.lanes_dir)
     else:  # pragma: no cover - argparse restricts the choices
         raise UsageError(f"unknown compose action {action!r}")
-    _print_outcome(outcome)
+    result: StageResult = execute(stage)
+    outcome = stage.outcome if stage.outcome is not None and not result.skipped else tree_outcome(root, release)
+    _print_outcome(outcome, steps=action == "stage")
     return 0
 
 
@@ -767,7 +959,7 @@ def register_cli(sub) -> None:
         description="Compose the product release tree from release.toml and the lane evidence (docs/release-tree.md).",
     )
     parser.add_argument("--release", help="product release, e.g. v0.13.1")
-    parser.add_argument("--dist", type=Path, default=None, help="output folder holding the artefact register (needed by lanes from = 'register')")
+    parser.add_argument("--dist", type=Path, default=None, help="output folder holding the artefact register: lanes from = 'register' import from it, and the run is recorded in it (default: ROOT/dist, no import)")
     parser.add_argument("--root", type=Path, default=REPO_ROOT, help="repository root holding manifests/ (default: this checkout)")
     parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--quiet", action="store_true", help="print only errors and results")
@@ -776,6 +968,7 @@ def register_cli(sub) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--release", default=argparse.SUPPRESS, help="product release, e.g. v0.13.1")
         p.add_argument("--root", type=Path, default=argparse.SUPPRESS, help="repository root (default: this checkout)")
+        p.add_argument("--dist", type=Path, default=argparse.SUPPRESS, help="output folder whose register records the run (default: ROOT/dist)")
         p.add_argument("--lanes-dir", type=Path, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
         p.add_argument("--quiet", action="store_true", default=argparse.SUPPRESS, help="print only errors and results")
 

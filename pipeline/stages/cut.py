@@ -161,6 +161,50 @@ def binding_for_build(lane: Lane, *, commit: str, source_kind: str, stage: str) 
     return CutBinding(cut.n, cut.tag, cut.source_commit, False)
 
 
+def parse_binding(recorded: Any, lane: Lane, *, file: str | Path, field: str) -> CutBinding:
+    """A cut binding as a build identity or a provenance statement records it (untrusted): {n, tag, commit, rehearsal}."""
+    from pipeline.formats.lanes import MAX_BETA, MIN_BETA
+    from pipeline.util.hashing import is_commit_hex
+
+    fix = "rebuild with the pipeline that made the set (its build identity records the cut it was built as)"
+    if not isinstance(recorded, dict) or set(recorded) != {"n", "tag", "commit", "rehearsal"}:
+        raise InputError("records no cut binding", file=file, field=field, found=sorted(recorded) if isinstance(recorded, dict) else recorded, expected="{n, tag, commit, rehearsal}", fix=fix)
+    n, tag, commit, rehearsal = recorded["n"], recorded["tag"], recorded["commit"], recorded["rehearsal"]
+    if isinstance(n, bool) or not isinstance(n, int) or not MIN_BETA <= n <= MAX_BETA:
+        raise InputError("is not a beta number", file=file, field=f"{field}.n", found=n, expected=f"an integer {MIN_BETA}..{MAX_BETA}")
+    if tag != lane.tag(n):
+        raise InputError(f"is not lane {lane.id}'s tag for beta.{n}", file=file, field=f"{field}.tag", found=tag, expected=lane.tag(n))
+    if commit is not None and not is_commit_hex(commit):
+        raise InputError("is not a full 40-hex commit or null", file=file, field=f"{field}.commit", found=commit)
+    if not isinstance(rehearsal, bool):
+        raise InputError("must be true or false", file=file, field=f"{field}.rehearsal", found=rehearsal)
+    if not rehearsal and commit is None:
+        raise InputError("a cut build names no cut commit", file=file, field=f"{field}.commit", found=None, expected="the cut's source commit (only a rehearsal may have none)")
+    return CutBinding(n, tag, commit, rehearsal)
+
+
+def ledger_check_for_rebuild(lane: Lane, binding: CutBinding, *, source_commit: str, lane_file_sha256: str | None) -> tuple[bool, str]:
+    """(ok, detail): what this checkout's ledger says of the cut a published set was built as.
+
+    Not the lane's current cut: a set of a cut superseded since is still rebuilt as
+    that cut (its bytes carry its names).  A cut build must be a cut this ledger
+    records, of the set's commit (and lane file, where the cut binds one); a
+    rehearsal is the cut's names on another commit and binds nothing in the ledger.
+    """
+    where = lane.ledger_file()
+    if binding.rehearsal:
+        of = f"cut at {binding.commit}" if binding.commit else "cut whose commit was not known"
+        return True, f"a rehearsal of {binding.tag} (the names of the {of}, the source {source_commit}): rebuilt as that rehearsal; publish refuses a rehearsal"
+    cut = lane.ledger().entry(lane.version, binding.n)
+    if cut is None:
+        return False, f"{where} records no cut {binding.tag}, which the set says it was built as (check out the pipeline whose ledger records it)"
+    if cut.source_commit != binding.commit or binding.commit != source_commit:
+        return False, f"{where}: {binding.tag} was cut from {cut.source_commit}, but the set was built as that cut from {source_commit}"
+    if cut.lane_file_sha256 is not None and lane_file_sha256 is not None and cut.lane_file_sha256 != lane_file_sha256:
+        return False, f"{where}: {binding.tag} binds the lane file {cut.lane_file_sha256}, but the set was made with {lane_file_sha256}"
+    return True, f"{binding.tag} at {binding.commit}, {cut.state} in {where.name}" + (f" (superseded by beta.{cut.superseded_by})" if cut.superseded_by else "")
+
+
 def check_binding_current(lane: Lane, recorded: dict[str, Any], *, file: Path, stage: str) -> CutBinding:
     """Package-time check: the build's cut is still the lane's current cut and still binds its commit."""
     try:
@@ -319,6 +363,12 @@ def cut_lane(lane_name: str, *, source: str, dist: Path | str = "dist", lanes_di
     return execute(stage, force=True)
 
 
+def run_cut(args: argparse.Namespace) -> int:
+    """`cut`: the command line's front door to `cut_lane`."""
+    cut_lane(args.lane, source=args.source, dist=args.dist, lanes_dir=args.lanes_dir, checkout=args.checkout, supersede=args.supersede, reason=args.reason)
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -329,7 +379,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--supersede", type=int, metavar="N", help="mark the published cut N superseded by this one")
     parser.add_argument("--reason", help="why cut N is superseded (recorded in the ledger)")
     add_common(parser)
-    parser.set_defaults(func=lambda args: cut_lane(args.lane, source=args.source, dist=args.dist, lanes_dir=args.lanes_dir, checkout=args.checkout, supersede=args.supersede, reason=args.reason) and 0)
+    parser.set_defaults(func=run_cut)
 
 
 STAGE = CutStage

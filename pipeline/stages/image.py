@@ -47,21 +47,23 @@ import os
 import re
 import shutil
 import stat
-import tarfile
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from pipeline.codedigest import code_digest
-from pipeline.errors import InputError, IntegrityError, RemoteError
-from pipeline.formats.assets import check_registered_set
+from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError
+from pipeline.formats import provenance
+from pipeline.formats.assets import check_registered_set, parse_sums
 from pipeline.formats.components import repository_owner
-from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
+from pipeline.formats.image_reference import is_tag
+from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
 from pipeline.formats.sbom import spdx_bytes, tool_creator
 from pipeline.infra import oci
+from pipeline.infra.binaries import elf_imports, is_elf
 from pipeline.infra.registry import RegistryClient, Repository, credentials_for, parse_repository
+from pipeline.infra.rootfs import RootFS
 from pipeline.infra.safetar import SafeTar
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, StageResult, execute
@@ -238,7 +240,7 @@ def load_definition(path: Path) -> ImageDefinition:
                 f"docker://{base['repository']}:{base.get('tag') or '<tag>'}', and write it into base.digest"
             ),
         )
-    if base.get("tag") is not None and not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", base["tag"]):
+    if base.get("tag") is not None and not is_tag(base["tag"]):
         raise InputError("is not a valid tag", file=file, field="base.tag", found=base["tag"])
 
     platform_arch = top["platform"].split("/")[1]
@@ -449,7 +451,7 @@ def acquire_base(spec: BaseSpec, platform: str, *, layout: Path | None, retries:
     origin = spec.reference
     data, header_type = source.document(spec.digest, what="manifest")
     document = oci.parse_json_blob(data, origin=origin)
-    media_type = oci.document_media_type(document, header_type)
+    media_type = oci.document_media_type(document, header_type, origin=origin)
     index_digest = None
     manifest_digest = spec.digest
     if media_type in oci.INDEX_TYPES:
@@ -459,7 +461,7 @@ def acquire_base(spec: BaseSpec, platform: str, *, layout: Path | None, retries:
         data, header_type = source.document(entry.digest, what=f"{platform} manifest")
         origin = spec.repository.at(entry.digest)
         document = oci.parse_json_blob(data, origin=origin)
-        media_type = oci.document_media_type(document, header_type or entry.media_type)
+        media_type = oci.document_media_type(document, header_type or entry.media_type, origin=origin)
     if media_type not in oci.MANIFEST_TYPES:
         raise InputError("base reference does not name an image manifest", file=origin, found=media_type, expected=" or ".join(oci.MANIFEST_TYPES + oci.INDEX_TYPES))
     manifest = oci.parse_manifest(document, origin=origin, media_type=media_type)
@@ -483,165 +485,6 @@ def acquire_base(spec: BaseSpec, platform: str, *, layout: Path | None, retries:
     return BaseImage(spec, source.label, manifest_digest, manifest, config, config_descriptor, layers, paths, index_digest)
 
 
-# -- the root file system, for checks ------------------------------------------
-
-@dataclass
-class Node:
-    kind: str  # "file", "dir", "link", "hardlink"
-    mode: int = 0o644
-    target: str = ""
-    text: str | None = None  # contents of ld.so.conf files
-
-
-def _clean(name: str) -> str:
-    while name.startswith("./"):
-        name = name[2:]
-    return name.strip("/")
-
-
-class RootFS:
-    """Paths of the merged image file system (whiteouts applied), enough to resolve files and links."""
-
-    def __init__(self) -> None:
-        self.nodes: dict[str, Node] = {"": Node("dir", 0o755)}
-
-    def apply_layer(self, entries: list[tuple[str, Node]], whiteouts: list[str], opaque: list[str]) -> None:
-        for folder in opaque:
-            prefix = folder + "/" if folder else ""
-            for path in [p for p in self.nodes if p.startswith(prefix) and p != folder]:
-                del self.nodes[path]
-        for path in whiteouts:
-            self.nodes.pop(path, None)
-            prefix = path + "/"
-            for child in [p for p in self.nodes if p.startswith(prefix)]:
-                del self.nodes[child]
-        for path, node in entries:
-            parts = path.split("/")
-            for depth in range(1, len(parts)):
-                self.nodes.setdefault("/".join(parts[:depth]), Node("dir", 0o755))
-            if node.kind != "dir" or path not in self.nodes:
-                self.nodes[path] = node
-            else:
-                self.nodes[path].mode = node.mode
-
-    def collector(self):
-        entries: list[tuple[str, Node]] = []
-        whiteouts: list[str] = []
-        opaque: list[str] = []
-
-        def visit(member: tarfile.TarInfo, tar) -> None:
-            path = _clean(member.name)
-            folder, _, base = path.rpartition("/")
-            if base == ".wh..wh..opq":
-                opaque.append(folder)
-                return
-            if base.startswith(".wh."):
-                whiteouts.append(f"{folder}/{base[4:]}" if folder else base[4:])
-                return
-            if member.isdir():
-                entries.append((path, Node("dir", member.mode)))
-            elif member.issym():
-                entries.append((path, Node("link", member.mode, member.linkname)))
-            elif member.islnk():
-                entries.append((path, Node("hardlink", member.mode, _clean(member.linkname))))
-            elif member.isreg():
-                text = None
-                if (path == "etc/ld.so.conf" or (path.startswith("etc/ld.so.conf.d/") and path.endswith(".conf"))) and member.size < 65536:
-                    text = tar.read_member(member, 65536).decode("utf-8", "replace")
-                entries.append((path, Node("file", member.mode, text=text)))
-
-        def finish() -> None:
-            self.apply_layer(entries, whiteouts, opaque)
-
-        return visit, finish
-
-    def resolve(self, path: str, *, hops: int = 0) -> tuple[str, Node] | None:
-        """Follow symlinks component by component (like the kernel), from the image's root."""
-        parts = [p for p in path.strip("/").split("/") if p and p != "."]
-        current: list[str] = []
-        while parts:
-            part = parts.pop(0)
-            if part == "..":
-                if current:
-                    current.pop()
-                continue
-            candidate = "/".join([*current, part])
-            node = self.nodes.get(candidate)
-            if node is None:
-                return None
-            if node.kind == "link":
-                hops += 1
-                if hops > 40:
-                    return None
-                target = node.target
-                parts = [p for p in target.split("/") if p] + parts
-                if target.startswith("/"):
-                    current = []
-                continue
-            if node.kind == "hardlink":
-                node = self.nodes.get(node.target) or node
-            current.append(part)
-        key = "/".join(current)
-        found = self.nodes.get(key)
-        if found is not None and found.kind == "hardlink":
-            found = self.nodes.get(found.target)
-        return (key, found) if found is not None else None
-
-    def is_file(self, path: str) -> bool:
-        resolved = self.resolve(path)
-        return resolved is not None and resolved[1].kind == "file"
-
-    def is_executable_file(self, path: str) -> bool:
-        resolved = self.resolve(path)
-        return resolved is not None and resolved[1].kind == "file" and bool(resolved[1].mode & 0o111)
-
-    def ld_conf_dirs(self) -> list[str]:
-        dirs: list[str] = []
-        for path in sorted(self.nodes):
-            node = self.nodes[path]
-            if node.text is None:
-                continue
-            for line in node.text.splitlines():
-                line = line.split("#", 1)[0].strip()
-                if line.startswith("/") and " " not in line:
-                    dirs.append(line)
-        return dirs
-
-
-DEFAULT_LIBRARY_DIRS = {
-    "amd64": ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
-    "arm64": ("/lib/aarch64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/lib64", "/usr/lib64", "/lib", "/usr/lib"),
-}
-
-
-def elf_dynamic(path: Path) -> tuple[list[str], list[str]] | None:
-    """(DT_NEEDED, RUNPATH or RPATH folders) of an ELF file; None when it is not ELF."""
-    with open(path, "rb") as handle:
-        if handle.read(4) != b"\x7fELF":
-            return None
-    from elftools.common.exceptions import ELFError
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-
-    try:
-        with open(path, "rb") as handle:
-            elf = ELFFile(handle)
-            needed: list[str] = []
-            runpath: list[str] = []
-            for section in elf.iter_sections():
-                if isinstance(section, DynamicSection):
-                    for tag in section.iter_tags():
-                        if tag.entry.d_tag == "DT_NEEDED":
-                            needed.append(tag.needed)
-                        elif tag.entry.d_tag == "DT_RUNPATH":
-                            runpath.extend(tag.runpath.split(":"))
-                        elif tag.entry.d_tag == "DT_RPATH":
-                            runpath.extend(tag.rpath.split(":"))
-            return needed, runpath
-    except ELFError as exc:
-        raise InputError(f"is not a readable ELF file ({exc})", file=path) from None
-
-
 # -- the binary archive -------------------------------------------------------
 
 @dataclass
@@ -653,23 +496,6 @@ class ArchiveContent:
     executable: dict[str, bool]
     identity: dict[str, Any]
     component_tag: str
-
-
-def _parse_sums(text: str, *, origin: str) -> dict[str, str]:
-    sums: dict[str, str] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        match = re.fullmatch(r"([0-9a-f]{64}) [ *](.+)", line)
-        if not match:
-            raise InputError("is not a line of 'sha256sum' output", file=origin, field=f"line {number}", found=line[:120], expected="'<64 hex>  <path>'")
-        name = match.group(2)
-        if name.startswith("./"):
-            name = name[2:]
-        if name in sums:
-            raise InputError("lists a file twice", file=origin, field=f"line {number}", found=name)
-        sums[name] = match.group(1)
-    return sums
 
 
 def open_archive(ctx: Context, lane: Lane, staging: Path) -> ArchiveContent:
@@ -724,7 +550,7 @@ def open_archive(ctx: Context, lane: Lane, staging: Path) -> ArchiveContent:
             file=path,
             expected=f"{root}/{SUMS_FILE} and {root}/{IDENTITY_FILE} (the package contract)",
         )
-    sums = _parse_sums(files[SUMS_FILE].read_text(encoding="utf-8"), origin=f"{path}!{root}/{SUMS_FILE}")
+    sums = parse_sums(files[SUMS_FILE].read_bytes(), file=f"{path}!{root}/{SUMS_FILE}", paths=True)  # the one strict reader
     payload = set(files) - {SUMS_FILE}
     if set(sums) != payload:
         missing = sorted(payload - set(sums))
@@ -917,10 +743,7 @@ def build_config(definition: ImageDefinition, base: BaseImage, layers: list[oci.
 
 def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers: list[oci.BuiltLayer], config: dict[str, Any]) -> None:
     env = dict(item.partition("=")[::2] for item in config["config"]["Env"])
-    program = definition.entrypoint[0]
-    if "/" not in program:
-        candidates = [f"{folder}/{program}" for folder in env.get("PATH", "").split(":") if folder.startswith("/")]
-        program = next((c for c in candidates if rootfs.is_executable_file(c)), program)
+    program = rootfs.find_program(definition.entrypoint[0], env)
     if not rootfs.is_executable_file(program):
         raise InputError(
             "the entrypoint is not an executable file in the image",
@@ -929,22 +752,18 @@ def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers
             found=definition.entrypoint[0],
             expected="a path that one of the image's layers provides with an executable mode",
         )
-    search_common = [d for d in env.get("LD_LIBRARY_PATH", "").split(":") if d.startswith("/")]
-    search_common += rootfs.ld_conf_dirs()
-    search_common += list(DEFAULT_LIBRARY_DIRS.get(definition.architecture, ()))
+    search_common = rootfs.loader_dirs(env, definition.architecture)
     provided_by_driver = set(lane.driver_libraries)
     for layer in layers:
         for item in layer.files:
-            dynamic = elf_dynamic(item.source)
-            if dynamic is None:
+            info = elf_imports(item.source, error=InputError)
+            if info is None:
                 continue
-            needed, runpath = dynamic
-            origin = str(PurePosixPath(item.path).parent)
-            dirs = [d.replace("$ORIGIN", origin).replace("${ORIGIN}", origin) for d in runpath] + search_common
-            for library in needed:
+            dirs = rootfs.library_search(item.path, (*info.runpath, *info.rpath), search_common)
+            for library in info.needed:
                 if library in provided_by_driver:
                     continue
-                if not any(rootfs.is_file(f"{folder}/{library}") for folder in dirs):
+                if not rootfs.has_library(library, dirs):
                     raise InputError(
                         f"{item.path} needs {library}, which the image does not provide",
                         file=definition.file,
@@ -1033,7 +852,7 @@ def write_image_sbom(
     for layer in layers:
         for item in sorted(layer.files, key=lambda f: f.path):
             sha256, sha1, _size = file_digests(item.source)
-            is_binary = elf_dynamic(item.source) is not None
+            is_binary = is_elf(item.source)
             files.append(
                 File(
                     name="." + item.path,
@@ -1149,10 +968,6 @@ def write_image_sbom(
 
 # -- the stage ----------------------------------------------------------------
 
-def _code_digest() -> str:
-    return code_digest(__name__)
-
-
 @dataclass
 class ImageResult:
     manifest_digest: str
@@ -1216,8 +1031,8 @@ class ImageStage(Stage):
             "archive_sha256": self.archive_artifact.sha256,
             "base": self.definition.base.reference,
             "base_source": str(self.base_layout) if self.base_layout else "registry",
-            "code": _code_digest(),
             "zlib": oci.zlib_version(),
+            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME)},
         }
 
     def run(self) -> list[Artifact]:
@@ -1230,11 +1045,9 @@ class ImageStage(Stage):
 
             layout = staging / "oci"
             blobs = oci.BlobStore(layout)
-            rootfs = RootFS()
+            rootfs = RootFS()  # the merged file system, for the checks before the manifest is written
             for number, layer in enumerate(base.layers, 1):
-                visit, finish = rootfs.collector()
-                diff_id = oci.uncompressed_digest(base.blob_paths[layer.digest], layer.media_type, on_member=visit)
-                finish()
+                diff_id = rootfs.add_layer_blob(base.blob_paths[layer.digest], layer.media_type)
                 expected = base.config["rootfs"]["diff_ids"][number - 1]
                 if diff_id != expected:
                     raise IntegrityError(
@@ -1253,9 +1066,7 @@ class ImageStage(Stage):
                 annotated = oci.Descriptor(layer.descriptor.media_type, layer.descriptor.digest, layer.descriptor.size)
                 blobs.adopt(scratch, annotated)
                 built.append(oci.BuiltLayer(annotated, layer.diff_id, layer.files, spec.name))
-                visit, finish = rootfs.collector()
-                oci.uncompressed_digest(scratch, annotated.media_type, on_member=visit)
-                finish()
+                rootfs.add_layer_blob(scratch, annotated.media_type)
                 ui.info(f"layer {spec.name}: {len(files)} files, {annotated.digest} ({ui.human_bytes(annotated.size)})")
 
             labels = image_labels(definition, lane, archive, base)
@@ -1324,7 +1135,18 @@ class ImageStage(Stage):
             "definition_sha256": definition.file_sha256,
         }
         out = self.out_dir
+        statement_path = self._provenance(archive, base, definition, manifest_digest, config_descriptor.digest, out / sbom_name)
         return [
+            register.make(
+                "provenance",
+                statement_path,
+                stage=self.name,
+                lane=lane.id,
+                name=f"{lane.id}/{provenance.FOLDER}/{statement_path.name}",
+                component_tag=archive.component_tag,
+                build_type=provenance.BUILD_TYPE_IMAGE,
+                manifest_digest=manifest_digest,
+            ),
             register.make("oci-layout", out / "oci" / "index.json", stage=self.name, lane=lane.id, name=f"{lane.id}/image/oci", **attrs),
             register.make(
                 "image-sbom",
@@ -1336,6 +1158,27 @@ class ImageStage(Stage):
                 component_tag=archive.component_tag,
             ),
         ]
+
+
+    def _provenance(self, archive: ArchiveContent, base: BaseImage, definition: ImageDefinition, manifest_digest: str, config_digest: str, sbom: Path) -> Path:
+        """The image's SLSA provenance beside its layout (formats/provenance.py): the manifest is the subject."""
+        statement = provenance.make_image_statement(
+            lane=self.lane,
+            identity=archive.identity,
+            subject_name=definition.repository or definition.name,
+            manifest_digest=manifest_digest,
+            base_reference=base.spec.reference,
+            base_manifest_digest=base.manifest_digest,
+            archive_name=archive.path.name,
+            archive_sha256=archive.artifact.sha256,
+            definition_name=f"containers/{definition.file.name}",
+            definition_sha256=definition.file_sha256,
+            byproducts={sbom.name: sha256_file(sbom), "image-config": config_digest},
+        )
+        path = self.ctx.dist / self.lane.id / provenance.FOLDER / provenance.image_statement_name(definition.name, archive.component_tag)
+        atomic_write_bytes(path, statement)
+        ui.info(f"provenance {path.name}: subject {manifest_digest}")
+        return path
 
 
 # -- front door ------------------------------------------------------------------
@@ -1362,6 +1205,20 @@ def build_image(
     return execute(stage, force=force)
 
 
+def container_lane(lanes_dir: Path | None = None) -> Lane:
+    """The lane `image` builds when none is named: the one lane whose kind is container (read from the lane files)."""
+    lanes = [lane for lane in load_lanes(lanes_dir).values() if lane.kind == "container"]
+    if len(lanes) != 1:
+        raise UsageError(
+            f"the lane files declare {len(lanes)} container lanes",
+            field="--lane",
+            found=[lane.id for lane in lanes],
+            expected="exactly one lane of kind 'container', or --lane naming one",
+            fix="pass --lane ID",
+        )
+    return lanes[0]
+
+
 def _print_result(result: StageResult, as_json: bool) -> int:
     layout = next(a for a in result.outputs if a.kind == "oci-layout")
     if as_json:
@@ -1375,7 +1232,7 @@ def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
     parser = sub.add_parser("image", help="assemble the container lane's OCI image layout from its binary archive (no Docker engine)")
-    parser.add_argument("--lane", default="rtx5090-container", help="container lane id or short name (default: rtx5090-container)")
+    parser.add_argument("--lane", default=None, help="container lane id or short name (default: the one lane of kind 'container' in runtime/lanes/)")
     parser.add_argument(
         "--definition",
         type=Path,
@@ -1393,7 +1250,8 @@ def register_cli(sub) -> None:
     add_common(parser)
 
     def run(args: argparse.Namespace) -> int:
-        result = build_image(args.lane, dist=args.dist, definition=args.definition, base_layout=args.base_layout, lanes_dir=args.lanes_dir, force=args.force)
+        lane = args.lane or container_lane(args.lanes_dir).id
+        result = build_image(lane, dist=args.dist, definition=args.definition, base_layout=args.base_layout, lanes_dir=args.lanes_dir, force=args.force)
         return _print_result(result, args.json)
 
     parser.set_defaults(func=run)

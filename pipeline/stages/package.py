@@ -2,7 +2,8 @@
 
 Input: the register entries the build stage wrote for the lane (binaries,
 runtime libraries from `--prebuilt`, `build-identity.json`, the `git archive`
-source tar), the lane file, and for Windows lanes the serving contract
+source tar, the toolchain record: the libraries the build's toolchain ships,
+with hashes, licence files and wheel authors), the lane file, and for Windows lanes the serving contract
 (`server-config.json`, `release-spec.json`) and the four lifecycle scripts.
 
 Preflight refuses, before any work: a build of another cut than the lane's
@@ -34,9 +35,10 @@ from typing import Any
 
 from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RefusedError, UsageError
-from pipeline.formats import assets, sbom
+from pipeline.formats import assets, provenance, sbom
 from pipeline.formats import components as bom_model
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.formats.toolchain_record import ToolchainRecord, read_record
 from pipeline.infra import archive, binaries
 from pipeline.infra.safetar import SafeTar
 from pipeline.register import Artifact
@@ -86,10 +88,13 @@ class PackageStage(Stage):
         source_date_epoch: int | None = None,
         jobs: int | None = None,
         level: int = archive.DEFAULT_LEVEL,
+        cut=None,
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
-        self.beta = lane.beta
+        self.beta = cut.n if cut is not None else lane.beta
+        # rebuild --verify: the CutBinding the published set was made as, instead of the lane's current cut.
+        self.given_cut = cut
         self.cut = None
         self.requested_epoch = source_date_epoch
         self.jobs = jobs
@@ -107,6 +112,8 @@ class PackageStage(Stage):
         self.scripts: dict[str, Path] = {}
         self.epoch = 0
         self.patchelf: ToolRecord | None = None  # Linux lanes: the patchelf that sets RUNPATH=$ORIGIN
+        self.toolchain: ToolchainRecord | None = None  # the build's toolchain record (register kind `toolchain`)
+        self.toolchain_file: Path | None = None
 
     @property
     def key(self) -> str:
@@ -134,8 +141,21 @@ class PackageStage(Stage):
         from pipeline.stages.cut import check_binding_current
 
         build_beta = lane.beta_from_tag(self.identity["component_tag"])
-        self.cut = check_binding_current(lane, identity_entry.attrs.get("cut") or {}, file=register.path_of(identity_entry), stage="package")
-        if self.cut.n != build_beta or (not self.cut.rehearsal and self.cut.commit != self.identity["source"]["commit"]):
+        recorded_cut = identity_entry.attrs.get("cut") or {}
+        if self.given_cut is None:
+            self.cut = check_binding_current(lane, recorded_cut, file=register.path_of(identity_entry), stage="package")
+        elif recorded_cut != self.given_cut.to_json():
+            raise IntegrityError(
+                f"the build in the register is not a build as {self.given_cut.tag}" + (" (a rehearsal)" if self.given_cut.rehearsal else ""),
+                file=register.path_of(identity_entry),
+                field="attrs.cut",
+                found=recorded_cut,
+                expected=self.given_cut.to_json(),
+                fix="build the lane again as that cut",
+            )
+        else:
+            self.cut = self.given_cut
+        if self.cut.n != build_beta or self.identity.get("cut") != self.cut.to_json() or (not self.cut.rehearsal and self.cut.commit != self.identity["source"]["commit"]):
             raise IntegrityError("build-identity.json names another cut than its register entry", file=register.path_of(identity_entry), field="component_tag", found=self.identity["component_tag"], expected=self.cut.tag)
         self.beta = build_beta
         for entry in register.query("binary", lane=lane.id):
@@ -150,6 +170,11 @@ class PackageStage(Stage):
         for entry in register.query("runtime-library", lane=lane.id):
             self.library_files[entry.attrs["library"]] = register.verified_path(entry)
             self.inputs_used[entry.name] = entry
+        # The build's toolchain as the build recorded it: its libraries, licence files and wheel authors.
+        toolchain_entry = register.one("toolchain", lane=lane.id, needed_by="package", produced_by="build")
+        self.toolchain_file = register.verified_path(toolchain_entry)
+        self.toolchain = read_record(self.toolchain_file)
+        self.inputs_used[toolchain_entry.name] = toolchain_entry
         source_entry = register.one("source-tar", lane=lane.id, needed_by="package", produced_by="build")
         self.source_tar = register.verified_path(source_entry).read_bytes()
         self.inputs_used[source_entry.name] = source_entry
@@ -278,9 +303,8 @@ class PackageStage(Stage):
 
     def _resolve(self) -> binaries.Resolution:
         lane = self.lane
-        toolchain = self.identity.get("toolchain", {})
-        root = toolchain.get("root")
-        libraries = binaries.toolchain_libraries(Path(root)) if root else {}
+        assert self.toolchain is not None
+        libraries = binaries.recorded_libraries(self.toolchain)
         resolution = binaries.resolve_libraries(
             lane,
             self.binary_files,
@@ -288,6 +312,10 @@ class PackageStage(Stage):
             toolchain=libraries,
             toolchain_version=self.identity.get("cuda_toolkit"),
         )
+        bundled = {lib.path for lib in resolution.bundled()}
+        for library in libraries.values():
+            if library.path in bundled:  # bundle only the bytes the toolchain that built the binaries had
+                binaries.check_recorded(library, record_file=self.toolchain_file)
         for name in binaries.unused_candidates(resolution, self.library_files, fold=lane.is_windows):
             ui.warn(f"{name} came with the build, but no binary imports or loads it: it is not bundled")
         return resolution
@@ -308,6 +336,8 @@ class PackageStage(Stage):
             "code": _code_digest(),
             "zlib": zlib.ZLIB_RUNTIME_VERSION,
             "libraries": {name: metadata.version(name) for name in ("spdx-tools", "cyclonedx-python-lib", "pefile", "pyelftools")},
+            # The provenance beside the set: who states it, and the lock its wheel URLs come from.
+            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME)},
         }
         if lane.is_windows:
             data["contract"] = {name: sha256_file(path) for name, path in [("server-config", _repo_path(lane.server_config or "")), ("release-spec", _repo_path(lane.release_spec or ""))]}
@@ -334,8 +364,12 @@ class PackageStage(Stage):
                 report = assets.check_assets(first, lane=lane, beta=self.beta)
                 for line in report.checks:
                     ui.info(f"check: {line}")
+                statement = self._provenance(first, expected)
+                if statement != self._provenance(second / "assets", expected):
+                    raise IntegrityError("the provenance is not reproducible: the two sets give different statements", file=self.provenance_path(expected), why="something time- or machine-dependent reached the statement")
         finally:
             shutil.rmtree(second, ignore_errors=True)
+        atomic_write_bytes(self.provenance_path(expected), statement)
         register = self.ctx.register
         outputs = []
         for asset in expected.assets:
@@ -354,7 +388,32 @@ class PackageStage(Stage):
             )
         for asset in outputs:
             ui.info(f"{Path(asset.path).name}: sha256 {asset.sha256} ({asset.size} bytes)")
+        outputs.append(
+            register.make(
+                "provenance",
+                self.provenance_path(expected),
+                stage=self.name,
+                lane=lane.id,
+                name=f"{lane.id}/{provenance.FOLDER}/{self.provenance_path(expected).name}",
+                component_tag=expected.component_tag,
+                build_type=provenance.BUILD_TYPE_SET,
+                subjects=len(expected.names()),
+            )
+        )
+        ui.info(f"provenance {self.provenance_path(expected).name}: {len(expected.names())} subjects (beside the set, not part of it)")
         return outputs
+
+    def provenance_path(self, expected: assets.AssetSet) -> Path:
+        return self.ctx.dist / self.lane.id / provenance.FOLDER / provenance.set_statement_name(expected.package_root)
+
+    def _provenance(self, asset_dir: Path, expected: assets.AssetSet) -> bytes:
+        """The set's SLSA provenance: every file of the closed set a subject (formats/provenance.py)."""
+        files = {name: sha256_file(asset_dir / name) for name in expected.names()}
+        byproducts = {
+            "build-identity.json": self._packaged_identity_sha256,
+            **{expected.name_of(role): files[expected.name_of(role)] for role in ("spdx", "cdx", "inner-sums")},
+        }
+        return provenance.make_set_statement(lane=self.lane, identity=self.identity, files=files, byproducts=byproducts)
 
     def _compare(self, first: Path, second: Path, expected: assets.AssetSet) -> None:
         # The package first: a difference there is the cause, later files only inherit it.
@@ -502,6 +561,7 @@ class PackageStage(Stage):
         identity = dict(self._payload_identity)
         identity["source_archive_sha256"] = source.sha256
         atomic_write_bytes(payload / "build-identity.json", canonical_bytes(identity, indent=None))
+        self._packaged_identity_sha256 = sha256_file(payload / "build-identity.json")
         files = sorted(p for p in payload.rglob("*") if p.is_file())
         digests = {p.relative_to(payload).as_posix(): file_digests(p) for p in files}
         atomic_write_bytes(payload / assets.PAYLOAD_SUMS, assets.render_sums({name: d[0] for name, d in digests.items()}, paths=True))
@@ -530,7 +590,7 @@ class PackageStage(Stage):
             release_version=self.identity["release_version"],
             runtime_license=lane.runtime_license,
             epoch=self.epoch,
-            identity_sha256=sha256_file(payload / "build-identity.json"),
+            identity_sha256=self._packaged_identity_sha256,
             source=self.identity["source"],
             files=[sbom.PayloadFile(name, d[0], d[1], d[2]) for name, d in sorted(digests.items())],
             binaries={name: f"{assets.BIN_DIR}/{name}" for name in sorted(self.binary_files)},
@@ -544,9 +604,8 @@ class PackageStage(Stage):
             providers=dict(lane.providers),
             license_texts=self._license_texts(),
             toolchain_authors=self._toolchain_authors(),
-            # The build host's dependencies, once the build identity records them (name, version,
-            # purl, supplier, license each): they join both SBOMs as build dependencies.
-            host_dependencies=list(self.identity.get("host_dependencies") or []),
+            # The build host's dependencies as the build's preflight found them: both SBOMs list them.
+            host_dependencies=bom_model.host_dependency_entries(self.identity),
         )
         # One component model for both documents: they cannot disagree.
         model = sbom.component_model(inp)
@@ -581,17 +640,9 @@ class PackageStage(Stage):
         return texts
 
     def _toolchain_authors(self) -> dict[str, str]:
-        """The author each toolchain wheel's METADATA names (its SBOM supplier), from the unpacked
-        toolchain, else from the pinned wheels in the download cache."""
-        from pipeline.infra.toolchain import wheel_cache
-
-        toolchain = self.identity.get("toolchain", {})
-        root = Path(toolchain["root"]) if toolchain.get("root") else None
-        wheels = []
-        for wheel in toolchain.get("wheels", []):
-            folder = wheel_cache() / wheel["sha256"][:2] / wheel["sha256"]
-            wheels += [p for p in sorted(folder.glob("*.whl")) if sha256_file(p) == wheel["sha256"]]
-        return bom_model.wheel_authors(root, wheels if root is None or not root.is_dir() else ())
+        """The author each toolchain wheel's METADATA names (its SBOM supplier), as the build recorded it."""
+        assert self.toolchain is not None
+        return dict(self.toolchain.wheel_authors)
 
     def _receipt(self, expected: assets.AssetSet, package: archive.ArchiveResult, source: archive.ArchiveResult, hashes: dict[str, str], asset_dir: Path) -> dict[str, Any]:
         assert self.resolution is not None
@@ -667,7 +718,7 @@ def package_lane(
     return execute(stage, force=force)
 
 
-def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, jobs: int | None = None, force: bool = False) -> list:
+def package_lanes(*, dist: Path | str = "dist", lanes_dir: Path | None = None, jobs: int | None = None, force: bool = False) -> list:
     from pipeline.formats.lanes import load_lanes
 
     ctx = Context.open(dist, lanes_dir)
@@ -687,11 +738,26 @@ def package_all(*, dist: Path | str = "dist", lanes_dir: Path | None = None, job
     return results
 
 
-def _check_assets_command(args) -> int:
+GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
+
+
+def run_package(args: argparse.Namespace) -> int:
+    """`package`: the command line's front door to `package_lane` / `package_lanes`."""
+    if args.all:
+        package_lanes(dist=args.dist, lanes_dir=args.lanes_dir, jobs=args.jobs, force=args.force)
+    else:
+        package_lane(args.lane, dist=args.dist, lanes_dir=args.lanes_dir, source_date_epoch=args.source_date_epoch, jobs=args.jobs, force=args.force)
+    return 0
+
+
+def run_check_assets(args: argparse.Namespace) -> int:
+    """`check-assets`: check one downloaded asset set and print what was checked."""
     from pipeline.formats.lanes import find_lane
 
     lane = find_lane(args.lane, args.lanes_dir) if args.lane else None
     report = assets.check_assets(args.directory, lane=lane, beta=args.beta, lanes_dir=args.lanes_dir, deep=not args.shallow)
+    if args.provenance is not None:
+        report.checks += _check_provenance(args, report)
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
@@ -699,6 +765,29 @@ def _check_assets_command(args) -> int:
         for line in report.checks:
             print(f"  ok  {line}")
     return 0
+
+
+def _check_provenance(args, report: assets.AssetReport) -> list[str]:
+    """The statement's subjects are exactly the checked set's files; its DSSE bundle verifies, where one is beside it."""
+    from pipeline.stages import sign
+
+    path: Path = args.provenance
+    if not path.is_file():
+        raise InputError("provenance statement does not exist", file=path, field="--provenance")
+    data = path.read_bytes()
+    statement = provenance.read_statement(data, origin=str(path))
+    provenance.check_subjects(statement, report.files, origin=str(path), what="the set's files")
+    if statement.external["lane"] != report.lane or statement.external["component_tag"] != report.component_tag:
+        raise IntegrityError("the statement describes another set", file=path, field="externalParameters", found=statement.external, expected=f"lane {report.lane}, component_tag {report.component_tag}")
+    lines = [f"provenance: {len(statement.subjects)} subjects are exactly the set's files (source {statement.external['source_commit']}, builder {statement.builder_id})"]
+    bundle = sign.bundle_path_for(path)
+    if bundle.is_file():
+        if not args.certificate_identity:
+            lines.append(f"provenance: {bundle.name} is present but not checked (give --certificate-identity and --certificate-oidc-issuer)")
+        else:
+            verified = sign.verify_dsse_bundle(data, bundle, identity=args.certificate_identity, issuer=args.certificate_oidc_issuer, trust_config=args.trust_config, name=path.name)
+            lines.append(f"provenance: DSSE bundle signed by {verified.identity} (log index {verified.log_index})")
+    return lines
 
 
 def register_cli(sub) -> None:
@@ -713,14 +802,6 @@ def register_cli(sub) -> None:
     parser.add_argument("--jobs", type=int, help="compression threads (the bytes do not depend on it; default: all cores)")
     parser.add_argument("--force", action="store_true", help="package again even when inputs are unchanged")
     add_common(parser)
-
-    def run_package(args) -> int:
-        if args.all:
-            package_all(dist=args.dist, lanes_dir=args.lanes_dir, jobs=args.jobs, force=args.force)
-        else:
-            package_lane(args.lane, dist=args.dist, lanes_dir=args.lanes_dir, source_date_epoch=args.source_date_epoch, jobs=args.jobs, force=args.force)
-        return 0
-
     parser.set_defaults(func=run_package)
 
     check = sub.add_parser("check-assets", help="check a downloaded asset set: closed, hashes, receipt, package payload, SPDX and CycloneDX")
@@ -728,10 +809,12 @@ def register_cli(sub) -> None:
     check.add_argument("--lane", help="lane id or short name (default: recognised from the file names)")
     check.add_argument("--beta", type=beta_argument, help="beta number N >= 1 (default: from the names or the receipt)")
     check.add_argument("--shallow", action="store_true", help="names, checksums and receipt only; do not open the package and SBOMs")
-    check.add_argument("--json", action="store_true", help="print the report as JSON")
-    check.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
-    check.add_argument("--quiet", action="store_true", help="print only errors and results")
-    check.set_defaults(func=_check_assets_command)
+    check.add_argument("--provenance", type=Path, help="also check this SLSA statement: its subjects must be exactly the set's files")
+    check.add_argument("--certificate-identity", help="with --provenance: the signer its DSSE bundle (<statement>.sigstore.json) must carry")
+    check.add_argument("--certificate-oidc-issuer", default=GITHUB_ACTIONS_ISSUER, help="with --certificate-identity (default: GitHub Actions)")
+    check.add_argument("--trust-config", default="production", help="'production' (default), 'staging' or a ClientTrustConfig file")
+    add_common(check, dist=False, json_output="print the report as JSON")
+    check.set_defaults(func=run_check_assets)
 
 
 STAGE = PackageStage

@@ -50,6 +50,7 @@ from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedEr
 from pipeline.formats import publication_plan as fmt
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra.git import GIT
 from pipeline.infra.github import Ambiguous, GitHub, GitHubError, repository_of, token_from_env
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
@@ -59,7 +60,6 @@ from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import canonical_bytes, parse_strict
 
 ATTEMPTS = 4  # per operation, after ambiguous failures
-GIT = ["git", "-c", "core.autocrlf=false", "-c", "core.eol=lf", "-c", "safe.directory=*"]
 # Register kinds of files the product release also ships (the pipeline's own wheel and sdist, #11 §3).
 PRODUCT_REGISTER_KINDS: tuple[str, ...] = ()
 
@@ -357,7 +357,7 @@ def product_target(
     lanes_dir: Path | None,
     github_of: Callable[[str], GitHub | None],
 ) -> tuple[Target, Remote]:
-    from pipeline.formats.releasetree import RELEASE_RE
+    from pipeline.formats.release.names import RELEASE_RE
     from pipeline.formats.test_receipt import read_test_receipt, require_green_for
     from pipeline.stages import sign
 
@@ -420,7 +420,7 @@ def product_target(
     remote = Remote(github_of(repository), target)
 
     def gate_verify() -> str:
-        from pipeline.stages.verify import verify_release
+        from pipeline.formats.release.contract import verify_release
 
         work = Path(tempfile.mkdtemp(prefix=f"verify-{commit[:12]}-", dir=ctx.dist / "publish"))
         worktree = work / "tree"
@@ -851,7 +851,7 @@ def make_github_factory(github: GitHub | None = None, **options: Any) -> Callabl
     return factory
 
 
-def publish_component(lane_name: str, *, dist: Path | str = "dist", lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
+def publish_lane(lane_name: str, *, dist: Path | str = "dist", lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
     from pipeline.formats.lanes import find_lane
     from pipeline.stage import execute
 
@@ -861,7 +861,7 @@ def publish_component(lane_name: str, *, dist: Path | str = "dist", lanes_dir: P
     return execute(PublishStage(ctx, target, remote, apply=apply, plan_sha256=plan_sha256), force=True)
 
 
-def publish_product(release: str, *, root: Path = REPO_ROOT, dist: Path | str = "dist", commit: str | None = None, test_receipt: Path | None = None, bundles: Path | None = None,
+def publish_release(release: str, *, root: Path = REPO_ROOT, dist: Path | str = "dist", commit: str | None = None, test_receipt: Path | None = None, bundles: Path | None = None,
                     lanes_dir: Path | None = None, apply: bool = False, plan_sha256: str | None = None, github: GitHub | None = None):
     from pipeline.formats.test_receipt import default_path
     from pipeline.stage import execute
@@ -871,11 +871,12 @@ def publish_product(release: str, *, root: Path = REPO_ROOT, dist: Path | str = 
     return execute(PublishStage(ctx, target, remote, apply=apply, plan_sha256=plan_sha256), force=True)
 
 
-def _run_cli(args: argparse.Namespace) -> int:
+def run_publish(args: argparse.Namespace) -> int:
+    """`publish`: the command line's front door to `publish_lane` (--component) / `publish_release` (--release)."""
     if args.component:
-        publish_component(args.component, dist=args.dist, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
+        publish_lane(args.component, dist=args.dist, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
     else:
-        publish_product(args.release, root=args.root, dist=args.dist, commit=args.commit, test_receipt=args.test_receipt, bundles=args.bundles, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
+        publish_release(args.release, root=args.root, dist=args.dist, commit=args.commit, test_receipt=args.test_receipt, bundles=args.bundles, lanes_dir=args.lanes_dir, apply=args.apply, plan_sha256=args.plan_sha256)
     return 0
 
 
@@ -894,7 +895,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--test-receipt", type=Path, help="test-run receipt of that commit (default: <dist>/test-run-receipt.json)")
     parser.add_argument("--bundles", type=Path, help="folder with the Sigstore bundles <file>.sigstore.json (default: beside the signed files)")
     add_common(parser)
-    parser.set_defaults(func=_run_cli)
+    parser.set_defaults(func=run_publish)
 
 
 STAGE = PublishStage

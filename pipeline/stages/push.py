@@ -36,12 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RefusedError, RemoteError, UsageError, redact
+from pipeline.formats.image_reference import TAG_EXPECTED, is_tag
 from pipeline.formats.lanes import Lane, find_lane, load_lanes
+from pipeline.formats.receipts import IMAGE_PUBLICATION_SCHEMA, IMAGE_PUBLICATION_TYPE
 from pipeline.infra import oci
 from pipeline.infra.registry import (
-    TAG,
     Credentials,
     RegistryClient,
     Repository,
@@ -54,8 +54,6 @@ from pipeline.stage import Context, Stage, StageResult, execute
 from pipeline.util import ui
 from pipeline.util.jsonio import canonical_bytes, loads_document, write_json
 
-RECEIPT_TYPE = "ninfer_runtime_image_publication_receipt"
-RECEIPT_SCHEMA = 3
 RECEIPT_FILE = "image-publication-receipt.json"
 
 
@@ -152,8 +150,8 @@ class PushStage(Stage):
 
     # -- preflight -----------------------------------------------------------
     def preflight(self) -> None:
-        if self.tag is not None and not TAG.fullmatch(self.tag):
-            raise UsageError("is not a valid tag", field="--tag", found=self.tag, expected="[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+        if self.tag is not None and not is_tag(self.tag):
+            raise UsageError("is not a valid tag", field="--tag", found=self.tag, expected=TAG_EXPECTED)
         self.image = load_local_image(self.ctx.register, self.lane)
         self.credentials = credentials_for(self.target.host, use_environment=True)
         source = self.credentials.source if self.credentials else "none (anonymous)"
@@ -170,7 +168,6 @@ class PushStage(Stage):
             "target": self.target.name,
             "plain_http": self.target.plain_http,
             "tag": self.tag,
-            "code": code_digest(__name__),
             "workflow_url": workflow_url(),
         }
 
@@ -327,8 +324,8 @@ class PushStage(Stage):
         sboms = register.query("image-sbom", lane=self.lane.id, manifest_digest=image.manifest_digest)
         base_name = attrs["base_repository"] + (f":{attrs['base_tag']}" if attrs.get("base_tag") else "")
         return {
-            "artifact_type": RECEIPT_TYPE,
-            "schema_version": RECEIPT_SCHEMA,
+            "artifact_type": IMAGE_PUBLICATION_TYPE,
+            "schema_version": IMAGE_PUBLICATION_SCHEMA,
             "lane": self.lane.id,
             "component_tag": attrs["component_tag"],
             "release_tag": attrs["component_tag"],
@@ -425,6 +422,32 @@ def push_image(
     return execute(stage, force=force)
 
 
+def run_push(args: argparse.Namespace) -> int:
+    """`push`: the command line's front door to `push_image`; prints the image reference (or --json the receipt)."""
+    if args.retries < 0 or args.retries > 20:
+        raise UsageError("retries must be between 0 and 20", field="--retries", found=args.retries)
+    result = push_image(
+        args.registry,
+        dist=args.dist,
+        lane_name=args.lane,
+        tag=args.tag,
+        no_tag=args.no_tag,
+        plain_http=args.plain_http,
+        retries=args.retries,
+        lanes_dir=args.lanes_dir,
+        force=args.force,
+    )
+    receipt = next((a for a in result.outputs if a.kind == "publication-receipt"), None)
+    if receipt is None:
+        raise InputError("push recorded no receipt")
+    path = Path(args.dist) / receipt.path
+    if args.json:
+        print(json.dumps(loads_document(path.read_bytes(), source=path), indent=2, sort_keys=True))
+    else:
+        print(receipt.attrs["image_reference"])
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -443,34 +466,8 @@ def register_cli(sub) -> None:
     parser.add_argument("--plain-http", action="store_true", default=None, help="talk HTTP instead of HTTPS (automatic for loopback registries)")
     parser.add_argument("--retries", type=int, default=4, help="retries per request and restarts per blob (default 4, exponential backoff)")
     parser.add_argument("--force", action="store_true", help="push again even when inputs are unchanged")
-    parser.add_argument("--json", action="store_true", help="print the receipt as JSON on stdout")
-    add_common(parser)
-
-    def run(args: argparse.Namespace) -> int:
-        if args.retries < 0 or args.retries > 20:
-            raise UsageError("retries must be between 0 and 20", field="--retries", found=args.retries)
-        result = push_image(
-            args.registry,
-            dist=args.dist,
-            lane_name=args.lane,
-            tag=args.tag,
-            no_tag=args.no_tag,
-            plain_http=args.plain_http,
-            retries=args.retries,
-            lanes_dir=args.lanes_dir,
-            force=args.force,
-        )
-        receipt = next((a for a in result.outputs if a.kind == "publication-receipt"), None)
-        if receipt is None:
-            raise InputError("push recorded no receipt")
-        path = Path(args.dist) / receipt.path
-        if args.json:
-            print(json.dumps(loads_document(path.read_bytes(), source=path), indent=2, sort_keys=True))
-        else:
-            print(receipt.attrs["image_reference"])
-        return 0
-
-    parser.set_defaults(func=run)
+    add_common(parser, json_output="print the receipt as JSON on stdout")
+    parser.set_defaults(func=run_push)
 
 
 __all__ = ["PushStage", "push_image", "load_local_image", "RemoteError"]

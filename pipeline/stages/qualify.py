@@ -13,7 +13,7 @@ configuration are re-hashed, plus the outer `SHA256SUMS`), then writes one
 * no endpoint: an honest ``hardware-pending`` receipt listing every gate that
   was not run; on a host with an NVIDIA driver the packaged ``ninfer-serve
   --selftest`` still runs as the GPU smoke gate;
-* ``--endpoint URL --api-key-file F``: the harness (`pipeline.harness.gates`)
+* ``--endpoint URL --api-key-file F``: the harness (`pipeline.harness`: gates, client, fixtures, gpu)
   runs every gate against the live runtime; an identity mismatch fails the
   whole receipt and the remaining gates are not run.  A live run is an
   observation, not a function of files, so it always runs (never "up to date");
@@ -109,6 +109,7 @@ Status rules (checked by `validate_receipt`, also on import):
 
 from __future__ import annotations
 
+import argparse
 import datetime as _dt
 import hashlib
 import re
@@ -122,26 +123,25 @@ from pipeline.errors import ExitCode, InputError, IntegrityError, UsageError, re
 from pipeline.formats.assets import check_registered_set
 from pipeline.formats.identity import IDENTITY_KEYS
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.formats.receipts import LANE_RECEIPT_SCHEMA, LANE_RECEIPT_STATUSES, LANE_RECEIPT_TYPE
+from pipeline.harness.client import Client, GateFailure
 from pipeline.harness.gates import (
     ENDPOINT_GATES,
     GATE_ORDER,
     GATE_STATUSES,
     HARNESS_NAME,
     HARNESS_VERSION,
-    Client,
     CommandRestartHook,
     Expected,
     Gate,
-    GateFailure,
-    GpuMonitor,
-    NvidiaSmi,
+    GateRun,
     RestartHook,
-    RunContext,
     gate_gpu_smoke,
     is_content_key,
     run_endpoint_gates,
     served_identity,
 )
+from pipeline.harness.gpu import GpuMonitor, NvidiaSmi
 from pipeline.infra.safetar import SafeTar
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
@@ -150,9 +150,6 @@ from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sh
 from pipeline.util.jsonio import canonical_bytes, loads_object, read_json_object, write_json
 from pipeline.util.safepath import safe_component
 
-RECEIPT_TYPE = "omp_ninfer_lane_receipt"
-RECEIPT_SCHEMA_VERSION = 1
-RECEIPT_STATUSES = ("passed", "failed", "hardware-pending")
 MAX_PACKAGE_DOCUMENT_BYTES = 16 * 1024 * 1024  # a top-level JSON member of the package read into memory
 SERVER_BINARY = "ninfer-serve"
 _FIELDS = frozenset({
@@ -213,9 +210,9 @@ def validate_receipt(document: Any, *, file: Any = None) -> dict[str, Any]:
     """Check a lane receipt against schema 1 and its status rules; return it."""
     if not isinstance(document, dict):
         raise _bad(file, "(top level)", "is not a JSON object")
-    if document.get("artifact_type") != RECEIPT_TYPE:
-        raise _bad(file, "artifact_type", "has the wrong artifact type", document.get("artifact_type"), repr(RECEIPT_TYPE))
-    if document.get("schema_version") != RECEIPT_SCHEMA_VERSION:
+    if document.get("artifact_type") != LANE_RECEIPT_TYPE:
+        raise _bad(file, "artifact_type", "has the wrong artifact type", document.get("artifact_type"), repr(LANE_RECEIPT_TYPE))
+    if document.get("schema_version") != LANE_RECEIPT_SCHEMA:
         raise _bad(file, "schema_version", "has an unsupported schema version", document.get("schema_version"), "1")
     allowed = _FIELDS | {"imported"}
     unknown = sorted(set(document) - allowed)
@@ -228,8 +225,8 @@ def validate_receipt(document: Any, *, file: Any = None) -> dict[str, Any]:
         if not isinstance(document[key], str) or not document[key]:
             raise _bad(file, key, "must be a non-empty string", document[key])
     status = document["status"]
-    if status not in RECEIPT_STATUSES:
-        raise _bad(file, "status", "has an unknown status", status, " | ".join(RECEIPT_STATUSES))
+    if status not in LANE_RECEIPT_STATUSES:
+        raise _bad(file, "status", "has an unknown status", status, " | ".join(LANE_RECEIPT_STATUSES))
     if not isinstance(document["generated_utc"], str) or not _UTC.fullmatch(document["generated_utc"]):
         raise _bad(file, "generated_utc", "is not a UTC timestamp", document["generated_utc"], "YYYY-MM-DDTHH:MM:SSZ")
     harness = document["harness"]
@@ -486,11 +483,13 @@ def resolve_identity(ctx: Context, lane: Lane, *, config: Path | None = None, li
     for artefact in register.query("binary", lane=lane.id, binary=SERVER_BINARY):
         build_binary = register.path_of(artefact)
     dirs = list(library_dirs or [])
-    root = (build.get("toolchain") or {}).get("root") if isinstance(build.get("toolchain"), dict) else None
-    if root:
-        candidate = Path(root) / "site" / "nvidia" / "cu13" / "lib"
-        if candidate.is_dir():
-            dirs.append(candidate)
+    # Where the build's toolchain keeps the CUDA runtime (the build's toolchain record; none for a prebuilt import).
+    toolchains = register.query("toolchain", lane=lane.id)
+    if len(toolchains) > 1:
+        raise InputError("the register holds more than one toolchain record for the lane", file=register.file, found=[a.name for a in toolchains])
+    library_dir = toolchains[0].attrs.get("library_dir") if toolchains else None
+    if isinstance(library_dir, str) and Path(library_dir).is_dir():
+        dirs.append(Path(library_dir))
     identity = {
         "source_commit": build_identity["patch_stack_sha"],
         "build_identity": build_identity,
@@ -695,7 +694,7 @@ class QualifyStage(Stage):
                 endpoint_block = None
             else:
                 reached = True
-                run = RunContext(
+                run = GateRun(
                     client=client,
                     lane_id=lane.id,
                     thresholds=dict(lane.qualification),
@@ -708,8 +707,8 @@ class QualifyStage(Stage):
         status, reason = _status_of(gates, not_run, reached, pending_why)
         self.result_status = status
         return {
-            "artifact_type": RECEIPT_TYPE,
-            "schema_version": RECEIPT_SCHEMA_VERSION,
+            "artifact_type": LANE_RECEIPT_TYPE,
+            "schema_version": LANE_RECEIPT_SCHEMA,
             "lane": lane.id,
             "component_tag": ident.component_tag,
             "deployment_profile": ident.deployment_profile,
@@ -914,6 +913,27 @@ def _served_lane(ctx, lanes, endpoint, api_key, timeout, config, library_dirs) -
     return candidates[0]
 
 
+def run_qualify(args: argparse.Namespace) -> int:
+    """`qualify`: the command line's front door to `qualify_lanes`; one line per lane, exit 1 when a lane failed."""
+    results = qualify_lanes(
+        None if args.all else [args.lane],
+        dist=args.dist,
+        endpoint=args.endpoint,
+        api_key_file=args.api_key_file,
+        import_path=args.import_path,
+        restart_command=args.restart_command,
+        config=args.config,
+        library_dirs=args.runtime_library_dir,
+        gpu_index=args.gpu_index,
+        request_timeout=args.request_timeout,
+        lanes_dir=args.lanes_dir,
+        force=args.force,
+    )
+    for lane, status, path in results:
+        print(f"{lane}\t{status}\t{path}")
+    return int(ExitCode.INPUT) if any(status == "failed" for _l, status, _p in results) else 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
@@ -931,35 +951,12 @@ def register_cli(sub) -> None:
     parser.add_argument("--request-timeout", type=float, default=1800.0, help="seconds one request may take (default 1800)")
     parser.add_argument("--force", action="store_true", help="run even when inputs are unchanged; replace receipts holding hardware evidence")
     add_common(parser)
-
-    def main(args) -> int:
-        results = qualify_lanes(
-            None if args.all else [args.lane],
-            dist=args.dist,
-            endpoint=args.endpoint,
-            api_key_file=args.api_key_file,
-            import_path=args.import_path,
-            restart_command=args.restart_command,
-            config=args.config,
-            library_dirs=args.runtime_library_dir,
-            gpu_index=args.gpu_index,
-            request_timeout=args.request_timeout,
-            lanes_dir=args.lanes_dir,
-            force=args.force,
-        )
-        for lane, status, path in results:
-            print(f"{lane}\t{status}\t{path}")
-        return int(ExitCode.INPUT) if any(status == "failed" for _l, status, _p in results) else 0
-
-    parser.set_defaults(func=main)
+    parser.set_defaults(func=run_qualify)
 
 
 __all__ = [
     "GATE_ORDER",
     "ENDPOINT_GATES",
-    "RECEIPT_TYPE",
-    "RECEIPT_SCHEMA_VERSION",
-    "RECEIPT_STATUSES",
     "QualifyStage",
     "identity_differences",
     "load_receipt",

@@ -1,23 +1,35 @@
-"""Sigstore signatures of a release: keyless signing in CI, offline verification everywhere.
+"""Stage `sign`: Sigstore signatures of a release, keyless in the release workflow.
 
 `python -m pipeline sign [--release vX.Y.Z]` runs in the release workflow on
 GitHub Actions.  It signs, with the job's ambient OIDC identity (the workflow
-needs `permissions: id-token: write`), the release manifest and every asset
-set's outer `SHA256SUMS`, writing `<file>.sigstore.json` beside each file:
-the release tree's manifest, the checked-in `qualification/*.SHA256SUMS`
-copies and the sets under `--dist`.  Like CPython's release tooling it signs
-only what is unsigned and then verifies *every* bundle against the release
-tree's expected signer (the release workflow's certificate identity and
-issuer), so a re-run is idempotent and a wrong identity can never slip out.
-Outside GitHub Actions it refuses (exit 7): a release is never published
-unsigned, and nobody signs a release from a laptop.
+needs `permissions: id-token: write`), the files the release tree lists in
+`signing.signed_files` (the manifest and every lane's checked-in
+`qualification/<lane>.SHA256SUMS`), writing `<file>.sigstore.json` beside
+each, and beside every copy of those bytes the register knows (each set's
+outer `SHA256SUMS` under `--dist`).  Its targets come from the register:
+compose's `release-tree` entries name the tree's files and their hashes (a
+tree file that differs from what compose recorded is refused), and the
+package stage's `outer-checksums` entries the copies.  A tree composed in
+another job (the release workflow signs the committed tree) is read as it
+is.  Like CPython's release tooling it signs only what is unsigned and then
+verifies *every* bundle against the release tree's expected signer (the
+release workflow's certificate identity and issuer), so a re-run is
+idempotent and a wrong identity can never slip out.  Every bundle is
+recorded as a `signature-bundle` entry (those beside tree files through
+their copies under `<dist>/sign/<release>/`).  Outside GitHub Actions it
+refuses (exit 7): a release is never published unsigned, and nobody signs a
+release from a laptop; `--dry-run` prints the plan anywhere, and `release`
+skips the stage there.
 
-`verify_bundle` is the one verification routine (`verify --require-ready`,
-`audit`, and the check after signing): offline, against a pinned trust
-configuration vendored under `pipeline/data/sigstore/` (no TUF refresh), for
-a file, its bytes, or only its SHA-256 (`Sha256Digest`, so `audit` can check a
-signature of a multi-GiB file it hashed while downloading).  It returns what
-was verified or raises `SignatureError` naming the reason.
+Verification is `pipeline.infra.sigstore.verify_bundle` (offline, pinned
+trust roots), shared with verify, audit and publish; its names are
+re-exported here for the callers that know them from this module.
+
+Provenance statements (pipeline/formats/provenance.py) of the sets and the
+image the release ships are signed too, as DSSE envelopes (sigstore-python's
+`Signer.sign_dsse`, payload type `application/vnd.in-toto+json`), with the
+bundle `<statement>.sigstore.json` beside each; `verify_dsse_bundle` checks one
+offline and requires the envelope to carry the statement's exact bytes.
 """
 
 from __future__ import annotations
@@ -26,77 +38,44 @@ import argparse
 import base64
 import json
 import os
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
-from pipeline.runcontext import current
+from pipeline.formats.release.names import RELEASE_RE, sort_release_key
+from pipeline.infra.sigstore import (
+    BUNDLE_SUFFIX,
+    GITHUB_ACTIONS_ISSUER,
+    TRUST_CONFIG_DIR,
+    TRUST_CONFIGS,
+    Sha256Digest,
+    SignatureError,
+    SignerIdentity,
+    VerifiedSignature,
+    bundle_path_for,
+    github_claims,
+    load_trust_config,
+    normalize_repository,
+    trust_config_path,
+    verify_bundle,
+    verify_dsse_bundle,
+)
+from pipeline.register import Artifact, Register
+from pipeline.stage import Context, Skip, Stage, StageResult, execute
 from pipeline.util import ui
 from pipeline.util.fs import atomic_write_bytes
-from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
-from pipeline.util.jsonio import loads_object, read_json_object
+from pipeline.util.hashing import sha256_bytes, sha256_file
+from pipeline.util.jsonio import loads_object
 from pipeline.util.safepath import safe_relpath
 
-BUNDLE_SUFFIX = ".sigstore.json"
-TRUST_CONFIG_DIR = Path(__file__).resolve().parents[1] / "data" / "sigstore"
-TRUST_CONFIGS = {
-    "production": TRUST_CONFIG_DIR / "production-trust-config.json",
-    "staging": TRUST_CONFIG_DIR / "staging-trust-config.json",
-}
-GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
 RELEASE_WORKFLOW = ".github/workflows/release.yml"
 MANIFEST_NAME = "manifest.json"
-OUTER_SUMS_SUFFIX = "SHA256SUMS"
 DEFAULT_MANIFESTS = Path("manifests")
 
-_REPOSITORY = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
-_RELEASE = re.compile(r"v[0-9]+\.[0-9]+\.[0-9]+(-[A-Za-z0-9.]+)?")
 
-
-# -- identities and trust --------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SignerIdentity:
-    """Who must have signed: the certificate SAN and OIDC issuer, plus GitHub claims."""
-
-    identity: str
-    issuer: str
-    repository: str | None = None
-    ref: str | None = None
-    trust_config: str = "production"
-
-    def describe(self) -> str:
-        return f"{self.identity} (issuer {self.issuer})"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "identity": self.identity,
-            "issuer": self.issuer,
-            "repository": self.repository,
-            "ref": self.ref,
-            "trust_config": self.trust_config,
-        }
-
-
-def normalize_repository(repository: str) -> str:
-    """'https://github.com/owner/repo(.git)' or 'owner/repo' -> 'owner/repo'."""
-    text = repository.strip()
-    for prefix in ("https://github.com/", "http://github.com/", "github.com/"):
-        if text.startswith(prefix):
-            text = text[len(prefix):]
-    text = text.removesuffix(".git").strip("/")
-    if not _REPOSITORY.fullmatch(text):
-        raise InputError(
-            "is not a GitHub repository",
-            field="repository",
-            found=repository,
-            expected="'owner/repo' or 'https://github.com/owner/repo'",
-        )
-    return text
+# -- the expected signer ------------------------------------------------------------
 
 
 def release_signer(repository: str, tag: str, *, trust_config: str = "production") -> SignerIdentity:
@@ -110,12 +89,6 @@ def release_signer(repository: str, tag: str, *, trust_config: str = "production
         ref=ref,
         trust_config=trust_config,
     )
-
-
-def github_claims(identity: str) -> tuple[str | None, str | None]:
-    """('owner/repo', 'refs/...') of a GitHub Actions workflow certificate identity, else (None, None)."""
-    match = re.fullmatch(r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/\.github/workflows/[^@/]+@(refs/\S+)", identity)
-    return (match.group(1), match.group(2)) if match else (None, None)
 
 
 def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[str] | None = None) -> SignerIdentity:
@@ -158,233 +131,6 @@ def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[st
     return release_signer(repository, release)
 
 
-def trust_config_path(spec: str | os.PathLike[str]) -> Path:
-    if isinstance(spec, str) and spec in TRUST_CONFIGS:
-        return TRUST_CONFIGS[spec]
-    path = Path(spec)
-    if not path.is_file():
-        raise InputError(
-            "Sigstore trust configuration does not exist",
-            file=path,
-            expected="'production', 'staging' or a ClientTrustConfig JSON file",
-        )
-    return path
-
-
-
-
-def load_trust_config(spec: Any = "production"):
-    """A `ClientTrustConfig` from a name (`production`/`staging`), a path, or one passed through."""
-    from sigstore.models import ClientTrustConfig
-
-    if isinstance(spec, ClientTrustConfig):
-        return spec
-    path = trust_config_path(spec)
-    data = path.read_bytes()
-    key = (str(path), sha256_bytes(data))
-    if key not in current().trust_roots:
-        try:
-            current().trust_roots[key] = ClientTrustConfig.from_json(data.decode("utf-8"))
-        except Exception as exc:  # sigstore raises several types for a bad document
-            raise InputError(f"is not a Sigstore ClientTrustConfig: {exc}", file=path) from None
-    return current().trust_roots[key]
-
-
-# -- verification ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Sha256Digest:
-    """An artefact known only by its SHA-256 (verified by digest, never re-read)."""
-
-    hexdigest: str
-
-    def __post_init__(self) -> None:
-        if not is_sha256_hex(self.hexdigest):
-            raise ValueError(f"not a lowercase SHA-256: {self.hexdigest!r}")
-
-
-@dataclass(frozen=True)
-class VerifiedSignature:
-    artifact: str
-    sha256: str
-    identity: str
-    issuer: str
-    log_index: int | None
-    integrated_time: int | None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "artifact": self.artifact,
-            "sha256": self.sha256,
-            "identity": self.identity,
-            "issuer": self.issuer,
-            "log_index": self.log_index,
-            "integrated_time": self.integrated_time,
-        }
-
-
-class SignatureError(IntegrityError):
-    """A Sigstore bundle that does not prove what it must; `reason` is the short cause."""
-
-    label = "signature"
-
-    def __init__(self, what: str, *, reason: str, **kwargs: Any) -> None:
-        self.reason = reason
-        super().__init__(what, **kwargs)
-
-
-def _why(exc: Exception, trust: str) -> tuple[str, str]:
-    """(why, fix) for a sigstore failure, in the words an auditor needs."""
-    text = str(exc)
-    kind = type(exc).__name__
-    if "digest mismatch" in text:
-        return (
-            "the bundle signs other bytes than this file: the file was changed after it was signed, or the bundle belongs to another file",
-            "download the file and its bundle again from the release; if it still fails, do not trust the file",
-        )
-    if kind == "CertValidationError" or "certificate chain" in text:
-        return (
-            f"the signing certificate does not chain to the pinned {trust} trust root: a bundle from another Sigstore instance (staging vs production) or a forged certificate",
-            "verify against the trust configuration of the instance that signed it",
-        )
-    if "does not match" in text or "do not match" in text:
-        return (
-            "the signature was made by another identity than the release tree declares as its signer",
-            "check that the release was signed by this project's release workflow at the release tag",
-        )
-    if kind in ("InvalidBundle", "IncompatibleEntry"):
-        return ("the bundle is malformed or lacks required material (certificate, log entry)", "re-download the bundle; a bundle that stays malformed is not a signature")
-    if "log entry" in text or "inclusion" in text or "transparency" in text:
-        return (
-            "the transparency-log evidence does not belong to this signature, or is missing",
-            "do not trust the file; a signature without a valid log entry proves nothing",
-        )
-    return ("Sigstore verification failed", "check the bundle, the file and the expected signer")
-
-
-def _read_bundle(bundle: Path | bytes | str) -> tuple[bytes, str]:
-    if isinstance(bundle, bytes):
-        return bundle, "bundle"
-    path = Path(bundle)
-    try:
-        return path.read_bytes(), str(path)
-    except FileNotFoundError:
-        raise SignatureError(
-            "Sigstore bundle is missing",
-            reason=f"no bundle {path.name}",
-            file=path,
-            why="every signed file has its bundle beside it as <file>.sigstore.json",
-            fix="run the release workflow's sign job, or download the bundle from the release",
-        ) from None
-
-
-def _certificate_identity(certificate) -> tuple[str, str]:
-    from cryptography.x509 import (
-        ObjectIdentifier,
-        OtherName,
-        RFC822Name,
-        SubjectAlternativeName,
-        UniformResourceIdentifier,
-    )
-
-    sans: list[str] = []
-    try:
-        ext = certificate.extensions.get_extension_for_class(SubjectAlternativeName).value
-        sans += ext.get_values_for_type(UniformResourceIdentifier)
-        sans += ext.get_values_for_type(RFC822Name)
-        sans += [n.value.decode("utf-8", "replace") for n in ext.get_values_for_type(OtherName)]
-    except Exception:  # a certificate without SAN cannot have passed the policy anyway
-        pass
-    issuer = ""
-    for oid in ("1.3.6.1.4.1.57264.1.8", "1.3.6.1.4.1.57264.1.1"):
-        try:
-            raw = certificate.extensions.get_extension_for_oid(ObjectIdentifier(oid)).value.value
-        except Exception:
-            continue
-        issuer = raw[2:].decode("utf-8", "replace") if oid.endswith(".8") and raw[:1] == b"\x0c" else raw.decode("utf-8", "replace")
-        break
-    return (sans[0] if sans else ""), issuer
-
-
-def verify_bundle(
-    artifact: str | os.PathLike[str] | bytes | Sha256Digest,
-    bundle_path: str | os.PathLike[str] | bytes,
-    *,
-    identity: str,
-    issuer: str,
-    trust_config: Any = "production",
-    repository: str | None = None,
-    ref: str | None = None,
-) -> VerifiedSignature:
-    """Verify a Sigstore bundle offline; return what it proves or raise `SignatureError`.
-
-    `artifact` is a file path, the file's bytes, or its `Sha256Digest`.  The
-    policy is the certificate identity (SAN) and OIDC issuer, plus the GitHub
-    workflow repository ('owner/repo') and ref ('refs/tags/v1') — given, or read
-    from a GitHub Actions workflow identity.
-    """
-    from sigstore.errors import Error as SigstoreError
-    from sigstore.hashes import Hashed
-    from sigstore.models import Bundle
-    from sigstore.verify import Verifier, policy
-    from sigstore_models.common.v1 import HashAlgorithm
-
-    if isinstance(artifact, Sha256Digest):
-        name, digest = f"sha256:{artifact.hexdigest}", artifact.hexdigest
-        material: Any = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(digest))
-    elif isinstance(artifact, bytes):
-        name, digest, material = "bytes", sha256_bytes(artifact), artifact
-    else:
-        path = Path(artifact)
-        if not path.is_file():
-            raise InputError("signed file does not exist", file=path)
-        name, digest = str(path), sha256_file(path)
-        material = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(digest))
-    raw, bundle_name = _read_bundle(bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path))
-    trust_name = trust_config if isinstance(trust_config, str) else getattr(trust_config, "name", "pinned")
-    trust = load_trust_config(trust_config)
-    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
-        # A workflow identity names its repository and ref: check Fulcio's claims for them too.
-        repository, ref = github_claims(identity)
-    checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]
-    if repository:
-        checks.append(policy.GitHubWorkflowRepository(normalize_repository(repository)))
-    if ref:
-        checks.append(policy.GitHubWorkflowRef(ref))
-    try:
-        bundle = Bundle.from_json(raw)
-        verifier = Verifier(trusted_root=trust.trusted_root)
-        verifier.verify_artifact(material, bundle, policy.AllOf(checks))
-    except (SigstoreError, ValueError) as exc:
-        reason = str(exc).strip() or type(exc).__name__
-        why, fix = _why(exc, str(trust_name))
-        raise SignatureError(
-            f"Sigstore bundle does not verify: {reason}",
-            reason=reason,
-            file=bundle_name,
-            field=None if name == "bytes" else f"signs {Path(name).name if not name.startswith('sha256:') else name}",
-            why=why,
-            fix=fix,
-        ) from None
-    san, cert_issuer = _certificate_identity(bundle.signing_certificate)
-    entry = getattr(bundle.log_entry, "_inner", None)
-    log_index = getattr(entry, "log_index", None)
-    integrated = getattr(entry, "integrated_time", None)
-    return VerifiedSignature(
-        artifact=name,
-        sha256=digest,
-        identity=san or identity,
-        issuer=cert_issuer or issuer,
-        log_index=int(log_index) if log_index not in (None, "") else None,
-        integrated_time=int(integrated) if integrated not in (None, "") else None,
-    )
-
-
-def bundle_path_for(path: Path) -> Path:
-    return path.with_name(path.name + BUNDLE_SUFFIX)
-
-
 # -- signing ---------------------------------------------------------------------
 
 
@@ -395,29 +141,11 @@ class SigningTarget:
     sha256: str
     data: bytes
     files: list[Path] = field(default_factory=list)
+    dsse: bool = False  # an in-toto statement: signed as a DSSE envelope, not as a blob
 
     @property
     def label(self) -> str:
         return self.files[0].name if len(self.files) == 1 else f"{self.files[0].name} (+{len(self.files) - 1} copies)"
-
-
-def find_release_dir(manifests: Path, release: str | None) -> Path:
-    if release is not None:
-        if not _RELEASE.fullmatch(release):
-            raise InputError("is not a release name", field="--release", found=release, expected="'vX.Y.Z', e.g. v0.13.1")
-        directory = manifests / release
-        if not (directory / MANIFEST_NAME).is_file():
-            raise InputError("release tree has no manifest", file=directory / MANIFEST_NAME, fix="run compose for this release first")
-        return _real_tree(directory, manifests)
-    candidates = [p.parent for p in manifests.glob(f"v*/{MANIFEST_NAME}") if _RELEASE.fullmatch(p.parent.name)]
-    if not candidates:
-        raise InputError("no release tree found", file=manifests, expected=f"{manifests}/vX.Y.Z/{MANIFEST_NAME}", fix="pass --release, or run compose first")
-
-    def key(path: Path) -> tuple:
-        core, _, pre = path.name[1:].partition("-")
-        return (tuple(int(part) for part in core.split(".")), pre == "", pre)
-
-    return _real_tree(max(candidates, key=key), manifests)
 
 
 def _real_tree(directory: Path, manifests: Path) -> Path:
@@ -434,12 +162,70 @@ def _real_tree(directory: Path, manifests: Path) -> Path:
     return directory
 
 
+# -- what is signed ------------------------------------------------------------------
+
+# A `release-tree` register entry (recorded by compose) names one file of `manifests/<release>/`:
+# attrs `release` and TREE_PATH_ATTR, the file's path relative to that folder ("manifest.json",
+# "qualification/<lane>.SHA256SUMS").  The entry's SHA-256 is what compose wrote.
+TREE_PATH_ATTR = "tree_path"
+
+
+def _check_release_name(release: str) -> None:
+    if not RELEASE_RE.fullmatch(release):
+        raise InputError("is not a release name", field="--release", found=release, expected="'vX.Y.Z', e.g. v0.13.1")
+
+
+def tree_entries(register: Register, release: str) -> dict[str, Artifact]:
+    """The register's `release-tree` entries of `release`, by path inside the tree ({} when compose recorded none)."""
+    entries: dict[str, Artifact] = {}
+    for entry in register.query("release-tree", release=release):
+        rel = entry.attrs.get(TREE_PATH_ATTR)
+        if not isinstance(rel, str) or not rel:
+            raise InputError(
+                f"a release-tree entry lacks its path inside the tree ({TREE_PATH_ATTR})",
+                file=register.file,
+                field=f"{entry.name}.attrs.{TREE_PATH_ATTR}",
+                found=rel,
+                expected=f"the file's path relative to manifests/{release}/, e.g. '{MANIFEST_NAME}'",
+                fix="compose the release again with this pipeline",
+            )
+        entries[safe_relpath(rel, file=register.file, field=f"{entry.name}.attrs.{TREE_PATH_ATTR}")] = entry
+    return entries
+
+
+def find_release_dir(manifests: Path, release: str | None, register: Register | None = None) -> Path:
+    """The release tree to sign: `--release`, else the newest release compose recorded, else the newest tree folder."""
+    if release is None and register is not None:
+        recorded = {str(entry.attrs.get("release")) for entry in register.query("release-tree")}
+        recorded = {name for name in recorded if RELEASE_RE.fullmatch(name)}
+        if recorded:
+            release = max(recorded, key=sort_release_key)
+    if release is not None:
+        _check_release_name(release)
+        directory = manifests / release
+        if not (directory / MANIFEST_NAME).is_file():
+            raise InputError("release tree has no manifest", file=directory / MANIFEST_NAME, fix="run compose for this release first")
+        return _real_tree(directory, manifests)
+    # A tree composed elsewhere (the release workflow signs the committed tree): the folders named as releases.
+    candidates = [p for p in (manifests.iterdir() if manifests.is_dir() else ()) if RELEASE_RE.fullmatch(p.name) and (p / MANIFEST_NAME).is_file()]
+    if not candidates:
+        raise InputError("no release tree found", file=manifests, expected=f"{manifests}/vX.Y.Z/{MANIFEST_NAME}", fix="pass --release, or run compose first")
+    return _real_tree(max(candidates, key=lambda path: sort_release_key(path.name)), manifests)
+
+
 def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> list[Path]:
     """The files `signing.signed_files` names (repository-relative), each inside the release tree."""
     block = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
     listed = block.get("signed_files")
-    if listed is None:  # a tree without the list: the manifest and the checked-in outer sums
-        return [release_dir / MANIFEST_NAME, *sorted(p for p in release_dir.rglob(f"*{OUTER_SUMS_SUFFIX}") if p.is_file())]
+    if listed is None:
+        raise InputError(
+            "declares no signed files",
+            file=file,
+            field="signing.signed_files",
+            expected=f"the repository-relative files to sign, {release_dir.as_posix()}/{MANIFEST_NAME} among them",
+            why="sign signs what the release tree lists, nothing it finds by looking around",
+            fix="compose the release tree again; it writes the list",
+        )
     if not isinstance(listed, list) or not all(isinstance(item, str) for item in listed):
         raise InputError("must be a list of repository-relative paths", file=file, field="signing.signed_files", found=listed)
     root = release_dir.resolve().parents[1]
@@ -458,32 +244,119 @@ def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> 
     return paths
 
 
-def collect_targets(release_dir: Path, dist: Path | None, manifest: dict[str, Any] | None = None) -> list[SigningTarget]:
-    """The release tree's signed files, one target per content; identical outer SHA256SUMS under dist join their target."""
+def _tree_bytes(path: Path, release_dir: Path, entries: dict[str, Artifact] | None, register: Register | None) -> bytes:
+    """A tree file's bytes; with compose's entries, only the bytes compose recorded."""
+    data = path.read_bytes()
+    if entries is None:
+        return data
+    assert register is not None
+    rel = path.relative_to(release_dir.resolve()).as_posix()
+    entry = entries.get(rel)
+    if entry is None:
+        raise InputError(
+            f"the register holds no release-tree entry for {rel}",
+            file=register.file,
+            field="release-tree",
+            found=sorted(entries),
+            expected=f"an entry with {TREE_PATH_ATTR} = {rel!r}",
+            why="a file the release tree lists for signing must be one compose wrote",
+            fix=f"compose the release again with --dist {register.dist}",
+        )
+    actual = sha256_bytes(data)
+    if actual != entry.sha256 or len(data) != entry.size:
+        raise IntegrityError(
+            "the release tree's file differs from the bytes compose recorded",
+            file=path,
+            found=actual,
+            expected=entry.sha256,
+            why="a file of the release tree was edited after compose wrote it; signing it would sign unreviewed bytes",
+            fix="compose the release again, or restore the file (git checkout -- it)",
+        )
+    return data
+
+
+@dataclass
+class SignPlan:
+    """What one sign run covers: the release tree, its expected signer and one target per distinct content."""
+
+    release_dir: Path
+    manifest_file: Path
+    signer: SignerIdentity
+    targets: list[SigningTarget]
+    from_register: bool
+
+    @property
+    def release(self) -> str:
+        return self.release_dir.name
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "release": self.release,
+            "signer": self.signer.to_json(),
+            "targets": [{"sha256": t.sha256, "dsse": t.dsse, "files": [str(p) for p in t.files], "bundle": [str(bundle_path_for(p)) for p in t.files]} for t in self.targets],
+        }
+
+
+def plan_signing(manifests: Path, release: str | None, register: Register | None, *, trust_config: str | None = None) -> SignPlan:
+    """The release tree's signed files, one target per content; identical outer SHA256SUMS of the register join their target.
+
+    With compose's `release-tree` entries in the register, every signed file
+    (the manifest first) must be one of them, byte for byte.  Without them
+    (a tree composed in another job, as the release workflow's committed
+    tree), the tree's files are taken as they are.
+    """
+    release_dir = find_release_dir(manifests, release, register)
+    entries = tree_entries(register, release_dir.name) if register is not None else {}
+    known = entries or None
     manifest_file = release_dir / MANIFEST_NAME
-    if manifest is None:
-        manifest = read_json_object(manifest_file)
+    manifest = loads_object(_tree_bytes(manifest_file.resolve(), release_dir, known, register), source=manifest_file)
+    signer = signer_from_manifest(manifest, file=manifest_file)
+    if trust_config:
+        signer = SignerIdentity(signer.identity, signer.issuer, signer.repository, signer.ref, trust_config)
     targets: dict[str, SigningTarget] = {}
     for path in signed_files(manifest, release_dir, file=manifest_file):
-        data = path.read_bytes()
+        data = _tree_bytes(path, release_dir, known, register)
         digest = sha256_bytes(data)
         target = targets.setdefault(digest, SigningTarget(digest, data))
         if path not in target.files:
             target.files.append(path)
-    if dist is not None and (dist / "register.json").is_file():
-        from pipeline.register import Register
+    for artifact in register.query("outer-checksums") if register is not None else []:
+        path = register.verified_path(artifact).resolve()
+        target = targets.get(artifact.sha256)
+        if target is None:
+            # Only what the release tree lists is signed: a set the release does not ship stays unsigned.
+            ui.warn(f"{path}: not among the release tree's signed files (a lane this release does not ship); not signed")
+            continue
+        if path not in target.files:
+            target.files.append(path)  # the same bytes: the bundle is copied beside it for upload
+    shipped_image = dig_manifest_digest(manifest)
+    for artifact in register.query("provenance") if register is not None else []:
+        path = register.verified_path(artifact).resolve()
+        target = statement_target(path, targets, shipped_image)
+        if target is None:
+            ui.warn(f"{path}: the statement describes a set or image this release does not ship; not signed")
+            continue
+        targets.setdefault(f"dsse:{target.sha256}", target)
+    return SignPlan(release_dir, manifest_file, signer, list(targets.values()), bool(entries))
 
-        register = Register(dist)
-        for artifact in register.query("outer-checksums"):
-            path = register.verified_path(artifact).resolve()
-            target = targets.get(artifact.sha256)
-            if target is None:
-                # Only what the release tree lists is signed: a set the release does not ship stays unsigned.
-                ui.warn(f"{path}: not among the release tree's signed files (a lane this release does not ship); not signed")
-                continue
-            if path not in target.files:
-                target.files.append(path)  # the same bytes: the bundle is copied beside it for upload
-    return list(targets.values())
+
+def dig_manifest_digest(manifest: dict[str, Any]) -> str | None:
+    """The container lane's image manifest digest a release binds (components.ninfer.oci_manifest_digest)."""
+    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    row = components.get("ninfer") if isinstance(components.get("ninfer"), dict) else {}
+    digest = row.get("oci_manifest_digest")
+    return digest.removeprefix("sha256:") if isinstance(digest, str) else None
+
+
+def statement_target(path: Path, targets: dict[str, SigningTarget], shipped_image: str | None) -> SigningTarget | None:
+    """A provenance statement to sign as DSSE, when its set's outer SHA256SUMS (or its image) is what the release ships."""
+    from pipeline.formats.provenance import read_statement
+
+    data = path.read_bytes()
+    statement = read_statement(data, origin=str(path))
+    sums = statement.subjects.get("SHA256SUMS")  # the subject naming the set's outer SHA256SUMS
+    shipped = (sums is not None and sums in targets) or (shipped_image is not None and shipped_image in statement.subjects.values())
+    return SigningTarget(sha256_bytes(data), data, [path], dsse=True) if shipped else None
 
 
 def refuse_outside_ci(environ: dict[str, str] | os._Environ = os.environ) -> None:
@@ -576,6 +449,17 @@ def sign_targets(
     trust = load_trust_config(signer.trust_config)
 
     def check(target: SigningTarget, bundle_file: Path) -> VerifiedSignature:
+        if target.dsse:
+            return verify_dsse_bundle(
+                target.data,
+                bundle_file,
+                identity=signer.identity,
+                issuer=signer.issuer,
+                trust_config=trust,
+                repository=signer.repository,
+                ref=signer.ref,
+                name=target.files[0].name,
+            )
         return verify_bundle(
             Sha256Digest(target.sha256),
             bundle_file,
@@ -630,8 +514,13 @@ def sign_targets(
         context = context_factory(trust)
         with context.signer(token, cache=True) as handle:
             for target in pending:
-                ui.info(f"signing {target.label} (sha256 {target.sha256[:12]}) as {signer.identity}")
-                bundle = handle.sign_artifact(target.data)
+                ui.info(f"signing {target.label} (sha256 {target.sha256[:12]}{', DSSE' if target.dsse else ''}) as {signer.identity}")
+                if target.dsse:
+                    from sigstore.dsse import Statement
+
+                    bundle = handle.sign_dsse(Statement(target.data))  # the envelope carries these exact bytes
+                else:
+                    bundle = handle.sign_artifact(target.data)
                 text = bundle.to_json()
                 report.bundles += _write_bundle(target, text.encode("utf-8") if isinstance(text, str) else text)
                 report.signed.append(target.label)
@@ -654,52 +543,145 @@ def sign_targets(
     return report
 
 
+# -- the stage ---------------------------------------------------------------------
+
+BUNDLES_DIR = "sign"  # <dist>/sign/<release>/<path in the tree>.sigstore.json: every bundle, in the register
+
+
+class SignStage(Stage):
+    """Sign a release's signed files in the release workflow; record one `signature-bundle` entry per bundle."""
+
+    name = "sign"
+    # Every run verifies every bundle offline against the expected signer (what the release promises);
+    # signing itself is idempotent (valid bundles are kept), so running again costs no new signature.
+    always_runs = True
+
+    def __init__(
+        self,
+        ctx: Context,
+        release: str | None,
+        *,
+        manifests: Path = DEFAULT_MANIFESTS,
+        trust_config: str | None = None,
+        overwrite: bool = False,
+        environ: Mapping[str, str] | None = None,
+        context_factory: Callable[[Any], Any] | None = None,
+        token_provider: Callable[[], Any] | None = None,
+    ) -> None:
+        super().__init__(ctx)
+        self.release = release
+        self.manifests = manifests
+        self.trust_config = trust_config
+        self.overwrite = overwrite
+        self.environ = os.environ if environ is None else environ
+        self.context_factory = context_factory
+        self.token_provider = token_provider
+        self.plan: SignPlan | None = None
+        self.report: SignReport | None = None
+
+    @property
+    def key(self) -> str:
+        return f"sign:{self.release}" if self.release else "sign"  # sign_release always names the release
+
+    def describe(self) -> str:
+        return self.release or "newest release"
+
+    def preflight(self) -> None:
+        refuse_outside_ci(self.environ)  # before reading anything: a release is signed only in its workflow
+        self.plan = plan_signing(self.manifests, self.release, self.ctx.register, trust_config=self.trust_config)
+        ui.step("sign", f"{self.plan.release}: {len(self.plan.targets)} distinct files, expected signer {self.plan.signer.describe()}")
+        try:
+            import sigstore  # noqa: F401
+        except ImportError:  # pragma: no cover - the dependency is in pyproject
+            raise EnvironmentProblem("the sigstore library is not installed", fix="pip install 'sigstore>=4.5,<5'") from None
+
+    def inputs(self) -> dict[str, Any]:
+        assert self.plan is not None
+        return {
+            "release": self.plan.release,
+            "signer": self.plan.signer.to_json(),
+            "targets": {t.sha256: sorted(str(p) for p in t.files) for t in self.plan.targets},
+            "overwrite": self.overwrite,
+        }
+
+    def run(self) -> list[Artifact]:
+        assert self.plan is not None
+        plan, register = self.plan, self.ctx.register
+        self.report = sign_targets(plan.targets, plan.signer, context_factory=self.context_factory, token_provider=self.token_provider, overwrite=self.overwrite)
+        dist = self.ctx.dist.resolve()
+        tree = plan.release_dir.resolve()
+        outputs: list[Artifact] = []
+        for target in plan.targets:
+            bundle = bundle_path_for(target.files[0]).read_bytes()  # verified by sign_targets, identical beside every copy
+            for path in target.files:
+                if path.is_relative_to(dist):
+                    lanes = [a.lane for a in register.query("outer-checksums") if register.path_of(a).resolve() == path]
+                    where, lane = bundle_path_for(path), (lanes[0] if lanes else None)
+                else:
+                    # A bundle beside a tree file lives outside the output folder: its copy under dist is the register's.
+                    where, lane = self.ctx.dist / BUNDLES_DIR / plan.release / (path.relative_to(tree).as_posix() + BUNDLE_SUFFIX), None
+                    atomic_write_bytes(where, bundle)
+                outputs.append(register.make("signature-bundle", where, stage=self.name, lane=lane, signed_name=path.name, signed_sha256=target.sha256, release=plan.release))
+        return outputs
+
+
+def sign_release(
+    release: str | None,
+    *,
+    dist: Path | str = "dist",
+    manifests: Path = DEFAULT_MANIFESTS,
+    trust_config: str | None = None,
+    overwrite: bool = False,
+    environ: Mapping[str, str] | None = None,
+    context_factory: Callable[[Any], Any] | None = None,
+    token_provider: Callable[[], Any] | None = None,
+) -> tuple[StageResult, SignStage]:
+    ctx = Context.open(dist)
+    # The stage key names the release, also when it is found rather than given (one register record per release).
+    release = release or find_release_dir(manifests, None, ctx.register).name
+    stage = SignStage(
+        ctx,
+        release,
+        manifests=manifests,
+        trust_config=trust_config,
+        overwrite=overwrite,
+        environ=environ,
+        context_factory=context_factory,
+        token_provider=token_provider,
+    )
+    return execute(stage), stage
+
+
+STAGE = SignStage
+
+
+def release_plan(ctx: Context, lanes: list, options) -> list:
+    """`release`: sign only where keyless signing can happen (the release workflow's signing job)."""
+    if os.environ.get("GITHUB_ACTIONS") != "true":
+        raise Skip("signs only in the release workflow on GitHub Actions (keyless OIDC identity); 'python -m pipeline sign --dry-run' shows the plan")
+    if not os.environ.get("ACTIONS_ID_TOKEN_REQUEST_URL") or not os.environ.get("ACTIONS_ID_TOKEN_REQUEST_TOKEN"):
+        raise Skip("this GitHub Actions job cannot request an OIDC identity token (it lacks 'permissions: id-token: write')")
+    release = getattr(options, "release", None)
+    if not release:
+        raise Skip("no --release given")
+    return [(release, lambda: sign_release(release, dist=ctx.dist)[0])]
+
+
 # -- command line ----------------------------------------------------------------
 
 
-def _register_bundles(dist: Path, report: SignReport) -> None:
-    if not (dist / "register.json").is_file():
-        return
-    from pipeline.register import Register
-
-    register = Register(dist)
-    outputs = []
-    root = dist.resolve()
-    for path in report.bundles:
-        try:
-            path.resolve().relative_to(root)
-        except ValueError:
-            continue
-        outputs.append(register.make("signature-bundle", path, stage="sign", lane=None, signed_name=path.name.removesuffix(BUNDLE_SUFFIX)))
-    if outputs:
-        register.record_stage("sign", sha256_bytes(json.dumps(sorted(a.sha256 for a in outputs)).encode()), outputs)
-
-
 def run_sign(args: argparse.Namespace) -> int:
-    if not args.dry_run:
-        refuse_outside_ci()
-    release_dir = find_release_dir(args.manifests, args.release)
-    manifest_file = release_dir / MANIFEST_NAME
-    manifest = read_json_object(manifest_file)
-    signer = signer_from_manifest(manifest, file=manifest_file)
-    if args.trust_config:
-        signer = SignerIdentity(signer.identity, signer.issuer, signer.repository, signer.ref, args.trust_config)
-    targets = collect_targets(release_dir, args.dist, manifest)
-    ui.step("sign", f"{release_dir.name}: {len(targets)} distinct files, expected signer {signer.describe()}")
     if args.dry_run:
-        plan = {
-            "release": release_dir.name,
-            "signer": signer.to_json(),
-            "targets": [{"sha256": t.sha256, "files": [str(p) for p in t.files], "bundle": [str(bundle_path_for(p)) for p in t.files]} for t in targets],
-        }
-        print(json.dumps(plan, indent=2, sort_keys=True))
+        # Works anywhere and writes nothing: not even the output folder is created.
+        register = Register(args.dist)
+        plan = plan_signing(args.manifests, args.release, register, trust_config=args.trust_config)
+        ui.step("sign", f"{plan.release}: {len(plan.targets)} distinct files, expected signer {plan.signer.describe()}")
+        print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
         return 0
-    try:
-        import sigstore  # noqa: F401
-    except ImportError:  # pragma: no cover - the dependency is in pyproject
-        raise EnvironmentProblem("the sigstore library is not installed", fix="pip install 'sigstore>=4.5,<5'") from None
-    report = sign_targets(targets, signer, overwrite=args.overwrite)
-    _register_bundles(args.dist, report)
+    refuse_outside_ci()  # before the output folder is touched
+    result, stage = sign_release(args.release, dist=args.dist, manifests=args.manifests, trust_config=args.trust_config, overwrite=args.overwrite)
+    report = stage.report
+    assert report is not None and not result.skipped  # sign always runs
     for entry in report.verified:
         for name in entry["files"]:
             print(f"OK: {name}: signed by {entry['identity']} (log index {entry['log_index']})")
@@ -717,9 +699,9 @@ def register_cli(sub) -> None:
             "bundle offline against the release tree's expected signer. Refuses outside GitHub Actions (exit 7)."
         ),
     )
-    parser.add_argument("--release", default=None, help="release to sign (default: the newest tree under --manifests)")
+    parser.add_argument("--release", default=None, help="release to sign (default: the newest release compose recorded in the register, else the newest tree under --manifests)")
     parser.add_argument("--manifests", type=Path, default=DEFAULT_MANIFESTS, help="folder of release trees (default: manifests)")
-    parser.add_argument("--dist", type=Path, default=Path("dist"), help="output folder whose register lists the asset sets (default: dist)")
+    parser.add_argument("--dist", type=Path, default=Path("dist"), help="output folder whose register lists the release tree and the asset sets (default: dist)")
     parser.add_argument("--trust-config", default=None, help="'production' (default), 'staging' or a ClientTrustConfig file")
     parser.add_argument("--overwrite", action="store_true", help="replace existing bundles that do not verify")
     parser.add_argument("--dry-run", action="store_true", help="print what would be signed and the expected signer; sign nothing (works anywhere)")
@@ -730,15 +712,24 @@ def register_cli(sub) -> None:
 __all__ = [
     "BUNDLE_SUFFIX",
     "GITHUB_ACTIONS_ISSUER",
+    "STAGE",
     "TRUST_CONFIGS",
+    "TRUST_CONFIG_DIR",
+    "SignStage",
     "SignatureError",
     "SignerIdentity",
     "Sha256Digest",
     "VerifiedSignature",
     "bundle_path_for",
+    "github_claims",
     "load_trust_config",
+    "normalize_repository",
     "release_signer",
+    "sha256_bytes",
+    "sha256_file",
     "sign_targets",
     "signer_from_manifest",
+    "trust_config_path",
     "verify_bundle",
+    "verify_dsse_bundle",
 ]

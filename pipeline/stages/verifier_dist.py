@@ -402,11 +402,19 @@ class VerifierDistStage(Stage):
         ]
 
 
-def verifier_dist(*, dist: Path | str | None = None, source: str | None = None, force: bool = False) -> StageResult:
+def build_verifier_dist(*, dist: Path | str | None = None, source: str | None = None, force: bool = False) -> StageResult:
     """Build the verifier wheel and sdist of one commit into <dist>/verifier/ and record them."""
     root, commit = parse_source(source)
     resolved = resolve_source(root, commit)
     return execute(VerifierDistStage(Context.open(dist), resolved), force=force)
+
+
+def run_verifier_dist(args: argparse.Namespace) -> int:
+    """`verifier-dist`: the command line's front door to `build_verifier_dist`; one OK line per file."""
+    result = build_verifier_dist(dist=args.dist, source=args.source, force=args.force)
+    for artifact in result.outputs:
+        print(f"OK: {artifact.kind} {artifact.path} sha256 {artifact.sha256} ({artifact.size} bytes)")
+    return 0
 
 
 def register_cli(sub) -> None:
@@ -427,11 +435,4 @@ def register_cli(sub) -> None:
                         help="checkout of this repository and, optionally, the full commit (default: this checkout's HEAD, which must have no uncommitted changes)")
     parser.add_argument("--force", action="store_true", help="build again even when the commit and tools are unchanged")
     add_common(parser)
-
-    def command(args: argparse.Namespace) -> int:
-        result = verifier_dist(dist=args.dist, source=args.source, force=args.force)
-        for artifact in result.outputs:
-            print(f"OK: {artifact.kind} {artifact.path} sha256 {artifact.sha256} ({artifact.size} bytes)")
-        return 0
-
-    parser.set_defaults(func=command)
+    parser.set_defaults(func=run_verifier_dist)

@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import tomllib
-from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
@@ -101,7 +101,11 @@ MAX_DEPTH = 64  # arrays and objects nested deeper than this are refused
 
 
 class _Refused(ValueError):
-    """Raised inside the parser's hooks; turned into an InputError naming the source."""
+    """Raised inside the parser's hooks; turned into an InputError naming the source (and the key)."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -110,7 +114,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _value in pairs:
             if key in seen:
-                raise _Refused(f"holds the key {key!r} twice in one object")
+                raise _Refused(f"holds the key {key!r} twice in one object (a duplicate key)", field=key)
             seen.add(key)
     return document
 
@@ -124,6 +128,47 @@ def _float(text: str) -> float:
     if not math.isfinite(value):
         raise _Refused(f"holds the number {text}, which overflows to infinity")
     return value
+
+
+# A `\uD800`-`\uDFFF` escape: the only way a JSON text (valid UTF-8) can carry a UTF-16 surrogate.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _lone_surrogate(document: Any) -> str | None:
+    """The dotted path of the first string (key or value) holding an unpaired surrogate, or None."""
+    stack: list[tuple[Any, str]] = [(document, "")]
+    while stack:
+        node, where = stack.pop()
+        if isinstance(node, str):
+            try:
+                node.encode("utf-8")
+            except UnicodeEncodeError:
+                return where or "(the document)"
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                path = f"{where}.{key}" if where else key
+                try:
+                    key.encode("utf-8")
+                except UnicodeEncodeError:
+                    return (f"{where}.{key!a}" if where else ascii(key))
+                stack.append((value, path))
+        elif isinstance(node, list):
+            stack.extend((item, f"{where}[{index}]") for index, item in enumerate(node))
+    return None
+
+
+def _refuse_lone_surrogates(document: Any, text: str, source: str | os.PathLike[str]) -> None:
+    if not _SURROGATE_ESCAPE.search(text):
+        return  # the common case: no surrogate escape at all, nothing to walk
+    where = _lone_surrogate(document)
+    if where is not None:
+        raise InputError(
+            "holds an unpaired UTF-16 surrogate escape (\\uD800-\\uDFFF), which is no Unicode character",
+            file=source,
+            field=where,
+            why="such a string cannot be written as UTF-8: the document could be read but never written back, printed or hashed as text",
+            fix="repair the document (a surrogate escape must come in a high-low pair)",
+        )
 
 
 def _depth(document: Any, bound: int) -> int:
@@ -175,6 +220,7 @@ def loads_document(
         raise InputError(
             str(exc),
             file=source,
+            field=exc.field,
             why="a strict reader refuses what different JSON parsers would read differently",
             fix="repair the document (one value per key, finite numbers only)",
         ) from None
@@ -186,6 +232,7 @@ def loads_document(
         raise InputError(f"holds a number out of range ({exc})", file=source) from None
     if _depth(document, max_depth) > max_depth:
         raise InputError(f"nests arrays or objects deeper than {max_depth} levels", file=source, fix="a real document is shallow; check its origin")
+    _refuse_lone_surrogates(document, text, source)
     return document
 
 
@@ -222,16 +269,31 @@ def read_json_object(path: str | os.PathLike[str], **kwargs: Any) -> dict[str, A
     return expect_object(read_json(path, **kwargs), source=path)
 
 
-def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+MAX_TOML_BYTES = 4 * 1024 * 1024  # lane files, release.toml and image definitions are a few KiB
+
+
+def loads_toml(data: bytes, *, source: str | os.PathLike[str], max_bytes: int = MAX_TOML_BYTES) -> dict[str, Any]:
+    """Parse TOML bytes strictly: bounded, UTF-8 without BOM or CR, and every defect an InputError naming the source."""
+    if len(data) > max_bytes:
+        raise InputError(f"is larger than the {max_bytes} bytes allowed for a TOML file", file=source, found=f"{len(data)} bytes",
+                         fix="check that this is the file it claims to be")
+    check_text_hygiene(source, data)
     try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise InputError("file does not exist", file=path) from None
-    check_text_hygiene(path, data)
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=source, fix="save the file as UTF-8") from None
     try:
-        return tomllib.loads(data.decode("utf-8"))
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"is not valid TOML: {exc}", file=path) from None
+        raise InputError(f"is not valid TOML: {exc}", file=source) from None
+    except RecursionError:  # tomllib recurses into nested arrays and inline tables
+        raise InputError("nests arrays or inline tables too deeply", file=source, fix="a real file is shallow; check its origin") from None
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    from .fs import read_bytes_bounded
+
+    return loads_toml(read_bytes_bounded(path, MAX_TOML_BYTES, what="TOML file"), source=path)
 
 
 def dig(document: Any, dotted: str) -> Any:
@@ -244,48 +306,6 @@ def dig(document: Any, dotted: str) -> Any:
     return node
 
 
-MAX_JSON_DEPTH = 64
-
-
-def parse_strict(data: bytes, *, file: str | os.PathLike[str], max_bytes: int = 16 * 1024 * 1024) -> Any:
-    """Parse untrusted JSON bytes: bounded size and nesting, no duplicate keys, no NaN/Infinity, no BOM or CR."""
-    if len(data) > max_bytes:
-        raise InputError("is too large to be this document", file=file, found=f"{len(data)} bytes", expected=f"at most {max_bytes} bytes")
-    check_text_hygiene(file, data)
-
-    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for key, value in items:
-            if key in out:
-                raise InputError("has a duplicate key", file=file, field=key, why="a reader could take either value; the pipeline refuses the ambiguity")
-            out[key] = value
-        return out
-
-    def constant(name: str) -> Any:
-        raise InputError(f"holds the non-finite number {name}", file=file, expected="finite numbers only")
-
-    depth = peak = 0
-    in_string = escaped = False
-    for byte in data:  # nesting is measured before json recurses into it
-        if in_string:
-            if escaped:
-                escaped = False
-            elif byte == 0x5C:
-                escaped = True
-            elif byte == 0x22:
-                in_string = False
-        elif byte == 0x22:
-            in_string = True
-        elif byte in (0x5B, 0x7B):
-            depth += 1
-            peak = max(peak, depth)
-        elif byte in (0x5D, 0x7D):
-            depth -= 1
-    if peak > MAX_JSON_DEPTH:
-        raise InputError("is nested too deeply", file=file, found=f"{peak} levels", expected=f"at most {MAX_JSON_DEPTH}")
-    try:
-        return json.loads(data.decode("utf-8"), object_pairs_hook=pairs, parse_constant=constant)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"is not valid UTF-8 ({exc.reason} at byte {exc.start})", file=file) from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}", file=file) from None
+def parse_strict(data: bytes, *, file: str | os.PathLike[str], max_bytes: int = MAX_DOCUMENT_BYTES) -> Any:
+    """A document of the pipeline's own formats (ledgers, plans, receipts): the one strict reader, plus text hygiene (no BOM, no CR)."""
+    return loads_document(data, source=file, max_bytes=max_bytes, strict_bytes=True)

@@ -269,7 +269,7 @@ def test_the_runner_needs_only_the_standard_library():
         "import sys\n"
         "import pipeline.stages.accept\n"
         "third = sorted(m for m in sys.modules if m.split('.')[0] not in sys.stdlib_module_names and m.split('.')[0] not in ('pipeline', '__main__'))\n"
-        "heavy = sorted(m for m in sys.modules if m.startswith('pipeline.') and m.split('.')[1] in ('compose', 'verify', 'releasetree', 'audit', 'sign', 'winscripts', 'oci', 'sbom'))\n"
+        "heavy = sorted(m for m in sys.modules if m.startswith('pipeline.') and m.rsplit('.', 1)[1] in ('compose', 'verify', 'release', 'audit', 'sign', 'winscripts', 'oci', 'sbom'))\n"
         "print(third, heavy)\n"
     )
     result = subprocess.run([sys.executable, "-S", "-E", "-c", script], cwd=ROOT, capture_output=True, text=True)
@@ -418,8 +418,8 @@ def compose(root, light, receipts, bundles, tmp_path, changes=()):
 def test_the_receipts_compose_into_the_record_that_moves_the_release_to_ready(light, tmp_path):
     from pipeline.cli import main
     from pipeline.formats.lanes import load_lanes
+    from pipeline.formats.release.contract import verify_release
     from pipeline.stages.compose import promote_release, rebind
-    from pipeline.stages.verify import verify_release
     from pipeline.util import ui
 
     root = light.clone(tmp_path / "product")
@@ -580,8 +580,8 @@ def test_a_hand_made_record_is_refused_where_release_toml_requires_documented_ro
 
 
 def test_verify_rechecks_the_documented_routes_of_the_bound_record(light, tmp_path):
+    from pipeline.formats.release.contract import verify_release
     from pipeline.stages.compose import accept_release
-    from pipeline.stages.verify import verify_release
 
     root = light.clone(tmp_path / "product")
     receipts, bundles = run_routes(root, light.release, ["first", "second"], tmp_path, light.lanes_dir)

@@ -52,8 +52,8 @@ def served(candidate):
 def test_the_linux_routes_run_on_the_candidate_and_their_receipts_make_the_release_ready(candidate, served, tmp_path, capsys):
     from pipeline.cli import main
     from pipeline.formats.lanes import load_lanes
+    from pipeline.formats.release.contract import verify_release
     from pipeline.stages.compose import promote_release, rebind
-    from pipeline.stages.verify import verify_release
     from pipeline.util import ui
 
     root = candidate.clone(tmp_path / "product")  # the maintainer's checkout, where the record is bound

@@ -88,3 +88,26 @@ def test_links_in_a_payload_are_refused_naming_the_file(tmp_path):
 def test_an_epoch_beyond_32_bits_is_refused(tmp_path):
     with pytest.raises(InputError, match="does not fit"):
         archive.write_tar_gz(_payload(tmp_path / "p"), tmp_path / "a.tar.gz", prefix="top", mtime=2**32)
+
+
+def test_compression_threads_are_spread_one_per_allowed_cpu_and_the_caller_keeps_its_own():
+    import threading
+
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    pin = archive._spread_workers()
+    if len(allowed) < 2:
+        assert pin is None  # nothing to spread over
+        return
+    assert pin is not None
+    seen: list[set[int]] = []
+
+    def worker() -> None:
+        pin()
+        seen.append(os.sched_getaffinity(0))
+
+    for _ in range(len(allowed) + 1):  # one more thread than CPUs: round robin
+        thread = threading.Thread(target=worker)
+        thread.start()
+        thread.join()
+    assert seen == [{cpu} for cpu in allowed] + [{allowed[0]}]
+    assert sorted(os.sched_getaffinity(0)) == allowed

@@ -196,7 +196,7 @@ def test_build_receipt_names_the_receipt_that_qualify_writes():
     from pipeline.formats import assets
     from pipeline.stages import qualify
 
-    assert set(assets.QUALIFICATION_SUMMARY_TYPES.values()) == {qualify.RECEIPT_TYPE}
+    assert set(assets.QUALIFICATION_SUMMARY_TYPES.values()) == {qualify.LANE_RECEIPT_TYPE}
 
 
 def _repack_with(directory: Path, extra: bytes, *, gzip_bytes=None) -> Path:

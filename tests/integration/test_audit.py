@@ -28,6 +28,8 @@ from repokit import shared_or_skip
 
 from pipeline import cli
 from pipeline.errors import ExitCode
+from pipeline.formats.audit_report import read_report
+from pipeline.register import Register
 from pipeline.stages import audit
 
 RELEASE = "v0.13.1"
@@ -346,19 +348,30 @@ def test_without_allow_unsigned_a_missing_bundle_fails(server, tmp_path):
 def test_cli_prints_lines_and_verdict_and_exits_0_or_1(server, tmp_path, capsys):
     tree = Tree(server, None, None)
     url = tree.publish()
-    code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--jobs", "2"])
+    dist = tmp_path / "dist"
+    code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--jobs", "2", "--dist", str(dist)])
     out = capsys.readouterr().out.splitlines()
     assert code == 0, out
     assert out[-1].startswith(f"AUDIT PASSED: {RELEASE}: all 5 items OK, 1 skipped;")
     assert all(re.match(r"(OK|FAIL|SKIP): ", line) for line in out[:-1])
+    # The audit ran through the stage contract: its report is a register entry.
+    (entry,) = Register(dist).query("audit-report")
+    assert (entry.path, entry.attrs["release"], entry.attrs["passed"], entry.attrs["manifest"]) == (f"audit/{RELEASE}.json", RELEASE, True, url)
+    assert read_report(dist / entry.path)["verdict"] == out[-1]
     tree.tamper("model", 5)
-    code = cli.main(["audit", url, "--cache", str(tmp_path / "c2"), "--allow-unsigned", "--quiet", "--json"])
+    code = cli.main(["audit", url, "--cache", str(tmp_path / "c2"), "--allow-unsigned", "--quiet", "--json", "--dist", str(dist)])
     captured = capsys.readouterr()
     document = json.loads(captured.out)
     assert code == ExitCode.INPUT == 1
     assert document["passed"] is False and document["failed"] == 1
     assert [i["item"] for i in document["items"] if i["result"] == "fail"] == ["model qwen3_8_27b.ninfer"]
     assert "FAIL: model qwen3_8_27b.ninfer: SHA-256 mismatch" in captured.err
+    # An observation always runs again: the same manifest's entry now records the failed audit.
+    register = Register(dist)
+    (entry,) = register.query("audit-report")
+    assert entry.attrs["passed"] is False and register.stages[f"audit:{url}"]["outputs"] == [entry.name]
+    recorded = read_report(register.verified_path(entry))
+    assert {k: v for k, v in recorded.items() if k not in ("artifact_type", "schema_version")} == document
 
 
 # -- tampered bytes, one per asset kind ------------------------------------------------------
@@ -664,6 +677,33 @@ def test_null_bindings_fail_as_not_bound(server, tmp_path):
     ]
 
 
+# Found by the manifest and audit fuzzers (tests/fuzz, structure-aware mutation of the shipped
+# manifests): a field of the wrong type (a number where a list of rows or platforms belongs, a
+# number as the product repository) or a URL urlsplit cannot parse ("http://[") was a TypeError,
+# AttributeError or ValueError: an internal error instead of a FAIL line for that field.  A
+# binding field of the wrong type fails the manifest (read as empty it would pass unchecked).
+@pytest.mark.parametrize(
+    ("edit", "prefix", "reason"),
+    [
+        (lambda m: m["components"].__setitem__("ninfer_variants", 5), "FAIL: manifest manifest.json:", "components.ninfer_variants: must hold a JSON array (found 'number'"),
+        (lambda m: m["components"]["omp"].__setitem__("platforms", 1.5), "FAIL: manifest manifest.json:", "components.omp.platforms: must hold a JSON array"),
+        (lambda m: m["components"]["ninfer_variants"].insert(0, None), "FAIL: manifest manifest.json:", "components.ninfer_variants[0]: must hold a JSON object (found 'null'"),
+        (lambda m: m.__setitem__("components", "x"), "FAIL: manifest manifest.json:", "components: must hold a JSON object (found 'string'"),
+        (lambda m: m["product"].__setitem__("repository", 5), "FAIL: manifest manifest.json:", "product.repository: must be a URL string"),
+        (lambda m: m["compatibility"].__setitem__("public_url", "http://[::1/x"), "FAIL: compatibility authority:", "is not a valid URL (Invalid IPv6 URL)"),
+        (lambda m: m["components"]["model"].__setitem__("artifact_url", "https://[x"), "FAIL: model qwen3_8_27b.ninfer:", "is not a valid URL (Invalid IPv6 URL)"),
+    ],
+)
+def test_a_manifest_field_of_the_wrong_type_fails_its_item_instead_of_a_traceback(server, tmp_path, edit, prefix, reason):
+    tree = Tree(server, None, None)
+    edit(tree.manifest)
+    report, lines = run_audit(tree.publish(), tmp_path)
+    assert not report.passed and report.verdict().startswith("AUDIT FAILED")
+    assert reason in line_for(fails(lines), prefix)
+    bindings = audit.collect_bindings(tree.manifest)  # the collection alone is total too
+    assert all(isinstance(audit.binding_problem(binding), (str, type(None))) for binding in bindings)
+
+
 # -- signatures -----------------------------------------------------------------------------
 
 
@@ -838,7 +878,7 @@ def test_too_little_room_in_the_cache_stops_before_any_download(server, tmp_path
     url = tree.publish()
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(audit.shutil, "disk_usage", lambda path: usage(10 << 20, 9 << 20, 1 << 20))
-    assert cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--quiet"]) == ExitCode.ENVIRONMENT
+    assert cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--quiet", "--dist", str(tmp_path / "dist")]) == ExitCode.ENVIRONMENT
     assert "the cache folder has 1.0 MiB free, the release binds 11.0 MiB" in capsys.readouterr().err
     assert [path for path, _ in server.log] == [tree.manifest_path]
 
@@ -1086,8 +1126,27 @@ def test_the_cli_exits_1_on_a_hostile_manifest_and_names_the_field(server, tmp_p
     tree = Tree(server, None, None)
     tree.manifest["components"]["ninfer_variants"].append(_hostile_row(server, str(sentinel / "keys"), "id_ed25519", b"ATTACKER KEY\n"))
     before = _snapshot(sentinel)
-    code = cli.main(["audit", tree.publish(), "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet"])
+    code = cli.main(["audit", tree.publish(), "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--dist", str(tmp_path / "dist")])
     out = capsys.readouterr().out
     assert code == ExitCode.INPUT
     assert "components.ninfer_variants[0].id: is not a safe name" in out and out.splitlines()[-1].startswith("AUDIT FAILED")
     assert _snapshot(sentinel) == before
+
+
+def test_parallel_downloads_start_with_the_largest_files_and_report_in_manifest_order(server, tmp_path):
+    # The model is listed last; started last with --jobs 2 it would leave one worker idle at the end.
+    tree = Tree(server, None, None)
+    prefix = "/can1357/oh-my-pi/releases/download/v18.12.6/"
+    platforms = tree.manifest["components"]["omp"]["platforms"]
+    for platform, size in (("linux-x64", 1024), ("darwin-arm64", 2048)):
+        name = f"omp-{platform}"
+        data = _pseudo_random(size, name.encode())
+        server.files[prefix + name] = data
+        platforms.append({"platform": platform, "artifact_name": name, "artifact_url": server.url(prefix + name), "artifact_bytes": size, "artifact_sha256": hashlib.sha256(data).hexdigest()})
+    report, lines = run_audit(tree.publish(), tmp_path, jobs=2)
+    assert report.passed, "\n".join(lines)
+    assets = [path for path, _range in server.log if path.startswith(prefix) or path == tree.paths["model"]]
+    assert sorted(assets) == sorted([tree.paths["model"], tree.paths["client"], prefix + "omp-linux-x64", prefix + "omp-darwin-arm64"])
+    assert set(assets[:2]) == {tree.paths["model"], tree.paths["client"]}, assets  # the two largest go first
+    order = [line[len("OK: "):].split(" (")[0] for line in lines if line.startswith(("OK: client", "OK: model"))]
+    assert order == ["client windows-x64 omp-windows-x64.exe", "client linux-x64 omp-linux-x64", "client darwin-arm64 omp-darwin-arm64", "model qwen3_8_27b.ninfer"]

@@ -1,29 +1,66 @@
-"""The benchmark command: named measurements against the real reference tools, as JSON."""
+"""The benchmark command: named measurements against the real reference tools, as JSON.
+
+Timings are not asserted (a benchmark is not a timed test); the document's shape, that every
+peer (GNU tar, pigz, gzip, openssl, curl) really ran on the same bytes, and the agreement of
+every digest are."""
 
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
 from pipeline.cli import main
 from pipeline.dev import bench
+from pipeline.errors import BuildFailure
+from pipeline.infra import archive as archive_module
 
 
 @pytest.mark.slow
-def test_bench_writes_named_measurements_against_gnu_tar_gzip_and_openssl(tmp_path):
+def test_bench_writes_named_measurements_against_gnu_tar_pigz_gzip_and_openssl(tmp_path):
     output = tmp_path / "bench.json"
     assert main(["bench", "--size", str(4 << 20), "--level", "6", "--output", str(output), "--work", str(tmp_path), "--quiet"]) == 0
     document = json.loads(output.read_text())
     assert document["artifact_type"] == "omp_ninfer_benchmark" and document["host"]["zlib"]
+    assert document["schema_version"] == 2
+    assert document["host"]["pigz"].startswith("pigz ") and document["host"]["curl"].startswith("curl ")
+    load = document["host"]["load_average"]
+    assert len(load["start"]) == 3 and len(load["end"]) == 3
     results = {m["name"]: m for m in document["measurements"]}
     assert list(results) == list(bench.MEASUREMENTS)
     archive = results["package-archive"]
-    assert archive["same_members"] is True and archive["gzip_level"] == 6
-    assert archive["reference"]["tool"] == "GNU tar | gzip -6" and archive["ours"]["seconds"] > 0
+    jobs = archive_module.default_jobs()
+    assert archive["same_members"] is True and archive["gzip_level"] == 6 and archive["jobs"] == jobs
+    # The peer is pigz on every core at the same level; single-threaded gzip stays beside it.
+    assert archive["reference"]["tool"] == f"GNU tar | pigz -6 -p {jobs}" and archive["ours"]["seconds"] > 0
+    assert f"| {shutil.which('pigz')} -6 -n -p {jobs} > $WORK/" in archive["reference"]["command"]
+    assert archive["reference"]["version"].startswith("pigz ") and archive["reference"]["runs"] == 2
+    assert archive["baseline"]["tool"] == "GNU tar | gzip -6" and archive["baseline"]["compressed_bytes"] > 0
+    # Both tools really ran on the same files: each archive holds the very tar stream ours holds.
+    stream = archive["ours"]["tar_stream_sha256"]
+    assert len(stream) == 64 and archive["reference"]["tar_stream_sha256"] == stream == archive["baseline"]["tar_stream_sha256"]
+    assert archive["same_tar_stream"] is True
+    assert archive["deterministic"] is True and archive["ours"]["runs"] == 2
     assert 0.9 < archive["size_ratio"] < 1.1
+    assert archive["met"] == (archive["speedup"] >= 1.0)
+    assert {"seconds", "cpu_seconds", "mib_per_s", "compressed_bytes"} <= set(archive["reference"]) & set(archive["baseline"]) & set(archive["ours"])
     assert results["sha256"]["digests_agree"] is True and results["sha256"]["reference"]["tool"].startswith("openssl")
+    audit = results["audit-served-release"]
+    assert audit["digests_agree"] is True and audit["baseline"]["digests_agree"] is True and audit["audit_passed"] is True
+    assert audit["reference"]["tool"].startswith("curl -sS --fail URL | openssl dgst -sha256, 2 at a time")
     assert [p.name for p in tmp_path.iterdir()] == ["bench.json"], "the temporary payload is removed"
+
+
+def test_a_failing_reference_pipeline_is_an_error_not_a_figure():
+    # pipefail: a peer that dies mid-pipe must not be timed as if it had compressed anything.
+    with pytest.raises(BuildFailure, match="tar \\| pigz failed \\(exit 3\\)") as caught:
+        bench._timed_shell("(echo broken >&2; exit 3) | cat", "tar | pigz")
+    assert "It printed: broken." in str(caught.value)
+    with pytest.raises(BuildFailure):
+        bench._timed_shell("false | cat", "tar | gzip")
+    seconds, _cpu = bench._timed_shell("true | cat", "tar | gzip")
+    assert seconds > 0
 
 
 def test_payload_is_deterministic(tmp_path):

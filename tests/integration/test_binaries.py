@@ -131,3 +131,22 @@ def test_binaries_of_the_wrong_platform_and_non_binaries_are_refused(tmp_path_fa
     with pytest.raises(InputError, match="neither an ELF nor a PE binary") as caught:
         inspect_binary(text)
     assert caught.value.file == str(text)
+
+
+def test_elf_imports_reads_elf_files_and_passes_over_everything_else(elf_pair, tmp_path):
+    """The image stage's check of its layers goes through the same reader as package's resolution."""
+    from pipeline.errors import IntegrityError
+    from pipeline.infra.binaries import elf_imports, is_elf
+
+    info = elf_imports(elf_pair / "app")
+    assert info is not None and info == inspect_binary(elf_pair / "app")
+    assert info.rpath == ("/var/tmp/build-machine/lib", "/opt/ffmpeg/lib") and "libgreet.so.1" in info.needed
+    script = tmp_path / "run.sh"
+    script.write_bytes(b"#!/bin/sh\nexec true\n")
+    assert elf_imports(script) is None and not is_elf(script) and is_elf(elf_pair / "app")
+    broken = tmp_path / "broken.so"
+    broken.write_bytes(b"\x7fELF" + b"\x00" * 12)  # the magic, then nothing an ELF reader accepts
+    with pytest.raises(IntegrityError, match="is not a readable ELF file"):
+        elf_imports(broken)
+    with pytest.raises(InputError, match="is not a readable ELF file"):
+        elf_imports(broken, error=InputError)

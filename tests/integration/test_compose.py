@@ -15,9 +15,10 @@ from repokit import ROOT, git
 
 from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, UsageError
 from pipeline.formats.lanes import load_lanes
-from pipeline.formats.releasetree import dump_toml, load_release_toml, release_dir
+from pipeline.formats.release.contract import verify_release
+from pipeline.formats.release.names import release_dir
+from pipeline.formats.release.spec import dump_toml, load_release_toml
 from pipeline.stages.compose import accept_release, compose_release, promote_release, rebind, stage_release
-from pipeline.stages.verify import verify_release
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import canonical_bytes
 
@@ -570,6 +571,128 @@ def test_nothing_outside_manifests_is_written(release, tmp_path):
     assert release_dir(root, RELEASE).is_dir()
 
 
+# -- compose on the stage contract: its actions are stage keys, the tree is in the register ---------------
+
+
+def _cli(capsys, *args: str) -> tuple[int, dict | None, str]:
+    from pipeline.cli import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, (json.loads(captured.out) if captured.out.strip() else None), captured.err
+
+
+def test_compose_records_every_file_of_the_tree_and_a_second_run_is_up_to_date(release, tmp_path, capsys):
+    from pipeline.register import Register
+
+    root = release.clone(tmp_path / "p", "draft")
+    dist = tmp_path / "dist"
+    shutil.copytree(release.dist, dist)
+    common = ["--release", RELEASE, "--dist", str(dist), "--root", str(root), "--lanes-dir", str(release.lanes_dir)]
+    code, first, err = _cli(capsys, "compose", *common)
+    assert code == 0 and first["written"] == [] and "done" in err, err
+    register = Register(dist, repo_root=root)
+    entries = {e.name: e for e in register.query("release-tree", release=RELEASE)}
+    tree = root / "manifests" / RELEASE
+    files = sorted(p.relative_to(root).as_posix() for p in tree.rglob("*") if p.is_file())
+    assert sorted(entries) == files and sorted(register.stages["compose:" + RELEASE]["outputs"]) == files
+    for name, entry in entries.items():
+        assert (entry.path, entry.attrs["root"], entry.sha256, entry.size) == (name, "repository", sha256_bytes((root / name).read_bytes()), (root / name).stat().st_size)
+    roles = {name.removeprefix(f"manifests/{RELEASE}/"): e.attrs["role"] for name, e in entries.items()}
+    assert roles == {"release.toml": "input", "manifest.json": "manifest", "qualification.json": "summary", "compatibility.json": "authority",
+                     "COMPATIBILITY.md": "rendering", "NOTES.md": "rendering", f"qualification/{LANE}.json": "receipt", f"qualification/{LANE}.SHA256SUMS": "checksums"}
+    assert sorted(n for n, e in entries.items() if e.attrs["signed"]) == [f"manifests/{RELEASE}/manifest.json", f"manifests/{RELEASE}/qualification/{LANE}.SHA256SUMS"]
+    # Unchanged inputs, intact tree: up to date, and the same answer on stdout.
+    code, second, err = _cli(capsys, "compose", *common)
+    assert code == 0 and second == first and "up to date" in err, err
+    # A tree file edited by hand is an output that changed: compose runs and restores it.
+    notes = tree / "NOTES.md"
+    good = notes.read_bytes()
+    notes.write_bytes(good + b"edited\n")
+    interrupted = tree / ".manifest.json.k2j3h4.tmp"  # what a killed run of atomic_write_bytes leaves behind
+    interrupted.write_bytes(b"{")
+    code, third, err = _cli(capsys, "compose", *common)
+    assert code == 0 and third["written"] == [f"manifests/{RELEASE}/NOTES.md"] and notes.read_bytes() == good
+    assert not interrupted.exists() and f"removed {interrupted}" in err
+    # A changed input (release.toml) runs it again, and the register follows the new bytes.
+    toml = tree / "release.toml"
+    toml.write_text(toml.read_text().replace('title = "sample release made by the pipeline"', 'title = "sample release, retitled"'))
+    code, fourth, err = _cli(capsys, "compose", *common)
+    assert code == 0 and f"manifests/{RELEASE}/NOTES.md" in fourth["written"] and "up to date" not in err
+    assert Register(dist, repo_root=root).artifacts[f"manifests/{RELEASE}/release.toml"].sha256 == sha256_bytes(toml.read_bytes())
+
+
+def test_each_action_is_a_stage_key_and_transitions_are_decided_every_time(release, tmp_path, capsys):
+    from pipeline.register import Register
+
+    root = release.clone(tmp_path / "p", "draft")
+    common = ["--release", RELEASE, "--root", str(root), "--lanes-dir", str(release.lanes_dir)]
+    # Without --dist the run is recorded in the repository's own dist/ (never imported from).
+    code, outcome, err = _cli(capsys, "compose", "promote", "--to", "candidate", *common)
+    assert code == 0 and outcome["status"] == "candidate", err
+    register = Register(root / "dist", repo_root=root)
+    manifest = register.artifacts[f"manifests/{RELEASE}/manifest.json"]
+    assert "compose-promote:" + RELEASE in register.stages and manifest.attrs["action"] == "promote"
+    assert manifest.sha256 == sha256_bytes((root / "manifests" / RELEASE / "manifest.json").read_bytes())
+    # A second promotion to the same status is refused as before, not "up to date".
+    code, outcome, err = _cli(capsys, "compose", "promote", "--to", "candidate", *common)
+    assert code == 7 and outcome is None and "cannot promote from candidate to candidate" in err
+    code, outcome, err = _cli(capsys, "compose", "rebind", *common)
+    assert code == 0 and outcome["written"] == [] and "compose-rebind:" + RELEASE in Register(root / "dist", repo_root=root).stages
+    # A refused compose names the missing register, as before: evidence is read only from a --dist named.
+    code, outcome, err = _cli(capsys, "compose", *common)
+    assert code == 1 and "lanes built by this pipeline need the artefact register" in err
+
+
+def test_compose_reads_the_package_archive_entry_of_the_register(release, tmp_path):
+    from pipeline.register import Register
+
+    root = release.clone(tmp_path / "p", "draft")
+    dist = tmp_path / "dist"
+    shutil.copytree(release.dist, dist)
+    register = Register(dist)
+    package = register.one("package-archive", lane=LANE, needed_by="t", produced_by="t")
+    source = register.one("source-archive", lane=LANE, needed_by="t", produced_by="t")
+    key = next(k for k, v in register.stages.items() if package.name in v["outputs"])
+    # The entry names another file of the checked set: a package archive that is not the set's package.
+    swapped = [register.make("package-archive", register.path_of(source), stage=a.stage, lane=a.lane, name=a.name, **a.attrs) if a.name == package.name else a
+               for a in register.outputs_of(key)]
+    register.record_stage(key, register.stages[key]["fingerprint"], swapped)
+    with pytest.raises(IntegrityError) as caught:
+        compose_release(root, RELEASE, dist=dist, lanes_dir=release.lanes_dir)
+    assert (caught.value.file, caught.value.field) == (str(dist / "register.json"), f"{package.name}.path")
+    # No package-archive entry at all: compose says which stage makes it.
+    register.record_stage(key, register.stages[key]["fingerprint"], [a for a in register.outputs_of(key) if a.name != package.name])
+    with pytest.raises(InputError, match="has no package-archive entry for lane"):
+        compose_release(root, RELEASE, dist=dist, lanes_dir=release.lanes_dir)
+
+
+def test_the_release_road_composes_and_verifies_only_with_a_release(release, tmp_path):
+    import argparse
+
+    from pipeline.stage import Context, Skip
+    from pipeline.stages import compose as compose_stage
+    from pipeline.stages import verify as verify_stage
+
+    root = release.clone(tmp_path / "p", "draft")
+    dist = tmp_path / "dist"
+    shutil.copytree(release.dist, dist)
+    ctx = Context.open(dist, release.lanes_dir, root=root)
+    for module in (compose_stage, verify_stage):
+        with pytest.raises(Skip, match="no --release given"):
+            module.release_plan(ctx, [], argparse.Namespace(release=None, lanes_dir=release.lanes_dir))
+    options = argparse.Namespace(release=RELEASE, lanes_dir=release.lanes_dir)
+    results = [step() for module in (compose_stage, verify_stage) for _label, step in module.release_plan(ctx, [], options)]
+    assert [(r.key, r.skipped) for r in results] == [("compose:" + RELEASE, False), ("verify:" + RELEASE, False)]
+    again = [step() for module in (compose_stage, verify_stage) for _label, step in module.release_plan(ctx, [], options)]
+    assert [(r.key, r.skipped) for r in again] == [("compose:" + RELEASE, True), ("verify:" + RELEASE, False)]  # verify always observes
+    # A tree that does not verify stops the road with the first error named.
+    (root / "manifests" / RELEASE / "stray.txt").write_text("x")
+    (_label, step), = verify_stage.release_plan(ctx, [], options)
+    with pytest.raises(InputError, match="does not verify .*stray.txt"):
+        step()
+
+
 # -- the container lane: build -> package -> image -> push -> qualify -> compose -> ready ----------------
 
 
@@ -620,6 +743,21 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
     assert caught.value.field == f"lanes.{lane_id}.status"
     lanes[lane_id] = "preview"
     toml.write_text(release_toml(release.client, register=lanes, preview_reason="RTX 5090 hardware qualification pending: the receipt is hardware-pending"))
+    # Only the lane's own publication receipt is evidence: one recorded for another lane is never used.
+    import dataclasses
+
+    from pipeline.register import Register
+
+    foreign = tmp_path / "foreign"
+    shutil.copytree(dist, foreign)
+    register = Register(foreign)
+    pushed = register.one("publication-receipt", lane=lane_id, needed_by="test", produced_by="push")
+    key = next(k for k, v in register.stages.items() if pushed.name in v["outputs"])
+    register.record_stage(key, register.stages[key]["fingerprint"], [dataclasses.replace(a, lane=LANE) if a.name == pushed.name else a for a in register.outputs_of(key)])
+    before = tree_bytes(root)
+    with pytest.raises(InputError) as caught:
+        compose_release(root, RELEASE, dist=foreign, lanes_dir=release.lanes_dir)
+    assert caught.value.file == f"manifests/{RELEASE}/qualification/runtime-publication.json" and tree_bytes(root) == before
     compose_release(root, RELEASE, dist=dist, lanes_dir=release.lanes_dir)
     manifest = manifest_of(root)
     row = manifest["components"]["ninfer"]

@@ -135,6 +135,17 @@ def test_image_is_reproducible_and_carries_the_contract(tmp_path, lane, local_ba
     assert layout_files(layout_a) == layout_files(layout_b), "two builds gave different layout bytes"
     sbom_name = f"ninfer-runtime-{lane.tag()}.image.spdx.json"
     assert (dist_a / LANE / "image" / sbom_name).read_bytes() == (dist_b / LANE / "image" / sbom_name).read_bytes()
+    # The image's SLSA provenance beside it: the manifest digest is the subject, the base is an input by digest.
+    statement_name = f"ninfer-runtime-{lane.tag()}.image.provenance.intoto.json"
+    statement_a = (dist_a / LANE / "attestations" / statement_name).read_bytes()
+    assert statement_a == (dist_b / LANE / "attestations" / statement_name).read_bytes()
+    from pipeline.formats import provenance
+
+    statement = provenance.read_statement(statement_a, origin=statement_name)
+    assert list(statement.subjects.values()) == [digest.removeprefix("sha256:")] and statement.build_type == provenance.BUILD_TYPE_IMAGE
+    assert statement.dependency("base-image")["digest"]["sha256"] == entry.attrs["base_manifest_digest"].removeprefix("sha256:")
+    assert statement.dependency(entry.attrs["binary_archive"])["digest"]["sha256"] == entry.attrs["binary_archive_sha256"]
+    assert next(a for a in first.outputs if a.kind == "provenance").attrs["manifest_digest"] == digest
 
     # A re-run with unchanged inputs is a no-op; --force rebuilds the same bytes.
     assert build_image(LANE, dist=dist_a, definition=definition, base_layout=local_base.layout).skipped
@@ -274,6 +285,60 @@ def test_archive_whose_checksum_list_lies_is_refused(tmp_path, lane, local_base)
     register.record_stage(f"package:{LANE}", "re-made", [register.make("package-archive", archive, stage="package", lane=LANE, name=entry.name, **entry.attrs)])
     with pytest.raises(IntegrityError, match="README.md differs from SHA256SUMS.txt"):
         build_image(LANE, dist=dist, definition=local_definition(tmp_path, local_base), base_layout=local_base.layout)
+
+
+def _repack_sums(dist: Path, change) -> None:
+    """Re-pack the registered archive with its SHA256SUMS.txt bytes changed by `change`, and register those bytes."""
+    archive = dist / LANE / "assets" / f"{imagekit.archive_stem(find_lane(LANE))}.tar.gz"
+    with tarfile.open(archive, "r:gz") as tar:
+        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for member, data in members:
+            if member.name.endswith("/SHA256SUMS.txt"):
+                data = change(data)
+                member.size = len(data)
+            tar.addfile(member, io.BytesIO(data) if data is not None else None)
+    archive.write_bytes(gzip.compress(buffer.getvalue(), mtime=0))
+    register = Register(dist)
+    entry = register.one("package-archive", lane=LANE, needed_by="t", produced_by="t")
+    register.record_stage(f"package:{LANE}", "re-made", [register.make("package-archive", archive, stage="package", lane=LANE, name=entry.name, **entry.attrs)])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda data: b"".join(reversed(data.splitlines(keepends=True))), "is out of order"),  # sha256sum's lines, but unsorted
+        (lambda data: data.replace(b"\n", b"\r\n"), "contains a carriage return (CR) at line 1"),
+        (lambda data: data.replace(b"  ", b" *", 1), "line 1 is not '<64 lowercase hex><two spaces><name>'"),
+    ],
+)
+def test_the_archive_checksum_list_is_read_by_the_one_strict_parser(tmp_path, lane, local_base, change, message):
+    """SHA256SUMS.txt is read by pipeline.formats.assets.parse_sums, as check-assets reads it: no second, laxer grammar."""
+    dist = packaged(tmp_path, lane)
+    _repack_sums(dist, change)
+    with pytest.raises(IntegrityError) as caught:
+        build_image(LANE, dist=dist, definition=local_definition(tmp_path, local_base), base_layout=local_base.layout)
+    assert message in str(caught.value) and caught.value.file.endswith(f"!{imagekit.archive_stem(lane)}/SHA256SUMS.txt")
+    assert not (dist / LANE / "image").exists()
+
+
+def test_image_without_lane_builds_the_container_lane_the_lane_files_name(tmp_path, lane, local_base, capsys):
+    from pipeline.errors import UsageError
+    from pipeline.stages.image import container_lane
+
+    assert container_lane().id == LANE  # read from runtime/lanes/, not typed into the command
+    dist = packaged(tmp_path, lane)
+    code = main(["image", "--dist", str(dist), "--definition", str(local_definition(tmp_path, local_base)), "--base-layout", str(local_base.layout), "--quiet"])
+    assert code == 0
+    digest = capsys.readouterr().out.strip()
+    assert Register(dist).one("oci-layout", lane=LANE, needed_by="t", produced_by="t").attrs["manifest_digest"] == digest
+    natives = tmp_path / "lanes"
+    natives.mkdir()
+    for name in ("rtx3090-windows-native.toml", "rtx4090-windows-native.toml"):
+        shutil.copyfile(ROOT / "runtime" / "lanes" / name, natives / name)
+    with pytest.raises(UsageError, match="the lane files declare 0 container lanes"):
+        container_lane(natives)
 
 
 def test_a_library_the_base_does_not_provide_is_refused(tmp_path, lane):

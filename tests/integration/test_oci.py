@@ -119,6 +119,25 @@ def test_descriptors_accept_sha256_only():
         assert info.value.field == field
 
 
+@pytest.mark.parametrize(
+    ("document", "field"),
+    [
+        ({"schemaVersion": 2, "config": {"mediaType": oci.CONFIG, "digest": "sha256:" + "1" * 64, "size": 2}, "layers": [{"mediaType": oci.LAYER_GZIP, "digest": "sha256:" + "2" * 64, "size": 3}], "annotations": 9223372036854775808}, "annotations"),
+        ({"schemaVersion": 2, "config": {"mediaType": oci.CONFIG, "digest": "sha256:" + "1" * 64, "size": 2}, "layers": [{"mediaType": oci.LAYER_GZIP, "digest": "sha256:" + "2" * 64, "size": 3, "annotations": ["a"]}]}, "layers[0].annotations"),
+        ({"schemaVersion": 2, "config": {"mediaType": oci.CONFIG, "digest": "sha256:" + "1" * 64, "size": 2, "annotations": {"k": 1}}, "layers": [{"mediaType": oci.LAYER_GZIP, "digest": "sha256:" + "2" * 64, "size": 3}]}, "config.annotations"),
+    ],
+)
+def test_a_base_manifest_whose_annotations_are_no_map_of_strings_is_refused(document, field):
+    # Found by the registry-manifest fuzzer (tests/fuzz, target 'registry_manifest'): dict() of a
+    # number or a list was a TypeError/ValueError while the image stage read the base manifest.
+    with pytest.raises(InputError, match="annotations are not a map of strings") as caught:
+        oci.parse_manifest(document, origin="docker.io/nvidia/cuda@sha256:" + "0" * 64, media_type=oci.MANIFEST)
+    assert caught.value.field == field and caught.value.file.startswith("docker.io/nvidia/cuda@")
+    with pytest.raises(InputError, match="mediaType is not a string") as caught:
+        oci.document_media_type({"mediaType": 5}, None, origin="base")
+    assert caught.value.file == "base" and caught.value.field == "mediaType"
+
+
 def test_platform_selection_skips_attestations_and_names_what_is_offered():
     def entry(digest_char: str, platform: dict, **annotations) -> oci.Descriptor:
         return oci.Descriptor(oci.MANIFEST, "sha256:" + digest_char * 64, 10, annotations, platform)

@@ -268,6 +268,20 @@ def test_container_set_from_a_cuda_build_is_reproducible_and_checked(tmp_path, s
     assert (cudart["supplier"], cudart["versionInfo"]) == (f"Organization: {provider.supplier}", provider.version)
     toolchain = {p["name"]: p for p in spdx["packages"] if p["SPDXID"].startswith("SPDXRef-Toolchain-")}
     assert toolchain["nvidia-cuda-nvcc"]["supplier"] == "Organization: NVIDIA Corporation" and toolchain["cmake"]["supplier"].startswith("Organization: ")
+    # The build's toolchain reached package through its register entry, not through the toolchain folder.
+    from pipeline.formats.toolchain_record import read_record
+    from pipeline.register import Register
+    from pipeline.util.hashing import sha256_file
+
+    register = Register(tmp_path / "a")
+    entry = register.one("toolchain", lane="rtx5090-container", needed_by="t", produced_by="build")
+    record = read_record(register.verified_path(entry))
+    assert (entry.attrs["toolchain_kind"], record.kind) == ("pinned", "pinned") and entry.attrs["library_dir"] == record.library_dir
+    assert Path(record.library_dir) == Path(record.root) / "site" / "nvidia" / "cu13" / "lib"
+    cudart = record.libraries["libcudart.so.13"]
+    assert (cudart.distribution, cudart.path) == ("nvidia-cuda-runtime", "nvidia/cu13/lib/libcudart.so.13")
+    assert cudart.sha256 == sha256_file(Path(record.library_dir) / "libcudart.so.13")
+    assert record.wheel_authors["cmake"] == toolchain["cmake"]["supplier"].removeprefix("Organization: ")
     capsys.readouterr()
     assert main(["package", "--lane", "5090", "--dist", str(tmp_path / "a")]) == 0
     assert "up to date, nothing to do" in capsys.readouterr().err
@@ -348,7 +362,7 @@ def _build_with_inventory(workspace, tmp_path: Path, change) -> tuple[Path, Path
     change(inventory)
     (source / "third_party" / "inventory.json").write_text(json.dumps(inventory, indent=2, sort_keys=True) + "\n")
     commit = make_repo(tmp_path / "ninfer", source)
-    lanes = copy_lanes(workspace, tmp_path / "w")  # the lane files with their cut ledgers
+    lanes = copy_lanes(workspace, tmp_path)  # with the cut ledgers beside it (the lane's current cut names the set)
     contract = tmp_path / "contract"
     shutil.copytree(workspace.contract, contract)
     _set_json(contract / "release-spec.json", lambda d: d["source"].update(commit=commit))
@@ -384,8 +398,8 @@ def test_a_hostile_vendored_inventory_is_refused_before_package_writes_anything(
     assert caught.value.file.endswith("source.tar!third_party/inventory.json")
     assert caught.value.field == field and reason in caught.value.render()
     after = _snapshot(tmp_path)
-    # The stage lock (pipeline/stage.py: one run per stage key, taken before preflight) is the only new
-    # name, and it holds no byte.
+    # The one new file: the stage's empty lock (stage.py takes it before preflight, so two runs cannot race; never removed,
+    # as deleting a lock file races too). Nothing else, inside dist or out.
     assert after.pop(f"dist/.locks/package_{NATIVE}.lock", b"") == b""
     assert after == before
     assert not (dist / NATIVE / "assets").exists()

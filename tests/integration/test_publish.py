@@ -28,7 +28,7 @@ from pipeline.formats.lanes import load_lane
 from pipeline.formats.publication_plan import Journal, read_journal, read_receipt
 from pipeline.infra.github import GitHub, GitHubError
 from pipeline.register import Register
-from pipeline.stages.publish import publish_component
+from pipeline.stages.publish import publish_lane
 from pipeline.util.hashing import sha256_file
 
 LANE = "rtx4090-windows-native"
@@ -74,7 +74,7 @@ class Setup:
         return GitHub(REPO, token, api=self.gh.url, uploads=self.gh.uploads, clock=self.clock, write_interval=0)
 
     def dry(self, **kwargs):
-        return publish_component("4090", dist=self.dist, lanes_dir=self.lanes, github=kwargs.pop("github", None) or self.client(), **kwargs)
+        return publish_lane("4090", dist=self.dist, lanes_dir=self.lanes, github=kwargs.pop("github", None) or self.client(), **kwargs)
 
     @property
     def folder(self) -> Path:
@@ -86,7 +86,7 @@ class Setup:
 
     def apply(self, sha: str | None = None, **kwargs):
         sha = sha or self.plan_sha()
-        return publish_component("4090", dist=self.dist, lanes_dir=self.lanes, apply=True, plan_sha256=sha, github=kwargs.pop("github", None) or self.client(), **kwargs)
+        return publish_lane("4090", dist=self.dist, lanes_dir=self.lanes, apply=True, plan_sha256=sha, github=kwargs.pop("github", None) or self.client(), **kwargs)
 
     def converged(self) -> None:
         """Exactly one release for the tag, published as a prerelease, not latest, assets exactly the set."""
@@ -147,7 +147,7 @@ def test_dry_run_writes_the_plan_prints_it_and_writes_nothing_remote(setup, caps
 def test_apply_publishes_the_closed_set_and_a_rerun_changes_nothing(setup, capsys):
     sha = setup.plan_sha()
     with pytest.raises(PipelineError, match="needs the reviewed plan's hash"):
-        publish_component("4090", dist=setup.dist, lanes_dir=setup.lanes, apply=True, github=setup.client())
+        publish_lane("4090", dist=setup.dist, lanes_dir=setup.lanes, apply=True, github=setup.client())
     with pytest.raises(RefusedError, match="not the one that was reviewed") as caught:
         setup.apply("0" * 64)
     assert caught.value.exit_code == 7 and setup.gh.writes == 0
@@ -410,9 +410,9 @@ def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample
         gh.tokens[TOKEN] = Token()
         gh.add_commit(commit)
         client = GitHub(REPO, TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
-        publish_component("5090", dist=dist, lanes_dir=lanes, github=client)
+        publish_lane("5090", dist=dist, lanes_dir=lanes, github=client)
         sha = Register(dist).one("publication-plan", lane=lane.id, needed_by="t", produced_by="t").attrs["plan_sha256"]
-        publish_component("5090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
+        publish_lane("5090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
         [release] = gh.releases_for(tag)
         assert not release.draft and release.prerelease and gh.refs[tag] == commit
         assert sorted(a.name for a in gh.assets_of(release)) == names and len(names) == 7

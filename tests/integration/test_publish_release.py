@@ -24,7 +24,7 @@ from pipeline.formats.publication_plan import read_receipt
 from pipeline.formats.test_receipt import make_test_receipt, write_test_receipt
 from pipeline.infra.github import GitHub
 from pipeline.stages import sign
-from pipeline.stages.publish import publish_product
+from pipeline.stages.publish import publish_release
 from pipeline.util.hashing import sha256_bytes
 
 TOKEN = "ghp_productStandinToken0123456789abcdef"
@@ -96,7 +96,7 @@ class Product:
         return GitHub(REPO, TOKEN, api=self.gh.url, uploads=self.gh.uploads, clock=FakeClock(), write_interval=0)
 
     def publish(self, **kwargs):
-        return publish_product(RELEASE, root=self.root, dist=self.dist, lanes_dir=self.release.lanes_dir, github=kwargs.pop("github", None) or self.client(), **kwargs)
+        return publish_release(RELEASE, root=self.root, dist=self.dist, lanes_dir=self.release.lanes_dir, github=kwargs.pop("github", None) or self.client(), **kwargs)
 
     def plan_sha(self) -> str:
         with contextlib.suppress(RefusedError):  # a dry run whose gates refuse still writes the plan
@@ -171,7 +171,7 @@ def test_uncommitted_changes_do_not_reach_the_verify_gate(product):
 def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypatch):
     """A ready tree always binds a passing record, so verify refuses first; verify is passed over
     here only to show that the acceptance gate also refuses on its own."""
-    import pipeline.stages.verify as verify_module
+    import pipeline.formats.release.contract as verify_module
 
     manifest_path = product.root / TREE / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
@@ -240,7 +240,7 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
     from pipeline.formats.lanes import load_lane
     from pipeline.register import Register
     from pipeline.stages.compose import compose_release
-    from pipeline.stages.publish import publish_component
+    from pipeline.stages.publish import publish_lane
     from pipeline.util.jsonio import canonical_bytes
 
     dist = tmp_path / "dist"
@@ -254,9 +254,9 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
         gh.tokens[TOKEN] = Token()
         gh.add_commit(lane.ledger().current("0.7.0").source_commit)
         client = GitHub("alphastorm/ninfer", TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
-        publish_component("4090", dist=dist, lanes_dir=lanes, github=client)
+        publish_lane("4090", dist=dist, lanes_dir=lanes, github=client)
         sha = sha256_bytes((dist / "publish" / "component-v0.7.0-qwen38-4090-beta.2" / "plan.json").read_bytes())
-        publish_component("4090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
+        publish_lane("4090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
     root = release.clone(tmp_path / "product", "draft")
     capsys.readouterr()
     compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)

@@ -23,11 +23,12 @@ from registry import ProxyRule, RegistryServer, free_port, require_tool
 from pipeline.cli import main
 from pipeline.errors import ExitCode, IntegrityError, RemoteError
 from pipeline.formats.lanes import find_lane
+from pipeline.formats.receipts import IMAGE_PUBLICATION_TYPE
 from pipeline.infra import oci
 from pipeline.infra.registry import ENV_PASSWORD, ENV_USERNAME
 from pipeline.register import Register
 from pipeline.stages.image import build_image
-from pipeline.stages.push import RECEIPT_TYPE, push_image
+from pipeline.stages.push import push_image
 
 LANE = "rtx5090-container"
 pytestmark = pytest.mark.registry
@@ -93,7 +94,7 @@ def test_push_publishes_by_digest_and_independent_tools_agree(tmp_path, image_di
     receipt, path = receipt_of(dist)
     archive = Register(dist).one("package-archive", lane=LANE, needed_by="t", produced_by="t")
     layout = Register(dist).one("oci-layout", lane=LANE, needed_by="t", produced_by="t")
-    assert receipt["artifact_type"] == RECEIPT_TYPE and receipt["schema_version"] == 3
+    assert receipt["artifact_type"] == IMAGE_PUBLICATION_TYPE and receipt["schema_version"] == 3
     assert receipt["image_reference"] == f"{target}@{digest}" and receipt["image_digest"] == digest
     assert receipt["binary_asset"] == archive.path.split("/")[-1] and receipt["binary_sha256"] == archive.sha256
     assert receipt["source_commit"] == "a" * 40 and receipt["component_tag"] == lane.tag()

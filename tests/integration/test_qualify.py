@@ -28,7 +28,7 @@ class NoGpu:
     def sampling(self):
         from contextlib import nullcontext
 
-        from pipeline.harness.gates import GpuSamples
+        from pipeline.harness.gpu import GpuSamples
 
         return nullcontext(GpuSamples())
 
@@ -160,8 +160,10 @@ import sys  # noqa: E402
 
 from ninfer_fake_server import FakeNInfer, Faults  # noqa: E402
 
+from pipeline.harness import client as harness_client  # noqa: E402
 from pipeline.harness import gates as qualify_harness  # noqa: E402
-from pipeline.harness.gates import GpuSamples  # noqa: E402
+from pipeline.harness import gpu as harness_gpu  # noqa: E402
+from pipeline.harness.gpu import GpuSamples  # noqa: E402
 from pipeline.stages.qualify import resolve_identity  # noqa: E402
 
 KEY = "sk-omp-qualify-RECOGNISABLE-4f1c9e2a7b3d5e6f8a9b0c1d2e3f4a5b"
@@ -334,7 +336,7 @@ def test_each_fault_fails_its_gate(tmp_path, quick_restart, faults, gates, reaso
 
 
 def test_a_non_loopback_bind_is_found_by_probing(tmp_path):
-    addresses = qualify_harness.local_non_loopback_addresses()
+    addresses = harness_client.local_non_loopback_addresses()
     if not addresses:
         pytest.skip("this host has no non-loopback address to probe")
     dist = tmp_path / "dist"
@@ -672,7 +674,7 @@ def test_container_chain_on_the_compiled_sample(tmp_path, sample_repo):
     with serving(owner, lane) as fake:
         made, owner_stage = qualify_live(owner, lane, fake, gpu=FakeGpu(name="NVIDIA GeForce RTX 5090", cc="12.0", peak_mib=30100))
     smoke = made["gates"]["gpu_smoke"]
-    if qualify_harness.NvidiaSmi().facts() is None:
+    if harness_gpu.NvidiaSmi().facts() is None:
         # The packaged ninfer-serve really ran: without a driver CUDA cannot start.
         assert smoke["status"] == "failed" and "cudaGetDeviceCount failed" in smoke["reason"], smoke
         assert made["status"] == "failed"
@@ -702,7 +704,7 @@ def test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu(tmp_path):
     from pipeline.formats.lanes import CUDA_ARCHITECTURES, load_lane
     from pipeline.stages.qualify import qualify_lanes
 
-    facts = qualify_harness.NvidiaSmi().facts()
+    facts = harness_gpu.NvidiaSmi().facts()
     if facts is None:
         pytest.skip("no NVIDIA driver on this host: nvidia-smi is absent or fails")
     dist = tmp_path / "dist"
@@ -759,6 +761,43 @@ def test_a_gate_threshold_that_is_not_a_finite_positive_number_fails_the_gate(va
     assert qualify_harness._threshold(SimpleNamespace(thresholds={"k": 135}), "k") == 135.0
     with pytest.raises(qualify_harness.GateFailure, match="finite positive integer"):
         qualify_harness._threshold(SimpleNamespace(thresholds={"k": 2.5}), "k", integer=True)
+
+
+def _benchmark_run(**thresholds):
+    from types import SimpleNamespace
+
+    from pipeline.harness.client import ChatResult
+
+    usage = {"completion_tokens": 129, "prompt_tokens": 600, "prompt_tokens_details": {"cached_tokens": 100}}
+    stream = ChatResult(200, "words", usage, elapsed=3.0, first_token_at=0.5, last_token_at=2.5, content_events=129)
+    limits = {"completion_tokens": 129, "min_decode_tokens_per_second": 50, "min_prefill_tokens_per_second": 500, **thresholds}
+    return SimpleNamespace(thresholds=limits, benchmark=stream, benchmark_error=None, benchmark_data={"fixture_sha256": "f" * 64, "target_prompt_tokens": 600})
+
+
+def test_decode_and_prefill_judge_one_benchmark_stream_with_their_own_numbers():
+    """The two throughput gates share one implementation; each keeps its own receipt fields and reasons."""
+    decode = qualify_harness.gate_decode(_benchmark_run())
+    assert decode.status == "passed" and decode.reason == "decode ran at 64.00 tokens/s over 129 tokens (threshold 50)"
+    assert decode.to_json() == {
+        "completion_tokens": 129, "requested_completion_tokens": 129, "stream_content_events": 129, "threshold_tokens_per_second": 50.0,
+        "basis": "client-wall", "wall_seconds": 3.0, "decode_seconds": 2.0, "tokens_per_second": 64.0, "status": "passed", "reason": decode.reason,
+    }
+    prefill = qualify_harness.gate_prefill(_benchmark_run())
+    assert prefill.status == "passed" and prefill.reason == "prefill ran at 1000.00 tokens/s over 500 computed prompt tokens (threshold 500)"
+    assert prefill.to_json() == {
+        "prompt_tokens": 600, "cached_tokens": 100, "computed_prompt_tokens": 500, "threshold_tokens_per_second": 500.0,
+        "basis": "client-wall (computed prompt tokens / time to first token)", "fixture_sha256": "f" * 64,
+        "prefill_seconds": 0.5, "tokens_per_second": 1000.0, "status": "passed", "reason": prefill.reason,
+    }
+    slow = qualify_harness.gate_decode(_benchmark_run(min_decode_tokens_per_second=100))
+    assert (slow.status, slow.reason) == ("failed", "decode ran at 64.00 tokens/s, below the lane's 100")
+    short = qualify_harness.gate_decode(_benchmark_run(completion_tokens=200))
+    assert short.status == "failed" and "stopped after 129 of 200 tokens" in short.reason and "tokens_per_second" not in short.data
+    # Without a benchmark: decode carries the fixture's description, prefill only its threshold (as before the merge).
+    broken = _benchmark_run()
+    broken.benchmark_error = "the benchmark request did not complete"
+    assert qualify_harness.gate_decode(broken).data == {"threshold_tokens_per_second": 50.0, "fixture_sha256": "f" * 64, "target_prompt_tokens": 600}
+    assert qualify_harness.gate_prefill(broken).data == {"threshold_tokens_per_second": 500.0}
 
 
 def test_nan_thresholds_fail_their_gates_and_the_receipt_writer_refuses_them(tmp_path, quick_restart, monkeypatch):

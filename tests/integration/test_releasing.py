@@ -58,9 +58,9 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
     from winfixtures import native_workspace
 
     from pipeline.formats.lanes import load_lanes
+    from pipeline.formats.release.contract import verify_release
     from pipeline.infra.toolchain import for_lane
     from pipeline.stages.cut import cut_lane
-    from pipeline.stages.verify import verify_release
 
     native = sample_release(tmp_path_factory)  # the owner's receipt of the 4090 lane and the client
     workspace = native_workspace(tmp_path_factory)  # the sample's repository and the Windows job's binaries

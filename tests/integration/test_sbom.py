@@ -193,3 +193,31 @@ def test_a_declared_sbom_hash_that_differs_from_the_payload_is_refused(native_as
             sbom.verify_cdx(tampered, digests, package_sha256=sha256_file(package))
     assert caught.value.file == str(tampered) and caught.value.field == "bin/ninfer-serve.exe"
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# Found while writing the SBOM fuzz harness (tests/fuzz, target 'sbom'): spdx-tools calls `.get`
+# on whatever the document holds, so an SPDX file of the wrong shape was an AttributeError
+# (an internal error of check-assets and audit), and a CycloneDX file that is not UTF-8 a
+# UnicodeDecodeError; both readers also let Python's json keep the last of two equal keys.
+@pytest.mark.parametrize(
+    ("name", "data", "message"),
+    [
+        ("x.spdx.json", b'{"creationInfo": 5}\n', "is not a parsable SPDX document (AttributeError"),
+        ("x.spdx.json", b"[]\n", "must hold a JSON object"),
+        ("x.spdx.json", b'{"spdxVersion": "SPDX-2.3", "spdxVersion": "SPDX-2.2"}\n', "holds the key 'spdxVersion' twice"),
+        ("x.cdx.json", b'{"bomFormat": "\xff"}\n', "is not valid UTF-8"),
+        ("x.cdx.json", b'{"bomFormat": "CycloneDX", "specVersion": NaN}\n', "holds the non-finite number NaN"),
+    ],
+)
+def test_an_sbom_of_the_wrong_shape_is_an_integrity_error_naming_the_file(tmp_path, name, data, message):
+    path = tmp_path / name
+    path.write_bytes(data)
+    checks = [lambda: sbom.validate_file(path)]
+    if name.endswith(".spdx.json"):
+        checks.append(lambda: sbom.verify_spdx(path, {}, package_name="p.tar.gz", package_sha256="ab" * 32))
+    else:
+        checks.append(lambda: sbom.verify_cdx(path, {}, package_sha256="ab" * 32))
+    for check in checks:
+        with pytest.raises(IntegrityError) as caught:
+            check()
+        assert message in caught.value.what and caught.value.file == str(path)

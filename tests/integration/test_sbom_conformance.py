@@ -64,6 +64,41 @@ def test_host_dependencies_join_the_model_with_one_call_and_both_documents(tmp_p
         sbom.component_model(_with(inp, host_dependencies=[{"name": "x", "version": "", "supplier": "y"}]))
 
 
+def test_a_build_identitys_host_dependencies_give_both_documents_the_same_supplier_and_purl(tmp_path):
+    """From the identity's records (as the build's preflight writes them): Debian-owned, a vcpkg port, and unowned."""
+    from packageurl import PackageURL
+
+    from pipeline.formats.components import host_dependency_entries
+
+    identity = {
+        "host_environment": {"os_release": {"ID": "debian", "VERSION_ID": "12"}},
+        "host_dependencies": [
+            # '+' in a Debian name and version: the purl spec percent-encodes it, in both documents alike.
+            {"name": "c++", "kind": "tool", "version": "12.2.0", "min_version": None, "path": "/usr/bin/c++", "debian_package": "g++-12", "debian_version": "12.2.0-14+deb12u1", "vcpkg_port": None},
+            {"name": "libavcodec", "kind": "pkg-config", "version": "61.19.101", "min_version": "60.31", "path": "C:/vcpkg/lib/pkgconfig/libavcodec.pc", "debian_package": None, "debian_version": None, "vcpkg_port": "ffmpeg[avcodec]"},
+            {"name": "ompfake", "kind": "pkg-config", "version": "3.4.5", "min_version": None, "path": "/opt/ompfake/lib/pkgconfig/ompfake.pc", "debian_package": None, "debian_version": None, "vcpkg_port": None},
+        ],
+    }
+    payload = tmp_path / "payload"
+    inp = _with(_small_input(payload), host_dependencies=host_dependency_entries(identity))
+    spdx_path, cdx_path = tmp_path / "h.spdx.json", tmp_path / "h.cdx.json"
+    sbom.write_spdx(spdx_path, inp, payload)
+    sbom.write_cdx(cdx_path, inp, payload)
+    assert sbomkit.compare_twins(spdx_path, cdx_path) == 7
+    sbomkit.require_ntia(spdx_path)
+    sbomkit.require_cdx_js(cdx_path)
+    packages = {p["name"]: p for p in json.loads(spdx_path.read_text())["packages"]}
+    components = {c["name"]: c for c in json.loads(cdx_path.read_text())["components"]}
+    assert packages["c++"]["supplier"] == "Organization: Debian (package g++-12)" and components["c++"]["supplier"]["name"] == "Debian (package g++-12)"
+    compiler = PackageURL.from_string(components["c++"]["purl"])
+    assert (compiler.type, compiler.namespace, compiler.name, compiler.version) == ("deb", "debian", "g++-12", "12.2.0-14+deb12u1")
+    port = PackageURL.from_string(components["libavcodec"]["purl"])
+    assert (port.type, port.namespace, port.name, port.version) == ("generic", "vcpkg", "ffmpeg[avcodec]", "61.19.101")
+    assert packages["libavcodec"]["supplier"] == "Organization: vcpkg (port ffmpeg[avcodec])"
+    assert "purl" not in components["ompfake"] and not packages["ompfake"].get("externalRefs")
+    assert components["ompfake"]["supplier"]["name"] == "the build host (no package owns it)"
+
+
 def _with(inp, **changes):
     from dataclasses import replace
 

@@ -63,7 +63,7 @@ def built(this_commit, tmp_path_factory) -> tuple[Path, Path, str]:
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(source), str(clone)], check=True)
         old = os.umask(0o077 if index else 0o022)
         try:
-            result = vd.verifier_dist(dist=base / f"dist-{index}", source=f"{clone}@{commit}")
+            result = vd.build_verifier_dist(dist=base / f"dist-{index}", source=f"{clone}@{commit}")
         finally:
             os.umask(old)
         assert result.skipped is False
@@ -125,12 +125,12 @@ def test_two_clones_give_byte_identical_wheel_and_sdist(built, this_commit):
 def test_a_rerun_is_a_noop_and_a_damaged_output_is_rebuilt(built):
     one, _, commit = built
     clone = one.parent / "clone-a"
-    again = vd.verifier_dist(dist=one, source=f"{clone}@{commit}")
+    again = vd.build_verifier_dist(dist=one, source=f"{clone}@{commit}")
     assert again.skipped is True
     wheel = one / "verifier" / WHEEL
     before = wheel.read_bytes()
     wheel.write_bytes(b"not a wheel")
-    rebuilt = vd.verifier_dist(dist=one, source=f"{clone}@{commit}")
+    rebuilt = vd.build_verifier_dist(dist=one, source=f"{clone}@{commit}")
     assert rebuilt.skipped is False and wheel.read_bytes() == before
 
 
@@ -166,7 +166,7 @@ def test_the_installed_wheel_runs_from_outside_any_checkout(installed, tmp_path)
     assert helped.returncode == 0 and "audit" in helped.stdout and "verifier-dist" in helped.stdout, helped.stderr
     audit_help = run_installed(installed, "-m", "pipeline", "audit", "--help", cwd=tmp_path)
     assert audit_help.returncode == 0 and "--mirror" in audit_help.stdout, audit_help.stderr
-    trust = run_installed(installed, "-c", "from pipeline.stages import sign; print(sign.trust_config_path('production')); "
+    trust = run_installed(installed, "-c", "from pipeline.infra import sigstore as sign; print(sign.trust_config_path('production')); "
                           "sign.load_trust_config('production'); sign.load_trust_config('staging')", cwd=tmp_path)
     assert trust.returncode == 0 and Path(trust.stdout.strip()).is_relative_to(installed), trust.stderr  # pinned roots load
     lanes = run_installed(installed, "-m", "pipeline", "lanes", "--json", cwd=tmp_path)
@@ -329,6 +329,6 @@ def test_the_cli_offers_the_command():
     from pipeline import cli
 
     argv = ["verifier-dist", "--dist", "d", "--source", f".@{'c' * 40}"]
-    parser = cli.build_parser(argv)  # the parser holds the options of the command named in argv only
+    parser = cli.build_parser(argv)  # only the named command's module contributes its options
     args = parser.parse_args(argv)
     assert args.func is not None and args.source.endswith("c" * 40) and args.dist == Path("d")

@@ -17,8 +17,8 @@ import pytest
 from releasekit import LANE, RELEASE, sample_release
 from repokit import ROOT, git
 
-from pipeline.formats.releasetree import blocker_subject
-from pipeline.stages.verify import verify_release
+from pipeline.formats.release.contract import verify_release
+from pipeline.formats.release.names import blocker_subject
 from pipeline.util.jsonio import canonical_bytes
 
 
@@ -91,6 +91,62 @@ def test_json_output_and_exit_codes(release, ready):
     error = next(e for e in document["errors"] if e["field"] == "publication.authorized")
     assert set(error) == {"check", "file", "field", "found", "expected", "message"}
     assert error["found"] is True and error["file"] == f"manifests/{RELEASE}/manifest.json"
+
+
+def test_verify_records_its_report_in_the_register_and_always_runs(release, ready):
+    from pipeline.formats.release.contract import REPORT_TYPE
+    from pipeline.register import Register
+    from pipeline.util.hashing import sha256_bytes
+
+    assert cli(ready, release, "--release", RELEASE, "--check-pins").returncode == 0
+    register = Register(ready / "dist")  # without --dist: the repository's own dist/
+    entry = register.one("verification-report", needed_by="t", produced_by="verify")
+    assert (entry.path, entry.attrs) == (f"verify/{RELEASE}.json", {"release": RELEASE, "valid": True, "status": "ready"})
+    document = json.loads(register.verified_path(entry).read_bytes())
+    assert (document["artifact_type"], document["valid"], document["check_pins"], document["require"]) == (REPORT_TYPE, True, True, None)
+    tree = ready / "manifests" / RELEASE
+    assert document["tree"] == {p.relative_to(ready).as_posix(): sha256_bytes(p.read_bytes()) for p in sorted(tree.rglob("*")) if p.is_file()}
+    first = register.stages[f"verify:{RELEASE}"]
+    # An observation, never "up to date": a second run with the same inputs runs, and a tree edited
+    # meanwhile is reported invalid in the register too.
+    edit_manifest(ready, lambda m: m["publication"].update(authorized=True))
+    dist = ready.parent / "elsewhere"
+    failed = cli(ready, release, "--release", RELEASE, "--check-pins", "--dist", str(dist))
+    assert failed.returncode == 1
+    again = Register(dist).one("verification-report", needed_by="t", produced_by="verify")
+    assert again.attrs["valid"] is False and json.loads((dist / again.path).read_bytes())["errors"]
+    assert cli(ready, release, "--release", RELEASE, "--check-pins").returncode == 1
+    rerun = Register(ready / "dist")
+    assert rerun.stages[f"verify:{RELEASE}"]["fingerprint"] == first["fingerprint"]
+    assert rerun.one("verification-report", needed_by="t", produced_by="verify").attrs["valid"] is False
+
+
+def test_a_release_name_is_vX_Y_Z_or_beta_N_and_nothing_else(release, ready):
+    """docs/release-tree.md names a release 'vX.Y.Z or vX.Y.Z-beta.N'; one grammar, used by every command."""
+    from pipeline.formats.release.names import RELEASE_RE, sort_release_key
+
+    for good in ("v0.13.1", "v1.0.0", "v10.0.2-beta.1", "v0.0.0-beta.12"):
+        assert RELEASE_RE.fullmatch(good), good
+    for bad in ("v1.0.0-rc.1", "v1.0.0-beta.0", "v01.0.0", "v1.0", "1.0.0", "v1.0.0-beta", "v1.0.0+build.1", "v1.0.0-beta.1.2", "v1.0.0/x"):
+        assert not RELEASE_RE.fullmatch(bad), bad
+    assert sort_release_key("v1.0.0-beta.2") < sort_release_key("v1.0.0") < sort_release_key("v1.0.1-beta.1")
+    for command in (["verify", "--root", str(ready)], ["compose", "--root", str(ready)], ["compose", "promote", "--to", "ready", "--root", str(ready)]):
+        result = subprocess.run([sys.executable, "-m", "pipeline", *command, "--release", "v1.0.0-rc.1"], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode == 2 and "is not a product release name" in result.stderr, (command, result.stderr)
+    assert not (ready / "dist").exists(), "a refused name writes nothing"
+
+
+def test_git_missing_is_an_environment_problem(ready, monkeypatch, tmp_path):
+    from pipeline.errors import EnvironmentProblem, ExitCode
+    from pipeline.infra.git import GitObjects, GitUnavailable, git_show
+
+    monkeypatch.setenv("PATH", str(tmp_path / "no-tools"))
+    with pytest.raises(GitUnavailable) as caught:
+        git_show(ready, "HEAD", "README.md")
+    assert isinstance(caught.value, EnvironmentProblem) and caught.value.exit_code == ExitCode.ENVIRONMENT
+    assert "git is not installed" in caught.value.render() and "install git" in caught.value.render()
+    with pytest.raises(GitUnavailable), GitObjects(ready) as objects:
+        objects.has_commit("0" * 40)
 
 
 def test_the_default_release_is_the_newest_tree(release, ready):
@@ -398,3 +454,32 @@ def test_a_file_in_the_tree_that_links_outside_it_is_refused_before_anything_is_
     assert sorted(errors(report)) == [("tree", f"manifests/{RELEASE}/manifest.json", None), ("tree", f"manifests/{RELEASE}/qualification/{LANE}.json", None)]
     assert all("is a symbolic link that leaves the release tree" in p.message() for p in report.problems.items)
     assert report.status is None  # the manifest behind the link was never read
+
+
+# Found by the manifest fuzzer (tests/fuzz, target 'manifest'): the readers compose and verify
+# apply to the current, the predecessor's and the accepted candidate's manifest called `.get` on
+# whatever a field held and used a lane id as a dict key, so a row of the wrong type (or an id
+# that is a list) was an AttributeError or TypeError instead of a finding.
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.__setitem__("components", True),
+        lambda m: m["components"].__setitem__("ninfer", -1),
+        lambda m: m["components"].__setitem__("ninfer_variants", 1.5),
+        lambda m: m["components"]["ninfer_variants"].append(None),
+        lambda m: m["components"]["ninfer_variants"][0].__setitem__("id", []),
+        lambda m: m["components"]["omp"].__setitem__("platforms", [None, "x"]),
+        lambda m: m["components"].__setitem__("omp", "x"),
+    ],
+)
+def test_the_manifest_readers_of_compose_and_verify_take_any_shape(edit):
+    from pipeline.formats.release.evidence import collect_pins, predecessor_row
+    from pipeline.formats.release.rules import acceptance_subject
+
+    good = json.loads((ROOT / "manifests" / "v0.13.1" / "manifest.json").read_bytes())
+    bad = json.loads(json.dumps(good))
+    edit(bad)
+    assert acceptance_subject(bad) != acceptance_subject(good)  # a malformed row never reads as the accepted subject
+    assert isinstance(collect_pins(bad), dict)
+    row = predecessor_row(bad, "rtx4090-windows-native")
+    assert row is None or (isinstance(row, dict) and row["id"] == "rtx4090-windows-native")

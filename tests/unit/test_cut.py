@@ -248,7 +248,7 @@ def test_the_embedded_sample_is_a_rehearsal_of_the_current_cut(tmp_path):
 
 
 def test_the_release_tree_renders_superseded_cuts_and_later_cuts_do_not_change_it(tmp_path):
-    from pipeline.stages.verify import verify_release
+    from pipeline.formats.release.contract import verify_release
 
     notes = (REPO_ROOT / "manifests" / "v0.13.1" / "NOTES.md").read_text()
     assert "## Superseded cuts" in notes

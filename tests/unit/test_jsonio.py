@@ -13,7 +13,7 @@ import pytest
 from hostile_http import Route, hostile_server
 
 from pipeline.errors import InputError
-from pipeline.harness import gates as qualify_harness
+from pipeline.harness import client as qualify_harness
 from pipeline.register import REGISTER_FILE, REGISTER_TYPE, Register
 from pipeline.util import jsonio
 from pipeline.util.jsonio import MAX_DEPTH, loads_document, loads_object, read_json, read_json_object
@@ -152,3 +152,57 @@ def test_the_harness_caps_an_answer():
             client.status()
         sent = server.sent.get("/v1/ninfer/status", 0)
     assert f"larger than the {qualify_harness.MAX_ANSWER_BYTES} bytes" in str(caught.value) and sent < 64 * 1024 * 1024
+
+
+def test_toml_is_read_strictly_and_bounded(tmp_path):
+    # One TOML reader (lane files, image definitions, release.toml): every defect is an InputError naming the file.
+    path = tmp_path / "x.toml"
+    for data, what in [
+        (b"a = \"\xd7\"\n", "is not valid UTF-8 (invalid continuation byte at byte 5)"),
+        (b"a = " + b"[" * 5000, "nests arrays or inline tables too deeply"),
+        (b"a = 1\r\n", "contains a carriage return (CR) at line 1"),
+        (b"a = \n", "is not valid TOML: Invalid value (at line 1, column 5)"),
+    ]:
+        path.write_bytes(data)
+        with pytest.raises(InputError) as caught:
+            jsonio.read_toml(path)
+        assert caught.value.what == what and caught.value.file == str(path)
+    path.write_bytes(b"a = 1\n" + b"#" * jsonio.MAX_TOML_BYTES)
+    with pytest.raises(InputError, match="larger than the 4194304 bytes allowed for a TOML file"):
+        jsonio.read_toml(path)
+    assert jsonio.loads_toml(b"a = [1, {b = 2}]\n", source="x") == {"a": [1, {"b": 2}]}
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        (b'{"lane": "\\ud800"}', "lane"),
+        (b'{"gates": {"\\udfff": 1}}', "gates.'\\udfff'"),
+        (b'[["ok", "\\uDC00x"]]', "[0][1]"),
+    ],
+)
+def test_an_unpaired_surrogate_escape_is_refused_by_both_readers(data, field):
+    # Found with the JSON harness's write-back check (canonical bytes of what was read): "\ud800" parses into a string that
+    # canonical_bytes (and print) cannot encode as UTF-8, so a receipt or manifest holding one was
+    # read, then crashed compose or audit with a UnicodeEncodeError.
+    with pytest.raises(InputError, match="unpaired UTF-16 surrogate") as caught:
+        loads_document(data, source="receipt.json")
+    assert caught.value.field == field and caught.value.file == "receipt.json"
+    with pytest.raises(InputError, match="unpaired UTF-16 surrogate"):
+        jsonio.parse_strict(data, file="test-run-receipt.json")
+    # A high-low pair is one character, and an escaped backslash is no escape at all.
+    assert loads_document(b'["\\ud83d\\ude00", "\\\\ud800"]', source="x") == ["\U0001f600", "\\ud800"]
+
+
+@pytest.mark.parametrize(
+    ("data", "what"),
+    [
+        (b'{"passed": 1e999}', "holds the number 1e999, which overflows to infinity"),
+        (b'{"passed": ' + b"9" * 5000 + b"}", "holds a number out of range"),
+    ],
+)
+def test_the_test_receipt_reader_refuses_what_the_strict_reader_refuses(data, what):
+    # parse_strict read 1e999 as infinity, and a 5000-digit integer raised a bare ValueError.
+    with pytest.raises(InputError) as caught:
+        jsonio.parse_strict(data, file="test-run-receipt.json")
+    assert caught.value.what.startswith(what) and caught.value.file == "test-run-receipt.json"

@@ -37,6 +37,11 @@ def test_tag_regex_accepts_exact_beta_tags_only():
         with pytest.raises(InputError, match="does not match the lane's tag pattern"):
             lane.beta_from_tag(bad)
     assert pattern_regex("v{version}-x-beta.{n}", "1.2.3").fullmatch("v1.2.3-x-beta.7")
+    # A tag read from a manifest row may be any JSON value (audit passes row["release_tag"]): found in
+    # review of audit's set check while fixing the manifest fuzzer's findings; it was a TypeError.
+    for bad in (None, 2, ["v0.7.0-qwen38-4090-beta.2"]):
+        with pytest.raises(InputError, match="does not match the lane's tag pattern"):
+            lane.beta_from_tag(bad)
 
 
 def _edited(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:
@@ -262,3 +267,23 @@ def test_a_pattern_whose_rendered_asset_names_exceed_a_file_name_is_refused(tmp_
         load_lane(path)
     assert info.value.field == "component.stem_pattern"
     assert "over the bound of 255" in info.value.what
+
+
+# Found by the lane-file fuzzer (tests/fuzz, target 'lane'): bytes that are not UTF-8, or arrays
+# nested past the interpreter's recursion limit, were an internal error (UnicodeDecodeError,
+# RecursionError from tomllib) instead of a refusal naming the file.
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\n\xd7\x0e", "is not valid UTF-8 (invalid continuation byte at byte 1)"),
+        (b"schema_version = 1\nid = \"\xff\"\n", "is not valid UTF-8 (invalid start byte at byte 25)"),
+        (b"a = " + b"[" * 5000, "nests arrays or inline tables too deeply"),
+        (b"a = " + b"{b = " * 5000, "nests arrays or inline tables too deeply"),
+    ],
+)
+def test_a_lane_file_that_is_not_utf8_or_nests_too_deeply_is_an_input_error(tmp_path, data, message):
+    path = tmp_path / "rtx4090-windows-native.toml"
+    path.write_bytes(data)
+    with pytest.raises(InputError) as caught:
+        load_lane(path)
+    assert caught.value.what == message and caught.value.file == str(path)

@@ -327,3 +327,39 @@ def test_the_registry_clients_token_answer_is_capped():
         sent = server.sent.get("/token", 0)
     assert isinstance(error, RemoteError) and f"larger than the {oci_registry.MAX_ANSWER_BYTES} bytes" in error.what
     assert sent < 64 * 1024 * 1024 and seconds < 10
+
+
+@pytest.mark.parametrize("challenge", ["Bearer ", 'Bearer service="test",scope="repository:a/b:pull"'])
+def test_a_bearer_challenge_without_a_realm_is_a_remote_error(challenge):
+    # Found by the registry-client fuzzer (tests/fuzz, target 'registry_client'): oras-py's token
+    # backend called .startswith on the missing realm, an AttributeError (internal error) in push and image.
+    with hostile_server() as server:
+        headers = {"WWW-Authenticate": challenge}
+        server.add("/v2/", Route("body", status=401, body=b'{"errors":[]}', headers=headers))
+        server.add("/v2/a/b/manifests/latest", Route("body", status=401, body=b'{"errors":[]}', headers=headers))
+        client = oci_registry.RegistryClient(oci_registry.parse_push_target(f"127.0.0.1:{server.port}/a/b"), credentials=None, retries=0, sleep=lambda s: None)
+        with pytest.raises(RemoteError) as caught:
+            client.get_manifest("latest")
+    assert "bearer challenge names no token service" in caught.value.what and caught.value.field == "WWW-Authenticate"
+
+
+def test_a_redirect_to_an_invalid_url_is_a_remote_error(tmp_path):
+    # requests (parsing the Location even with allow_redirects=False) and urljoin raised a bare
+    # ValueError ("Invalid IPv6 URL") for a Location with an unbalanced '[', an internal error of
+    # every download (found in review of the redirect path after the manifest fuzzer's urlsplit crash).
+    with hostile_server() as server:
+        url = server.add("/asset", Route("redirect", status=302, location="http://[::1/x"))
+        error, _ = timed(lambda: transfer.download(url, tmp_path / "asset", expected_size=PIN, progress=False, timeout=5))
+    assert isinstance(error, RemoteError) and "redirected" in error.what and "invalid URL" in error.what
+    assert not (tmp_path / "asset").exists() and not (tmp_path / "asset.part").exists()
+
+
+@pytest.mark.parametrize("url", ["http://[", "https://[::1/x", "https://host:99999999999999999999/x"])
+def test_the_url_rules_answer_for_every_string(url):
+    # Found by the manifest fuzzer: urlsplit raises ValueError for these, which made check_scheme
+    # (every URL of a manifest goes through it) an internal error instead of a refused location.
+    problem = net.scheme_problem(url)
+    assert problem is None or isinstance(problem, str)
+    if "[" in url and "]" not in url:
+        assert problem.startswith("is not a valid URL")
+    assert net.origin("http://[") == ("", "", None)

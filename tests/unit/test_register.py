@@ -241,3 +241,89 @@ def test_a_live_run_of_the_same_key_is_waited_for_and_its_staging_left_alone(dis
         holder.wait()
     # The holder is gone (its lock with it): now the folder is a dead run's, and it was removed.
     assert stage.runs == 1 and not live.exists()
+
+
+# -- entries naming files of the repository (root "repository") ---------------------------------
+
+class TreeStage(Stage):
+    """Writes a file of the repository (as compose writes manifests/<release>/) and records it there."""
+
+    name = "tree"
+
+    def __init__(self, ctx, value: str):
+        super().__init__(ctx)
+        self.value = value
+        self.runs = 0
+
+    def inputs(self):
+        return {"value": self.value}
+
+    def run(self):
+        self.runs += 1
+        path = self.ctx.repo_root / "manifests" / "v1.0.0" / "NOTES.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.value)
+        return [self.ctx.register.make("release-tree", path, stage="compose", lane=None, name="manifests/v1.0.0/NOTES.md",
+                                       root="repository", release="v1.0.0", role="rendering")]
+
+
+def test_an_entry_of_the_repository_is_resolved_against_the_repository_root_and_rehashed(tmp_path):
+    from pipeline.util.hashing import sha256_bytes
+
+    repo, dist = tmp_path / "repo", tmp_path / "dist"
+    repo.mkdir()
+    stage = TreeStage(Context.open(dist, root=repo), "a")
+    assert execute(stage).skipped is False
+    entry = Register(dist, repo_root=repo).one("release-tree", needed_by="t", produced_by="compose")
+    # The path is relative to the repository, not to the dist, and says so.
+    assert (entry.path, entry.attrs["root"], entry.sha256) == ("manifests/v1.0.0/NOTES.md", "repository", sha256_bytes(b"a"))
+    assert not (dist / entry.path).exists()
+    assert Register(dist, repo_root=repo).verified_path(entry) == repo / "manifests" / "v1.0.0" / "NOTES.md"
+    again = TreeStage(Context.open(dist, root=repo), "a")
+    assert execute(again).skipped is True and again.runs == 0
+    # A changed file of the repository is a changed output: the stage runs again, a reader refuses it.
+    (repo / "manifests" / "v1.0.0" / "NOTES.md").write_text("edited")
+    with pytest.raises(IntegrityError, match="changed on disk"):
+        Register(dist, repo_root=repo).verified_path(entry)
+    third = TreeStage(Context.open(dist, root=repo), "a")
+    assert execute(third).skipped is False and third.runs == 1
+    # Without a repository root the entry cannot be read, and the error says why.
+    from pipeline.errors import UsageError
+
+    with pytest.raises(UsageError, match="without a repository root"):
+        Register(dist).path_of(entry)
+
+
+def test_a_repository_entry_that_leaves_the_repository_is_refused(tmp_path):
+    from pipeline.register import Artifact
+    from pipeline.util.jsonio import write_json
+
+    repo, dist, outside = tmp_path / "repo", tmp_path / "dist", tmp_path / "outside"
+    repo.mkdir()
+    outside.mkdir()
+    (outside / "NOTES.md").write_text("a")
+    execute(TreeStage(Context.open(dist, root=repo), "a"))
+    # '..' and absolute paths never make an entry, whichever root it names.
+    for bad in ("../outside/NOTES.md", "/etc/passwd"):
+        with pytest.raises(ValueError, match="must stay inside"):
+            Artifact("release-tree", "x", bad, "0" * 64, 1, "compose", None, {"release": "v1.0.0", "root": "repository", "role": "rendering"})
+    with pytest.raises(ValueError, match="unknown root"):
+        Artifact("release-tree", "x", "manifests/x", "0" * 64, 1, "compose", None, {"release": "v1.0.0", "root": "home", "role": "rendering"})
+    # A register edited to point one outside is an input error naming the entry, when it is read.
+    document = _register_document(dist)
+    document["artifacts"][0]["path"] = "manifests/../../outside/NOTES.md"
+    write_json(dist / "register.json", document)
+    with pytest.raises(InputError) as caught:
+        Register(dist, repo_root=repo)
+    assert caught.value.field == "artifacts[0]"
+    # A link inside the repository that leads out of it is refused by the same gate as every name from data.
+    document["artifacts"][0]["path"] = "link/NOTES.md"
+    write_json(dist / "register.json", document)
+    (repo / "link").symlink_to(outside, target_is_directory=True)
+    register = Register(dist, repo_root=repo)
+    entry = register.artifacts["manifests/v1.0.0/NOTES.md"]
+    with pytest.raises(InputError, match="resolves outside the repository") as caught:
+        register.verified_path(entry)
+    assert caught.value.field == "manifests/v1.0.0/NOTES.md.path"
+    with pytest.raises(InputError, match="resolves outside the repository"):
+        register.stage_is_current("tree", register.stages["tree"]["fingerprint"])

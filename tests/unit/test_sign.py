@@ -351,6 +351,14 @@ class FakeSigningContext:
                 outer.calls.append(sig.sha256_bytes(input_))
                 return Bundle.from_json(outer.bundles[sig.sha256_bytes(input_)])
 
+            def sign_dsse(self, input_):
+                from sigstore.dsse import Statement
+
+                assert isinstance(input_, Statement)  # sigstore's own type: the statement was parsed as in-toto
+                digest = sig.sha256_bytes(input_._contents)
+                outer.calls.append(digest)
+                return Bundle.from_json(outer.bundles[digest])
+
         yield _Signer()
 
 
@@ -491,3 +499,200 @@ def test_sign_refuses_a_release_tree_that_is_a_link_to_a_folder_outside(tmp_path
     assert cli.main(["sign", "--dry-run", *(["--release", "v0.1.2"] if explicit else [])]) == 1
     err = capsys.readouterr().err
     assert "manifests/v0.1.2: the release tree is a symbolic link" in err and str(tree) in err
+
+
+# -- the sign stage: targets from the register, bundles into it ---------------------------
+
+ACTIONS_ENV = {"GITHUB_ACTIONS": "true", "ACTIONS_ID_TOKEN_REQUEST_URL": "https://token.invalid/", "ACTIONS_ID_TOKEN_REQUEST_TOKEN": "request-token"}
+
+
+def _compose_entries(dist: Path, tree: Path, release: str = "v0.1.2") -> None:
+    """`release-tree` entries as compose records them: one per file of the tree, with its hash."""
+    from pipeline.register import Artifact, Register
+
+    register = Register(dist)
+    outputs = []
+    for path in sorted(p for p in tree.rglob("*") if p.is_file() and not p.name.endswith(".sigstore.json")):
+        rel = path.relative_to(tree).as_posix()
+        data = path.read_bytes()
+        outputs.append(Artifact(kind="release-tree", name=f"manifests/{release}/{rel}", path=f"manifests/{release}/{rel}", sha256=sig.sha256_bytes(data),
+                                size=len(data), stage="compose", attrs={"release": release, sig.TREE_PATH_ATTR: rel}))
+    register.record_stage(f"compose:{release}", "f" * 64, outputs)
+
+
+def _stand_in_bundle(data: bytes, identity: str) -> str:
+    return json.dumps({"stand_in_bundle": True, "sha256": sig.sha256_bytes(data), "identity": identity})
+
+
+def _stand_in_verify(artifact, bundle_path, *, identity, issuer, trust_config="production", repository=None, ref=None):
+    """What the real verifier is asked (digest, identity, issuer, repository, ref), on stand-in bundles:
+    live Fulcio and Rekor cannot issue a real bundle for a test's manifest."""
+    raw = bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path).read_bytes()
+    bundle = json.loads(raw)
+    digest = artifact.hexdigest if isinstance(artifact, sig.Sha256Digest) else sig.sha256_bytes(artifact if isinstance(artifact, bytes) else Path(artifact).read_bytes())
+    if bundle.get("sha256") != digest:
+        raise sig.SignatureError("Sigstore bundle does not verify: Bundle message digest mismatch", reason="Bundle message digest mismatch")
+    if bundle.get("identity") != identity or issuer != GH_ISSUER or (repository, ref) != sig.github_claims(identity):
+        raise sig.SignatureError("Sigstore bundle does not verify: identity", reason="Certificate's SANs do not match")
+    return sig.VerifiedSignature("x", digest, identity, issuer, 7, 1)
+
+
+class StandInSigningContext:
+    """sigstore's `SigningContext.signer(token, cache=True)` -> `sign_artifact(bytes)`; the bundle is a stand-in."""
+
+    def __init__(self, calls: list) -> None:
+        self.calls = calls
+
+    @contextmanager
+    def signer(self, identity_token, *, cache=True):
+        outer = self
+        identity = "https://github.com/" + identity_token._unverified_claims["job_workflow_ref"]
+
+        class _Bundle:
+            def __init__(self, data: bytes) -> None:
+                self.data = data
+
+            def to_json(self) -> str:
+                return _stand_in_bundle(self.data, identity)
+
+        class _Signer:
+            def sign_artifact(self, input_: bytes):
+                outer.calls.append(sig.sha256_bytes(input_))
+                return _Bundle(input_)
+
+        yield _Signer()
+
+
+def _sign_in_actions(tmp_path: Path, dist: Path, calls: list, **kwargs):
+    from sigstore.oidc import IdentityToken
+
+    return sig.sign_release(
+        kwargs.pop("release", "v0.1.2"),
+        dist=dist,
+        manifests=tmp_path / "manifests",
+        environ=ACTIONS_ENV,
+        context_factory=lambda trust: StandInSigningContext(calls),
+        token_provider=lambda: IdentityToken(_github_token(GH_SAN.removeprefix("https://github.com/"))),
+        **kwargs,
+    )
+
+
+@pytest.fixture
+def stand_in_verifier(monkeypatch):
+    monkeypatch.setattr(sig, "verify_bundle", _stand_in_verify)
+
+
+def test_the_sign_stage_signs_the_composed_tree_and_records_every_bundle(tmp_path, stand_in_verifier):
+    from pipeline.register import Register
+
+    tree = _release_tree(tmp_path)
+    dist = tmp_path / "dist"
+    _compose_entries(dist, tree)
+    register = Register(dist)
+    sums = dist / "rtx4090-windows-native" / "assets" / "SHA256SUMS"
+    sums.parent.mkdir(parents=True)
+    sums.write_bytes((tree / "qualification" / "rtx4090-windows-native.SHA256SUMS").read_bytes())
+    register.record_stage("package:rtx4090-windows-native", "e" * 64, [register.make("outer-checksums", sums, stage="package", lane="rtx4090-windows-native", component_tag="v0.7.0-x")])
+
+    calls: list = []
+    result, stage = _sign_in_actions(tmp_path, dist, calls)
+    assert len(calls) == 2 and not result.skipped  # two distinct contents, each signed once
+    assert sorted(stage.report.signed) == ["manifest.json", "rtx4090-windows-native.SHA256SUMS (+1 copies)"]
+    for path in (tree / "manifest.json", tree / "qualification" / "rtx4090-windows-native.SHA256SUMS", sums):
+        assert json.loads(sig.bundle_path_for(path).read_bytes())["sha256"] == sig.sha256_file(path)
+    register = Register(dist)
+    bundles = {a.path: a for a in register.query("signature-bundle")}
+    assert set(bundles) == {
+        "sign/v0.1.2/manifest.json.sigstore.json",
+        "sign/v0.1.2/qualification/rtx4090-windows-native.SHA256SUMS.sigstore.json",
+        "rtx4090-windows-native/assets/SHA256SUMS.sigstore.json",
+    }
+    # The copies under dist are byte for byte the bundles beside the tree files.
+    assert (dist / "sign" / "v0.1.2" / "manifest.json.sigstore.json").read_bytes() == sig.bundle_path_for(tree / "manifest.json").read_bytes()
+    entry = bundles["rtx4090-windows-native/assets/SHA256SUMS.sigstore.json"]
+    assert (entry.lane, entry.attrs["signed_name"], entry.attrs["signed_sha256"]) == ("rtx4090-windows-native", "SHA256SUMS", sig.sha256_file(sums))
+    assert register.stages["sign:v0.1.2"]["outputs"] == sorted(a.name for a in bundles.values())
+
+    # Again: nothing new is signed, every bundle is verified again (sign always runs), the entries stay.
+    again, stage = _sign_in_actions(tmp_path, dist, calls)
+    assert len(calls) == 2 and stage.report.signed == [] and len(stage.report.kept) == 2
+    assert {a.sha256 for a in again.outputs} == {a.sha256 for a in bundles.values()}
+
+
+def test_a_tree_file_edited_after_compose_is_refused_before_signing(tmp_path, stand_in_verifier):
+    from pipeline.errors import IntegrityError
+
+    tree = _release_tree(tmp_path)
+    dist = tmp_path / "dist"
+    _compose_entries(dist, tree)
+    edited = tree / "qualification" / "rtx4090-windows-native.SHA256SUMS"
+    edited.write_bytes(b"f" * 64 + b"  Install-Release.ps1\n")
+    calls: list = []
+    with pytest.raises(IntegrityError) as caught:
+        _sign_in_actions(tmp_path, dist, calls)
+    assert "differs from the bytes compose recorded" in str(caught.value) and str(edited) in str(caught.value)
+    assert calls == [] and not list(tree.rglob("*.sigstore.json"))
+
+
+def test_a_signed_file_compose_did_not_record_is_refused(tmp_path, monkeypatch, capsys):
+    tree = _release_tree(tmp_path)
+    dist = tmp_path / "dist"
+    _compose_entries(dist, tree)
+    manifest = json.loads((tree / "manifest.json").read_text())
+    (tree / "NOTES.md").write_text("# v0.1.2\n")
+    manifest["signing"]["signed_files"].append("manifests/v0.1.2/NOTES.md")
+    (tree / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(tmp_path)
+    # The manifest itself changed after compose recorded it: refused first.
+    assert cli.main(["sign", "--dry-run", "--release", "v0.1.2"]) == ExitCode.INTEGRITY
+    assert "manifest.json: the release tree's file differs from the bytes compose recorded" in capsys.readouterr().err
+    from pipeline.register import Register
+
+    _compose_entries(dist, tree)  # compose again, then lose NOTES.md's entry
+    register = Register(dist)
+    register.record_stage("compose:v0.1.2", "f" * 64, [a for a in register.outputs_of("compose:v0.1.2") if not a.name.endswith("NOTES.md")])
+    assert cli.main(["sign", "--dry-run", "--release", "v0.1.2"]) == ExitCode.INPUT
+    assert "the register holds no release-tree entry for NOTES.md" in capsys.readouterr().err
+
+
+def test_sign_signs_the_newest_release_compose_recorded(tmp_path, monkeypatch, capsys):
+    _release_tree(tmp_path, "v0.1.2")
+    _release_tree(tmp_path, "v0.1.3")  # on disk, newer, but not what compose recorded in this dist
+    _compose_entries(tmp_path / "dist", tmp_path / "manifests" / "v0.1.2")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sign", "--dry-run"]) == 0
+    assert json.loads(capsys.readouterr().out)["release"] == "v0.1.2"
+    assert cli.main(["sign", "--dry-run", "--dist", "elsewhere"]) == 0  # no register: the newest tree folder
+    assert json.loads(capsys.readouterr().out)["release"] == "v0.1.3"
+    assert not (tmp_path / "elsewhere").exists()  # a dry run writes nothing
+
+
+def test_a_manifest_without_a_list_of_signed_files_is_refused(tmp_path, monkeypatch, capsys):
+    tree = _release_tree(tmp_path)
+    manifest = json.loads((tree / "manifest.json").read_text())
+    del manifest["signing"]["signed_files"]
+    (tree / "manifest.json").write_text(json.dumps(manifest))
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["sign", "--dry-run", "--release", "v0.1.2"]) == 1
+    assert "signing.signed_files: declares no signed files" in capsys.readouterr().err
+
+
+def test_release_skips_sign_where_keyless_signing_cannot_happen(monkeypatch):
+    import argparse
+
+    from pipeline.stage import Skip
+
+    options = argparse.Namespace(release="v0.1.2")
+    for name in ACTIONS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(Skip, match="only in the release workflow on GitHub Actions"):
+        sig.release_plan(None, [], options)
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    with pytest.raises(Skip, match="cannot request an OIDC identity token"):
+        sig.release_plan(None, [], options)
+    monkeypatch.setenv("ACTIONS_ID_TOKEN_REQUEST_URL", "https://token.invalid/")
+    monkeypatch.setenv("ACTIONS_ID_TOKEN_REQUEST_TOKEN", "t")
+    with pytest.raises(Skip, match="no --release given"):
+        sig.release_plan(None, [], argparse.Namespace(release=None))
+    (step,) = sig.release_plan(None, [], options)
+    assert step[0] == "v0.1.2" and callable(step[1])

@@ -62,9 +62,9 @@ def doc(**changes) -> str:
         (doc(passed=-1), "not a test count"),
         (doc(passed=True), "not a test count"),
         (doc(failed=1.5), "not a test count"),
-        ('{"artifact_type":"omp_ninfer_test_run_receipt","artifact_type":"omp_ninfer_test_run_receipt","schema_version":1}', "duplicate key"),
+        ('{"artifact_type":"omp_ninfer_test_run_receipt","artifact_type":"omp_ninfer_test_run_receipt","schema_version":1}', "twice in one object"),
         (doc(passed=1).replace('"passed": 1', '"passed": NaN'), "non-finite"),
-        ("[" * 100 + "]" * 100, "nested too deeply"),
+        ("[" * 100 + "]" * 100, "deeper than"),
     ],
 )
 def test_malformed_receipts_are_refused(text, message):

@@ -6,6 +6,8 @@
 * `tests/kits/`: the shared kits.  tests/conftest.py puts the folder on sys.path (the one place
   that does) and registers the kits with fixtures or hooks as `pytest_plugins`; tests import kits
   by name, never from conftest, and never skip when a kit or a pipeline module fails to import.
+* `tests/fuzz/`: the fuzz tool (`nox -s fuzz` runs tests/fuzz/run.py), the package `fuzz`; its
+  scripts put tests/ on sys.path to import themselves when run directly.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pytest
 from repokit import KITS, ROOT, TESTS
 
 TIERS = ("unit", "integration")
+FUZZ = TESTS / "fuzz"  # a tool with its own entry points, not a kit
 # Kits a unit test may use: plain Python on loopback (no compiler, registry, node, host libraries or GPU).
 UNIT_KITS = {"repokit", "hostile_http", "github_standin", "testreceipt"}
 # What only the integration tier may ask for: markers of real tools, and fixtures that start them.
@@ -88,7 +91,7 @@ def test_kits_are_loaded_one_way():
                 module = str(node.args[0].value).split(".")[0]
                 assert module != "pipeline" and module not in kits, (
                     f"{where}:{node.lineno}: importorskip({node.args[0].value!r}) turns a broken import of the project into a skip")
-            if (where != "conftest.py" and isinstance(func, ast.Attribute) and func.attr in ("insert", "append")
+            if (where != "conftest.py" and not path.is_relative_to(FUZZ) and isinstance(func, ast.Attribute) and func.attr in ("insert", "append")
                     and isinstance(func.value, ast.Attribute) and func.value.attr == "path"
                     and isinstance(func.value.value, ast.Name) and func.value.value.id == "sys"):
                 pytest.fail(f"{where}:{node.lineno}: only tests/conftest.py puts the kits on sys.path")

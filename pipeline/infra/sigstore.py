@@ -1,0 +1,379 @@
+"""Sigstore verification: offline, against pinned trust roots (used by verify, audit, publish and sign).
+
+`verify_bundle` is the one verification routine: a bundle is checked offline
+against a pinned trust configuration vendored under `pipeline/data/sigstore/`
+(no TUF refresh), for a file, its bytes, or only its SHA-256
+(`Sha256Digest`, so `audit` can check a signature of a multi-GiB file it
+hashed while downloading).  The policy is the certificate identity (SAN) and
+OIDC issuer, plus, for a GitHub Actions workflow identity, the workflow's
+repository and ref.  It returns what was verified or raises `SignatureError`
+naming the reason in an auditor's words.
+
+Parsed trust roots are cached in the run context
+(`pipeline.runcontext.current().trust_roots`), keyed by file and content
+hash, so one run parses each root once and no run inherits another's.
+The sigstore library is imported only when a bundle is verified.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import InputError, IntegrityError
+from pipeline.runcontext import current
+from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
+
+BUNDLE_SUFFIX = ".sigstore.json"
+TRUST_CONFIG_DIR = Path(__file__).resolve().parents[1] / "data" / "sigstore"
+TRUST_CONFIGS = {
+    "production": TRUST_CONFIG_DIR / "production-trust-config.json",
+    "staging": TRUST_CONFIG_DIR / "staging-trust-config.json",
+}
+GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
+
+_REPOSITORY = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+
+
+# -- identities --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignerIdentity:
+    """Who must have signed: the certificate SAN and OIDC issuer, plus GitHub claims."""
+
+    identity: str
+    issuer: str
+    repository: str | None = None
+    ref: str | None = None
+    trust_config: str = "production"
+
+    def describe(self) -> str:
+        return f"{self.identity} (issuer {self.issuer})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "identity": self.identity,
+            "issuer": self.issuer,
+            "repository": self.repository,
+            "ref": self.ref,
+            "trust_config": self.trust_config,
+        }
+
+
+def normalize_repository(repository: str) -> str:
+    """'https://github.com/owner/repo(.git)' or 'owner/repo' -> 'owner/repo'."""
+    text = repository.strip()
+    for prefix in ("https://github.com/", "http://github.com/", "github.com/"):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    text = text.removesuffix(".git").strip("/")
+    if not _REPOSITORY.fullmatch(text):
+        raise InputError(
+            "is not a GitHub repository",
+            field="repository",
+            found=repository,
+            expected="'owner/repo' or 'https://github.com/owner/repo'",
+        )
+    return text
+
+
+def github_claims(identity: str) -> tuple[str | None, str | None]:
+    """('owner/repo', 'refs/...') of a GitHub Actions workflow certificate identity, else (None, None)."""
+    match = re.fullmatch(r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/\.github/workflows/[^@/]+@(refs/\S+)", identity)
+    return (match.group(1), match.group(2)) if match else (None, None)
+
+
+# -- trust roots -----------------------------------------------------------------
+
+
+def trust_config_path(spec: str | os.PathLike[str]) -> Path:
+    if isinstance(spec, str) and spec in TRUST_CONFIGS:
+        return TRUST_CONFIGS[spec]
+    path = Path(spec)
+    if not path.is_file():
+        raise InputError(
+            "Sigstore trust configuration does not exist",
+            file=path,
+            expected="'production', 'staging' or a ClientTrustConfig JSON file",
+        )
+    return path
+
+
+def load_trust_config(spec: Any = "production"):
+    """A `ClientTrustConfig` from a name (`production`/`staging`), a path, or one passed through."""
+    from sigstore.models import ClientTrustConfig
+
+    if isinstance(spec, ClientTrustConfig):
+        return spec
+    path = trust_config_path(spec)
+    data = path.read_bytes()
+    key = (str(path), sha256_bytes(data))
+    if key not in current().trust_roots:
+        try:
+            current().trust_roots[key] = ClientTrustConfig.from_json(data.decode("utf-8"))
+        except Exception as exc:  # sigstore raises several types for a bad document
+            raise InputError(f"is not a Sigstore ClientTrustConfig: {exc}", file=path) from None
+    return current().trust_roots[key]
+
+
+# -- verification ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sha256Digest:
+    """An artefact known only by its SHA-256 (verified by digest, never re-read)."""
+
+    hexdigest: str
+
+    def __post_init__(self) -> None:
+        if not is_sha256_hex(self.hexdigest):
+            raise ValueError(f"not a lowercase SHA-256: {self.hexdigest!r}")
+
+
+@dataclass(frozen=True)
+class VerifiedSignature:
+    artifact: str
+    sha256: str
+    identity: str
+    issuer: str
+    log_index: int | None
+    integrated_time: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "artifact": self.artifact,
+            "sha256": self.sha256,
+            "identity": self.identity,
+            "issuer": self.issuer,
+            "log_index": self.log_index,
+            "integrated_time": self.integrated_time,
+        }
+
+
+class SignatureError(IntegrityError):
+    """A Sigstore bundle that does not prove what it must; `reason` is the short cause."""
+
+    label = "signature"
+
+    def __init__(self, what: str, *, reason: str, **kwargs: Any) -> None:
+        self.reason = reason
+        super().__init__(what, **kwargs)
+
+
+def _why(exc: Exception, trust: str) -> tuple[str, str]:
+    """(why, fix) for a sigstore failure, in the words an auditor needs."""
+    text = str(exc)
+    kind = type(exc).__name__
+    if "digest mismatch" in text:
+        return (
+            "the bundle signs other bytes than this file: the file was changed after it was signed, or the bundle belongs to another file",
+            "download the file and its bundle again from the release; if it still fails, do not trust the file",
+        )
+    if kind == "CertValidationError" or "certificate chain" in text:
+        return (
+            f"the signing certificate does not chain to the pinned {trust} trust root: a bundle from another Sigstore instance (staging vs production) or a forged certificate",
+            "verify against the trust configuration of the instance that signed it",
+        )
+    if "does not match" in text or "do not match" in text:
+        return (
+            "the signature was made by another identity than the release tree declares as its signer",
+            "check that the release was signed by this project's release workflow at the release tag",
+        )
+    if kind in ("InvalidBundle", "IncompatibleEntry"):
+        return ("the bundle is malformed or lacks required material (certificate, log entry)", "re-download the bundle; a bundle that stays malformed is not a signature")
+    if "log entry" in text or "inclusion" in text or "transparency" in text:
+        return (
+            "the transparency-log evidence does not belong to this signature, or is missing",
+            "do not trust the file; a signature without a valid log entry proves nothing",
+        )
+    return ("Sigstore verification failed", "check the bundle, the file and the expected signer")
+
+
+def _read_bundle(bundle: Path | bytes | str) -> tuple[bytes, str]:
+    if isinstance(bundle, bytes):
+        return bundle, "bundle"
+    path = Path(bundle)
+    try:
+        return path.read_bytes(), str(path)
+    except FileNotFoundError:
+        raise SignatureError(
+            "Sigstore bundle is missing",
+            reason=f"no bundle {path.name}",
+            file=path,
+            why="every signed file has its bundle beside it as <file>.sigstore.json",
+            fix="run the release workflow's sign job, or download the bundle from the release",
+        ) from None
+
+
+def _certificate_identity(certificate) -> tuple[str, str]:
+    from cryptography.x509 import (
+        ObjectIdentifier,
+        OtherName,
+        RFC822Name,
+        SubjectAlternativeName,
+        UniformResourceIdentifier,
+    )
+
+    sans: list[str] = []
+    try:
+        ext = certificate.extensions.get_extension_for_class(SubjectAlternativeName).value
+        sans += ext.get_values_for_type(UniformResourceIdentifier)
+        sans += ext.get_values_for_type(RFC822Name)
+        sans += [n.value.decode("utf-8", "replace") for n in ext.get_values_for_type(OtherName)]
+    except Exception:  # a certificate without SAN cannot have passed the policy anyway
+        pass
+    issuer = ""
+    for oid in ("1.3.6.1.4.1.57264.1.8", "1.3.6.1.4.1.57264.1.1"):
+        try:
+            raw = certificate.extensions.get_extension_for_oid(ObjectIdentifier(oid)).value.value
+        except Exception:
+            continue
+        issuer = raw[2:].decode("utf-8", "replace") if oid.endswith(".8") and raw[:1] == b"\x0c" else raw.decode("utf-8", "replace")
+        break
+    return (sans[0] if sans else ""), issuer
+
+
+def verify_bundle(
+    artifact: str | os.PathLike[str] | bytes | Sha256Digest,
+    bundle_path: str | os.PathLike[str] | bytes,
+    *,
+    identity: str,
+    issuer: str,
+    trust_config: Any = "production",
+    repository: str | None = None,
+    ref: str | None = None,
+) -> VerifiedSignature:
+    """Verify a Sigstore bundle offline; return what it proves or raise `SignatureError`.
+
+    `artifact` is a file path, the file's bytes, or its `Sha256Digest`.  The
+    policy is the certificate identity (SAN) and OIDC issuer, plus the GitHub
+    workflow repository ('owner/repo') and ref ('refs/tags/v1') — given, or read
+    from a GitHub Actions workflow identity.
+    """
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.hashes import Hashed
+    from sigstore.models import Bundle
+    from sigstore.verify import Verifier, policy
+    from sigstore_models.common.v1 import HashAlgorithm
+
+    if isinstance(artifact, Sha256Digest):
+        name, digest = f"sha256:{artifact.hexdigest}", artifact.hexdigest
+        material: Any = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(digest))
+    elif isinstance(artifact, bytes):
+        name, digest, material = "bytes", sha256_bytes(artifact), artifact
+    else:
+        path = Path(artifact)
+        if not path.is_file():
+            raise InputError("signed file does not exist", file=path)
+        name, digest = str(path), sha256_file(path)
+        material = Hashed(algorithm=HashAlgorithm.SHA2_256, digest=bytes.fromhex(digest))
+    raw, bundle_name = _read_bundle(bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path))
+    trust_name = trust_config if isinstance(trust_config, str) else getattr(trust_config, "name", "pinned")
+    trust = load_trust_config(trust_config)
+    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
+        # A workflow identity names its repository and ref: check Fulcio's claims for them too.
+        repository, ref = github_claims(identity)
+    checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]
+    if repository:
+        checks.append(policy.GitHubWorkflowRepository(normalize_repository(repository)))
+    if ref:
+        checks.append(policy.GitHubWorkflowRef(ref))
+    try:
+        bundle = Bundle.from_json(raw)
+        verifier = Verifier(trusted_root=trust.trusted_root)
+        verifier.verify_artifact(material, bundle, policy.AllOf(checks))
+    except (SigstoreError, ValueError) as exc:
+        reason = str(exc).strip() or type(exc).__name__
+        why, fix = _why(exc, str(trust_name))
+        raise SignatureError(
+            f"Sigstore bundle does not verify: {reason}",
+            reason=reason,
+            file=bundle_name,
+            field=None if name == "bytes" else f"signs {Path(name).name if not name.startswith('sha256:') else name}",
+            why=why,
+            fix=fix,
+        ) from None
+    san, cert_issuer = _certificate_identity(bundle.signing_certificate)
+    entry = getattr(bundle.log_entry, "_inner", None)
+    log_index = getattr(entry, "log_index", None)
+    integrated = getattr(entry, "integrated_time", None)
+    return VerifiedSignature(
+        artifact=name,
+        sha256=digest,
+        identity=san or identity,
+        issuer=cert_issuer or issuer,
+        log_index=int(log_index) if log_index not in (None, "") else None,
+        integrated_time=int(integrated) if integrated not in (None, "") else None,
+    )
+
+
+def bundle_path_for(path: Path) -> Path:
+    return path.with_name(path.name + BUNDLE_SUFFIX)
+
+
+IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+
+
+def verify_dsse_bundle(
+    statement: bytes,
+    bundle_path: str | os.PathLike[str] | bytes,
+    *,
+    identity: str,
+    issuer: str,
+    trust_config: Any = "production",
+    repository: str | None = None,
+    ref: str | None = None,
+    name: str = "statement",
+) -> VerifiedSignature:
+    """Verify a DSSE bundle offline: the signer's policy, the envelope signature, its log entry,
+    and that the envelope carries exactly `statement` (an in-toto statement, byte for byte)."""
+    from sigstore.errors import Error as SigstoreError
+    from sigstore.models import Bundle
+    from sigstore.verify import Verifier, policy
+
+    raw, bundle_name = _read_bundle(bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path))
+    trust_name = trust_config if isinstance(trust_config, str) else getattr(trust_config, "name", "pinned")
+    trust = load_trust_config(trust_config)
+    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
+        repository, ref = github_claims(identity)
+    checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]
+    if repository:
+        checks.append(policy.GitHubWorkflowRepository(normalize_repository(repository)))
+    if ref:
+        checks.append(policy.GitHubWorkflowRef(ref))
+    try:
+        bundle = Bundle.from_json(raw)
+        payload_type, payload = Verifier(trusted_root=trust.trusted_root).verify_dsse(bundle, policy.AllOf(checks))
+    except (SigstoreError, ValueError) as exc:
+        reason = str(exc).strip() or type(exc).__name__
+        why, fix = _why(exc, str(trust_name))
+        raise SignatureError(f"DSSE bundle does not verify: {reason}", reason=reason, file=bundle_name, field=f"signs {name}", why=why, fix=fix) from None
+    if payload_type != IN_TOTO_PAYLOAD_TYPE:
+        raise SignatureError("the DSSE envelope does not carry an in-toto statement", reason=f"payload type {payload_type!r}", file=bundle_name, found=payload_type, expected=IN_TOTO_PAYLOAD_TYPE)
+    if payload != statement:
+        raise SignatureError(
+            "the DSSE envelope carries another statement than this file",
+            reason="DSSE payload differs from the statement",
+            file=bundle_name,
+            field=f"signs {name}",
+            found=f"payload sha256 {sha256_bytes(payload)}",
+            expected=f"sha256 {sha256_bytes(statement)}",
+            why="the statement was changed after it was signed, or the bundle belongs to another statement",
+            fix="download the statement and its bundle again; if it still fails, do not trust the statement",
+        )
+    san, cert_issuer = _certificate_identity(bundle.signing_certificate)
+    entry = getattr(bundle.log_entry, "_inner", None)
+    log_index = getattr(entry, "log_index", None)
+    integrated = getattr(entry, "integrated_time", None)
+    return VerifiedSignature(
+        artifact=name,
+        sha256=sha256_bytes(statement),
+        identity=san or identity,
+        issuer=cert_issuer or issuer,
+        log_index=int(log_index) if log_index not in (None, "") else None,
+        integrated_time=int(integrated) if integrated not in (None, "") else None,
+    )

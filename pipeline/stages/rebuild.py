@@ -1,0 +1,542 @@
+"""`rebuild --verify`: anyone reproduces a published lane from its source archive and compares bit for bit.
+
+    python -m pipeline rebuild --verify SET_DIR_OR_MANIFEST --lane ID [--work DIR] [--summary FILE]
+
+Input: a folder holding the lane's published closed set (or a release
+manifest, path or URL, whose row for the lane names the set: it is then
+downloaded, every file against the set's SHA256SUMS) and the set's SLSA
+provenance (`<package root>.provenance.intoto.json`, in the folder, in
+`../attestations/`, or `--provenance`).
+
+Preflight: the provenance is parsed strictly and must describe exactly this
+lane, component tag and set; the lane file and the toolchain lock of this
+checkout must be the ones the provenance names by SHA-256 (else the rebuild
+would follow other instructions; check out the pipeline where they match).
+
+The rebuild is made as the cut the set was made as, read from the
+provenance (`internalParameters.cut`, the build identity's `cut`): the same
+beta number N (its names are in the binaries and every file name) and the
+same rehearsal flag and cut commit (they are in the packaged build identity).
+Not the lane's current cut: a set of a cut superseded since is rebuilt as
+that cut, and a rehearsal (the current cut's names on another commit, e.g.
+the embedded sample) as that rehearsal.  A cut build must be a cut this
+checkout's ledger records for the set's commit (the `cut` check); a rehearsal
+binds nothing in the ledger and the summary says it is one.
+
+Run, in a fresh work folder: the build stage compiles the published
+`git archive` source tarball (no git history) — the tar's SHA-256, the commit
+in its header and the git tree of its files are compared with the provenance
+(a mismatch is reported and the archive is still built, so the summary shows
+what it changes) — with the pinned toolchain at the canonical path; the
+package stage makes the closed set again at the published epoch.  Every file
+is compared with the published one, and every member of the package archive
+(the binaries first).  Where Debian's diffoscope is installed, each differing
+file gets a text report.  The result is a SLSA verification summary
+(formats/vsa.py) with `PASSED` or `FAILED` and every per-file result, and
+`OK:`/`FAIL:` lines; exit 0 when PASSED, 5 when FAILED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, UsageError
+from pipeline.formats import assets, vsa
+from pipeline.formats import provenance as slsa
+from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
+from pipeline.register import Artifact
+from pipeline.stage import Context, Stage, execute
+from pipeline.util import ui
+from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.hashing import sha256_bytes, sha256_file
+from pipeline.util.jsonio import parse_strict
+
+DIFFOSCOPE_TIMEOUT = 600
+DIFFOSCOPE_MAX_REPORT = 4 << 20
+MAX_SMALL_DOWNLOAD = 4 << 20  # a release manifest, a set's SHA256SUMS (as audit bounds them)
+MAX_SET_FILE = 2 << 30  # one file of a set: GitHub's release-asset limit (publish's asset-limits gate)
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    detail: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"check": self.name, "result": "ok" if self.ok else "failed", "detail": self.detail}
+
+
+@dataclass
+class Outcome:
+    summary_path: Path
+    passed: bool
+    checks: list[Check] = field(default_factory=list)
+    files: list[dict[str, Any]] = field(default_factory=list)
+    members: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def differing(self) -> list[str]:
+        return [f["name"] for f in self.files if f["result"] != "same"]
+
+    @property
+    def differing_members(self) -> list[str]:
+        return [m["name"] for m in self.members if m["result"] != "same"]
+
+
+# -- the published set -------------------------------------------------------------
+
+
+def _beta_of(directory: Path, lane: Lane) -> int:
+    receipt = directory / assets.RECEIPT
+    if receipt.is_file():
+        document = parse_strict(receipt.read_bytes(), file=receipt, max_bytes=4 << 20)
+        tag = document.get("component_tag") if isinstance(document, dict) else None
+        if isinstance(tag, str):
+            return lane.beta_from_tag(tag)
+    names = sorted(p.name for p in directory.iterdir() if p.is_file())
+    _, beta = assets.identify(directory, names, {lane.id: lane})
+    if beta is None:
+        raise UsageError("cannot tell the set's beta number", file=directory, fix=f"the folder needs the set's {assets.RECEIPT}")
+    return beta
+
+
+def _find_statement(directory: Path, expected: assets.AssetSet, explicit: Path | None) -> Path:
+    name = slsa.set_statement_name(expected.package_root)
+    candidates = [explicit] if explicit else [directory / name, directory.parent / slsa.FOLDER / name]
+    for candidate in candidates:
+        if candidate is not None and candidate.is_file():
+            return candidate
+    raise UsageError(
+        "the set's provenance statement is not there",
+        file=candidates[0],
+        expected=name,
+        why="the provenance names the source archive, the lane file and the toolchain lock the set was made from",
+        fix=f"download {name} from the release beside the set, or pass --provenance FILE",
+    )
+
+
+def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
+    """The lane's set named by a release manifest (path or URL), downloaded and checked against its SHA256SUMS."""
+    from pipeline.infra.transfer import download, download_verified
+    from pipeline.stages.audit import check_scheme
+
+    if urlsplit(manifest_source).scheme in ("http", "https"):
+        problem = check_scheme(manifest_source)
+        if problem:
+            raise UsageError(f"the manifest URL {problem}", field="SET_DIR_OR_MANIFEST", found=manifest_source)
+        fetched = download(manifest_source, into / "manifest.json", progress=False, max_size=MAX_SMALL_DOWNLOAD, resume=False)
+        if fetched.size > MAX_SMALL_DOWNLOAD:
+            raise IntegrityError("the manifest is larger than a manifest can be", file=manifest_source)
+        raw = (into / "manifest.json").read_bytes()
+    elif Path(manifest_source).is_file():
+        raw = Path(manifest_source).read_bytes()
+    else:
+        raise UsageError("is neither a folder holding a published set nor a release manifest", field="--verify", found=manifest_source, expected="a set folder, a manifest.json path or an https URL")
+    manifest = parse_strict(raw, file=manifest_source)
+    components = manifest.get("components") if isinstance(manifest, dict) else None
+    rows = [components.get("ninfer")] + list(components.get("ninfer_variants") or []) if isinstance(components, dict) else []
+    row = next((r for r in rows if isinstance(r, dict) and r.get("id") == lane.id), None)
+    if row is None:
+        raise UsageError(f"the manifest has no row for lane {lane.id}", file=manifest_source, field="components")
+    tag, repository, sums_url, sums_sha = row.get("release_tag"), row.get("repository"), row.get("checksums_url"), row.get("checksums_sha256")
+    if not (isinstance(tag, str) and isinstance(repository, str) and isinstance(sums_url, str) and isinstance(sums_sha, str)):
+        raise UsageError(
+            "the manifest's lane row binds no published set to rebuild",
+            file=manifest_source,
+            field=f"components.{lane.id}",
+            found={"release_tag": tag, "checksums_url": sums_url, "checksums_sha256": sums_sha},
+            expected="release_tag, repository, checksums_url and checksums_sha256",
+        )
+    prefix = f"{repository.rstrip('/')}/releases/download/{tag}/"
+    for url in (prefix, sums_url):
+        problem = check_scheme(url)
+        if problem:
+            raise UsageError(f"the set's URL {problem}", file=manifest_source, found=url)
+    folder = into / "published"
+    folder.mkdir(parents=True)
+    download_verified(sums_url, folder / assets.OUTER_SUMS, expected_sha256=sums_sha, max_size=MAX_SMALL_DOWNLOAD, label=assets.OUTER_SUMS)
+    listed = assets.parse_sums((folder / assets.OUTER_SUMS).read_bytes(), file=sums_url)
+    for name, digest in sorted(listed.items()):
+        download_verified(prefix + name, folder / name, expected_sha256=digest, max_size=MAX_SET_FILE, label=name)
+    beta = lane.beta_from_tag(tag)
+    statement = slsa.set_statement_name(assets.asset_set(lane, beta).package_root)
+    attestations = into / slsa.FOLDER
+    attestations.mkdir()
+    download(prefix + statement, attestations / statement, progress=False, max_size=slsa.MAX_BYTES, resume=False)
+    return folder
+
+
+# -- the stage ------------------------------------------------------------------------
+
+
+class RebuildStage(Stage):
+    """Rebuild one published set in a fresh work folder and compare; the output is the verification summary."""
+
+    name = "rebuild"
+
+    def __init__(
+        self,
+        ctx: Context,
+        lane: Lane,
+        *,
+        published: Path,
+        resource_uri: str | None,
+        statement_path: Path | None = None,
+        summary_path: Path | None = None,
+        toolchain_mode: str = "pinned",
+        pkg_config_path: tuple[str, ...] = (),
+        use_diffoscope: bool = True,
+    ) -> None:
+        super().__init__(ctx)
+        self.lane = lane
+        self.published = published
+        self.resource_uri = resource_uri
+        self.explicit_statement = statement_path
+        self.summary_path = summary_path
+        self.toolchain_mode = toolchain_mode
+        self.pkg_config_path = pkg_config_path
+        self.use_diffoscope = use_diffoscope
+        self.checks: list[Check] = []
+        self.outcome: Outcome | None = None
+
+    @property
+    def key(self) -> str:
+        return f"rebuild:{self.lane.id}"
+
+    def describe(self) -> str:
+        return f"{self.lane.id} from {self.published}"
+
+    # -- preflight ---------------------------------------------------------------
+    def preflight(self) -> None:
+        lane = self.lane
+        if not self.published.is_dir():
+            raise UsageError("the published set folder does not exist", file=self.published)
+        self.beta = _beta_of(self.published, lane)
+        self.expected = assets.asset_set(lane, self.beta)
+        if self.resource_uri is None:  # a set folder: it is published in the component release
+            self.resource_uri = f"{lane.component_repository}/releases/download/{self.expected.component_tag}/"
+        self.statement_path = _find_statement(self.published, self.expected, self.explicit_statement)
+        data = self.statement_path.read_bytes()
+        self.statement = slsa.read_statement(data, origin=str(self.statement_path))
+        self.statement_sha256 = sha256_bytes(data)
+        wanted = {"lane": lane.id, "component_tag": self.expected.component_tag}
+        for key, value in wanted.items():
+            if self.statement.external[key] != value:
+                raise UsageError(
+                    "the provenance describes another set",
+                    file=self.statement_path,
+                    field=f"predicate.buildDefinition.externalParameters.{key}",
+                    found=self.statement.external[key],
+                    expected=value,
+                )
+        if self.statement.build_type != slsa.BUILD_TYPE_SET:
+            raise UsageError("the provenance is not an asset set's", file=self.statement_path, field="predicate.buildDefinition.buildType", found=self.statement.build_type, expected=slsa.BUILD_TYPE_SET)
+        self._read_cut()
+        # The instructions must be the ones the set was made with.
+        for name, actual in ((f"runtime/lanes/{lane.id}.toml", lane.file_sha256), (slsa.LOCK_NAME, sha256_file(REPO_ROOT / slsa.LOCK_NAME))):
+            item = self.statement.dependency(name)
+            recorded = (item or {}).get("digest", {}).get("sha256")
+            if name == slsa.LOCK_NAME and item is None:
+                continue  # a set built without the pinned toolchain names no lock
+            if recorded != actual:
+                raise RefusedError(
+                    f"this checkout's {name} is not the one the provenance names",
+                    file=REPO_ROOT / name if name == slsa.LOCK_NAME else lane.file,
+                    found=actual,
+                    expected=recorded,
+                    why="the rebuild would follow other instructions than the published set was made with",
+                    fix=f"check out the pipeline at the commit whose {name} has SHA-256 {recorded}, then run the rebuild again",
+                )
+        self.published_hashes = {name: sha256_file(self.published / name) for name in self.expected.names() if (self.published / name).is_file()}
+        self._check_published()
+        from pipeline.stages.build import archive_source
+
+        source_archive = self.published / self.expected.name_of("source")
+        if not source_archive.is_file():
+            raise UsageError("the set has no source archive to rebuild from", file=source_archive)
+        self.source_spec = archive_source(source_archive, self.statement_path, strict=False)
+        ui.info(f"provenance {self.statement_path.name}: {len(self.statement.subjects)} subjects, source {self.statement.external['source_repository']}@{self.statement.external['source_commit']}")
+
+    def _read_cut(self) -> None:
+        """The cut (or rehearsal) the set was built as: the rebuild builds and packages as exactly that."""
+        from pipeline.stages.cut import ledger_check_for_rebuild, parse_binding
+
+        field = "predicate.buildDefinition.internalParameters.cut"
+        internal = self.statement.document["predicate"]["buildDefinition"]["internalParameters"]
+        self.cut = parse_binding(internal.get("cut"), self.lane, file=self.statement_path, field=field)
+        source_commit = self.statement.external["source_commit"]
+        if self.cut.n != self.beta:
+            raise UsageError("the provenance's cut is not the set's", file=self.statement_path, field=f"{field}.n", found=self.cut.n, expected=f"{self.beta} (the set's {self.expected.component_tag})")
+        if not self.cut.rehearsal and self.cut.commit != source_commit:
+            raise InputError(
+                "the provenance says the set is a cut build of another commit than its source",
+                file=self.statement_path,
+                field=f"{field}.commit",
+                found=self.cut.commit,
+                expected=f"{source_commit} (externalParameters.source_commit), or rehearsal true",
+            )
+        lane_file = (self.statement.dependency(f"runtime/lanes/{self.lane.id}.toml") or {}).get("digest", {}).get("sha256")
+        ok, detail = ledger_check_for_rebuild(self.lane, self.cut, source_commit=source_commit, lane_file_sha256=lane_file)
+        self.checks.append(Check("cut", ok, detail))
+        ui.info(f"built as: {detail}")
+
+    def _check_published(self) -> None:
+        """The published set's own checks (closed set, sums, receipt, SBOMs) and its provenance subjects, as results."""
+        with tempfile.TemporaryDirectory(prefix="omp-ninfer-published.") as scratch:
+            folder = Path(scratch)
+            for name in self.published_hashes:  # the set's files only: the statement may lie beside them
+                try:
+                    os.link(self.published / name, folder / name)
+                except OSError:
+                    shutil.copyfile(self.published / name, folder / name)
+            try:
+                report = assets.check_assets(folder, lane=self.lane, beta=self.beta)
+                self.checks.append(Check("published set", True, f"{len(report.files)} files, SHA256SUMS, receipt, package and SBOMs agree"))
+            except PipelineError as error:
+                self.checks.append(Check("published set", False, error.render().replace(str(folder), str(self.published))))
+        try:
+            slsa.check_subjects(self.statement, self.published_hashes, origin=str(self.statement_path), what="the published set's files")
+            self.checks.append(Check("provenance subjects", True, f"exactly the {len(self.published_hashes)} published files"))
+        except PipelineError as error:
+            self.checks.append(Check("provenance subjects", False, error.render()))
+
+    def inputs(self) -> dict[str, Any]:
+        return {"published": self.published_hashes, "provenance": self.statement_sha256, "lane_file_sha256": self.lane.file_sha256, "cut": self.cut.to_json()}
+
+    # -- run ---------------------------------------------------------------------
+    def run(self) -> list[Artifact]:
+        from pipeline.stages.build import BuildStage
+        from pipeline.stages.package import PackageStage
+
+        lane, dist = self.lane, self.ctx.dist
+        work = dist.parent  # <work>/dist holds the rebuild's register, <work>/build its build tree
+        rebuilt_dir = dist / lane.id / "assets"
+        built = False
+        try:
+            build = BuildStage(self.ctx, lane, source=self.source_spec, toolchain_mode=self.toolchain_mode, work_dir=work / "build", cut=self.cut, pkg_config_path=self.pkg_config_path)
+            execute(build, force=True)
+            assert build.source is not None
+            if build.source.problems:
+                self.checks += [Check("source archive", False, problem) for problem in build.source.problems]
+            else:
+                self.checks.append(Check("source archive", True, "the tar's SHA-256, commit and git tree are the provenance's"))
+            receipt = parse_strict((self.published / assets.RECEIPT).read_bytes(), file=self.published / assets.RECEIPT) if (self.published / assets.RECEIPT).is_file() else {}
+            epoch = receipt.get("source_date_epoch") if isinstance(receipt, dict) and isinstance(receipt.get("source_date_epoch"), int) else None
+            execute(PackageStage(self.ctx, lane, cut=self.cut, source_date_epoch=epoch), force=True)
+            built = True
+        except PipelineError as error:
+            if error.exit_code in (2, 3):  # usage or environment: this host cannot rebuild; nothing was verified
+                raise
+            self.checks.append(Check("rebuild", False, error.render()))
+        outcome = self._compare(rebuilt_dir if built else None)
+        path = self.summary_path or work / (self.expected.package_root + vsa.SUFFIX)
+        passed = all(c.ok for c in self.checks) and not outcome.differing and built
+        document = vsa.summary(
+            subjects=self.published_hashes,
+            resource_uri=self.resource_uri,
+            provenance_name=self.statement_path.name,
+            provenance_sha256=self.statement_sha256,
+            passed=passed,
+            rebuild={
+                "lane": lane.id,
+                "component_tag": self.expected.component_tag,
+                "cut": self.cut.to_json(),
+                "published_from": str(self.published),
+                "work_folder": str(work),
+                "checks": [c.to_json() for c in self.checks],
+                "files": outcome.files,
+                "package_members": outcome.members,
+                "diffoscope": self._diffoscope(outcome, rebuilt_dir, path.parent) if built else [],
+            },
+        )
+        atomic_write_bytes(path, document)
+        outcome.summary_path, outcome.passed, outcome.checks = path, passed, list(self.checks)
+        self.outcome = outcome
+        # The summary is a report of this run, not an input of anything: it lives beside the work folder's register.
+        copy = dist / lane.id / "verification" / path.name
+        atomic_write_bytes(copy, document)
+        return [self.ctx.register.make("verification-summary", copy, stage=self.name, lane=lane.id, component_tag=self.expected.component_tag, result="PASSED" if passed else "FAILED")]
+
+    def _compare(self, rebuilt_dir: Path | None) -> Outcome:
+        outcome = Outcome(Path(), False)
+        for name in self.expected.names():
+            published = self.published_hashes.get(name)
+            rebuilt = sha256_file(rebuilt_dir / name) if rebuilt_dir is not None and (rebuilt_dir / name).is_file() else None
+            result = "same" if published is not None and published == rebuilt else ("missing" if published is None else "not rebuilt" if rebuilt is None else "differs")
+            outcome.files.append({"name": name, "published_sha256": published, "rebuilt_sha256": rebuilt, "result": result})
+        package = self.expected.name_of("package")
+        if rebuilt_dir is not None and package in self.published_hashes:
+            from pipeline.infra.archive import read_tar_gz
+
+            try:
+                ours = {e.name: e for e in read_tar_gz(rebuilt_dir / package) if e.kind == "file"}
+                theirs = {e.name: e for e in read_tar_gz(self.published / package) if e.kind == "file"}
+            except PipelineError as error:
+                self.checks.append(Check("package members", False, error.render()))
+                return outcome
+            root = self.expected.package_root + "/"
+            binaries = {f"{root}{assets.BIN_DIR}/{self.lane.binary_file(b)}" for b in (*self.lane.binaries, *self.lane.optional_binaries)}
+            for name in sorted(set(ours) | set(theirs), key=lambda n: (n not in binaries, n)):
+                a, b = theirs.get(name), ours.get(name)
+                same = a is not None and b is not None and (a.sha256, a.mode, a.mtime) == (b.sha256, b.mode, b.mtime)
+                outcome.members.append(
+                    {
+                        "name": name,
+                        "binary": name in binaries,
+                        "published_sha256": a.sha256 if a else None,
+                        "rebuilt_sha256": b.sha256 if b else None,
+                        "result": "same" if same else ("only published" if b is None else "only rebuilt" if a is None else "differs"),
+                    }
+                )
+        return outcome
+
+    def _diffoscope(self, outcome: Outcome, rebuilt_dir: Path, out: Path) -> list[dict[str, Any]]:
+        differing = outcome.differing
+        if not differing or not self.use_diffoscope:
+            return []
+        tool = shutil.which("diffoscope")
+        if tool is None:
+            ui.warn("diffoscope is not installed (Debian: apt-get install diffoscope-minimal): the summary lists the differing files without a report")
+            return []
+        reports = []
+        folder = out / (self.expected.package_root + ".diffoscope")
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in differing:
+            if name not in self.published_hashes or not (rebuilt_dir / name).is_file():
+                continue
+            report = folder / f"{name}.txt"
+            ui.step(self.name, f"diffoscope {name}")
+            try:
+                result = subprocess.run(
+                    [tool, "--no-progress", "--text", str(report), "--max-report-size", str(DIFFOSCOPE_MAX_REPORT), str(self.published / name), str(rebuilt_dir / name)],
+                    capture_output=True,
+                    timeout=DIFFOSCOPE_TIMEOUT,
+                    check=False,
+                )
+                code = result.returncode
+            except subprocess.TimeoutExpired:
+                code = None
+            entry: dict[str, Any] = {"file": name, "exit_code": code, "meaning": {0: "same", 1: "different", 2: "error"}.get(code, "timed out") if code is not None else "timed out"}
+            if report.is_file():
+                entry["report"] = str(report)
+                entry["report_sha256"] = sha256_file(report)
+            reports.append(entry)
+        return reports
+
+
+# -- front door --------------------------------------------------------------------
+
+
+def rebuild_verify(
+    target: str,
+    *,
+    lane_name: str,
+    lanes_dir: Path | None = None,
+    work: Path | None = None,
+    summary: Path | None = None,
+    statement: Path | None = None,
+    toolchain: str = "pinned",
+    pkg_config_path: list[str] | None = None,
+    use_diffoscope: bool = True,
+) -> Outcome:
+    from pipeline.infra.hostdeps import parse_search_path
+
+    lane = find_lane(lane_name, lanes_dir)
+    if work is None:
+        work = Path(tempfile.mkdtemp(prefix=f"omp-ninfer-rebuild-{lane.short_name}."))
+    elif work.exists() and any(work.iterdir()):
+        raise UsageError("the work folder must be new or empty (a rebuild starts from nothing)", field="--work", found=str(work))
+    work = work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    is_dir = Path(target).is_dir()
+    if is_dir:
+        published = Path(target).resolve()
+        resource = None  # the component release's download folder, once the set's tag is known
+    else:
+        published = _download_set(target, lane, work / "download")
+        resource = target
+    ctx = Context.open(work / "dist", lanes_dir)
+    stage = RebuildStage(
+        ctx,
+        lane,
+        published=published,
+        resource_uri=resource,
+        statement_path=statement,
+        summary_path=summary.resolve() if summary else None,
+        toolchain_mode=toolchain,
+        pkg_config_path=parse_search_path(pkg_config_path),
+        use_diffoscope=use_diffoscope,
+    )
+    ui.step("rebuild", f"{lane.id}: rebuilding {published} in {work}")
+    execute(stage, force=True)
+    assert stage.outcome is not None
+    return stage.outcome
+
+
+def print_outcome(outcome: Outcome) -> None:
+    for check in outcome.checks:
+        print(f"{'OK' if check.ok else 'FAIL'}: {check.name}: {check.detail}")
+    for item in outcome.files:
+        if item["result"] == "same":
+            print(f"OK: {item['name']}: rebuilt bit for bit (sha256 {item['published_sha256']})")
+        else:
+            print(f"FAIL: {item['name']}: {item['result']} (published {item['published_sha256']}, rebuilt {item['rebuilt_sha256']})")
+    for member in outcome.members:
+        if member["result"] != "same":
+            print(f"FAIL: package member {member['name']}{' (binary)' if member['binary'] else ''}: {member['result']}")
+    same_members = sum(1 for m in outcome.members if m["result"] == "same")
+    if outcome.members:
+        print(f"{'OK' if not outcome.differing_members else 'FAIL'}: package members: {same_members} of {len(outcome.members)} identical")
+    print(f"{'PASSED' if outcome.passed else 'FAILED'}: verification summary {outcome.summary_path}")
+
+
+def register_cli(sub) -> None:
+    parser = sub.add_parser(
+        "rebuild",
+        help="rebuild a published set from its source archive and compare every file bit for bit (SLSA verification summary)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    parser.add_argument("--verify", required=True, metavar="SET_DIR_OR_MANIFEST", help="folder holding the published set, or a release manifest (path or URL) whose lane row names it")
+    parser.add_argument("--lane", required=True, help="lane id or short name")
+    parser.add_argument("--provenance", type=Path, help="the set's provenance statement (default: beside the set or in ../attestations/)")
+    parser.add_argument("--work", type=Path, help="fresh work folder (default: a new temporary folder)")
+    parser.add_argument("--summary", type=Path, help="where to write the verification summary (default: in the work folder)")
+    parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default; what releases use)")
+    parser.add_argument("--pkg-config-path", action="append", metavar="DIR[:DIR]", help="folders pkg-config searches (as for build)")
+    parser.add_argument("--no-diffoscope", action="store_true", help="do not run diffoscope on differing files")
+    parser.add_argument("--json", action="store_true", help="print the verification summary instead of OK/FAIL lines")
+    parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--quiet", action="store_true", help="print only errors and results")
+
+    def run(args: argparse.Namespace) -> int:
+        outcome = rebuild_verify(
+            args.verify,
+            lane_name=args.lane,
+            lanes_dir=args.lanes_dir,
+            work=args.work,
+            summary=args.summary,
+            statement=args.provenance,
+            toolchain=args.toolchain,
+            pkg_config_path=args.pkg_config_path,
+            use_diffoscope=not args.no_diffoscope,
+        )
+        if args.json:
+            print(json.dumps(json.loads(outcome.summary_path.read_bytes()), indent=2, sort_keys=True))
+        else:
+            print_outcome(outcome)
+        return 0 if outcome.passed else 5
+
+    parser.set_defaults(func=run)
+
+
+STAGE = RebuildStage

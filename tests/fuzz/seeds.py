@@ -1,0 +1,336 @@
+"""Write the seed corpora of tests/fuzz/corpus/<target>/ from the repository's own files.
+
+    python tests/fuzz/seeds.py          # rewrite the seeds (deterministic: same bytes every run)
+    python tests/fuzz/seeds.py --check  # exit 1 when a committed seed differs from what this writes
+
+Seeds are real documents of each reader: the lane files, the release
+manifests of manifests/, and sets, receipts, registry answers made with the
+pipeline's own writers (the same shapes the tests build).  Inputs that
+crashed a harness are kept beside them as `crash-*` files (never rewritten
+here): they are replayed with the rest by tests/test_fuzz.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+sys.path.insert(0, str(HERE.parent))
+
+from fuzz import harnesses  # noqa: E402
+from fuzz.harnesses import SEED_EPOCH, SEP  # noqa: E402
+from pipeline.formats import assets, identity  # noqa: E402
+from pipeline.infra import oci  # noqa: E402
+from pipeline.stages import qualify  # noqa: E402
+from pipeline.util import jsonio  # noqa: E402
+
+COMMIT = "7a25cd72f490183e4113f1e84e68e36d653ddd28"
+UPSTREAM = "64d10fbf9f8e6bfc79ab0570b94674c5b9997929"
+
+
+def _tar(members: list[tuple[str, bytes, object]], *, format: int = tarfile.GNU_FORMAT) -> bytes:
+    """A tar of (name, data, type) members; type is a tarfile type or ('link'|'hardlink', target)."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=format) as archive:
+        for name, data, kind in members:
+            info = tarfile.TarInfo(name)
+            info.mtime = SEED_EPOCH
+            if isinstance(kind, tuple):
+                info.type = tarfile.SYMTYPE if kind[0] == "link" else tarfile.LNKTYPE
+                info.linkname = kind[1]
+                archive.addfile(info)
+            elif kind == tarfile.DIRTYPE:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                archive.addfile(info)
+            else:
+                info.size, info.mode = len(data), 0o644
+                archive.addfile(info, io.BytesIO(data))
+    return harnesses.trim_tar(buffer.getvalue())
+
+
+def json_seeds() -> dict[str, bytes]:
+    seeds = {
+        "object.json": b'{"a": [1, 2.5, -0.0, true, false, null], "b": {"c": "\\u00e9\\n"}, "d": 12345678901234567890}\n',
+        "array.json": b'[{"x": 1e10}, [], {}, "", [[["deep"]]]]',
+        "scalar.json": b'"just a string"',
+    }
+    for path in sorted((ROOT / "manifests" / "v0.13.0").glob("*.json")):
+        seeds[f"v0.13.0-{path.name}"] = path.read_bytes()
+    return seeds
+
+
+def lane_seeds() -> dict[str, bytes]:
+    return {path.name: path.read_bytes() for path in sorted((ROOT / "runtime" / "lanes").glob("*.toml"))}
+
+
+def sums_seeds() -> dict[str, bytes]:
+    lane = harnesses.fuzz_lane_4090()
+    payload = harnesses.seed_payload(lane)
+    expected = assets.asset_set(lane)
+    outer = {name: hashlib.sha256(name.encode()).hexdigest() for name in expected.outer_names()}
+    return {
+        "outer-SHA256SUMS": assets.render_sums(outer),
+        "payload-SHA256SUMS.txt": payload[assets.PAYLOAD_SUMS],
+        "one-line": assets.render_sums({"SHA256SUMS.txt": "0" * 64}),
+    }
+
+
+def tar_seeds() -> dict[str, bytes]:
+    lane = harnesses.fuzz_lane_4090()
+    package = harnesses.seed_package_tar(lane)
+    mixed = _tar([
+        ("top", b"", tarfile.DIRTYPE),
+        ("top/file.txt", b"hello\n", tarfile.REGTYPE),
+        ("top/link", b"", ("link", "file.txt")),
+        ("top/hard", b"", ("hardlink", "top/file.txt")),
+        ("top/" + "long-name-" * 20 + ".txt", b"gnu long name\n", tarfile.REGTYPE),
+    ])
+    pax = _tar([("pax/" + "p" * 120, b"pax long name\n", tarfile.REGTYPE), ("pax/x", b"x", tarfile.REGTYPE)], format=tarfile.PAX_FORMAT)
+    return {
+        "0-package.tar.gz": b"\x00" + gzip.compress(package, mtime=SEED_EPOCH),
+        "1-mixed.tar": b"\x01" + mixed,
+        "1-pax.tar": b"\x01" + pax,
+        "2-extract-mixed.tar": b"\x02" + mixed,
+        "3-package.tar": b"\x03" + package,
+        "4-source.tar.gz": b"\x04" + gzip.compress(mixed, mtime=SEED_EPOCH),
+        "5-layer.tar": b"\x05" + pax,
+    }
+
+
+def check_assets_seeds() -> dict[str, bytes]:
+    lane = harnesses.fuzz_lane_4090()
+    return {"package-4090.tar": harnesses.seed_package_tar(lane)}
+
+
+def identity_seeds() -> dict[str, bytes]:
+    values = {
+        "upstream_base_sha": UPSTREAM, "patch_stack_sha": COMMIT, "build_profile": "native-v0.7.0-beta.2-rtx4090",
+        "build_type": "Release", "cxx_compiler": "msvc-19.44", "cuda_compiler": "nvcc-13.3.21", "cuda_toolkit": "13.3",
+        "cuda_architecture": "89", "source_dirty": "false",
+    }
+    text = identity.BuildIdentity(values).text()
+    return {
+        "version-line": f"ninfer-serve {text}\n".encode(),
+        "embedded.bin": b"MZ\x90\x00" + b"\x00" * 32 + identity.MARKER + text.encode() + b"\x00" + b"\x00" * 16,
+    }
+
+
+def manifest_seeds() -> dict[str, bytes]:
+    return {f"{path.parent.name}-manifest.json": path.read_bytes() for path in sorted((ROOT / "manifests").glob("*/manifest.json"))}
+
+
+def receipt_seeds() -> dict[str, bytes]:
+    lane = harnesses.fuzz_lane_4090()
+    build = identity_seeds()["version-line"].decode().split(" ", 1)[1].strip()
+    pending = {
+        "artifact_type": qualify.RECEIPT_TYPE,
+        "schema_version": qualify.RECEIPT_SCHEMA_VERSION,
+        "lane": lane.id,
+        "component_tag": lane.tag(),
+        "deployment_profile": lane.deployment_profile(),
+        "status": "hardware-pending",
+        "status_reason": "no RTX 4090 on this machine: the endpoint gates did not run",
+        "generated_utc": "2026-11-01T12:00:00Z",
+        "harness": {"name": "omp-ninfer-qualify", "version": "1", "code_sha256": "1" * 64},
+        "endpoint": None,
+        "identity": {
+            "source_commit": COMMIT,
+            "build_identity": dict(pair.split("=", 1) for pair in build.split(" ")),
+            "server_binary_sha256": "2" * 64,
+            "binaries": {"ninfer-serve.exe": "2" * 64, "ninfer.exe": "3" * 64},
+            "configuration_sha256": "4" * 64,
+            "model_artifact_sha256": "5" * 64,
+            "package": {"name": assets.asset_set(lane).name_of("package"), "sha256": "6" * 64, "bytes": 123456},
+            "outer_checksums_sha256": "7" * 64,
+        },
+        "host": None,
+        "thresholds": dict(lane.qualification),
+        "gates": {"gpu_smoke": {"status": "skipped", "reason": "no GPU"}},
+        "gates_not_run": [name for name in qualify.GATE_ORDER if name != "gpu_smoke"],
+        "secret_values_recorded": 0,
+    }
+    qualify.validate_receipt(pending, file="seed")
+    passed = json.loads(json.dumps(pending))
+    passed.update(status="passed", status_reason="every gate passed", endpoint={"host": "127.0.0.1", "port": 8080}, gates_not_run=[])
+    passed["host"] = {"gpu_name": "NVIDIA GeForce RTX 4090", "driver": "580.1", "memory_total_mib": 24564}
+    passed["gates"] = {name: {"status": "passed", "reason": "ok", "output": {"redacted": True, "sha256": "8" * 64}} for name in qualify.GATE_ORDER}
+    qualify.validate_receipt(passed, file="seed")
+    return {"hardware-pending.json": jsonio.canonical_bytes(pending), "passed.json": jsonio.canonical_bytes(passed)}
+
+
+def _oci_documents() -> tuple[bytes, bytes, bytes, bytes]:
+    layer = gzip.compress(_tar([("etc/os-release", b"ID=ubuntu\n", tarfile.REGTYPE)]), mtime=0)
+    config = oci.canonical_json({
+        "architecture": "amd64", "os": "linux", "config": {"Env": ["PATH=/usr/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [oci.digest_bytes(gzip.decompress(layer))]},
+    })
+    manifest = oci.canonical_json({
+        "schemaVersion": 2, "mediaType": oci.MANIFEST,
+        "config": {"mediaType": oci.CONFIG, "digest": oci.digest_bytes(config), "size": len(config)},
+        "layers": [{"mediaType": oci.LAYER_GZIP, "digest": oci.digest_bytes(layer), "size": len(layer)}],
+        "annotations": {"org.opencontainers.image.ref.name": "seed"},
+    })
+    index = oci.canonical_json({
+        "schemaVersion": 2, "mediaType": oci.INDEX,
+        "manifests": [
+            {"mediaType": oci.MANIFEST, "digest": oci.digest_bytes(manifest), "size": len(manifest), "platform": {"os": "linux", "architecture": "amd64"}},
+            {"mediaType": oci.MANIFEST, "digest": "sha256:" + "9" * 64, "size": 10, "platform": {"os": "linux", "architecture": "arm64", "variant": "v8"}},
+            {"mediaType": oci.MANIFEST, "digest": "sha256:" + "8" * 64, "size": 10, "platform": {"os": "unknown", "architecture": "unknown"},
+             "annotations": {"vnd.docker.reference.type": "attestation-manifest"}},
+        ],
+    })
+    return index, manifest, config, layer
+
+
+def registry_manifest_seeds() -> dict[str, bytes]:
+    index, manifest, config, layer = _oci_documents()
+    docker = json.loads(manifest)
+    docker["mediaType"] = "application/vnd.docker.distribution.manifest.v2+json"
+    docker["config"]["mediaType"] = "application/vnd.docker.container.image.v1+json"
+    docker["layers"][0]["mediaType"] = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+    return {
+        "index": SEP.join([index, manifest, config, layer]),
+        "manifest-only": SEP.join([manifest, b"", config, layer]),
+        "docker-manifest": SEP.join([oci.canonical_json(docker), b"", config, layer]),
+    }
+
+
+CHALLENGE = b'Bearer realm="https://ghcr.io/token",service="ghcr.io",scope="repository:alphastorm/ninfer-runtime:pull"'
+
+
+def token_seeds() -> dict[str, bytes]:
+    _index, manifest, _config, _layer = _oci_documents()
+    return {
+        "bearer": SEP.join([CHALLENGE, b'{"token":"seed-token-1234"}', oci.MANIFEST.encode(), manifest]),
+        "access-token": SEP.join([b'Bearer realm="http://127.0.0.1:5001/auth"', b'{"access_token":"seed-token-5678","expires_in":300}', b"application/json; charset=utf-8", manifest]),
+    }
+
+
+def token_answer_seeds() -> dict[str, bytes]:
+    return {
+        "token.json": b'{"token":"seed-token-1234","expires_in":300,"issued_at":"2026-11-01T12:00:00Z"}',
+        "errors.json": b'{"errors":[{"code":"MANIFEST_UNKNOWN","message":"manifest unknown","detail":{}}]}',
+        "tags.json": b'{"name":"alphastorm/ninfer-runtime","tags":["v0.7.0-qwen38-5090-beta.2","latest"]}',
+        "challenge": CHALLENGE,
+    }
+
+
+def registry_client_seeds() -> dict[str, bytes]:
+    _index, manifest, _config, _layer = _oci_documents()
+    tags = b'{"name":"alphastorm/ninfer-runtime","tags":["latest"]}'
+    return {
+        "bearer": SEP.join([CHALLENGE, b'{"token":"seed-token-1234"}', manifest, tags]),
+        "basic": SEP.join([b'Basic realm="registry"', b"{}", manifest, tags]),
+    }
+
+
+def sbom_seeds() -> dict[str, bytes]:
+    from spdx_tools.spdx.model import (
+        Actor,
+        ActorType,
+        Checksum,
+        ChecksumAlgorithm,
+        CreationInfo,
+        Document,
+        File,
+        Package,
+        PackageVerificationCode,
+        Relationship,
+        RelationshipType,
+        SpdxNoAssertion,
+    )
+
+    from pipeline.formats import sbom
+
+    digests = harnesses.sbom_digests()
+    created = __import__("datetime").datetime(2026, 11, 1, 12, 0, 0)
+    supplier = Actor(ActorType.ORGANIZATION, "OMP")
+    files = [
+        File(name=f"./{name}", spdx_id=f"SPDXRef-File-{index}", checksums=[Checksum(ChecksumAlgorithm.SHA1, sha1), Checksum(ChecksumAlgorithm.SHA256, sha256)],
+             license_concluded=SpdxNoAssertion(), copyright_text=SpdxNoAssertion())
+        for index, (name, (sha256, sha1)) in enumerate(sorted(digests.items()))
+    ]
+    code = hashlib.sha1("".join(sorted(sha1 for _sha256, sha1 in digests.values())).encode(), usedforsecurity=False).hexdigest()
+    package = Package(spdx_id="SPDXRef-Package-NInfer", name="ninfer-sample", download_location=SpdxNoAssertion(), version="0.7.0",
+                      file_name=harnesses.SBOM_PACKAGE, supplier=supplier, files_analyzed=True, verification_code=PackageVerificationCode(code),
+                      checksums=[Checksum(ChecksumAlgorithm.SHA256, harnesses.SBOM_PACKAGE_SHA256)],
+                      license_concluded=SpdxNoAssertion(), license_declared=SpdxNoAssertion(), copyright_text=SpdxNoAssertion())
+    relationships = [Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, package.spdx_id)]
+    relationships += [Relationship(package.spdx_id, RelationshipType.CONTAINS, file.spdx_id) for file in files]
+    creation = CreationInfo(spdx_version="SPDX-2.3", spdx_id="SPDXRef-DOCUMENT", name="ninfer-sample-sbom", data_license="CC0-1.0",
+                            document_namespace="https://example.invalid/spdx/ninfer-sample", creators=[Actor(ActorType.TOOL, "omp-ninfer-pipeline-0.1.0"), supplier],
+                            created=created)
+    spdx = sbom.spdx_bytes(Document(creation_info=creation, packages=[package], files=files, relationships=relationships))
+    components = [
+        {"type": "file", "bom-ref": f"file:{name}", "name": name.rsplit("/", 1)[-1], "version": "0.7.0",
+         "hashes": [{"alg": "SHA-256", "content": sha256}, {"alg": "SHA-1", "content": sha1}],
+         "properties": [{"name": f"{sbom.PROPERTY}:path", "value": name}]}
+        for name, (sha256, sha1) in sorted(digests.items())
+    ]
+    cdx = {
+        "$schema": "http://cyclonedx.org/schema/bom-1.6.schema.json", "bomFormat": "CycloneDX", "specVersion": "1.6",
+        "serialNumber": "urn:uuid:3e671687-395b-41f5-a30f-a58921a69b79", "version": 1,
+        "metadata": {"timestamp": "2026-11-01T12:00:00+00:00", "component": {
+            "type": "application", "bom-ref": "package", "name": "ninfer-sample", "version": "0.7.0",
+            "hashes": [{"alg": "SHA-256", "content": harnesses.SBOM_PACKAGE_SHA256}]}},
+        "components": components,
+        "dependencies": [{"ref": "package", "dependsOn": [c["bom-ref"] for c in components]}] + [{"ref": c["bom-ref"]} for c in components],
+    }
+    return {"sample.spdx.json": spdx, "sample.cdx.json": jsonio.canonical_bytes(cdx)}
+
+
+def release_toml_seeds() -> dict[str, bytes]:
+    return {f"{path.parent.name}-release.toml": path.read_bytes() for path in sorted((ROOT / "manifests").glob("*/release.toml"))}
+
+
+SEEDS = {
+    "json": json_seeds,
+    "lane": lane_seeds,
+    "sums": sums_seeds,
+    "tar": tar_seeds,
+    "check_assets": check_assets_seeds,
+    "identity": identity_seeds,
+    "manifest": manifest_seeds,
+    "audit": manifest_seeds,
+    "receipt": receipt_seeds,
+    "registry_manifest": registry_manifest_seeds,
+    "token": token_seeds,
+    "token_answer": token_answer_seeds,
+    "registry_client": registry_client_seeds,
+    "sbom": sbom_seeds,
+    "release_toml": release_toml_seeds,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="compare instead of writing")
+    args = parser.parse_args(argv)
+    assert set(SEEDS) == set(harnesses.TARGETS), f"targets without seeds: {sorted(set(harnesses.TARGETS) - set(SEEDS))}"
+    differ = []
+    for name, make in sorted(SEEDS.items()):
+        folder = harnesses.CORPUS / name
+        folder.mkdir(parents=True, exist_ok=True)
+        for file, data in sorted(make().items()):
+            path = folder / file
+            if args.check:
+                if not path.is_file() or path.read_bytes() != data:
+                    differ.append(str(path.relative_to(ROOT)))
+            else:
+                path.write_bytes(data)
+    if differ:
+        print("seeds differ from tests/fuzz/seeds.py: " + ", ".join(differ) + "; run python tests/fuzz/seeds.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
