@@ -81,7 +81,7 @@ def test_two_lanes_packaged_at_once_on_one_dist_keep_both_records(tmp_path_facto
         assets = dist / lane_id / "assets"
         check_assets(assets, lanes_dir=workspace.lanes_dir)
         assert mode(assets) == 0o755, "published folders are readable by others"
-        assert sorted(p.name for p in (dist / lane_id).iterdir()) == ["assets", "build"], "no staging folder left"
+        assert sorted(p.name for p in (dist / lane_id).iterdir()) == ["assets", "attestations", "build"], "no staging folder left"
     # The register agrees with the disk: re-runs are no-ops and the next stage binds both sets.
     for lane in ("5090", "4090"):
         again = run_pipeline("package", "--lane", lane, "--dist", dist, lanes_dir=workspace.lanes_dir)
@@ -150,7 +150,7 @@ def test_a_package_run_killed_half_way_is_cleaned_up_by_the_next_run(native_runs
     rerun = run_pipeline("package", "--lane", "4090", "--dist", dist, lanes_dir=workspace.lanes_dir)
     assert rerun.returncode == 0, rerun.stderr
     lane_dir = dist / NATIVE
-    assert sorted(p.name for p in lane_dir.iterdir()) == ["assets", "build"], "the re-run removed every leftover"
+    assert sorted(p.name for p in lane_dir.iterdir()) == ["assets", "attestations", "build"], "the re-run removed every leftover"
     assert sorted(p.name for p in dist.iterdir()) == sorted([".locks", ".register.lock", NATIVE, "register.json"])
     register = assert_register_true(dist)
     assert len(register.stages[f"package:{NATIVE}"]["outputs"]) == 11
