@@ -222,6 +222,8 @@ def measure_package_archive(work: Path, payload: Path, size: int, level: int) ->
         "same_tar_stream": same_tar_stream,
         "size_ratio": round(results[0].size / pigz_bytes, 4),
         "speedup": round(speedup, 2),
+        # CPU seconds are what a shared machine's load distorts least: the work per byte.
+        "cpu_ratio": round(pigz_cpu / ours_cpu, 3) if ours_cpu > 0 else None,
         "goal": f"speedup >= 1.0 (no slower than GNU tar | pigz -{level} -p {jobs} on the same files) with byte-identical archives from two runs",
         "met": deterministic and same_members and same_tar_stream and speedup >= 1.0,
     }
