@@ -21,8 +21,9 @@ issues add entries there.  Results go to `bench-results/bench.json` unless
   compared with `curl | openssl dgst -sha256` at the same `--jobs`).
 
 Every figure is wall time on a machine that may be shared: the host section
-records the load average at the start and the end, and the measurements
-record CPU seconds beside wall seconds.
+and every measurement record the load average at their start and end, and
+packaging and audit record CPU seconds beside wall seconds (`cpu_ratio`: the
+peer's CPU time over ours, the work per byte, which load distorts least).
 
 The payload is generated deterministically (seeded), shaped like a runtime
 package: two large executables and a few libraries mixing incompressible
@@ -312,7 +313,12 @@ def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level:
         payload = base / "payload" / "ninfer-bench-linux-x86_64"
         ui.step("bench", f"generating a {ui.human_bytes(size)} payload in {payload}")
         actual, files = make_payload(payload, size)
-        results = [MEASUREMENTS[name](base, payload, actual, level) for name in names]
+        results = []
+        for name in names:
+            before = _load_average()
+            result = MEASUREMENTS[name](base, payload, actual, level)
+            result["load_average"] = {"start": before, "end": _load_average()}  # the load each figure was taken under
+            results.append(result)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     document = {

@@ -29,6 +29,7 @@ def test_bench_writes_named_measurements_against_gnu_tar_pigz_gzip_and_openssl(t
     assert len(load["start"]) == 3 and len(load["end"]) == 3
     results = {m["name"]: m for m in document["measurements"]}
     assert list(results) == list(bench.MEASUREMENTS)
+    assert all(len(m["load_average"]["start"]) == 3 and len(m["load_average"]["end"]) == 3 for m in results.values())
     archive = results["package-archive"]
     jobs = archive_module.default_jobs()
     assert archive["same_members"] is True and archive["gzip_level"] == 6 and archive["jobs"] == jobs
