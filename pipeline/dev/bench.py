@@ -21,8 +21,9 @@ issues add entries there.  Results go to `bench-results/bench.json` unless
   compared with `curl | openssl dgst -sha256` at the same `--jobs`).
 
 Every figure is wall time on a machine that may be shared: the host section
-records the load average at the start and the end, and the measurements
-record CPU seconds beside wall seconds.
+and every measurement record the load average at their start and end, and
+packaging and audit record CPU seconds beside wall seconds (`cpu_ratio`: the
+peer's CPU time over ours, the work per byte, which load distorts least).
 
 The payload is generated deterministically (seeded), shaped like a runtime
 package: two large executables and a few libraries mixing incompressible
@@ -223,6 +224,8 @@ def measure_package_archive(work: Path, payload: Path, size: int, level: int) ->
         "same_tar_stream": same_tar_stream,
         "size_ratio": round(results[0].size / pigz_bytes, 4),
         "speedup": round(speedup, 2),
+        # CPU seconds are what a shared machine's load distorts least: the work per byte.
+        "cpu_ratio": round(pigz_cpu / ours_cpu, 3) if ours_cpu > 0 else None,
         "goal": f"speedup >= 1.0 (no slower than GNU tar | pigz -{level} -p {jobs} on the same files) with byte-identical archives from two runs",
         "met": deterministic and same_members and same_tar_stream and speedup >= 1.0,
     }
@@ -311,7 +314,12 @@ def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level:
         payload = base / "payload" / "ninfer-bench-linux-x86_64"
         ui.step("bench", f"generating a {ui.human_bytes(size)} payload in {payload}")
         actual, files = make_payload(payload, size)
-        results = [MEASUREMENTS[name](base, payload, actual, level) for name in names]
+        results = []
+        for name in names:
+            before = _load_average()
+            result = MEASUREMENTS[name](base, payload, actual, level)
+            result["load_average"] = {"start": before, "end": _load_average()}  # the load each figure was taken under
+            results.append(result)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     document = {

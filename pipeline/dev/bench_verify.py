@@ -356,6 +356,8 @@ def measure_audit_served_release(work: Path, payload: Path, size: int, level: in
         "audit_passed": checks["passed"],
         "digests_agree": checks["agree"],
         "ratio": round(ratio, 3),
+        # CPU seconds are what a shared machine's load distorts least: the work per byte.
+        "cpu_ratio": round(peer_cpu / ours_cpu, 3) if ours_cpu > 0 else None,
         "goal": f"ratio >= 0.9 of curl | openssl dgst -sha256 at the same parallelism ({JOBS} at a time) on the same files",
         "met": checks["passed"] and checks["agree"] and ratio >= 0.9,
     }

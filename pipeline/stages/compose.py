@@ -766,11 +766,14 @@ class TreeAction(Stage):
         """Every file of the closed tree the action left, as a `release-tree` entry."""
         register = self.ctx.register
         entries = []
+        prefix = f"manifests/{self.release}/"
         for rel, role in sorted(outcome.files.items()):
             path = self.root / rel
             if path.is_file() and not path.is_symlink():
+                # tree_path: the file's path inside manifests/<release>/, what sign names its targets by
                 entries.append(register.make("release-tree", path, stage=self.name, lane=None, name=rel, root=REPOSITORY,
-                                             release=self.release, role=role, signed=rel in outcome.signed, action=self.action))
+                                             release=self.release, role=role, signed=rel in outcome.signed, action=self.action,
+                                             tree_path=rel.removeprefix(prefix)))
         return entries
 
 

@@ -255,7 +255,8 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
     from pipeline.formats.assets import asset_set, check_assets
 
     register = ctx.register
-    entries = register.outputs_of(f"package:{lane.id}")
+    # The closed set's entries; the set's provenance statement is recorded beside the set, not in it.
+    entries = [e for e in register.outputs_of(f"package:{lane.id}") if e.kind != "provenance"]
     if not entries:
         raise InputError(f"the register holds no packaged asset set of {lane.id}", file=register.file, fix=f"run 'python -m pipeline package --lane {lane.id}' first, with the same --dist")
     tags = sorted({e.attrs.get("component_tag") for e in entries})

@@ -503,7 +503,7 @@ def fuzz_receipt(data: bytes, work: Path) -> None:
         problem.message()
         problem.to_json()
     valid = qualify.load_receipt(root / rel)
-    assert valid["status"] in qualify.RECEIPT_STATUSES
+    assert valid["status"] in receipts.LANE_RECEIPT_STATUSES
     qualify.identity_differences(valid["identity"], valid["identity"])
     jsonio.canonical_bytes(valid)
 
@@ -582,7 +582,7 @@ def fuzz_token(data: bytes, work: Path) -> None:
         return 401, {"WWW-Authenticate": challenge_text}, b""
 
     session = scripted_session(registry)
-    fetched, media_type = audit.fetch_manifest_by_digest("127.0.0.1:5000", "alphastorm/ninfer-runtime", digest, session=session, timeout=5.0)
+    fetched, media_type = oci_registry.fetch_manifest_by_digest("127.0.0.1:5000", "alphastorm/ninfer-runtime", digest, session=session, timeout=5.0)
     assert fetched == body and isinstance(media_type, str)
 
 
@@ -595,7 +595,7 @@ def fuzz_token_answer(data: bytes, work: Path) -> None:
     token = backend._token_of(response, "https://ghcr.io/token")
     assert token is None or (isinstance(token, str) and token)
     assert isinstance(oci_registry.registry_error_text(response), str)
-    audit._bearer_challenge(data.decode("latin-1"))
+    oci_registry.bearer_challenge(data.decode("latin-1"))
     tags = jsonio.loads_object(data, source="tags")
     jsonio.expect_list(tags.get("tags") or [], source="tags", field="tags")
 

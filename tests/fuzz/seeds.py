@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from fuzz import harnesses  # noqa: E402
 from fuzz.harnesses import SEED_EPOCH, SEP  # noqa: E402
-from pipeline.formats import assets, identity  # noqa: E402
+from pipeline.formats import assets, identity, receipts  # noqa: E402
 from pipeline.infra import oci  # noqa: E402
 from pipeline.stages import qualify  # noqa: E402
 from pipeline.util import jsonio  # noqa: E402
@@ -131,8 +131,8 @@ def receipt_seeds() -> dict[str, bytes]:
     lane = harnesses.fuzz_lane_4090()
     build = identity_seeds()["version-line"].decode().split(" ", 1)[1].strip()
     pending = {
-        "artifact_type": qualify.RECEIPT_TYPE,
-        "schema_version": qualify.RECEIPT_SCHEMA_VERSION,
+        "artifact_type": receipts.LANE_RECEIPT_TYPE,
+        "schema_version": receipts.LANE_RECEIPT_SCHEMA,
         "lane": lane.id,
         "component_tag": lane.tag(),
         "deployment_profile": lane.deployment_profile(),

@@ -29,6 +29,7 @@ def test_bench_writes_named_measurements_against_gnu_tar_pigz_gzip_and_openssl(t
     assert len(load["start"]) == 3 and len(load["end"]) == 3
     results = {m["name"]: m for m in document["measurements"]}
     assert list(results) == list(bench.MEASUREMENTS)
+    assert all(len(m["load_average"]["start"]) == 3 and len(m["load_average"]["end"]) == 3 for m in results.values())
     archive = results["package-archive"]
     jobs = archive_module.default_jobs()
     assert archive["same_members"] is True and archive["gzip_level"] == 6 and archive["jobs"] == jobs
@@ -44,6 +45,7 @@ def test_bench_writes_named_measurements_against_gnu_tar_pigz_gzip_and_openssl(t
     assert archive["deterministic"] is True and archive["ours"]["runs"] == 2
     assert 0.9 < archive["size_ratio"] < 1.1
     assert archive["met"] == (archive["speedup"] >= 1.0)
+    assert archive["cpu_ratio"] > 0 and archive["reference"]["cpu_seconds"] > 0  # pigz's own CPU time was counted
     assert {"seconds", "cpu_seconds", "mib_per_s", "compressed_bytes"} <= set(archive["reference"]) & set(archive["baseline"]) & set(archive["ours"])
     assert results["sha256"]["digests_agree"] is True and results["sha256"]["reference"]["tool"].startswith("openssl")
     audit = results["audit-served-release"]

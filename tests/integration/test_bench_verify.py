@@ -55,6 +55,7 @@ def test_audit_of_a_served_release_against_curl_openssl_and_curl_sha256sum(paylo
     assert result["baseline"]["tool"] == "curl -sS URL | sha256sum, file after file"
     assert {"seconds", "cpu_seconds", "mib_per_s"} <= set(result["ours"]) & set(result["reference"]) & set(result["baseline"])
     assert result["met"] == (result["ratio"] >= 0.9)
+    assert result["cpu_ratio"] > 0 and result["reference"]["cpu_seconds"] > 0  # curl's and openssl's own CPU time was counted
 
 
 def test_curl_openssl_reference_returns_the_digest_and_fails_loudly(tmp_path):

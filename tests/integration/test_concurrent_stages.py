@@ -77,11 +77,13 @@ def test_two_lanes_packaged_at_once_on_one_dist_keep_both_records(tmp_path_facto
     register = assert_register_true(dist)
     assert {f"package:{CONTAINER}", f"package:{NATIVE}", f"build:{CONTAINER}", f"build:{NATIVE}"} <= set(register.stages)
     for lane_id, files in ((CONTAINER, 7), (NATIVE, 11)):
-        assert len(register.stages[f"package:{lane_id}"]["outputs"]) == files
+        outputs = register.outputs_of(f"package:{lane_id}")
+        # the closed set, and its provenance statement recorded beside it (attestations/)
+        assert len([a for a in outputs if a.kind != "provenance"]) == files and [a.kind for a in outputs].count("provenance") == 1
         assets = dist / lane_id / "assets"
         check_assets(assets, lanes_dir=workspace.lanes_dir)
         assert mode(assets) == 0o755, "published folders are readable by others"
-        assert sorted(p.name for p in (dist / lane_id).iterdir()) == ["assets", "build"], "no staging folder left"
+        assert sorted(p.name for p in (dist / lane_id).iterdir()) == ["assets", "attestations", "build"], "no staging folder left"
     # The register agrees with the disk: re-runs are no-ops and the next stage binds both sets.
     for lane in ("5090", "4090"):
         again = run_pipeline("package", "--lane", lane, "--dist", dist, lanes_dir=workspace.lanes_dir)
@@ -150,10 +152,11 @@ def test_a_package_run_killed_half_way_is_cleaned_up_by_the_next_run(native_runs
     rerun = run_pipeline("package", "--lane", "4090", "--dist", dist, lanes_dir=workspace.lanes_dir)
     assert rerun.returncode == 0, rerun.stderr
     lane_dir = dist / NATIVE
-    assert sorted(p.name for p in lane_dir.iterdir()) == ["assets", "build"], "the re-run removed every leftover"
+    assert sorted(p.name for p in lane_dir.iterdir()) == ["assets", "attestations", "build"], "the re-run removed every leftover"
     assert sorted(p.name for p in dist.iterdir()) == sorted([".locks", ".register.lock", NATIVE, "register.json"])
     register = assert_register_true(dist)
-    assert len(register.stages[f"package:{NATIVE}"]["outputs"]) == 11
+    outputs = register.outputs_of(f"package:{NATIVE}")
+    assert len([a for a in outputs if a.kind != "provenance"]) == 11 and [a.kind for a in outputs].count("provenance") == 1
     assets = lane_dir / "assets"
     assert {p.name: sha256_file(p) for p in sorted(assets.iterdir())} == clean_set, "the re-run made the same set as a clean run"
     assert mode(assets) == 0o755

@@ -516,7 +516,8 @@ def _compose_entries(dist: Path, tree: Path, release: str = "v0.1.2") -> None:
         rel = path.relative_to(tree).as_posix()
         data = path.read_bytes()
         outputs.append(Artifact(kind="release-tree", name=f"manifests/{release}/{rel}", path=f"manifests/{release}/{rel}", sha256=sig.sha256_bytes(data),
-                                size=len(data), stage="compose", attrs={"release": release, sig.TREE_PATH_ATTR: rel}))
+                                size=len(data), stage="compose",
+                                attrs={"release": release, sig.TREE_PATH_ATTR: rel, "root": "repository", "role": "tree", "signed": False}))
     register.record_stage(f"compose:{release}", "f" * 64, outputs)
 
 

@@ -127,7 +127,7 @@ def test_sign_collects_the_statements_of_the_sets_the_release_ships_and_only_tho
         for path in (shipped, other)
     ]
     register.record_stage("package:rtx4090-windows-native", "f", entries)
-    targets = sig.collect_targets(tree, dist)
+    targets = sig.plan_signing(tree.parent, tree.name, Register(dist)).targets
     dsse = [t for t in targets if t.dsse]
     assert [t.files for t in dsse] == [[shipped.resolve()]]
     assert dsse[0].data == shipped.read_bytes()
