@@ -46,8 +46,13 @@ def test_the_tree_binds_the_lane_evidence_byte_for_byte(release, tmp_path):
     assert sorted(tree_bytes(root)) == sorted([
         "release.toml", "manifest.json", "qualification.json", "compatibility.json", "COMPATIBILITY.md", "NOTES.md",
         f"qualification/{LANE}.json", f"qualification/{LANE}.SHA256SUMS", "acceptance/external-installation.json",
+        f"qualification/{LANE}.provenance.intoto.json",
     ])
     assets = release.dist / LANE / "assets"
+    # The set's provenance, byte for byte as the package stage wrote it beside the set, bound by hash and pinned.
+    statement = next((release.dist / LANE / "attestations").glob("*.provenance.intoto.json")).read_bytes()
+    copy = tree / "qualification" / f"{LANE}.provenance.intoto.json"
+    assert copy.read_bytes() == statement
     assert (tree / "qualification" / f"{LANE}.SHA256SUMS").read_bytes() == (assets / "SHA256SUMS").read_bytes()
     assert (tree / "qualification" / f"{LANE}.json").read_bytes() == (release.dist / LANE / "qualification" / f"{LANE}.json").read_bytes()
     manifest = manifest_of(root)
@@ -61,6 +66,10 @@ def test_the_tree_binds_the_lane_evidence_byte_for_byte(release, tmp_path):
         assert row[next(k for k in row if k.endswith("_url") and row[k] and row[k].endswith("/" + name))].startswith(
             f"https://github.com/alphastorm/ninfer/releases/download/{row['release_tag']}/")
     assert row["package_bytes"] == (assets / row["package_name"]).stat().st_size
+    assert row["provenance"]["path"] == f"manifests/{RELEASE}/qualification/{LANE}.provenance.intoto.json"
+    assert row["provenance"]["sha256"] == sha256_bytes(statement)
+    assert row["provenance"]["public_url"].startswith("https://raw.githubusercontent.com/alphastorm/omp-ninfer/")
+    assert {s["name"]: s["digest"]["sha256"] for s in json.loads(statement)["subject"]} == {**sums, "SHA256SUMS": sha256_bytes((assets / "SHA256SUMS").read_bytes())}
     receipt = json.loads((tree / "qualification" / f"{LANE}.json").read_text())
     assert receipt["status"] == "passed" and receipt["imported"]["source_sha256"] == sha256_bytes(release.owner_receipt.read_bytes())
     assert row["server_binary_sha256"] == receipt["identity"]["server_binary_sha256"]
@@ -405,9 +414,9 @@ def test_a_candidates_identities_are_frozen(release, tmp_path):
 def test_rebind_pins_only_what_a_commit_holds_and_drops_stale_pins(release, tmp_path):
     root = release.clone(tmp_path / "p", "accepted")
     lanes = load_lanes(release.lanes_dir)
-    # The candidate commit predates the acceptance: the receipt is there, the acceptance is not.
+    # The candidate commit predates the acceptance: the receipt and the provenance copy are there, the acceptance is not.
     outcome = rebind(root, RELEASE, pin=release.commits["candidate"], lanes=lanes)
-    assert outcome.pinned == [f"manifests/{RELEASE}/qualification/{LANE}.json"]
+    assert outcome.pinned == [f"manifests/{RELEASE}/qualification/{LANE}.json", f"manifests/{RELEASE}/qualification/{LANE}.provenance.intoto.json"]
     summary = manifest_of(root)["qualification"]["public_url"]
     assert summary is None
     with pytest.raises(UsageError):
@@ -600,7 +609,8 @@ def test_compose_records_every_file_of_the_tree_and_a_second_run_is_up_to_date(r
         assert (entry.path, entry.attrs["root"], entry.sha256, entry.size) == (name, "repository", sha256_bytes((root / name).read_bytes()), (root / name).stat().st_size)
     roles = {name.removeprefix(f"manifests/{RELEASE}/"): e.attrs["role"] for name, e in entries.items()}
     assert roles == {"release.toml": "input", "manifest.json": "manifest", "qualification.json": "summary", "compatibility.json": "authority",
-                     "COMPATIBILITY.md": "rendering", "NOTES.md": "rendering", f"qualification/{LANE}.json": "receipt", f"qualification/{LANE}.SHA256SUMS": "checksums"}
+                     "COMPATIBILITY.md": "rendering", "NOTES.md": "rendering", f"qualification/{LANE}.json": "receipt", f"qualification/{LANE}.SHA256SUMS": "checksums",
+                     f"qualification/{LANE}.provenance.intoto.json": "provenance"}
     assert sorted(n for n, e in entries.items() if e.attrs["signed"]) == [f"manifests/{RELEASE}/manifest.json", f"manifests/{RELEASE}/qualification/{LANE}.SHA256SUMS"]
     # Unchanged inputs, intact tree: up to date, and the same answer on stdout.
     code, second, err = _cli(capsys, "compose", *common)
