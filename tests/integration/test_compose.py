@@ -452,6 +452,10 @@ def test_stage_rebinds_unchanged_lanes_and_prints_the_remaining_steps(release, t
         assert row[key] == old_row[key]
     new_tree, old_tree = root / "manifests" / "v1.1.0", root / "manifests" / RELEASE
     assert (new_tree / "qualification" / f"{LANE}.json").read_bytes() == (old_tree / "qualification" / f"{LANE}.json").read_bytes()
+    # The set's provenance is carried byte for byte and bound again, unpinned until the new tree is committed.
+    carried = f"qualification/{LANE}.provenance.intoto.json"
+    assert (new_tree / carried).read_bytes() == (old_tree / carried).read_bytes()
+    assert row["provenance"] == {"path": f"manifests/v1.1.0/{carried}", "sha256": old_row["provenance"]["sha256"], "public_url": None}
     assert not (new_tree / "acceptance").exists() and new["qualification"]["acceptance"] is None
     assert [b.split(":")[0] for b in new["publication"]["blockers"]] == ["external-install", "pins"]
     staged = tomllib.loads((new_tree / "release.toml").read_text())
@@ -778,6 +782,12 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
     assert row["configuration_sha256"] == sha256_bytes(config.read_bytes())
     assert (row["status"], row["installable"], row["qualification"]["status"]) == ("preview", False, "hardware-pending")
     assert [b.split(":")[0] for b in manifest["publication"]["blockers"]] == ["external-install", "pins"]
+    # The image's provenance is copied beside the set's: its one subject is the pushed manifest digest.
+    image_statement = json.loads((root / row["image_provenance"]["path"]).read_text())
+    assert [s["digest"]["sha256"] for s in image_statement["subject"]] == [row["oci_manifest_digest"].removeprefix("sha256:")]
+    assert row["image_provenance"]["path"] == f"manifests/{RELEASE}/qualification/{lane_id}.image.provenance.intoto.json"
+    set_statement = json.loads((root / row["provenance"]["path"]).read_text())
+    assert set_statement["predicate"]["buildDefinition"]["externalParameters"]["source_commit"] == source_commit
     commit(root, "draft")
 
     # A publication receipt with a mutable tag, or for another archive, is drift: refused, naming file and field.

@@ -181,7 +181,7 @@ def _flip_every_file(release, tmp_path: Path, per_file: int, seed: int) -> int:
     root = release.clone(tmp_path / "flip", "ready")
     tree = root / "manifests" / RELEASE
     files = sorted(p for p in tree.rglob("*") if p.is_file())
-    assert len(files) == 9, files
+    assert len(files) == 10, files
     rng = random.Random(seed)
     checked = 0
     for path in files:
@@ -204,7 +204,7 @@ def _flip_every_file(release, tmp_path: Path, per_file: int, seed: int) -> int:
 
 
 def test_a_single_byte_change_in_any_file_of_the_release_tree_is_caught(release, tmp_path):
-    assert _flip_every_file(release, tmp_path, per_file=8, seed=20261105) >= 9 * 3
+    assert _flip_every_file(release, tmp_path, per_file=8, seed=20261105) >= 10 * 3
 
 
 @pytest.mark.slow
@@ -263,6 +263,51 @@ def test_a_receipt_for_other_bytes_is_named(release, ready):
     report = run(ready, release)
     assert ("receipts", f"manifests/{RELEASE}/qualification/{LANE}.json", "identity.package.sha256") in errors(report)
     assert ("hashes", f"manifests/{RELEASE}/manifest.json", f"components.ninfer_variants[{LANE}].qualification.sha256") in errors(report)
+
+
+def _restate(ready: Path, change) -> tuple[str, str]:
+    """Rewrite the tree's copy of the set provenance and rebind its hash, as a forger who edits both would."""
+    rel = f"manifests/{RELEASE}/qualification/{LANE}.provenance.intoto.json"
+    path = ready / rel
+    document = json.loads(path.read_text())
+    change(document)
+    path.write_bytes(canonical_bytes(document))
+    from pipeline.util.hashing import sha256_bytes
+
+    edit_manifest(ready, lambda m: m["components"]["ninfer_variants"][0]["provenance"].update(sha256=sha256_bytes(path.read_bytes())))
+    return rel, f"components.ninfer_variants[{LANE}].provenance"
+
+
+def test_the_provenance_copy_must_describe_exactly_the_bound_set(release, ready):
+    rel, _where = _restate(ready, lambda d: d["subject"][0]["digest"].update(sha256="0" * 64))
+    report = run(ready, release)
+    named = [p for p in report.problems.items if p.check == "provenance" and p.file == rel]
+    assert named and named[0].field.startswith("subject ") and named[0].found == "0" * 64, [p.message() for p in report.problems.items]
+    rel, _where = _restate(ready, lambda d: d["subject"].pop())
+    report = run(ready, release)
+    assert ("provenance", rel, "subject") in errors(report)
+
+
+def test_the_provenance_copy_must_name_the_rows_lane_cut_and_commit(release, ready):
+    for key, value in (("lane", "rtx3090-windows-native"), ("component_tag", "v0.7.0-qwen38-4090-beta.99"), ("source_commit", "f" * 40)):
+        clone = release.clone(ready.parent / f"p-{key}", "ready")
+        rel, _where = _restate(clone, lambda d, key=key, value=value: d["predicate"]["buildDefinition"]["externalParameters"].update({key: value}))
+        report = run(clone, release)
+        assert ("provenance", rel, f"predicate.buildDefinition.externalParameters.{key}") in errors(report), (key, errors(report))
+
+
+def test_the_provenance_copy_is_bound_by_hash_and_required(release, ready):
+    rel = f"manifests/{RELEASE}/qualification/{LANE}.provenance.intoto.json"
+    path = ready / rel
+    original = path.read_bytes()
+    document = json.loads(original)
+    document["predicate"]["runDetails"]["builder"]["id"] = "https://example.invalid/forged-builder"
+    path.write_bytes(canonical_bytes(document))  # subjects unchanged: only the bound hash catches it
+    report = run(ready, release)
+    assert ("hashes", f"manifests/{RELEASE}/manifest.json", f"components.ninfer_variants[{LANE}].provenance.sha256") in errors(report)
+    path.unlink()
+    report = run(ready, release)
+    assert any(p.check == "provenance" and p.file == rel and "missing" in p.what for p in report.problems.items), errors(report)
 
 
 def test_paths_must_stay_inside_the_release_tree(release, ready):

@@ -186,19 +186,41 @@ def test_ci_runs_the_ci_entry_point_on_push_and_pull_requests():
     assert (ROOT / "tests" / "unit").is_dir()
 
 
-def test_lane_source_helper_prints_the_pinned_commit_or_fails(tmp_path):
+def test_lane_source_helper_prints_the_current_cut_or_fails(tmp_path):
+    """release.yml builds each lane from its current cut's commit (runtime/cuts), not from a lane-file field."""
+    import json
     import subprocess
     import sys
 
     helper = ROOT / ".github" / "scripts" / "lane_source.py"
     ok = subprocess.run([sys.executable, str(helper), "rtx4090-windows-native"], cwd=ROOT, capture_output=True, text=True)
-    assert ok.returncode == 0 and re.fullmatch(r"https://\S+@[0-9a-f]{40}\n", ok.stdout)
-    lanes = tmp_path / "runtime" / "lanes"
-    lanes.mkdir(parents=True)
-    (lanes / "x.toml").write_text('[source]\nrepository = "https://github.com/a/b.git"\nnote = "prefix only"\n')
-    bad = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
-    assert bad.returncode == 1 and bad.stdout == ""
-    assert "lane x pins no full source commit" in bad.stderr and "prefix only" in bad.stderr
+    ledger = json.loads((ROOT / "runtime" / "cuts" / "rtx4090-windows-native.json").read_text())
+    current = max((c for c in ledger["cuts"] if c["state"] in ("cut", "published")), key=lambda c: c["n"])
+    assert ok.returncode == 0 and ok.stdout == f"https://github.com/alphastorm/ninfer.git@{current['source_commit']}\n"
+    # The checked-in 5090 cut names only a commit prefix: the job must stop, saying why.
+    bad = subprocess.run([sys.executable, str(helper), "rtx5090-container"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stdout == "" and "names no full source commit" in bad.stderr and "6d4d0a05" in bad.stderr
+
+    (tmp_path / "runtime" / "lanes").mkdir(parents=True)
+    (tmp_path / "runtime" / "cuts").mkdir(parents=True)
+    (tmp_path / "runtime" / "lanes" / "x.toml").write_text('[component]\nversion = "1.0.0"\n[source]\nrepository = "https://github.com/a/b.git"\ncommit = "' + "d" * 40 + '"\n')
+    missing = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
+    assert missing.returncode == 1 and "has no cut ledger" in missing.stderr, missing.stderr
+
+    def cut(n: int, state: str, commit: str | None) -> dict:
+        return {"version": "1.0.0", "n": n, "tag": f"v1.0.0-x-beta.{n}", "state": state, "source_commit": commit, "unknown": {}}
+
+    def ledger_with(*cuts: dict) -> None:
+        (tmp_path / "runtime" / "cuts" / "x.json").write_text(json.dumps({"artifact_type": "omp_ninfer_cut_ledger", "cuts": list(cuts)}))
+
+    ledger_with(cut(1, "superseded", "1" * 40))  # the lane file's commit is never a fallback
+    gone = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
+    assert gone.returncode == 1 and gone.stdout == "" and "has no current cut of version 1.0.0" in gone.stderr
+    ledger_with(cut(1, "published", "1" * 40), cut(2, "superseded", "2" * 40), cut(3, "cut", "3" * 40))
+    latest = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
+    assert latest.returncode == 0 and latest.stdout == "https://github.com/a/b.git@" + "3" * 40 + "\n"
+    hostile = subprocess.run([sys.executable, str(helper), "../x"], cwd=tmp_path, capture_output=True, text=True)
+    assert hostile.returncode == 2 and hostile.stdout == ""
 
 
 # -- publication: plan, then apply exactly that plan ------------------------------------------------
