@@ -59,7 +59,13 @@ from pipeline.formats.receipts import (
     receipt_facts,
 )
 from pipeline.formats.release.contract import evidence_problems, tree_digests, verify_release
-from pipeline.formats.release.derive import PROVENANCE_KEYS, Derived, derive, null_identities, unknown_keys_unused
+from pipeline.formats.release.derive import (
+    PROVENANCE_KEYS,
+    Derived,
+    derive,
+    null_identities,
+    unknown_keys_unused,
+)
 from pipeline.formats.release.evidence import collect_pins, expected_names, file_sha256, predecessor_row
 from pipeline.formats.release.names import (
     ACCEPTANCE,

@@ -1,7 +1,7 @@
 """Stage `accept`: bundle a documented route, run it exactly as written, compose the acceptance record.
 
 Runner tests use a small route document in a git repository of their own (runbook bundles);
-compose's refusals use a candidate of the sample release (tests/acceptkit.py: light_candidate)
+compose's refusals use a candidate of the sample release (tests/kits/acceptkit.py: light_candidate)
 with a small route document; the documented Linux routes of docs/QUICKSTART.md run for real on
 a candidate made by the pipeline (acceptkit.container_candidate) at the end of this file.
 """

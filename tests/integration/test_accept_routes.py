@@ -1,6 +1,6 @@
 """The documented routes of docs/QUICKSTART.md, run for real on a candidate made by the pipeline.
 
-The candidate (tests/acceptkit.py) ships the RTX 4090 native lane, qualified on the owner's
+The candidate (tests/kits/acceptkit.py) ships the RTX 4090 native lane, qualified on the owner's
 hardware, and the RTX 5090 container lane compiled here and pushed by digest to a loopback
 docker-registry.  A fresh clone of the candidate commit runs, through the runner, exactly the
 blocks of the real QUICKSTART: the verify route (`verify --require-installable`), the audit

@@ -816,7 +816,7 @@ def _push_image(registry: str, name: str) -> tuple[bytes, str]:
 
 @pytest.mark.registry
 def test_image_digest_against_a_real_registry(server, tmp_path, registry_server, fault_proxy):
-    """The image engineer's docker-registry fixture (tests/registry.py), and its fault proxy as a tampering mirror."""
+    """The image engineer's docker-registry fixture (tests/kits/registry.py), and its fault proxy as a tampering mirror."""
     from registry import ProxyRule
 
     name = "alphastorm/audit-runtime"
@@ -883,7 +883,7 @@ def test_too_little_room_in_the_cache_stops_before_any_download(server, tmp_path
     assert [path for path, _ in server.log] == [tree.manifest_path]
 
 
-# -- the sample release made by the pipeline (tests/releasekit.py) ------------------------------
+# -- the sample release made by the pipeline (tests/kits/releasekit.py) ------------------------------
 
 
 @pytest.fixture(scope="module")

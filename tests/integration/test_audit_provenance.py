@@ -1,6 +1,6 @@
 """`audit` and `check-assets` check the SLSA statement beside a set: its subjects are exactly the bound files.
 
-The release is served on loopback by tests/test_audit.py's server, with the
+The release is served on loopback by tests/integration/test_audit.py's server, with the
 real RTX 4090 set and the statement the package stage wrote beside it.
 """
 

@@ -1,7 +1,7 @@
 """Stages on one dist at once, runs killed half-way, and sets edited by hand: the register stays true.
 
 Real processes (`python -m pipeline ...`) on real sets: the 4090 lane from the mingw-built PE
-binaries (tests/winfixtures.py) and, where nvcc is available, the 5090 lane compiled from the
+binaries (tests/kits/winfixtures.py) and, where nvcc is available, the 5090 lane compiled from the
 sample with the pinned toolchain.
 """
 

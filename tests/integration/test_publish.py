@@ -1,6 +1,6 @@
-"""`publish --component`: plan, gates, apply and resume against the GitHub stand-in (tests/github_standin.py).
+"""`publish --component`: plan, gates, apply and resume against the GitHub stand-in (tests/kits/github_standin.py).
 
-The native workspace (tests/winfixtures.py) is the embedded sample runtime in its own repository:
+The native workspace (tests/kits/winfixtures.py) is the embedded sample runtime in its own repository:
 `cut` recorded beta.2 of its commit, the 4090 lane was built from mingw-built binaries and
 packaged into its closed 11-file set.  Each test publishes a copy of it as a prerelease of the
 stand-in's `alphastorm/ninfer`, with faults switched on, and checks that GitHub converges on one

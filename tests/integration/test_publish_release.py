@@ -1,5 +1,5 @@
 """`publish --release`: the product release of the ready sample release made by the pipeline
-(tests/releasekit.py), through its gates, against the GitHub stand-in.
+(tests/kits/releasekit.py), through its gates, against the GitHub stand-in.
 
 Live Sigstore cannot run here, so the happy path replaces `pipeline.stages.sign.verify_bundle` with a
 stand-in that checks what the real one would be asked (the artefact's bytes, the tree's expected

@@ -528,7 +528,7 @@ def test_cli_qualifies_a_server_process_and_restarts_it_for_real(tmp_path, monke
     (tools / "nvidia-smi").chmod(0o755)
     port = _free_port()
     pidfile = tmp_path / "server.pid"
-    server = ROOT / "tests" / "ninfer_fake_server.py"
+    server = ROOT / "tests" / "kits" / "ninfer_fake_server.py"
     subprocess.run(
         [sys.executable, str(server), "start", "--", "--port", str(port), "--api-key-file", str(key_file),
          "--identity", str(tmp_path / "identity.json"), "--state", str(tmp_path / "state.json"), "--pidfile", str(pidfile)],
@@ -834,7 +834,7 @@ def test_the_json_writer_names_the_first_non_finite_number(tmp_path):
 
 
 # A name with a '..' segment is refused by the bounded tar reader itself, as in every reader
-# (tests/test_safetar.py): the package is damaged or tampered with.  A device name is refused
+# (tests/integration/test_safetar.py): the package is damaged or tampered with.  A device name is refused
 # when it would become a file name under bin/.
 @pytest.mark.parametrize(("name", "error", "field"), [
     ("top/bin/..", IntegrityError, "top/bin/.."),

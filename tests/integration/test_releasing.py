@@ -17,7 +17,7 @@ committed, as the runbook's "Before you start" asks:
 The steps marked `requires=github` (cut, publish, push) are host-only: not granted here, so
 recorded as not run, and the route goes on without them.  The cuts those steps would record are
 committed with the release input instead, made by the real cut stage without GitHub: the native
-lane's by the native workspace (tests/winfixtures.py), the container lane's here.
+lane's by the native workspace (tests/kits/winfixtures.py), the container lane's here.
 """
 
 from __future__ import annotations

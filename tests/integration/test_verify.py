@@ -1,6 +1,6 @@
 """verify: the release contract on the repository (issue 6).
 
-The subject is a real sample release made by the pipeline (tests/releasekit.py)
+The subject is a real sample release made by the pipeline (tests/kits/releasekit.py)
 and the checked-in real trees manifests/v0.13.0 and manifests/v0.13.1.
 """
 

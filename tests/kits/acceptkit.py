@@ -8,7 +8,7 @@ compiled from the sample runtime (its own repository at a fixed commit), package
 into an image on a CUDA-like base (with an ld.so.cache like NVIDIA's), pushed by digest to
 the session's loopback docker-registry, qualified on the "owner's hardware" (the harness
 against the protocol-faithful test server) and imported; composed, committed, promoted to
-candidate.  Alongside it ships the RTX 4090 native lane of tests/releasekit.py, qualified
+candidate.  Alongside it ships the RTX 4090 native lane of tests/kits/releasekit.py, qualified
 on the owner's hardware (the container lane's GPU smoke gate needs a GPU, so that lane is a
 preview here).
 
@@ -19,7 +19,7 @@ registries/containers/storage configuration files podman and skopeo read (a plai
 loopback registry, runc, limits within this host's hard limits, private storage).
 
 `light_candidate` is a cheap candidate for compose's refusal tests: the RTX 4090 sample
-release of tests/releasekit.py at its draft commit, with a small route document and an
+release of tests/kits/releasekit.py at its draft commit, with a small route document and an
 `[acceptance]` table added, promoted to candidate.
 """
 
@@ -320,10 +320,10 @@ def build_container_lane(dist: Path, work: Path, registry_host: str, *, reposito
 
 
 def container_candidate(tmp_path_factory, registry_host: str) -> ContainerCandidate:
-    """The RTX 4090 lane of tests/releasekit.py (qualified on the owner's hardware) plus the RTX 5090
+    """The RTX 4090 lane of tests/kits/releasekit.py (qualified on the owner's hardware) plus the RTX 5090
     container lane built here.  The container lane's GPU smoke gate runs the packaged selftest for
     real, so without a GPU its receipt stays hardware-pending: it ships as a preview, deferred with
-    its reason, and the release reaches ready on the native lane (tests/test_compose.py does the same)."""
+    its reason, and the release reaches ready on the native lane (tests/integration/test_compose.py does the same)."""
     if "container" in _CACHE:
         return _CACHE["container"]
     from releasekit import LANE as NATIVE

@@ -16,8 +16,8 @@ gate can be made to fail for the reason it exists.  Responses persist in a
 fault says otherwise; run as a script it keeps that state in a JSON file, so a
 real process can be stopped and started by `--restart-command`:
 
-    python tests/ninfer_fake_server.py start -- --port P --api-key-file K --identity J --state S --pidfile F
-    python tests/ninfer_fake_server.py restart --pidfile F
+    python tests/kits/ninfer_fake_server.py start -- --port P --api-key-file K --identity J --state S --pidfile F
+    python tests/kits/ninfer_fake_server.py restart --pidfile F
 """
 
 from __future__ import annotations

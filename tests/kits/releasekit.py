@@ -1,7 +1,7 @@
 """A complete sample product release, made by the pipeline, once per test session.
 
 The RTX 4090 native lane is built from the sample runtime (its Windows binaries
-cross-compiled with mingw-w64, `tests/winfixtures.py`), packaged into its closed
+cross-compiled with mingw-w64, `tests/kits/winfixtures.py`), packaged into its closed
 11-file set, qualified hardware-pending, composed into a draft of a product
 repository (a real git repository with `manifests/`), then qualified on the
 "owner's hardware" (the harness against the protocol-faithful test server, on a

@@ -150,7 +150,7 @@ HOSTILE_LANE_EDITS = [
     ("benchmark_prompt_tokens = 4541", "benchmark_prompt_tokens = 200000", "qualification.benchmark_prompt_tokens", "longer than the advertised context"),
     ("advertised_prompt_tokens = 130048", "advertised_prompt_tokens = 99999999999", "qualification.advertised_prompt_tokens", "invalid value"),
     ("vram_mib = 24564", "vram_mib = 0", "gpu.vram_mib", "invalid value"),
-    # N lives in the cut ledger (tests/test_cut.py refuses a ledger's N < 1 or > 99999); a hand-written
+    # N lives in the cut ledger (tests/unit/test_cut.py refuses a ledger's N < 1 or > 99999); a hand-written
     # beta in the lane file, whatever its value, is refused.
     ('version = "0.7.0"', 'version = "0.7.0"\nbeta = 0', "component.beta", "unknown key"),
     ('version = "0.7.0"', 'version = "0.7.0"\nbeta = -1', "component.beta", "unknown key"),

@@ -1,6 +1,6 @@
 """Bounded downloads and the shared HTTP rules (pipeline/infra/net.py, pipeline/transfer.py).
 
-Against a hostile server on 127.0.0.1 (tests/hostile_http.py): bodies over
+Against a hostile server on 127.0.0.1 (tests/kits/hostile_http.py): bodies over
 the pin or the cap, endless and slow-drip streams, redirects across origins
 and schemes, a gzip-encoded answer that inflates without end.  Every refusal
 asserts its reason, how long it took and that no rejected byte is left on

@@ -2,7 +2,7 @@
 
 Verification runs on a real DSSE bundle made on the Sigstore staging services
 (tests/fixtures/sigstore/, from sigstore-python's test assets); signing goes
-through the same fake SigningContext as tests/test_sign.py, which stands in for
+through the same fake SigningContext as tests/unit/test_sign.py, which stands in for
 Fulcio/Rekor only and returns that real bundle.
 """
 
