@@ -216,7 +216,7 @@ def tests(session: nox.Session) -> None:
     """Run the whole test suite, slow CUDA and registry tests included (pytest arguments after --).
 
     Writes the test-run receipt <PIPELINE_DIST>/test-run-receipt.json (commit, tree, dirty, counts) that the
-    product publication gates on; a run that selects part of the suite writes none (tests/testreceipt.py).
+    product publication gates on; a run that selects part of the suite writes none (tests/kits/testreceipt.py).
     """
     ensure_debian_tools(session.log)
     ensure_node_tools(session.log)

@@ -1,46 +1,33 @@
 """Shared fixtures: a git repository holding the sample runtime, output folders,
-and the guard that keeps unit tests from compiling (as cibuildwheel does)."""
+and the guard that keeps unit tests from compiling (as cibuildwheel does).
+
+The suite has two tiers, `tests/unit/` (no compiler, registry, network or GPU) and
+`tests/integration/`, and one folder of kits, `tests/kits/`.  The kits are loaded one
+way: this file puts tests/kits on sys.path (once, here), tests import them by name
+(`from repokit import git`), and the kits that provide fixtures or hooks are this
+suite's plugins (`pytest_plugins` below), so no test imports a fixture and no fixture
+is re-exported from here.
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SAMPLE = ROOT / "runtime" / "sample"
-SHARED = ROOT.parent / "shared"
+# tests/ itself is on sys.path too (pytest puts the folder of a rootdir conftest there): the fuzz
+# tool tests/fuzz is imported as the package `fuzz`.
+KITS = Path(__file__).resolve().parent / "kits"
+if str(KITS) not in sys.path:
+    sys.path.insert(0, str(KITS))
 
-GIT_ENV = {
-    "GIT_AUTHOR_NAME": "Sample Author",
-    "GIT_AUTHOR_EMAIL": "sample@example.invalid",
-    "GIT_COMMITTER_NAME": "Sample Author",
-    "GIT_COMMITTER_EMAIL": "sample@example.invalid",
-    "GIT_AUTHOR_DATE": "2026-11-01T12:00:00+00:00",
-    "GIT_COMMITTER_DATE": "2026-11-01T12:00:00+00:00",
-    "GIT_CONFIG_NOSYSTEM": "1",
-}
+from repokit import SAMPLE, make_repo  # noqa: E402
 
-
-def git(repo: Path, *args: str) -> str:
-    env = dict(os.environ, **GIT_ENV, HOME=str(repo.parent))
-    result = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True)
-    return result.stdout.strip()
-
-
-def make_repo(path: Path, source: Path | None = None) -> str:
-    """A git repository with `source`'s files committed at a fixed date; returns the commit."""
-    path.mkdir(parents=True, exist_ok=True)
-    if source is not None:
-        shutil.copytree(source, path, dirs_exist_ok=True, ignore=shutil.ignore_patterns("build", "build-*", "__pycache__"))
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "core.autocrlf", "false")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "sample runtime")
-    return git(path, "rev-parse", "HEAD")
+# imagekit: the test base image (local_base, pushed_base, private_oci_cache); registry: a real
+# docker-registry on 127.0.0.1 and a fault-injecting proxy (registry_server, auth_registry, fault_proxy);
+# testreceipt: the test-run receipt, when PIPELINE_TEST_RECEIPT names its path (nox -s tests).
+pytest_plugins = ["imagekit", "registry", "testreceipt"]
 
 
 @pytest.fixture(scope="session")
@@ -56,10 +43,6 @@ def dist(tmp_path) -> Path:
     return tmp_path / "dist"
 
 
-def have_nvcc() -> bool:
-    return shutil.which("nvcc") is not None
-
-
 @pytest.fixture(autouse=True)
 def _no_compile_in_unit_tests(request, monkeypatch):
     """Unit tests must not start CMake/nvcc; only tests marked `cuda` may compile."""
@@ -73,13 +56,6 @@ def _no_compile_in_unit_tests(request, monkeypatch):
     monkeypatch.setattr(build.BuildStage, "_compile", refuse)
 
 
-def pytest_configure(config):
-    # The test-run receipt (tests/testreceipt.py), when PIPELINE_TEST_RECEIPT names its path (nox -s tests).
-    import testreceipt
-
-    testreceipt.configure(config)
-
-
 @pytest.fixture(autouse=True)
 def _loud_by_default():
     """`main([..., "--quiet"])` sets a process-wide switch; no test may inherit it from another."""
@@ -87,16 +63,3 @@ def _loud_by_default():
 
     ui.set_quiet(False)
     yield
-
-
-def shared_or_skip(*parts: str) -> Path:
-    path = SHARED.joinpath(*parts)
-    if not path.exists():
-        pytest.skip(f"{path} is absent: the workplace's shared reference folder is not beside this checkout")
-    return path
-
-
-# Fixtures of the image and push tests: a real docker-registry on 127.0.0.1 and a
-# fault-injecting proxy in front of it (tests/registry.py), the test base image (tests/imagekit.py).
-from imagekit import local_base, private_oci_cache, pushed_base  # noqa: E402, F401
-from registry import auth_registry, fault_proxy, registry_server  # noqa: E402, F401

@@ -36,6 +36,7 @@ from pipeline.util.jsonio import check_text_hygiene, expect_object, loads_object
 from pipeline.util.safepath import component_problem, relpath_problem
 
 OUTER_SUMS = "SHA256SUMS"
+ASSETS_DIR = "assets"  # dist/<lane>/assets/: where the package stage publishes the set
 RECEIPT = "package-build-receipt.json"
 PAYLOAD_SUMS = "SHA256SUMS.txt"
 MAX_MEMBER_DOCUMENT_BYTES = 16 * 1024 * 1024  # a package member read into memory (SHA256SUMS.txt, build-identity.json)
@@ -125,6 +126,15 @@ class AssetSet:
             if asset.name == name:
                 return asset.role
         raise KeyError(name)
+
+    def entry_name(self, name: str) -> str:
+        """The register name of file `name` of this set, as the package stage records it: `<lane>/assets/<file>`."""
+        self.role_of(name)  # a file of the set, or KeyError
+        return f"{self.lane_id}/{ASSETS_DIR}/{name}"
+
+    def entry_attrs(self, name: str) -> dict[str, str]:
+        """The register attributes every entry of this set carries (consumers query by them)."""
+        return {"component_tag": self.component_tag, "stem": self.stem, "platform": self.platform, "role": self.role_of(name)}
 
 
 def asset_set(lane: Lane, beta: int | None = None) -> AssetSet:

@@ -38,6 +38,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.errors import InputError, IntegrityError
+from pipeline.formats.release.names import PROVENANCE_SUFFIX
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 from pipeline.util.jsonio import canonical_bytes, parse_strict
 
@@ -49,7 +50,7 @@ BUILD_TYPE_SET = f"{DOCS}#asset-set-v1"
 BUILD_TYPE_IMAGE = f"{DOCS}#oci-image-v1"
 BUILD_TYPES = (BUILD_TYPE_SET, BUILD_TYPE_IMAGE)
 LOCAL_BUILDER = f"{DOCS}#local-builder"
-SUFFIX = ".provenance.intoto.json"
+SUFFIX = PROVENANCE_SUFFIX  # one spelling: the release tree copies statements under it too
 IMAGE_SUFFIX = ".image" + SUFFIX
 FOLDER = "attestations"
 EXTERNAL_KEYS = ("component_tag", "lane", "source_commit", "source_repository")
@@ -282,6 +283,22 @@ def check_subjects(statement_: Statement, expected: Mapping[str, str], *, origin
                 found=statement_.subjects[name],
                 expected=expected[name],
                 why="the file was changed after the statement was made, or the statement belongs to another build",
+            )
+
+
+def check_parameters(statement_: Statement, *, lane: str, tag: str, source_commit: str | None, origin: str) -> None:
+    """The statement's external parameters name this lane, this cut and (where known) this source commit."""
+    where = "predicate.buildDefinition.externalParameters"
+    for key, expected in (("lane", lane), ("component_tag", tag), ("source_commit", source_commit)):
+        found = statement_.external.get(key)
+        if expected is not None and found != expected:
+            raise IntegrityError(
+                f"the statement names another {key.replace('_', ' ')} than the bound evidence",
+                file=origin,
+                field=f"{where}.{key}",
+                found=found,
+                expected=expected,
+                why="a statement about another lane, cut or commit is no evidence for these bytes",
             )
 
 

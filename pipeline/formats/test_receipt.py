@@ -1,7 +1,7 @@
 """The test-run receipt: which commit the whole test suite ran on, and how it went.
 
 `nox -s tests` writes one (`<dist>/test-run-receipt.json`, through the pytest
-plugin in tests/testreceipt.py) so that the product publication can refuse a
+plugin in tests/kits/testreceipt.py) so that the product publication can refuse a
 release whose exact commit was not tested, or was tested with failures or with
 uncommitted changes.  The document is canonical JSON (sorted keys, LF):
 

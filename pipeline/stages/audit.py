@@ -344,7 +344,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
                     role=role,
                 )
             )
-        for record_field in ("qualification", "publication_receipt"):
+        for record_field in ("qualification", "publication_receipt", "provenance", "image_provenance"):
             record = row.get(record_field)
             if isinstance(record, dict) and "public_url" in record:
                 bindings.append(_record(f"{lane} {record_field.replace('_', ' ')}", f"{where}.{record_field}", record, "summary" if record_field == "qualification" else "path", "sha256", product_repository, release))
@@ -420,7 +420,7 @@ def check_manifest_shapes(manifest: dict[str, Any], *, file: str) -> None:
     for index, row in enumerate(dig(manifest, "components.ninfer_variants") or []):
         expect_object(row, source=file, field=f"components.ninfer_variants[{index}]")
     for where, row in _lane_row_list(manifest):
-        for record in ("qualification", "publication_receipt"):
+        for record in ("qualification", "publication_receipt", "provenance", "image_provenance"):
             if row.get(record) is not None:
                 expect_object(row[record], source=file, field=f"{where}.{record}")
 
@@ -454,7 +454,7 @@ def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
         for stem, _role in SET_FIELDS:
             if row.get(f"{stem}_name") is not None:
                 safe_component(row[f"{stem}_name"], file=file, field=f"{where}.{stem}_name")
-        for record, key in (("qualification", "summary"), ("publication_receipt", "path")):
+        for record, key in (("qualification", "summary"), ("publication_receipt", "path"), ("provenance", "path"), ("image_provenance", "path")):
             value = row.get(record)
             if isinstance(value, dict) and value.get(key) is not None:
                 safe_relpath(value[key], file=file, field=f"{where}.{record}.{key}")

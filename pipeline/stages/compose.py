@@ -59,7 +59,13 @@ from pipeline.formats.receipts import (
     receipt_facts,
 )
 from pipeline.formats.release.contract import evidence_problems, tree_digests, verify_release
-from pipeline.formats.release.derive import Derived, derive, null_identities, unknown_keys_unused
+from pipeline.formats.release.derive import (
+    PROVENANCE_KEYS,
+    Derived,
+    derive,
+    null_identities,
+    unknown_keys_unused,
+)
 from pipeline.formats.release.evidence import collect_pins, expected_names, file_sha256, predecessor_row
 from pipeline.formats.release.names import (
     ACCEPTANCE,
@@ -72,7 +78,9 @@ from pipeline.formats.release.names import (
     RELEASE_TOML,
     STATES,
     SUMMARY,
+    image_provenance_name,
     parse_raw_url,
+    provenance_name,
     raw_url,
     receipt_name,
     release_dir,
@@ -209,6 +217,7 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
     files = {
         repo_path(release, receipt_name(lane.id)): receipt_bytes,
         repo_path(release, sums_name(lane.id)): sums_bytes,
+        repo_path(release, provenance_name(lane.id)): set_provenance(register, lane, tag, sums_bytes, facts.source_commit),
     }
     if lane.kind == "container":
         # Only this lane's own receipt: an image pushed for another lane is never evidence for this one.
@@ -239,10 +248,58 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
             _want(pf.component_tag == tag, "the image names another component tag", file=p, field="release_tag", found=pf.component_tag, expected=tag)
             _want(pf.secret_free is True, "does not declare itself secret-free", file=p, field="secret_free", found=pf.secret_free, expected=True)
             files[repo_path(release, PUBLICATION_RECEIPT)] = pub_bytes
+            statement = image_provenance(register, lane, tag, pf.image_digest)
+            if statement is not None:
+                files[repo_path(release, image_provenance_name(lane.id))] = statement
         else:
             ui.warn(f"{lane.id}: no publication-receipt in the register yet (run image and push); the image stays null with a blocker")
     ui.info(f"{lane.id}: {tag}, package {package_name} {package.sha256[:12]}, receipt {facts.status}")
     return files
+
+
+def _statement_entries(register: Register, lane: Lane, tag: str, build_type: str) -> list[Artifact]:
+    return [e for e in register.query("provenance", lane=lane.id) if e.attrs.get("build_type") == build_type and e.attrs.get("component_tag") == tag]
+
+
+def set_provenance(register: Register, lane: Lane, tag: str, sums_bytes: bytes, source_commit: str | None) -> bytes:
+    """The register's provenance statement of this lane's set (package writes it beside the set), checked
+    to describe exactly the set compose binds: every file of its SHA256SUMS and the SHA256SUMS itself."""
+    from pipeline.formats import provenance
+    from pipeline.formats.assets import parse_sums
+
+    entries = _statement_entries(register, lane, tag, provenance.BUILD_TYPE_SET)
+    if len(entries) != 1:
+        raise InputError(
+            f"the register has {len(entries)} provenance statements of the {tag} set",
+            file=register.file,
+            found=[e.name for e in entries],
+            expected="exactly one (the package stage writes it beside the set)",
+            fix=f"package the lane again (python -m pipeline package --lane {lane.id})",
+        )
+    path = register.verified_path(entries[0])
+    data = path.read_bytes()
+    statement = provenance.read_statement(data, origin=str(path))
+    set_files = {**parse_sums(sums_bytes, file=sums_name(lane.id)), "SHA256SUMS": sha256_bytes(sums_bytes)}
+    provenance.check_subjects(statement, set_files, origin=str(path), what="the packaged set's files")
+    provenance.check_parameters(statement, lane=lane.id, tag=tag, source_commit=source_commit, origin=str(path))
+    return data
+
+
+def image_provenance(register: Register, lane: Lane, tag: str, image_digest: str | None) -> bytes | None:
+    """The image's provenance statement, when the register holds one for the pushed image (None otherwise)."""
+    from pipeline.formats import provenance
+
+    for entry in _statement_entries(register, lane, tag, provenance.BUILD_TYPE_IMAGE):
+        if entry.attrs.get("manifest_digest") != image_digest:
+            continue  # a statement of another build of the image than the one pushed
+        path = register.verified_path(entry)
+        data = path.read_bytes()
+        statement = provenance.read_statement(data, origin=str(path))
+        _want(sorted(statement.subjects.values()) == [str(image_digest).removeprefix("sha256:")], "the image provenance names other subjects than the pushed image", file=path, field="subject", found=sorted(statement.subjects.values()), expected=str(image_digest))
+        provenance.check_parameters(statement, lane=lane.id, tag=tag, source_commit=None, origin=str(path))
+        return data
+    ui.warn(f"{lane.id}: the register holds no provenance statement of the pushed image {image_digest}; the tree binds none")
+    return None
 
 
 def component_publication(register: Register, lane: Lane, tag: str, set_files: dict[str, str], source_commit: str | None) -> dict[str, Any] | None:
@@ -308,9 +365,10 @@ def _record_bytes(root: Path, derived: Derived) -> dict[str, bytes]:
         rel = row["qualification"]["summary"]
         if rel and (root / rel).is_file():
             out[rel] = (root / rel).read_bytes()
-        pub = row.get("publication_receipt")
-        if isinstance(pub, dict) and (root / pub["path"]).is_file():
-            out[pub["path"]] = (root / pub["path"]).read_bytes()
+        for key in ("publication_receipt", *PROVENANCE_KEYS):
+            record = row.get(key)
+            if isinstance(record, dict) and (root / record["path"]).is_file():
+                out[record["path"]] = (root / record["path"]).read_bytes()
     acc = m["qualification"]["acceptance"]
     if acc and (root / acc["path"]).is_file():
         out[acc["path"]] = (root / acc["path"]).read_bytes()
@@ -489,7 +547,7 @@ def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes
         for lane_id, li in rt.lanes.items():
             if li.mode == "register" and li.status in SHIPPED:
                 continue
-            names = [receipt_name(lane_id), sums_name(lane_id)]
+            names = [receipt_name(lane_id), sums_name(lane_id), provenance_name(lane_id), image_provenance_name(lane_id)]
             if lanes[lane_id].kind == "container" and li.mode != "predecessor":
                 names.append(PUBLICATION_RECEIPT)
             for name in names:
@@ -582,7 +640,7 @@ def stage_release(root: Path, previous: str, release: str, *, lanes_dir: Path | 
         if row is None:
             continue
         carried.append(lane_id)
-        for name in (receipt_name(lane_id), sums_name(lane_id)):
+        for name in (receipt_name(lane_id), sums_name(lane_id), provenance_name(lane_id), image_provenance_name(lane_id)):
             source = old_tree / name
             if source.is_file():
                 copies[repo_path(release, name)] = source.read_bytes()

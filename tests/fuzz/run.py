@@ -1,4 +1,4 @@
-"""Run the fuzz harnesses (tests/fuzz/harnesses.py): `nox -s fuzz` and tests/test_fuzz.py call this.
+"""Run the fuzz harnesses (tests/fuzz/harnesses.py): `nox -s fuzz` and tests/integration/test_fuzz.py call this.
 
     python tests/fuzz/run.py [--seconds N] [--target NAME ...] [--out DIR]
     python tests/fuzz/run.py --replay [--target NAME ...]     # the committed corpus, once, deterministically

@@ -7,7 +7,7 @@ Seeds are real documents of each reader: the lane files, the release
 manifests of manifests/, and sets, receipts, registry answers made with the
 pipeline's own writers (the same shapes the tests build).  Inputs that
 crashed a harness are kept beside them as `crash-*` files (never rewritten
-here): they are replayed with the rest by tests/test_fuzz.py.
+here): they are replayed with the rest by tests/integration/test_fuzz.py.
 """
 
 from __future__ import annotations

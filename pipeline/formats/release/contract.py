@@ -52,7 +52,13 @@ from pipeline.formats.receipts import (
     publication_facts,
     receipt_facts,
 )
-from pipeline.formats.release.derive import Derived, derive, null_identities, unknown_keys_unused
+from pipeline.formats.release.derive import (
+    PROVENANCE_KEYS,
+    Derived,
+    derive,
+    null_identities,
+    unknown_keys_unused,
+)
 from pipeline.formats.release.names import (
     AUTHORITY_MD,
     BUNDLE_SUFFIX,
@@ -62,9 +68,11 @@ from pipeline.formats.release.names import (
     NOTES,
     RELEASE_RE,
     STATES,
+    image_provenance_name,
     list_releases,
     package_prefix,
     parse_raw_url,
+    provenance_name,
     release_dir,
     repo_path,
     role_fields,
@@ -94,6 +102,7 @@ GROUPS = (
     ("hashes", "every recorded SHA-256 equals its bytes"),
     ("checksums", "checksum copies equal the manifest rows; sets closed"),
     ("receipts", "receipts bind the rows' source, binary, config, model and package"),
+    ("provenance", "provenance statements describe exactly the bound assets and image"),
     ("images", "image references pinned by digest and bound to the archive"),
     ("urls", "URLs immutable"),
     ("model", "model binding exact"),
@@ -200,6 +209,7 @@ class Verifier:
             self.check_hashes,
             self.check_checksums,
             self.check_receipts,
+            self.check_provenance,
             self.check_images,
             self.check_urls,
             self.check_model,
@@ -329,8 +339,9 @@ class Verifier:
             q = row.get("qualification") if isinstance(row.get("qualification"), dict) else {}
             if q.get("summary") is not None:
                 out.append((f"{where}.qualification.summary", q.get("summary")))
-            if isinstance(row.get("publication_receipt"), dict):
-                out.append((f"{where}.publication_receipt.path", row["publication_receipt"].get("path")))
+            for key in ("publication_receipt", *PROVENANCE_KEYS):
+                if isinstance(row.get(key), dict):
+                    out.append((f"{where}.{key}.path", row[key].get("path")))
         signing = m.get("signing") if isinstance(m.get("signing"), dict) else {}
         for index, value in enumerate(signing.get("signed_files") or []):
             out.append((f"signing.signed_files[{index}]", value))
@@ -383,9 +394,9 @@ class Verifier:
                 pairs.append((f"{where}.qualification.sha256", q.get("sha256"), q.get("summary")))
             if row.get("checksums_path") is not None:
                 pairs.append((f"{where}.checksums_sha256", row.get("checksums_sha256"), row.get("checksums_path")))
-            if isinstance(row.get("publication_receipt"), dict):
-                pub = row["publication_receipt"]
-                pairs.append((f"{where}.publication_receipt.sha256", pub.get("sha256"), pub.get("path")))
+            for key in ("publication_receipt", *PROVENANCE_KEYS):
+                if isinstance(row.get(key), dict):
+                    pairs.append((f"{where}.{key}.sha256", row[key].get("sha256"), row[key].get("path")))
         return pairs
 
     def check_hashes(self) -> None:
@@ -485,6 +496,48 @@ class Verifier:
                 rt_path = d.release.path if d.release else None
                 self.error("receipts", f"the lane is marked qualified but its receipt says {facts.status}", file=rt_path, field=f"lanes.{row['id']}.status", found="qualified", expected="'preview' until a passed receipt is bound (python -m pipeline qualify --import RECEIPT on the lane's hardware)")
 
+    # 6b ------------------------------------------------------------------------------------
+    def check_provenance(self) -> None:
+        """Each copied statement's subjects are exactly the row's bound files (or its image), for its lane, cut and commit.
+
+        The statements are the ones the package and image stages wrote; their DSSE
+        bundles ship beside the sets (audit checks those from the public URLs).
+        """
+        from pipeline.formats import provenance
+
+        self.groups.append("provenance")
+        for row in manifest_rows(self.manifest):
+            lane_id = row.get("id")
+            if not isinstance(lane_id, str) or lane_id not in self.lanes:
+                continue
+            rel = repo_path(self.release, provenance_name(lane_id))
+            path = self.inside(rel)
+            sums_path = self.inside(row.get("checksums_path"))
+            if path is not None and path.is_file():
+                if sums_path is None or not sums_path.is_file():
+                    self.error("provenance", "a set provenance is copied, but the row binds no checksum copy to compare it with", file=rel, expected=f"{repo_path(self.release, 'qualification/' + lane_id + '.SHA256SUMS')} beside it")
+                else:
+                    try:
+                        sums = sums_path.read_bytes()
+                        expected = {**parse_sums(sums, file=row["checksums_path"]), "SHA256SUMS": sha256_bytes(sums)}
+                        statement = provenance.read_statement(path.read_bytes(), origin=rel)
+                        provenance.check_subjects(statement, expected, origin=rel, what="the files the row binds")
+                        provenance.check_parameters(statement, lane=lane_id, tag=row.get("release_tag"), source_commit=row.get("source_commit"), origin=rel)
+                    except PipelineError as error:
+                        self.from_error("provenance", error, file=rel)
+            image_rel = repo_path(self.release, image_provenance_name(lane_id))
+            image_path = self.inside(image_rel)
+            if image_path is None or not image_path.is_file():
+                continue
+            digest = row.get("oci_manifest_digest")
+            try:
+                statement = provenance.read_statement(image_path.read_bytes(), origin=image_rel)
+                if not isinstance(digest, str) or sorted(statement.subjects.values()) != [digest.removeprefix("sha256:")]:
+                    self.error("provenance", "the image provenance names other subjects than the row's image", file=image_rel, field="subject", found=sorted(statement.subjects.values()), expected=digest)
+                provenance.check_parameters(statement, lane=lane_id, tag=row.get("release_tag"), source_commit=row.get("source_commit"), origin=image_rel)
+            except PipelineError as error:
+                self.from_error("provenance", error, file=image_rel)
+
     # 7 -------------------------------------------------------------------------------------
     def check_images(self) -> None:
         self.groups.append("images")
@@ -580,8 +633,9 @@ class Verifier:
             where = row_field(row, self.lanes)
             if isinstance(row.get("qualification"), dict):
                 out.append((f"{where}.qualification.public_url", "summary", row["qualification"]))
-            if isinstance(row.get("publication_receipt"), dict):
-                out.append((f"{where}.publication_receipt.public_url", "path", row["publication_receipt"]))
+            for key in ("publication_receipt", *PROVENANCE_KEYS):
+                if isinstance(row.get(key), dict):
+                    out.append((f"{where}.{key}.public_url", "path", row[key]))
         return out
 
     # 9 -------------------------------------------------------------------------------------

@@ -53,8 +53,10 @@ from pipeline.formats.release.names import (
     SUMMARY,
     SUMMARY_TYPE,
     asset_url,
+    image_provenance_name,
     package_prefix,
     parse_raw_url,
+    provenance_name,
     receipt_name,
     repo_path,
     role_fields,
@@ -240,8 +242,9 @@ def derive(
     for row in shipped_rows:
         if row["qualification"]["summary"]:
             records.append((row["qualification"]["summary"], row["qualification"]["public_url"]))
-        if isinstance(row.get("publication_receipt"), dict):
-            records.append((row["publication_receipt"]["path"], row["publication_receipt"]["public_url"]))
+        for key in ("publication_receipt", *PROVENANCE_KEYS):
+            if isinstance(row.get(key), dict):
+                records.append((row[key]["path"], row[key]["public_url"]))
     if acceptance:
         records.append((acceptance["path"], acceptance["public_url"]))
     unpinned = sorted({path for path, url in records if url is None})
@@ -368,6 +371,7 @@ def _derive_row(
             actual = file_sha256(root, sums_rel)
             if actual != old["checksums_sha256"]:
                 problems.add("checksums", "a rebound-unchanged checksum copy must be the predecessor's bytes", file=sums_rel, field=f"{where}.checksums_sha256", found=actual, expected=old["checksums_sha256"])
+        _bind_provenance(root, release, row, lane, pins, files, problems, required=False, old=old)
         old_pub = old.get("publication_receipt")
         if lane.kind == "container" and isinstance(old_pub, dict) and old_pub.get("sha256"):
             files[pub_rel] = "publication"
@@ -409,6 +413,7 @@ def _derive_row(
     # register mode: everything from the evidence copied into the tree
     files[receipt_rel] = "receipt"
     files[sums_rel] = "checksums"
+    _bind_provenance(root, release, row, lane, pins, files, problems, required=True)
     doc = read_evidence_json(root, receipt_rel, problems, "receipts")
     if doc is not None:
         facts = receipt_facts(doc)
@@ -436,6 +441,46 @@ def _derive_row(
             else:
                 problems.add("images", "the image reference is not pinned by digest", file=pub_rel, field="image_reference", found=pf.image_reference, expected="'<registry>/<repository>@sha256:<64 hex>' (a tag can move)")
     return row, facts
+
+
+PROVENANCE_KEYS = ("provenance", "image_provenance")  # optional row records: a row binds them once a copy exists
+
+
+def _bind_provenance(
+    root: Path,
+    release: str,
+    row: dict[str, Any],
+    lane: Lane,
+    pins: dict[str, str],
+    files: dict[str, str],
+    problems: Problems,
+    *,
+    required: bool,
+    old: dict[str, Any] | None = None,
+) -> None:
+    """The row's records of its provenance copies ({path, sha256, public_url}), as for the publication receipt.
+
+    A register lane must have its set's statement (compose copies it); a rebound lane
+    carries its predecessor's copies byte for byte. Trees made before statements existed
+    bind none, so the keys are absent rather than null (their manifests stay as they are).
+    """
+    where = row_path(lane.id, lane.kind)
+    names = [("provenance", provenance_name(lane.id))]
+    if lane.kind == "container":
+        names.append(("image_provenance", image_provenance_name(lane.id)))
+    for key, name in names:
+        rel = repo_path(release, name)
+        previous = old.get(key) if isinstance(old, dict) and isinstance(old.get(key), dict) else None
+        if not (root / rel).is_file():
+            if (required and key == "provenance") or previous is not None:
+                fix = "run 'python -m pipeline compose --dist DIR' to copy it from the register" if required else "copy it byte for byte from the predecessor's tree (compose stage does)"
+                problems.add("provenance", "the copy of the lane's provenance statement is missing", file=rel, fix=fix)
+            continue
+        files[rel] = "provenance"
+        actual = file_sha256(root, rel)
+        if previous is not None and previous.get("sha256") != actual:
+            problems.add("provenance", "a rebound-unchanged provenance copy must be the predecessor's bytes", file=rel, field=f"{where}.{key}.sha256", found=actual, expected=previous.get("sha256"))
+        row[key] = {"path": rel, "sha256": actual, "public_url": _pin(pins, rel)}
 
 
 def _set_image(row: dict[str, Any], reference: str) -> None:

@@ -104,7 +104,8 @@ def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
     for row in manifest_rows(manifest):
         if isinstance(row, dict):
             take(row.get("qualification"), "summary", "public_url")
-            take(row.get("publication_receipt"), "path", "public_url")
+            for key in ("publication_receipt", "provenance", "image_provenance"):
+                take(row.get(key), "path", "public_url")
     return pins
 
 

@@ -1,7 +1,8 @@
 """Names of the release tree: its files, its documents' type strings, its URLs and its vocabulary.
 
 Everything here is a pure function of strings: where a file of
-`manifests/<release>/` lives (`repo_path`, `receipt_name`, `sums_name`), how a
+`manifests/<release>/` lives (`repo_path`, `receipt_name`, `sums_name`,
+`provenance_name`), how a
 release is named and ordered (`RELEASE_RE`, `sort_release_key`: `vX.Y.Z` or
 `vX.Y.Z-beta.N`, docs/release-tree.md; nothing else, so `v1.0.0-rc.1` is not
 a product release), the immutable URLs the manifest records (release
@@ -26,6 +27,7 @@ QUALIFICATION_DIR = "qualification"
 PUBLICATION_RECEIPT = "qualification/runtime-publication.json"
 ACCEPTANCE = "acceptance/external-installation.json"
 BUNDLE_SUFFIX = ".sigstore.json"
+PROVENANCE_SUFFIX = ".provenance.intoto.json"  # a provenance statement (formats/provenance.py), beside a set and in a tree
 
 MANIFEST_TYPE = "omp_ninfer_release_manifest"
 SUMMARY_TYPE = "omp_ninfer_product_qualification"
@@ -88,6 +90,16 @@ def receipt_name(lane_id: str) -> str:
 
 def sums_name(lane_id: str) -> str:
     return f"{QUALIFICATION_DIR}/{lane_id}.SHA256SUMS"
+
+
+def provenance_name(lane_id: str) -> str:
+    """The tree copy of the lane's set provenance (formats/provenance.py's `.provenance.intoto.json`)."""
+    return f"{QUALIFICATION_DIR}/{lane_id}{PROVENANCE_SUFFIX}"
+
+
+def image_provenance_name(lane_id: str) -> str:
+    """The tree copy of the container lane's image provenance."""
+    return f"{QUALIFICATION_DIR}/{lane_id}.image{PROVENANCE_SUFFIX}"
 
 
 def raw_url(commit: str, path: str) -> str:

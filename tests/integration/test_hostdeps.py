@@ -1,0 +1,303 @@
+"""Build-host dependencies: lane data, the source's own declaration, the preflight and what is recorded.
+
+The checks run the host's real pkg-config and dpkg-query (installed by .ci/run:
+pkg-config and zlib1g-dev), so every recorded version is compared with what
+those tools print themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from repokit import SAMPLE, make_repo
+
+from pipeline.errors import EnvironmentProblem, InputError, UsageError
+from pipeline.formats import host_dependencies as declaration
+from pipeline.formats.lanes import DEFAULT_LANES_DIR, HostDependency, find_lane, load_lane
+from pipeline.infra import hostdeps
+from pipeline.infra.source import parse_source
+from pipeline.stage import Context, execute
+from pipeline.stages.build import BUILD_PATH, BuildStage
+
+ABSENT = "omp-ninfer-absent-module"
+
+
+def _tool_output(*argv: str) -> str:
+    return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _lane_with(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:
+    directory = tmp_path / "lanes"
+    directory.mkdir(exist_ok=True)
+    text = (DEFAULT_LANES_DIR / f"{lane_id}.toml").read_text()
+    assert old in text, f"fixture text {old!r} not in lane file"
+    path = directory / f"{lane_id}.toml"
+    path.write_text(text.replace(old, new, 1))
+    return path
+
+
+# -- the lane data -------------------------------------------------------------------
+
+
+def test_shipped_lanes_declare_the_engines_pkg_config_modules_with_their_floors_and_origins():
+    lane = find_lane("5090")
+    declared = {d.name: d for d in lane.host_dependencies}
+    assert {n: d.min_version for n, d in declared.items() if d.kind == "pkg-config"} == {
+        "libavformat": "60",
+        "libavcodec": "60.31",  # FFmpeg 6.1: the API decode.cpp uses (CMake itself checks only 60)
+        "libavutil": "58",
+        "libswscale": "7",
+        "libcurl": "7.85",
+    }
+    assert declared["pkg-config"].kind == "tool" and declared["c++"].debian == "g++"
+    assert declared["libcurl"].debian == "libcurl4-openssl-dev" and declared["libavcodec"].vcpkg == "ffmpeg[avcodec]"
+    for short in ("4090", "3090"):
+        windows = {d.name: d for d in find_lane(short).host_dependencies}
+        assert windows["pkgconf"].vcpkg == "pkgconf" and windows["libavformat"].vcpkg == "ffmpeg[avformat]"
+        assert all(d.vcpkg for d in windows.values())
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "message"),
+    [
+        ('debian = "libcurl4-openssl-dev"\n', 'debian = "libcurl4-openssl-dev"\ncolour = "red"\n', "build.host_dependencies[6].colour", "unknown key"),
+        ('debian = "libcurl4-openssl-dev"\n', "", "build.host_dependencies[6].debian", "does not say where the dependency comes from"),
+        ('kind = "pkg-config"\nmin_version = "7.85"', 'kind = "cmake"\nmin_version = "7.85"', "build.host_dependencies[6].kind", "invalid value"),
+        ('min_version = "7.85"', 'min_version = "seven"', "build.host_dependencies[6].min_version", "invalid value"),
+        ('name = "libcurl"', 'name = "libavutil"', "build.host_dependencies[6].name", "declares a host dependency twice"),
+        ('name = "pkg-config"\nkind = "tool"', 'name = "pkgconfig-helper"\nkind = "tool"', "build.host_dependencies[2]", "not the pkg-config tool itself"),
+    ],
+)
+def test_host_dependency_errors_name_file_key_found_and_expected(tmp_path, old, new, field, message):
+    path = _lane_with(tmp_path, "rtx5090-container", old, new)
+    with pytest.raises(InputError) as info:
+        load_lane(path)
+    assert info.value.field == field
+    assert message in info.value.what
+    assert "rtx5090-container.toml" in info.value.render()
+
+
+def test_a_windows_lane_needs_a_vcpkg_port_for_every_entry(tmp_path):
+    path = _lane_with(tmp_path, "rtx4090-windows-native", 'vcpkg = "curl"\n', "")
+    with pytest.raises(InputError, match="does not say where the dependency comes from on the lane's windows-x86_64") as info:
+        load_lane(path)
+    assert info.value.field.endswith(".vcpkg")
+
+
+def test_the_sample_declares_only_its_host_compiler():
+    deps = declaration.parse((SAMPLE / declaration.FILE_NAME).read_bytes(), origin="sample")
+    assert [(d.name, d.kind, d.debian, d.hosts) for d in deps] == [("c++", "tool", "g++", ("linux-x86_64",))]
+    with pytest.raises(InputError, match="unknown key") as info:
+        declaration.parse(b"schema_version = 1\nhost_dependencies = []\nextra = 1\n", origin="x.toml")
+    assert info.value.field == "extra"
+    with pytest.raises(InputError, match="LF line endings"):
+        declaration.parse(b"schema_version = 1\r\nhost_dependencies = []\r\n", origin="x.toml")
+
+
+# -- the probe (the host's real pkg-config and dpkg) ----------------------------------
+
+
+def test_present_module_and_tools_are_recorded_with_the_versions_the_tools_print():
+    deps = (HostDependency("pkg-config", "tool", "0.29", "pkg-config"), HostDependency("zlib", "pkg-config", "1.2", "zlib1g-dev"), HostDependency("c++", "tool", "10", "g++"))
+    check = hostdeps.check(deps, host="linux-x86_64", declared_by="test", declaration_file="t.toml", path=list(BUILD_PATH))
+    found = {item["name"]: item for item in check.dependencies_json()}
+    assert found["zlib"]["version"] == _tool_output("pkg-config", "--modversion", "zlib")
+    pc_dir = _tool_output("pkg-config", "--variable=pcfiledir", "zlib")
+    assert found["zlib"]["path"] == f"{pc_dir}/zlib.pc"
+    owner = _tool_output("dpkg-query", "-S", found["zlib"]["path"]).split(":", 1)[0]
+    assert found["zlib"]["debian_package"] == owner == "zlib1g-dev"
+    assert found["zlib"]["debian_version"] == _tool_output("dpkg-query", "-W", "-f=${Version}", "zlib1g-dev")
+    assert found["pkg-config"]["version"] == _tool_output("pkg-config", "--version")
+    assert found["c++"]["version"] in _tool_output("c++", "--version").splitlines()[0]
+    assert check.pkg_config == "/usr/bin/pkg-config"
+    assert check.environment_json()["PKG_CONFIG_PATH"] == [] and check.build_env() == {}
+    assert check.cmake_args() == ["-DPKG_CONFIG_EXECUTABLE=/usr/bin/pkg-config"]
+
+
+def test_missing_and_too_old_dependencies_are_named_together_with_one_install_command():
+    deps = (
+        HostDependency("pkg-config", "tool", None, "pkg-config"),
+        HostDependency("zlib", "pkg-config", "99", "zlib1g-dev", declared_at="build.host_dependencies[1]"),
+        HostDependency(ABSENT, "pkg-config", None, "libabsent-dev", declared_at="build.host_dependencies[2]"),
+        HostDependency("omp-ninfer-absent-tool", "tool", None, "absent-tool", declared_at="build.host_dependencies[3]"),
+    )
+    with pytest.raises(EnvironmentProblem) as info:
+        hostdeps.check(deps, host="linux-x86_64", declared_by="test", declaration_file="lane.toml", path=list(BUILD_PATH))
+    error = info.value
+    assert "lacks 3 declared host dependencies" in error.what
+    assert error.field == "build.host_dependencies[3]"  # tools are checked first
+    assert "zlib is " in str(error.found) and "older than the floor 99" in str(error.found)
+    assert f"pkg-config finds no module {ABSENT}" in str(error.found)
+    assert "run 'apt-get install absent-tool libabsent-dev zlib1g-dev'" in error.render()
+    assert "--pkg-config-path" in error.render()
+    vcpkg = hostdeps.install_command([HostDependency("libcurl", "pkg-config", None, None, "curl")], "windows-x86_64")
+    assert vcpkg == "vcpkg install curl:x64-windows"
+
+
+def test_modules_are_found_only_through_the_explicit_search_path_never_the_inherited_one(tmp_path, monkeypatch):
+    prefix = tmp_path / "prefix" / "lib" / "pkgconfig"
+    prefix.mkdir(parents=True)
+    (prefix / "ompfake.pc").write_text("prefix=/opt/ompfake\nlibdir=${prefix}/lib\n\nName: ompfake\nDescription: test\nVersion: 3.4.5\n")
+    deps = (HostDependency("pkg-config", "tool", None, "pkg-config"), HostDependency("ompfake", "pkg-config", "3.4", "ompfake-dev"))
+    monkeypatch.setenv("PKG_CONFIG_PATH", str(prefix))  # what a caller's shell might hold: must not count
+    with pytest.raises(EnvironmentProblem, match="ompfake"):
+        hostdeps.check(deps, host="linux-x86_64", declared_by="t", declaration_file="t", path=list(BUILD_PATH), base_env={"PKG_CONFIG_PATH": str(prefix)})
+    check = hostdeps.check(deps, host="linux-x86_64", declared_by="t", declaration_file="t", path=list(BUILD_PATH), pkg_config_path=hostdeps.parse_search_path([str(prefix)]))
+    item = next(f for f in check.found if f.dependency.name == "ompfake")
+    assert item.version == "3.4.5" and item.path == str(prefix / "ompfake.pc")
+    assert item.debian_package is None and item.debian_version is None  # no Debian package owns it
+    assert check.build_env() == {"PKG_CONFIG_PATH": str(prefix)}
+    assert check.library_dirs() == ["/opt/ompfake/lib"]
+    with pytest.raises(UsageError, match="existing absolute folder"):
+        hostdeps.parse_search_path(["relative/dir"])
+
+
+# -- the build preflight ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def undeclared_repo(tmp_path_factory) -> tuple[Path, str]:
+    """The sample without its own declaration: the lane's declaration applies (like the NInfer engine)."""
+    source = tmp_path_factory.mktemp("undeclared") / "copy"
+    shutil.copytree(SAMPLE, source, ignore=shutil.ignore_patterns("build", "build-*"))
+    (source / declaration.FILE_NAME).unlink()
+    repo = source.parent / "ninfer"
+    return repo, make_repo(repo, source)
+
+
+def test_build_refuses_a_missing_lane_dependency_before_any_compile(tmp_path, undeclared_repo, monkeypatch):
+    repo, _commit = undeclared_repo
+    lanes = _lane_with(
+        tmp_path,
+        "rtx5090-container",
+        'name = "libavformat"',
+        f'name = "{ABSENT}"',
+    ).parent
+    lane = find_lane("5090", lanes)
+    calls: list = []
+    monkeypatch.setattr(BuildStage, "_compile", lambda self, *a: calls.append(a))
+    from pipeline.cli import main
+
+    # The copied repository is no cut's commit: a rehearsal (the host check comes before any compile either way).
+    code = main(["build", "--lane", "5090", "--source", str(repo), "--rehearsal", "--dist", str(tmp_path / "dist"), "--lanes-dir", str(lanes)])
+    assert code == 3 and calls == []
+    assert not (tmp_path / "dist" / lane.id / "build").exists()
+    with pytest.raises(EnvironmentProblem) as info:
+        execute(BuildStage(Context.open(tmp_path / "d2"), lane, source=parse_source(str(repo)), rehearsal=True))
+    assert info.value.field == "build.host_dependencies[2]"
+    assert str(info.value.file).endswith("rtx5090-container.toml")
+    assert ABSENT in info.value.what and "apt-get install" in info.value.render()
+
+
+def test_the_sources_own_declaration_replaces_the_lanes(tmp_path, sample_repo):
+    repo, _commit = sample_repo
+    stage = BuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), source=parse_source(str(repo)), rehearsal=True)
+    stage.preflight()  # the lane's FFmpeg/libcurl are not asked for: the sample needs only c++
+    assert stage.host_check is not None
+    assert stage.host_check.declared_by == "source:host-dependencies.toml"
+    assert [f.dependency.name for f in stage.host_check.found] == ["c++"]
+    inputs = stage.inputs()
+    assert inputs["host_dependencies"][0]["name"] == "c++"
+    assert inputs["host_environment"]["PATH"] == list(BUILD_PATH)
+
+
+def test_cli_rejects_a_relative_pkg_config_folder(tmp_path, capsys):
+    from pipeline.cli import main
+
+    assert main(["build", "--lane", "5090", "--pkg-config-path", "lib/pkgconfig", "--dist", str(tmp_path / "d")]) == 2
+    assert "--pkg-config-path" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def lane_declared_build(tmp_path_factory, undeclared_repo) -> tuple[Path, Path, Path]:
+    """(dist, work, lanes): a real build of the undeclared sample whose lane declares pkg-config and zlib (a rehearsal)."""
+    from repokit import have_nvcc
+
+    repo, _commit = undeclared_repo
+    root = tmp_path_factory.mktemp("lane-declared")
+    lanes = root / "lanes"
+    lanes.mkdir()
+    text = (DEFAULT_LANES_DIR / "rtx5090-container.toml").read_text()
+    head, sep, tail = text.partition("[[build.host_dependencies]]")
+    tail = tail[tail.index("\n[package]\n"):]
+    (lanes / "rtx5090-container.toml").write_text(
+        head
+        + '[[build.host_dependencies]]\nname = "pkg-config"\nkind = "tool"\ndebian = "pkg-config"\n\n'
+        + '[[build.host_dependencies]]\nname = "zlib"\nkind = "pkg-config"\nmin_version = "1.2"\ndebian = "zlib1g-dev"\n'
+        + tail
+    )
+    lane = find_lane("5090", lanes)
+    work = root / "work"
+    stage = BuildStage(Context.open(root / "dist", lanes), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned", work_dir=work, rehearsal=True)
+    execute(stage)
+    return root / "dist", work, lanes
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_a_lane_declared_module_is_checked_and_its_version_recorded_in_the_build_identity(lane_declared_build):
+    dist, work, lanes = lane_declared_build
+    lane = find_lane("5090", lanes)
+    identity = json.loads((dist / lane.id / "build" / "build-identity.json").read_text())
+    zlib = next(d for d in identity["host_dependencies"] if d["name"] == "zlib")
+    assert zlib["version"] == _tool_output("pkg-config", "--modversion", "zlib")
+    assert zlib["debian_package"] == "zlib1g-dev"
+    assert zlib["debian_version"] == _tool_output("dpkg-query", "-W", "-f=${Version}", "zlib1g-dev")
+    assert identity["host_environment"]["declared_by"] == "lane:rtx5090-container.toml"
+    assert identity["host_environment"]["pkg_config"] == "/usr/bin/pkg-config"
+    # CMake was given the pkg-config the preflight checked, not whatever its own search finds.
+    assert "PKG_CONFIG_EXECUTABLE:UNINITIALIZED=/usr/bin/pkg-config" in (work / "CMakeCache.txt").read_text()
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_the_sets_spdx_and_cyclonedx_name_the_declared_host_dependencies_alike(lane_declared_build, tmp_path):
+    """Packaged, the build's host dependencies are in both SBOMs, as the same components (sbomkit)."""
+    import sbomkit
+    from packageurl import PackageURL
+
+    from pipeline.formats import sbom
+    from pipeline.formats.assets import asset_set
+    from pipeline.stages.package import package_lane
+
+    built, _work, lanes = lane_declared_build
+    dist = tmp_path / "dist"
+    shutil.copytree(built, dist)
+    package_lane("5090", dist=dist, lanes_dir=lanes)
+    lane = find_lane("5090", lanes)
+    identity = json.loads((dist / lane.id / "build" / "build-identity.json").read_text())
+    expected = asset_set(lane, identity["cut"]["n"])
+    spdx_path, cdx_path = (dist / lane.id / "assets" / expected.name_of(role) for role in ("spdx", "cdx"))
+    spdx, cdx = json.loads(spdx_path.read_bytes()), json.loads(cdx_path.read_bytes())
+    distribution = identity["host_environment"]["os_release"]["ID"]
+    recorded = {d["name"]: d for d in identity["host_dependencies"]}
+    assert set(recorded) == {"pkg-config", "zlib"}
+    packages = {p["name"]: p for p in spdx["packages"]}
+    components = {c["name"]: c for c in cdx["components"]}
+    relations = {(r["spdxElementId"], r["relationshipType"], r["relatedSpdxElement"]) for r in spdx["relationships"]}
+    for name, entry in recorded.items():
+        owner = entry["debian_package"]  # what dpkg-query -S said owns the file (checked by the probe tests above)
+        assert owner and entry["debian_version"]
+        package, component = packages[name], components[name]
+        assert package["versionInfo"] == component["version"] == entry["version"]
+        purl = PackageURL.from_string(component["purl"])
+        assert (purl.type, purl.namespace, purl.name, purl.version) == ("deb", distribution, owner, entry["debian_version"])
+        assert [r["referenceLocator"] for r in package["externalRefs"] if r["referenceType"] == "purl"] == [component["purl"]]
+        assert package["supplier"] == f"Organization: {component['supplier']['name']}" == f"Organization: {distribution.capitalize()} (package {owner})"
+        assert (package["SPDXID"], "BUILD_DEPENDENCY_OF", sbom.SPDX_PACKAGE_ID) in relations and component["scope"] == "excluded"
+    assert components["zlib"]["version"] == _tool_output("pkg-config", "--modversion", "zlib")
+    # Component by component the two documents agree, and each passes its independent checker.
+    assert sbomkit.compare_twins(spdx_path, cdx_path) == len(spdx["packages"])
+    sbomkit.require_ntia(spdx_path)
+    sbomkit.require_cdx_js(cdx_path)
+    # The provenance beside the set names the same versions.
+    from pipeline.formats import provenance as slsa
+
+    statement = slsa.read_statement((dist / lane.id / slsa.FOLDER / slsa.set_statement_name(expected.package_root)).read_bytes(), origin="s")
+    for name, entry in recorded.items():
+        host = statement.dependency(f"build-host:{entry['kind']}:{name}")
+        assert host["annotations"]["version"] == entry["version"] and host["uri"] == components[name]["purl"]

@@ -1,0 +1,438 @@
+"""`publish --component`: plan, gates, apply and resume against the GitHub stand-in (tests/kits/github_standin.py).
+
+The native workspace (tests/kits/winfixtures.py) is the embedded sample runtime in its own repository:
+`cut` recorded beta.2 of its commit, the 4090 lane was built from mingw-built binaries and
+packaged into its closed 11-file set.  Each test publishes a copy of it as a prerelease of the
+stand-in's `alphastorm/ninfer`, with faults switched on, and checks that GitHub converges on one
+release whose assets are exactly the set: nothing duplicated, lost or moved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from github_standin import StandIn, Token
+from repokit import ROOT
+from winfixtures import copy_lanes, packaged_native_set
+
+from pipeline.errors import PipelineError, RefusedError, RemoteError
+from pipeline.formats.assets import asset_set
+from pipeline.formats.lanes import load_lane
+from pipeline.formats.publication_plan import Journal, read_journal, read_receipt
+from pipeline.infra.github import GitHub, GitHubError
+from pipeline.register import Register
+from pipeline.stages.publish import publish_lane
+from pipeline.util.hashing import sha256_file
+
+LANE = "rtx4090-windows-native"
+TAG = "v0.7.0-qwen38-4090-beta.2"
+TOKEN = "ghp_standinTokenForPublishTests0123456789"
+REPO = "alphastorm/ninfer"
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1_900_000_000.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+
+@pytest.fixture(scope="module")
+def packaged(tmp_path_factory):
+    return packaged_native_set(tmp_path_factory)
+
+
+class Setup:
+    """A private copy of the packaged set (dist, lanes, cut ledgers) and a stand-in holding its commit."""
+
+    def __init__(self, packaged, tmp: Path, gh: StandIn) -> None:
+        workspace, dist = packaged
+        self.workspace = workspace
+        self.dist = tmp / "dist"
+        shutil.copytree(dist, self.dist)
+        self.lanes = copy_lanes(workspace, tmp / "w")
+        self.gh = gh
+        self.clock = FakeClock()
+        gh.tokens[TOKEN] = Token()
+        gh.add_commit(workspace.commit, ["src/main.cpp"])
+        self.names = asset_set(load_lane(self.lanes / f"{LANE}.toml")).names()
+
+    def client(self, token: str = TOKEN) -> GitHub:
+        return GitHub(REPO, token, api=self.gh.url, uploads=self.gh.uploads, clock=self.clock, write_interval=0)
+
+    def dry(self, **kwargs):
+        return publish_lane("4090", dist=self.dist, lanes_dir=self.lanes, github=kwargs.pop("github", None) or self.client(), **kwargs)
+
+    @property
+    def folder(self) -> Path:
+        return self.dist / "publish" / f"component-{TAG}"
+
+    def plan_sha(self) -> str:
+        self.dry()
+        return Register(self.dist).one("publication-plan", lane=LANE, needed_by="t", produced_by="t").attrs["plan_sha256"]
+
+    def apply(self, sha: str | None = None, **kwargs):
+        sha = sha or self.plan_sha()
+        return publish_lane("4090", dist=self.dist, lanes_dir=self.lanes, apply=True, plan_sha256=sha, github=kwargs.pop("github", None) or self.client(), **kwargs)
+
+    def converged(self) -> None:
+        """Exactly one release for the tag, published as a prerelease, not latest, assets exactly the set."""
+        releases = self.gh.releases_for(TAG)
+        assert len(releases) == 1, [(r.id, r.draft) for r in releases]
+        release = releases[0]
+        assert not release.draft and release.prerelease and release.make_latest == "false" and self.gh.latest_id is None
+        assets = self.gh.assets_of(release)
+        assert sorted(a.name for a in assets) == self.names, "an asset is missing or duplicated"
+        local = self.dist / LANE / "assets"
+        for asset in assets:
+            assert asset.state == "uploaded" and asset.digest == "sha256:" + sha256_file(local / asset.name), asset.name
+        assert self.gh.refs[TAG] == self.workspace.commit, "the tag must name the cut's commit"
+        ledger = load_lane(self.lanes / f"{LANE}.toml").ledger()
+        cut = ledger.entry("0.7.0", 2)
+        assert cut.state == "published" and cut.publication.release_id == release.id
+        receipt = read_receipt(self.folder / "receipt.json")
+        assert receipt["release_id"] == release.id and receipt["tag"] == TAG and receipt["commit"] == self.workspace.commit
+        assert [a["name"] for a in receipt["assets"]] == self.names
+        assert TOKEN not in (self.folder / "receipt.json").read_text()
+        assert cut.publication.receipt_sha256 == sha256_file(self.folder / "receipt.json")
+
+
+@pytest.fixture
+def setup(packaged, tmp_path):
+    with StandIn(REPO) as gh:
+        yield Setup(packaged, tmp_path, gh)
+
+
+# -- plan ---------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_dry_run_writes_the_plan_prints_it_and_writes_nothing_remote(setup, capsys, tmp_path, packaged):
+    setup.dry()
+    out, err = capsys.readouterr()
+    plan_path = setup.folder / "plan.json"
+    plan = json.loads(plan_path.read_bytes())
+    assert out == plan_path.read_text(), "stdout carries the plan's canonical JSON"
+    assert [op["op"] for op in plan["operations"]] == ["create-tag", "create-draft", *["upload-asset"] * 11, "publish"]
+    assert plan["release"] == {"name": TAG, "body": plan["release"]["body"], "prerelease": True, "make_latest": "false"}
+    assert plan["commit"] == setup.workspace.commit and plan["repository"] == REPO
+    uploads = [op for op in plan["operations"] if op["op"] == "upload-asset"]
+    assert [op["name"] for op in uploads] == setup.names
+    assert all(op["sha256"] == sha256_file(setup.dist / LANE / "assets" / op["name"]) and op["content_type"] for op in uploads)
+    assert f"sha256 {sha256_file(plan_path)}" in err and "absent: upload" in err and "tag v0.7.0-qwen38-4090-beta.2" in err
+    assert all(f"OK:   gate {name}" in err for name in plan["gates"])
+    assert setup.gh.writes == 0 and not setup.gh.releases
+    # Byte-identical across runs, and from another folder holding the same inputs.
+    first = plan_path.read_bytes()
+    setup.dry()
+    assert plan_path.read_bytes() == first
+    other = Setup(packaged, tmp_path / "other", setup.gh)
+    other.dry()
+    assert (other.folder / "plan.json").read_bytes() == first
+
+
+@pytest.mark.slow
+def test_apply_publishes_the_closed_set_and_a_rerun_changes_nothing(setup, capsys):
+    sha = setup.plan_sha()
+    with pytest.raises(PipelineError, match="needs the reviewed plan's hash"):
+        publish_lane("4090", dist=setup.dist, lanes_dir=setup.lanes, apply=True, github=setup.client())
+    with pytest.raises(RefusedError, match="not the one that was reviewed") as caught:
+        setup.apply("0" * 64)
+    assert caught.value.exit_code == 7 and setup.gh.writes == 0
+    setup.apply(sha)
+    setup.converged()
+    entry = Register(setup.dist).one("release-publication", lane=LANE, needed_by="t", produced_by="t")
+    assert entry.attrs["tag"] == TAG and entry.attrs["plan_sha256"] == sha
+    writes = setup.gh.writes
+    assert writes == 14  # tag, draft, 11 uploads, publish
+    journal = read_journal(setup.folder / "journal" / f"{sha}.jsonl")
+    assert [e["event"] for e in journal][0] == "run-start" and journal[-1]["event"] == "run-done"
+    assert all(e["request_id"].startswith("STANDIN:") for e in journal if e["event"] == "op-done")
+    assert TOKEN not in (setup.folder / "journal" / f"{sha}.jsonl").read_text()
+    # The re-run reconciles from GitHub's state: it writes nothing and says so.
+    setup.apply(sha)
+    assert setup.gh.writes == writes
+    setup.converged()
+    assert "already published exactly as planned" in capsys.readouterr().err
+
+
+# -- faults, each followed by convergence --------------------------------------------------
+
+@pytest.mark.slow
+def test_a_502_mid_upload_leaves_a_starter_asset_that_is_deleted_and_uploaded_again(setup):
+    setup.gh.faults["upload_502_starter"] = setup.names[3]
+    setup.apply()
+    setup.converged()
+    assert ("DELETE" in [m for m, _p, _s in setup.gh.log]), "the starter asset must be deleted first"
+    events = read_journal(next((setup.folder / "journal").glob("*.jsonl")))
+    assert any(e["event"] == "op-ambiguous" and e["detail"]["name"] == setup.names[3] for e in events)
+    assert any(e["detail"].get("action") == "delete-not-uploaded" and e["detail"].get("state") == "starter" for e in events)
+
+
+@pytest.mark.slow
+def test_a_connection_reset_after_the_upload_landed_is_not_uploaded_twice(setup):
+    name = setup.names[5]
+    setup.gh.faults["upload_reset_after_landing"] = name
+    setup.apply()
+    setup.converged()
+    posts = [p for m, p, status in setup.gh.log if m == "POST" and "/uploads/" in p]
+    assert len(posts) == 11, "the landed upload must be found by listing, not sent again"
+    assert 0 in [status for _m, _p, status in setup.gh.log], "the stand-in really reset the connection"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("retry_after", [61, None])
+def test_a_secondary_rate_limit_is_waited_out_on_the_injected_clock(setup, retry_after):
+    setup.gh.faults["secondary_limit"] = (2, retry_after)
+    setup.apply()
+    setup.converged()
+    waits = setup.clock.sleeps
+    if retry_after is None:
+        assert waits[:2] == [60.0, 120.0], "without retry-after: at least 60 s, then exponential"
+    else:
+        assert waits[:2] == [61.0, 61.0], "retry-after is honoured"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("applied", [False, True])
+def test_a_5xx_on_the_publish_call_converges_without_a_second_release(setup, applied):
+    setup.gh.faults["publish_5xx"] = (502, applied)
+    setup.apply()
+    setup.converged()
+    patches = [p for m, p, _s in setup.gh.log if m == "PATCH"]
+    assert len(patches) == (1 if applied else 2), "after an applied publish the re-read sees it published"
+
+
+@pytest.mark.slow
+def test_a_second_draft_or_a_tag_elsewhere_is_refused_before_any_write(setup):
+    sha = setup.plan_sha()
+    setup.gh.add_release(TAG, draft=True)
+    setup.gh.add_release(TAG, draft=True)
+    with pytest.raises(RefusedError, match="gate single-draft refused: GitHub holds 2 drafts") as caught:
+        setup.apply(sha)
+    assert caught.value.exit_code == 7 and setup.gh.writes == 0
+    for release in list(setup.gh.releases.values()):
+        del setup.gh.releases[release.id]
+    setup.gh.add_commit("9" * 40)
+    setup.gh.set_ref(TAG, "9" * 40)
+    with pytest.raises(RefusedError, match="gate tag refused: the tag v0.7.0-qwen38-4090-beta.2 already points at another commit"):
+        setup.apply(sha)
+    assert setup.gh.writes == 0 and setup.gh.refs[TAG] == "9" * 40, "a tag is never moved"
+
+
+@pytest.mark.slow
+def test_a_token_without_the_workflow_scope(setup):
+    setup.gh.commits[setup.workspace.commit] = [".github/workflows/release.yml"]
+    setup.gh.tokens["ghp_noWorkflowScope0000"] = Token(scopes=("repo",))
+    with pytest.raises(RefusedError, match="gate token refused: the token lacks the workflow scope"):
+        setup.apply(github=setup.client("ghp_noWorkflowScope0000"))
+    assert setup.gh.writes == 0
+    # A token whose scopes cannot be read (an installation token): GitHub's own 404 stops the first write.
+    setup.gh.tokens["ghs_installationToken0000"] = Token(scopes=("contents:write",), classic=False)
+    with pytest.raises(GitHubError, match="GitHub answered 404") as caught:
+        setup.apply(github=setup.client("ghs_installationToken0000"))
+    assert caught.value.exit_code == 6 and "workflow scope" in str(caught.value)
+    assert TAG not in setup.gh.refs and not setup.gh.releases
+
+
+@pytest.mark.slow
+def test_gates_of_the_set_refuse_each_on_its_own(setup):
+    sha = setup.plan_sha()
+    stray = setup.dist / LANE / "assets" / "notes.txt"  # not in the closed set (the register does not list it)
+    stray.write_text("a file dropped beside the set\n")
+    with pytest.raises(RefusedError, match="gate check-assets refused: check-assets refuses the set") as caught:
+        setup.apply(sha)
+    assert "(and" not in caught.value.what, "only this gate may refuse"
+    stray.unlink()
+    register = Register(setup.dist)
+    entry = register.artifacts[f"{LANE}/assets/SHA256SUMS"]
+    from dataclasses import replace
+
+    register.artifacts[entry.name] = replace(entry, sha256="0" * 64)
+    register.save()
+    with pytest.raises(RefusedError, match="gate register-equals-set refused: the register records other bytes for SHA256SUMS") as caught:
+        setup.apply(sha)
+    assert "(and" not in caught.value.what
+    register.artifacts[entry.name] = entry
+    register.save()
+    setup.gh.remaining = 10
+    with pytest.raises(RefusedError, match="gate rate-limit refused: too little rate-limit headroom"):
+        setup.apply(sha)
+    setup.gh.remaining = 5000
+    with pytest.raises(RefusedError, match="gate token refused: there is no GitHub token"):
+        setup.apply(sha, github=GitHub(REPO, None, api=setup.gh.url, uploads=setup.gh.uploads, clock=setup.clock))
+    assert setup.gh.writes == 0
+    setup.apply(sha)
+    setup.converged()
+
+
+@pytest.mark.slow
+def test_a_rehearsal_build_is_never_published(packaged, tmp_path):
+    """The embedded sample under the cut's names (a rehearsal): the cut-commit gate refuses it."""
+    with StandIn(REPO) as gh:
+        s = Setup(packaged, tmp_path, gh)
+        register = Register(s.dist)
+        entry = register.artifacts[f"{LANE}/build-identity.json"]
+        from dataclasses import replace
+
+        register.artifacts[entry.name] = replace(entry, attrs={**entry.attrs, "cut": {**entry.attrs["cut"], "rehearsal": True}})
+        register.save()
+        with pytest.raises(RefusedError, match="gate cut-commit refused: the build is a rehearsal") as caught:
+            s.apply()
+        assert caught.value.exit_code == 7 and gh.writes == 0
+
+
+@pytest.mark.slow
+def test_an_immutable_published_release_refuses_added_assets(setup):
+    setup.gh.immutable_enabled = True
+    setup.apply()
+    setup.converged()
+    [release] = setup.gh.releases_for(TAG)
+    assert release.immutable and read_receipt(setup.folder / "receipt.json")["immutable"] is True
+    client = setup.client()
+    extra = setup.dist / "extra.txt"
+    extra.write_text("late provenance\n")
+    with pytest.raises(GitHubError, match="422 \\(Cannot upload assets to an immutable release.\\)"):
+        client.upload_asset(setup.gh.release_json(release), "extra.txt", extra, size=extra.stat().st_size, content_type="text/plain")
+    with pytest.raises(GitHubError, match="Cannot delete asset from an immutable release"):
+        client.request("DELETE", f"/repos/{REPO}/releases/assets/{release.asset_ids[0]}", expect=(204,))
+    assert sorted(a.name for a in setup.gh.assets_of(release)) == setup.names
+
+
+# -- kill -9 between any two writes ---------------------------------------------------------
+
+WRITES = 14  # create-tag, create-draft, 11 uploads, publish
+# Killed while write k is in flight, after GitHub applied it (k = 1..14) or before (k = 1, and one
+# upload).  "Before write k" leaves GitHub as "after write k-1" does, so this covers every gap
+# between two writes; the journal differs, and the re-run must not care.
+KILLS = [(k, True) for k in range(1, WRITES + 1)] + [(1, False), (7, False)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("k", "applied"), KILLS, ids=[f"{k}-{'after' if a else 'before'}-write" for k, a in KILLS])
+def test_kill_9_at_any_write_then_rerun_converges(packaged, tmp_path, k, applied):
+    with StandIn(REPO) as gh:
+        s = Setup(packaged, tmp_path, gh)
+        sha = s.plan_sha()
+        gh.faults["hang_on_write"] = (k, applied)
+        env = dict(os.environ, **gh.env(TOKEN), PIPELINE_GITHUB_WRITE_INTERVAL="0", PYTHONPATH=str(ROOT))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "publish", "--component", "4090", "--apply", "--plan-sha256", sha,
+             "--dist", str(s.dist), "--lanes-dir", str(s.lanes), "--quiet"],
+            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )
+        try:
+            if not gh.hold_event.wait(120):
+                proc.kill()
+                pytest.fail(f"the publish never reached write {k}: {proc.communicate()[1].decode()[-2000:]}")
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert proc.returncode == -signal.SIGKILL
+        assert gh.writes == k
+        s.apply(sha)
+        s.converged()
+
+
+def test_publish_is_in_the_cli_and_needs_a_target(capsys):
+    from pipeline.cli import main
+
+    assert main(["publish", "--dist", "x"]) == 2
+    assert "one of the arguments --component --release is required" in capsys.readouterr().err
+
+
+def test_client_retries_reads_and_never_writes_blindly(tmp_path):
+    """The client: bounded retries, honest Ambiguous on a write, token never in an error."""
+    with StandIn(REPO) as gh:
+        gh.tokens[TOKEN] = Token()
+        clock = FakeClock()
+        client = GitHub(REPO, TOKEN, api=gh.url, uploads=gh.uploads, clock=clock, write_interval=0, max_wait=100)
+        gh.faults["secondary_limit"] = (5, 90)
+        with pytest.raises(RemoteError, match="the total wait would pass 100 s"):
+            client.create_release({"tag_name": "v1", "draft": True})
+        assert not gh.releases
+        # The primary limit: wait until x-ratelimit-reset, then the same read succeeds.
+        gh.faults["primary_limit"] = 1
+        gh.reset_at = int(clock.now()) + 300
+        gh.remaining = 5000
+        client = GitHub(REPO, TOKEN, api=gh.url, uploads=gh.uploads, clock=clock, write_interval=0)
+        before = list(clock.sleeps)
+        assert client.repo()["full_name"] == REPO
+        assert clock.sleeps[len(before):] == [301.0]
+        # Pagination follows link rel="next" only on the configured origin.
+        for n in range(150):
+            gh.add_release(f"v9.{n}.0", draft=False)
+        assert len(client.releases()) == 150
+        with pytest.raises(PipelineError) as caught:
+            GitHub(REPO, "ghp_wrongToken1234", api=gh.url, uploads=gh.uploads, clock=clock).repo()
+        assert "401" in str(caught.value) and "ghp_wrongToken1234" not in str(caught.value)
+        with pytest.raises(PipelineError, match="https"):
+            GitHub(REPO, TOKEN, api="http://example.com", clock=clock)
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample_repo):
+    """cut -> build (real nvcc) -> package -> publish --component, for the container lane, from the sample runtime."""
+    from repokit import have_nvcc
+
+    from pipeline.formats.lanes import DEFAULT_LANES_DIR, REPO_ROOT
+    from pipeline.stages.build import build_lane
+    from pipeline.stages.cut import cut_lane
+    from pipeline.stages.package import package_lane
+
+    repo, commit = sample_repo
+    lanes = tmp_path / "runtime" / "lanes"
+    shutil.copytree(DEFAULT_LANES_DIR, lanes)
+    shutil.copytree(REPO_ROOT / "runtime" / "cuts", tmp_path / "runtime" / "cuts")
+    dist = tmp_path / "dist"
+    cut_lane("5090", source=f"{repo}@{commit}", dist=dist, lanes_dir=lanes, use_github=False)
+    tag = "v0.7.0-qwen38-5090-beta.3"  # beta.1 (history) and beta.2 (published) are used
+    build_lane("5090", dist=dist, source=str(repo), toolchain="system" if have_nvcc() else "pinned", lanes_dir=lanes)
+    package_lane("5090", dist=dist, lanes_dir=lanes)
+    lane = load_lane(lanes / "rtx5090-container.toml")
+    names = asset_set(lane, 3).names()
+    with StandIn(REPO) as gh:
+        gh.tokens[TOKEN] = Token()
+        gh.add_commit(commit)
+        client = GitHub(REPO, TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
+        publish_lane("5090", dist=dist, lanes_dir=lanes, github=client)
+        sha = Register(dist).one("publication-plan", lane=lane.id, needed_by="t", produced_by="t").attrs["plan_sha256"]
+        publish_lane("5090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
+        [release] = gh.releases_for(tag)
+        assert not release.draft and release.prerelease and gh.refs[tag] == commit
+        assert sorted(a.name for a in gh.assets_of(release)) == names and len(names) == 7
+        for asset in gh.assets_of(release):
+            assert asset.digest == "sha256:" + sha256_file(dist / lane.id / "assets" / asset.name)
+    cut = load_lane(lanes / "rtx5090-container.toml").ledger().entry("0.7.0", 3)
+    assert (cut.state, cut.source_commit, cut.publication.release_id) == ("published", commit, release.id)
+
+
+def test_the_journal_survives_a_torn_last_line(tmp_path):
+    journal = Journal(tmp_path, "a" * 64)
+    journal.event("run-start", plan_sha256="a" * 64)
+    journal.event("op-done", op=0, request_id="R1")
+    with open(journal.path, "ab") as handle:
+        handle.write(b'{"seq":3,"event":"op-st')  # killed while appending
+    assert [e["event"] for e in read_journal(journal.path)] == ["run-start", "op-done"]
+    again = Journal(tmp_path, "a" * 64)
+    again.event("run-start", resumed=True)
+    entries = read_journal(again.path)
+    assert [(e["seq"], e["event"]) for e in entries] == [(1, "run-start"), (2, "op-done"), (3, "run-start")]
+    journal.path.write_bytes(b'not json\n{"seq":1,"event":"run-start"}\n')
+    with pytest.raises(PipelineError, match="line 1 is not a journal entry"):
+        read_journal(journal.path)

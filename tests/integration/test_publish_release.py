@@ -1,0 +1,283 @@
+"""`publish --release`: the product release of the ready sample release made by the pipeline
+(tests/kits/releasekit.py), through its gates, against the GitHub stand-in.
+
+Live Sigstore cannot run here, so the happy path replaces `pipeline.stages.sign.verify_bundle` with a
+stand-in that checks what the real one would be asked (the artefact's bytes, the tree's expected
+identity and issuer); the signature gate's refusals run the real verifier.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from github_standin import StandIn, Token
+from releasekit import RELEASE, sample_release
+from repokit import SHARED, git
+
+from pipeline.cli import main
+from pipeline.errors import RefusedError
+from pipeline.formats.publication_plan import read_receipt
+from pipeline.formats.test_receipt import make_test_receipt, write_test_receipt
+from pipeline.infra.github import GitHub
+from pipeline.stages import sign
+from pipeline.stages.publish import publish_release
+from pipeline.util.hashing import sha256_bytes
+
+TOKEN = "ghp_productStandinToken0123456789abcdef"
+REPO = "alphastorm/omp-ninfer"
+TREE = f"manifests/{RELEASE}"
+SIGNED = ["manifest.json", "qualification/rtx4090-windows-native.SHA256SUMS"]
+REAL_VERIFY = sign.verify_bundle
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.t = 1_900_000_000.0
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+
+@pytest.fixture(scope="module")
+def release(tmp_path_factory):
+    return sample_release(tmp_path_factory)
+
+
+def fake_bundle(data: bytes, identity: str) -> bytes:
+    return json.dumps({"stand_in_bundle": True, "sha256": sha256_bytes(data), "identity": identity}).encode()
+
+
+def fake_verify(artifact, bundle_path, *, identity, issuer, trust_config="production", repository=None, ref=None):
+    """What the real verifier checks, on stand-in bundles: these bytes, this identity and issuer."""
+    bundle = json.loads(Path(bundle_path).read_bytes())
+    data = artifact if isinstance(artifact, bytes) else Path(artifact).read_bytes()
+    if not bundle.get("stand_in_bundle") or bundle["sha256"] != sha256_bytes(data):
+        raise sign.SignatureError("the bundle does not sign these bytes", file=bundle_path)
+    if bundle["identity"] != identity or issuer != "https://token.actions.githubusercontent.com" or ref != f"refs/tags/{RELEASE}":
+        raise sign.SignatureError("the bundle was signed by another identity", file=bundle_path, found=bundle["identity"], expected=identity)
+
+
+class Product:
+    def __init__(self, release, tmp: Path, gh: StandIn, monkeypatch) -> None:
+        self.release = release
+        self.root = release.clone(tmp / "product", "ready")
+        self.dist = tmp / "dist"
+        self.dist.mkdir()
+        self.gh = gh
+        gh.tokens[TOKEN] = Token()
+        self.monkeypatch = monkeypatch
+        monkeypatch.setattr(sign, "verify_bundle", fake_verify)
+        self.settle()
+
+    @property
+    def commit(self) -> str:
+        return git(self.root, "rev-parse", "HEAD")
+
+    def settle(self) -> None:
+        """Everything the gates need for HEAD: on GitHub, a green test run, a bundle per signed file."""
+        commit = self.commit
+        self.gh.add_commit(commit, [f"{TREE}/manifest.json"])
+        tree = git(self.root, "rev-parse", f"{commit}^{{tree}}")
+        write_test_receipt(self.dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped=3))
+        manifest = json.loads(git(self.root, "show", f"{commit}:{TREE}/manifest.json"))
+        identity = manifest["signing"]["certificate_identity"]
+        for rel in SIGNED:
+            data = (self.root / TREE / rel).read_bytes()
+            (self.root / TREE / (rel + ".sigstore.json")).write_bytes(fake_bundle(data, identity))
+
+    def client(self) -> GitHub:
+        return GitHub(REPO, TOKEN, api=self.gh.url, uploads=self.gh.uploads, clock=FakeClock(), write_interval=0)
+
+    def publish(self, **kwargs):
+        return publish_release(RELEASE, root=self.root, dist=self.dist, lanes_dir=self.release.lanes_dir, github=kwargs.pop("github", None) or self.client(), **kwargs)
+
+    def plan_sha(self) -> str:
+        with contextlib.suppress(RefusedError):  # a dry run whose gates refuse still writes the plan
+            self.publish()
+        return sha256_bytes((self.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
+
+    def refused(self, gate: str, message: str) -> RefusedError:
+        sha = self.plan_sha()
+        with pytest.raises(RefusedError) as caught:
+            self.publish(apply=True, plan_sha256=sha)
+        error = caught.value
+        assert error.exit_code == 7
+        assert error.what.startswith(f"gate {gate} refused: "), error.what
+        assert message in error.what, error.what
+        assert "(and" not in error.what, f"only the {gate} gate may refuse: {error.what}"
+        assert self.gh.writes == 0, "a gate refused after a write"
+        return error
+
+
+@pytest.fixture
+def product(release, tmp_path, monkeypatch):
+    with StandIn(REPO) as gh:
+        yield Product(release, tmp_path, gh, monkeypatch)
+
+
+@pytest.mark.slow
+def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(product, capsys):
+    sha = product.plan_sha()
+    plan = json.loads((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
+    assert plan["release"]["make_latest"] == "true" and plan["release"]["prerelease"] is False
+    assert plan["gates"] == ["verify-ready", "acceptance", "test-run", "signatures", "token", "rate-limit", "tag", "single-draft"]
+    names = ["manifest.json", "manifest.json.sigstore.json", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]
+    assert [a["name"] for a in plan["assets"]] == names
+    err = capsys.readouterr().err
+    assert all(f"OK:   gate {gate}" in err for gate in plan["gates"]), err
+    product.publish(apply=True, plan_sha256=sha)
+    [published] = product.gh.releases_for(RELEASE)
+    assert not published.draft and not published.prerelease and product.gh.latest_id == published.id, "make_latest true, set explicitly"
+    assert product.gh.refs[RELEASE] == product.commit
+    assert published.body == (product.root / TREE / "NOTES.md").read_text() and published.name == published.body.splitlines()[0][2:]
+    by_name = {a.name: a for a in product.gh.assets_of(published)}
+    assert sorted(by_name) == names
+    assert by_name["manifest.json"].data == (product.root / TREE / "manifest.json").read_bytes()
+    receipt = read_receipt(product.dist / "publish" / f"product-{RELEASE}" / "receipt.json")
+    assert receipt["kind"] == "product" and receipt["plan_sha256"] == sha and receipt["make_latest"] == "true"
+    # Converged: a re-run writes nothing.
+    writes = product.gh.writes
+    product.publish(apply=True, plan_sha256=sha)
+    assert product.gh.writes == writes
+
+
+@pytest.mark.slow
+def test_the_verify_gate_runs_on_a_clean_checkout_of_the_exact_commit(product):
+    # A file the closed release tree does not list, committed: verify --require-ready fails on that commit.
+    (product.root / TREE / "stray.txt").write_text("not part of the release tree\n")
+    git(product.root, "add", f"{TREE}/stray.txt")
+    git(product.root, "commit", "-qm", "a stray file in the release tree")
+    product.settle()
+    product.refused("verify-ready", "fails on a clean checkout of")
+
+
+@pytest.mark.slow
+def test_uncommitted_changes_do_not_reach_the_verify_gate(product):
+    """The gate verifies the commit being tagged, not the working tree."""
+    (product.root / TREE / "stray.txt").write_text("uncommitted\n")
+    sha = product.plan_sha()
+    product.publish(apply=True, plan_sha256=sha)
+    assert product.gh.releases_for(RELEASE)
+
+
+@pytest.mark.slow
+def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypatch):
+    """A ready tree always binds a passing record, so verify refuses first; verify is passed over
+    here only to show that the acceptance gate also refuses on its own."""
+    import pipeline.formats.release.contract as verify_module
+
+    manifest_path = product.root / TREE / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["qualification"]["acceptance"] = None
+    manifest["qualification"]["external_installation_passed"] = False
+    from pipeline.util.jsonio import canonical_bytes
+
+    manifest_path.write_bytes(canonical_bytes(manifest))
+    git(product.root, "commit", "-qam", "acceptance unbound")
+    product.settle()
+    monkeypatch.setattr(verify_module, "verify_release", lambda root, release, **kw: type("R", (), {"valid": True})())
+    product.refused("acceptance", "no passing external-installation acceptance record is bound")
+
+
+@pytest.mark.slow
+def test_the_test_run_gate_needs_a_green_run_of_this_commit(product):
+    dist_receipt = product.dist / "test-run-receipt.json"
+    tree = git(product.root, "rev-parse", "HEAD^{tree}")
+    write_test_receipt(dist_receipt, make_test_receipt(commit="0" * 40, tree=tree, passed=812, failed=0, errors=0, skipped=0))
+    product.refused("test-run", "the test-run receipt is for another commit")
+    write_test_receipt(dist_receipt, make_test_receipt(commit=product.commit, tree=tree, passed=810, failed=2, errors=0, skipped=0))
+    product.refused("test-run", "did not pass (2 failed, 0 errors)")
+    dist_receipt.unlink()
+    product.refused("test-run", "there is no test-run receipt")
+
+
+@pytest.mark.slow
+def test_the_signature_gate_needs_a_verifying_bundle_for_every_signed_file(product, monkeypatch):
+    bundle = product.root / TREE / "qualification" / "rtx4090-windows-native.SHA256SUMS.sigstore.json"
+    bundle.unlink()
+    product.refused("signatures", "qualification/rtx4090-windows-native.SHA256SUMS has no Sigstore bundle")
+    product.settle()
+    # A real Sigstore bundle of another file, checked by the real verifier: it must not pass.
+    vector = SHARED / "sigstore-vectors" / "bundle_v3_github.whl.sigstore"
+    manifest_bundle = product.root / TREE / "manifest.json.sigstore.json"
+    if vector.exists():
+        shutil.copyfile(vector, manifest_bundle)
+    else:
+        manifest_bundle.write_text("{}\n")
+    monkeypatch.setattr(sign, "verify_bundle", REAL_VERIFY)
+    product.refused("signatures", f"the Sigstore bundle of {TREE}/manifest.json does not verify")
+
+
+@pytest.mark.slow
+def test_the_cli_dry_run_prints_the_plan_and_apply_publishes(product, monkeypatch, capsys):
+    for key, value in product.gh.env(TOKEN).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("PIPELINE_GITHUB_WRITE_INTERVAL", "0")
+    common = ["--root", str(product.root), "--dist", str(product.dist), "--lanes-dir", str(product.release.lanes_dir)]
+    assert main(["publish", "--release", RELEASE, *common]) == 0
+    out, err = capsys.readouterr()
+    sha = sha256_bytes(out.encode())
+    assert f"apply with: --apply --plan-sha256 {sha}" in err and TOKEN not in out + err
+    assert main(["publish", "--release", RELEASE, "--apply", "--plan-sha256", "f" * 64, *common]) == 7
+    assert "not the one that was reviewed" in capsys.readouterr().err
+    assert main(["publish", "--release", RELEASE, "--apply", "--plan-sha256", sha, *common]) == 0
+    assert [r.draft for r in product.gh.releases_for(RELEASE)] == [False]
+
+
+@pytest.mark.slow
+def test_compose_binds_the_component_publication_receipt(release, tmp_path, capsys):
+    """The component published by `publish --component` is what compose binds as published."""
+    from dataclasses import replace
+
+    from pipeline.errors import IntegrityError
+    from pipeline.formats.lanes import load_lane
+    from pipeline.register import Register
+    from pipeline.stages.compose import compose_release
+    from pipeline.stages.publish import publish_lane
+    from pipeline.util.jsonio import canonical_bytes
+
+    dist = tmp_path / "dist"
+    shutil.copytree(release.dist, dist)
+    (tmp_path / "w").mkdir()
+    lanes = tmp_path / "w" / "lanes"
+    shutil.copytree(release.lanes_dir, lanes)
+    shutil.copytree(release.lanes_dir.parent / "cuts", tmp_path / "w" / "cuts")
+    lane = load_lane(lanes / "rtx4090-windows-native.toml")
+    with StandIn("alphastorm/ninfer") as gh:
+        gh.tokens[TOKEN] = Token()
+        gh.add_commit(lane.ledger().current("0.7.0").source_commit)
+        client = GitHub("alphastorm/ninfer", TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
+        publish_lane("4090", dist=dist, lanes_dir=lanes, github=client)
+        sha = sha256_bytes((dist / "publish" / "component-v0.7.0-qwen38-4090-beta.2" / "plan.json").read_bytes())
+        publish_lane("4090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
+    root = release.clone(tmp_path / "product", "draft")
+    capsys.readouterr()
+    compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)
+    assert "rtx4090-windows-native: published as release" in capsys.readouterr().err
+    toml = root / TREE / "release.toml"
+    text = toml.read_text()
+    toml.write_text(text.replace('from = "register"\nstatus = "qualified"\npublished = true', 'from = "register"\nstatus = "qualified"\npublished = false'))
+    assert toml.read_text() != text
+    with pytest.raises(RefusedError, match="is published \\(release .* but release.toml says it is not") as caught:
+        compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)
+    assert caught.value.field == "lanes.rtx4090-windows-native.published"
+    toml.write_text(text)
+    # A receipt of other bytes is drift, named with found and expected.
+    register = Register(dist)
+    entry = register.one("release-publication", lane="rtx4090-windows-native", needed_by="t", produced_by="t")
+    path = dist / entry.path
+    doc = json.loads(path.read_text())
+    doc["assets"][0]["sha256"] = "0" * 64
+    doc["assets"][0]["digest"] = "sha256:" + "0" * 64
+    path.write_bytes(canonical_bytes(doc))
+    register.artifacts[entry.name] = replace(entry, sha256=sha256_bytes(path.read_bytes()), size=path.stat().st_size)
+    register.save()
+    with pytest.raises(IntegrityError, match=f"published other bytes for {doc['assets'][0]['name']}"):
+        compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)

