@@ -13,7 +13,7 @@ Options come from environment variables, because nox hands the same
   PIPELINE_SOURCE     PATH[@COMMIT] or URL@COMMIT (default: the embedded sample runtime)
   PIPELINE_TOOLCHAIN  pinned (default) or system
   PIPELINE_PREBUILT   folder of prebuilt binaries for the lane being built
-  PIPELINE_PKG_CONFIG_PATH  extra pkg-config folders for `build` (':'-separated; never inherited as PKG_CONFIG_PATH)
+  PIPELINE_PKG_CONFIG_PATH  extra pkg-config folders for `build` (os.pathsep-separated: ':' on Linux, ';' on Windows; never inherited as PKG_CONFIG_PATH)
   PIPELINE_REGISTRY   HOST[:PORT]/REPO for `push`
   PIPELINE_IMAGE_DEFINITION  image definition for `image` (default: containers/<the lane's>.toml)
   PIPELINE_BASE_LAYOUT       local OCI layout holding the pinned base image (default: pull it by digest)

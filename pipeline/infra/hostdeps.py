@@ -61,7 +61,7 @@ def parse_search_path(values: Sequence[str | os.PathLike[str]] | None) -> tuple[
                     "a pkg-config search folder must be an existing absolute folder",
                     field="--pkg-config-path",
                     found=part,
-                    expected="e.g. /opt/ffmpeg-7.1/lib/pkgconfig (folders separated by ':' or given several times)",
+                    expected=f"e.g. /opt/ffmpeg-7.1/lib/pkgconfig (folders separated by {os.pathsep!r} or given several times)",
                 )
             if str(path) not in out:
                 out.append(str(path))

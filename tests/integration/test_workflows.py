@@ -451,6 +451,16 @@ def test_linux_build_job_installs_the_lanes_host_dependencies_before_building():
     assert {"libavformat-dev", "libcurl4-openssl-dev", "pkg-config", "g++"} <= set(printed)
     ports = subprocess.run([sys.executable, str(helper), "rtx4090-windows-native", "vcpkg"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     assert "ffmpeg[avcodec]" in ports and "curl" in ports and "g++" not in ports
+    assert ports == sorted({d.vcpkg for d in find_lane("4090").host_dependencies if d.applies_to("windows-x86_64")})
+    # The Windows job installs the native lanes' ports before it builds, and hands the .pc folder to the build explicitly.
+    win = [s.get("run", "") for s in load(RELEASE)["jobs"]["build-windows"]["steps"]]
+    vcpkg = next(i for i, run in enumerate(win) if "host_packages.py rtx4090-windows-native vcpkg" in run)
+    assert vcpkg < next(i for i, run in enumerate(win) if "nox -s build-4090" in run)
+    for lane_id in ("rtx4090-windows-native", "rtx3090-windows-native"):
+        short = lane_id[3:7]
+        assert f'ports_{short}="$(python .github/scripts/host_packages.py {lane_id} vcpkg)"' in win[vcpkg]
+    assert '"$VCPKG_INSTALLATION_ROOT/vcpkg" install --triplet x64-windows $ports_4090 $ports_3090' in win[vcpkg]
+    assert "PIPELINE_PKG_CONFIG_PATH=" in win[vcpkg] and "PKG_CONFIG_PATH=" not in win[vcpkg].replace("PIPELINE_PKG_CONFIG_PATH=", "")
 
 
 def test_host_packages_helper_refuses_a_name_that_is_not_a_package(tmp_path):
