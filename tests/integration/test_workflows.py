@@ -275,6 +275,15 @@ def test_a_component_job_per_lane_file():
     assert job["strategy"]["fail-fast"] is False
     assert job["env"]["LANE"] == "${{ matrix.lane }}"
     assert "dist-verifier" in _downloads(job)
+    # publish --apply records the cut as published in runtime/cuts/<lane>.json; the job cannot push, so the
+    # changed ledger is shown and kept, also when the apply failed part-way.
+    apply_index, _ = _step(job, "--apply")
+    shown_index, shown = _step(job, 'git diff -- "runtime/cuts/$LANE.json"')
+    upload = [(i, s) for i, s in enumerate(job["steps"]) if s.get("uses", "").startswith("actions/upload-artifact@")]
+    assert len(upload) == 1 and apply_index < shown_index < upload[0][0]
+    assert shown["if"] == upload[0][1]["if"] == "${{ always() }}" and "$GITHUB_STEP_SUMMARY" in shown["run"]
+    assert upload[0][1]["with"]["path"] == "runtime/cuts/${{ matrix.lane }}.json"
+    assert upload[0][1]["with"]["if-no-files-found"] == "error"
 
 
 def test_the_product_publication_gets_the_receipt_the_verifier_and_the_bundles():
