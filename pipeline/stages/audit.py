@@ -60,6 +60,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RemoteError
+from pipeline.formats.release.names import ROW_RECORDS
 from pipeline.infra import net
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
@@ -344,7 +345,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
                     role=role,
                 )
             )
-        for record_field in ("qualification", "publication_receipt", "provenance", "image_provenance"):
+        for record_field in ("qualification", *ROW_RECORDS):
             record = row.get(record_field)
             if isinstance(record, dict) and "public_url" in record:
                 bindings.append(_record(f"{lane} {record_field.replace('_', ' ')}", f"{where}.{record_field}", record, "summary" if record_field == "qualification" else "path", "sha256", product_repository, release))
@@ -420,7 +421,7 @@ def check_manifest_shapes(manifest: dict[str, Any], *, file: str) -> None:
     for index, row in enumerate(dig(manifest, "components.ninfer_variants") or []):
         expect_object(row, source=file, field=f"components.ninfer_variants[{index}]")
     for where, row in _lane_row_list(manifest):
-        for record in ("qualification", "publication_receipt", "provenance", "image_provenance"):
+        for record in ("qualification", *ROW_RECORDS):
             if row.get(record) is not None:
                 expect_object(row[record], source=file, field=f"{where}.{record}")
 
@@ -454,7 +455,7 @@ def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
         for stem, _role in SET_FIELDS:
             if row.get(f"{stem}_name") is not None:
                 safe_component(row[f"{stem}_name"], file=file, field=f"{where}.{stem}_name")
-        for record, key in (("qualification", "summary"), ("publication_receipt", "path"), ("provenance", "path"), ("image_provenance", "path")):
+        for record, key in (("qualification", "summary"), *((name, "path") for name in ROW_RECORDS)):
             value = row.get(record)
             if isinstance(value, dict) and value.get(key) is not None:
                 safe_relpath(value[key], file=file, field=f"{where}.{record}.{key}")

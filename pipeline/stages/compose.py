@@ -60,7 +60,6 @@ from pipeline.formats.receipts import (
 )
 from pipeline.formats.release.contract import evidence_problems, tree_digests, verify_release
 from pipeline.formats.release.derive import (
-    PROVENANCE_KEYS,
     Derived,
     derive,
     null_identities,
@@ -76,8 +75,10 @@ from pipeline.formats.release.names import (
     PUBLICATION_RECEIPT,
     RELEASE_RE,
     RELEASE_TOML,
+    ROW_RECORDS,
     STATES,
     SUMMARY,
+    component_publication_name,
     image_provenance_name,
     parse_raw_url,
     provenance_name,
@@ -302,7 +303,7 @@ def image_provenance(register: Register, lane: Lane, tag: str, image_digest: str
     return None
 
 
-def component_publication(register: Register, lane: Lane, tag: str, set_files: dict[str, str], source_commit: str | None) -> dict[str, Any] | None:
+def component_publication(register: Register, lane: Lane, tag: str, set_files: dict[str, str], source_commit: str | None) -> tuple[dict[str, Any], bytes] | None:
     """The register's publication receipt of this lane's component (pipeline/stages/publish.py), checked
     to bind exactly this closed set at this tag and commit; None when the component is not published
     by the pipeline.  Drift (a receipt of other bytes, tag, commit or repository) is refused."""
@@ -324,7 +325,7 @@ def component_publication(register: Register, lane: Lane, tag: str, set_files: d
     _want(sorted(assets) == sorted(set_files), "publishes another asset set than the packaged closed set", file=path, field="assets", found=sorted(assets), expected=sorted(set_files))
     for name, digest in sorted(set_files.items()):
         _want(assets[name] == digest, f"published other bytes for {name} than the packaged set", file=path, field=f"assets[{name}].sha256", found=assets[name], expected=digest, fix="publish the packaged set again under a new cut (python -m pipeline cut, publish --component)")
-    return receipt
+    return receipt, path.read_bytes()  # the bytes the tree copies: the file read_receipt checked, verified by the register
 
 
 def _pins_checksums(root: Path, release: str, lane: Lane, source: str, tag: str | None) -> bytes:
@@ -365,7 +366,7 @@ def _record_bytes(root: Path, derived: Derived) -> dict[str, bytes]:
         rel = row["qualification"]["summary"]
         if rel and (root / rel).is_file():
             out[rel] = (root / rel).read_bytes()
-        for key in ("publication_receipt", *PROVENANCE_KEYS):
+        for key in ROW_RECORDS:
             record = row.get(key)
             if isinstance(record, dict) and (root / record["path"]).is_file():
                 out[record["path"]] = (root / record["path"]).read_bytes()
@@ -547,7 +548,7 @@ def compose_release(root: Path, release: str, *, dist: Path | None = None, lanes
         for lane_id, li in rt.lanes.items():
             if li.mode == "register" and li.status in SHIPPED:
                 continue
-            names = [receipt_name(lane_id), sums_name(lane_id), provenance_name(lane_id), image_provenance_name(lane_id)]
+            names = [receipt_name(lane_id), sums_name(lane_id), provenance_name(lane_id), image_provenance_name(lane_id), component_publication_name(lane_id)]
             if lanes[lane_id].kind == "container" and li.mode != "predecessor":
                 names.append(PUBLICATION_RECEIPT)
             for name in names:
@@ -574,7 +575,8 @@ def _check_published(root: Path, release: str, lane: Lane, li: Any, register: Re
     set_files = {**parse_sums(sums, file=sums_name(lane.id)), "SHA256SUMS": sha256_bytes(sums)}
     facts = receipt_facts(json.loads(writes[repo_path(release, receipt_name(lane.id))]))
     outer = register.one("outer-checksums", lane=lane.id, needed_by="compose", produced_by="package")
-    receipt = component_publication(register, lane, outer.attrs["component_tag"], set_files, facts.source_commit)
+    published = component_publication(register, lane, outer.attrs["component_tag"], set_files, facts.source_commit)
+    receipt, receipt_bytes = published if published is not None else (None, b"")
     if receipt is not None and not li.published:
         raise RefusedError(
             f"the component {receipt['tag']} is published (release {receipt['release_id']} of {receipt['repository']}), but release.toml says it is not",
@@ -588,6 +590,9 @@ def _check_published(root: Path, release: str, lane: Lane, li: Any, register: Re
         ui.warn(f"{lane.id}: published = true is stated by hand; the register holds no publication receipt of {outer.attrs['component_tag']} (python -m pipeline publish --component {lane.id})")
     elif receipt is not None:
         ui.info(f"{lane.id}: published as release {receipt['release_id']} of {receipt['repository']} ({len(receipt['assets'])} assets, plan {receipt['plan_sha256'][:12]})")
+    if receipt is not None:
+        # The receipt is the tree's evidence for `published` (docs/release-tree.md): copied byte for byte.
+        writes[repo_path(release, component_publication_name(lane.id))] = receipt_bytes
 
 
 @contextmanager
@@ -640,7 +645,7 @@ def stage_release(root: Path, previous: str, release: str, *, lanes_dir: Path | 
         if row is None:
             continue
         carried.append(lane_id)
-        for name in (receipt_name(lane_id), sums_name(lane_id), provenance_name(lane_id), image_provenance_name(lane_id)):
+        for name in (receipt_name(lane_id), sums_name(lane_id), provenance_name(lane_id), image_provenance_name(lane_id), component_publication_name(lane_id)):
             source = old_tree / name
             if source.is_file():
                 copies[repo_path(release, name)] = source.read_bytes()

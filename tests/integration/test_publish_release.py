@@ -261,6 +261,32 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
     capsys.readouterr()
     compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)
     assert "rtx4090-windows-native: published as release" in capsys.readouterr().err
+    # The receipt is copied into the tree byte for byte and bound by hash: the tree's evidence for `published`.
+    from pipeline.formats.release.contract import verify_release
+
+    register = Register(dist)
+    published = register.one("release-publication", lane="rtx4090-windows-native", needed_by="t", produced_by="t")
+    copy = root / TREE / "qualification" / "rtx4090-windows-native.component-publication.json"
+    assert copy.read_bytes() == (dist / published.path).read_bytes()
+    row = json.loads((root / TREE / "manifest.json").read_text())["components"]["ninfer_variants"][0]
+    assert row["published"] is True
+    assert row["component_publication"] == {"path": f"{TREE}/qualification/rtx4090-windows-native.component-publication.json", "sha256": sha256_bytes(copy.read_bytes()), "public_url": None}
+    assert verify_release(root, RELEASE, lanes_dir=lanes).valid
+    # A copy that names other bytes (hash rebound by a forger) is named by verify.
+    original = copy.read_bytes()
+    forged = json.loads(original)
+    forged["assets"][0]["sha256"] = "1" * 64
+    forged["assets"][0]["digest"] = "sha256:" + "1" * 64
+    copy.write_bytes(canonical_bytes(forged))
+    manifest_path = root / TREE / "manifest.json"
+    manifest_before = manifest_path.read_bytes()
+    manifest = json.loads(manifest_before)
+    manifest["components"]["ninfer_variants"][0]["component_publication"]["sha256"] = sha256_bytes(copy.read_bytes())
+    manifest_path.write_bytes(canonical_bytes(manifest))
+    report = verify_release(root, RELEASE, lanes_dir=lanes)
+    assert any(p.check == "publication" and p.file == f"{TREE}/qualification/rtx4090-windows-native.component-publication.json" and p.field == "assets" for p in report.problems.items), [p.message() for p in report.problems.items]
+    copy.write_bytes(original)
+    manifest_path.write_bytes(manifest_before)
     toml = root / TREE / "release.toml"
     text = toml.read_text()
     toml.write_text(text.replace('from = "register"\nstatus = "qualified"\npublished = true', 'from = "register"\nstatus = "qualified"\npublished = false'))

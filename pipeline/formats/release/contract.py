@@ -53,7 +53,6 @@ from pipeline.formats.receipts import (
     receipt_facts,
 )
 from pipeline.formats.release.derive import (
-    PROVENANCE_KEYS,
     Derived,
     derive,
     null_identities,
@@ -67,7 +66,9 @@ from pipeline.formats.release.names import (
     NINFER_REPOSITORY,
     NOTES,
     RELEASE_RE,
+    ROW_RECORDS,
     STATES,
+    component_publication_name,
     image_provenance_name,
     list_releases,
     package_prefix,
@@ -339,7 +340,7 @@ class Verifier:
             q = row.get("qualification") if isinstance(row.get("qualification"), dict) else {}
             if q.get("summary") is not None:
                 out.append((f"{where}.qualification.summary", q.get("summary")))
-            for key in ("publication_receipt", *PROVENANCE_KEYS):
+            for key in ROW_RECORDS:
                 if isinstance(row.get(key), dict):
                     out.append((f"{where}.{key}.path", row[key].get("path")))
         signing = m.get("signing") if isinstance(m.get("signing"), dict) else {}
@@ -394,7 +395,7 @@ class Verifier:
                 pairs.append((f"{where}.qualification.sha256", q.get("sha256"), q.get("summary")))
             if row.get("checksums_path") is not None:
                 pairs.append((f"{where}.checksums_sha256", row.get("checksums_sha256"), row.get("checksums_path")))
-            for key in ("publication_receipt", *PROVENANCE_KEYS):
+            for key in ROW_RECORDS:
                 if isinstance(row.get(key), dict):
                     pairs.append((f"{where}.{key}.sha256", row[key].get("sha256"), row[key].get("path")))
         return pairs
@@ -512,14 +513,16 @@ class Verifier:
                 continue
             rel = repo_path(self.release, provenance_name(lane_id))
             path = self.inside(rel)
-            sums_path = self.inside(row.get("checksums_path"))
             if path is not None and path.is_file():
-                if sums_path is None or not sums_path.is_file():
-                    self.error("provenance", "a set provenance is copied, but the row binds no checksum copy to compare it with", file=rel, expected=f"{repo_path(self.release, 'qualification/' + lane_id + '.SHA256SUMS')} beside it")
+                try:
+                    expected = self._bound_set(row)
+                except PipelineError as error:
+                    self.from_error("provenance", error, file=row.get("checksums_path"))
+                    expected = None
+                if expected is None:
+                    self.error("provenance", "a set provenance is copied, but the row binds no readable checksum copy to compare it with", file=rel, expected="the lane's SHA256SUMS copy beside it")
                 else:
                     try:
-                        sums = sums_path.read_bytes()
-                        expected = {**parse_sums(sums, file=row["checksums_path"]), "SHA256SUMS": sha256_bytes(sums)}
                         statement = provenance.read_statement(path.read_bytes(), origin=rel)
                         provenance.check_subjects(statement, expected, origin=rel, what="the files the row binds")
                         provenance.check_parameters(statement, lane=lane_id, tag=row.get("release_tag"), source_commit=row.get("source_commit"), origin=rel)
@@ -633,7 +636,7 @@ class Verifier:
             where = row_field(row, self.lanes)
             if isinstance(row.get("qualification"), dict):
                 out.append((f"{where}.qualification.public_url", "summary", row["qualification"]))
-            for key in ("publication_receipt", *PROVENANCE_KEYS):
+            for key in ROW_RECORDS:
                 if isinstance(row.get(key), dict):
                     out.append((f"{where}.{key}.public_url", "path", row[key]))
         return out
@@ -784,6 +787,49 @@ class Verifier:
                 return
             if isinstance(summary, dict) and summary.get("publication_authorized") is not False:
                 self.error("publication", "publication must never be authorized in the repository", file=rel, field="publication_authorized", found=summary.get("publication_authorized"), expected="false")
+        self.check_component_publications()
+
+    def _bound_set(self, row: dict[str, Any]) -> dict[str, str] | None:
+        """name -> SHA-256 of every file the row binds: its SHA256SUMS copy's lines and the copy itself."""
+        sums_path = self.inside(row.get("checksums_path"))
+        if sums_path is None or not sums_path.is_file():
+            return None
+        sums = sums_path.read_bytes()
+        return {**parse_sums(sums, file=row["checksums_path"]), "SHA256SUMS": sha256_bytes(sums)}
+
+    def check_component_publications(self) -> None:
+        """A bound component publication receipt published exactly the row's set, at its tag and commit."""
+        from pipeline.formats.publication_plan import read_receipt
+        from pipeline.infra.github import repository_of
+
+        for row in manifest_rows(self.manifest):
+            lane = self.lanes.get(row.get("id")) if isinstance(row.get("id"), str) else None
+            rel = repo_path(self.release, component_publication_name(lane.id)) if lane else None
+            path = self.inside(rel) if rel else None
+            if lane is None or path is None or not path.is_file():
+                continue
+            where = row_field(row, self.lanes)
+
+            def want(condition: bool, what: str, *, field: str, found: Any, expected: Any, rel: str = rel) -> None:
+                if not condition:
+                    self.error("publication", what, file=rel, field=field, found=found, expected=expected, why="the receipt is the evidence that this component, these exact bytes, is published")
+
+            try:
+                receipt = read_receipt(path)
+                bound = self._bound_set(row)
+                assets = {a.get("name"): a.get("sha256") for a in receipt["assets"]}
+                want(receipt.get("kind") == "component", "is not a component publication receipt", field="kind", found=receipt.get("kind"), expected="component")
+                want(receipt.get("repository") == repository_of(lane.component_repository), "publishes to another repository than the lane's", field="repository", found=receipt.get("repository"), expected=repository_of(lane.component_repository))
+                want(receipt.get("tag") == row.get("release_tag"), "publishes another component tag than the row", field="tag", found=receipt.get("tag"), expected=row.get("release_tag"))
+                want(receipt.get("commit") == row.get("source_commit"), "tags another commit than the row's source commit", field="commit", found=receipt.get("commit"), expected=row.get("source_commit"))
+                if bound is None:
+                    want(False, "the row binds no checksum copy to compare the published assets with", field="assets", found=sorted(assets), expected="the lane's SHA256SUMS copy beside it")
+                else:
+                    want(assets == bound, "published another set than the files the row binds", field="assets", found=abbreviate({k: v for k, v in sorted(assets.items()) if bound.get(k) != v}), expected=abbreviate({k: v for k, v in sorted(bound.items()) if assets.get(k) != v}))
+                if row.get("published") is not True:
+                    self.error("publication", "the row says the component is not published, but its publication receipt is bound", file=self.manifest_rel, field=f"{where}.published", found=row.get("published"), expected=True)
+            except PipelineError as error:
+                self.from_error("publication", error, file=rel)
 
     # 14 ------------------------------------------------------------------------------------
     def check_states(self) -> None:

@@ -49,10 +49,12 @@ from pipeline.formats.release.names import (
     PRODUCT_NAME,
     PRODUCT_REPOSITORY,
     PUBLICATION_RECEIPT,
+    ROW_RECORDS,
     STATES,
     SUMMARY,
     SUMMARY_TYPE,
     asset_url,
+    component_publication_name,
     image_provenance_name,
     package_prefix,
     parse_raw_url,
@@ -242,7 +244,7 @@ def derive(
     for row in shipped_rows:
         if row["qualification"]["summary"]:
             records.append((row["qualification"]["summary"], row["qualification"]["public_url"]))
-        for key in ("publication_receipt", *PROVENANCE_KEYS):
+        for key in ROW_RECORDS:
             if isinstance(row.get(key), dict):
                 records.append((row[key]["path"], row[key]["public_url"]))
     if acceptance:
@@ -372,6 +374,7 @@ def _derive_row(
             if actual != old["checksums_sha256"]:
                 problems.add("checksums", "a rebound-unchanged checksum copy must be the predecessor's bytes", file=sums_rel, field=f"{where}.checksums_sha256", found=actual, expected=old["checksums_sha256"])
         _bind_provenance(root, release, row, lane, pins, files, problems, required=False, old=old)
+        _bind_component_publication(root, release, row, lane, li, pins, files, problems, old=old)
         old_pub = old.get("publication_receipt")
         if lane.kind == "container" and isinstance(old_pub, dict) and old_pub.get("sha256"):
             files[pub_rel] = "publication"
@@ -414,6 +417,7 @@ def _derive_row(
     files[receipt_rel] = "receipt"
     files[sums_rel] = "checksums"
     _bind_provenance(root, release, row, lane, pins, files, problems, required=True)
+    _bind_component_publication(root, release, row, lane, li, pins, files, problems)
     doc = read_evidence_json(root, receipt_rel, problems, "receipts")
     if doc is not None:
         facts = receipt_facts(doc)
@@ -443,7 +447,6 @@ def _derive_row(
     return row, facts
 
 
-PROVENANCE_KEYS = ("provenance", "image_provenance")  # optional row records: a row binds them once a copy exists
 
 
 def _bind_provenance(
@@ -469,18 +472,49 @@ def _bind_provenance(
     if lane.kind == "container":
         names.append(("image_provenance", image_provenance_name(lane.id)))
     for key, name in names:
-        rel = repo_path(release, name)
-        previous = old.get(key) if isinstance(old, dict) and isinstance(old.get(key), dict) else None
-        if not (root / rel).is_file():
-            if (required and key == "provenance") or previous is not None:
-                fix = "run 'python -m pipeline compose --dist DIR' to copy it from the register" if required else "copy it byte for byte from the predecessor's tree (compose stage does)"
-                problems.add("provenance", "the copy of the lane's provenance statement is missing", file=rel, fix=fix)
-            continue
-        files[rel] = "provenance"
-        actual = file_sha256(root, rel)
-        if previous is not None and previous.get("sha256") != actual:
-            problems.add("provenance", "a rebound-unchanged provenance copy must be the predecessor's bytes", file=rel, field=f"{where}.{key}.sha256", found=actual, expected=previous.get("sha256"))
-        row[key] = {"path": rel, "sha256": actual, "public_url": _pin(pins, rel)}
+        _bind_record(root, release, row, where, key, name, pins, files, problems, required=required and key == "provenance", old=old, role="provenance")
+
+
+def _bind_component_publication(root: Path, release: str, row: dict[str, Any], lane: Lane, li: LaneInput, pins: dict[str, str], files: dict[str, str], problems: Problems, *, old: dict[str, Any] | None = None) -> None:
+    """The row's record of its component publication receipt, when the component was published by `publish`.
+
+    The receipt is the evidence for `published`: a copy with `published = false` is a contradiction.
+    """
+    where = row_path(lane.id, lane.kind)
+    rel = repo_path(release, component_publication_name(lane.id))
+    _bind_record(root, release, row, where, "component_publication", component_publication_name(lane.id), pins, files, problems, required=False, old=old, role="publication")
+    if "component_publication" in row and not li.published:
+        problems.add("publication", "the component's publication receipt is bound, but release.toml says the lane is not published", file=rel, field=f"lanes.{lane.id}.published", found=False, expected="true", fix="set published = true in release.toml")
+
+
+def _bind_record(
+    root: Path,
+    release: str,
+    row: dict[str, Any],
+    where: str,
+    key: str,
+    name: str,
+    pins: dict[str, str],
+    files: dict[str, str],
+    problems: Problems,
+    *,
+    required: bool,
+    old: dict[str, Any] | None,
+    role: str,
+) -> None:
+    """One optional row record {path, sha256, public_url} of a byte copy in the tree."""
+    rel = repo_path(release, name)
+    previous = old.get(key) if isinstance(old, dict) and isinstance(old.get(key), dict) else None
+    if not (root / rel).is_file():
+        if required or previous is not None:
+            fix = "run 'python -m pipeline compose --dist DIR' to copy it from the register" if required else "copy it byte for byte from the predecessor's tree (compose stage does)"
+            problems.add(role, f"the lane's {key.replace('_', ' ')} copy is missing", file=rel, fix=fix)
+        return
+    files[rel] = role
+    actual = file_sha256(root, rel)
+    if previous is not None and previous.get("sha256") != actual:
+        problems.add(role, f"a rebound-unchanged {key.replace('_', ' ')} copy must be the predecessor's bytes", file=rel, field=f"{where}.{key}.sha256", found=actual, expected=previous.get("sha256"))
+    row[key] = {"path": rel, "sha256": actual, "public_url": _pin(pins, rel)}
 
 
 def _set_image(row: dict[str, Any], reference: str) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.formats.lanes import Lane
-from pipeline.formats.release.names import SCRIPT_FIELDS
+from pipeline.formats.release.names import ROW_RECORDS, SCRIPT_FIELDS
 from pipeline.formats.release.problems import Problems
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import loads_document
@@ -104,7 +104,7 @@ def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
     for row in manifest_rows(manifest):
         if isinstance(row, dict):
             take(row.get("qualification"), "summary", "public_url")
-            for key in ("publication_receipt", "provenance", "image_provenance"):
+            for key in ROW_RECORDS:
                 take(row.get(key), "path", "public_url")
     return pins
 

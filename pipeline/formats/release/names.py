@@ -28,6 +28,10 @@ PUBLICATION_RECEIPT = "qualification/runtime-publication.json"
 ACCEPTANCE = "acceptance/external-installation.json"
 BUNDLE_SUFFIX = ".sigstore.json"
 PROVENANCE_SUFFIX = ".provenance.intoto.json"  # a provenance statement (formats/provenance.py), beside a set and in a tree
+# A lane row's {path, sha256, public_url} records of byte copies in the tree. All but the image
+# publication receipt are optional keys: absent (not null) in trees made before the pipeline wrote
+# provenance or published components, so released manifests never change.
+ROW_RECORDS = ("publication_receipt", "provenance", "image_provenance", "component_publication")
 
 MANIFEST_TYPE = "omp_ninfer_release_manifest"
 SUMMARY_TYPE = "omp_ninfer_product_qualification"
@@ -95,6 +99,11 @@ def sums_name(lane_id: str) -> str:
 def provenance_name(lane_id: str) -> str:
     """The tree copy of the lane's set provenance (formats/provenance.py's `.provenance.intoto.json`)."""
     return f"{QUALIFICATION_DIR}/{lane_id}{PROVENANCE_SUFFIX}"
+
+
+def component_publication_name(lane_id: str) -> str:
+    """The tree copy of the lane's component publication receipt (pipeline/stages/publish.py)."""
+    return f"{QUALIFICATION_DIR}/{lane_id}.component-publication.json"
 
 
 def image_provenance_name(lane_id: str) -> str:
