@@ -28,7 +28,13 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    against the payload) and validate every SBOM document with
    `pipeline.formats.sbom.validate_file`;
 6. verify the Sigstore bundle of each file in `signing.signed_files`
-   (`pipeline.infra.sigstore.verify_bundle`, offline, pinned trust config);
+   (`pipeline.infra.sigstore.verify_bundle`, offline, pinned trust config)
+   against the signer the *auditor* expects: the product repository's release
+   workflow at the release tag (`--repository`, or `--certificate-identity`),
+   on production Sigstore unless `--trust-config` says otherwise.  A manifest
+   that declares another signer, product repository or Sigstore instance is
+   refused before anything it names is fetched (a manifest cannot vouch for
+   itself);
 7. GET the container image's manifest by digest from the registry
    (`pipeline.infra.registry.fetch_manifest_by_digest`: the anonymous token
    flow of GHCR-style registries), hash the bytes and compare with the
@@ -547,8 +553,17 @@ class Auditor:
         on_item: Callable[[Item], None] | None = None,
         mirrors: list[tuple[str, str]] | None = None,
         skip_larger_than: int | None = None,
+        repository: str | None = None,
+        certificate_identity: str | None = None,
+        certificate_oidc_issuer: str | None = None,
     ) -> None:
         self.source = source
+        # Who must have signed is the auditor's to say, never the manifest's (a manifest naming its own
+        # signer proves nothing): the product repository's release workflow at the release tag by default.
+        self.repository = repository
+        self.certificate_identity = certificate_identity
+        self.certificate_oidc_issuer = certificate_oidc_issuer
+        self.expected_signer = None  # SignerIdentity, set once the manifest names its release
         self.jobs = max(1, jobs)
         self.cache_root = cache
         self.allow_unsigned = allow_unsigned
@@ -696,6 +711,9 @@ class Auditor:
         where = _manifest_release_problem(self.source, release)
         self.add(Item(label, where is None, where or f"release {release}, status {manifest.get('status')}, sha256 {sha256_bytes(data)}", "manifest"))
         if where is not None:  # a manifest outside its release tree binds nothing: fetch nothing it names
+            self.report.seconds = time.monotonic() - started
+            return self.report
+        if not self._check_signer(manifest):  # a manifest that claims another authority binds nothing either
             self.report.seconds = time.monotonic() - started
             return self.report
         cache = self._cache_dir(release)
@@ -909,12 +927,9 @@ class Auditor:
         if bundle.error or bundle.path is None:
             self.add(Item(bundle_label, None, f"no DSSE bundle beside the statement ({prefix + name + suffix})", "signature"))
             return
-        identity, issuer = signing.get("certificate_identity"), signing.get("certificate_oidc_issuer")
-        if not isinstance(identity, str) or not isinstance(issuer, str):
-            self.add(Item(bundle_label, False, "the manifest declares no expected signer to check the DSSE bundle against", "signature"))
-            return
-        repository, ref = sign.github_claims(identity)
-        trust = self.trust_config or signing.get("trust_config") or "production"
+        expected = self.expected_signer
+        assert expected is not None  # _check_signer ran first
+        identity, issuer, repository, ref, trust = expected.identity, expected.issuer, expected.repository, expected.ref, expected.trust_config
         try:
             verified = sign.verify_dsse_bundle(data, bundle.path.read_bytes(), identity=identity, issuer=issuer, trust_config=trust, repository=repository, ref=ref, name=name)
         except sign.SignatureError as error:
@@ -966,6 +981,51 @@ class Auditor:
             raise RemoteError(fetched.error or "download failed", file=location)
         return fetched.path.read_bytes()
 
+    def _check_signer(self, manifest: dict[str, Any]) -> bool:
+        """The expected signer, from the auditor (or this tool's default), checked against what the manifest declares.
+
+        Default: `https://github.com/<repository>/.github/workflows/release.yml@refs/tags/<release>`
+        from GitHub Actions' issuer, on the production Sigstore instance, with <repository> the
+        product repository (`--repository`, default alphastorm/omp-ninfer); `--certificate-identity`
+        and `--certificate-oidc-issuer` replace it (sigstore-python's and cosign's flags).  The
+        manifest must declare exactly that signer, a product repository of that name, and no other
+        Sigstore instance than the one the auditor chose; otherwise nothing it binds is fetched.
+        """
+        from pipeline.formats.release.names import OIDC_ISSUER, PRODUCT_REPO_SLUG, RELEASE_WORKFLOW
+        from pipeline.infra import sigstore
+
+        release = manifest["release"]
+        trust = self.trust_config or "production"
+        if self.certificate_identity:
+            identity = self.certificate_identity
+            issuer = self.certificate_oidc_issuer or OIDC_ISSUER
+            source = "--certificate-identity"
+        else:
+            repository = self.repository or PRODUCT_REPO_SLUG
+            identity = f"https://github.com/{repository}/{RELEASE_WORKFLOW}@refs/tags/{release}"
+            issuer = self.certificate_oidc_issuer or OIDC_ISSUER
+            source = "--repository" if self.repository else f"the default repository {PRODUCT_REPO_SLUG}"
+        claimed_repository, ref = sigstore.github_claims(identity)
+        self.expected_signer = sigstore.SignerIdentity(identity, issuer, claimed_repository, ref, trust)
+        label = "signer"
+        problems: list[str] = []
+        signing = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
+        declared = (signing.get("certificate_identity"), signing.get("certificate_oidc_issuer"))
+        if signing and declared != (identity, issuer):
+            problems.append(f"the manifest declares the signer {declared[0]!r} (issuer {declared[1]!r}), but this audit expects {identity!r} (issuer {issuer!r}, from {source}); pass --repository OWNER/NAME or --certificate-identity to audit a release of another repository")
+        declared_trust = signing.get("trust_config", "production")
+        if self.trust_config is None and declared_trust != "production":
+            problems.append(f"the manifest asks for the {declared_trust!r} Sigstore instance; signatures are checked on production unless you pass --trust-config {declared_trust}")
+        product = _text(dig(manifest, "product.repository"))
+        product_path = urlsplit(product).path.strip("/").removesuffix(".git") if product else ""
+        if not self.certificate_identity and product_path != claimed_repository:  # an explicit identity is the auditor's own call
+            problems.append(f"product.repository {product!r} is not the signer's repository {claimed_repository!r}")
+        if problems:
+            self.add(Item(label, False, "; ".join(problems), "signature", {"expected": self.expected_signer.to_json()}))
+            return False
+        self.add(Item(label, True, f"{identity} (issuer {issuer}, {trust} Sigstore; from {source})", "signature", {"expected": self.expected_signer.to_json()}))
+        return True
+
     def _audit_signatures(self, manifest: dict[str, Any], manifest_bytes: bytes) -> None:
         from pipeline.infra import sigstore
 
@@ -974,15 +1034,14 @@ class Auditor:
         if not isinstance(signing, dict):
             self.add(Item("signatures", None if self.allow_unsigned else False, "the manifest declares no signing block (expected signer and signed files)", "signature"))
             return
-        identity = signing.get("certificate_identity")
-        issuer = signing.get("certificate_oidc_issuer")
         files = signing.get("signed_files")
         suffix = signing.get("bundle_suffix") or sigstore.BUNDLE_SUFFIX
-        if not isinstance(identity, str) or not isinstance(issuer, str) or not isinstance(files, list) or not files:
-            self.add(Item("signatures", False, "signing block lacks certificate_identity, certificate_oidc_issuer or signed_files", "signature"))
+        if not isinstance(files, list) or not files:
+            self.add(Item("signatures", False, "signing block lists no signed_files", "signature"))
             return
-        repository, ref = sigstore.github_claims(identity)
-        trust = self.trust_config or signing.get("trust_config") or "production"
+        expected = self.expected_signer
+        assert expected is not None  # _check_signer ran first
+        identity, issuer, repository, ref, trust = expected.identity, expected.issuer, expected.repository, expected.ref, expected.trust_config
         cache = self._cache_dir(release) / "signatures"
         product_repository = str(dig(manifest, "product.repository") or "").rstrip("/")
         for relative in files:
@@ -1103,6 +1162,12 @@ def _byte_size(text: str) -> int:
     return int(match.group(1)) * 1024 ** "_KMGT".index(match.group(2).upper() or "_")
 
 
+def _repository_slug(value: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}", value) or ".." in value:
+        raise argparse.ArgumentTypeError(f"not a GitHub repository OWNER/NAME: {value!r}")
+    return value
+
+
 def _parse_mirror(value: str) -> tuple[str, str]:
     from pipeline.errors import UsageError
 
@@ -1149,6 +1214,9 @@ class AuditStage(Stage):
             "trust_config": auditor.trust_config,
             "mirrors": auditor.mirrors,
             "skip_larger_than": auditor.skip_larger_than,
+            "repository": auditor.repository,
+            "certificate_identity": auditor.certificate_identity,
+            "certificate_oidc_issuer": auditor.certificate_oidc_issuer,
         }
 
     def run(self) -> list[Artifact]:
@@ -1210,6 +1278,9 @@ def run_audit(args: argparse.Namespace) -> int:
         on_item=emit,
         mirrors=[_parse_mirror(value) for value in (args.mirror or os.environ.get("OMP_NINFER_MIRROR", "").split())],
         skip_larger_than=args.skip_larger_than,
+        repository=args.repository,
+        certificate_identity=args.certificate_identity,
+        certificate_oidc_issuer=args.certificate_oidc_issuer,
     )
     report = audit_release(auditor, dist=args.dist)
     if as_json:
@@ -1236,7 +1307,10 @@ def register_cli(sub) -> None:
     parser.add_argument("--cache", type=Path, default=None, help="download folder, kept for resuming (default ~/.cache/omp-ninfer-audit/<release>)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed; also each file must arrive within TIMEOUT seconds plus its bytes at 256 KiB/s, retries included (default 60)")
     parser.add_argument("--retries", type=int, default=None, help="retries per download after a broken connection or 5xx (default 4)")
-    parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file")
+    parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file; the manifest cannot choose it")
+    parser.add_argument("--repository", default=None, metavar="OWNER/NAME", type=_repository_slug, help="the product repository whose release workflow must have signed (default alphastorm/omp-ninfer): the expected signer is its .github/workflows/release.yml at refs/tags/<release>")
+    parser.add_argument("--certificate-identity", default=None, metavar="SAN", help="the exact certificate identity that must have signed (replaces --repository's)")
+    parser.add_argument("--certificate-oidc-issuer", default=None, metavar="URL", help="the OIDC issuer of that identity (default https://token.actions.githubusercontent.com)")
     parser.add_argument("--allow-unsigned", action="store_true", help="report missing Sigstore bundles as SKIP instead of FAIL (pre-signing audits only)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")
     parser.add_argument("--mirror", action="append", default=[], metavar="URL_PREFIX=MIRROR_PREFIX", help="fetch URLs starting with URL_PREFIX from MIRROR_PREFIX instead (repeatable; default: the space-separated entries of $OMP_NINFER_MIRROR); sizes, hashes and location rules are unchanged")

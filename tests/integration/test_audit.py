@@ -22,6 +22,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from repokit import shared_or_skip
@@ -352,7 +353,7 @@ def test_cli_prints_lines_and_verdict_and_exits_0_or_1(server, tmp_path, capsys)
     code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--jobs", "2", "--dist", str(dist)])
     out = capsys.readouterr().out.splitlines()
     assert code == 0, out
-    assert out[-1].startswith(f"AUDIT PASSED: {RELEASE}: all 5 items OK, 1 skipped;")
+    assert out[-1].startswith(f"AUDIT PASSED: {RELEASE}: all 6 items OK, 1 skipped;")  # manifest, signer, 4 records
     assert all(re.match(r"(OK|FAIL|SKIP): ", line) for line in out[:-1])
     # The audit ran through the stage contract: its report is a register entry.
     (entry,) = Register(dist).query("audit-report")
@@ -719,9 +720,45 @@ def test_signed_files_are_verified_offline_with_the_real_bundles(server, tmp_pat
     server.files[base + wheel + ".sigstore.json"] = (vectors / "bundle_v3_github.whl.sigstore").read_bytes()
     # The manifest's bundle is a real bundle of the wheel: valid signer, other bytes.
     server.files[tree.manifest_path + ".sigstore.json"] = (vectors / "bundle_v3_github.whl.sigstore").read_bytes()
-    report, lines = run_audit(tree.publish(), tmp_path, allow_unsigned=False)
+    # The auditor names the signer it expects (the manifest's own claim decides nothing).
+    report, lines = run_audit(tree.publish(), tmp_path, allow_unsigned=False, certificate_identity=GH_SAN)
+    assert line_for(lines, "OK: signer") == f"OK: signer ({GH_SAN} (issuer {GH_ISSUER}, production Sigstore; from --certificate-identity))"
     assert line_for(lines, f"OK: signature {wheel}") == f"OK: signature {wheel} (signed by {GH_SAN}, log index 79605083)"
     assert fails(lines) == [f"FAIL: signature manifests/{RELEASE}/manifest.json: Bundle message digest mismatch"]
+
+
+def test_a_manifest_cannot_name_its_own_signer(server, tmp_path):
+    """A manifest that declares another signer than the auditor expects binds nothing: no URL it names is fetched."""
+    vectors = shared_or_skip("sigstore-vectors")
+    tree = Tree(server, None, None)
+    tree.manifest["signing"]["certificate_identity"] = GH_SAN  # a valid signer, of another repository
+    wheel = f"manifests/{RELEASE}/bundle_v3_github.whl"
+    tree.manifest["signing"]["signed_files"] = [wheel]
+    base = f"/alphastorm/omp-ninfer/raw/{COMMIT}/"
+    server.files[base + wheel] = (vectors / "bundle_v3_github.whl").read_bytes()
+    server.files[base + wheel + ".sigstore.json"] = (vectors / "bundle_v3_github.whl.sigstore").read_bytes()
+    url = tree.publish()
+    server.log.clear()
+    report, lines = run_audit(url, tmp_path, allow_unsigned=False)
+    assert not report.passed
+    signer = line_for(fails(lines), "FAIL: signer")
+    assert GH_SAN in signer and f"https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/tags/{RELEASE}" in signer
+    assert "--repository OWNER/NAME or --certificate-identity" in signer
+    assert [path for path, _ in server.log] == [urlsplit(url).path], "only the manifest may be fetched"
+    # --repository names the signer's repository: then the manifest's product repository must be that one too.
+    report, lines = run_audit(url, tmp_path, allow_unsigned=False, repository="trailofbits/rfc8785.py")
+    assert "product.repository" in line_for(fails(lines), "FAIL: signer") and "is not the signer's repository 'trailofbits/rfc8785.py'" in line_for(fails(lines), "FAIL: signer")
+
+
+def test_a_manifest_cannot_choose_the_sigstore_instance(server, tmp_path):
+    tree = Tree(server, None, None)
+    tree.manifest["signing"]["trust_config"] = "staging"
+    url = tree.publish()
+    report, lines = run_audit(url, tmp_path)
+    assert "asks for the 'staging' Sigstore instance" in line_for(fails(lines), "FAIL: signer")
+    assert "--trust-config staging" in line_for(fails(lines), "FAIL: signer")
+    report, lines = run_audit(url, tmp_path / "b", trust_config="staging")  # the auditor's own choice
+    assert line_for(lines, "OK: signer").endswith("staging Sigstore; from the default repository alphastorm/omp-ninfer))")
 
 
 def test_a_signature_by_another_identity_fails(server, tmp_path):
