@@ -42,14 +42,21 @@ def main(lane: str) -> int:
     raw = ledger_path.read_bytes()
     if len(raw) > MAX_LEDGER_BYTES:
         return _error(ledger_path, f"the cut ledger is larger than {MAX_LEDGER_BYTES} bytes")
-    ledger = json.loads(raw, parse_constant=_reject_constant)
-    live = [c for c in ledger.get("cuts", []) if isinstance(c, dict) and c.get("version") == version and c.get("state") in ("cut", "published")]
+    try:
+        ledger = json.loads(raw, parse_constant=_reject_constant)
+    except ValueError as error:
+        return _error(ledger_path, f"the cut ledger is not JSON: {error}")
+    cuts = ledger.get("cuts") if isinstance(ledger, dict) else None
+    if not isinstance(cuts, list):
+        return _error(ledger_path, "the cut ledger holds no list of cuts (field cuts)")
+    live = [c for c in cuts if isinstance(c, dict) and c.get("version") == version and c.get("state") in ("cut", "published")]
     if not live:
         return _error(ledger_path, f"lane {lane} has no current cut of version {version} (every cut is superseded, or none was made); cut it: python -m pipeline cut --lane {lane} --source URL@COMMIT")
     cut = max(live, key=lambda c: c.get("n") if isinstance(c.get("n"), int) else -1)
     commit = cut.get("source_commit")
     if not isinstance(commit, str) or not COMMIT.fullmatch(commit):
-        reason = (cut.get("unknown") or {}).get("source_commit", "")
+        unknown = cut.get("unknown") if isinstance(cut.get("unknown"), dict) else {}
+        reason = str(unknown.get("source_commit", ""))
         return _error(ledger_path, f"the current cut {cut.get('tag')} of lane {lane} names no full source commit, so it cannot be built for a release. {reason}".rstrip())
     if not isinstance(repository, str) or not repository.startswith("https://"):
         return _error(lane_path, f"lane {lane} names no https source repository")

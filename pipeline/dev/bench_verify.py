@@ -291,7 +291,7 @@ def measure_audit_served_release(work: Path, payload: Path, size: int, level: in
 
         def ours(round_index: int) -> None:
             cache = work / f"audit-cache-{round_index}"
-            auditor = Auditor(f"{base}/{manifest_route.as_posix()}", jobs=JOBS, cache=cache, allow_unsigned=True, progress=False)
+            auditor = Auditor(f"{base}/{manifest_route.as_posix()}", jobs=JOBS, cache=cache, allow_unsigned=True, progress=False, repository="omp/omp-ninfer")
             cpu = time.process_time()
             start = time.perf_counter()
             report = auditor.run()

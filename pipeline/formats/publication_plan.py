@@ -42,6 +42,7 @@ from typing import Any
 from pipeline.errors import InputError
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import canonical_bytes, compact_identity_bytes, parse_strict
+from pipeline.util.safepath import component_problem
 
 PLAN_TYPE = "omp_ninfer_publication_plan"
 RECEIPT_TYPE = "omp_ninfer_release_publication_receipt"
@@ -261,9 +262,22 @@ def read_receipt(path: Path) -> dict[str, Any]:
             raise InputError("is not a SHA-256", file=path, field=key, found=doc.get(key))
     if not is_commit_hex(doc.get("commit")):
         raise InputError("does not name a full commit", file=path, field="commit", found=doc.get("commit"))
+    for key in ("kind", "repository", "tag"):
+        if not isinstance(doc.get(key), str) or not doc[key]:
+            raise InputError("must be a non-empty string", file=path, field=key, found=doc.get(key))
     if not isinstance(doc.get("assets"), list) or not doc["assets"]:
         raise InputError("lists no asset", file=path, field="assets")
+    if len(doc["assets"]) > MAX_ASSETS:
+        raise InputError("lists more assets than a GitHub release holds", file=path, field="assets", found=len(doc["assets"]), expected=f"at most {MAX_ASSETS}")
+    names: set[str] = set()
     for index, asset in enumerate(doc["assets"]):
         if not isinstance(asset, dict) or not is_sha256_hex(asset.get("sha256")) or asset.get("digest") != f"sha256:{asset.get('sha256')}":
             raise InputError("binds an asset without its matching GitHub digest", file=path, field=f"assets[{index}]")
+        name = asset.get("name")
+        problem = component_problem(name, max_len=255)
+        if problem is not None:
+            raise InputError(f"names no asset file ({problem})", file=path, field=f"assets[{index}].name", found=name, expected="a bare file name")
+        if name in names:
+            raise InputError("names an asset twice", file=path, field=f"assets[{index}].name", found=name, expected="each asset once")
+        names.add(name)
     return doc

@@ -893,9 +893,9 @@ class Auditor:
         if lane_obj is not None:
             from pipeline.formats.assets import asset_set
 
-            self._audit_provenance(lane, asset_set(lane_obj, beta).package_root, prefix, report.files, cache)
+            self._audit_provenance(lane, asset_set(lane_obj, beta).package_root, prefix, report.files, cache, row)
 
-    def _audit_provenance(self, lane: str, package_root: str, prefix: str, files: dict[str, str], cache: Path) -> None:
+    def _audit_provenance(self, lane: str, package_root: str, prefix: str, files: dict[str, str], cache: Path, row: dict[str, Any]) -> None:
         """The set's SLSA statement beside it: subjects exactly the set's files; its DSSE bundle, where one exists."""
         from pipeline.formats import provenance
         from pipeline.stages import sign
@@ -914,8 +914,10 @@ class Auditor:
         try:
             statement = provenance.read_statement(data, origin=prefix + name)
             provenance.check_subjects(statement, files, origin=prefix + name, what="the set's files")
-            if statement.external.get("lane") != lane:
-                raise IntegrityError("the statement describes another lane", file=prefix + name, field="externalParameters.lane", found=statement.external.get("lane"), expected=lane)
+            if statement.build_type != provenance.BUILD_TYPE_SET:
+                raise IntegrityError("is not the statement of an asset set", file=prefix + name, field="predicate.buildDefinition.buildType", found=statement.build_type, expected=provenance.BUILD_TYPE_SET)
+            tag, commit = row.get("release_tag"), row.get("source_commit")
+            provenance.check_parameters(statement, lane=lane, tag=tag if isinstance(tag, str) else None, source_commit=commit if isinstance(commit, str) else None, origin=prefix + name)
         except PipelineError as error:
             self.add(Item(label, False, error.render(), "provenance"))
             return
@@ -1017,9 +1019,15 @@ class Auditor:
         if self.trust_config is None and declared_trust != "production":
             problems.append(f"the manifest asks for the {declared_trust!r} Sigstore instance; signatures are checked on production unless you pass --trust-config {declared_trust}")
         product = _text(dig(manifest, "product.repository"))
-        product_path = urlsplit(product).path.strip("/").removesuffix(".git") if product else ""
-        if not self.certificate_identity and product_path != claimed_repository:  # an explicit identity is the auditor's own call
-            problems.append(f"product.repository {product!r} is not the signer's repository {claimed_repository!r}")
+        parts = urlsplit(product) if product else None
+        product_path = parts.path.strip("/").removesuffix(".git") if parts else ""
+        # GitHub itself, or a loopback server (tests, a local copy): never another host, which would
+        # then serve the raw records and the release's bundles.
+        on_github = parts is not None and parts.scheme == "https" and (parts.hostname or "").lower() == "github.com" and parts.port is None
+        on_loopback = parts is not None and net.is_loopback(parts.hostname)
+        wrong_repository = product_path.lower() != str(claimed_repository).lower() or not (on_github or on_loopback)
+        if wrong_repository and not self.certificate_identity:  # an explicit identity is the auditor's own call
+            problems.append(f"product.repository {product!r} is not the signer's repository https://github.com/{claimed_repository}")
         if problems:
             self.add(Item(label, False, "; ".join(problems), "signature", {"expected": self.expected_signer.to_json()}))
             return False
@@ -1038,6 +1046,10 @@ class Auditor:
         suffix = signing.get("bundle_suffix") or sigstore.BUNDLE_SUFFIX
         if not isinstance(files, list) or not files:
             self.add(Item("signatures", False, "signing block lists no signed_files", "signature"))
+            return
+        if f"manifests/{release}/manifest.json" not in files:
+            # The manifest binds every other hash: unsigned, it authenticates nothing, whatever else is signed.
+            self.add(Item("signatures", False, f"signing.signed_files does not list manifests/{release}/manifest.json: the manifest itself must be signed", "signature"))
             return
         expected = self.expected_signer
         assert expected is not None  # _check_signer ran first

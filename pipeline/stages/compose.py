@@ -218,7 +218,7 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
     files = {
         repo_path(release, receipt_name(lane.id)): receipt_bytes,
         repo_path(release, sums_name(lane.id)): sums_bytes,
-        repo_path(release, provenance_name(lane.id)): set_provenance(register, lane, tag, sums_bytes, facts.source_commit),
+        repo_path(release, provenance_name(lane.id)): _kept_statement(root / repo_path(release, provenance_name(lane.id)), set_provenance(register, lane, tag, sums_bytes, facts.source_commit)),
     }
     if lane.kind == "container":
         # Only this lane's own receipt: an image pushed for another lane is never evidence for this one.
@@ -249,9 +249,10 @@ def import_register_lane(root: Path, release: str, lane: Lane, register: Registe
             _want(pf.component_tag == tag, "the image names another component tag", file=p, field="release_tag", found=pf.component_tag, expected=tag)
             _want(pf.secret_free is True, "does not declare itself secret-free", file=p, field="secret_free", found=pf.secret_free, expected=True)
             files[repo_path(release, PUBLICATION_RECEIPT)] = pub_bytes
-            statement = image_provenance(register, lane, tag, pf.image_digest)
+            statement = image_provenance(register, lane, tag, pf.image_digest, facts.source_commit)
             if statement is not None:
-                files[repo_path(release, image_provenance_name(lane.id))] = statement
+                rel = repo_path(release, image_provenance_name(lane.id))
+                files[rel] = _kept_statement(root / rel, statement)
         else:
             ui.warn(f"{lane.id}: no publication-receipt in the register yet (run image and push); the image stays null with a blocker")
     ui.info(f"{lane.id}: {tag}, package {package_name} {package.sha256[:12]}, receipt {facts.status}")
@@ -286,7 +287,35 @@ def set_provenance(register: Register, lane: Lane, tag: str, sums_bytes: bytes, 
     return data
 
 
-def image_provenance(register: Register, lane: Lane, tag: str, image_digest: str | None) -> bytes | None:
+def _kept_statement(tree_copy: Path, registered: bytes) -> bytes:
+    """The tree's statement bytes: the committed copy when it states what the register's does.
+
+    A statement's `runDetails` say who ran the build (the release workflow and its run in CI,
+    a local builder elsewhere), so a statement made in another run differs only there. The
+    tree binds what was built (subjects, parameters, dependencies, byproducts); the signed
+    statement beside the set says who built it. Re-composing in CI must not rewrite a
+    committed tree for that difference alone (release.yml's compose job diffs the tree).
+    """
+    from pipeline.formats import provenance
+
+    if not tree_copy.is_file():
+        return registered
+    committed = tree_copy.read_bytes()
+    if committed == registered:
+        return committed
+    try:
+        old = provenance.read_statement(committed, origin=str(tree_copy)).document
+    except PipelineError:
+        return registered  # a damaged copy is replaced (a draft) or refused as a change (a candidate)
+    new = provenance.read_statement(registered, origin="register").document
+
+    def what(document: dict[str, Any]) -> Any:
+        return {"subject": document["subject"], "buildDefinition": document["predicate"]["buildDefinition"], "byproducts": document["predicate"]["runDetails"].get("byproducts")}
+
+    return committed if what(old) == what(new) else registered
+
+
+def image_provenance(register: Register, lane: Lane, tag: str, image_digest: str | None, source_commit: str | None) -> bytes | None:
     """The image's provenance statement, when the register holds one for the pushed image (None otherwise)."""
     from pipeline.formats import provenance
 
@@ -297,7 +326,7 @@ def image_provenance(register: Register, lane: Lane, tag: str, image_digest: str
         data = path.read_bytes()
         statement = provenance.read_statement(data, origin=str(path))
         _want(sorted(statement.subjects.values()) == [str(image_digest).removeprefix("sha256:")], "the image provenance names other subjects than the pushed image", file=path, field="subject", found=sorted(statement.subjects.values()), expected=str(image_digest))
-        provenance.check_parameters(statement, lane=lane.id, tag=tag, source_commit=None, origin=str(path))
+        provenance.check_parameters(statement, lane=lane.id, tag=tag, source_commit=source_commit, origin=str(path))
         return data
     ui.warn(f"{lane.id}: the register holds no provenance statement of the pushed image {image_digest}; the tree binds none")
     return None
@@ -779,6 +808,7 @@ def promote_release(root: Path, release: str, to: str, *, lanes_dir: Path | None
 EVIDENCE_KINDS = frozenset({
     "outer-checksums", "package-archive", "source-archive", "spdx-sbom", "cdx-sbom", "inner-checksums",
     "package-build-receipt", "support-script", "lane-receipt", "build-identity", "publication-receipt", "release-publication",
+    "provenance",
 })
 DERIVED_FILES = (SUMMARY, AUTHORITY, AUTHORITY_MD, NOTES, MANIFEST)  # what rebind writes
 
@@ -853,9 +883,9 @@ class ComposeStage(TreeAction):
         register_lanes = sorted(li.id for li in rt.lanes.values() if li.mode == "register" and li.status in SHIPPED)
         made = {repo_path(self.release, name) for name in DERIVED_FILES}
         for lane_id in register_lanes:
-            made |= {repo_path(self.release, receipt_name(lane_id)), repo_path(self.release, sums_name(lane_id))}
+            made |= {repo_path(self.release, name(lane_id)) for name in (receipt_name, sums_name, provenance_name, component_publication_name)}
             if lanes[lane_id].kind == "container":
-                made.add(repo_path(self.release, PUBLICATION_RECEIPT))
+                made |= {repo_path(self.release, PUBLICATION_RECEIPT), repo_path(self.release, image_provenance_name(lane_id))}
         register = self.ctx.register
         evidence = {a.name: a.sha256 for a in register.artifacts.values() if a.lane in register_lanes and a.kind in EVIDENCE_KINDS} if self.evidence else None
         pinned = {li.id: file_sha256(self.root, li.pins["checksums_file"]) for li in rt.lanes.values() if li.mode == "pins" and li.pins.get("checksums_file")}

@@ -747,7 +747,27 @@ def test_a_manifest_cannot_name_its_own_signer(server, tmp_path):
     assert [path for path, _ in server.log] == [urlsplit(url).path], "only the manifest may be fetched"
     # --repository names the signer's repository: then the manifest's product repository must be that one too.
     report, lines = run_audit(url, tmp_path, allow_unsigned=False, repository="trailofbits/rfc8785.py")
-    assert "product.repository" in line_for(fails(lines), "FAIL: signer") and "is not the signer's repository 'trailofbits/rfc8785.py'" in line_for(fails(lines), "FAIL: signer")
+    assert "product.repository" in line_for(fails(lines), "FAIL: signer") and "is not the signer's repository https://github.com/trailofbits/rfc8785.py" in line_for(fails(lines), "FAIL: signer")
+    # The right name on another host is another repository: it would serve the raw records and the bundles.
+    tree = Tree(server, None, None)
+    tree.manifest["product"]["repository"] = "https://github.com.evil.example/alphastorm/omp-ninfer"
+    report, lines = run_audit(tree.publish(), tmp_path / "host", allow_unsigned=False)
+    assert "is not the signer's repository https://github.com/alphastorm/omp-ninfer" in line_for(fails(lines), "FAIL: signer")
+
+
+def test_the_manifest_itself_must_be_among_the_signed_files(server, tmp_path):
+    """A manifest that lists only some other, genuinely signed file authenticates nothing it binds."""
+    vectors = shared_or_skip("sigstore-vectors")
+    tree = Tree(server, None, None)
+    wheel = f"manifests/{RELEASE}/bundle_v3_github.whl"
+    tree.manifest["signing"]["signed_files"] = [wheel]
+    base = f"/alphastorm/omp-ninfer/raw/{COMMIT}/"
+    server.files[base + wheel] = (vectors / "bundle_v3_github.whl").read_bytes()
+    server.files[base + wheel + ".sigstore.json"] = (vectors / "bundle_v3_github.whl.sigstore").read_bytes()
+    for allow_unsigned in (False, True):  # not a missing bundle: a manifest that does not claim to be signed
+        report, lines = run_audit(tree.publish(), tmp_path / str(allow_unsigned), allow_unsigned=allow_unsigned)
+        assert not report.passed
+        assert line_for(fails(lines), "FAIL: signatures") == f"FAIL: signatures: signing.signed_files does not list manifests/{RELEASE}/manifest.json: the manifest itself must be signed"
 
 
 def test_a_manifest_cannot_choose_the_sigstore_instance(server, tmp_path):
@@ -765,7 +785,7 @@ def test_a_signature_by_another_identity_fails(server, tmp_path):
     vectors = shared_or_skip("sigstore-vectors")
     tree = Tree(server, None, None)  # expects alphastorm/omp-ninfer's release workflow
     wheel = f"manifests/{RELEASE}/bundle_v3_github.whl"
-    tree.manifest["signing"]["signed_files"] = [wheel]
+    tree.manifest["signing"]["signed_files"].append(wheel)
     base = f"/alphastorm/omp-ninfer/raw/{COMMIT}/"
     server.files[base + wheel] = (vectors / "bundle_v3_github.whl").read_bytes()
     server.files[base + wheel + ".sigstore.json"] = (vectors / "bundle_v3_github.whl.sigstore").read_bytes()

@@ -107,6 +107,29 @@ def test_states_follow_the_evidence(release, tmp_path):
     assert f"/{second}/" in urls[0] and f"/{second}/" in urls[1]
 
 
+def test_compose_keeps_a_committed_statement_that_differs_only_in_who_ran_the_build(release, tmp_path):
+    """The release workflow re-composes the committed tree from its own register and diffs it: a statement
+    made in CI names another builder and run, and that alone must not rewrite the committed copy."""
+    root = release.clone(tmp_path / "p", "draft")
+    copy = root / "manifests" / RELEASE / "qualification" / f"{LANE}.provenance.intoto.json"
+    registered = copy.read_bytes()
+    document = json.loads(registered)
+    document["predicate"]["runDetails"]["builder"]["id"] = f"https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/tags/{RELEASE}"
+    document["predicate"]["runDetails"]["metadata"] = {"invocationId": "https://github.com/alphastorm/omp-ninfer/actions/runs/42/attempts/1"}
+    copy.write_bytes(canonical_bytes(document))
+    rebind(root, RELEASE, lanes=load_lanes(release.lanes_dir))
+    committed = copy.read_bytes()
+    assert verify_release(root, RELEASE, lanes_dir=release.lanes_dir).valid
+    outcome = compose_release(root, RELEASE, dist=release.dist, lanes_dir=release.lanes_dir)
+    assert copy.read_bytes() == committed and outcome.written == []
+    # What was built is bound: a copy that states other dependencies is replaced by the register's statement.
+    document["predicate"]["buildDefinition"]["resolvedDependencies"][0]["uri"] = "git+https://example.invalid/other.git@" + "0" * 40
+    copy.write_bytes(canonical_bytes(document))
+    compose_release(root, RELEASE, dist=release.dist, lanes_dir=release.lanes_dir)
+    assert copy.read_bytes() == registered
+    assert verify_release(root, RELEASE, lanes_dir=release.lanes_dir).valid
+
+
 def test_compose_and_rebind_are_idempotent(release, tmp_path):
     root = release.clone(tmp_path / "p", "draft")
     before = tree_bytes(root)

@@ -221,6 +221,10 @@ def test_lane_source_helper_prints_the_current_cut_or_fails(tmp_path):
     assert latest.returncode == 0 and latest.stdout == "https://github.com/a/b.git@" + "3" * 40 + "\n"
     hostile = subprocess.run([sys.executable, str(helper), "../x"], cwd=tmp_path, capture_output=True, text=True)
     assert hostile.returncode == 2 and hostile.stdout == ""
+    for broken, says in (("[1, 2]", "holds no list of cuts"), ('{"cuts": [1], "x": NaN}', "is not JSON"), ("{", "is not JSON")):
+        (tmp_path / "runtime" / "cuts" / "x.json").write_text(broken)
+        result = subprocess.run([sys.executable, str(helper), "x"], cwd=tmp_path, capture_output=True, text=True)
+        assert result.returncode == 1 and result.stdout == "" and says in result.stderr and "Traceback" not in result.stderr, (broken, result.stderr)
 
 
 # -- publication: plan, then apply exactly that plan ------------------------------------------------
@@ -281,7 +285,8 @@ def test_a_component_job_per_lane_file():
     shown_index, shown = _step(job, 'git diff -- "runtime/cuts/$LANE.json"')
     upload = [(i, s) for i, s in enumerate(job["steps"]) if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert len(upload) == 1 and apply_index < shown_index < upload[0][0]
-    assert shown["if"] == upload[0][1]["if"] == "${{ always() }}" and "$GITHUB_STEP_SUMMARY" in shown["run"]
+    assert shown["if"] == upload[0][1]["if"] == "${{ !cancelled() }}" and "$GITHUB_STEP_SUMMARY" in shown["run"]
+    assert upload[0][1]["with"]["overwrite"] is True  # a re-run of the failed job is the same workflow run
     assert upload[0][1]["with"]["path"] == "runtime/cuts/${{ matrix.lane }}.json"
     assert upload[0][1]["with"]["if-no-files-found"] == "error"
 
@@ -468,7 +473,7 @@ def test_linux_build_job_installs_the_lanes_host_dependencies_before_building():
     for lane_id in ("rtx4090-windows-native", "rtx3090-windows-native"):
         short = lane_id[3:7]
         assert f'ports_{short}="$(python .github/scripts/host_packages.py {lane_id} vcpkg)"' in win[vcpkg]
-    assert '"$VCPKG_INSTALLATION_ROOT/vcpkg" install --triplet x64-windows $ports_4090 $ports_3090' in win[vcpkg]
+    assert 'set -f\n"$VCPKG_INSTALLATION_ROOT/vcpkg" install --triplet x64-windows $ports_4090 $ports_3090' in win[vcpkg]
     assert "PIPELINE_PKG_CONFIG_PATH=" in win[vcpkg] and "PKG_CONFIG_PATH=" not in win[vcpkg].replace("PIPELINE_PKG_CONFIG_PATH=", "")
 
 

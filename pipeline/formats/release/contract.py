@@ -524,6 +524,8 @@ class Verifier:
                 else:
                     try:
                         statement = provenance.read_statement(path.read_bytes(), origin=rel)
+                        if statement.build_type != provenance.BUILD_TYPE_SET:
+                            self.error("provenance", "is not the statement of an asset set", file=rel, field="predicate.buildDefinition.buildType", found=statement.build_type, expected=provenance.BUILD_TYPE_SET)
                         provenance.check_subjects(statement, expected, origin=rel, what="the files the row binds")
                         provenance.check_parameters(statement, lane=lane_id, tag=row.get("release_tag"), source_commit=row.get("source_commit"), origin=rel)
                     except PipelineError as error:
@@ -535,6 +537,8 @@ class Verifier:
             digest = row.get("oci_manifest_digest")
             try:
                 statement = provenance.read_statement(image_path.read_bytes(), origin=image_rel)
+                if statement.build_type != provenance.BUILD_TYPE_IMAGE:
+                    self.error("provenance", "is not the statement of an OCI image", file=image_rel, field="predicate.buildDefinition.buildType", found=statement.build_type, expected=provenance.BUILD_TYPE_IMAGE)
                 if not isinstance(digest, str) or sorted(statement.subjects.values()) != [digest.removeprefix("sha256:")]:
                     self.error("provenance", "the image provenance names other subjects than the row's image", file=image_rel, field="subject", found=sorted(statement.subjects.values()), expected=digest)
                 provenance.check_parameters(statement, lane=lane_id, tag=row.get("release_tag"), source_commit=row.get("source_commit"), origin=image_rel)
@@ -778,6 +782,7 @@ class Verifier:
             self.error("publication", "publication must never be authorized in the repository", file=self.manifest_rel, field="publication.authorized", found=pub.get("authorized"), expected="false", why="ready means technically cuttable; publishing is a separate act of the release lead")
         if not isinstance(pub.get("blockers"), list) or not all(isinstance(b, str) for b in pub.get("blockers") or []):
             self.error("publication", "blockers must be a list of strings", file=self.manifest_rel, field="publication.blockers", found=abbreviate(pub.get("blockers")))
+        self.check_component_publications()
         d = self.derived
         if d is not None and d.summary is not None:
             rel = d.manifest["qualification"]["summary"]
@@ -787,7 +792,6 @@ class Verifier:
                 return
             if isinstance(summary, dict) and summary.get("publication_authorized") is not False:
                 self.error("publication", "publication must never be authorized in the repository", file=rel, field="publication_authorized", found=summary.get("publication_authorized"), expected="false")
-        self.check_component_publications()
 
     def _bound_set(self, row: dict[str, Any]) -> dict[str, str] | None:
         """name -> SHA-256 of every file the row binds: its SHA256SUMS copy's lines and the copy itself."""

@@ -374,7 +374,7 @@ def _derive_row(
             if actual != old["checksums_sha256"]:
                 problems.add("checksums", "a rebound-unchanged checksum copy must be the predecessor's bytes", file=sums_rel, field=f"{where}.checksums_sha256", found=actual, expected=old["checksums_sha256"])
         _bind_provenance(root, release, row, lane, pins, files, problems, required=False, old=old)
-        _bind_component_publication(root, release, row, lane, li, pins, files, problems, old=old)
+        _bind_component_publication(root, release, rt.path, row, lane, li, pins, files, problems, old=old)
         old_pub = old.get("publication_receipt")
         if lane.kind == "container" and isinstance(old_pub, dict) and old_pub.get("sha256"):
             files[pub_rel] = "publication"
@@ -417,7 +417,7 @@ def _derive_row(
     files[receipt_rel] = "receipt"
     files[sums_rel] = "checksums"
     _bind_provenance(root, release, row, lane, pins, files, problems, required=True)
-    _bind_component_publication(root, release, row, lane, li, pins, files, problems)
+    _bind_component_publication(root, release, rt.path, row, lane, li, pins, files, problems)
     doc = read_evidence_json(root, receipt_rel, problems, "receipts")
     if doc is not None:
         facts = receipt_facts(doc)
@@ -475,7 +475,7 @@ def _bind_provenance(
         _bind_record(root, release, row, where, key, name, pins, files, problems, required=required and key == "provenance", old=old, role="provenance")
 
 
-def _bind_component_publication(root: Path, release: str, row: dict[str, Any], lane: Lane, li: LaneInput, pins: dict[str, str], files: dict[str, str], problems: Problems, *, old: dict[str, Any] | None = None) -> None:
+def _bind_component_publication(root: Path, release: str, rt_path: str, row: dict[str, Any], lane: Lane, li: LaneInput, pins: dict[str, str], files: dict[str, str], problems: Problems, *, old: dict[str, Any] | None = None) -> None:
     """The row's record of its component publication receipt, when the component was published by `publish`.
 
     The receipt is the evidence for `published`: a copy with `published = false` is a contradiction.
@@ -484,7 +484,7 @@ def _bind_component_publication(root: Path, release: str, row: dict[str, Any], l
     rel = repo_path(release, component_publication_name(lane.id))
     _bind_record(root, release, row, where, "component_publication", component_publication_name(lane.id), pins, files, problems, required=False, old=old, role="publication")
     if "component_publication" in row and not li.published:
-        problems.add("publication", "the component's publication receipt is bound, but release.toml says the lane is not published", file=rel, field=f"lanes.{lane.id}.published", found=False, expected="true", fix="set published = true in release.toml")
+        problems.add("publication", f"the component's publication receipt is bound ({rel}), but release.toml says the lane is not published", file=rt_path, field=f"lanes.{lane.id}.published", found=False, expected=True, fix="set published = true in release.toml")
 
 
 def _bind_record(
@@ -508,7 +508,7 @@ def _bind_record(
     if not (root / rel).is_file():
         if required or previous is not None:
             fix = "run 'python -m pipeline compose --dist DIR' to copy it from the register" if required else "copy it byte for byte from the predecessor's tree (compose stage does)"
-            problems.add(role, f"the lane's {key.replace('_', ' ')} copy is missing", file=rel, fix=fix)
+            problems.add(role, f"the lane's {key.replace('_', ' ')} copy is missing", file=rel, field=f"{where}.{key}", expected=f"the file {rel}", fix=fix)
         return
     files[rel] = role
     actual = file_sha256(root, rel)
