@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, IntegrityError
+from pipeline.formats.provenance import PAYLOAD_TYPE
 from pipeline.runcontext import current
 from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
 
@@ -257,7 +258,7 @@ def verify_bundle(
     from sigstore.errors import Error as SigstoreError
     from sigstore.hashes import Hashed
     from sigstore.models import Bundle
-    from sigstore.verify import Verifier, policy
+    from sigstore.verify import Verifier
     from sigstore_models.common.v1 import HashAlgorithm
 
     if isinstance(artifact, Sha256Digest):
@@ -274,18 +275,11 @@ def verify_bundle(
     raw, bundle_name = _read_bundle(bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path))
     trust_name = trust_config if isinstance(trust_config, str) else getattr(trust_config, "name", "pinned")
     trust = load_trust_config(trust_config)
-    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
-        # A workflow identity names its repository and ref: check Fulcio's claims for them too.
-        repository, ref = github_claims(identity)
-    checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]
-    if repository:
-        checks.append(policy.GitHubWorkflowRepository(normalize_repository(repository)))
-    if ref:
-        checks.append(policy.GitHubWorkflowRef(ref))
+    checks = _signer_policy(identity, issuer, repository, ref)
     try:
         bundle = Bundle.from_json(raw)
         verifier = Verifier(trusted_root=trust.trusted_root)
-        verifier.verify_artifact(material, bundle, policy.AllOf(checks))
+        verifier.verify_artifact(material, bundle, checks)
     except (SigstoreError, ValueError) as exc:
         reason = str(exc).strip() or type(exc).__name__
         why, fix = _why(exc, str(trust_name))
@@ -297,6 +291,26 @@ def verify_bundle(
             why=why,
             fix=fix,
         ) from None
+    return _verified(bundle, name, digest, identity, issuer)
+
+
+def _signer_policy(identity: str, issuer: str, repository: str | None, ref: str | None):
+    """The verification policy for one expected signer: identity and issuer, plus the GitHub claims."""
+    from sigstore.verify import policy
+
+    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
+        # A workflow identity names its repository and ref: check Fulcio's claims for them too.
+        repository, ref = github_claims(identity)
+    checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]
+    if repository:
+        checks.append(policy.GitHubWorkflowRepository(normalize_repository(repository)))
+    if ref:
+        checks.append(policy.GitHubWorkflowRef(ref))
+    return policy.AllOf(checks)
+
+
+def _verified(bundle, name: str, digest: str, identity: str, issuer: str) -> VerifiedSignature:
+    """What a verified bundle says: the certificate's signer and its transparency-log entry."""
     san, cert_issuer = _certificate_identity(bundle.signing_certificate)
     entry = getattr(bundle.log_entry, "_inner", None)
     log_index = getattr(entry, "log_index", None)
@@ -315,7 +329,7 @@ def bundle_path_for(path: Path) -> Path:
     return path.with_name(path.name + BUNDLE_SUFFIX)
 
 
-IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
+IN_TOTO_PAYLOAD_TYPE = PAYLOAD_TYPE  # the statements' payload type, spelled once in formats/provenance.py
 
 
 def verify_dsse_bundle(
@@ -333,21 +347,15 @@ def verify_dsse_bundle(
     and that the envelope carries exactly `statement` (an in-toto statement, byte for byte)."""
     from sigstore.errors import Error as SigstoreError
     from sigstore.models import Bundle
-    from sigstore.verify import Verifier, policy
+    from sigstore.verify import Verifier
 
     raw, bundle_name = _read_bundle(bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path))
     trust_name = trust_config if isinstance(trust_config, str) else getattr(trust_config, "name", "pinned")
     trust = load_trust_config(trust_config)
-    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
-        repository, ref = github_claims(identity)
-    checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]
-    if repository:
-        checks.append(policy.GitHubWorkflowRepository(normalize_repository(repository)))
-    if ref:
-        checks.append(policy.GitHubWorkflowRef(ref))
+    checks = _signer_policy(identity, issuer, repository, ref)
     try:
         bundle = Bundle.from_json(raw)
-        payload_type, payload = Verifier(trusted_root=trust.trusted_root).verify_dsse(bundle, policy.AllOf(checks))
+        payload_type, payload = Verifier(trusted_root=trust.trusted_root).verify_dsse(bundle, checks)
     except (SigstoreError, ValueError) as exc:
         reason = str(exc).strip() or type(exc).__name__
         why, fix = _why(exc, str(trust_name))
@@ -365,15 +373,4 @@ def verify_dsse_bundle(
             why="the statement was changed after it was signed, or the bundle belongs to another statement",
             fix="download the statement and its bundle again; if it still fails, do not trust the statement",
         )
-    san, cert_issuer = _certificate_identity(bundle.signing_certificate)
-    entry = getattr(bundle.log_entry, "_inner", None)
-    log_index = getattr(entry, "log_index", None)
-    integrated = getattr(entry, "integrated_time", None)
-    return VerifiedSignature(
-        artifact=name,
-        sha256=sha256_bytes(statement),
-        identity=san or identity,
-        issuer=cert_issuer or issuer,
-        log_index=int(log_index) if log_index not in (None, "") else None,
-        integrated_time=int(integrated) if integrated not in (None, "") else None,
-    )
+    return _verified(bundle, name, sha256_bytes(statement), identity, issuer)
