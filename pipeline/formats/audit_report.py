@@ -15,7 +15,7 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.util.hashing import sha256_bytes
-from pipeline.util.jsonio import read_json_object, write_json
+from pipeline.util.jsonio import expect_document_type, read_json_object, write_json
 from pipeline.util.safepath import component_problem
 
 REPORT_TYPE = "omp_ninfer_audit_report"
@@ -42,15 +42,7 @@ def write_report(dist: Path, report: dict[str, Any]) -> Path:
 def read_report(path: Path) -> dict[str, Any]:
     """A recorded audit report, checked: its type, schema, the fields a reader relies on and each item's result."""
     document = read_json_object(path)
-    if document.get("artifact_type") != REPORT_TYPE or document.get("schema_version") != SCHEMA_VERSION:
-        raise InputError(
-            f"is not an audit report of schema {SCHEMA_VERSION}",
-            file=path,
-            field="artifact_type",
-            found=document.get("artifact_type"),
-            expected=REPORT_TYPE,
-            fix="run 'python -m pipeline audit' again",
-        )
+    expect_document_type(document, REPORT_TYPE, SCHEMA_VERSION, source=path, what="an audit report", fix="run 'python -m pipeline audit' again")
     for key in REQUIRED:
         if key not in document:
             raise InputError("audit report lacks a field", file=path, field=key)

@@ -22,7 +22,7 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.util.hashing import is_sha256_hex
-from pipeline.util.jsonio import read_json_object, write_json
+from pipeline.util.jsonio import expect_document_type, read_json_object, write_json
 from pipeline.util.safepath import safe_component, safe_relpath
 
 RECORD_TYPE = "omp_ninfer_toolchain_record"
@@ -85,15 +85,7 @@ def _text(value: Any, *, file: Path, where: str, optional: bool = False) -> str 
 def read_record(path: Path) -> ToolchainRecord:
     """A toolchain record, checked: type and schema, the kind, absolute folders, safe library paths, hashes."""
     document = read_json_object(path)
-    if document.get("artifact_type") != RECORD_TYPE or document.get("schema_version") != SCHEMA_VERSION:
-        raise InputError(
-            f"is not a toolchain record of schema {SCHEMA_VERSION}",
-            file=path,
-            field="artifact_type",
-            found=document.get("artifact_type"),
-            expected=RECORD_TYPE,
-            fix="run the build stage again",
-        )
+    expect_document_type(document, RECORD_TYPE, SCHEMA_VERSION, source=path, what="a toolchain record", fix='run the build stage again')
     kind = document.get("kind")
     if kind not in KINDS:
         raise InputError("toolchain record names an unknown toolchain kind", file=path, field="kind", found=kind, expected=" or ".join(KINDS))

@@ -243,6 +243,13 @@ def expect_object(document: Any, *, source: str | os.PathLike[str], field: str |
     return document
 
 
+def expect_document_type(document: dict[str, Any], artifact_type: str, schema_version: int, *, source: str | os.PathLike[str], what: str, fix: str | None = None) -> dict[str, Any]:
+    """`document` when its `artifact_type` and `schema_version` are these, else an InputError ("is not <what> of schema N")."""
+    if document.get("artifact_type") != artifact_type or document.get("schema_version") != schema_version:
+        raise InputError(f"is not {what} of schema {schema_version}", file=source, field="artifact_type", found=document.get("artifact_type"), expected=artifact_type, fix=fix)
+    return document
+
+
 def expect_list(document: Any, *, source: str | os.PathLike[str], field: str | None = None, expected: str = "array", fix: str | None = None) -> list[Any]:
     if not isinstance(document, list):
         raise InputError("must hold a JSON array", file=source, field=field, found=_kind(document), expected=expected, fix=fix)

@@ -245,18 +245,10 @@ def test_a_live_run_of_the_same_key_is_waited_for_and_its_staging_left_alone(dis
 
 # -- entries naming files of the repository (root "repository") ---------------------------------
 
-class TreeStage(Stage):
+class TreeStage(CountingStage):
     """Writes a file of the repository (as compose writes manifests/<release>/) and records it there."""
 
     name = "tree"
-
-    def __init__(self, ctx, value: str):
-        super().__init__(ctx)
-        self.value = value
-        self.runs = 0
-
-    def inputs(self):
-        return {"value": self.value}
 
     def run(self):
         self.runs += 1
