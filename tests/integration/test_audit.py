@@ -19,12 +19,12 @@ import json
 import re
 import socket
 import subprocess
-import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
+from loopback import LoopbackServer, https_urls
 from repokit import shared_or_skip
 
 from pipeline import cli
@@ -45,7 +45,7 @@ GH_ISSUER = "https://token.actions.githubusercontent.com"
 # -- the server ----------------------------------------------------------------------
 
 
-class ReleaseServer:
+class ReleaseServer(LoopbackServer):
     """Serves bytes by path on 127.0.0.1 with Range support and scripted faults."""
 
     def __init__(self) -> None:
@@ -128,19 +128,8 @@ class ReleaseServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
+        self.serve(Handler)
 
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @pytest.fixture
@@ -959,22 +948,9 @@ def _serve_pipeline_release(server: ReleaseServer, releasekit, release, manifest
     """
     from repokit import git
 
-    strings: list[str] = []
-
-    def walk(node):
-        if isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-        elif isinstance(node, str) and node.startswith("https://"):
-            strings.append(node)
-
-    walk(manifest)
     assets = release.dist / releasekit.LANE / "assets"
     clients = {name: f"sample client {platform}\n".encode() * 64 for platform, (name, _n, _h) in release.client["platforms"].items()}
-    for url in strings:
+    for url in https_urls(manifest):
         path = "/" + url.split("://", 1)[1]
         name = url.rsplit("/", 1)[-1]
         if url.startswith("https://raw.githubusercontent.com/"):

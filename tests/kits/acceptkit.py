@@ -32,11 +32,11 @@ import resource
 import shutil
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from loopback import LoopbackServer, https_urls
 from repokit import ROOT, SAMPLE, git, make_repo
 
 RELEASE = "v1.0.0"
@@ -118,7 +118,7 @@ def clone_at(source: Path, target: Path, rev: str) -> Path:
 
 # -- a loopback server for the release's public URLs -------------------------------------------
 
-class AssetServer:
+class AssetServer(LoopbackServer):
     """Serves bytes by URL path on 127.0.0.1 (GET and HEAD); files are read when requested."""
 
     def __init__(self, resolver=None) -> None:
@@ -159,15 +159,7 @@ class AssetServer:
                 self.send_header("Content-Length", str(len(body or b"")))
                 self.end_headers()
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-        self.thread.start()
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        self.serve(Handler)
 
     def mirror(self) -> str:
         return " ".join(f"https://{host}/={self.base}/{host}/" for host in ("github.com", "huggingface.co", "raw.githubusercontent.com"))
@@ -175,29 +167,13 @@ class AssetServer:
     def publish(self, url: str, data: bytes | Path) -> None:
         self.files["/" + url.split("://", 1)[1]] = data
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def serve_release(server: AssetServer, manifest: dict[str, Any], assets: dict[str, Path], client: dict[str, Any]) -> None:
     """Publish every https URL of the manifest that names a file we hold: component assets by tag and
     name (from the pipeline's asset folders, read at request time), client binaries, the model."""
     clients = {name: (f"sample client {platform}\n".encode() * 64) for platform, (name, _n, _h) in client["platforms"].items()}
-    urls: list[str] = []
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-        elif isinstance(node, str) and node.startswith("https://"):
-            urls.append(node)
-
-    walk(manifest)
-    for url in urls:
+    for url in https_urls(manifest):
         name = url.rsplit("/", 1)[-1]
         tag = url.rsplit("/", 2)[-2]
         if "/releases/download/" in url and tag in assets and (assets[tag] / name).is_file():

@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from loopback import LoopbackServer
+
 HARD_LIMIT = 512 * 1024 * 1024  # no behaviour sends more than this
 TIME_LIMIT = 20.0  # no request is served longer than this
 
@@ -31,7 +33,7 @@ class Route:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-class HostileServer:
+class HostileServer(LoopbackServer):
     def __init__(self) -> None:
         self.routes: dict[str, Route] = {}
         self.sent: dict[str, int] = {}  # path -> body bytes written (all requests)
@@ -96,23 +98,12 @@ class HostileServer:
                     server.sent[path] = server.sent.get(path, 0) + len(data)
                 return True
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.port = self.httpd.server_address[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def url(self, path: str) -> str:
-        return self.base + path
+        self.serve(Handler)
 
     def add(self, path: str, route: Route) -> str:
         self.routes[path] = route
         return self.url(path)
 
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 @contextlib.contextmanager
