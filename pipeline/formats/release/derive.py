@@ -480,11 +480,10 @@ def _bind_component_publication(root: Path, release: str, rt_path: str, row: dic
 
     The receipt is the evidence for `published`: a copy with `published = false` is a contradiction.
     """
-    where = row_path(lane.id, lane.kind)
-    rel = repo_path(release, component_publication_name(lane.id))
-    _bind_record(root, release, row, where, "component_publication", component_publication_name(lane.id), pins, files, problems, required=False, old=old, role="publication")
-    if "component_publication" in row and not li.published:
-        problems.add("publication", f"the component's publication receipt is bound ({rel}), but release.toml says the lane is not published", file=rt_path, field=f"lanes.{lane.id}.published", found=False, expected=True, fix="set published = true in release.toml")
+    _bind_record(root, release, row, row_path(lane.id, lane.kind), "component_publication", component_publication_name(lane.id), pins, files, problems, required=False, old=old, role="publication")
+    record = row.get("component_publication")
+    if record is not None and not li.published:
+        problems.add("publication", f"the component's publication receipt is bound ({record['path']}), but release.toml says the lane is not published", file=rt_path, field=f"lanes.{lane.id}.published", found=False, expected=True, fix="set published = true in release.toml")
 
 
 def _bind_record(
