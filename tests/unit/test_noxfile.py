@@ -71,3 +71,29 @@ def test_a_broken_lane_file_leaves_the_other_sessions_working(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "warning: no per-lane sessions: error[input]:" in done.stderr and "rtx3090-windows-native.toml: short_name" in done.stderr
     assert "* tests" in done.stdout and "* lint" in done.stdout and "build-4090" not in done.stdout
+
+
+def _readme_commands() -> list[str]:
+    """The commands of the README's first shell block (its two front-door commands)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def test_the_readme_opens_with_two_commands_and_ci_runs_the_second_exactly():
+    main_job, tests = _readme_commands()
+    assert "-s build-5090 package qualify-5090" in main_job and tests.endswith("-s tests")
+    ci = [line for line in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
+    assert ci[-1] == tests, f".ci/run ends with {ci[-1]!r}, the README's test command is {tests!r}"
+
+
+def test_the_readme_commands_never_pip_install_into_the_system_python():
+    """Debian's and Ubuntu's system Python refuse that (PEP 668, externally-managed-environment)."""
+    for command in _readme_commands():
+        steps = [step.strip() for step in command.split("&&")]
+        venv = steps[0].split()
+        assert venv[:3] == ["python3", "-m", "venv"] and len(venv) == 4, f"{command!r} does not start by making nox's own environment"
+        folder = venv[3]
+        assert folder.startswith(".nox/"), f"nox's environment {folder!r} is not under the git-ignored .nox/"
+        assert steps[1].startswith(f"{folder}/bin/pip install ") and steps[2].startswith(f"{folder}/bin/nox "), command
+        assert not any(step.startswith(("python3 -m pip", "pip ", "pip3 ")) for step in steps), command
