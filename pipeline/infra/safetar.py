@@ -20,6 +20,11 @@ arrive, never after the fact:
   `..` component is refused, and so is a hard link whose target is; GNU
   sparse members are refused.
 
+`extract_all` adds tarfile's `data` filter (PEP 706: no link leaving the
+folder, no device or FIFO, no set-uid or group/other-write mode, no owner).
+Pythons before 3.11.4 (Debian 12 ships 3.11.2) lack it; there the same rules
+are applied here, member by member, so extraction is as strict on every Python.
+
 Refusals and unreadable archives raise `error` (IntegrityError by default:
 the archive is not what it claims to be), naming the archive and the member.
 """
@@ -28,6 +33,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -38,6 +44,9 @@ from typing import Any, BinaryIO
 from pipeline.errors import IntegrityError, PipelineError
 
 READ_CHUNK = 1 << 20
+# PEP 706's filters: Python 3.11.4 and later.  Without them extract_all applies the same rules itself.
+DATA_FILTER = getattr(tarfile, "data_filter", None)
+FILTER_ERROR: Any = getattr(tarfile, "FilterError", ())  # `except ()` catches nothing
 MAX_EXTENSION_CHAIN = 8  # GNU/PAX extension headers in a row before one member
 _EXTENSION_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 
@@ -125,6 +134,10 @@ def _tarinfo_class(limits: TarLimits, refuse: Callable[..., PipelineError]) -> t
             return super()._proc_member(archive)
 
     return BoundedTarInfo
+
+
+def _inside(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def check_member_name(name: str, *, refuse: Callable[..., PipelineError], limits: TarLimits = DEFAULT_LIMITS, what: str = "member") -> None:
@@ -259,13 +272,49 @@ class SafeTar:
         """Extract every member under `destination` with tarfile's `data` filter (no links out, no devices)."""
         assert self._tar is not None
         try:
-            self._tar.extractall(destination, members=iter(self), filter="data")
+            if DATA_FILTER is not None:
+                self._tar.extractall(destination, members=iter(self), filter="data")
+            else:
+                self._extract_as_data_filter(Path(destination))
         except PipelineError:
             raise
-        except tarfile.FilterError as exc:
+        except FILTER_ERROR as exc:
             raise self.refusal(f"holds a member the data filter refuses ({exc})") from None
         except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
             raise self._unreadable(exc) from None
+
+    def _extract_as_data_filter(self, destination: Path) -> None:
+        """tarfile's `data` filter, for a Python without one: the same refusals and the same modes."""
+        assert self._tar is not None
+        destination.mkdir(parents=True, exist_ok=True)
+        root = os.path.realpath(destination)
+        folders: list[tuple[str, int]] = []
+        for member in self:
+            if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
+                raise self.refusal("holds a device, FIFO or other special file", field=member.name, expected="files, folders and links only")
+            target = os.path.realpath(os.path.join(root, member.name))
+            if not _inside(target, root):
+                raise self.refusal("holds a member whose path leaves the archive's folder through a link", field=member.name)
+            if member.issym():
+                pointed = os.path.realpath(os.path.join(root, os.path.dirname(member.name), member.linkname))
+                if os.path.isabs(member.linkname) or not _inside(pointed, root):
+                    raise self.refusal("holds a symbolic link that leaves the archive's folder", field=member.linkname, why="a link out lets a later member write anywhere")
+            elif member.islnk() and not _inside(os.path.realpath(os.path.join(root, member.linkname)), root):
+                raise self.refusal("holds a hard link that leaves the archive's folder", field=member.linkname)
+            self._tar.extract(member, root, set_attrs=False)  # owner, mode and times are set below
+            path = os.path.join(root, member.name)
+            if member.isdir():
+                folders.append((path, member.mtime))
+                continue
+            if member.isreg():
+                mode = member.mode & 0o755
+                if not mode & 0o100:
+                    mode &= ~0o111  # executable for others only if for the owner
+                os.chmod(path, mode | 0o600)
+            if not member.issym():  # a link keeps its own time, as extractall leaves it
+                os.utime(path, (member.mtime, member.mtime))
+        for path, mtime in reversed(folders):  # last, as extractall does: writing into a folder changes its time
+            os.utime(path, (mtime, mtime))
 
     def drain(self) -> int:
         """Read the rest of the stream (padding after the end-of-archive blocks); the inflated byte count."""

@@ -272,7 +272,7 @@ def set_tar_mtimes(data: bytes, mtime: int) -> bytes:
 
 def export_tree(tar_bytes: bytes, destination: Path) -> None:
     destination.mkdir(parents=True, exist_ok=True)
-    # Bounded reader (names, headers, counts) plus tarfile's data filter (no links out, no devices).
+    # Bounded reader (names, headers, counts) plus the data filter's rules (no links out, no devices), on every Python.
     with SafeTar(tar_bytes, compression=None, label="the runtime source's git archive", error=InputError) as archive:
         archive.extract_all(destination)
 

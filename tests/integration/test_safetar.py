@@ -26,7 +26,7 @@ import pytest
 from repokit import ROOT
 
 from pipeline.errors import InputError, IntegrityError, PipelineError
-from pipeline.infra import archive, oci, source
+from pipeline.infra import archive, oci, safetar, source
 from pipeline.infra.safetar import MAX_EXTENSION_CHAIN, SafeTar, TarLimits, inflate_chunks
 from pipeline.stages import package, qualify
 
@@ -265,3 +265,72 @@ def test_export_still_extracts_a_clean_git_archive(tmp_path):
     assert (tmp_path / "out" / "src" / "main.cpp").read_bytes() == b"int main(){}\n"
     assert os.readlink(tmp_path / "out" / "src" / "link") == "main.cpp"
     assert package._tar_members(raw) == {"src/main.cpp": b"int main(){}\n"}
+
+
+# -- extraction: tarfile's data filter, and the same rules where Python has none (before 3.11.4) ----------------
+
+
+@pytest.fixture(params=["tarfile's data filter", "the pipeline's own rules"])
+def extraction(request, monkeypatch):
+    """Each extraction test runs both ways: Debian 12's Python 3.11.2 has no data filter (PEP 706)."""
+    if request.param == "the pipeline's own rules":
+        monkeypatch.setattr(safetar, "DATA_FILTER", None)
+    elif safetar.DATA_FILTER is None:
+        pytest.skip("this Python has no tarfile data filter (PEP 706 came with 3.11.4); the own rules run instead")
+    return request.param
+
+
+def _moded(name: str, kind: bytes, mode: int, data: bytes = b"", linkname: str = "", mtime: int = 1_700_000_000) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.size, info.linkname, info.mtime = kind, mode, len(data), linkname, mtime
+    info.uid, info.gid, info.uname, info.gname = 4242, 4242, "someone", "others"
+    return info
+
+
+def test_export_gives_the_same_tree_either_way(tmp_path, extraction):
+    members = [
+        (_moded("src", tarfile.DIRTYPE, 0o777, mtime=1_600_000_000), b""),
+        (_moded("src/plain.txt", tarfile.REGTYPE, 0o666, b"plain\n"), b"plain\n"),
+        (_moded("src/tool.sh", tarfile.REGTYPE, 0o4777, b"#!/bin/sh\n"), b"#!/bin/sh\n"),  # set-uid and world-writable
+        (_moded("src/private", tarfile.REGTYPE, 0o070, b"p"), b"p"),  # no owner bits at all
+        (_moded("src/sub", tarfile.DIRTYPE, 0o755, mtime=1_500_000_000), b""),
+        (_moded("src/sub/link", tarfile.SYMTYPE, 0o777, linkname="../plain.txt"), b""),
+        (_moded("src/hard", tarfile.LNKTYPE, 0o644, linkname="src/plain.txt"), b""),
+    ]
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    out = tmp_path / "out"
+    source.export_tree(buffer.getvalue(), out)
+    modes = {p.relative_to(out).as_posix(): p.lstat().st_mode & 0o7777 for p in sorted(out.rglob("*")) if not p.is_symlink() and p.is_file()}
+    # The data filter's modes: no set-uid, no group/other write, the owner may always read and write,
+    # and nobody may execute what the owner may not.
+    assert modes == {"src/hard": 0o644, "src/plain.txt": 0o644, "src/private": 0o640, "src/tool.sh": 0o755}
+    assert os.readlink(out / "src" / "sub" / "link") == "../plain.txt" and (out / "src" / "sub" / "link").read_bytes() == b"plain\n"
+    assert os.stat(out / "src" / "hard").st_ino == os.stat(out / "src" / "plain.txt").st_ino
+    # Times from the archive (the source commit's), folders included: a build sees the same mtimes.
+    assert int((out / "src" / "plain.txt").stat().st_mtime) == 1_700_000_000
+    assert int((out / "src").stat().st_mtime) == 1_600_000_000 and int((out / "src" / "sub").stat().st_mtime) == 1_500_000_000
+    # No owner from the archive, even as root.
+    assert {p.lstat().st_uid for p in out.rglob("*")} == {os.getuid()}
+
+
+LEAVING = [
+    ("an absolute symbolic link", ("src/l", tarfile.SYMTYPE, b"", "/etc")),
+    ("a symbolic link up and out", ("src/l", tarfile.SYMTYPE, b"", "../../outside")),
+    ("a FIFO", ("src/f", tarfile.FIFOTYPE, b"", "")),
+    ("a character device", ("src/c", tarfile.CHRTYPE, b"", "")),
+]
+
+
+@pytest.mark.parametrize(("label", "member"), LEAVING, ids=[m[0] for m in LEAVING])
+def test_export_refuses_links_out_and_special_files_either_way(tmp_path, extraction, label, member):
+    raw = tar_bytes(("src", tarfile.DIRTYPE, b"", ""), ("src/ok.txt", tarfile.REGTYPE, b"ok", ""), member, ("src/l/passwd", tarfile.REGTYPE, b"owned", ""))
+    out = tmp_path / "a" / "b" / "out"
+    with pytest.raises(InputError) as caught:
+        source.export_tree(raw, out)
+    assert caught.value.what.startswith("the archive holds"), caught.value.render()
+    assert caught.value.file == "the runtime source's git archive"
+    assert not (tmp_path / "a" / "outside").exists() and not (tmp_path / "a" / "b" / "outside").exists()
+    assert not [p for p in (out / "src").iterdir() if p.name not in ("ok.txt", "l", "f", "c")]
