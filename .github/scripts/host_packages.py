@@ -3,26 +3,30 @@
 `python .github/scripts/host_packages.py <lane-id> debian` prints the Debian/Ubuntu
 packages of the lane file's [[build.host_dependencies]] that apply to linux-x86_64,
 `... vcpkg` the vcpkg ports of those that apply to windows-x86_64, space-separated on
-one line. Standard library only (it runs before the pipeline is installed); the
-pipeline's build preflight checks the same entries (pipeline/lanes.py), so a name
-that is malformed here stops the job instead of reaching the package manager.
+one line. `python .github/scripts/host_packages.py vcpkg-manifest <lane-id>...` prints
+the vcpkg.json (manifest mode) that installs the ports of all those lanes, features
+merged per port, with packaging/windows/vcpkg.toml's pinned `builtin-baseline`;
+`... vcpkg-baseline` prints that commit alone. Standard library only (it runs before
+the pipeline is installed); the pipeline's build preflight checks the same entries
+(pipeline/lanes.py), so a name that is malformed here stops the job instead of
+reaching the package manager.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 import tomllib
 from pathlib import Path
 
 HOSTS = {"debian": "linux-x86_64", "vcpkg": "windows-x86_64"}
+VCPKG_PIN = Path("packaging/windows/vcpkg.toml")
 NAMES = {"debian": re.compile(r"[a-z0-9][a-z0-9+.-]+"), "vcpkg": re.compile(r"[a-z0-9][a-z0-9-]*(\[[a-z0-9,-]+\])?")}
 
 
-def main(lane: str, manager: str) -> int:
-    if manager not in HOSTS or not re.fullmatch(r"rtx[0-9]{4}-[a-z-]+", lane):
-        print("usage: host_packages.py <lane-id> debian|vcpkg", file=sys.stderr)
-        return 2
+def ports(lane: str, manager: str) -> list[str] | None:
+    """The lane's packages for `manager`, sorted and unique; None (after an ::error line) when one is malformed."""
     path = Path("runtime/lanes") / f"{lane}.toml"
     entries = tomllib.loads(path.read_text(encoding="utf-8")).get("build", {}).get("host_dependencies", [])
     packages: list[str] = []
@@ -32,12 +36,72 @@ def main(lane: str, manager: str) -> int:
         name = entry.get(manager)
         if not isinstance(name, str) or not NAMES[manager].fullmatch(name):
             print(f"::error file={path}::build.host_dependencies[{index}].{manager}: {name!r} is not a {manager} package name", file=sys.stderr)
-            return 1
+            return None
         if name not in packages:
             packages.append(name)
-    print(" ".join(sorted(packages)))
+    return sorted(packages)
+
+
+def vcpkg_pin() -> dict | None:
+    pin = tomllib.loads(VCPKG_PIN.read_text(encoding="utf-8"))
+    baseline = pin.get("builtin_baseline")
+    if pin.get("schema_version") != 1 or not isinstance(baseline, str) or not re.fullmatch(r"[0-9a-f]{40}", baseline):
+        print(f"::error file={VCPKG_PIN}::builtin_baseline: {baseline!r} is not a full 40-hex microsoft/vcpkg commit (schema_version 1)", file=sys.stderr)
+        return None
+    return pin
+
+
+def vcpkg_manifest(lanes: list[str]) -> dict | None:
+    """vcpkg.json for the lanes' ports: one dependency per port, its features merged, the pinned baseline."""
+    features: dict[str, set[str]] = {}
+    for lane in lanes:
+        found = ports(lane, "vcpkg")
+        if found is None:
+            return None
+        for port in found:
+            name, _, listed = port.partition("[")
+            features.setdefault(name, set()).update(f for f in listed.rstrip("]").split(",") if f)
+    pin = vcpkg_pin()
+    if pin is None:
+        return None
+    dependencies = [{"name": name, "features": sorted(listed)} if listed else name for name, listed in sorted(features.items())]
+    return {"builtin-baseline": pin["builtin_baseline"], "dependencies": dependencies}
+
+
+def main(lane: str, manager: str) -> int:
+    if manager not in HOSTS or not LANE.fullmatch(lane):
+        print(USAGE, file=sys.stderr)
+        return 2
+    packages = ports(lane, manager)
+    if packages is None:
+        return 1
+    print(" ".join(packages))
     return 0
 
 
+LANE = re.compile(r"rtx[0-9]{4}-[a-z-]+")
+USAGE = "usage: host_packages.py <lane-id> debian|vcpkg | vcpkg-manifest <lane-id>... | vcpkg-baseline"
+
+
+def cli(argv: list[str]) -> int:
+    if argv[:1] == ["vcpkg-baseline"] and len(argv) == 1:
+        pin = vcpkg_pin()
+        if pin is None:
+            return 1
+        print(pin["builtin_baseline"])
+        return 0
+    if argv[:1] == ["vcpkg-manifest"]:
+        lanes = argv[1:]
+        if not lanes or not all(LANE.fullmatch(lane) for lane in lanes):
+            print(USAGE, file=sys.stderr)
+            return 2
+        manifest = vcpkg_manifest(lanes)
+        if manifest is None:
+            return 1
+        print(json.dumps(manifest, indent=2, sort_keys=True))
+        return 0
+    return main(*argv) if len(argv) == 2 else main("", "")
+
+
 if __name__ == "__main__":
-    sys.exit(main(*sys.argv[1:3]) if len(sys.argv) == 3 else main("", ""))
+    sys.exit(cli(sys.argv[1:]))

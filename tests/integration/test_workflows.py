@@ -468,12 +468,14 @@ def test_linux_build_job_installs_the_lanes_host_dependencies_before_building():
     assert ports == sorted({d.vcpkg for d in find_lane("4090").host_dependencies if d.applies_to("windows-x86_64")})
     # The Windows job installs the native lanes' ports before it builds, and hands the .pc folder to the build explicitly.
     win = [s.get("run", "") for s in load(RELEASE)["jobs"]["build-windows"]["steps"]]
-    vcpkg = next(i for i, run in enumerate(win) if "host_packages.py rtx4090-windows-native vcpkg" in run)
+    vcpkg = next(i for i, run in enumerate(win) if "host_packages.py vcpkg-manifest" in run)
     assert vcpkg < next(i for i, run in enumerate(win) if "nox -s build-4090" in run)
-    for lane_id in ("rtx4090-windows-native", "rtx3090-windows-native"):
-        short = lane_id[3:7]
-        assert f'ports_{short}="$(python .github/scripts/host_packages.py {lane_id} vcpkg)"' in win[vcpkg]
-    assert 'set -f\n"$VCPKG_INSTALLATION_ROOT/vcpkg" install --triplet x64-windows $ports_4090 $ports_3090' in win[vcpkg]
+    assert 'python .github/scripts/host_packages.py vcpkg-manifest rtx4090-windows-native rtx3090-windows-native > "$manifest/vcpkg.json"' in win[vcpkg]
+    # Manifest mode at the pinned baseline, never the image's vcpkg master (classic `vcpkg install PORT`).
+    assert '"$VCPKG_INSTALLATION_ROOT/vcpkg" install --triplet x64-windows --x-manifest-root="$manifest" --x-install-root="$manifest/installed"' in win[vcpkg]
+    assert 'baseline="$(python .github/scripts/host_packages.py vcpkg-baseline)"' in win[vcpkg]
+    assert 'fetch --quiet origin "$baseline"' in win[vcpkg] and 'installed="$manifest/installed/x64-windows"' in win[vcpkg]
+    assert not re.search(r"vcpkg\" install (--triplet x64-windows )?\$ports", win[vcpkg])
     assert "PIPELINE_PKG_CONFIG_PATH=" in win[vcpkg] and "PKG_CONFIG_PATH=" not in win[vcpkg].replace("PIPELINE_PKG_CONFIG_PATH=", "")
 
 
@@ -488,3 +490,47 @@ def test_host_packages_helper_refuses_a_name_that_is_not_a_package(tmp_path):
     bad = subprocess.run([sys.executable, str(helper), "rtx9999-container", "debian"], cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 1 and bad.stdout == ""
     assert "build.host_dependencies[0].debian" in bad.stderr
+
+
+def test_the_vcpkg_manifest_is_the_lanes_ports_at_the_pinned_baseline():
+    import json
+    import subprocess
+    import sys
+    import tomllib
+
+    from pipeline.formats.lanes import find_lane
+
+    helper = ROOT / ".github" / "scripts" / "host_packages.py"
+    printed = subprocess.run([sys.executable, str(helper), "vcpkg-manifest", "rtx4090-windows-native", "rtx3090-windows-native"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    manifest = json.loads(printed)
+    pin = tomllib.loads((ROOT / "packaging" / "windows" / "vcpkg.toml").read_text(encoding="utf-8"))
+    assert manifest["builtin-baseline"] == pin["builtin_baseline"] and re.fullmatch(r"[0-9a-f]{40}", pin["builtin_baseline"])
+    baseline = subprocess.run([sys.executable, str(helper), "vcpkg-baseline"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    assert baseline == pin["builtin_baseline"]
+    # Exactly the ports the two lane files declare for Windows, one dependency per port, features merged.
+    wanted: dict[str, set[str]] = {}
+    for short in ("4090", "3090"):
+        for dependency in find_lane(short).host_dependencies:
+            if dependency.applies_to("windows-x86_64"):
+                name, _, features = dependency.vcpkg.partition("[")
+                wanted.setdefault(name, set()).update(f for f in features.rstrip("]").split(",") if f)
+    got = {(d if isinstance(d, str) else d["name"]): set(() if isinstance(d, str) else d["features"]) for d in manifest["dependencies"]}
+    assert got == wanted and got["ffmpeg"] >= {"avformat", "avcodec", "swscale"}
+    assert [d if isinstance(d, str) else d["name"] for d in manifest["dependencies"]] == sorted(got)
+    assert printed == json.dumps(manifest, indent=2, sort_keys=True) + "\n"
+
+
+@pytest.mark.parametrize("baseline", ["master", "6070d5cb", "6070D5CB2F818921C10CCDF6F35F3415A2503369", ""])
+def test_the_vcpkg_helper_refuses_a_baseline_that_is_not_a_full_commit(tmp_path, baseline):
+    import shutil
+    import subprocess
+    import sys
+
+    helper = ROOT / ".github" / "scripts" / "host_packages.py"
+    shutil.copytree(ROOT / "runtime" / "lanes", tmp_path / "runtime" / "lanes")
+    (tmp_path / "packaging" / "windows").mkdir(parents=True)
+    (tmp_path / "packaging" / "windows" / "vcpkg.toml").write_text(f'schema_version = 1\nbuiltin_baseline = "{baseline}"\n')
+    for argv in (["vcpkg-baseline"], ["vcpkg-manifest", "rtx4090-windows-native"]):
+        bad = subprocess.run([sys.executable, str(helper), *argv], cwd=tmp_path, capture_output=True, text=True)
+        assert bad.returncode == 1 and bad.stdout == "", argv
+        assert "packaging/windows/vcpkg.toml::builtin_baseline" in bad.stderr
