@@ -45,7 +45,7 @@ def ports(lane: str, manager: str) -> list[str] | None:
 def vcpkg_pin() -> dict | None:
     pin = tomllib.loads(VCPKG_PIN.read_text(encoding="utf-8"))
     baseline = pin.get("builtin_baseline")
-    if pin.get("schema_version") != 1 or not isinstance(baseline, str) or not re.fullmatch(r"[0-9a-f]{40}", baseline):
+    if type(pin.get("schema_version")) is not int or pin["schema_version"] != 1 or not isinstance(baseline, str) or not re.fullmatch(r"[0-9a-f]{40}", baseline):
         print(f"::error file={VCPKG_PIN}::builtin_baseline: {baseline!r} is not a full 40-hex microsoft/vcpkg commit (schema_version 1)", file=sys.stderr)
         return None
     return pin
@@ -64,7 +64,14 @@ def vcpkg_manifest(lanes: list[str]) -> dict | None:
     pin = vcpkg_pin()
     if pin is None:
         return None
-    dependencies = [{"name": name, "features": sorted(listed)} if listed else name for name, listed in sorted(features.items())]
+    dependencies = []
+    for name, listed in sorted(features.items()):
+        entry: dict = {"name": name}
+        if "core" in listed:  # `port[core,…]` on vcpkg's command line: no default features
+            entry["default-features"] = False
+        if listed - {"core"}:
+            entry["features"] = sorted(listed - {"core"})
+        dependencies.append(entry if len(entry) > 1 else name)
     return {"builtin-baseline": pin["builtin_baseline"], "dependencies": dependencies}
 
 
@@ -103,5 +110,14 @@ def cli(argv: list[str]) -> int:
     return main(*argv) if len(argv) == 2 else main("", "")
 
 
+def guarded(argv: list[str]) -> int:
+    """cli(), with an unreadable or malformed lane file or pin reported as a GitHub error line, not a traceback."""
+    try:
+        return cli(argv)
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError, TypeError, KeyError) as exc:
+        print(f"::error::host_packages.py {' '.join(argv)}: the lane files or {VCPKG_PIN} cannot be read as expected ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 1
+
+
 if __name__ == "__main__":
-    sys.exit(cli(sys.argv[1:]))
+    sys.exit(guarded(sys.argv[1:]))

@@ -144,7 +144,7 @@ def read_test_receipt(path: str | os.PathLike[str]) -> TestRunReceipt:
             "there is no test-run receipt",
             file=path,
             why="the product release is published only after the whole test suite passed on the exact commit being tagged",
-            fix="run 'nox -s tests' (the README's test command) on a clean checkout of that commit (it writes the receipt)",
+            fix="run the README's test command (.nox/nox/bin/nox -s tests) on a clean checkout of that commit (it writes the receipt)",
         ) from None
     except IsADirectoryError:
         raise InputError("is a folder, not a test-run receipt", file=path) from None
@@ -181,7 +181,7 @@ def repo_state(root: str | os.PathLike[str]) -> tuple[str, str, bool]:
 def require_green_for(receipt: TestRunReceipt, *, commit: str, tree: str | None = None,
                       file: str | os.PathLike[str] | None = None) -> None:
     """The publication gate (exit 7): this commit (and tree), a clean tree, no failure or error, some test passed."""
-    fix = "run 'nox -s tests' (the README's test command) on a clean checkout of the commit being tagged, then publish again"
+    fix = "run the README's test command (.nox/nox/bin/nox -s tests) on a clean checkout of the commit being tagged, then publish again"
     if receipt.commit != commit:
         raise RefusedError("the test-run receipt is for another commit", file=file, field="commit",
                            found=receipt.commit, expected=commit, fix=fix)

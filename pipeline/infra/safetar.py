@@ -20,10 +20,9 @@ arrive, never after the fact:
   `..` component is refused, and so is a hard link whose target is; GNU
   sparse members are refused.
 
-`extract_all` adds tarfile's `data` filter (PEP 706: no link leaving the
-folder, no device or FIFO, no set-uid or group/other-write mode, no owner).
-Pythons before 3.11.4 (Debian 12 ships 3.11.2) lack it; there the same rules
-are applied here, member by member, so extraction is as strict on every Python.
+`extract_all` extracts with the pipeline's own rules (its docstring), the
+same on every Python: tarfile's `data` filter is missing before 3.11.4 and
+decides "inside" with a realpath that long names through links defeat.
 
 Refusals and unreadable archives raise `error` (IntegrityError by default:
 the archive is not what it claims to be), naming the archive and the member.
@@ -31,9 +30,11 @@ the archive is not what it claims to be), naming the archive and the member.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
+import stat
 import tarfile
 import zlib
 from collections.abc import Callable, Iterator
@@ -44,9 +45,6 @@ from typing import Any, BinaryIO
 from pipeline.errors import IntegrityError, PipelineError
 
 READ_CHUNK = 1 << 20
-# PEP 706's filters: Python 3.11.4 and later.  Without them extract_all applies the same rules itself.
-DATA_FILTER = getattr(tarfile, "data_filter", None)
-FILTER_ERROR: Any = getattr(tarfile, "FilterError", ())  # `except ()` catches nothing
 MAX_EXTENSION_CHAIN = 8  # GNU/PAX extension headers in a row before one member
 _EXTENSION_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 
@@ -136,8 +134,30 @@ def _tarinfo_class(limits: TarLimits, refuse: Callable[..., PipelineError]) -> t
     return BoundedTarInfo
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+MAX_MTIME = 1 << 33  # year 2242: beyond it a member's time is an attack or a corruption, not a commit time
+
+
+def _normalized(name: str) -> str:
+    """A member name without '.' parts or trailing slashes (check_member_name already refused '..' and '/x')."""
+    return "/".join(part for part in name.split("/") if part not in ("", "."))
+
+
+def _mtime(member: tarfile.TarInfo, refuse: Callable[..., PipelineError]) -> int:
+    mtime = member.mtime
+    if isinstance(mtime, bool) or not isinstance(mtime, (int, float)) or not 0 <= mtime < MAX_MTIME:  # NaN fails both sides
+        raise refuse("holds a member with an impossible time", field=member.name, found=repr(mtime), expected=f"seconds since 1970, below {MAX_MTIME}")
+    return int(mtime)
+
+
+def _make_parents(root: Path, name: str) -> None:
+    """The member's folders, each a real folder (lstat: never one reached through a link)."""
+    path = root
+    for part in name.split("/")[:-1]:
+        path = path / part
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(path, 0o755)
+        if not stat.S_ISDIR(os.lstat(path).st_mode):
+            raise OSError(f"{path} exists and is not a folder")
 
 
 def check_member_name(name: str, *, refuse: Callable[..., PipelineError], limits: TarLimits = DEFAULT_LIMITS, what: str = "member") -> None:
@@ -269,52 +289,97 @@ class SafeTar:
         return b"".join(self.chunks(member))
 
     def extract_all(self, destination: Path) -> None:
-        """Extract every member under `destination` with tarfile's `data` filter (no links out, no devices)."""
+        """Extract every member under `destination`, which must not hold anything yet that a member names.
+
+        The pipeline's own rules, on every Python, not tarfile's `data` filter: that filter is
+        missing before 3.11.4 (Debian 12 ships 3.11.2), and it decides "inside" with a non-strict
+        realpath, which a chain of long names through symbolic links defeats (CVE-2025-4517). Here
+        "inside" is decided from the names alone (files never go through a link, every link is
+        checked against the archive's other links), links are made last, and:
+        - files, folders and symbolic links only: hard links (never in a `git archive`), devices
+          and FIFOs are refused, and so are two members of one name;
+        - a symbolic link's target is relative, goes through no other link and stays inside;
+        - modes as the data filter sets them (no set-uid, no group/other write; the owner may read
+          and write; nobody may execute what the owner may not), folders 0755, no owner taken;
+        - times from the archive (the source commit's): files, then folders, deepest first.
+        """
         assert self._tar is not None
+        root = Path(destination)
         try:
-            if DATA_FILTER is not None:
-                self._tar.extractall(destination, members=iter(self), filter="data")
-            else:
-                self._extract_as_data_filter(Path(destination))
+            root.mkdir(parents=True, exist_ok=True)
+            kinds: dict[str, str] = {}  # normalized name -> "file" | "dir" | "link"
+            links: list[tarfile.TarInfo] = []
+            times: dict[str, int] = {}
+            for member in self:
+                name = _normalized(member.name)
+                mtime = _mtime(member, self.refusal)
+                if not (member.isreg() or member.isdir() or member.issym()):
+                    kind = "hard link" if member.islnk() else "device, FIFO or other special file"
+                    raise self.refusal(f"holds a {kind}", field=member.name, expected="files, folders and symbolic links only (what git archive writes)")
+                if not name:
+                    continue  # the archive's root folder ('.')
+                self._claim(kinds, name, "dir" if member.isdir() else "link" if member.issym() else "file", member.name)
+                times[name] = mtime
+                path = root.joinpath(*name.split("/"))
+                _make_parents(root, name)
+                if member.isdir():
+                    path.mkdir(exist_ok=True)
+                    os.chmod(path, 0o755)
+                elif member.issym():
+                    links.append(member)
+                else:
+                    self._write(member, path)
+                    os.utime(path, (mtime, mtime))
+            for member in links:  # last: no member was ever written through a link
+                name = _normalized(member.name)
+                self._check_link(member, name, kinds)
+                os.symlink(member.linkname, root.joinpath(*name.split("/")))
+            for name in sorted((n for n, k in kinds.items() if k == "dir"), key=lambda n: (-n.count("/"), n)):
+                os.utime(root.joinpath(*name.split("/")), (times[name], times[name]))
         except PipelineError:
             raise
-        except FILTER_ERROR as exc:
-            raise self.refusal(f"holds a member the data filter refuses ({exc})") from None
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        except (tarfile.TarError, OSError, EOFError, zlib.error, ValueError, OverflowError) as exc:
             raise self._unreadable(exc) from None
 
-    def _extract_as_data_filter(self, destination: Path) -> None:
-        """tarfile's `data` filter, for a Python without one: the same refusals and the same modes."""
-        assert self._tar is not None
-        destination.mkdir(parents=True, exist_ok=True)
-        root = os.path.realpath(destination)
-        folders: list[tuple[str, int]] = []
-        for member in self:
-            if not (member.isreg() or member.isdir() or member.issym() or member.islnk()):
-                raise self.refusal("holds a device, FIFO or other special file", field=member.name, expected="files, folders and links only")
-            target = os.path.realpath(os.path.join(root, member.name))
-            if not _inside(target, root):
-                raise self.refusal("holds a member whose path leaves the archive's folder through a link", field=member.name)
-            if member.issym():
-                pointed = os.path.realpath(os.path.join(root, os.path.dirname(member.name), member.linkname))
-                if os.path.isabs(member.linkname) or not _inside(pointed, root):
-                    raise self.refusal("holds a symbolic link that leaves the archive's folder", field=member.linkname, why="a link out lets a later member write anywhere")
-            elif member.islnk() and not _inside(os.path.realpath(os.path.join(root, member.linkname)), root):
-                raise self.refusal("holds a hard link that leaves the archive's folder", field=member.linkname)
-            self._tar.extract(member, root, set_attrs=False)  # owner, mode and times are set below
-            path = os.path.join(root, member.name)
-            if member.isdir():
-                folders.append((path, member.mtime))
+    def _claim(self, kinds: dict[str, str], name: str, kind: str, raw: str) -> None:
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[:depth])
+            if kinds.get(parent, "dir") != "dir":
+                raise self.refusal(f"holds a member inside a {'symbolic link' if kinds[parent] == 'link' else 'file'} ({parent})", field=raw, why="writing through a link can write anywhere")
+            kinds.setdefault(parent, "dir")
+        if name in kinds and not (kind == "dir" and kinds[name] == "dir"):
+            raise self.refusal("holds two members of one name", field=raw, why="the second would replace the first, or write through it")
+        kinds[name] = kind
+
+    def _check_link(self, member: tarfile.TarInfo, name: str, kinds: dict[str, str]) -> None:
+        target = member.linkname
+        where = name.split("/")[:-1]
+        parts = target.split("/") if target else []
+        if not target or target.startswith("/") or "\0" in target or "\\" in target or ":" in parts[0]:
+            raise self.refusal("holds a symbolic link whose target is absolute or malformed", field=member.name, found=target, expected="a relative target inside the archive")
+        for part in parts:
+            if part in ("", "."):
                 continue
-            if member.isreg():
-                mode = member.mode & 0o755
-                if not mode & 0o100:
-                    mode &= ~0o111  # executable for others only if for the owner
-                os.chmod(path, mode | 0o600)
-            if not member.issym():  # a link keeps its own time, as extractall leaves it
-                os.utime(path, (member.mtime, member.mtime))
-        for path, mtime in reversed(folders):  # last, as extractall does: writing into a folder changes its time
-            os.utime(path, (mtime, mtime))
+            if kinds.get("/".join(where)) == "link":
+                raise self.refusal("holds a symbolic link whose target goes through another link", field=member.name, found=target, why="where it ends depends on the other link; links out are made that way")
+            if part == "..":
+                if not where:
+                    raise self.refusal("holds a symbolic link that leaves the archive's folder", field=member.name, found=target, why="a link out lets a later reader write or read anywhere")
+                where.pop()
+            else:
+                where.append(part)
+
+    def _write(self, member: tarfile.TarInfo, path: Path) -> None:
+        mode = member.mode & 0o755
+        if not mode & 0o100:
+            mode &= ~0o111  # executable for others only if for the owner
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_BINARY", 0)
+        descriptor = os.open(path, flags, 0o600)
+        with os.fdopen(descriptor, "wb") as handle:
+            for chunk in self.chunks(member):
+                handle.write(chunk)
+        os.chmod(path, mode | 0o600)
 
     def drain(self) -> int:
         """Read the rest of the stream (padding after the end-of-archive blocks); the inflated byte count."""

@@ -26,7 +26,7 @@ import pytest
 from repokit import ROOT
 
 from pipeline.errors import InputError, IntegrityError, PipelineError
-from pipeline.infra import archive, oci, safetar, source
+from pipeline.infra import archive, oci, source
 from pipeline.infra.safetar import MAX_EXTENSION_CHAIN, SafeTar, TarLimits, inflate_chunks
 from pipeline.stages import package, qualify
 
@@ -267,70 +267,109 @@ def test_export_still_extracts_a_clean_git_archive(tmp_path):
     assert package._tar_members(raw) == {"src/main.cpp": b"int main(){}\n"}
 
 
-# -- extraction: tarfile's data filter, and the same rules where Python has none (before 3.11.4) ----------------
+# -- extraction: the pipeline's own rules, the same on every Python ---------------------------------------------
 
 
-@pytest.fixture(params=["tarfile's data filter", "the pipeline's own rules"])
-def extraction(request, monkeypatch):
-    """Each extraction test runs both ways: Debian 12's Python 3.11.2 has no data filter (PEP 706)."""
-    if request.param == "the pipeline's own rules":
-        monkeypatch.setattr(safetar, "DATA_FILTER", None)
-    elif safetar.DATA_FILTER is None:
-        pytest.skip("this Python has no tarfile data filter (PEP 706 came with 3.11.4); the own rules run instead")
-    return request.param
-
-
-def _moded(name: str, kind: bytes, mode: int, data: bytes = b"", linkname: str = "", mtime: int = 1_700_000_000) -> tarfile.TarInfo:
+def _moded(name: str, kind: bytes, mode: int = 0o644, data: bytes = b"", linkname: str = "", mtime: float = 1_700_000_000) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type, info.mode, info.size, info.linkname, info.mtime = kind, mode, len(data), linkname, mtime
     info.uid, info.gid, info.uname, info.gname = 4242, 4242, "someone", "others"
     return info
 
 
-def test_export_gives_the_same_tree_either_way(tmp_path, extraction):
-    members = [
+def _archive(*members: tuple[tarfile.TarInfo, bytes], pax: dict[str, str] | None = None) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT if pax else tarfile.GNU_FORMAT) as tar:
+        for info, data in members:
+            if pax:
+                info.pax_headers = dict(pax)
+            tar.addfile(info, io.BytesIO(data) if data else None)
+    return buffer.getvalue()
+
+
+def test_export_gives_the_data_filters_tree_on_every_python(tmp_path):
+    raw = _archive(
         (_moded("src", tarfile.DIRTYPE, 0o777, mtime=1_600_000_000), b""),
         (_moded("src/plain.txt", tarfile.REGTYPE, 0o666, b"plain\n"), b"plain\n"),
         (_moded("src/tool.sh", tarfile.REGTYPE, 0o4777, b"#!/bin/sh\n"), b"#!/bin/sh\n"),  # set-uid and world-writable
         (_moded("src/private", tarfile.REGTYPE, 0o070, b"p"), b"p"),  # no owner bits at all
-        (_moded("src/sub", tarfile.DIRTYPE, 0o755, mtime=1_500_000_000), b""),
+        (_moded("src/sub/", tarfile.DIRTYPE, 0o700, mtime=1_500_000_000), b""),
         (_moded("src/sub/link", tarfile.SYMTYPE, 0o777, linkname="../plain.txt"), b""),
-        (_moded("src/hard", tarfile.LNKTYPE, 0o644, linkname="src/plain.txt"), b""),
-    ]
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.GNU_FORMAT) as tar:
-        for info, data in members:
-            tar.addfile(info, io.BytesIO(data) if data else None)
+        (_moded("src/sub/up", tarfile.SYMTYPE, 0o777, linkname=".."), b""),  # to a folder inside: allowed
+        (_moded("./src/./dot.txt", tarfile.REGTYPE, 0o644, b"d"), b"d"),
+    )
     out = tmp_path / "out"
-    source.export_tree(buffer.getvalue(), out)
-    modes = {p.relative_to(out).as_posix(): p.lstat().st_mode & 0o7777 for p in sorted(out.rglob("*")) if not p.is_symlink() and p.is_file()}
-    # The data filter's modes: no set-uid, no group/other write, the owner may always read and write,
-    # and nobody may execute what the owner may not.
-    assert modes == {"src/hard": 0o644, "src/plain.txt": 0o644, "src/private": 0o640, "src/tool.sh": 0o755}
+    source.export_tree(raw, out)
+    modes = {p.relative_to(out).as_posix(): p.lstat().st_mode & 0o7777 for p in sorted(out.rglob("*")) if not p.is_symlink()}
+    # The data filter's file modes: no set-uid, no group/other write, the owner may always read and write,
+    # and nobody may execute what the owner may not; folders 0755 whatever the archive or the umask says.
+    assert modes == {"src": 0o755, "src/dot.txt": 0o644, "src/plain.txt": 0o644, "src/private": 0o640, "src/sub": 0o755, "src/tool.sh": 0o755}
     assert os.readlink(out / "src" / "sub" / "link") == "../plain.txt" and (out / "src" / "sub" / "link").read_bytes() == b"plain\n"
-    assert os.stat(out / "src" / "hard").st_ino == os.stat(out / "src" / "plain.txt").st_ino
-    # Times from the archive (the source commit's), folders included: a build sees the same mtimes.
+    assert os.readlink(out / "src" / "sub" / "up") == ".."
+    # Times from the archive (the source commit's), folders included, after the links were made in them.
     assert int((out / "src" / "plain.txt").stat().st_mtime) == 1_700_000_000
     assert int((out / "src").stat().st_mtime) == 1_600_000_000 and int((out / "src" / "sub").stat().st_mtime) == 1_500_000_000
     # No owner from the archive, even as root.
     assert {p.lstat().st_uid for p in out.rglob("*")} == {os.getuid()}
 
 
-LEAVING = [
-    ("an absolute symbolic link", ("src/l", tarfile.SYMTYPE, b"", "/etc")),
-    ("a symbolic link up and out", ("src/l", tarfile.SYMTYPE, b"", "../../outside")),
-    ("a FIFO", ("src/f", tarfile.FIFOTYPE, b"", "")),
-    ("a character device", ("src/c", tarfile.CHRTYPE, b"", "")),
+def _long_chain() -> list[tuple[tarfile.TarInfo, bytes]]:
+    """CVE-2025-4517: names through links longer than PATH_MAX, so a non-strict realpath says "inside"."""
+    folder, steps, path, members = "d" * 247, "abcdefghijklmnop", "", []
+    for step in steps:
+        members.append((_moded(f"{path}{folder}", tarfile.DIRTYPE, 0o755), b""))
+        members.append((_moded(f"{path}{step}", tarfile.SYMTYPE, linkname=folder), b""))
+        path = f"{path}{folder}/"
+    chain = "/".join(steps) + "/" + "l" * 254
+    members.append((_moded(chain, tarfile.SYMTYPE, linkname="../" * len(steps)), b""))
+    members.append((_moded("escape", tarfile.SYMTYPE, linkname=chain + "/.." * 3), b""))
+    members.append((_moded("escape/pwned", tarfile.REGTYPE, data=b"outside\n"), b"outside\n"))
+    return members
+
+
+def _f(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
+    return (_moded(name, tarfile.REGTYPE, data=data), data)
+
+
+def _l(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tuple[tarfile.TarInfo, bytes]:
+    return (_moded(name, kind, linkname=target), b"")
+
+
+REFUSED = [
+    ("an absolute symbolic link", [_l("src/l", "/etc")], "absolute or malformed"),
+    ("a symbolic link up and out", [_l("src/l", "../../outside")], "leaves the archive's folder"),
+    ("a file written through a link", [_l("src/l", "."), _f("src/l/x")], "inside a symbolic link"),
+    ("a link out through another link", [_l("x", "y/.."), _l("y", ".")], "goes through another link"),
+    ("a hard link", [_f("victim"), _l("h", "victim", tarfile.LNKTYPE)], "hard link"),
+    ("a hard link to a symbolic link", [_l("x/y/s", "../../victim"), _l("h", "x/y/s", tarfile.LNKTYPE)], "hard link"),
+    ("a FIFO", [(_moded("src/f", tarfile.FIFOTYPE), b"")], "special file"),
+    ("a character device", [(_moded("src/c", tarfile.CHRTYPE), b"")], "special file"),
+    ("a file replaced by a link", [_f("src/a"), _l("src/a", "../../outside")], "two members of one name"),
+    ("a file over a folder", [_f("src/d/x"), _f("src/d")], "two members of one name"),
+    ("names through links longer than PATH_MAX", _long_chain(), "inside a symbolic link"),
+    ("a time before 1970", [(_moded("src/t", tarfile.REGTYPE, mtime=-1), b"")], "impossible time"),
 ]
 
 
-@pytest.mark.parametrize(("label", "member"), LEAVING, ids=[m[0] for m in LEAVING])
-def test_export_refuses_links_out_and_special_files_either_way(tmp_path, extraction, label, member):
-    raw = tar_bytes(("src", tarfile.DIRTYPE, b"", ""), ("src/ok.txt", tarfile.REGTYPE, b"ok", ""), member, ("src/l/passwd", tarfile.REGTYPE, b"owned", ""))
-    out = tmp_path / "a" / "b" / "out"
+@pytest.mark.parametrize(("label", "members", "reason"), REFUSED, ids=[r[0] for r in REFUSED])
+def test_export_refuses_what_could_leave_the_folder(tmp_path, label, members, reason):
+    raw = _archive((_moded("src", tarfile.DIRTYPE, 0o755), b""), _f("src/ok.txt", b"ok"), *members)
+    base = tmp_path / "a" / "b" / "c"
+    out = base / "out"
+    before = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
     with pytest.raises(InputError) as caught:
         source.export_tree(raw, out)
-    assert caught.value.what.startswith("the archive holds"), caught.value.render()
+    assert caught.value.what.startswith("the archive holds") and reason in caught.value.what, caught.value.render()
     assert caught.value.file == "the runtime source's git archive"
-    assert not (tmp_path / "a" / "outside").exists() and not (tmp_path / "a" / "b" / "outside").exists()
-    assert not [p for p in (out / "src").iterdir() if p.name not in ("ok.txt", "l", "f", "c")]
+    after = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if not p.is_relative_to(out))
+    assert after == [*before, "a", "a/b", "a/b/c"] or after == before, after
+    # No link was made at all: links come last, after every member passed.
+    assert not [p for p in out.rglob("*") if p.is_symlink()]
+
+
+def test_a_pax_time_or_link_target_that_python_cannot_take_is_a_refusal_not_a_crash(tmp_path):
+    cases = [({"mtime": value}, "impossible time") for value in ("1e30", "inf", "nan", "-5")] + [({"linkpath": "a\x00b"}, "absolute or malformed")]
+    for pax, reason in cases:
+        raw = _archive(_l("src/l", "x"), pax=pax)
+        with pytest.raises(InputError, match=reason):
+            source.export_tree(raw, tmp_path / "out")

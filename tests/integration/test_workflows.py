@@ -534,3 +534,21 @@ def test_the_vcpkg_helper_refuses_a_baseline_that_is_not_a_full_commit(tmp_path,
         bad = subprocess.run([sys.executable, str(helper), *argv], cwd=tmp_path, capture_output=True, text=True)
         assert bad.returncode == 1 and bad.stdout == "", argv
         assert "packaging/windows/vcpkg.toml::builtin_baseline" in bad.stderr
+
+
+def test_the_vcpkg_manifest_turns_core_into_no_default_features_and_reports_unreadable_lanes(tmp_path):
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    helper = ROOT / ".github" / "scripts" / "host_packages.py"
+    (tmp_path / "runtime" / "lanes").mkdir(parents=True)
+    shutil.copytree(ROOT / "packaging" / "windows", tmp_path / "packaging" / "windows", ignore=shutil.ignore_patterns("*.ps1"))
+    (tmp_path / "runtime" / "lanes" / "rtx9999-windows-native.toml").write_text('[[build.host_dependencies]]\nname = "libavformat"\nkind = "pkg-config"\nvcpkg = "ffmpeg[core,avformat]"\n')
+    done = subprocess.run([sys.executable, str(helper), "vcpkg-manifest", "rtx9999-windows-native"], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout)["dependencies"] == [{"name": "ffmpeg", "default-features": False, "features": ["avformat"]}]
+    (tmp_path / "runtime" / "lanes" / "rtx9999-windows-native.toml").write_text("build = 3\n")
+    for argv in (["vcpkg-manifest", "rtx9999-windows-native"], ["vcpkg-manifest", "rtx9998-missing"]):
+        bad = subprocess.run([sys.executable, str(helper), *argv], cwd=tmp_path, capture_output=True, text=True)
+        assert bad.returncode == 1 and bad.stdout == "" and bad.stderr.startswith("::error::") and "Traceback" not in bad.stderr, bad.stderr
