@@ -149,10 +149,10 @@ def _mtime(member: tarfile.TarInfo, refuse: Callable[..., PipelineError]) -> int
     return int(mtime)
 
 
-def _make_parents(root: Path, name: str) -> None:
-    """The member's folders, each a real folder (lstat: never one reached through a link)."""
+def _make_folders(root: Path, parts: list[str]) -> None:
+    """root/parts[0]/parts[1]/…, each a real folder (lstat: never one reached through a link)."""
     path = root
-    for part in name.split("/")[:-1]:
+    for part in parts:
         path = path / part
         with contextlib.suppress(FileExistsError):
             os.mkdir(path, 0o755)
@@ -308,8 +308,8 @@ class SafeTar:
         try:
             root.mkdir(parents=True, exist_ok=True)
             kinds: dict[str, str] = {}  # normalized name -> "file" | "dir" | "link"
-            links: list[tarfile.TarInfo] = []
-            times: dict[str, int] = {}
+            links: list[tuple[tarfile.TarInfo, str]] = []
+            folder_times: dict[str, int] = {}  # folders the archive lists (others keep the time they were made)
             for member in self:
                 name = _normalized(member.name)
                 mtime = _mtime(member, self.refusal)
@@ -319,23 +319,24 @@ class SafeTar:
                 if not name:
                     continue  # the archive's root folder ('.')
                 self._claim(kinds, name, "dir" if member.isdir() else "link" if member.issym() else "file", member.name)
-                times[name] = mtime
-                path = root.joinpath(*name.split("/"))
-                _make_parents(root, name)
+                parts = name.split("/")
+                path = root.joinpath(*parts)
                 if member.isdir():
-                    path.mkdir(exist_ok=True)
+                    _make_folders(root, parts)
                     os.chmod(path, 0o755)
-                elif member.issym():
-                    links.append(member)
+                    folder_times[name] = mtime
+                    continue
+                _make_folders(root, parts[:-1])
+                if member.issym():
+                    links.append((member, name))
                 else:
                     self._write(member, path)
                     os.utime(path, (mtime, mtime))
-            for member in links:  # last: no member was ever written through a link
-                name = _normalized(member.name)
+            for member, name in links:  # last: no member was ever written through a link
                 self._check_link(member, name, kinds)
                 os.symlink(member.linkname, root.joinpath(*name.split("/")))
-            for name in sorted((n for n, k in kinds.items() if k == "dir"), key=lambda n: (-n.count("/"), n)):
-                os.utime(root.joinpath(*name.split("/")), (times[name], times[name]))
+            for name in sorted(folder_times, key=lambda n: (-n.count("/"), n)):
+                os.utime(root.joinpath(*name.split("/")), (folder_times[name], folder_times[name]))
         except PipelineError:
             raise
         except (tarfile.TarError, OSError, EOFError, zlib.error, ValueError, OverflowError) as exc:

@@ -313,6 +313,14 @@ def test_export_gives_the_data_filters_tree_on_every_python(tmp_path):
     assert {p.lstat().st_uid for p in out.rglob("*")} == {os.getuid()}
 
 
+def test_export_makes_the_folders_an_archive_does_not_list(tmp_path):
+    raw = _archive(_f("src/deep/a.txt", b"a"), _l("src/deep/l", "a.txt"))  # no folder members at all
+    out = tmp_path / "out"
+    source.export_tree(raw, out)
+    assert (out / "src" / "deep" / "a.txt").read_bytes() == b"a" and (out / "src" / "deep" / "l").read_bytes() == b"a"
+    assert int((out / "src" / "deep" / "a.txt").stat().st_mtime) == 1_700_000_000
+
+
 def _long_chain() -> list[tuple[tarfile.TarInfo, bytes]]:
     """CVE-2025-4517: names through links longer than PATH_MAX, so a non-strict realpath says "inside"."""
     folder, steps, path, members = "d" * 247, "abcdefghijklmnop", "", []
