@@ -22,6 +22,8 @@ from pathlib import Path
 
 HOSTS = {"debian": "linux-x86_64", "vcpkg": "windows-x86_64"}
 VCPKG_PIN = Path("packaging/windows/vcpkg.toml")
+LANE = re.compile(r"rtx[0-9]{4}-[a-z-]+")
+USAGE = "usage: host_packages.py <lane-id> debian|vcpkg | vcpkg-manifest <lane-id>... | vcpkg-baseline"
 NAMES = {"debian": re.compile(r"[a-z0-9][a-z0-9+.-]+"), "vcpkg": re.compile(r"[a-z0-9][a-z0-9-]*(\[[a-z0-9,-]+\])?")}
 
 
@@ -84,10 +86,6 @@ def main(lane: str, manager: str) -> int:
         return 1
     print(" ".join(packages))
     return 0
-
-
-LANE = re.compile(r"rtx[0-9]{4}-[a-z-]+")
-USAGE = "usage: host_packages.py <lane-id> debian|vcpkg | vcpkg-manifest <lane-id>... | vcpkg-baseline"
 
 
 def cli(argv: list[str]) -> int:

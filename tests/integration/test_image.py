@@ -268,34 +268,21 @@ def test_every_archive_file_must_be_placed_or_ignored(tmp_path, lane, local_base
 
 def test_archive_whose_checksum_list_lies_is_refused(tmp_path, lane, local_base):
     dist = packaged(tmp_path, lane)
-    archive = dist / LANE / "assets" / f"{imagekit.archive_stem(lane)}.tar.gz"
     # Re-pack with one payload file changed but SHA256SUMS.txt kept, and register those bytes.
-    with tarfile.open(archive, "r:gz") as tar:
-        members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        for member, data in members:
-            if member.name.endswith("/README.md"):
-                data = b"# changed after the checksums were made\n"
-                member.size = len(data)
-            tar.addfile(member, io.BytesIO(data) if data is not None else None)
-    archive.write_bytes(gzip.compress(buffer.getvalue(), mtime=0))
-    register = Register(dist)
-    entry = register.one("package-archive", lane=LANE, needed_by="t", produced_by="t")
-    register.record_stage(f"package:{LANE}", "re-made", [register.make("package-archive", archive, stage="package", lane=LANE, name=entry.name, **entry.attrs)])
+    _repack(dist, "/README.md", lambda data: b"# changed after the checksums were made\n")
     with pytest.raises(IntegrityError, match="README.md differs from SHA256SUMS.txt"):
         build_image(LANE, dist=dist, definition=local_definition(tmp_path, local_base), base_layout=local_base.layout)
 
 
-def _repack_sums(dist: Path, change) -> None:
-    """Re-pack the registered archive with its SHA256SUMS.txt bytes changed by `change`, and register those bytes."""
+def _repack(dist: Path, suffix: str, change) -> None:
+    """Re-pack the registered archive with the bytes of its member ending in `suffix` changed by `change`, and register those bytes."""
     archive = dist / LANE / "assets" / f"{imagekit.archive_stem(find_lane(LANE))}.tar.gz"
     with tarfile.open(archive, "r:gz") as tar:
         members = [(m, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()]
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as tar:
         for member, data in members:
-            if member.name.endswith("/SHA256SUMS.txt"):
+            if member.name.endswith(suffix):
                 data = change(data)
                 member.size = len(data)
             tar.addfile(member, io.BytesIO(data) if data is not None else None)
@@ -316,7 +303,7 @@ def _repack_sums(dist: Path, change) -> None:
 def test_the_archive_checksum_list_is_read_by_the_one_strict_parser(tmp_path, lane, local_base, change, message):
     """SHA256SUMS.txt is read by pipeline.formats.assets.parse_sums, as check-assets reads it: no second, laxer grammar."""
     dist = packaged(tmp_path, lane)
-    _repack_sums(dist, change)
+    _repack(dist, "/SHA256SUMS.txt", change)
     with pytest.raises(IntegrityError) as caught:
         build_image(LANE, dist=dist, definition=local_definition(tmp_path, local_base), base_layout=local_base.layout)
     assert message in str(caught.value) and caught.value.file.endswith(f"!{imagekit.archive_stem(lane)}/SHA256SUMS.txt")

@@ -291,21 +291,7 @@ def test_container_set_from_a_cuda_build_is_reproducible_and_checked(tmp_path, s
 def test_a_vendored_inventory_hash_that_differs_from_the_source_is_refused(tmp_path_factory, tmp_path):
     """The CycloneDX vendored components come from third_party/inventory.json: its hashes must be the bytes'."""
     workspace = native_workspace(tmp_path_factory)
-    source = tmp_path / "sample"
-    shutil.copytree(SAMPLE, source, ignore=shutil.ignore_patterns("build", "build-*"))
-    inventory = json.loads((source / "third_party" / "inventory.json").read_text())
-    inventory["components"][0]["files"][0]["sha256"] = "0" * 64
-    (source / "third_party" / "inventory.json").write_text(json.dumps(inventory, indent=2, sort_keys=True) + "\n")
-    commit = make_repo(tmp_path / "ninfer", source)
-    lanes = copy_lanes(workspace, tmp_path / "w")
-    contract = tmp_path / "contract"
-    shutil.copytree(workspace.contract, contract)
-    _set_json(contract / "release-spec.json", lambda d: d["source"].update(commit=commit))
-    lane_file = lanes / f"{NATIVE}.toml"
-    lane_file.write_text(lane_file.read_text().replace(workspace.commit, commit).replace(str(workspace.contract), str(contract)))
-    prebuilt = compile_windows_prebuilt(tmp_path / "prebuilt", native_identity(load_lane(lane_file), commit))
-    dist = tmp_path / "dist"
-    build_lane("4090", dist=dist, source=str(tmp_path / "ninfer"), prebuilt=prebuilt, lanes_dir=lanes, rehearsal=True)  # not the cut's commit
+    lanes, dist = _build_with_inventory(workspace, tmp_path, lambda inventory: inventory["components"][0]["files"][0].update(sha256="0" * 64))
     with pytest.raises(IntegrityError, match="hash mismatch: the inventory declares a SHA-256 for third_party/miniargs/LICENSE") as caught:
         package_module.package_lane("4090", dist=dist, lanes_dir=lanes)
     assert caught.value.file.endswith("source.tar!third_party/inventory.json")
