@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from repokit import SAMPLE, make_repo
+from repokit import SAMPLE, edited_lane, make_repo
 
 from pipeline.errors import EnvironmentProblem, InputError, UsageError
 from pipeline.formats import host_dependencies as declaration
@@ -28,16 +28,6 @@ ABSENT = "omp-ninfer-absent-module"
 
 def _tool_output(*argv: str) -> str:
     return subprocess.run(list(argv), capture_output=True, text=True, check=True).stdout.strip()
-
-
-def _lane_with(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:
-    directory = tmp_path / "lanes"
-    directory.mkdir(exist_ok=True)
-    text = (DEFAULT_LANES_DIR / f"{lane_id}.toml").read_text()
-    assert old in text, f"fixture text {old!r} not in lane file"
-    path = directory / f"{lane_id}.toml"
-    path.write_text(text.replace(old, new, 1))
-    return path
 
 
 # -- the lane data -------------------------------------------------------------------
@@ -73,7 +63,7 @@ def test_shipped_lanes_declare_the_engines_pkg_config_modules_with_their_floors_
     ],
 )
 def test_host_dependency_errors_name_file_key_found_and_expected(tmp_path, old, new, field, message):
-    path = _lane_with(tmp_path, "rtx5090-container", old, new)
+    path = edited_lane(tmp_path, "rtx5090-container", old, new)
     with pytest.raises(InputError) as info:
         load_lane(path)
     assert info.value.field == field
@@ -82,7 +72,7 @@ def test_host_dependency_errors_name_file_key_found_and_expected(tmp_path, old, 
 
 
 def test_a_windows_lane_needs_a_vcpkg_port_for_every_entry(tmp_path):
-    path = _lane_with(tmp_path, "rtx4090-windows-native", 'vcpkg = "curl"\n', "")
+    path = edited_lane(tmp_path, "rtx4090-windows-native", 'vcpkg = "curl"\n', "")
     with pytest.raises(InputError, match="does not say where the dependency comes from on the lane's windows-x86_64") as info:
         load_lane(path)
     assert info.value.field.endswith(".vcpkg")
@@ -171,7 +161,7 @@ def undeclared_repo(tmp_path_factory) -> tuple[Path, str]:
 
 def test_build_refuses_a_missing_lane_dependency_before_any_compile(tmp_path, undeclared_repo, monkeypatch):
     repo, _commit = undeclared_repo
-    lanes = _lane_with(
+    lanes = edited_lane(
         tmp_path,
         "rtx5090-container",
         'name = "libavformat"',

@@ -32,6 +32,19 @@ GIT_ENV = {
 }
 
 
+def edited_lane(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:
+    """A copy of runtime/lanes/<lane_id>.toml in tmp_path/lanes with the first `old` replaced by `new` (LF, as stored)."""
+    from pipeline.formats.lanes import DEFAULT_LANES_DIR
+
+    directory = tmp_path / "lanes"
+    directory.mkdir(exist_ok=True)
+    text = (DEFAULT_LANES_DIR / f"{lane_id}.toml").read_text(encoding="utf-8")
+    assert old in text, f"fixture text {old!r} not in lane file"
+    target = directory / f"{lane_id}.toml"
+    target.write_text(text.replace(old, new, 1), encoding="utf-8", newline="\n")
+    return target
+
+
 def git(repo: Path, *args: str) -> str:
     env = dict(os.environ, **GIT_ENV, HOME=str(repo.parent))
     result = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True)

@@ -4,6 +4,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from repokit import edited_lane
 
 from pipeline.errors import InputError, UsageError
 from pipeline.formats.lanes import DEFAULT_LANES_DIR, find_lane, load_lane, load_lanes, pattern_regex
@@ -44,16 +45,6 @@ def test_tag_regex_accepts_exact_beta_tags_only():
             lane.beta_from_tag(bad)
 
 
-def _edited(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:
-    directory = tmp_path / "lanes"
-    directory.mkdir(exist_ok=True)
-    target = directory / f"{lane_id}.toml"
-    text = (DEFAULT_LANES_DIR / f"{lane_id}.toml").read_text()
-    assert old in text, f"fixture text {old!r} not in lane file"
-    target.write_text(text.replace(old, new, 1), newline="\n")  # LF on every platform, as the repository stores it
-    return target
-
-
 @pytest.mark.parametrize(
     ("old", "new", "field", "message"),
     [
@@ -69,7 +60,7 @@ def _edited(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:
     ],
 )
 def test_lane_errors_name_file_key_found_and_expected(tmp_path, old, new, field, message):
-    path = _edited(tmp_path, "rtx4090-windows-native", old, new)
+    path = edited_lane(tmp_path, "rtx4090-windows-native", old, new)
     with pytest.raises(InputError) as info:
         load_lane(path)
     error = info.value
@@ -81,7 +72,7 @@ def test_lane_errors_name_file_key_found_and_expected(tmp_path, old, new, field,
 
 
 def test_missing_required_key(tmp_path):
-    path = _edited(tmp_path, "rtx5090-container", 'deployment_profile = "qwen38-5090-v0.13.0"\n', "")
+    path = edited_lane(tmp_path, "rtx5090-container", 'deployment_profile = "qwen38-5090-v0.13.0"\n', "")
     with pytest.raises(InputError, match="required key is missing") as info:
         load_lane(path)
     assert info.value.field == "component.deployment_profile"
@@ -162,7 +153,7 @@ HOSTILE_LANE_EDITS = [
 
 @pytest.mark.parametrize(("old", "new", "field", "message"), HOSTILE_LANE_EDITS)
 def test_a_hostile_lane_file_is_refused_at_load_naming_file_and_field(tmp_path, old, new, field, message):
-    path = _edited(tmp_path, "rtx4090-windows-native", old, new)
+    path = edited_lane(tmp_path, "rtx4090-windows-native", old, new)
     with pytest.raises(InputError) as info:
         load_lane(path)
     error = info.value
@@ -261,7 +252,7 @@ def _sentinel(root: Path) -> dict[str, bytes]:
 
 def test_a_pattern_whose_rendered_asset_names_exceed_a_file_name_is_refused(tmp_path):
     """A pattern within its own bound can still render names too long for a file system."""
-    path = _edited(tmp_path, "rtx4090-windows-native", 'stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "' + "{version}" * 14 + '"')
+    path = edited_lane(tmp_path, "rtx4090-windows-native", 'stem_pattern = "ninfer-rtx4090-native-v{version}-beta.{n}"', 'stem_pattern = "' + "{version}" * 14 + '"')
     path.write_text(path.read_text().replace('version = "0.7.0"', 'version = "1234567890.1234567890.1234567890"', 1).replace("0.7.0", "1234567890.1234567890.1234567890"), newline="\n")
     with pytest.raises(InputError) as info:
         load_lane(path)
