@@ -13,6 +13,18 @@ Parsed trust roots are cached in the run context
 (`pipeline.runcontext.current().trust_roots`), keyed by file and content
 hash, so one run parses each root once and no run inherits another's.
 The sigstore library is imported only when a bundle is verified.
+
+The test seam: `PIPELINE_TEST_SIGSTORE=<folder>` names a folder written by the
+test kit `tests/kits/sigstore_standin.py` (a local CA, CT log and Rekor whose
+bundles the real verifier accepts).  `test_standin()` resolves it (refused on
+GitHub Actions and outside pytest; the folder's files are hashed before
+anything is parsed, and a trust configuration that is, or shares keys with,
+the pinned production or staging one is refused); `effective_trust_config(name)`
+is the kit's trust configuration under the seam and `name` otherwise.  The
+`sign` stage signs with the kit under the seam; every other stage that verifies
+bundles against an expected signer's trust configuration calls
+`effective_trust_config` too.  The kit module is loaded (by path, from this
+checkout's tests/kits/) only under the seam.
 """
 
 from __future__ import annotations
@@ -23,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, IntegrityError
+from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError
 from pipeline.formats.provenance import PAYLOAD_TYPE
 from pipeline.runcontext import current
 from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
@@ -119,6 +131,186 @@ def load_trust_config(spec: Any = "production"):
         except Exception as exc:  # sigstore raises several types for a bad document
             raise InputError(f"is not a Sigstore ClientTrustConfig: {exc}", file=path) from None
     return current().trust_roots[key]
+
+
+# -- the test stand-in (PIPELINE_TEST_SIGSTORE) -----------------------------------
+
+TEST_STANDIN_ENV = "PIPELINE_TEST_SIGSTORE"
+STANDIN_DESCRIPTION = "standin.json"
+STANDIN_TYPE = "omp_ninfer_sigstore_standin"
+STANDIN_SCHEMA_VERSION = 1
+STANDIN_KIT = Path(__file__).resolve().parents[2] / "tests" / "kits" / "sigstore_standin.py"
+_STANDIN_MAX_FILE = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StandInKit:
+    """A validated stand-in folder: its trust configuration, the identity its job signs as, and the kit."""
+
+    directory: Path
+    trust_config: Path
+    identity: str | None
+    issuer: str
+    description: dict[str, Any]
+
+    def warning(self) -> str:
+        return (
+            f"TEST STAND-IN SIGSTORE ({TEST_STANDIN_ENV}={self.directory}): signing and verifying with a local test CA and "
+            "transparency log, NOT the public-good Sigstore instance; these signatures prove nothing outside this test"
+        )
+
+    def warn(self) -> None:
+        """The loud line every use under the seam prints (not silenced by --quiet)."""
+        import sys
+
+        sys.stderr.write(f"WARNING: {self.warning()}\n")
+        sys.stderr.flush()
+
+    def kit(self):
+        """The kit's `SigstoreStandIn` for this folder (the module loaded lazily from tests/kits/)."""
+        return _kit_module().SigstoreStandIn.load(self.directory)
+
+    def context_factory(self, trust: Any = None):
+        """`sign_targets`' `context_factory(trust)`: the kit's `SigningContext` stand-in."""
+        return self.kit().context_factory(trust)
+
+    def token_provider(self, identity: str):
+        """`sign_targets`' `token_provider()`: a token for the description's identity, else for `identity`."""
+        return self.kit().token_provider(self.identity or identity)
+
+
+def _kit_module():
+    import importlib.util
+    import sys
+
+    loaded = sys.modules.get("sigstore_standin")
+    if loaded is not None and Path(getattr(loaded, "__file__", "") or "").resolve() == STANDIN_KIT:
+        return loaded
+    if not STANDIN_KIT.is_file():
+        raise EnvironmentProblem(
+            "the Sigstore test stand-in kit is not in this checkout",
+            file=STANDIN_KIT,
+            why=f"{TEST_STANDIN_ENV} works only from a source checkout that has tests/kits/",
+            fix=f"unset {TEST_STANDIN_ENV}",
+        )
+    spec = importlib.util.spec_from_file_location("sigstore_standin", STANDIN_KIT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["sigstore_standin"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _pinned_material() -> set[str]:
+    """Every key id, public key and CA certificate of the pinned production and staging trust configurations."""
+    from pipeline.util.jsonio import loads_object
+
+    found: set[str] = set()
+    for path in TRUST_CONFIGS.values():
+        found |= _trust_material(loads_object(path.read_bytes(), source=path))
+    return found
+
+
+def _trust_material(document: dict[str, Any]) -> set[str]:
+    root = document.get("trustedRoot") if isinstance(document.get("trustedRoot"), dict) else {}
+    found: set[str] = set()
+    for group in ("tlogs", "ctlogs"):
+        for log in root.get(group) or []:
+            if isinstance(log, dict):
+                found.add(str((log.get("logId") or {}).get("keyId")))
+                found.add(str((log.get("publicKey") or {}).get("rawBytes")))
+    for group in ("certificateAuthorities", "timestampAuthorities"):
+        for authority in root.get(group) or []:
+            if isinstance(authority, dict):
+                for cert in (authority.get("certChain") or {}).get("certificates") or []:
+                    if isinstance(cert, dict):
+                        found.add(str(cert.get("rawBytes")))
+    found.discard("None")
+    return found
+
+
+def test_standin(environ: Any = None) -> StandInKit | None:
+    """The Sigstore test stand-in `PIPELINE_TEST_SIGSTORE` names, validated; None when it is not set.
+
+    Refused (RefusedError, exit 7) on GitHub Actions (`GITHUB_ACTIONS=true`) and
+    outside tests (no `PYTEST_CURRENT_TEST`, which pytest sets and subprocesses
+    inherit).  The folder's `standin.json` is read strictly; every file it lists
+    is hashed against it before anything else is parsed; its trust
+    configuration must be a ClientTrustConfig that is neither the pinned
+    production nor staging file and shares no key or certificate with them.
+    """
+    from pipeline.util.fs import read_bytes_bounded
+    from pipeline.util.jsonio import expect_document_type, loads_object
+    from pipeline.util.safepath import safe_component
+
+    env = os.environ if environ is None else environ
+    value = env.get(TEST_STANDIN_ENV)
+    if not value:
+        return None
+    if env.get("GITHUB_ACTIONS") == "true":
+        raise RefusedError(
+            f"{TEST_STANDIN_ENV} is set on GitHub Actions",
+            found=value,
+            why="the Sigstore test stand-in signs with a local test CA; a release job must sign with its OIDC identity on the public-good instance",
+            fix=f"remove {TEST_STANDIN_ENV} from the workflow's environment",
+        )
+    if not env.get("PYTEST_CURRENT_TEST"):
+        raise RefusedError(
+            f"{TEST_STANDIN_ENV} is refused outside tests",
+            found=value,
+            why="the Sigstore test stand-in exists for the test suite (pytest sets PYTEST_CURRENT_TEST); anywhere else it would make signatures nobody can trust",
+            fix=f"unset {TEST_STANDIN_ENV}",
+        )
+    directory = Path(value).resolve()
+    description_file = directory / STANDIN_DESCRIPTION
+    if not directory.is_dir() or not description_file.is_file():
+        raise InputError("is not a Sigstore test stand-in folder", file=directory, field=TEST_STANDIN_ENV, expected=f"a folder with {STANDIN_DESCRIPTION}, written by tests/kits/sigstore_standin.py")
+    description = loads_object(read_bytes_bounded(description_file, 64 * 1024, what="stand-in description"), source=description_file, strict_bytes=True)
+    expect_document_type(description, STANDIN_TYPE, STANDIN_SCHEMA_VERSION, source=description_file, what="a Sigstore test stand-in description")
+    files = description.get("files")
+    trust_name = description.get("trust_config")
+    if not isinstance(files, dict) or not files or not isinstance(trust_name, str) or trust_name not in files:
+        raise InputError("lacks its file list or trust configuration", file=description_file, field="files", expected="files {name: sha256} naming trust_config")
+    data: dict[str, bytes] = {}
+    for name, digest in files.items():
+        safe_component(name, file=description_file, field=f"files.{name}")
+        path = directory / name
+        if path.is_symlink() or not path.is_file():
+            raise InputError("names a file the stand-in folder lacks (or a link)", file=path, field=f"files.{name}")
+        raw = read_bytes_bounded(path, _STANDIN_MAX_FILE, what="stand-in file")
+        if not isinstance(digest, str) or sha256_bytes(raw) != digest:
+            raise IntegrityError("differs from the stand-in's description", file=path, found=sha256_bytes(raw), expected=digest, fix="write the kit again (SigstoreStandIn(folder).write())")
+        data[name] = raw
+    trust_bytes = data[trust_name]
+    trust_file = directory / trust_name
+    if description.get("trust_config_sha256") not in (None, sha256_bytes(trust_bytes)):
+        raise IntegrityError("differs from the stand-in's description", file=trust_file, field="trust_config_sha256")
+    pinned = {sha256_file(path) for path in TRUST_CONFIGS.values()}
+    document = loads_object(trust_bytes, source=trust_file)
+    shared = _trust_material(document) & _pinned_material()
+    if sha256_bytes(trust_bytes) in pinned or shared:
+        raise RefusedError(
+            "the stand-in's trust configuration is (or shares keys with) a pinned public Sigstore one",
+            file=trust_file,
+            why="under the test seam every signature is checked against the stand-in's own test roots; a public root there would let test material pass for real",
+            fix="write the kit again (SigstoreStandIn(folder).write())",
+        )
+    if document.get("mediaType") != "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json":
+        raise InputError("is not a Sigstore ClientTrustConfig", file=trust_file, field="mediaType", found=document.get("mediaType"))
+    identity = description.get("identity")
+    issuer = description.get("issuer") or GITHUB_ACTIONS_ISSUER
+    if identity is not None and not isinstance(identity, str):
+        raise InputError("must be a certificate identity or null", file=description_file, field="identity", found=identity)
+    return StandInKit(directory, trust_file, identity, str(issuer), description)
+
+
+test_standin.__test__ = False  # type: ignore[attr-defined]  # a pytest that imports this name must not collect it
+
+
+def effective_trust_config(name: Any, environ: Any = None) -> Any:
+    """The trust configuration to verify an expected signer with: the stand-in's under the seam, else `name`."""
+    standin = test_standin(environ)
+    return str(standin.trust_config) if standin is not None else name
 
 
 # -- verification ----------------------------------------------------------------

@@ -30,6 +30,14 @@ image the release ships are signed too, as DSSE envelopes (sigstore-python's
 `Signer.sign_dsse`, payload type `application/vnd.in-toto+json`), with the
 bundle `<statement>.sigstore.json` beside each; `verify_dsse_bundle` checks one
 offline and requires the envelope to carry the statement's exact bytes.
+
+Test seam: with `PIPELINE_TEST_SIGSTORE=<folder>` (a folder written by
+`tests/kits/sigstore_standin.py`, resolved by
+`pipeline.infra.sigstore.test_standin`), the stage signs with the kit's local
+CA and transparency log instead of the ambient OIDC token and the public-good
+instance, verifies with the kit's trust configuration
+(`effective_trust_config`), and prints a loud warning line.  It is refused
+(exit 7) on GitHub Actions and outside pytest (docs/audit-and-sign.md).
 """
 
 from __future__ import annotations
@@ -53,11 +61,14 @@ from pipeline.infra.sigstore import (
     Sha256Digest,
     SignatureError,
     SignerIdentity,
+    StandInKit,
     VerifiedSignature,
     bundle_path_for,
+    effective_trust_config,
     github_claims,
     load_trust_config,
     normalize_repository,
+    test_standin,
     trust_config_path,
     verify_bundle,
     verify_dsse_bundle,
@@ -578,6 +589,7 @@ class SignStage(Stage):
         self.token_provider = token_provider
         self.plan: SignPlan | None = None
         self.report: SignReport | None = None
+        self.standin: StandInKit | None = None
 
     @property
     def key(self) -> str:
@@ -587,8 +599,13 @@ class SignStage(Stage):
         return self.release or "newest release"
 
     def preflight(self) -> None:
-        refuse_outside_ci(self.environ)  # before reading anything: a release is signed only in its workflow
-        self.plan = plan_signing(self.manifests, self.release, self.ctx.register, trust_config=self.trust_config)
+        self.standin = test_standin(self.environ)  # the test seam (refused on GitHub Actions and outside tests)
+        if self.standin is None:
+            refuse_outside_ci(self.environ)  # before reading anything: a release is signed only in its workflow
+        else:
+            self.standin.warn()
+        trust_config = effective_trust_config(self.trust_config, self.environ)
+        self.plan = plan_signing(self.manifests, self.release, self.ctx.register, trust_config=trust_config)
         ui.step("sign", f"{self.plan.release}: {len(self.plan.targets)} distinct files, expected signer {self.plan.signer.describe()}")
         try:
             import sigstore  # noqa: F401
@@ -607,7 +624,11 @@ class SignStage(Stage):
     def run(self) -> list[Artifact]:
         assert self.plan is not None
         plan, register = self.plan, self.ctx.register
-        self.report = sign_targets(plan.targets, plan.signer, context_factory=self.context_factory, token_provider=self.token_provider, overwrite=self.overwrite)
+        context_factory, token_provider = self.context_factory, self.token_provider
+        if self.standin is not None:  # the test seam: the kit's "Fulcio" and "Rekor", and a token for its job
+            context_factory = context_factory or self.standin.context_factory
+            token_provider = token_provider or self.standin.token_provider(plan.signer.identity)
+        self.report = sign_targets(plan.targets, plan.signer, context_factory=context_factory, token_provider=token_provider, overwrite=self.overwrite)
         dist = self.ctx.dist.resolve()
         tree = plan.release_dir.resolve()
         outputs: list[Artifact] = []
@@ -656,7 +677,12 @@ STAGE = SignStage
 
 
 def release_plan(ctx: Context, lanes: list, options) -> list:
-    """`release`: sign only where keyless signing can happen (the release workflow's signing job)."""
+    """`release`: sign only where keyless signing can happen (the release workflow's signing job), or under the test seam."""
+    if test_standin() is not None:
+        release = getattr(options, "release", None)
+        if not release:
+            raise Skip("no --release given")
+        return [(release, lambda: sign_release(release, dist=ctx.dist)[0])]
     if os.environ.get("GITHUB_ACTIONS") != "true":
         raise Skip("signs only in the release workflow on GitHub Actions (keyless OIDC identity); 'python -m pipeline sign --dry-run' shows the plan")
     if not os.environ.get("ACTIONS_ID_TOKEN_REQUEST_URL") or not os.environ.get("ACTIONS_ID_TOKEN_REQUEST_TOKEN"):
@@ -678,7 +704,8 @@ def run_sign(args: argparse.Namespace) -> int:
         ui.step("sign", f"{plan.release}: {len(plan.targets)} distinct files, expected signer {plan.signer.describe()}")
         print(json.dumps(plan.to_json(), indent=2, sort_keys=True))
         return 0
-    refuse_outside_ci()  # before the output folder is touched
+    if test_standin() is None:  # the test seam is validated (and refused outside tests) here, before anything is touched
+        refuse_outside_ci()  # before the output folder is touched
     result, stage = sign_release(args.release, dist=args.dist, manifests=args.manifests, trust_config=args.trust_config, overwrite=args.overwrite)
     report = stage.report
     assert report is not None and not result.skipped  # sign always runs

@@ -11,7 +11,7 @@ random per instance):
 | `rekor.key.pem` | the Rekor transparency-log key (ECDSA P-256, as rekor.sigstore.dev); log id likewise |
 | `trust-config.json` | ONE `ClientTrustConfig` (`application/vnd.dev.sigstore.clienttrustconfig.v0.1+json`): the trusted root naming the CA chain, the CT log and Rekor with validity windows, and a signing config with loopback URLs (never contacted) |
 | `rekor-log.json` | the log's state: the RFC 6962 leaf hashes of every entry (a few filler entries first, so proofs have hashes) |
-| `standin.json` | the description the pipeline's seam reads (`pipeline.infra.sigstore.test_standin`): type `omp_ninfer_sigstore_standin`, schema 1, `trust_config`, `files` {name: sha256} of every file above except the log state, `log_ids`, `identity`/`issuer` the stand-in's job signs as (optional), `rekor_log` |
+| `standin.json` | the description the pipeline's seam reads (`pipeline.infra.sigstore.test_standin`): artifact_type `omp_ninfer_sigstore_standin`, schema 1, `trust_config`, `files` {name: sha256} of every file above except the log state, `log_ids`, `identity`/`issuer` the stand-in's job signs as (optional), `rekor_log` |
 
 Signing does what Fulcio and Rekor v1 do, with nothing relaxed on the verifying
 side (the REAL `sigstore.verify.Verifier` checks every piece):
@@ -416,7 +416,7 @@ class SigstoreStandIn:
         filler = [leaf_hash(f"sigstore stand-in filler entry {i}".encode()).hex() for i in range(FILLER_ENTRIES)]
         self.log_path.write_bytes(_canonical({"tree_id": tree_id, "leaves": filler}) + b"\n")
         description = {
-            "type": STANDIN_TYPE,
+            "artifact_type": STANDIN_TYPE,
             "schema_version": SCHEMA_VERSION,
             "trust_config": TRUST_CONFIG,
             "trust_config_sha256": _sha256(files[TRUST_CONFIG]),
@@ -478,7 +478,7 @@ class SigstoreStandIn:
         """Reopen a folder `write()` made (its description names the identity and issuer)."""
         folder = Path(directory)
         description = json.loads((folder / DESCRIPTION).read_bytes())
-        if description.get("type") != STANDIN_TYPE or description.get("schema_version") != SCHEMA_VERSION:
+        if description.get("artifact_type") != STANDIN_TYPE or description.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(f"{folder / DESCRIPTION}: not a Sigstore stand-in description")
         kit = cls(folder, identity=description.get("identity"), issuer=description.get("issuer") or GITHUB_ISSUER)
         for role, (cert_name, key_name) in KEY_FILES.items():
