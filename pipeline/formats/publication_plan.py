@@ -1,17 +1,27 @@
 """The publication plan, its journal and the publication receipt (the `publish` stage's documents).
 
-Plan (`omp_ninfer_publication_plan`, schema 1): every remote write of one
-publication, in order, made only from local bytes -- never from what GitHub
-holds -- so the same inputs give the same bytes and the same SHA-256:
+Plan (`omp_ninfer_publication_plan`, schema 2): every remote write of one
+publication, in order, made from local bytes, and the GitHub state the dry run
+observed for the tag, so the same inputs and the same GitHub state give the
+same bytes and the same SHA-256:
 
     {"kind": "component" | "product", "subject": <lane id | release>, "repository": "owner/name",
      "tag": ..., "commit": <40 hex>,
      "release": {"name", "body", "prerelease", "make_latest": "true" | "false"},
      "assets": [{"name", "size", "sha256", "content_type", "source": {"root", "path"}}],
-     "operations": [{"op": "create-tag", ...}, {"op": "create-draft", ...},
-                    {"op": "upload-asset", "name", "size", "sha256", "content_type"}..., {"op": "publish", ...}],
+     "observed": {"read": true, "tag": <commit> | null, "immutable_releases": bool,
+                  "releases": [{"id", "name", "draft", "prerelease", "immutable",
+                                "assets": [{"name", "size", "digest", "state"}]}]}
+                 | {"read": false, "why": "..."},
+     "operations": [{"op": "create-draft", ...}, {"op": "upload-asset", "name", "size", "sha256", "content_type"}...,
+                    {"op": "create-tag", ...}, {"op": "publish", ...}],
      "after": ["re-read-by-tag", "immutable-if-enabled", "audit-published-assets"],
      "gates": [gate names, in the order they are checked]}
+
+The tag is the only write that can never be undone, so it comes last but one:
+after the draft holds every planned asset with its planned digest, immediately
+before publishing.  `--apply` re-reads the observed facts first and refuses on
+any difference that is not this plan's own journalled progress.
 
 `--apply --plan-sha256 HEX` executes exactly the plan whose canonical bytes hash
 to HEX.  `source.root` is `dist` (the register's folder) or `repository` (the
@@ -29,7 +39,9 @@ before the next append; any other bad line is an error.
 
 Receipt (`omp_ninfer_release_publication_receipt`, schema 1): plan hash,
 repository, release id, tag -> commit, and each published asset's id, name,
-size, SHA-256 and GitHub digest; no token, no time.
+size, SHA-256 and GitHub digest; `immutable` and, where the repository enables
+immutable releases but this release is not immutable (it was published before
+the setting was switched on), `immutable_reason`; no token, no time.
 """
 
 from __future__ import annotations
@@ -46,7 +58,8 @@ from pipeline.util.safepath import component_problem
 
 PLAN_TYPE = "omp_ninfer_publication_plan"
 RECEIPT_TYPE = "omp_ninfer_release_publication_receipt"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 1  # the receipt's
+PLAN_SCHEMA_VERSION = 2  # 2: the plan binds the GitHub state it was made against (`observed`)
 KINDS = ("component", "product")
 MAX_ASSET_BYTES = 2 * 1024**3 - 1  # GitHub: each asset < 2 GiB
 MAX_ASSETS = 1000  # GitHub: at most 1,000 assets per release
@@ -86,6 +99,7 @@ def make_plan(
     make_latest: bool,
     assets: list[dict[str, Any]],
     gates: list[str],
+    observed: dict[str, Any],
 ) -> dict[str, Any]:
     """The plan document; `assets` are {name, size, sha256, source: {root, path}} (sorted here by name)."""
     assert kind in KINDS and is_commit_hex(commit)
@@ -99,15 +113,13 @@ def make_plan(
             "source": {"root": asset["source"]["root"], "path": asset["source"]["path"]},
         })
     latest = "true" if make_latest else "false"
-    operations: list[dict[str, Any]] = [
-        {"op": "create-tag", "tag": tag, "commit": commit},
-        {"op": "create-draft", "tag": tag, "name": name, "prerelease": prerelease},
-    ]
+    operations: list[dict[str, Any]] = [{"op": "create-draft", "tag": tag, "name": name, "prerelease": prerelease}]
     operations += [{"op": "upload-asset", "name": a["name"], "size": a["size"], "sha256": a["sha256"], "content_type": a["content_type"]} for a in rows]
+    operations.append({"op": "create-tag", "tag": tag, "commit": commit})  # the one write never undone: last before publishing
     operations.append({"op": "publish", "tag": tag, "prerelease": prerelease, "make_latest": latest})
     plan = {
         "artifact_type": PLAN_TYPE,
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": PLAN_SCHEMA_VERSION,
         "kind": kind,
         "subject": subject,
         "repository": repository,
@@ -115,6 +127,7 @@ def make_plan(
         "commit": commit,
         "release": {"name": name, "body": body, "prerelease": prerelease, "make_latest": latest},
         "assets": rows,
+        "observed": observed,
         "operations": operations,
         "after": list(AFTER),
         "gates": list(gates),
@@ -133,8 +146,9 @@ def plan_sha256(plan: dict[str, Any]) -> str:
 
 def check_plan(plan: Any, *, file: str | os.PathLike[str]) -> dict[str, Any]:
     name = str(file)
-    if not isinstance(plan, dict) or plan.get("artifact_type") != PLAN_TYPE or plan.get("schema_version") != SCHEMA_VERSION:
-        raise InputError("is not a publication plan of schema 1", file=name, field="artifact_type", expected=PLAN_TYPE)
+    if not isinstance(plan, dict) or plan.get("artifact_type") != PLAN_TYPE or plan.get("schema_version") != PLAN_SCHEMA_VERSION:
+        raise InputError(f"is not a publication plan of schema {PLAN_SCHEMA_VERSION}", file=name, field="artifact_type", expected=PLAN_TYPE,
+                         fix="run the publish command without --apply again: a plan of an earlier schema does not bind GitHub's state")
     if plan.get("kind") not in KINDS:
         raise InputError("has an unknown kind", file=name, field="kind", found=plan.get("kind"), expected=" | ".join(KINDS))
     if not is_commit_hex(plan.get("commit")):
@@ -160,7 +174,25 @@ def check_plan(plan: Any, *, file: str | os.PathLike[str]) -> dict[str, Any]:
         path = source.get("path")
         if source.get("root") not in ("dist", "repository") or not isinstance(path, str) or path.startswith("/") or ".." in Path(path).parts:
             raise InputError("names a source outside its root", file=name, field=f"{where}.source", found=source)
+    check_observed(plan.get("observed"), file=name)
     return plan
+
+
+def check_observed(observed: Any, *, file: str) -> None:
+    """The `observed` block: what GitHub held for the tag at the dry run (shape only)."""
+    if not isinstance(observed, dict) or not isinstance(observed.get("read"), bool):
+        raise InputError("does not say what GitHub held when it was made", file=file, field="observed", found=type(observed).__name__)
+    if not observed["read"]:
+        if set(observed) != {"read", "why"} or not isinstance(observed.get("why"), str):
+            raise InputError("an unread GitHub state carries only its reason", file=file, field="observed", found=sorted(observed))
+        return
+    if set(observed) != {"read", "tag", "immutable_releases", "releases"} or not (observed["tag"] is None or is_commit_hex(observed["tag"])):
+        raise InputError("is not an observed GitHub state", file=file, field="observed", found=sorted(observed))
+    if not isinstance(observed["immutable_releases"], bool) or not isinstance(observed["releases"], list):
+        raise InputError("is not an observed GitHub state", file=file, field="observed.releases")
+    for index, release in enumerate(observed["releases"]):
+        if not isinstance(release, dict) or not isinstance(release.get("id"), int) or not isinstance(release.get("assets"), list):
+            raise InputError("is not an observed release", file=file, field=f"observed.releases[{index}]")
 
 
 def read_plan(path: Path) -> dict[str, Any]:
@@ -219,7 +251,7 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
 
 # -- the receipt -----------------------------------------------------------------------
 
-def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], assets: list[dict[str, Any]], *, immutable_enabled: bool) -> dict[str, Any]:
+def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], assets: list[dict[str, Any]], *, immutable_enabled: bool, immutable_reason: str | None = None) -> dict[str, Any]:
     by_name = {a["name"]: a for a in assets}
     rows = []
     for planned in plan["assets"]:
@@ -233,7 +265,7 @@ def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], a
             "content_type": planned["content_type"],
             "url": remote.get("browser_download_url"),
         })
-    return {
+    receipt = {
         "artifact_type": RECEIPT_TYPE,
         "schema_version": SCHEMA_VERSION,
         "kind": plan["kind"],
@@ -251,6 +283,9 @@ def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], a
         "assets": rows,
         "secret_free": True,
     }
+    if immutable_reason is not None:
+        receipt["immutable_reason"] = immutable_reason
+    return receipt
 
 
 def read_receipt(path: Path) -> dict[str, Any]:

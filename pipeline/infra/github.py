@@ -9,8 +9,8 @@ setting.  The rules it keeps (../shared/reference/publication-anchors.md §1):
   is registered with `errors.register_secret` so no error, log or record can
   show it, and is sent only to the configured API and uploads origins (https,
   or http on a loopback address for the test stand-in).
-- Rate limits: a 403/429 that is a rate limit waits `retry-after` seconds when
-  given, until `x-ratelimit-reset` when `x-ratelimit-remaining` is 0, and
+- Rate limits: a 403/429 that is a rate limit waits what `retry-after` says when
+  given (delay-seconds or an HTTP date), until `x-ratelimit-reset` when `x-ratelimit-remaining` is 0, and
   otherwise at least 60 s with exponential back-off; then retries (a limited
   request was not processed, so a retry is safe).  All waiting goes through an
   injectable clock and is bounded in total.
@@ -21,12 +21,16 @@ setting.  The rules it keeps (../shared/reference/publication-anchors.md §1):
   retried here: it raises `Ambiguous`, and the caller lists what GitHub holds
   before it decides (an upload that landed answers a blind retry with 422
   `already_exists`).  Reads are retried with back-off, bounded.
+- An error keeps GitHub's own words: `message`, every `errors[].message` (or
+  its resource/field/code) and `documentation_url` (`error_text`).
 - Response bodies are read with a size bound; pagination follows the `link`
   header's `rel="next"` on the same origin, bounded in pages.
 """
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import os
 import re
 import threading
@@ -129,6 +133,54 @@ def _is_rate_limited(status: int, headers: dict[str, str], body: Any) -> bool:
         return True
     message = body.get("message", "") if isinstance(body, dict) else ""
     return "rate limit" in str(message).lower()
+
+
+def _retry_after_seconds(value: str | None, now: float) -> float | None:
+    """`Retry-After` as delay-seconds or as an HTTP date (RFC 9110 §10.2.3); None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # an HTTP date is GMT by definition
+        when = when.replace(tzinfo=datetime.UTC)
+    return max(0.0, when.timestamp() - now)
+
+
+def _clip(value: Any, limit: int = 300) -> str:
+    return redact(" ".join(str(value).split()))[:limit]
+
+
+def error_text(body: Any) -> str:
+    """GitHub's own words from an error body: `message`, every `errors[]` entry (its `message`, else
+    resource/field/code) and `documentation_url`, each bounded, as ' (message) [e1; e2] see URL'."""
+    if not isinstance(body, dict):
+        return ""
+    message = _clip(body.get("message", "")) if body.get("message") else ""
+    details = []
+    for entry in (body.get("errors") if isinstance(body.get("errors"), list) else [])[:10]:
+        if isinstance(entry, dict):
+            words = " ".join(str(entry[k]) for k in ("resource", "field", "code") if isinstance(entry.get(k), str) and entry[k])
+            said = _clip(entry["message"]) if isinstance(entry.get("message"), str) and entry["message"] else ""
+            details.append(f"{words}: {said}" if words and said else (said or words))
+        elif isinstance(entry, str):  # GitHub sometimes lists bare strings
+            details.append(_clip(entry))
+    docs = body.get("documentation_url")
+    text = f" ({message})" if message else ""
+    text += f" [{'; '.join(d for d in details if d)}]" if any(details) else ""
+    if isinstance(docs, str) and docs.startswith("https://"):
+        text += f" see {_clip(docs, 200)}"
+    return text
+
+
+def _object_of(body: Any) -> dict[str, Any]:
+    """A git ref's or tag's `object`, {} for any other shape (a list, a string, a missing key)."""
+    obj = body.get("object") if isinstance(body, dict) else None
+    return obj if isinstance(obj, dict) else {}
 
 
 class GitHub:
@@ -289,8 +341,9 @@ class GitHub:
             if _is_rate_limited(reply.status, lower, payload):
                 if attempt >= self.max_attempts + 4:
                     raise RemoteError(f"{what}: still rate limited after {attempt} attempts", fix="run again later; it resumes from GitHub's state")
-                if "retry-after" in lower and lower["retry-after"].strip().isdigit():
-                    delay, why = float(lower["retry-after"]), "rate limited (retry-after)"
+                retry_after = _retry_after_seconds(lower.get("retry-after"), self.clock.now())
+                if retry_after is not None:
+                    delay, why = retry_after, "rate limited (retry-after)"
                 elif lower.get("x-ratelimit-remaining") == "0" and lower.get("x-ratelimit-reset", "").isdigit():
                     delay, why = float(lower["x-ratelimit-reset"]) - self.clock.now() + 1.0, "primary rate limit exhausted (x-ratelimit-reset)"
                 else:  # a secondary limit without a hint: at least a minute, then exponential
@@ -309,13 +362,7 @@ class GitHub:
             return reply
 
     def _error(self, what: str, reply: Reply) -> GitHubError:
-        body = reply.body if isinstance(reply.body, dict) else {}
-        message = str(body.get("message", ""))[:300]
-        details = "; ".join(
-            f"{e.get('resource', '')} {e.get('field', '')} {e.get('code', '')}".strip()
-            for e in body.get("errors", []) or [] if isinstance(e, dict)
-        )
-        text = f"{what}: GitHub answered {reply.status}" + (f" ({message})" if message else "") + (f" [{details}]" if details else "")
+        text = f"{what}: GitHub answered {reply.status}" + error_text(reply.body)
         if reply.request_id:
             text += f", request id {reply.request_id}"
         fix = None
@@ -364,14 +411,14 @@ class GitHub:
         reply = self.request("GET", f"{self._repo}/git/ref/tags/{quote(tag, safe='')}", expect=(200, 404))
         if reply.status == 404:
             return None
-        obj = (reply.body or {}).get("object") or {}
+        obj = _object_of(reply.body)
         for _ in range(4):
-            if obj.get("type") == "commit":
-                return obj.get("sha")
-            if obj.get("type") != "tag":
+            if obj.get("type") == "commit" and isinstance(obj.get("sha"), str) and re.fullmatch(r"[0-9a-f]{40}", obj["sha"]):
+                return obj["sha"]
+            if obj.get("type") != "tag" or not isinstance(obj.get("sha"), str) or not re.fullmatch(r"[0-9a-f]{40}", obj["sha"]):
                 break
-            obj = (self.request("GET", f"{self._repo}/git/tags/{obj.get('sha')}").body or {}).get("object") or {}
-        raise RemoteError(f"the tag {tag} does not name a commit", found=obj.get("type"))
+            obj = _object_of(self.request("GET", f"{self._repo}/git/tags/{obj['sha']}").body)
+        raise RemoteError(f"the tag {tag} does not name a commit", found=_clip(obj.get("type"), 80), why="GitHub answered a ref in another shape than a tag of a commit")
 
     def tag_names(self, prefix: str) -> list[str]:
         refs = self.paginate(f"{self._repo}/git/matching-refs/tags/{quote(prefix, safe='')}")
@@ -417,6 +464,34 @@ class GitHub:
             headers={"Content-Type": content_type, "Content-Length": str(size)},
             expect=(201,),
         )
+
+    def tag_state(self, tag: str) -> dict[str, Any]:
+        """What GitHub holds for `tag`, normalized (the facts a publication plan binds, docs/cuts-and-publication.md):
+        the tag ref's commit (or None), every release and draft of the tag with its assets, and the repository's
+        immutable-releases setting.  A malformed answer is a RemoteError, never a traceback."""
+        releases = []
+        for release in self.releases():
+            if not isinstance(release, dict) or release.get("tag_name") != tag:
+                continue
+            rid = release.get("id")
+            if not isinstance(rid, int) or isinstance(rid, bool) or rid <= 0:
+                raise RemoteError("GitHub listed a release of the tag without a numeric id", field="id", found=_clip(rid, 80), why="an answer in another shape than GitHub's documented one is not guessed at")
+            assets = []
+            for asset in self.assets(rid):
+                name, size = asset.get("name") if isinstance(asset, dict) else None, asset.get("size") if isinstance(asset, dict) else None
+                if not isinstance(name, str) or not isinstance(size, int) or isinstance(size, bool):
+                    raise RemoteError(f"GitHub listed an asset of release {rid} in another shape than a release asset", field="assets", found=_clip(asset, 80))
+                digest, state = asset.get("digest"), asset.get("state")
+                assets.append({"name": name, "size": size, "digest": digest if isinstance(digest, str) else None, "state": state if isinstance(state, str) else None})
+            releases.append({
+                "id": rid,
+                "name": release.get("name") if isinstance(release.get("name"), str) else None,
+                "draft": release.get("draft") is True,
+                "prerelease": release.get("prerelease") is True,
+                "immutable": release.get("immutable") is True,
+                "assets": sorted(assets, key=lambda a: (a["name"], a["size"], a["digest"] or "", a["state"] or "")),
+            })
+        return {"read": True, "tag": self.tag_commit(tag), "immutable_releases": self.immutable_releases(), "releases": sorted(releases, key=lambda r: r["id"])}
 
     def download_sha256(self, url: str, dest: Path, *, max_bytes: int) -> tuple[str, int]:
         """Fetch a published asset (no token: public URLs) into `dest`, bounded; return (sha256, size)."""

@@ -88,12 +88,16 @@ def checkout_tags(path: Path) -> list[str]:
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
-def github_numbers(lane: Lane, github) -> dict[int, str]:
-    """Numbers of the lane's version on GitHub: every release (drafts included) and every tag."""
-    tags = [r.get("tag_name") for r in github.releases() if isinstance(r, dict) and isinstance(r.get("tag_name"), str)]
+def github_numbers(lane: Lane, github) -> dict[int, tuple[str, str]]:
+    """Numbers of the lane's version on GitHub -> (tag, how it was seen): every release (drafts included)
+    as `github-release`, every tag without a release as `github-tag` (docs/cuts-and-publication.md)."""
+    where = f"GitHub repository {github.repository}"
+    releases = [r.get("tag_name") for r in github.releases() if isinstance(r, dict) and isinstance(r.get("tag_name"), str)]
     prefix = lane.tag_pattern.format(version=lane.version, n="\0").split("\0", 1)[0]  # the tag up to N
-    tags += github.tag_names(prefix)
-    return numbers_in(lane, tags, where=f"GitHub repository {github.repository}")
+    seen = {n: (tag, f"github-release: {tag} on {github.repository}") for n, tag in numbers_in(lane, releases, where=where).items()}
+    for n, tag in numbers_in(lane, github.tag_names(prefix), where=where).items():
+        seen.setdefault(n, (tag, f"github-tag: {tag} on {github.repository}"))
+    return seen
 
 
 @dataclass(frozen=True)
@@ -292,8 +296,8 @@ class CutStage(Stage):
             for n, tag in numbers_in(lane, checkout_tags(path), where=f"checkout {path}").items():
                 self.seen.setdefault(n, (tag, f"checkout-tag: {tag} in a runtime checkout"))
         if self.github is not None:
-            for n, tag in github_numbers(lane, self.github).items():
-                self.seen.setdefault(n, (tag, f"github-release: {tag} on {self.github.repository}"))
+            for n, seen in github_numbers(lane, self.github).items():
+                self.seen.setdefault(n, seen)
         else:
             ui.info("no GITHUB_TOKEN: numbers used on GitHub are not checked (the ledger and local tags are)")
         current = self.ledger.current(lane.version)

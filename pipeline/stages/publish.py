@@ -37,6 +37,7 @@ asset, publish before every planned asset is `uploaded` with its digest.
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import subprocess
 import sys
@@ -108,7 +109,22 @@ class Remote:
         self.github = github
         self.target = target
         self.token_ok = False
-        self._releases: list[dict[str, Any]] | None = None
+        self._observed: dict[str, Any] | None = None
+        self.reviewed: dict[str, Any] | None = None  # the reviewed plan's `observed`, set by --apply
+        self.events: list[dict[str, Any]] = []  # this plan's journal so far (its own progress), set by --apply
+
+    def observe(self, *, fresh: bool = False) -> dict[str, Any]:
+        """What GitHub holds for the tag now (`GitHub.tag_state`), read once per run; {"read": false, "why"} without it."""
+        if self._observed is None or fresh:
+            if self.github is None or not self.github.token:
+                self._observed = {"read": False, "why": "no GITHUB_TOKEN in the environment"}
+            else:
+                try:
+                    self._observed = self.github.tag_state(self.target.tag)
+                except PipelineError as exc:
+                    why = re.sub(r", request id \S+", "", exc.what)[:200]
+                    self._observed = {"read": False, "why": f"GitHub's state could not be read: {why}"}
+        return self._observed
 
     def _need(self) -> GitHub:
         if self.github is None or not self.github.token:
@@ -118,9 +134,11 @@ class Remote:
         return self.github
 
     def releases(self) -> list[dict[str, Any]]:
-        if self._releases is None:
-            self._releases = [r for r in self._need().releases() if r.get("tag_name") == self.target.tag]
-        return self._releases
+        self._need()
+        observed = self.observe()
+        if not observed["read"]:
+            raise RemoteError(observed["why"], fix="check the token and GitHub's status, then run again")
+        return observed["releases"]
 
     def token(self) -> str:
         t = self.target
@@ -177,7 +195,8 @@ class Remote:
 
     def tag(self) -> str:
         t = self.target
-        current = self._need().tag_commit(t.tag)
+        self._need()
+        current = self.observe().get("tag")
         if current is None:
             return f"tag {t.tag} is absent (will be created on {t.commit})"
         if current != t.commit:
@@ -209,7 +228,7 @@ class Remote:
             if drafts:
                 raise _refuse(f"GitHub holds a published release and a draft for {t.tag}", field=t.tag, found=[r.get("id") for r in rels], fix="delete the stray draft by hand")
             release = published[0]
-            remote = {a.get("name"): a for a in self._need().assets(release["id"])}
+            remote = {a["name"]: a for a in release["assets"]}
             wanted = {a["name"]: a for a in t.assets}
             if set(remote) != set(wanted) or not all(_uploaded(remote[n], wanted[n]) for n in wanted):
                 raise _refuse(
@@ -222,6 +241,140 @@ class Remote:
                 )
             return f"{t.tag} is already published exactly as planned (release {release['id']}): apply only re-checks it"
         return f"one draft of {t.tag} to reuse (release {drafts[0]['id']})" if drafts else f"no release of {t.tag} yet"
+
+    def draft_assets(self) -> str:
+        """The draft to reuse holds nothing the plan would have to stop at: only planned names, each either the
+        planned bytes (skipped) or an unfinished upload (deleted and uploaded again)."""
+        t = self.target
+        drafts = [r for r in self.releases() if r.get("draft")]
+        if not drafts:
+            return "no draft: every asset is uploaded fresh"
+        wanted = {a["name"]: a for a in t.assets}
+        kept = 0
+        for asset in drafts[0]["assets"]:
+            planned = wanted.get(asset["name"])
+            if planned is None:
+                raise _refuse(
+                    f"the draft {drafts[0]['id']} holds the asset {asset['name']}, which the plan does not name",
+                    field=asset["name"],
+                    found=f"{asset['size']} bytes, {asset['digest']}",
+                    expected=sorted(wanted),
+                    why="the pipeline never deletes or replaces an asset it did not plan; publishing would ship it",
+                    fix=f"look at the draft on GitHub; delete {asset['name']} there by hand if it is not meant to ship, then run the dry run again",
+                )
+            if _uploaded(asset, planned):
+                kept += 1
+            elif asset["state"] == "uploaded" and asset["size"]:
+                raise _refuse(
+                    f"the draft {drafts[0]['id']} holds {asset['name']} with other bytes than the plan",
+                    field=asset["name"],
+                    found=f"{asset['size']} bytes, {asset['digest']}",
+                    expected=f"{planned['size']} bytes, sha256:{planned['sha256']}",
+                    why="an uploaded asset is never replaced without a person deciding: it may be someone else's",
+                    fix="compare it with the local file; delete it by hand on GitHub if it is wrong, then run the dry run again",
+                )
+        return f"the draft {drafts[0]['id']} holds {kept} planned assets with their planned bytes and nothing else"
+
+    def unchanged(self) -> str:
+        """GitHub holds what the reviewed plan observed, apart from this plan's own journalled progress."""
+        now = self.observe()
+        if not now["read"]:
+            raise _refuse(f"GitHub's state for {self.target.tag} was not read ({now['why']})", field="observed",
+                          why="a plan is reviewed against what GitHub holds; without reading it, nothing binds the writes to it",
+                          fix="export GITHUB_TOKEN and run the dry run again")
+        reviewed = self.reviewed if self.reviewed is not None else now
+        if not reviewed["read"]:
+            raise _refuse("the reviewed plan did not read GitHub's state", field="observed.read", found=False, expected=True,
+                          why=reviewed.get("why"), fix="run the dry run again with GITHUB_TOKEN set, review the plan, and apply its hash")
+        changes = world_changes(reviewed, now, self.target, self.events)
+        if changes:
+            raise _refuse(
+                f"{changes[0]}: run the dry run again and review it",
+                field="observed",
+                found=changes,
+                why="the reviewed plan binds the GitHub state it was made against; what changed since is not this plan's own progress",
+                fix="run the publish command without --apply, review the new plan, and apply its hash",
+            )
+        mine = "" if now == reviewed else " (apart from this plan's own journalled writes)"
+        return f"GitHub holds what the reviewed plan observed{mine}"
+
+
+def _ops(target_assets: list[dict[str, Any]]) -> dict[str, int]:
+    """Operation indices of a plan (publication_plan.make_plan's order): draft, uploads by name, tag, publish."""
+    names = sorted(a["name"] for a in target_assets)
+    ops = {"create-draft": 0, **{f"upload-asset:{n}": i for i, n in enumerate(names, start=1)}}
+    ops["create-tag"] = len(names) + 1
+    ops["publish"] = len(names) + 2
+    return ops
+
+
+def _describe(release: dict[str, Any]) -> str:
+    return f"{'draft' if release['draft'] else 'published release'} {release['id']} {release['name']!r}"
+
+
+def world_changes(reviewed: dict[str, Any], now: dict[str, Any], target: Target, events: list[dict[str, Any]]) -> list[str]:
+    """Every difference between the reviewed plan's observed GitHub state and `now` that is not this plan's
+    own progress, as recorded in its journal (`events`): a draft it created, assets it started uploading,
+    the tag it started creating on the planned commit, the publish it started."""
+    ops = _ops(target.assets)
+    started = {e.get("op") for e in events if e.get("event") in ("op-start", "op-ambiguous", "op-done", "op-retry")}
+    created = {e["detail"].get("release_id") for e in events if e.get("event") == "op-done" and e.get("op") == ops["create-draft"]}
+    planned = {a["name"]: a for a in target.assets}
+    changes: list[str] = []
+    if now["tag"] != reviewed["tag"]:
+        own = reviewed["tag"] is None and now["tag"] == target.commit and ops["create-tag"] in started
+        if not own:
+            changes.append(f"the tag {target.tag} is now {'at ' + now['tag'] if now['tag'] else 'absent'}; the reviewed plan saw it {'at ' + reviewed['tag'] if reviewed['tag'] else 'absent'}")
+    if reviewed["immutable_releases"] and not now["immutable_releases"]:
+        changes.append("the repository no longer enables immutable releases; the reviewed plan saw them enabled")
+
+    def own_asset(asset: dict[str, Any]) -> bool:
+        wanted = planned.get(asset["name"])
+        return wanted is not None and ops[f"upload-asset:{asset['name']}"] in started and (_uploaded(asset, wanted) or asset["state"] != "uploaded" or not asset["size"])
+
+    def own_release_fields(release: dict[str, Any]) -> bool:  # what the publish call sets, once it was started
+        return ops["publish"] in started and release["name"] == target.name and release["prerelease"] == target.prerelease
+
+    before = {r["id"]: r for r in reviewed["releases"]}
+    for release in now["releases"]:
+        old = before.pop(release["id"], None)
+        if old is None:
+            mine = release["id"] in created or (ops["create-draft"] in started and not created and release["name"] == target.name and release["prerelease"] == target.prerelease)
+            if not mine or (not release["draft"] and ops["publish"] not in started):
+                changes.append(f"GitHub now holds {_describe(release)} that the reviewed plan did not see")
+                continue
+            old = {**release, "draft": True, "immutable": False, "assets": []}
+        if release["draft"] != old["draft"] and (release["draft"] or ops["publish"] not in started):
+            changes.append(f"{_describe(old)} is now {'a draft' if release['draft'] else 'published'}; the reviewed plan saw it {'a draft' if old['draft'] else 'published'}")
+        for key in ("name", "prerelease"):  # `immutable` follows publishing and the setting: not a change of its own
+            if release[key] != old[key] and not own_release_fields(release):
+                changes.append(f"{_describe(old)}: its {key} is now {release[key]!r}; the reviewed plan saw {old[key]!r}")
+        then = {a["name"]: a for a in old["assets"]}
+        for asset in release["assets"]:
+            seen = then.pop(asset["name"], None)
+            if seen != asset and not own_asset(asset):
+                was = "did not see it" if seen is None else f"saw {seen['size']} bytes, {seen['digest']}, {seen['state']}"
+                changes.append(f"{_describe(release)} now holds the asset {asset['name']} ({asset['size']} bytes, {asset['digest']}, {asset['state']}); the reviewed plan {was}")
+        for name, asset in sorted(then.items()):
+            deleted_own = name in planned and ops[f"upload-asset:{name}"] in started and (asset["state"] != "uploaded" or not asset["size"])
+            if not deleted_own:
+                changes.append(f"{_describe(release)} no longer holds the asset {name} that the reviewed plan saw")
+    for release in before.values():
+        changes.append(f"the {_describe(release)} that the reviewed plan saw is gone")
+    return changes
+
+
+def remote_gates(remote: Remote) -> list[tuple[str, Callable[[], str]]]:
+    """The GitHub gates of both kinds, in order: who may write, how much, whether GitHub still holds what the plan
+    saw, and whether what it holds lets the plan run to the end."""
+    return [
+        ("token", remote.token),
+        ("rate-limit", remote.rate_limit),
+        ("github-unchanged", remote.unchanged),
+        ("tag", remote.tag),
+        ("single-draft", remote.single_draft),
+        ("draft-assets", remote.draft_assets),
+    ]
 
 
 def run_gates(gates: list[tuple[str, Callable[[], str]]]) -> None:
@@ -330,10 +483,7 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
         ("register-equals-set", gate_register),
         ("cut-commit", gate_cut),
         ("asset-limits", gate_limits),
-        ("token", remote.token),
-        ("rate-limit", remote.rate_limit),
-        ("tag", remote.tag),
-        ("single-draft", remote.single_draft),
+        *remote_gates(remote),
     ]
     return target, remote
 
@@ -485,17 +635,14 @@ def product_target(
         ("acceptance", gate_acceptance),
         ("test-run", gate_tests),
         ("signatures", gate_signatures),
-        ("token", remote.token),
-        ("rate-limit", remote.rate_limit),
-        ("tag", remote.tag),
-        ("single-draft", remote.single_draft),
+        *remote_gates(remote),
     ]
     return target, remote
 
 
 # -- plan, diff, apply -------------------------------------------------------------------
 
-def plan_of(target: Target) -> dict[str, Any]:
+def plan_of(target: Target, observed: dict[str, Any]) -> dict[str, Any]:
     return fmt.make_plan(
         kind=target.kind,
         subject=target.subject,
@@ -508,45 +655,43 @@ def plan_of(target: Target) -> dict[str, Any]:
         make_latest=target.make_latest,
         assets=target.assets,
         gates=[name for name, _check in target.gates],
+        observed=observed,
     )
 
 
-def diff_lines(plan: dict[str, Any], github: GitHub | None) -> list[str]:
-    """What each planned write would do against GitHub's current state (reads only)."""
-    if github is None or not github.token:
-        return ["(GitHub's state not read: no GITHUB_TOKEN)"]
-    try:
-        current = github.tag_commit(plan["tag"])
-        rels = [r for r in github.releases() if r.get("tag_name") == plan["tag"]]
-    except PipelineError as exc:
-        return [f"(GitHub's state not read: {exc.what})"]
+def diff_lines(plan: dict[str, Any]) -> list[str]:
+    """What each planned write would do against the GitHub state the plan observed."""
+    observed = plan["observed"]
+    if not observed["read"]:
+        return [f"  (GitHub's state not read: {observed['why']})"]
     lines = []
-    tag_state = "absent: create" if current is None else ("exists at the commit: skip" if current == plan["commit"] else f"points at {current}: REFUSED")
-    lines.append(f"  tag {plan['tag']} -> {plan['commit']}: {tag_state}")
-    drafts = [r for r in rels if r.get("draft")]
-    published = [r for r in rels if not r.get("draft")]
+    current = observed["tag"]
+    tag_state = "absent: create, after every asset is uploaded" if current is None else ("exists at the commit: skip" if current == plan["commit"] else f"points at {current}: REFUSED")
+    drafts = [r for r in observed["releases"] if r["draft"]]
+    published = [r for r in observed["releases"] if not r["draft"]]
     release = (published or drafts or [None])[0]
     if published:
         lines.append(f"  release: published (id {published[0]['id']}): nothing to write, re-check only")
     elif len(drafts) > 1:
         lines.append(f"  release: {len(drafts)} drafts: REFUSED")
     else:
-        lines.append(f"  draft: {'reuse id ' + str(drafts[0]['id']) if drafts else 'none: create'}")
-    remote = {a.get("name"): a for a in (github.assets(release["id"]) if release else [])}
+        lines.append(f"  draft: {'reuse id ' + str(drafts[0]['id']) + ' ' + repr(drafts[0]['name']) if drafts else 'none: create'}")
+    remote = {a["name"]: a for a in (release["assets"] if release else [])}
     for asset in plan["assets"]:
         have = remote.get(asset["name"])
         if have is None:
             state = "absent: upload"
         elif _uploaded(have, asset):
             state = "uploaded, same size and digest: skip"
-        elif have.get("state") in ("starter", "open") or not have.get("size"):
-            state = f"{have.get('state')} (not uploaded): delete and upload"
+        elif have["state"] in ("starter", "open") or not have["size"]:
+            state = f"{have['state']} (not uploaded): delete and upload"
         else:
-            state = f"uploaded with other bytes ({have.get('digest')}): STOP"
+            state = f"uploaded with other bytes ({have['digest']}): REFUSED"
         lines.append(f"  asset {asset['name']} ({asset['size']} bytes, sha256 {asset['sha256'][:16]}…): {state}")
     for name in sorted(set(remote) - {a["name"] for a in plan["assets"]}):
-        lines.append(f"  asset {name}: not in the plan: STOP")
-    lines.append(f"  publish (make_latest {plan['release']['make_latest']}): {'done already' if published else 'after every asset is uploaded'}")
+        lines.append(f"  asset {name}: not in the plan: REFUSED")
+    lines.append(f"  tag {plan['tag']} -> {plan['commit']}: {tag_state}")
+    lines.append(f"  publish (make_latest {plan['release']['make_latest']}): {'done already' if published else 'after the tag'}")
     return lines
 
 
@@ -560,29 +705,37 @@ class Publisher:
         self.files = files
         self.journal = journal
         self.work = work
+        self.ops = {op["op"] + (f":{op['name']}" if op["op"] == "upload-asset" else ""): i for i, op in enumerate(plan["operations"])}
+        self.wrote: list[str] = []  # what this run changed on GitHub, for a refusal after a write
+        self.published_here = False
+        self.tagged = False
 
     # Each step lists GitHub's state first; after an ambiguous failure the loop lists again.
     def tag(self) -> None:
-        tag, commit = self.plan["tag"], self.plan["commit"]
+        """The one write never undone: only after the draft holds every planned asset, right before publishing."""
+        tag, commit, op = self.plan["tag"], self.plan["commit"], self.ops["create-tag"]
         for _ in range(ATTEMPTS):
             current = self.gh.tag_commit(tag)
             if current == commit:
-                self.journal.event("op-skip", op=0, tag=tag, reason="the tag already names the commit")
+                self.journal.event("op-skip", op=op, tag=tag, reason="the tag already names the commit")
+                self.tagged = True
                 return
             if current is not None:
                 raise RefusedError(f"the tag {tag} points at {current}, not {commit}", field=tag, why="a tag is never moved", fix="cut a new beta.N or release a new version")
-            self.journal.event("op-start", op=0, tag=tag, commit=commit)
+            self.journal.event("op-start", op=op, tag=tag, commit=commit)
             try:
                 reply = self.gh.create_tag(tag, commit)
             except Ambiguous as exc:
-                self.journal.event("op-ambiguous", op=0, request_id=exc.request_id, status=exc.status)
+                self.journal.event("op-ambiguous", op=op, request_id=exc.request_id, status=exc.status)
                 continue
             except GitHubError as exc:
                 if exc.status == 422:  # "Reference already exists": someone (or a lost answer) made it
-                    self.journal.event("op-retry", op=0, request_id=exc.request_id, status=422)
+                    self.journal.event("op-retry", op=op, request_id=exc.request_id, status=422)
                     continue
                 raise
-            self.journal.event("op-done", op=0, request_id=reply.request_id)
+            self.journal.event("op-done", op=op, request_id=reply.request_id)
+            self.wrote.append(f"the tag {tag} on {commit}")
+            self.tagged = True
             ui.info(f"created tag {tag} on {commit}")
             return
         raise RemoteError(f"could not create the tag {tag} after {ATTEMPTS} attempts", fix="run the same command again")
@@ -594,21 +747,22 @@ class Publisher:
             published = [r for r in rels if not r.get("draft")]
             drafts = [r for r in rels if r.get("draft")]
             if published:
-                self.journal.event("op-skip", op=1, release_id=published[0]["id"], reason="already published")
+                self.journal.event("op-skip", op=0, release_id=published[0]["id"], reason="already published")
                 return published[0]
             if len(drafts) > 1:
                 raise RefusedError(f"GitHub holds {len(drafts)} drafts for {tag}", field=tag, found=sorted(r["id"] for r in drafts), fix="delete the stray draft by hand, then run again")
             if drafts:
-                self.journal.event("op-skip", op=1, release_id=drafts[0]["id"], reason="draft found by listing")
+                self.journal.event("op-skip", op=0, release_id=drafts[0]["id"], reason="draft found by listing")
                 return drafts[0]
-            self.journal.event("op-start", op=1, tag=tag)
+            self.journal.event("op-start", op=0, tag=tag)
             payload = {"tag_name": tag, "target_commitish": self.plan["commit"], "name": self.plan["release"]["name"], "body": self.plan["release"]["body"], "draft": True, "prerelease": self.plan["release"]["prerelease"]}
             try:
                 reply = self.gh.create_release(payload)
             except Ambiguous as exc:
-                self.journal.event("op-ambiguous", op=1, request_id=exc.request_id, status=exc.status)
+                self.journal.event("op-ambiguous", op=0, request_id=exc.request_id, status=exc.status)
                 continue  # list again: the draft may have landed
-            self.journal.event("op-done", op=1, request_id=reply.request_id, release_id=reply.body["id"])
+            self.journal.event("op-done", op=0, request_id=reply.request_id, release_id=reply.body["id"])
+            self.wrote.append(f"the draft {reply.body['id']}")
             ui.info(f"created draft release {reply.body['id']} for {tag}")
             return reply.body
         raise RemoteError(f"could not create the draft of {tag} after {ATTEMPTS} attempts", fix="run the same command again")
@@ -631,8 +785,9 @@ class Publisher:
 
     def uploads(self, release: dict[str, Any]) -> None:
         remote = self._listing(release)
-        for index, planned in enumerate(self.plan["assets"], start=2):
+        for planned in self.plan["assets"]:
             name = planned["name"]
+            index = self.ops[f"upload-asset:{name}"]
             for _ in range(ATTEMPTS):
                 have = remote.get(name)
                 if _uploaded(have, planned):
@@ -645,6 +800,7 @@ class Publisher:
                         self.journal.event("op-start", op=index, name=name, action="delete-not-uploaded", asset_id=have["id"], state=have.get("state"))
                         reply = self.gh.delete_asset(have["id"])
                         self.journal.event("op-done", op=index, name=name, action="delete-not-uploaded", request_id=reply.request_id)
+                        self.wrote.append(f"deleted the unfinished upload {name} ({have.get('state')})")
                     else:
                         raise RefusedError(
                             f"the draft holds {name} with other bytes than the plan",
@@ -667,14 +823,43 @@ class Publisher:
                         remote = self._listing(release)
                         continue
                     raise
-                if not _uploaded(reply.body, planned):
-                    raise IntegrityError(f"GitHub recorded {name} with another size or digest than was sent", field=name, found={"size": reply.body.get("size"), "digest": reply.body.get("digest")}, expected={"size": planned["size"], "digest": f"sha256:{planned['sha256']}"})
+                self._check_stored(index, planned, reply)
                 self.journal.event("op-done", op=index, name=name, request_id=reply.request_id, asset_id=reply.body["id"])
+                self.wrote.append(f"uploaded {name}")
                 remote[name] = reply.body
                 ui.info(f"uploaded {name} ({planned['size']} bytes)")
                 break
             else:
                 raise RemoteError(f"could not upload {name} after {ATTEMPTS} attempts", fix="run the same command again; it resumes from GitHub's state")
+
+    def _check_stored(self, index: int, planned: dict[str, Any], reply) -> None:
+        """GitHub's answer to an upload names what it stored: the planned name, size and digest, or the pipeline
+        deletes what it just wrote (it knows the id) and refuses."""
+        body = reply.body if isinstance(reply.body, dict) else {}
+        name, stored = planned["name"], body.get("name")
+        if stored == name and _uploaded(body, planned):
+            return
+        asset_id = body.get("id")
+        what = (f"GitHub stored the upload of {name} under another name: {stored}" if stored != name
+                else f"GitHub recorded {name} with another size or digest than was sent")
+        cleaned = "the answer named no asset id, so nothing could be deleted: look at the draft on GitHub"
+        if isinstance(asset_id, int) and not isinstance(asset_id, bool):
+            self.journal.event("op-start", op=index, name=name, action="delete-mis-stored", asset_id=asset_id, stored=str(stored)[:255])
+            try:
+                self.gh.delete_asset(asset_id)
+                cleaned = f"the pipeline deleted what it just uploaded (asset {asset_id}); the draft is as before"
+                self.journal.event("op-done", op=index, name=name, action="delete-mis-stored", asset_id=asset_id)
+            except PipelineError as exc:
+                cleaned = f"deleting what it just uploaded (asset {asset_id}) failed ({exc.what[:200]}): delete it on GitHub"
+        raise RefusedError(
+            f"{what}; {cleaned}",
+            field=name,
+            found={"name": stored, "size": body.get("size"), "digest": body.get("digest")},
+            expected={"name": name, "size": planned["size"], "digest": f"sha256:{planned['sha256']}"},
+            why="a release asset must be the planned file under its planned name: the manifest and SHA256SUMS name it so",
+            fix="give the file a name GitHub keeps as it is (letters, digits, '.', '-', '_', '+'), package again, and run the dry run again"
+            if stored != name else "run the same command again; if GitHub keeps recording other bytes, compare the local file with the plan",
+        )
 
     def complete(self, release: dict[str, Any]) -> list[dict[str, Any]]:
         remote = self._listing(release)
@@ -703,11 +888,13 @@ class Publisher:
                 self.journal.event("op-ambiguous", op=op, request_id=exc.request_id, status=exc.status)
                 continue  # re-read: it may be published already
             self.journal.event("op-done", op=op, request_id=reply.request_id)
+            self.wrote.append(f"published the release {current['id']}")
+            self.published_here = True
             ui.info(f"published {self.plan['tag']} (release {current['id']}, make_latest {meta['make_latest']})")
             return reply.body
         raise RemoteError(f"could not publish {self.plan['tag']} after {ATTEMPTS} attempts", fix="run the same command again")
 
-    def after(self, release_id: int) -> tuple[dict[str, Any], list[dict[str, Any]], bool]:
+    def after(self, release_id: int) -> tuple[dict[str, Any], list[dict[str, Any]], bool, str | None]:
         tag = self.plan["tag"]
         final = self.gh.release_by_tag(tag)
         if final is None or final.get("id") != release_id or final.get("draft"):
@@ -717,9 +904,14 @@ class Publisher:
         assets = self.complete(final)
         self.journal.event("check", name="re-read-by-tag", release_id=release_id)
         enabled = self.gh.immutable_releases()
+        reason = None
         if enabled and final.get("immutable") is not True:
-            raise IntegrityError(f"{tag} is published but not immutable, although the repository enables immutable releases", field="immutable", found=final.get("immutable"), expected=True)
-        self.journal.event("check", name="immutable-if-enabled", enabled=enabled, immutable=final.get("immutable"))
+            if self.published_here and self.plan["observed"].get("immutable_releases") is True:
+                raise IntegrityError(f"{tag} is published but not immutable, although the repository enables immutable releases", field="immutable", found=final.get("immutable"), expected=True,
+                                     why="the reviewed plan saw immutable releases enabled, so GitHub should have made this release immutable when it was published")
+            reason = "published before the repository enabled immutable releases; GitHub applies immutability only to releases published after it is enabled"
+            ui.warn(f"{tag} is not immutable: {reason}")
+        self.journal.event("check", name="immutable-if-enabled", enabled=enabled, immutable=final.get("immutable"), reason=reason)
         # Audit: every published URL, downloaded again and re-hashed.
         folder = self.work / "published"
         if folder.exists():
@@ -732,7 +924,7 @@ class Publisher:
                 raise IntegrityError(f"the published {planned['name']} is not the planned bytes", file=url, found=digest, expected=planned["sha256"])
         self.journal.event("check", name="audit-published-assets", assets=len(self.plan["assets"]))
         ui.info(f"audit: {len(self.plan['assets'])} published assets downloaded again, sizes and SHA-256 equal the plan")
-        return final, assets, enabled
+        return final, assets, enabled, reason
 
 
 # -- the stage ---------------------------------------------------------------------------
@@ -761,20 +953,40 @@ class PublishStage(Stage):
         return self.ctx.dist / "publish" / self.target.slug
 
     def preflight(self) -> None:
-        self.plan = plan_of(self.target)
+        if not self.apply:
+            self.plan = plan_of(self.target, self.remote.observe())
+            self.plan_sha = fmt.plan_sha256(self.plan)
+            return
+        reviewed = self._reviewed_plan()
+        if reviewed is None:  # no reviewed plan in this dist: the hash must then come out of GitHub's state as it is now
+            self.plan = plan_of(self.target, self.remote.observe())
+        else:
+            self.plan = plan_of(self.target, reviewed["observed"])
+            self.remote.reviewed = reviewed["observed"]
         self.plan_sha = fmt.plan_sha256(self.plan)
-        if self.apply:
-            if not self.expected_sha:
-                raise UsageError("--apply needs the reviewed plan's hash", field="--plan-sha256", fix=f"run without --apply, review the plan, then pass --plan-sha256 {self.plan_sha}")
-            if self.expected_sha != self.plan_sha:
-                raise RefusedError(
-                    "the plan is not the one that was reviewed",
-                    field="--plan-sha256",
-                    found=self.plan_sha,
-                    expected=self.expected_sha,
-                    why="an input changed since the dry run (an asset, the commit, the cut or the release tree)",
-                    fix="run without --apply again, review the new plan, and apply its hash",
-                )
+        if not self.expected_sha:
+            raise UsageError("--apply needs the reviewed plan's hash", field="--plan-sha256", fix=f"run without --apply, review the plan, then pass --plan-sha256 {self.plan_sha}")
+        if self.expected_sha != self.plan_sha:
+            raise RefusedError(
+                "the plan is not the one that was reviewed",
+                field="--plan-sha256",
+                found=self.plan_sha,
+                expected=self.expected_sha,
+                why="an input changed since the dry run (an asset, the commit, the cut or the release tree)" if reviewed is not None
+                else f"no reviewed plan with that hash is in {self.folder / 'plan.json'}, and GitHub's state now gives another plan",
+                fix="run without --apply again, review the new plan, and apply its hash",
+            )
+        self.remote.events = fmt.read_journal(self.folder / "journal" / f"{self.plan_sha}.jsonl")
+
+    def _reviewed_plan(self) -> dict[str, Any] | None:
+        """The dry run's plan in this dist, when it is the one whose hash the maintainer passed."""
+        path = self.folder / "plan.json"
+        if not self.expected_sha or not path.is_file():
+            return None
+        data = path.read_bytes()
+        if sha256_bytes(data) != self.expected_sha:  # hash before parse: only the reviewed bytes are read
+            return None
+        return fmt.check_plan(parse_strict(data, file=path, max_bytes=8 * 1024 * 1024), file=path)
 
     def inputs(self) -> dict[str, Any]:
         return {"plan": self.plan_sha, "apply": self.apply}
@@ -782,22 +994,8 @@ class PublishStage(Stage):
     def run(self) -> list[Artifact]:
         plan_path = self.folder / "plan.json"
         atomic_write_bytes(plan_path, fmt.plan_bytes(self.plan))
-        register = self.ctx.register
         if not self.apply:
-            sys.stdout.write(fmt.plan_bytes(self.plan).decode("utf-8"))
-            sys.stdout.flush()
-            lines = [f"plan {plan_path}: sha256 {self.plan_sha}", "writes, in order:"]
-            for index, op in enumerate(self.plan["operations"]):
-                detail = ", ".join(f"{k}={v}" for k, v in op.items() if k != "op")
-                lines.append(f"  {index}. {op['op']}: {detail}")
-            lines.append("against GitHub now:")
-            lines += diff_lines(self.plan, self.remote.github)
-            for line in lines:
-                sys.stderr.write(line + "\n")
-            run_gates(self.target.gates)
-            sys.stderr.write(f"apply with: --apply --plan-sha256 {self.plan_sha}\n")
-            return [register.make("publication-plan", plan_path, stage="publish", lane=self.target.lane.id if self.target.lane else None,
-                                  name=f"publish/{self.target.slug}/plan.json", plan_sha256=self.plan_sha, tag=self.target.tag, repository=self.target.repository)]
+            return self._dry_run(plan_path)
         run_gates(self.target.gates)  # every gate before the first write
         github = self.remote.github
         assert github is not None
@@ -805,16 +1003,17 @@ class PublishStage(Stage):
         journal.event("run-start", plan_sha256=self.plan_sha, resumed=journal.seq > 0)
         publisher = Publisher(github, self.plan, self.plan_sha, self.target.files, journal, self.folder)
         try:
-            publisher.tag()
             release = publisher.draft()
             publisher.uploads(release)
             publisher.complete(release)
+            publisher.tag()
             release = publisher.publish(release)
-            final, assets, enabled = publisher.after(release["id"])
+            final, assets, enabled, reason = publisher.after(release["id"])
         except PipelineError as exc:
-            journal.event("run-failed", error=exc.label, what=exc.what[:300])
+            journal.event("run-failed", error=exc.label, what=exc.what[:300], wrote=publisher.wrote)
+            _say_what_was_written(exc, publisher.wrote, tagged=publisher.tagged or self.remote.observe().get("tag") == self.target.commit)
             raise
-        receipt = fmt.make_receipt(self.plan, self.plan_sha, final, assets, immutable_enabled=enabled)
+        receipt = fmt.make_receipt(self.plan, self.plan_sha, final, assets, immutable_enabled=enabled, immutable_reason=reason)
         receipt_path = self.folder / "receipt.json"
         receipt_bytes = canonical_bytes(receipt)
         atomic_write_bytes(receipt_path, receipt_bytes)
@@ -823,8 +1022,26 @@ class PublishStage(Stage):
             self._mark_published(final["id"], sha256_bytes(receipt_bytes))
         ui.info(f"published {self.target.tag}: {final.get('html_url')} ({len(assets)} assets); receipt {receipt_path}")
         lane_id = self.target.lane.id if self.target.lane else None
-        return [register.make("release-publication", receipt_path, stage="publish", lane=lane_id, name=f"publish/{self.target.slug}/receipt.json",
-                              plan_sha256=self.plan_sha, tag=self.target.tag, repository=self.target.repository, release_id=final["id"], publication_kind=self.target.kind)]
+        return [self.ctx.register.make("release-publication", receipt_path, stage="publish", lane=lane_id, name=f"publish/{self.target.slug}/receipt.json",
+                                       plan_sha256=self.plan_sha, tag=self.target.tag, repository=self.target.repository, release_id=final["id"], publication_kind=self.target.kind)]
+
+    def _dry_run(self, plan_path: Path) -> list[Artifact]:
+        """Print the plan and its diff against the GitHub state it observed, then check every gate:
+        a problem is a FAIL and exit 7, and only a plan that passes them all gets an `apply with:` line."""
+        sys.stdout.write(fmt.plan_bytes(self.plan).decode("utf-8"))
+        sys.stdout.flush()
+        lines = [f"plan {plan_path}: sha256 {self.plan_sha}", "writes, in order:"]
+        for index, op in enumerate(self.plan["operations"]):
+            detail = ", ".join(f"{k}={v}" for k, v in op.items() if k != "op")
+            lines.append(f"  {index}. {op['op']}: {detail}")
+        lines.append("against GitHub as the plan observed it:")
+        lines += diff_lines(self.plan)
+        for line in lines:
+            sys.stderr.write(line + "\n")
+        run_gates(self.target.gates)
+        sys.stderr.write(f"apply with: --apply --plan-sha256 {self.plan_sha}\n")
+        return [self.ctx.register.make("publication-plan", plan_path, stage="publish", lane=self.target.lane.id if self.target.lane else None,
+                                       name=f"publish/{self.target.slug}/plan.json", plan_sha256=self.plan_sha, tag=self.target.tag, repository=self.target.repository)]
 
     def _mark_published(self, release_id: int, receipt_sha: str) -> None:
         lane = self.target.lane
@@ -840,6 +1057,16 @@ class PublishStage(Stage):
             ui.info(f"{lane.ledger_file()}: {self.target.tag} is published (commit the ledger)")
         elif cut.publication != publication:
             ui.warn(f"{self.target.tag} is {cut.state} in the ledger with another publication record; the ledger is left as it is")
+
+
+def _say_what_was_written(exc: PipelineError, wrote: list[str], *, tagged: bool) -> None:
+    """A refusal after a write names what this run wrote and how the next run reconciles it."""
+    if not wrote:
+        exc.what += "; this run wrote nothing to GitHub"
+    else:
+        exc.what += (f"; this run wrote: {', '.join(wrote)}; the tag {'exists' if tagged else 'was not created'}; the next run with the same "
+                     "--plan-sha256 finds these by listing and goes on from them (the draft reused, uploaded assets skipped by digest)")
+    exc.args = (exc.render(),)
 
 
 def make_github_factory(github: GitHub | None = None, **options: Any) -> Callable[[str], GitHub | None]:

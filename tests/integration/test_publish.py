@@ -125,7 +125,8 @@ def test_dry_run_writes_the_plan_prints_it_and_writes_nothing_remote(setup, caps
     plan_path = setup.folder / "plan.json"
     plan = json.loads(plan_path.read_bytes())
     assert out == plan_path.read_text(), "stdout carries the plan's canonical JSON"
-    assert [op["op"] for op in plan["operations"]] == ["create-tag", "create-draft", *["upload-asset"] * 11, "publish"]
+    assert [op["op"] for op in plan["operations"]] == ["create-draft", *["upload-asset"] * 11, "create-tag", "publish"], "the tag is the last write before publishing"
+    assert plan["observed"] == {"read": True, "tag": None, "immutable_releases": False, "releases": []}, "the plan binds what GitHub held"
     assert plan["release"] == {"name": TAG, "body": plan["release"]["body"], "prerelease": True, "make_latest": "false"}
     assert plan["commit"] == setup.workspace.commit and plan["repository"] == REPO
     uploads = [op for op in plan["operations"] if op["op"] == "upload-asset"]
@@ -218,17 +219,21 @@ def test_a_5xx_on_the_publish_call_converges_without_a_second_release(setup, app
 @pytest.mark.slow
 def test_a_second_draft_or_a_tag_elsewhere_is_refused_before_any_write(setup):
     sha = setup.plan_sha()
-    setup.gh.add_release(TAG, draft=True)
-    setup.gh.add_release(TAG, draft=True)
-    with pytest.raises(RefusedError, match="gate single-draft refused: GitHub holds 2 drafts") as caught:
+    first, second = setup.gh.add_release(TAG, draft=True), setup.gh.add_release(TAG, draft=True)
+    with pytest.raises(RefusedError, match=f"gate github-unchanged refused: GitHub now holds draft {first.id} '{TAG}' that the reviewed plan did not see: run the dry run again") as caught:
         setup.apply(sha)
     assert caught.value.exit_code == 7 and setup.gh.writes == 0
-    for release in list(setup.gh.releases.values()):
+    assert "1 more gate" in str(caught.value), "the single-draft gate refuses as well"
+    with pytest.raises(RefusedError, match="gate single-draft refused: GitHub holds 2 drafts"):  # the dry run sees them too: a gate, no apply line
+        setup.dry()
+    for release in (first, second):
         del setup.gh.releases[release.id]
     setup.gh.add_commit("9" * 40)
     setup.gh.set_ref(TAG, "9" * 40)
-    with pytest.raises(RefusedError, match="gate tag refused: the tag v0.7.0-qwen38-4090-beta.2 already points at another commit"):
+    with pytest.raises(RefusedError, match="gate github-unchanged refused: the tag v0.7.0-qwen38-4090-beta.2 is now at 9{40}; the reviewed plan saw it absent"):
         setup.apply(sha)
+    with pytest.raises(RefusedError, match="gate tag refused: the tag v0.7.0-qwen38-4090-beta.2 already points at another commit"):
+        setup.dry()
     assert setup.gh.writes == 0 and setup.gh.refs[TAG] == "9" * 40, "a tag is never moved"
 
 
