@@ -604,16 +604,11 @@ class SigstoreStandIn:
 
     # -- "Rekor" -------------------------------------------------------------
 
-    @contextlib.contextmanager
     def _log_locked(self):
-        import fcntl
+        """One appender at a time (the sign stage may run in a subprocess beside the test)."""
+        from pipeline.util.fs import exclusive_lock  # flock on POSIX, msvcrt on Windows
 
-        with open(self.directory / (REKOR_LOG + ".lock"), "a+b") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+        return exclusive_lock(self.directory / (REKOR_LOG + ".lock"))
 
     def log_entry(self, body: bytes, kind: str, *, integrated_time: int | None = None) -> dict[str, Any]:
         """Append `body` to the log; the bundle's tlog entry (SET, inclusion proof, signed checkpoint)."""
