@@ -39,6 +39,11 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    (`pipeline.infra.registry.fetch_manifest_by_digest`: the anonymous token
    flow of GHCR-style registries), hash the bytes and compare with the
    pinned digest.
+8. fetch each set's provenance statement from its component release and the
+   image's from the product release, check their subjects against the bound
+   files (the rules verify applies, `formats/release/contract.py`) and their
+   DSSE bundles against the expected signer; a missing one is FAIL when the
+   manifest promises them (`signing.evidence`), else SKIP naming the field.
 
 One `OK: <item>` or `FAIL: <item>: <reason>` line per item on stdout (with
 `--json`: one JSON document on stdout, the lines on stderr), then a verdict.
@@ -66,7 +71,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RemoteError
-from pipeline.formats.release.names import ROW_RECORDS
+from pipeline.formats.release.names import EVIDENCE, ROW_RECORDS
 from pipeline.infra import net
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
@@ -419,6 +424,17 @@ def check_manifest_shapes(manifest: dict[str, Any], *, file: str) -> None:
         value = dig(manifest, where)
         if value is not None:
             expect_list(value, source=file, field=where)
+    signing = manifest.get("signing")
+    if isinstance(signing, dict) and "evidence" in signing and signing["evidence"] != EVIDENCE:
+        raise InputError(
+            "is not the evidence promise this audit knows",
+            file=file,
+            field="signing.evidence",
+            found=signing["evidence"],
+            expected=f"{json.dumps(EVIDENCE, sort_keys=True)}, or no key (a release made before it)",
+            why="the promise decides whether a missing provenance statement or DSSE bundle fails the audit",
+            fix="audit with the pipeline of the release's own version",
+        )
     product = dig(manifest, "product.repository")
     if product is not None and not isinstance(product, str):
         raise InputError("must be a URL string", file=file, field="product.repository", found=product, expected="the product repository URL")
@@ -763,6 +779,7 @@ class Auditor:
         container = dig(manifest, "components.ninfer")
         if isinstance(container, dict) and "oci_reference" in container:
             self._audit_image(container)
+            self._audit_image_provenance(container, cache)
         self.report.seconds = time.monotonic() - started
         return self.report
 
@@ -896,38 +913,98 @@ class Auditor:
             self._audit_provenance(lane, asset_set(lane_obj, beta).package_root, prefix, report.files, cache, row)
 
     def _audit_provenance(self, lane: str, package_root: str, prefix: str, files: dict[str, str], cache: Path, row: dict[str, Any]) -> None:
-        """The set's SLSA statement beside it: subjects exactly the set's files; its DSSE bundle, where one exists."""
+        """The set's SLSA statement beside it on its component release: subjects exactly the set's files; its DSSE bundle.
+
+        `prefix` is the row's download folder, `<repository>/releases/download/<release_tag>/`: for a
+        lane rebound unchanged the component release that first shipped the set (its tag is copied).
+        """
+        from pipeline.formats import provenance
+        from pipeline.formats.release.contract import check_set_statement
+
+        url = prefix + provenance.set_statement_name(package_root)
+        self._audit_statement(
+            lane, url, cache / "provenance" / lane, row, "provenance",
+            lambda statement: check_set_statement(statement, files, row, origin=url, what="the set's files"),
+            lambda statement: f"{len(statement.subjects)} subjects are exactly the set's files",
+        )
+
+    def _audit_image_provenance(self, row: dict[str, Any], cache: Path) -> None:
+        """The image's SLSA statement on the product release: its one subject is the image manifest digest the row binds."""
+        from pipeline.formats.release.contract import check_image_statement
+        from pipeline.formats.release.names import image_provenance_asset
+
+        lane = row.get("id")
+        if not isinstance(lane, str):
+            return  # check_manifest_names refused an unsafe id; a row without one has no statement name
+        url = self._product_release_url(image_provenance_asset(lane))
+        if url is None:
+            return  # no product repository: the signer item has failed already
+        self._audit_statement(
+            lane, url, cache / "provenance" / lane, row, "image_provenance",
+            lambda statement: check_image_statement(statement, row, origin=url),
+            lambda statement: f"its subject is the image manifest {row.get('oci_manifest_digest')}",
+        )
+
+    def _evidence_reason(self, row: dict[str, Any], key: str, url: str, *, product_release: bool) -> str | None:
+        """Why a missing statement or bundle at `url` is SKIP, not FAIL; None when the manifest promises it (FAIL)."""
+        promise = dig(self._manifest, "signing.evidence")
+        if promise is None:
+            return f"made before signing.evidence (the release promises no published provenance evidence); nothing at {url}"
+        if not isinstance(row.get(key), dict):
+            return f"the row binds no {key} record, so signing.evidence promises no statement for it; nothing at {url}"
+        status = self._manifest.get("status")
+        if product_release and status != "ready":
+            return f"status {status}: the product release is published after ready; nothing at {url} yet"
+        return None
+
+    def _audit_statement(self, lane: str, url: str, folder: Path, row: dict[str, Any], key: str, check: Callable[[Any], None], note: Callable[[Any], str]) -> None:
+        """One published provenance statement and its DSSE bundle (URL + bundle suffix), verified offline against the expected signer.
+
+        Under `signing.evidence` a missing (404) statement or bundle the row binds is FAIL naming the URL
+        (a bundle SKIP only with --allow-unsigned or at status candidate, as for signed files); a manifest
+        made before the promise keeps SKIP.  A statement must pass `check` and be the tree copy the row binds.
+        """
         from pipeline.formats import provenance
         from pipeline.stages import sign
 
-        name = provenance.set_statement_name(package_root)
+        name = url_file_name(url) or "statement"
+        product_release = key == "image_provenance"
         label = f"provenance {lane} {name}"
-        folder = cache / "provenance" / lane
-        fetched = self._download(prefix + name, folder / name, sha256=None, size=None, label=name)
+        fetched = self._download(url, folder / name, sha256=None, size=None, label=name, cap=MAX_RECORD_BYTES)
         if fetched.error or fetched.path is None:
-            if "HTTP 404" in (fetched.error or ""):
-                self.add(Item(label, None, f"no provenance statement is published beside the set ({prefix + name})", "provenance"))
+            skip = self._evidence_reason(row, key, url, product_release=product_release) if "HTTP 404" in (fetched.error or "") else None
+            if skip is not None:
+                self.add(Item(label, None, skip, "provenance", {"url": url}))
+            elif "HTTP 404" in (fetched.error or ""):
+                self.add(Item(label, False, f"not published: no provenance statement at {url} (signing.evidence promises it, with its DSSE bundle beside it)", "provenance", {"url": url}))
             else:
-                self.add(Item(label, False, fetched.error or "download failed", "provenance"))
+                self.add(Item(label, False, fetched.error or "download failed", "provenance", {"url": url}))
             return
         data = fetched.path.read_bytes()
+        record = row.get(key) if isinstance(row.get(key), dict) else {}
         try:
-            statement = provenance.read_statement(data, origin=prefix + name)
-            provenance.check_subjects(statement, files, origin=prefix + name, what="the set's files")
-            if statement.build_type != provenance.BUILD_TYPE_SET:
-                raise IntegrityError("is not the statement of an asset set", file=prefix + name, field="predicate.buildDefinition.buildType", found=statement.build_type, expected=provenance.BUILD_TYPE_SET)
-            tag, commit = row.get("release_tag"), row.get("source_commit")
-            provenance.check_parameters(statement, lane=lane, tag=tag if isinstance(tag, str) else None, source_commit=commit if isinstance(commit, str) else None, origin=prefix + name)
+            statement = provenance.read_statement(data, origin=url)
+            check(statement)
+            if is_sha256_hex(record.get("sha256")) and sha256_bytes(data) != record["sha256"]:
+                where = row.get("id") or "the row"
+                raise IntegrityError("the published statement is not the tree copy the manifest binds", file=url, field=f"{where}.{key}.sha256", found=sha256_bytes(data), expected=record["sha256"], fix="publish the statement the release tree copies, byte for byte")
         except PipelineError as error:
-            self.add(Item(label, False, error.render(), "provenance"))
+            self.add(Item(label, False, error.render(), "provenance", {"url": url}))
             return
-        self.add(Item(label, True, f"{len(statement.subjects)} subjects are exactly the set's files; source {statement.external['source_commit']}, builder {statement.builder_id}", "provenance", {"sha256": sha256_bytes(data)}))
+        self.add(Item(label, True, f"{note(statement)}; source {statement.external['source_commit']}, builder {statement.builder_id}", "provenance", {"sha256": sha256_bytes(data), "url": url}))
         signing = self._manifest.get("signing") if isinstance(self._manifest.get("signing"), dict) else {}
-        suffix = signing.get("bundle_suffix") or sign.BUNDLE_SUFFIX
-        bundle = self._download(prefix + name + suffix, folder / (name + suffix), sha256=None, size=None, label=name + suffix)
+        bundle_url = url + (signing.get("bundle_suffix") or sign.BUNDLE_SUFFIX)
+        bundle = self._download(bundle_url, folder / url_file_name(bundle_url), sha256=None, size=None, label=url_file_name(bundle_url), cap=MAX_BUNDLE_BYTES)
         bundle_label = f"signature {name}"
         if bundle.error or bundle.path is None:
-            self.add(Item(bundle_label, None, f"no DSSE bundle beside the statement ({prefix + name + suffix})", "signature"))
+            missing = "HTTP 404" in (bundle.error or "")
+            skip = self._evidence_reason(row, key, bundle_url, product_release=product_release) if missing else None
+            if skip is None and missing and self.allow_unsigned:
+                skip = f"no DSSE bundle at {bundle_url} (allowed: --allow-unsigned, or status candidate)"
+            if skip is not None:
+                self.add(Item(bundle_label, None, skip, "signature", {"url": bundle_url}))
+            else:
+                self.add(Item(bundle_label, False, f"not signed: no DSSE bundle at {bundle_url}" if missing else bundle.error or "download failed", "signature", {"url": bundle_url}))
             return
         expected = self.expected_signer
         assert expected is not None  # _check_signer ran first
@@ -941,6 +1018,13 @@ class Auditor:
             self.add(Item(bundle_label, False, error.render(), "signature"))
             return
         self.add(Item(bundle_label, True, f"DSSE signed by {verified.identity}, log index {verified.log_index}", "signature", verified.to_json()))
+
+    def _product_release_url(self, name: str) -> str | None:
+        """`<product repository>/releases/download/<release>/<name>`: the product release's assets (bundles, image statement)."""
+        from pipeline.formats.release.names import download_url
+
+        repository = _text(dig(self._manifest, "product.repository"))
+        return download_url(repository, self._manifest["release"], name) if repository else None
 
     def _validate_sbom(self, result: Fetched) -> None:
         assert result.path is not None
@@ -1055,7 +1139,6 @@ class Auditor:
         assert expected is not None  # _check_signer ran first
         identity, issuer, repository, ref, trust = expected.identity, expected.issuer, expected.repository, expected.ref, expected.trust_config
         cache = self._cache_dir(release) / "signatures"
-        product_repository = str(dig(manifest, "product.repository") or "").rstrip("/")
         for relative in files:
             label = f"signature {relative}"
             if not isinstance(relative, str) or not relative.startswith(f"manifests/{release}/") or ".." in relative.split("/"):
@@ -1071,8 +1154,9 @@ class Auditor:
                 self.add(Item(label, False, f"cannot fetch the signed file: {getattr(error, 'what', error)}", "signature"))
                 continue
             candidates = [location + suffix]
-            if is_url and product_repository:
-                candidates.append(f"{product_repository}/releases/download/{release}/{Path(relative).name}{suffix}")
+            on_release = self._product_release_url(Path(relative).name + suffix)
+            if is_url and on_release:
+                candidates.append(on_release)
             bundle, tried = None, []
             for candidate in candidates:
                 tried.append(candidate)

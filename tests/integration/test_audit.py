@@ -960,6 +960,11 @@ def _serve_pipeline_release(server: ReleaseServer, releasekit, release, manifest
             server.files[path] = (assets / name).read_bytes()
         elif name in clients:
             server.files[path] = clients[name]
+    # What `publish --component` uploads beside the set (the manifest promises it: signing.evidence).
+    statement = next((release.dist / releasekit.LANE / "attestations").glob("*.provenance.intoto.json"))
+    for row in manifest["components"]["ninfer_variants"]:
+        if "provenance" in row:
+            server.files["/" + row["checksums_url"].split("://", 1)[1].rsplit("/", 1)[0] + "/" + statement.name] = statement.read_bytes()
     assert git(release.root, "rev-parse", "HEAD")
     return [f"https://{host}/={server.base}/{host}/" for host in ("github.com", "raw.githubusercontent.com", "huggingface.co")]
 
@@ -981,6 +986,10 @@ def test_the_ready_release_made_by_the_pipeline_audits_ok(server, tmp_path, pipe
     assert line_for(lines, "OK: qualification summary") and line_for(lines, "OK: compatibility authority")
     assert line_for(lines, "OK: external-installation acceptance")
     assert line_for(lines, f"OK: {releasekit.LANE} qualification")  # the lane receipt at its pinned raw URL
+    # The release promises its evidence: the set's statement is checked on the component release; unsigned here.
+    assert manifest["signing"]["evidence"] == {"bundles": "published", "statements": "published"}
+    assert "11 subjects are exactly the set's files" in line_for(lines, f"OK: provenance {releasekit.LANE} ")
+    assert line_for(lines, "SKIP: signature ninfer-rtx4090").endswith("(allowed: --allow-unsigned, or status candidate)")
     # The raw records were fetched at the commits the pin dance wrote, through the mirror only.
     assert any(path.startswith("/raw.githubusercontent.com/") for path, _ in server.log)
     assert all(not path.startswith("/https") for path, _ in server.log)

@@ -6,15 +6,28 @@ real RTX 4090 set and the statement the package stage wrote beside it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
 import pytest
 from repokit import FIXTURES
-from test_audit import LANE, Tree, fails, line_for, native_set, run_audit, server  # noqa: F401 - fixtures
+from test_audit import (  # noqa: F401 - fixtures
+    LANE,
+    RECORD_COMMIT,
+    RELEASE,
+    Tree,
+    _image_row,
+    fails,
+    line_for,
+    native_set,
+    run_audit,
+    server,
+)
 
 from pipeline.cli import main
 from pipeline.formats import provenance as slsa
+from pipeline.formats.release.names import EVIDENCE
 
 FIXTURE = FIXTURES / "sigstore" / "a.dsse.staging-rekor-v2.txt.sigstore.json"
 
@@ -41,7 +54,8 @@ def test_audit_checks_the_statement_beside_the_set(server, tmp_path, native_set)
     assert fails(lines) == [], "\n".join(lines)
     line = line_for(lines, f"OK: provenance {LANE} {_statement(set_dir).name}")
     assert "11 subjects are exactly the set's files" in line and slsa.LOCAL_BUILDER in line
-    assert line_for(lines, f"SKIP: signature {_statement(set_dir).name}").endswith(".sigstore.json)")
+    skipped = line_for(lines, f"SKIP: signature {_statement(set_dir).name}")
+    assert skipped.startswith(f"SKIP: signature {_statement(set_dir).name}: made before signing.evidence") and skipped.endswith(".sigstore.json")
 
 
 @pytest.mark.slow
@@ -71,8 +85,10 @@ def test_audit_fails_a_dsse_bundle_that_is_not_the_release_workflows(server, tmp
 def test_a_set_without_a_statement_is_skipped_not_passed(server, tmp_path, native_set):  # noqa: F811
     workspace, set_dir = native_set
     tree = Tree(server, set_dir, workspace.lanes_dir)
-    _report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir)
-    assert "no provenance statement is published beside the set" in line_for(lines, f"SKIP: provenance {LANE}")
+    report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir)
+    line = line_for(lines, f"SKIP: provenance {LANE} {_statement(set_dir).name}")
+    assert "made before signing.evidence" in line and line.endswith(tree.server.url(_statement_url(set_dir)))
+    assert report.passed, "a release made before the promise keeps SKIP"
 
 
 @pytest.mark.slow
@@ -87,3 +103,148 @@ def test_check_assets_checks_a_statement_given_beside_the_set(native_set, tmp_pa
     other.write_bytes(slsa.statement_bytes(document))
     assert main(["check-assets", str(set_dir), "--provenance", str(other), *lanes]) == 5
     assert "the provenance subjects are not exactly the set's files" in capsys.readouterr().err
+
+
+# -- signing.evidence: the release promises its statements and bundles ------------------------------
+
+
+def _statement_url(set_dir: Path) -> str:
+    receipt = json.loads((set_dir / "package-build-receipt.json").read_bytes())
+    return f"/alphastorm/ninfer/releases/download/{receipt['component_tag']}/{_statement(set_dir).name}"
+
+
+def _promise(tree: Tree, row: dict, key: str, name: str, data: bytes) -> None:
+    """The manifest promises the evidence, and the row binds the tree copy of the statement (raw-pinned)."""
+    tree.manifest["signing"]["evidence"] = dict(EVIDENCE)
+    path = f"manifests/{RELEASE}/qualification/{name}"
+    tree.server.files[f"/alphastorm/omp-ninfer/raw/{RECORD_COMMIT}/{path}"] = data
+    row[key] = {"path": path, "sha256": hashlib.sha256(data).hexdigest(), "public_url": f"{tree.product}/raw/{RECORD_COMMIT}/{path}"}
+
+
+def _promising_set(srv, set_dir: Path, lanes_dir: Path) -> Tree:
+    tree = Tree(srv, set_dir, lanes_dir)
+    _promise(tree, tree.manifest["components"]["ninfer_variants"][0], "provenance", f"{LANE}.provenance.intoto.json", _statement(set_dir).read_bytes())
+    return tree
+
+
+@pytest.mark.slow
+def test_a_promised_set_statement_that_is_missing_fails_naming_its_url(server, tmp_path, native_set):  # noqa: F811
+    workspace, set_dir = native_set
+    tree = _promising_set(server, set_dir, workspace.lanes_dir)
+    report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir)
+    url = server.url(_statement_url(set_dir))
+    assert fails(lines) == [f"FAIL: provenance {LANE} {_statement(set_dir).name}: not published: no provenance statement at {url} (signing.evidence promises it, with its DSSE bundle beside it)"]
+    assert line_for(lines, f"OK: {LANE} provenance")  # the tree copy itself is bound and fetched at its raw URL
+    assert not report.passed
+
+
+@pytest.mark.slow
+def test_a_promised_set_bundle_that_is_missing_fails(server, tmp_path, native_set):  # noqa: F811
+    workspace, set_dir = native_set
+    tree = _promising_set(server, set_dir, workspace.lanes_dir)
+    url_path = _publish_statement(tree, set_dir)
+    report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir, allow_unsigned=False)
+    assert line_for(lines, f"OK: provenance {LANE} {_statement(set_dir).name}")
+    bundle = server.url(url_path) + ".sigstore.json"
+    assert line_for(fails(lines), f"FAIL: signature {_statement(set_dir).name}") == f"FAIL: signature {_statement(set_dir).name}: not signed: no DSSE bundle at {bundle}"
+    # --allow-unsigned (pre-signing audits) turns only the missing bundles into SKIP, as for signed files.
+    report, lines = run_audit(tree.publish(), tmp_path / "unsigned", lanes_dir=workspace.lanes_dir, allow_unsigned=True)
+    assert fails(lines) == [] and report.passed
+    assert line_for(lines, f"SKIP: signature {_statement(set_dir).name}").endswith("(allowed: --allow-unsigned, or status candidate)")
+
+
+@pytest.mark.slow
+def test_a_promised_set_statement_for_other_subjects_fails(server, tmp_path, native_set):  # noqa: F811
+    workspace, set_dir = native_set
+    tree = _promising_set(server, set_dir, workspace.lanes_dir)
+    document = json.loads(_statement(set_dir).read_bytes())
+    document["subject"] = document["subject"][1:]
+    _publish_statement(tree, set_dir, slsa.statement_bytes(document))
+    _report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir)
+    [line] = fails(lines)
+    assert line.startswith(f"FAIL: provenance {LANE} {_statement(set_dir).name}: ") and "the provenance subjects are not exactly the set's files" in line
+
+
+@pytest.mark.slow
+def test_a_published_statement_must_be_the_tree_copy_the_manifest_binds(server, tmp_path, native_set):  # noqa: F811
+    workspace, set_dir = native_set
+    tree = _promising_set(server, set_dir, workspace.lanes_dir)
+    document = json.loads(_statement(set_dir).read_bytes())
+    document["predicate"]["runDetails"]["builder"]["id"] = "https://example.invalid/another-builder"  # same subjects, other bytes
+    _publish_statement(tree, set_dir, slsa.statement_bytes(document))
+    _report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir)
+    [line] = fails(lines)
+    assert "the published statement is not the tree copy the manifest binds" in line and f"{LANE}.provenance.sha256" in line
+
+
+def _image_tree(srv, *, promised: bool, subject: str | None = None) -> tuple[Tree, str, str]:
+    """A release with the container row, its image in the registry, and (promised) the row's image_provenance record."""
+    body = b'{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{},"layers":[]}'
+    digest = "sha256:" + hashlib.sha256(body).hexdigest()
+    srv.registry[("alphastorm/ninfer-runtime", digest)] = body
+    tree = Tree(srv, None, None)
+    row = _image_row(f"127.0.0.1:{srv.port}/alphastorm/ninfer-runtime@{digest}", digest)
+    tree.manifest["components"]["ninfer"] = row
+    document = json.loads(slsa.statement_bytes(_any_statement_document()))
+    document["subject"] = [{"name": "ninfer-runtime", "digest": {"sha256": (subject or digest).removeprefix("sha256:")}}]
+    document["predicate"]["buildDefinition"]["buildType"] = slsa.BUILD_TYPE_IMAGE
+    document["predicate"]["buildDefinition"]["externalParameters"]["lane"] = row["id"]
+    data = slsa.statement_bytes(document)
+    name = f"{row['id']}.image.provenance.intoto.json"
+    if promised:
+        _promise(tree, row, "image_provenance", name, data)
+    return tree, f"/alphastorm/omp-ninfer/releases/download/{RELEASE}/{name}", data
+
+
+def _any_statement_document() -> dict:
+    return {
+        "_type": slsa.STATEMENT_TYPE,
+        "predicateType": slsa.PREDICATE_TYPE,
+        "subject": [{"name": "x", "digest": {"sha256": "0" * 64}}],
+        "predicate": {
+            "buildDefinition": {
+                "buildType": slsa.BUILD_TYPE_IMAGE,
+                "externalParameters": {"component_tag": "v0.13.0-qwen38-5090", "lane": "rtx5090-container", "source_commit": "4" * 40, "source_repository": "https://github.com/alphastorm/ninfer"},
+                "internalParameters": {},
+                "resolvedDependencies": [],
+            },
+            "runDetails": {"builder": {"id": slsa.LOCAL_BUILDER}},
+        },
+    }
+
+
+def test_a_promised_image_statement_is_fetched_from_the_product_release_and_checked(server, tmp_path):  # noqa: F811
+    tree, path, data = _image_tree(server, promised=True)
+    name = path.rsplit("/", 1)[1]
+    report, lines = run_audit(tree.publish(), tmp_path)
+    assert fails(lines) == [f"FAIL: provenance rtx5090-container {name}: not published: no provenance statement at {server.url(path)} (signing.evidence promises it, with its DSSE bundle beside it)"]
+    server.files[path] = data
+    report, lines = run_audit(tree.publish(), tmp_path / "published", allow_unsigned=False)
+    digest = tree.manifest["components"]["ninfer"]["oci_manifest_digest"]
+    assert line_for(lines, f"OK: provenance rtx5090-container {name}").startswith(f"OK: provenance rtx5090-container {name} (its subject is the image manifest {digest}; ")
+    assert line_for(fails(lines), f"FAIL: signature {name}") == f"FAIL: signature {name}: not signed: no DSSE bundle at {server.url(path)}.sigstore.json"
+
+
+def test_a_promised_image_statement_for_another_image_fails(server, tmp_path):  # noqa: F811
+    tree, path, data = _image_tree(server, promised=True, subject="sha256:" + "5" * 64)
+    server.files[path] = data
+    _report, lines = run_audit(tree.publish(), tmp_path)
+    [line] = fails(lines)
+    assert line.startswith("FAIL: provenance rtx5090-container ") and "the image provenance names other subjects than the row's image" in line
+
+
+def test_an_image_statement_of_a_release_made_before_the_promise_is_skipped(server, tmp_path):  # noqa: F811
+    tree, path, _data = _image_tree(server, promised=False)
+    report, lines = run_audit(tree.publish(), tmp_path, allow_unsigned=False, certificate_identity=None)
+    line = line_for(lines, "SKIP: provenance rtx5090-container")
+    assert "made before signing.evidence" in line and line.endswith(server.url(path))
+
+
+def test_an_unknown_evidence_promise_is_refused_before_any_download(server, tmp_path):  # noqa: F811
+    tree = Tree(server, None, None)
+    tree.manifest["signing"]["evidence"] = {"statements": "maybe"}
+    url = tree.publish()
+    server.log.clear()
+    report, lines = run_audit(url, tmp_path)
+    assert "signing.evidence" in line_for(fails(lines), "FAIL: manifest") and "is not the evidence promise this audit knows" in line_for(fails(lines), "FAIL: manifest")
+    assert len(server.log) == 1 and not report.passed

@@ -528,3 +528,31 @@ def test_the_manifest_readers_of_compose_and_verify_take_any_shape(edit):
     assert isinstance(collect_pins(bad), dict)
     row = predecessor_row(bad, "rtx4090-windows-native")
     assert row is None or (isinstance(row, dict) and row["id"] == "rtx4090-windows-native")
+
+
+# -- signing.evidence: derived, never hand-edited ------------------------------------------------
+
+
+def test_the_evidence_promise_is_derived_and_its_removal_is_an_error(release, ready):
+    manifest = json.loads((ready / "manifests" / RELEASE / "manifest.json").read_text())
+    assert manifest["signing"]["evidence"] == {"bundles": "published", "statements": "published"}
+    assert run(ready, release).valid
+    # Removing the promise would turn audit's FAILs for missing statements and bundles into SKIPs.
+    edit_manifest(ready, lambda m: m["signing"].pop("evidence"))
+    report = run(ready, release)
+    schema = next(p for p in report.problems.items if p.check == "schema")
+    assert (schema.field, schema.found) == ("signing.evidence", "absent") and "does not carry the evidence promise" in schema.what
+    assert errors(report) == [("schema", f"manifests/{RELEASE}/manifest.json", "signing.evidence")]
+
+
+def test_a_tree_made_before_the_promise_cannot_gain_it_by_hand(tmp_path):
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "manifests", root / "manifests")
+    path = root / "manifests" / "v0.13.1" / "manifest.json"
+    document = json.loads(path.read_text())
+    assert "evidence" not in document["signing"]
+    document["signing"]["evidence"] = {"bundles": "published", "statements": "published"}
+    path.write_bytes(canonical_bytes(document))
+    report = verify_release(root, "v0.13.1")
+    schema = next(p for p in report.problems.items if p.check == "schema")
+    assert schema.field == "signing.evidence" and "made before signing.evidence existed" in schema.what

@@ -65,10 +65,12 @@ from pipeline.formats.release.names import (
     MANIFEST_TYPE,
     NINFER_REPOSITORY,
     NOTES,
+    PRE_EVIDENCE_RELEASES,
     RELEASE_RE,
     ROW_RECORDS,
     STATES,
     component_publication_name,
+    evidence_promise,
     image_provenance_name,
     list_releases,
     package_prefix,
@@ -320,6 +322,19 @@ class Verifier:
         for key in ("components", "qualification", "publication", "compatibility", "signing", "inputs", "installation"):
             if not isinstance(m.get(key), dict):
                 self.error("schema", "is missing or not an object", file=f, field=key, found=abbreviate(m.get(key)), expected="an object")
+        signing = m.get("signing") if isinstance(m.get("signing"), dict) else {}
+        promise = evidence_promise(self.release)
+        if signing.get("evidence", None) != promise or (promise is None and "evidence" in signing):
+            self.error(
+                "schema",
+                "does not carry the evidence promise of its release" if promise is not None else "promises evidence, but the tree was made before signing.evidence existed",
+                file=f,
+                field="signing.evidence",
+                found=abbreviate(signing.get("evidence")) if "evidence" in signing else "absent",
+                expected=json.dumps(promise, sort_keys=True) if promise is not None else f"absent (a release of {', '.join(PRE_EVIDENCE_RELEASES)})",
+                why="the promise decides whether audit FAILs a missing provenance statement or bundle; removing it would turn those failures into skips",
+                fix=f"run 'python -m pipeline compose rebind --release {self.release}'",
+            )
 
     # 3 -------------------------------------------------------------------------------------
     def _path_fields(self) -> list[tuple[str, Any]]:
@@ -502,7 +517,7 @@ class Verifier:
         """Each copied statement's subjects are exactly the row's bound files (or its image), for its lane, cut and commit.
 
         The statements are the ones the package and image stages wrote; their DSSE
-        bundles ship beside the sets (audit checks those from the public URLs).
+        bundles ship beside the published statements (audit checks those from the public URLs).
         """
         from pipeline.formats import provenance
 
@@ -523,25 +538,15 @@ class Verifier:
                     self.error("provenance", "a set provenance is copied, but the row binds no readable checksum copy to compare it with", file=rel, expected="the lane's SHA256SUMS copy beside it")
                 else:
                     try:
-                        statement = provenance.read_statement(path.read_bytes(), origin=rel)
-                        if statement.build_type != provenance.BUILD_TYPE_SET:
-                            self.error("provenance", "is not the statement of an asset set", file=rel, field="predicate.buildDefinition.buildType", found=statement.build_type, expected=provenance.BUILD_TYPE_SET)
-                        provenance.check_subjects(statement, expected, origin=rel, what="the files the row binds")
-                        provenance.check_parameters(statement, lane=lane_id, tag=row.get("release_tag"), source_commit=row.get("source_commit"), origin=rel)
+                        check_set_statement(provenance.read_statement(path.read_bytes(), origin=rel), expected, row, origin=rel, what="the files the row binds")
                     except PipelineError as error:
                         self.from_error("provenance", error, file=rel)
             image_rel = repo_path(self.release, image_provenance_name(lane_id))
             image_path = self.inside(image_rel)
             if image_path is None or not image_path.is_file():
                 continue
-            digest = row.get("oci_manifest_digest")
             try:
-                statement = provenance.read_statement(image_path.read_bytes(), origin=image_rel)
-                if statement.build_type != provenance.BUILD_TYPE_IMAGE:
-                    self.error("provenance", "is not the statement of an OCI image", file=image_rel, field="predicate.buildDefinition.buildType", found=statement.build_type, expected=provenance.BUILD_TYPE_IMAGE)
-                if not isinstance(digest, str) or sorted(statement.subjects.values()) != [digest.removeprefix("sha256:")]:
-                    self.error("provenance", "the image provenance names other subjects than the row's image", file=image_rel, field="subject", found=sorted(statement.subjects.values()), expected=digest)
-                provenance.check_parameters(statement, lane=lane_id, tag=row.get("release_tag"), source_commit=row.get("source_commit"), origin=image_rel)
+                check_image_statement(provenance.read_statement(image_path.read_bytes(), origin=image_rel), row, origin=image_rel)
             except PipelineError as error:
                 self.from_error("provenance", error, file=image_rel)
 
@@ -917,6 +922,49 @@ class Verifier:
                 verify_bundle(self.root / rel, bundle, identity=identity, issuer=issuer)
             except PipelineError as error:
                 self.from_error("signatures", error, file=rel + BUNDLE_SUFFIX)
+
+
+# -- provenance statements: the rules verify (tree copies) and audit (published statements) share ----------
+
+
+def check_set_statement(statement, files: dict[str, str], row: dict[str, Any], *, origin: str, what: str) -> None:
+    """A set's statement (formats/provenance.py) for a lane row: an asset-set build whose subjects are
+    exactly `files` (name -> sha256), naming the row's lane, component tag and source commit."""
+    from pipeline.errors import IntegrityError
+    from pipeline.formats import provenance
+
+    if statement.build_type != provenance.BUILD_TYPE_SET:
+        raise IntegrityError("is not the statement of an asset set", file=origin, field="predicate.buildDefinition.buildType", found=statement.build_type, expected=provenance.BUILD_TYPE_SET)
+    provenance.check_subjects(statement, files, origin=origin, what=what)
+    _check_row_parameters(statement, row, origin=origin)
+
+
+def check_image_statement(statement, row: dict[str, Any], *, origin: str) -> None:
+    """The image's statement for the container row: an OCI-image build whose one subject is the
+    image manifest digest the row binds (`oci_manifest_digest`), naming the row's lane, tag and commit."""
+    from pipeline.errors import IntegrityError
+    from pipeline.formats import provenance
+
+    if statement.build_type != provenance.BUILD_TYPE_IMAGE:
+        raise IntegrityError("is not the statement of an OCI image", file=origin, field="predicate.buildDefinition.buildType", found=statement.build_type, expected=provenance.BUILD_TYPE_IMAGE)
+    digest = row.get("oci_manifest_digest")
+    if not isinstance(digest, str) or sorted(statement.subjects.values()) != [digest.removeprefix("sha256:")]:
+        raise IntegrityError(
+            "the image provenance names other subjects than the row's image",
+            file=origin,
+            field="subject",
+            found=sorted(statement.subjects.values()),
+            expected=f"exactly one subject, the row's oci_manifest_digest {digest}",
+            why="a statement about another image is no evidence for the image the release pins",
+        )
+    _check_row_parameters(statement, row, origin=origin)
+
+
+def _check_row_parameters(statement, row: dict[str, Any], *, origin: str) -> None:
+    from pipeline.formats import provenance
+
+    tag, commit = row.get("release_tag"), row.get("source_commit")
+    provenance.check_parameters(statement, lane=str(row.get("id")), tag=tag if isinstance(tag, str) else None, source_commit=commit if isinstance(commit, str) else None, origin=origin)
 
 
 def evidence_problems(root: Path, release: str, derived: Derived, lanes: dict[str, Lane]) -> list:

@@ -55,6 +55,7 @@ from pipeline.formats.release.names import (
     SUMMARY_TYPE,
     asset_url,
     component_publication_name,
+    evidence_promise,
     image_provenance_name,
     package_prefix,
     parse_raw_url,
@@ -239,6 +240,9 @@ def derive(
         },
         "publication": {"authorized": False, "targets": list(rt.targets), "blockers": list(blockers)},
     }
+    promise = evidence_promise(release)
+    if promise is not None:  # absent (not null) in trees made before it, so released manifests never change
+        manifest["signing"]["evidence"] = promise
     # Pins come last in the chain: a record's raw URL can only name a commit holding its bytes.
     records = [(manifest["qualification"]["summary"], manifest["qualification"]["public_url"]), (authority_rel, manifest["compatibility"]["public_url"])]
     for row in shipped_rows:

@@ -44,6 +44,12 @@ RAW_PREFIX = f"https://raw.githubusercontent.com/{PRODUCT_REPO_SLUG}/"
 NINFER_REPOSITORY = "https://github.com/alphastorm/ninfer"
 RELEASE_WORKFLOW = ".github/workflows/release.yml"
 OIDC_ISSUER = "https://token.actions.githubusercontent.com"
+# `signing.evidence` (docs/release-tree.md): the release promises that every provenance statement its
+# rows bind is published (a set's beside the set on its component release, the image's on the product
+# release) with its DSSE bundle beside it, so `audit` FAILs a missing one instead of SKIPping it.
+# Trees made before the promise existed carry no such key; their manifests never change.
+EVIDENCE = {"statements": "published", "bundles": "published"}
+PRE_EVIDENCE_RELEASES = ("v0.13.0", "v0.13.1")
 
 # The one grammar of a product release name (docs/release-tree.md: "vX.Y.Z or vX.Y.Z-beta.N"),
 # numbers without leading zeros.  It is also the folder name under manifests/, so nothing else
@@ -125,8 +131,23 @@ def parse_raw_url(url: object) -> tuple[str, str] | None:
     return (match.group("commit"), match.group("path")) if match else None
 
 
+def download_url(repository: str, tag: str, name: str) -> str:
+    """A release asset's immutable download URL: `<repository>/releases/download/<tag>/<name>`."""
+    return f"{repository.rstrip('/')}/releases/download/{tag}/{name}"
+
+
 def asset_url(tag: str, name: str) -> str:
-    return f"{NINFER_REPOSITORY}/releases/download/{tag}/{name}"
+    return download_url(NINFER_REPOSITORY, tag, name)
+
+
+def image_provenance_asset(lane_id: str) -> str:
+    """The product release's asset name of the image statement: the tree copy's file name (a release asset has no folder)."""
+    return Path(image_provenance_name(lane_id)).name
+
+
+def evidence_promise(release: str) -> dict[str, str] | None:
+    """The `signing.evidence` a tree of `release` carries: EVIDENCE, or None for a tree made before the promise."""
+    return None if release in PRE_EVIDENCE_RELEASES else dict(EVIDENCE)
 
 
 def signer_identity(release: str) -> str:
