@@ -9,6 +9,7 @@ release whose assets are exactly the set: nothing duplicated, lost or moved.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import os
 import shutil
@@ -228,6 +229,7 @@ def test_a_second_draft_or_a_tag_elsewhere_is_refused_before_any_write(setup):
         setup.dry()
     for release in (first, second):
         del setup.gh.releases[release.id]
+    sha = setup.plan_sha()  # reviewed again on a clean GitHub
     setup.gh.add_commit("9" * 40)
     setup.gh.set_ref(TAG, "9" * 40)
     with pytest.raises(RefusedError, match="gate github-unchanged refused: the tag v0.7.0-qwen38-4090-beta.2 is now at 9{40}; the reviewed plan saw it absent"):
@@ -235,6 +237,115 @@ def test_a_second_draft_or_a_tag_elsewhere_is_refused_before_any_write(setup):
     with pytest.raises(RefusedError, match="gate tag refused: the tag v0.7.0-qwen38-4090-beta.2 already points at another commit"):
         setup.dry()
     assert setup.gh.writes == 0 and setup.gh.refs[TAG] == "9" * 40, "a tag is never moved"
+
+
+def _no_tag(setup) -> None:
+    assert TAG not in setup.gh.refs, "no tag is created before the last refusal point"
+
+
+@pytest.mark.slow
+def test_a_strangers_draft_after_the_dry_run_is_never_adopted(setup):
+    sha = setup.plan_sha()
+    stranger = setup.gh.add_release(TAG, draft=True, prerelease=False, name="x")
+    with pytest.raises(RefusedError, match=f"GitHub now holds draft {stranger.id} 'x' that the reviewed plan did not see: run the dry run again and review it") as caught:
+        setup.apply(sha)
+    assert caught.value.exit_code == 7 and setup.gh.writes == 0
+    assert (stranger.draft, stranger.prerelease, stranger.name, setup.gh.assets_of(stranger)) == (True, False, "x", []), "the stranger's draft is untouched"
+    _no_tag(setup)
+
+
+@pytest.mark.slow
+def test_every_dry_run_problem_is_a_gate_with_no_apply_line(setup, capsys):
+    draft = setup.gh.add_release(TAG, draft=True, name=TAG)
+    setup.gh.add_asset(draft, setup.names[0], b"other bytes")
+    with pytest.raises(RefusedError, match=f"gate draft-assets refused: the draft {draft.id} holds {setup.names[0]} with other bytes than the plan") as caught:
+        setup.dry()
+    err = capsys.readouterr().err
+    assert caught.value.exit_code == 7 and "FAIL: gate draft-assets" in err and "apply with:" not in err and "REFUSED" in err
+    setup.gh.assets_of(draft)[0].data = (setup.dist / LANE / "assets" / setup.names[0]).read_bytes()  # the planned bytes: skipped, not a problem
+    setup.gh.add_asset(draft, "notes.txt", b"a stranger's file")
+    with pytest.raises(RefusedError, match=f"the draft {draft.id} holds the asset notes.txt, which the plan does not name"):
+        setup.dry()
+    assert "apply with:" not in capsys.readouterr().err
+    assert setup.gh.writes == 0
+    _no_tag(setup)
+
+
+@pytest.mark.slow
+def test_a_strangers_asset_in_the_reviewed_draft_is_refused_before_any_write(setup):
+    draft = setup.gh.add_release(TAG, draft=True, name=TAG)
+    sha = setup.plan_sha()
+    setup.gh.add_asset(draft, setup.names[1], (setup.dist / LANE / "assets" / setup.names[1]).read_bytes())
+    with pytest.raises(RefusedError, match=f"draft {draft.id} '{TAG}' now holds the asset {setup.names[1]} .*; the reviewed plan did not see it"):
+        setup.apply(sha)
+    assert setup.gh.writes == 0
+    _no_tag(setup)
+
+
+@pytest.mark.slow
+def test_an_asset_appearing_mid_apply_stops_before_the_tag_and_says_what_was_written(setup):
+    def stranger(gh):
+        gh.add_asset(gh.releases_for(TAG)[0], "extra.bin", b"planted")
+
+    setup.gh.faults["on_write"] = (4, stranger)  # after the draft and two uploads
+    with pytest.raises(RefusedError, match="the release holds an asset the plan does not name: extra.bin") as caught:
+        setup.apply()
+    message = str(caught.value)
+    draft = setup.gh.releases_for(TAG)[0]
+    assert f"this run wrote: the draft {draft.id}, uploaded {setup.names[0]}, uploaded {setup.names[1]}" in message and "the tag was not created" in message
+    assert draft.draft
+    _no_tag(setup)
+
+
+@pytest.mark.slow
+def test_an_upload_stored_under_another_name_is_deleted_and_refused(setup):
+    name = next(n for n in setup.names if "x86_64" in n)
+    renamed = name.replace("x86_64", "x86.64")
+    setup.gh.faults["rename_upload"] = {name: renamed}
+    with pytest.raises(RefusedError, match=f"GitHub stored the upload of {name} under another name: {renamed}; the pipeline deleted what it just uploaded") as caught:
+        setup.apply()
+    assert caught.value.exit_code == 7 and "delete it by hand" not in str(caught.value)
+    draft = setup.gh.releases_for(TAG)[0]
+    assert renamed not in [a.name for a in setup.gh.assets_of(draft)], "the pipeline cleans up its own write"
+    _no_tag(setup)
+    del setup.gh.faults["rename_upload"]
+    setup.apply()  # a new review sees the pipeline's own draft and finishes from it
+    setup.converged()
+
+
+@pytest.mark.slow
+def test_a_release_published_before_immutability_was_enabled_reaches_the_ledger(setup, capsys):
+    setup.gh.faults["enable_immutable_after_publish"] = True
+    sha = setup.plan_sha()
+    setup.apply(sha)
+    setup.converged()
+    receipt = read_receipt(setup.folder / "receipt.json")
+    assert receipt["immutable"] is False and receipt["immutable_releases_enabled"] is True
+    assert "published before the repository enabled immutable releases" in receipt["immutable_reason"]
+    assert "is not immutable: published before" in capsys.readouterr().err
+    setup.apply(sha)  # a re-run of the reviewed plan, which now sees the setting on, still accepts it
+    setup.converged()
+
+
+@pytest.mark.slow
+def test_githubs_error_text_is_kept(setup):
+    setup.gh.faults["reject_release"] = [{"resource": "Release", "code": "custom", "field": "tag_name", "message": "tag_name is not a valid tag"},
+                                         {"resource": "Release", "code": "custom", "message": "Published releases must have a valid tag"}]
+    with pytest.raises(GitHubError) as caught:
+        setup.apply()
+    message = str(caught.value)
+    assert "(Validation Failed)" in message and "Release tag_name custom: tag_name is not a valid tag" in message
+    assert "Published releases must have a valid tag" in message and "see https://docs.github.com/rest/releases/releases#create-a-release" in message
+    assert "this run wrote nothing to GitHub" in message
+    _no_tag(setup)
+
+
+@pytest.mark.slow
+def test_retry_after_as_an_http_date_is_honoured(setup):
+    setup.gh.faults["secondary_limit"] = (1, email.utils.formatdate(setup.clock.t + 90, usegmt=True))
+    setup.apply()
+    setup.converged()
+    assert setup.clock.sleeps[0] == pytest.approx(90.0, abs=1.0), "the date's distance from now, not the 60 s fallback"
 
 
 @pytest.mark.slow

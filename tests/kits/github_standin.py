@@ -23,7 +23,15 @@ before any answer), `secondary_limit` (403 with `retry-after`, request not
 applied), `publish_5xx` (5xx on the publish call, applied or not),
 `primary_limit` (n answers 403 with `x-ratelimit-remaining: 0` until
 `x-ratelimit-reset`), `hang_on_write` (the k-th write is applied or not, then
-the answer is held until the client is killed: kill -9 tests).  Tests arrange a second draft for
+the answer is held until the client is killed: kill -9 tests), `rename_upload`
+({requested name: stored name}: GitHub keeps the upload under another name),
+`reject_release` (the next create-release answers 422 with these `errors[]`,
+each with its `message`, as GitHub's custom validation errors do),
+`enable_immutable_after_publish` (the repository switches immutable releases on
+right after the next publish: that release stays mutable, as on GitHub), and
+`on_write` (a callable run before the k-th write, e.g. a stranger adding a draft
+or an asset between the dry run and the apply's first write).  `secondary_limit`
+takes `retry-after` as seconds or as an HTTP date.  Tests arrange a second draft for
 a tag, a tag that points elsewhere, or a scope-less token through the state
 methods (`add_release`, `set_ref`, `tokens`).
 
@@ -345,6 +353,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if write:
             s.writes += 1
+            stranger = s.faults.get("on_write")
+            if stranger is not None and stranger[0] == s.writes:
+                s.faults.pop("on_write")
+                stranger[1](s)
         hang = s.faults.get("hang_on_write")
         hold = write and hang is not None and s.writes == hang[0]
         if hold and not hang[1]:  # killed before the write reaches GitHub
@@ -509,6 +521,9 @@ class _Handler(BaseHTTPRequestHandler):
         tag = data.get("tag_name")
         if not isinstance(tag, str) or not tag:
             return self._send(422, _validation("Release", "tag_name", "missing_field"))
+        rejected = s.faults.pop("reject_release", None)
+        if rejected is not None:
+            return self._send(422, {"message": "Validation Failed", "errors": rejected, "documentation_url": f"{DOCS}/releases/releases#create-a-release", "status": "422"})
         if any(not r.draft for r in s.releases_for(tag)):
             return self._send(422, _validation("Release", "tag_name"))
         target = str(data.get("target_commitish") or "main")
@@ -549,6 +564,8 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(404, _not_found())
             if problem is not None:
                 return self._send(422, _validation("Release", "tag_name", "already_exists" if problem == "exists" else "invalid"))
+            if s.faults.pop("enable_immutable_after_publish", None):
+                s.immutable_enabled = True  # published before the switch: this release stays mutable
             if fault is not None:  # applied, then the answer was lost
                 s.faults.pop("publish_5xx")
                 return self._send(fault[0], raw=b"<html><body><h1>Server Error</h1></body></html>", content_type="text/html")
@@ -571,6 +588,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.headers.get("Content-Type") or self.headers.get("Content-Length") is None:
             return self._send(400, {"message": "Content-Type and Content-Length are required", "status": "400"})
         name = re.sub(r"[^A-Za-z0-9._+-]", ".", name)  # GitHub renames special characters
+        name = s.faults.get("rename_upload", {}).get(name, name)
         if any(a.name == name for a in s.assets_of(release)):
             return self._send(422, _validation("ReleaseAsset", "name"))
         asset = Asset(next(s._ids), release.id, name, self.query.get("label"), self.headers["Content-Type"], "uploaded", body, s._time())

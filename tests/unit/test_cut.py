@@ -207,7 +207,7 @@ def test_cut_counts_releases_and_tags_on_github_drafts_included(runtime, tmp_pat
         assert [p for m, p, _ in gh.log if m == "GET" and p.endswith("/releases")] == ["/repos/alphastorm/ninfer/releases"] * 2
     ledger = load_lane(lanes / f"{LANE}.toml").ledger()
     assert ledger.current("0.7.0").n == 8
-    assert {e.n: e.seen.split(":")[0] for e in ledger.external} == {1: "history", 2: "history", 3: "github-release", 4: "history", 5: "history", 6: "history", 7: "github-release"}
+    assert {e.n: e.seen.split(":")[0] for e in ledger.external} == {1: "history", 2: "history", 3: "github-tag", 4: "history", 5: "history", 6: "history", 7: "github-release"}, "a number seen only as a tag is labelled github-tag"
 
 
 def test_build_takes_the_current_cut_and_refuses_another_commit(runtime, tmp_path):
