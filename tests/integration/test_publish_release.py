@@ -127,7 +127,7 @@ def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(produc
     sha = product.plan_sha()
     plan = json.loads((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
     assert plan["release"]["make_latest"] == "true" and plan["release"]["prerelease"] is False
-    assert plan["gates"] == ["verify-ready", "acceptance", "test-run", "signatures", "token", "rate-limit", "tag", "single-draft"]
+    assert plan["gates"] == ["verify-ready", "acceptance", "test-run", "signatures", "token", "rate-limit", "github-unchanged", "tag", "single-draft", "draft-assets"]
     names = ["manifest.json", "manifest.json.sigstore.json", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]
     assert [a["name"] for a in plan["assets"]] == names
     err = capsys.readouterr().err
