@@ -232,17 +232,9 @@ def derive(
             "lanes": {lane_id: rows[lane_id]["installable"] if lane_id in rows else False for lane_id in sorted(rt.lanes)},
         },
         "limitations": list(rt.limitations),
-        "signing": {
-            "certificate_identity": signer_identity(release),
-            "certificate_oidc_issuer": OIDC_ISSUER,
-            "bundle_suffix": BUNDLE_SUFFIX,
-            "signed_files": signed,
-        },
+        "signing": _signing(release, signed),
         "publication": {"authorized": False, "targets": list(rt.targets), "blockers": list(blockers)},
     }
-    promise = evidence_promise(release)
-    if promise is not None:  # absent (not null) in trees made before it, so released manifests never change
-        manifest["signing"]["evidence"] = promise
     # Pins come last in the chain: a record's raw URL can only name a commit holding its bytes.
     records = [(manifest["qualification"]["summary"], manifest["qualification"]["public_url"]), (authority_rel, manifest["compatibility"]["public_url"])]
     for row in shipped_rows:
@@ -264,6 +256,20 @@ def derive(
         derived_blockers = [*derived_blockers, pin_blocker]
     notes = render_notes(manifest, rt, summary, lanes=lanes)
     return Derived(rt, manifest, summary, authority, authority_md, notes, files, nulls, derived_blockers, unpinned)
+
+
+def _signing(release: str, signed: list[str]) -> dict[str, Any]:
+    """The expected signer, the signed files and the evidence promise (`signing.evidence`, docs/release-tree.md)."""
+    signing: dict[str, Any] = {
+        "certificate_identity": signer_identity(release),
+        "certificate_oidc_issuer": OIDC_ISSUER,
+        "bundle_suffix": BUNDLE_SUFFIX,
+        "signed_files": signed,
+    }
+    promise = evidence_promise(release)
+    if promise is not None:  # absent (not null) in trees made before it, so released manifests never change
+        signing["evidence"] = promise
+    return signing
 
 
 def _derive_client(rt: ReleaseInput) -> dict[str, Any]:
