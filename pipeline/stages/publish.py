@@ -53,6 +53,7 @@ from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.infra.git import GIT
 from pipeline.infra.github import Ambiguous, GitHub, GitHubError, repository_of, token_from_env
+from pipeline.infra.sigstore import BUNDLE_SUFFIX
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
 from pipeline.util import ui
@@ -402,6 +403,35 @@ def run_gates(gates: list[tuple[str, Callable[[], str]]]) -> None:
         raise first
 
 
+# -- evidence: provenance statements and their DSSE bundles -------------------------------
+
+def statement_bundle(register, statement_sha256: str) -> Artifact | None:
+    """The `signature-bundle` entry `sign` recorded for a statement's exact bytes (its `release` names the signing workflow's tag)."""
+    for entry in register.query("signature-bundle"):
+        if entry.attrs.get("signed_sha256") == statement_sha256 and isinstance(entry.attrs.get("release"), str):
+            return entry
+    return None
+
+
+def check_evidence(register, statement: Path, bundle: Artifact | None, *, what: str, fix: str) -> str:
+    """A statement ships only with a DSSE bundle that verifies, offline, against the release workflow that signed it."""
+    from pipeline.formats.release.names import PRODUCT_REPOSITORY
+    from pipeline.infra.sigstore import effective_trust_config
+    from pipeline.stages import sign
+
+    if bundle is None:
+        raise _refuse(f"{what} has no DSSE bundle in the register", file=statement, field="signature-bundle",
+                      why="auditors check every published statement against its Sigstore bundle; a statement without one cannot be checked", fix=fix)
+    path = register.verified_path(bundle)  # the bytes sign recorded, or an IntegrityError naming the change
+    signer = sign.release_signer(repository_of(PRODUCT_REPOSITORY), bundle.attrs["release"])
+    try:
+        verified = sign.verify_dsse_bundle(statement.read_bytes(), path, identity=signer.identity, issuer=signer.issuer, trust_config=effective_trust_config(signer.trust_config),
+                                           repository=signer.repository, ref=signer.ref, name=statement.name)
+    except PipelineError as exc:
+        raise _refuse(f"the DSSE bundle of {what} does not verify: {exc.what}", file=path, fix=fix) from None
+    return f"{statement.name} and its DSSE bundle (signed by {verified.identity}, log index {verified.log_index})"
+
+
 # -- component -----------------------------------------------------------------------
 
 def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub | None]) -> tuple[Target, Remote]:
@@ -425,7 +455,15 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
         raise InputError("the build identity names no full source commit", file=register.path_of(identity_entry), field="patch_stack_sha", found=commit)
     assets_dir = ctx.dist / lane.id / "assets"
     files = {name: assets_dir / name for name in expected.names()}
-    assets = [_asset(name, path, "dist", path.relative_to(ctx.dist).as_posix()) for name, path in files.items() if path.is_file()]
+    # The set's provenance statement and its DSSE bundle ship beside the set (not in it): what audit checks.
+    statements = [e for e in register.outputs_of(f"package:{lane.id}") if e.kind == "provenance"]
+    statement = register.verified_path(statements[0]) if len(statements) == 1 else None
+    bundle = statement_bundle(register, statements[0].sha256) if statement is not None else None
+    if statement is not None:
+        files[statement.name] = statement
+    if bundle is not None:
+        files[statement.name + BUNDLE_SUFFIX] = register.path_of(bundle)
+    assets = [_asset(name, path, "dist", path.relative_to(ctx.dist).as_posix()) for name, path in sorted(files.items()) if path.is_file()]
     repository = repository_of(lane.component_repository)
     sums = files.get("SHA256SUMS")
     body = (
@@ -438,8 +476,15 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
     target = Target("component", lane.id, repository, tag, commit, tag, body, True, False, assets, files, lane)
     remote = Remote(github_of(repository), target)
 
+    def gate_evidence() -> str:
+        fix = f"sign the release in the release workflow (python -m pipeline sign --dist {ctx.dist}) before publishing the component"
+        if statement is None:
+            raise _refuse(f"the register holds {len(statements)} provenance statements of {lane.id}'s set", file=register.file, field="provenance", found=len(statements), expected=1,
+                          fix=f"package the lane again (python -m pipeline package --lane {lane.id})")
+        return check_evidence(register, statement, bundle, what=f"the provenance statement of {tag}", fix=fix)
+
     def gate_assets() -> str:
-        missing = sorted(n for n, p in files.items() if not p.is_file())
+        missing = sorted(n for n in expected.names() if not files[n].is_file())
         if missing:
             raise _refuse(f"the asset set lacks {missing[0]}", file=assets_dir, found=sorted(p.name for p in assets_dir.iterdir()) if assets_dir.is_dir() else [], expected=expected.names())
         try:
@@ -453,7 +498,7 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
         if sorted(by_name) != expected.names():
             raise _refuse("the register's package entries are not the asset set", file=register.file, found=sorted(by_name), expected=expected.names())
         for name, entry in sorted(by_name.items()):
-            actual = sha256_file(files[name]) if files[name].is_file() else None
+            actual = sha256_file(files[name]) if name in files and files[name].is_file() else None
             if entry.sha256 != actual:
                 raise _refuse(f"the register records other bytes for {name}", file=files[name], field=f"{entry.name}.sha256", found=actual, expected=entry.sha256, fix=f"package the lane again (python -m pipeline package --lane {lane.id})")
         return f"the register's {len(by_name)} entries equal the set"
@@ -481,6 +526,7 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
     target.gates = [
         ("check-assets", gate_assets),
         ("register-equals-set", gate_register),
+        ("evidence", gate_evidence),
         ("cut-commit", gate_cut),
         ("asset-limits", gate_limits),
         *remote_gates(remote),

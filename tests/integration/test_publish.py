@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from github_standin import StandIn, Token
 from repokit import ROOT
+from sigstore_standin import SigstoreStandIn, record_statement_bundle
 from winfixtures import copy_lanes, packaged_native_set
 
 from pipeline.errors import PipelineError, RefusedError, RemoteError
@@ -56,6 +57,19 @@ def packaged(tmp_path_factory):
     return packaged_native_set(tmp_path_factory)
 
 
+PRODUCT_RELEASE = "v0.14.0"  # the product release whose workflow signed the set's statement
+
+
+@pytest.fixture(scope="module")
+def sigstore_kit(tmp_path_factory):
+    return SigstoreStandIn(tmp_path_factory.mktemp("sigstore")).write()
+
+
+@pytest.fixture(autouse=True)
+def _standin_trust(sigstore_kit, monkeypatch):
+    monkeypatch.setenv("PIPELINE_TEST_SIGSTORE", str(sigstore_kit.directory))
+
+
 class Setup:
     """A private copy of the packaged set (dist, lanes, cut ledgers) and a stand-in holding its commit."""
 
@@ -69,7 +83,15 @@ class Setup:
         self.clock = FakeClock()
         gh.tokens[TOKEN] = Token()
         gh.add_commit(workspace.commit, ["src/main.cpp"])
-        self.names = asset_set(load_lane(self.lanes / f"{LANE}.toml")).names()
+        self.statement = next(p for p in (self.dist / LANE / "attestations").iterdir() if p.name.endswith(".provenance.intoto.json"))
+        self.set_names = asset_set(load_lane(self.lanes / f"{LANE}.toml")).names()
+        self.names = sorted([*self.set_names, self.statement.name, self.statement.name + ".sigstore.json"])
+
+    def local(self, name: str) -> Path:
+        return self.dist / LANE / ("assets" if name in self.set_names else "attestations") / name
+
+    def sign(self, kit: SigstoreStandIn) -> None:
+        record_statement_bundle(kit, self.dist, self.statement, PRODUCT_RELEASE)
 
     def client(self, token: str = TOKEN) -> GitHub:
         return GitHub(REPO, token, api=self.gh.url, uploads=self.gh.uploads, clock=self.clock, write_interval=0)
@@ -97,9 +119,8 @@ class Setup:
         assert not release.draft and release.prerelease and release.make_latest == "false" and self.gh.latest_id is None
         assets = self.gh.assets_of(release)
         assert sorted(a.name for a in assets) == self.names, "an asset is missing or duplicated"
-        local = self.dist / LANE / "assets"
         for asset in assets:
-            assert asset.state == "uploaded" and asset.digest == "sha256:" + sha256_file(local / asset.name), asset.name
+            assert asset.state == "uploaded" and asset.digest == "sha256:" + sha256_file(self.local(asset.name)), asset.name
         assert self.gh.refs[TAG] == self.workspace.commit, "the tag must name the cut's commit"
         ledger = load_lane(self.lanes / f"{LANE}.toml").ledger()
         cut = ledger.entry("0.7.0", 2)
@@ -112,9 +133,11 @@ class Setup:
 
 
 @pytest.fixture
-def setup(packaged, tmp_path):
+def setup(packaged, tmp_path, sigstore_kit):
     with StandIn(REPO) as gh:
-        yield Setup(packaged, tmp_path, gh)
+        s = Setup(packaged, tmp_path, gh)
+        s.sign(sigstore_kit)
+        yield s
 
 
 # -- plan ---------------------------------------------------------------------------------
@@ -126,13 +149,13 @@ def test_dry_run_writes_the_plan_prints_it_and_writes_nothing_remote(setup, caps
     plan_path = setup.folder / "plan.json"
     plan = json.loads(plan_path.read_bytes())
     assert out == plan_path.read_text(), "stdout carries the plan's canonical JSON"
-    assert [op["op"] for op in plan["operations"]] == ["create-draft", *["upload-asset"] * 11, "create-tag", "publish"], "the tag is the last write before publishing"
+    assert [op["op"] for op in plan["operations"]] == ["create-draft", *["upload-asset"] * 13, "create-tag", "publish"], "the tag is the last write before publishing"
     assert plan["observed"] == {"read": True, "tag": None, "immutable_releases": False, "releases": []}, "the plan binds what GitHub held"
     assert plan["release"] == {"name": TAG, "body": plan["release"]["body"], "prerelease": True, "make_latest": "false"}
     assert plan["commit"] == setup.workspace.commit and plan["repository"] == REPO
     uploads = [op for op in plan["operations"] if op["op"] == "upload-asset"]
     assert [op["name"] for op in uploads] == setup.names
-    assert all(op["sha256"] == sha256_file(setup.dist / LANE / "assets" / op["name"]) and op["content_type"] for op in uploads)
+    assert all(op["sha256"] == sha256_file(setup.local(op["name"])) and op["content_type"] for op in uploads)
     assert f"sha256 {sha256_file(plan_path)}" in err and "absent: upload" in err and "tag v0.7.0-qwen38-4090-beta.2" in err
     assert all(f"OK:   gate {name}" in err for name in plan["gates"])
     assert setup.gh.writes == 0 and not setup.gh.releases
@@ -141,6 +164,7 @@ def test_dry_run_writes_the_plan_prints_it_and_writes_nothing_remote(setup, caps
     setup.dry()
     assert plan_path.read_bytes() == first
     other = Setup(packaged, tmp_path / "other", setup.gh)
+    shutil.copytree(setup.dist, other.dist, dirs_exist_ok=True)  # the same signed evidence
     other.dry()
     assert (other.folder / "plan.json").read_bytes() == first
 
@@ -158,7 +182,7 @@ def test_apply_publishes_the_closed_set_and_a_rerun_changes_nothing(setup, capsy
     entry = Register(setup.dist).one("release-publication", lane=LANE, needed_by="t", produced_by="t")
     assert entry.attrs["tag"] == TAG and entry.attrs["plan_sha256"] == sha
     writes = setup.gh.writes
-    assert writes == 14  # tag, draft, 11 uploads, publish
+    assert writes == 16  # draft, 13 uploads, tag, publish
     journal = read_journal(setup.folder / "journal" / f"{sha}.jsonl")
     assert [e["event"] for e in journal][0] == "run-start" and journal[-1]["event"] == "run-done"
     assert all(e["request_id"].startswith("STANDIN:") for e in journal if e["event"] == "op-done")
@@ -190,7 +214,7 @@ def test_a_connection_reset_after_the_upload_landed_is_not_uploaded_twice(setup)
     setup.apply()
     setup.converged()
     posts = [p for m, p, status in setup.gh.log if m == "POST" and "/uploads/" in p]
-    assert len(posts) == 11, "the landed upload must be found by listing, not sent again"
+    assert len(posts) == 13, "the landed upload must be found by listing, not sent again"
     assert 0 in [status for _m, _p, status in setup.gh.log], "the stand-in really reset the connection"
 
 
@@ -244,6 +268,24 @@ def _no_tag(setup) -> None:
 
 
 @pytest.mark.slow
+def test_a_set_without_a_verifying_dsse_bundle_is_never_published(packaged, tmp_path, sigstore_kit):
+    with StandIn(REPO) as gh:
+        s = Setup(packaged, tmp_path, gh)  # packaged, not signed
+        with pytest.raises(RefusedError, match=f"gate evidence refused: the provenance statement of {TAG} has no DSSE bundle in the register") as caught:
+            s.dry()
+        assert caught.value.exit_code == 7
+        bundle = record_statement_bundle(sigstore_kit, s.dist, s.statement, PRODUCT_RELEASE)
+        other = SigstoreStandIn(tmp_path / "other-instance").write()  # signed on a Sigstore instance the verifier does not trust
+        bundle.write_bytes(other.sign_dsse(s.statement.read_bytes(), other.token(f"https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/tags/{PRODUCT_RELEASE}")).to_bytes())
+        with pytest.raises(RefusedError, match="gate evidence refused"):  # the register's hash of the bundle no longer matches, or it does not verify
+            s.dry()
+        record_statement_bundle(other, s.dist, s.statement, PRODUCT_RELEASE)  # recorded, but not verifiable against the trusted instance
+        with pytest.raises(RefusedError, match="gate evidence refused: the DSSE bundle of the provenance statement of .* does not verify"):
+            s.dry()
+        assert gh.writes == 0 and TAG not in gh.refs
+
+
+@pytest.mark.slow
 def test_a_strangers_draft_after_the_dry_run_is_never_adopted(setup):
     sha = setup.plan_sha()
     stranger = setup.gh.add_release(TAG, draft=True, prerelease=False, name="x")
@@ -262,7 +304,7 @@ def test_every_dry_run_problem_is_a_gate_with_no_apply_line(setup, capsys):
         setup.dry()
     err = capsys.readouterr().err
     assert caught.value.exit_code == 7 and "FAIL: gate draft-assets" in err and "apply with:" not in err and "REFUSED" in err
-    setup.gh.assets_of(draft)[0].data = (setup.dist / LANE / "assets" / setup.names[0]).read_bytes()  # the planned bytes: skipped, not a problem
+    setup.gh.assets_of(draft)[0].data = setup.local(setup.names[0]).read_bytes()  # the planned bytes: skipped, not a problem
     setup.gh.add_asset(draft, "notes.txt", b"a stranger's file")
     with pytest.raises(RefusedError, match=f"the draft {draft.id} holds the asset notes.txt, which the plan does not name"):
         setup.dry()
@@ -275,7 +317,7 @@ def test_every_dry_run_problem_is_a_gate_with_no_apply_line(setup, capsys):
 def test_a_strangers_asset_in_the_reviewed_draft_is_refused_before_any_write(setup):
     draft = setup.gh.add_release(TAG, draft=True, name=TAG)
     sha = setup.plan_sha()
-    setup.gh.add_asset(draft, setup.names[1], (setup.dist / LANE / "assets" / setup.names[1]).read_bytes())
+    setup.gh.add_asset(draft, setup.names[1], setup.local(setup.names[1]).read_bytes())
     with pytest.raises(RefusedError, match=f"draft {draft.id} '{TAG}' now holds the asset {setup.names[1]} .*; the reviewed plan did not see it"):
         setup.apply(sha)
     assert setup.gh.writes == 0
@@ -395,10 +437,11 @@ def test_gates_of_the_set_refuse_each_on_its_own(setup):
 
 
 @pytest.mark.slow
-def test_a_rehearsal_build_is_never_published(packaged, tmp_path):
+def test_a_rehearsal_build_is_never_published(packaged, tmp_path, sigstore_kit):
     """The embedded sample under the cut's names (a rehearsal): the cut-commit gate refuses it."""
     with StandIn(REPO) as gh:
         s = Setup(packaged, tmp_path, gh)
+        s.sign(sigstore_kit)
         register = Register(s.dist)
         entry = register.artifacts[f"{LANE}/build-identity.json"]
         from dataclasses import replace
@@ -429,18 +472,19 @@ def test_an_immutable_published_release_refuses_added_assets(setup):
 
 # -- kill -9 between any two writes ---------------------------------------------------------
 
-WRITES = 14  # create-tag, create-draft, 11 uploads, publish
+WRITES = 16  # create-draft, 13 uploads (the 11-file set, its statement and DSSE bundle), create-tag, publish
 # Killed while write k is in flight, after GitHub applied it (k = 1..14) or before (k = 1, and one
 # upload).  "Before write k" leaves GitHub as "after write k-1" does, so this covers every gap
 # between two writes; the journal differs, and the re-run must not care.
-KILLS = [(k, True) for k in range(1, WRITES + 1)] + [(1, False), (7, False)]
+KILLS = [(k, True) for k in range(1, WRITES + 1)] + [(1, False), (7, False), (WRITES - 1, False)]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("k", "applied"), KILLS, ids=[f"{k}-{'after' if a else 'before'}-write" for k, a in KILLS])
-def test_kill_9_at_any_write_then_rerun_converges(packaged, tmp_path, k, applied):
+def test_kill_9_at_any_write_then_rerun_converges(packaged, tmp_path, k, applied, sigstore_kit):
     with StandIn(REPO) as gh:
         s = Setup(packaged, tmp_path, gh)
+        s.sign(sigstore_kit)
         sha = s.plan_sha()
         gh.faults["hang_on_write"] = (k, applied)
         env = dict(os.environ, **gh.env(TOKEN), PIPELINE_GITHUB_WRITE_INTERVAL="0", PYTHONPATH=str(ROOT))
@@ -502,7 +546,7 @@ def test_client_retries_reads_and_never_writes_blindly(tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.slow
-def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample_repo):
+def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample_repo, sigstore_kit):
     """cut -> build (real nvcc) -> package -> publish --component, for the container lane, from the sample runtime."""
     from repokit import have_nvcc
 
@@ -521,7 +565,9 @@ def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample
     build_lane("5090", dist=dist, source=str(repo), toolchain="system" if have_nvcc() else "pinned", lanes_dir=lanes)
     package_lane("5090", dist=dist, lanes_dir=lanes)
     lane = load_lane(lanes / "rtx5090-container.toml")
-    names = asset_set(lane, 3).names()
+    statement = next((dist / lane.id / "attestations").glob("*.provenance.intoto.json"))
+    record_statement_bundle(sigstore_kit, dist, statement, PRODUCT_RELEASE)
+    names = sorted([*asset_set(lane, 3).names(), statement.name, statement.name + ".sigstore.json"])
     with StandIn(REPO) as gh:
         gh.tokens[TOKEN] = Token()
         gh.add_commit(commit)
@@ -531,9 +577,10 @@ def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample
         publish_lane("5090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
         [release] = gh.releases_for(tag)
         assert not release.draft and release.prerelease and gh.refs[tag] == commit
-        assert sorted(a.name for a in gh.assets_of(release)) == names and len(names) == 7
+        assert sorted(a.name for a in gh.assets_of(release)) == names and len(names) == 9, "the 7-file set, its statement and DSSE bundle"
         for asset in gh.assets_of(release):
-            assert asset.digest == "sha256:" + sha256_file(dist / lane.id / "assets" / asset.name)
+            local = statement.parent / asset.name if asset.name.startswith(statement.name) else dist / lane.id / "assets" / asset.name
+            assert asset.digest == "sha256:" + sha256_file(local)
     cut = load_lane(lanes / "rtx5090-container.toml").ledger().entry("0.7.0", 3)
     assert (cut.state, cut.source_commit, cut.publication.release_id) == ("published", commit, release.id)
 

@@ -757,3 +757,18 @@ __all__ = [
     "make_token",
     "merkle_root",
 ]
+
+
+def record_statement_bundle(kit: SigstoreStandIn, dist: Path, statement: Path, release: str, *, repository: str = "alphastorm/omp-ninfer") -> Path:
+    """What `sign` leaves for one provenance statement: its DSSE bundle beside it, signed as the release workflow
+    of `release` in `repository`, recorded in `dist`'s register as a `signature-bundle` entry (its own stage key, so several statements can be recorded)."""
+    from pipeline.register import Register
+
+    identity = f"https://github.com/{repository}/.github/workflows/release.yml@refs/tags/{release}"
+    data = statement.read_bytes()
+    bundle = statement.with_name(statement.name + ".sigstore.json")
+    bundle.write_bytes(kit.sign_dsse(data, kit.token(identity)).to_bytes())
+    register = Register(dist)
+    entry = register.make("signature-bundle", bundle, stage="sign", lane=None, signed_name=statement.name, signed_sha256=hashlib.sha256(data).hexdigest(), release=release)
+    register.record_stage(f"sign:{release}:{statement.name}", "0" * 64, [entry])
+    return bundle
