@@ -284,7 +284,9 @@ def check_wheel(wheel: Path, source: VerifierSource) -> int:
         infos = archive.infolist()
     names = [info.filename for info in infos]
     dist_info = f"{source.name}-{source.version}.dist-info/"
-    stamp = time.gmtime(max(source.epoch, 315532800))[:6]  # zip cannot date before 1980
+    # ZIP dates in 2-second steps (MS-DOS time): an entry made at an odd second is stored one second earlier.
+    epoch = max(source.epoch, 315532800)  # zip cannot date before 1980
+    stamp = time.gmtime(epoch - epoch % 2)[:6]
     for info in infos:
         if info.date_time != stamp:
             raise IntegrityError("a wheel entry is not dated at the commit", file=wheel, field=info.filename,

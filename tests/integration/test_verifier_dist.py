@@ -325,6 +325,34 @@ def test_the_wheel_check_finds_a_missing_lane_a_stray_file_a_clock_date_and_a_um
         vd.check_wheel(_wheel(tmp_path / "bare.whl", {k: v for k, v in good.items() if "RECORD" not in k}), source)
 
 
+def test_a_commit_at_an_odd_second_is_dated_in_zips_two_second_steps(tmp_path):
+    """ZIP stores times in 2-second steps: a wheel of a commit made at second 1 carries second 0, and that is the commit's date."""
+    files = ("pipeline/__init__.py", "pipeline/data/sigstore/production-trust-config.json", "runtime/lanes/rtx5090-container.toml", "packaging/licenses/curl.txt")
+    odd = vd.VerifierSource(tmp_path, "a" * 40, "b" * 40, EPOCH + 1, "p", "1", "84.2.1", files)
+    meta = {f"p-1.dist-info/{n}": b"m" for n in ("METADATA", "RECORD", "entry_points.txt")}
+    entries = {"pipeline/__init__.py": b"", "pipeline/data/sigstore/production-trust-config.json": b"{}",
+               "pipeline/data/repo/runtime/lanes/rtx5090-container.toml": b"", "pipeline/data/repo/packaging/licenses/curl.txt": b"", **meta}
+    assert vd.check_wheel(_wheel(tmp_path / "odd.whl", entries, date=(2026, 11, 1, 12, 0, 0)), odd) == len(entries)
+    with pytest.raises(IntegrityError, match="not dated at the commit"):  # two seconds off is another date, odd epoch or not
+        vd.check_wheel(_wheel(tmp_path / "early.whl", entries, date=(2026, 11, 1, 11, 59, 58)), odd)
+    with pytest.raises(IntegrityError, match="not dated at the commit"):
+        vd.check_wheel(_wheel(tmp_path / "late.whl", entries, date=(2026, 11, 1, 12, 0, 2)), odd)
+
+
+@pytest.mark.slow
+def test_verifier_dist_builds_a_commit_made_at_an_odd_second(this_commit, tmp_path):
+    source, _commit = this_commit
+    clone = tmp_path / "odd"
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(source), str(clone)], check=True)
+    env = {**os.environ, "GIT_AUTHOR_DATE": f"@{EPOCH + 1} +0000", "GIT_COMMITTER_DATE": f"@{EPOCH + 1} +0000",
+           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    subprocess.run(["git", "-C", str(clone), "commit", "-q", "--allow-empty", "-m", "at an odd second"], check=True, env=env)
+    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], check=True, capture_output=True, text=True).stdout.strip()
+    result = vd.build_verifier_dist(dist=tmp_path / "dist", source=f"{clone}@{commit}")
+    wheel = next(a for a in result.outputs if a.kind == "verifier-wheel")
+    assert wheel.attrs["source_date_epoch"] == EPOCH + 1 and wheel.attrs["commit"] == commit
+
+
 def test_the_cli_offers_the_command():
     from pipeline import cli
 
