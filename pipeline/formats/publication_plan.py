@@ -288,6 +288,15 @@ def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], a
     return receipt
 
 
+EVIDENCE_BUNDLE_SUFFIX = ".sigstore.json"  # a DSSE bundle beside its statement (infra/sigstore.BUNDLE_SUFFIX)
+
+
+def set_part(assets: dict[str, Any], statement: str) -> dict[str, Any]:
+    """The closed set's part of a component publication's assets: all but the set's provenance statement `statement`
+    and its DSSE bundle, which ship beside the set (publish --component), not in it."""
+    return {name: value for name, value in assets.items() if name not in (statement, statement + EVIDENCE_BUNDLE_SUFFIX)}
+
+
 def read_receipt(path: Path) -> dict[str, Any]:
     doc = parse_strict(path.read_bytes(), file=path, max_bytes=8 * 1024 * 1024)
     if not isinstance(doc, dict) or doc.get("artifact_type") != RECEIPT_TYPE or doc.get("schema_version") != SCHEMA_VERSION:

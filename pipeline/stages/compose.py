@@ -344,9 +344,14 @@ def component_publication(register: Register, lane: Lane, tag: str, set_files: d
         return None
     if len(entries) > 1:
         raise InputError(f"the register has {len(entries)} publication receipts of {tag}", file=register.file, found=[e.name for e in entries], expected="exactly one")
+    from pipeline.formats.assets import asset_set
+    from pipeline.formats.provenance import set_statement_name
+    from pipeline.formats.publication_plan import set_part
+
     path = register.verified_path(entries[0])
     receipt = read_receipt(path)
-    assets = {a["name"]: a["sha256"] for a in receipt["assets"]}
+    statement = set_statement_name(asset_set(lane, lane.beta_from_tag(tag)).package_root)
+    assets = set_part({a["name"]: a["sha256"] for a in receipt["assets"]}, statement)
     _want(receipt["kind"] == "component", "is not a component publication receipt", file=path, field="kind", found=receipt["kind"], expected="component")
     _want(receipt["repository"] == repository_of(lane.component_repository), "publishes to another repository than the lane's component repository", file=path, field="repository", found=receipt["repository"], expected=repository_of(lane.component_repository))
     _want(receipt["tag"] == tag, "publishes another component tag than the packaged set", file=path, field="tag", found=receipt["tag"], expected=tag)

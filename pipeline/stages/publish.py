@@ -62,8 +62,8 @@ from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import canonical_bytes, parse_strict
 
 ATTEMPTS = 4  # per operation, after ambiguous failures
-# Register kinds of files the product release also ships (the pipeline's own wheel and sdist, #11 §3).
-PRODUCT_REGISTER_KINDS: tuple[str, ...] = ()
+# The pipeline's own wheel, sdist and their SHA256SUMS (verifier-dist): the product release ships them for auditors.
+VERIFIER_KINDS = ("verifier-wheel", "verifier-sdist", "verifier-checksums")
 
 
 @dataclass
@@ -413,7 +413,7 @@ def statement_bundle(register, statement_sha256: str) -> Artifact | None:
     return None
 
 
-def check_evidence(register, statement: Path, bundle: Artifact | None, *, what: str, fix: str) -> str:
+def check_evidence(statement: Path, bundle: Path | None, release: str, *, what: str, fix: str) -> str:
     """A statement ships only with a DSSE bundle that verifies, offline, against the release workflow that signed it."""
     from pipeline.formats.release.names import PRODUCT_REPOSITORY
     from pipeline.infra.sigstore import effective_trust_config
@@ -422,13 +422,12 @@ def check_evidence(register, statement: Path, bundle: Artifact | None, *, what: 
     if bundle is None:
         raise _refuse(f"{what} has no DSSE bundle in the register", file=statement, field="signature-bundle",
                       why="auditors check every published statement against its Sigstore bundle; a statement without one cannot be checked", fix=fix)
-    path = register.verified_path(bundle)  # the bytes sign recorded, or an IntegrityError naming the change
-    signer = sign.release_signer(repository_of(PRODUCT_REPOSITORY), bundle.attrs["release"])
+    signer = sign.release_signer(repository_of(PRODUCT_REPOSITORY), release)
     try:
-        verified = sign.verify_dsse_bundle(statement.read_bytes(), path, identity=signer.identity, issuer=signer.issuer, trust_config=effective_trust_config(signer.trust_config),
+        verified = sign.verify_dsse_bundle(statement.read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=effective_trust_config(signer.trust_config),
                                            repository=signer.repository, ref=signer.ref, name=statement.name)
     except PipelineError as exc:
-        raise _refuse(f"the DSSE bundle of {what} does not verify: {exc.what}", file=path, fix=fix) from None
+        raise _refuse(f"the DSSE bundle of {what} does not verify: {exc.what}", file=bundle, fix=fix) from None
     return f"{statement.name} and its DSSE bundle (signed by {verified.identity}, log index {verified.log_index})"
 
 
@@ -481,7 +480,8 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
         if statement is None:
             raise _refuse(f"the register holds {len(statements)} provenance statements of {lane.id}'s set", file=register.file, field="provenance", found=len(statements), expected=1,
                           fix=f"package the lane again (python -m pipeline package --lane {lane.id})")
-        return check_evidence(register, statement, bundle, what=f"the provenance statement of {tag}", fix=fix)
+        path = register.verified_path(bundle) if bundle is not None else None  # the bytes sign recorded, or an IntegrityError naming the change
+        return check_evidence(statement, path, bundle.attrs["release"] if bundle is not None else "", what=f"the provenance statement of {tag}", fix=fix)
 
     def gate_assets() -> str:
         missing = sorted(n for n in expected.names() if not files[n].is_file())
@@ -608,10 +608,11 @@ def product_target(
         if bundle.is_file():
             shutil.copyfile(bundle, files_dir / bundle.name)
             files[bundle.name] = files_dir / bundle.name
-    for kind in PRODUCT_REGISTER_KINDS:
-        for entry in ctx.register.query(kind):
-            path = ctx.register.verified_path(entry)
-            files[path.name] = path
+    images = _image_statements(ctx, manifest, show, files_dir, files, bundles, release)
+    verifier = {kind: ctx.register.query(kind) for kind in VERIFIER_KINDS}
+    for entries in verifier.values():
+        for entry in entries:
+            files[Path(entry.path).name] = ctx.register.path_of(entry)
     assets = [_asset(n, p, "dist", p.relative_to(ctx.dist).as_posix()) for n, p in sorted(files.items())]
     target = Target("product", release, repository, release, commit, title, notes, prerelease, not prerelease, assets, files)
     remote = Remote(github_of(repository), target)
@@ -676,14 +677,60 @@ def product_target(
                 raise _refuse(f"the Sigstore bundle of {rel} does not verify: {exc.what}", file=bundle, fix=exc.fix) from None
         return f"{len(signed)} signed files verify against {signer.identity}"
 
+    def gate_evidence() -> str:
+        fix = f"sign the release in the release workflow (python -m pipeline sign --release {release}) and pass its bundles with --bundles"
+        done = [check_evidence(statement, bundle, release, what=f"the image statement {statement.name}", fix=fix) for statement, bundle in images]
+        return "; ".join(done) if done else "the release ships no image statement"
+
+    def gate_verifier() -> str:
+        for kind, entries in verifier.items():
+            if len(entries) != 1 or entries[0].attrs.get("commit") != commit:
+                raise _refuse(f"the register holds no single {kind} built from {commit[:12]}", file=ctx.register.file, field=kind,
+                              found=[e.attrs.get("commit") for e in entries], expected=commit,
+                              why="auditors install the verifier this release ships; it must be the pipeline of the tagged commit",
+                              fix=f"python -m pipeline verifier-dist --dist {ctx.dist} --source {root}@{commit}")
+            ctx.register.verified_path(entries[0])
+        wheel = verifier["verifier-wheel"][0]
+        return f"verifier {Path(wheel.path).name} of {commit[:12]} (sha256 {wheel.sha256[:12]}), its sdist and SHA256SUMS"
+
     target.gates = [
         ("verify-ready", gate_verify),
         ("acceptance", gate_acceptance),
         ("test-run", gate_tests),
         ("signatures", gate_signatures),
+        ("evidence", gate_evidence),
+        ("verifier", gate_verifier),
         *remote_gates(remote),
     ]
     return target, remote
+
+
+def _image_statements(ctx: Context, manifest: dict[str, Any], show: Callable[[str], bytes | None], files_dir: Path, files: dict[str, Path],
+                      bundles: Path | None, release: str) -> list[tuple[Path, Path | None]]:
+    """The image provenance statements the tree binds (container rows' `image_provenance`), copied from the commit
+    into the publication's files under their asset names, each with its DSSE bundle (the register's, else --bundles)."""
+    from pipeline.formats.release.names import image_provenance_asset
+
+    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    rows = [components.get("ninfer"), *(components.get("ninfer_variants") if isinstance(components.get("ninfer_variants"), list) else [])]
+    found = []
+    for row in rows:
+        record = row.get("image_provenance") if isinstance(row, dict) else None
+        if not isinstance(record, dict) or not isinstance(row.get("id"), str):
+            continue
+        data = show(str(record.get("path")))
+        if data is None or sha256_bytes(data) != record.get("sha256"):
+            raise InputError("the image statement the tree binds is not in the commit with its recorded hash", field=f"components.{row['id']}.image_provenance", found=record.get("path"))
+        name = image_provenance_asset(row["id"])
+        atomic_write_bytes(files_dir / name, data)
+        files[name] = files_dir / name
+        entry = statement_bundle(ctx.register, sha256_bytes(data))
+        bundle = ctx.register.verified_path(entry) if entry is not None else (bundles / (name + BUNDLE_SUFFIX) if bundles is not None else None)
+        if bundle is not None and bundle.is_file():
+            shutil.copyfile(bundle, files_dir / (name + BUNDLE_SUFFIX))
+            files[name + BUNDLE_SUFFIX] = files_dir / (name + BUNDLE_SUFFIX)
+        found.append((files[name], files.get(name + BUNDLE_SUFFIX)))
+    return found
 
 
 # -- plan, diff, apply -------------------------------------------------------------------

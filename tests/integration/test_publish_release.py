@@ -16,15 +16,18 @@ from pathlib import Path
 import pytest
 from github_standin import StandIn, Token
 from releasekit import RELEASE, sample_release
-from repokit import SHARED, git
+from repokit import ROOT, SHARED, git
+from sigstore_standin import SigstoreStandIn, record_statement_bundle
 
 from pipeline.cli import main
 from pipeline.errors import RefusedError
 from pipeline.formats.publication_plan import read_receipt
 from pipeline.formats.test_receipt import make_test_receipt, write_test_receipt
 from pipeline.infra.github import GitHub
+from pipeline.register import Register
 from pipeline.stages import sign
-from pipeline.stages.publish import publish_release
+from pipeline.stages.publish import VERIFIER_KINDS, publish_release
+from pipeline.stages.verifier_dist import build_verifier_dist
 from pipeline.util.hashing import sha256_bytes
 
 TOKEN = "ghp_productStandinToken0123456789abcdef"
@@ -64,10 +67,14 @@ def fake_verify(artifact, bundle_path, *, identity, issuer, trust_config="produc
         raise sign.SignatureError("the bundle was signed by another identity", file=bundle_path, found=bundle["identity"], expected=identity)
 
 
+VERIFIERS: dict[str, Path] = {}  # product commit -> a dist holding its verifier-dist outputs
+
+
 class Product:
     def __init__(self, release, tmp: Path, gh: StandIn, monkeypatch) -> None:
         self.release = release
         self.root = release.clone(tmp / "product", "ready")
+        self.add_pipeline_source()
         self.dist = tmp / "dist"
         self.dist.mkdir()
         self.gh = gh
@@ -81,8 +88,9 @@ class Product:
         return git(self.root, "rev-parse", "HEAD")
 
     def settle(self) -> None:
-        """Everything the gates need for HEAD: on GitHub, a green test run, a bundle per signed file."""
+        """Everything the gates need for HEAD: on GitHub, a green test run, a bundle per signed file, the verifier of HEAD."""
         commit = self.commit
+        self.verifier(commit)
         self.gh.add_commit(commit, [f"{TREE}/manifest.json"])
         tree = git(self.root, "rev-parse", f"{commit}^{{tree}}")
         write_test_receipt(self.dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped=3))
@@ -91,6 +99,33 @@ class Product:
         for rel in SIGNED:
             data = (self.root / TREE / rel).read_bytes()
             (self.root / TREE / (rel + ".sigstore.json")).write_bytes(fake_bundle(data, identity))
+
+    def add_pipeline_source(self) -> None:
+        """The product repository holds the pipeline (as this one does), so verifier-dist can build its commit.
+        Files the sample product already has (its lanes, cuts, release trees) are kept; the commit is deterministic."""
+        from acceptkit import product_files
+
+        for name in product_files():
+            target = self.root / name
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(ROOT / name, target)
+                shutil.copymode(ROOT / name, target)
+        git(self.root, "add", "-A")
+        git(self.root, "commit", "-q", "-m", "the pipeline beside the release tree")
+
+    def verifier(self, commit: str) -> None:
+        """verifier-dist of the product commit (built once per commit, recorded in this dist's register)."""
+        template = VERIFIERS.get(commit)
+        if template is None:
+            template = self.dist.parent / f"verifier-{commit[:12]}"
+            build_verifier_dist(dist=template, source=f"{self.root}@{commit}")
+            VERIFIERS[commit] = template
+        entries = [a for kind in VERIFIER_KINDS for a in Register(template).query(kind)]
+        for entry in entries:
+            (self.dist / entry.path).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(template / entry.path, self.dist / entry.path)
+        Register(self.dist).record_stage("verifier-dist", "0" * 64, entries)
 
     def client(self) -> GitHub:
         return GitHub(REPO, TOKEN, api=self.gh.url, uploads=self.gh.uploads, clock=FakeClock(), write_interval=0)
@@ -127,8 +162,9 @@ def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(produc
     sha = product.plan_sha()
     plan = json.loads((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
     assert plan["release"]["make_latest"] == "true" and plan["release"]["prerelease"] is False
-    assert plan["gates"] == ["verify-ready", "acceptance", "test-run", "signatures", "token", "rate-limit", "github-unchanged", "tag", "single-draft", "draft-assets"]
-    names = ["manifest.json", "manifest.json.sigstore.json", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]
+    assert plan["gates"] == ["verify-ready", "acceptance", "test-run", "signatures", "evidence", "verifier", "token", "rate-limit", "github-unchanged", "tag", "single-draft", "draft-assets"]
+    names = ["manifest.json", "manifest.json.sigstore.json", "omp_ninfer_pipeline-0.1.0-py3-none-any.whl", "omp_ninfer_pipeline-0.1.0.SHA256SUMS",
+             "omp_ninfer_pipeline-0.1.0.tar.gz", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]  # and the verifier auditors install
     assert [a["name"] for a in plan["assets"]] == names
     err = capsys.readouterr().err
     assert all(f"OK:   gate {gate}" in err for gate in plan["gates"]), err
@@ -216,6 +252,18 @@ def test_the_signature_gate_needs_a_verifying_bundle_for_every_signed_file(produ
 
 
 @pytest.mark.slow
+def test_the_verifier_gate_needs_the_verifier_of_the_tagged_commit(product):
+    register = Register(product.dist)
+    register.record_stage("verifier-dist", "0" * 64, [])  # no verifier of this commit
+    product.refused("verifier", f"the register holds no single verifier-wheel built from {product.commit[:12]}")
+    wheel = next(product.dist.glob("verifier/*.whl"))
+    product.verifier(product.commit)
+    wheel.write_bytes(wheel.read_bytes() + b"\0")  # the bytes changed after verifier-dist recorded them
+    with pytest.raises(Exception, match="changed on disk"):
+        product.publish()
+
+
+@pytest.mark.slow
 def test_the_cli_dry_run_prints_the_plan_and_apply_publishes(product, monkeypatch, capsys):
     for key, value in product.gh.env(TOKEN).items():
         monkeypatch.setenv(key, value)
@@ -232,7 +280,7 @@ def test_the_cli_dry_run_prints_the_plan_and_apply_publishes(product, monkeypatc
 
 
 @pytest.mark.slow
-def test_compose_binds_the_component_publication_receipt(release, tmp_path, capsys):
+def test_compose_binds_the_component_publication_receipt(release, tmp_path, capsys, monkeypatch):
     """The component published by `publish --component` is what compose binds as published."""
     from dataclasses import replace
 
@@ -250,6 +298,9 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
     shutil.copytree(release.lanes_dir, lanes)
     shutil.copytree(release.lanes_dir.parent / "cuts", tmp_path / "w" / "cuts")
     lane = load_lane(lanes / "rtx4090-windows-native.toml")
+    kit = SigstoreStandIn(tmp_path / "sigstore").write()
+    monkeypatch.setenv("PIPELINE_TEST_SIGSTORE", str(kit.directory))
+    record_statement_bundle(kit, dist, next((dist / lane.id / "attestations").glob("*.provenance.intoto.json")), RELEASE)
     with StandIn("alphastorm/ninfer") as gh:
         gh.tokens[TOKEN] = Token()
         gh.add_commit(lane.ledger().current("0.7.0").source_commit)

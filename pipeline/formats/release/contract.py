@@ -808,7 +808,9 @@ class Verifier:
 
     def check_component_publications(self) -> None:
         """A bound component publication receipt published exactly the row's set, at its tag and commit."""
-        from pipeline.formats.publication_plan import read_receipt
+        from pipeline.formats.assets import asset_set
+        from pipeline.formats.provenance import set_statement_name
+        from pipeline.formats.publication_plan import read_receipt, set_part
         from pipeline.infra.github import repository_of
 
         for row in manifest_rows(self.manifest):
@@ -826,7 +828,12 @@ class Verifier:
             try:
                 receipt = read_receipt(path)
                 bound = self._bound_set(row)
-                assets = {a.get("name"): a.get("sha256") for a in receipt["assets"]}
+                published = {a.get("name"): a.get("sha256") for a in receipt["assets"]}
+                statement = set_statement_name(asset_set(lane, lane.beta_from_tag(row.get("release_tag"))).package_root)
+                assets = set_part(published, statement)
+                record = row.get("provenance") if isinstance(row.get("provenance"), dict) else None
+                if statement in published and record is not None:
+                    want(published[statement] == record.get("sha256"), "published another provenance statement than the one the row binds", field=f"assets[{statement}].sha256", found=published[statement], expected=record.get("sha256"))
                 want(receipt.get("kind") == "component", "is not a component publication receipt", field="kind", found=receipt.get("kind"), expected="component")
                 want(receipt.get("repository") == repository_of(lane.component_repository), "publishes to another repository than the lane's", field="repository", found=receipt.get("repository"), expected=repository_of(lane.component_repository))
                 want(receipt.get("tag") == row.get("release_tag"), "publishes another component tag than the row", field="tag", found=receipt.get("tag"), expected=row.get("release_tag"))
