@@ -53,7 +53,7 @@ from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.infra.git import GIT
 from pipeline.infra.github import Ambiguous, GitHub, GitHubError, repository_of, token_from_env
-from pipeline.infra.sigstore import BUNDLE_SUFFIX
+from pipeline.infra.sigstore import BUNDLE_SUFFIX, effective_trust_config
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
 from pipeline.util import ui
@@ -416,7 +416,6 @@ def statement_bundle(register, statement_sha256: str) -> Artifact | None:
 def check_evidence(statement: Path, bundle: Path | None, release: str, *, what: str, fix: str) -> str:
     """A statement ships only with a DSSE bundle that verifies, offline, against the release workflow that signed it."""
     from pipeline.formats.release.names import PRODUCT_REPOSITORY
-    from pipeline.infra.sigstore import effective_trust_config
     from pipeline.stages import sign
 
     if bundle is None:
@@ -672,7 +671,7 @@ def product_target(
             if bundle is None:
                 raise _refuse(f"{rel} has no Sigstore bundle", file=bundle_of(rel), fix="sign the release in the release workflow (python -m pipeline sign) and pass its bundles with --bundles")
             try:
-                sign.verify_bundle(files[name].read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=signer.trust_config, repository=signer.repository, ref=signer.ref)
+                sign.verify_bundle(files[name].read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=effective_trust_config(signer.trust_config), repository=signer.repository, ref=signer.ref)
             except PipelineError as exc:
                 raise _refuse(f"the Sigstore bundle of {rel} does not verify: {exc.what}", file=bundle, fix=exc.fix) from None
         return f"{len(signed)} signed files verify against {signer.identity}"

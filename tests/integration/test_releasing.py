@@ -92,8 +92,11 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
         if path.startswith("/github.com/alphastorm/ninfer/releases/download/") and len(parts) == 8:
             tag, name = parts[6], parts[7]
             for receipt in (root / "dist").glob("*/assets/package-build-receipt.json"):
-                if json.loads(receipt.read_bytes())["component_tag"] == tag and (receipt.parent / name).is_file():
-                    return receipt.parent / name
+                if json.loads(receipt.read_bytes())["component_tag"] == tag:
+                    # The set, and beside it its provenance statement, as publish --component uploads them.
+                    for folder in (receipt.parent, receipt.parent.parent / "attestations"):
+                        if (folder / name).is_file():
+                            return folder / name
         return clients.get(parts[-1])
 
     server = AssetServer(resolve)

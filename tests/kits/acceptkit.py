@@ -178,6 +178,8 @@ def serve_release(server: AssetServer, manifest: dict[str, Any], assets: dict[st
         tag = url.rsplit("/", 2)[-2]
         if "/releases/download/" in url and tag in assets and (assets[tag] / name).is_file():
             server.publish(url, assets[tag] / name)
+            for statement in sorted((assets[tag].parent / "attestations").glob("*.provenance.intoto.json")):  # beside the set, as publish --component uploads it
+                server.publish(url.rsplit("/", 1)[0] + "/" + statement.name, statement)
         elif name in clients:
             server.publish(url, clients[name])
         # The model (20 GB, bound by its real hash) is not served: the audit route skips it by size.
