@@ -291,10 +291,18 @@ def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], a
 EVIDENCE_BUNDLE_SUFFIX = ".sigstore.json"  # a DSSE bundle beside its statement (infra/sigstore.BUNDLE_SUFFIX)
 
 
+def evidence_names(statement: str) -> tuple[str, str, str]:
+    """What a component publication ships beside its closed set: the set's provenance statement, its DSSE bundle,
+    and the Sigstore bundle of the set's outer SHA256SUMS (all made by `sign`)."""
+    from pipeline.formats.assets import OUTER_SUMS
+
+    return statement, statement + EVIDENCE_BUNDLE_SUFFIX, OUTER_SUMS + EVIDENCE_BUNDLE_SUFFIX
+
+
 def set_part(assets: dict[str, Any], statement: str) -> dict[str, Any]:
-    """The closed set's part of a component publication's assets: all but the set's provenance statement `statement`
-    and its DSSE bundle, which ship beside the set (publish --component), not in it."""
-    return {name: value for name, value in assets.items() if name not in (statement, statement + EVIDENCE_BUNDLE_SUFFIX)}
+    """The closed set's part of a component publication's assets: all but the evidence beside it (`evidence_names`)."""
+    beside = evidence_names(statement)
+    return {name: value for name, value in assets.items() if name not in beside}
 
 
 def read_receipt(path: Path) -> dict[str, Any]:

@@ -49,6 +49,7 @@ from typing import Any
 
 from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, RemoteError, UsageError
 from pipeline.formats import publication_plan as fmt
+from pipeline.formats.assets import OUTER_SUMS
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.infra.git import GIT
@@ -430,6 +431,23 @@ def check_evidence(statement: Path, bundle: Path | None, release: str, *, what: 
     return f"{statement.name} and its DSSE bundle (signed by {verified.identity}, log index {verified.log_index})"
 
 
+def check_sums_signature(register, sums: Path, bundle: Artifact | None, *, fix: str) -> str:
+    """The set's SHA256SUMS ships with the Sigstore bundle of the release workflow that signed it (its tree copy)."""
+    from pipeline.formats.release.names import PRODUCT_REPOSITORY
+    from pipeline.stages import sign
+
+    if bundle is None:
+        raise _refuse(f"the set's {sums.name} has no Sigstore bundle in the register", file=sums, field="signature-bundle",
+                      why="the SHA256SUMS is what the product release signs for this set; the component release carries that signature", fix=fix)
+    signer = sign.release_signer(repository_of(PRODUCT_REPOSITORY), bundle.attrs["release"])
+    try:
+        verified = sign.verify_bundle(sign.Sha256Digest(sha256_file(sums)), register.verified_path(bundle), identity=signer.identity, issuer=signer.issuer,
+                                      trust_config=effective_trust_config(signer.trust_config), repository=signer.repository, ref=signer.ref)
+    except PipelineError as exc:
+        raise _refuse(f"the Sigstore bundle of the set's {sums.name} does not verify: {exc.what}", file=register.path_of(bundle), fix=fix) from None
+    return f"{sums.name} signed by {verified.identity}"
+
+
 # -- component -----------------------------------------------------------------------
 
 def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub | None]) -> tuple[Target, Remote]:
@@ -453,14 +471,19 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
         raise InputError("the build identity names no full source commit", file=register.path_of(identity_entry), field="patch_stack_sha", found=commit)
     assets_dir = ctx.dist / lane.id / "assets"
     files = {name: assets_dir / name for name in expected.names()}
-    # The set's provenance statement and its DSSE bundle ship beside the set (not in it): what audit checks.
+    # Beside the set (not in it): its provenance statement with its DSSE bundle, and its SHA256SUMS's bundle (fmt.evidence_names).
     statements = [e for e in register.outputs_of(f"package:{lane.id}") if e.kind == "provenance"]
     statement = register.verified_path(statements[0]) if len(statements) == 1 else None
     bundle = statement_bundle(register, statements[0].sha256) if statement is not None else None
+    sums = files.get(OUTER_SUMS)
+    sums_bundle = statement_bundle(register, sha256_file(sums)) if sums is not None and sums.is_file() else None
     if statement is not None:
+        _, statement_bundle_name, sums_bundle_name = fmt.evidence_names(statement.name)
         files[statement.name] = statement
-    if bundle is not None:
-        files[statement.name + BUNDLE_SUFFIX] = register.path_of(bundle)
+        if bundle is not None:
+            files[statement_bundle_name] = register.path_of(bundle)
+        if sums_bundle is not None:
+            files[sums_bundle_name] = register.path_of(sums_bundle)
     assets = [_asset(name, path, "dist", path.relative_to(ctx.dist).as_posix()) for name, path in sorted(files.items()) if path.is_file()]
     repository = repository_of(lane.component_repository)
     sums = files.get("SHA256SUMS")
@@ -480,7 +503,8 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
             raise _refuse(f"the register holds {len(statements)} provenance statements of {lane.id}'s set", file=register.file, field="provenance", found=len(statements), expected=1,
                           fix=f"package the lane again (python -m pipeline package --lane {lane.id})")
         path = register.verified_path(bundle) if bundle is not None else None  # the bytes sign recorded, or an IntegrityError naming the change
-        return check_evidence(statement, path, bundle.attrs["release"] if bundle is not None else "", what=f"the provenance statement of {tag}", fix=fix)
+        done = check_evidence(statement, path, bundle.attrs["release"] if bundle is not None else "", what=f"the provenance statement of {tag}", fix=fix)
+        return f"{done}; {check_sums_signature(register, files[OUTER_SUMS], sums_bundle, fix=fix)}"
 
     def gate_assets() -> str:
         missing = sorted(n for n in expected.names() if not files[n].is_file())

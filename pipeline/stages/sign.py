@@ -5,8 +5,10 @@ GitHub Actions.  It signs, with the job's ambient OIDC identity (the workflow
 needs `permissions: id-token: write`), the files the release tree lists in
 `signing.signed_files` (the manifest and every lane's checked-in
 `qualification/<lane>.SHA256SUMS`), writing `<file>.sigstore.json` beside
-each, and beside every copy of those bytes the register knows (each set's
-outer `SHA256SUMS` under `--dist`).  Its targets come from the register:
+each, and a copy for every other file of those bytes the register knows:
+each set's outer `SHA256SUMS` under `--dist`, whose bundle goes to the set's
+`attestations/` folder (the set's own folder holds exactly the closed set),
+where `publish --component` takes it as evidence beside the set.  Its targets come from the register:
 compose's `release-tree` entries name the tree's files and their hashes (a
 tree file that differs from what compose recorded is refused), and the
 package stage's `outer-checksums` entries the copies.  A tree composed in
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
+from pipeline.formats.provenance import FOLDER
 from pipeline.formats.release.names import RELEASE_RE, sort_release_key
 from pipeline.infra.sigstore import (
     BUNDLE_SUFFIX,
@@ -153,6 +156,12 @@ class SigningTarget:
     data: bytes
     files: list[Path] = field(default_factory=list)
     dsse: bool = False  # an in-toto statement: signed as a DSSE envelope, not as a blob
+    # Where a copy's bundle goes when not beside it: a set's outer SHA256SUMS lies in the closed set's folder,
+    # which holds exactly the set's files, so its bundle goes to the set's attestations folder instead.
+    bundle_at: dict[Path, Path] = field(default_factory=dict)
+
+    def bundle_of(self, path: Path) -> Path:
+        return self.bundle_at.get(path) or bundle_path_for(path)
 
     @property
     def label(self) -> str:
@@ -304,7 +313,7 @@ class SignPlan:
         return {
             "release": self.release,
             "signer": self.signer.to_json(),
-            "targets": [{"sha256": t.sha256, "dsse": t.dsse, "files": [str(p) for p in t.files], "bundle": [str(bundle_path_for(p)) for p in t.files]} for t in self.targets],
+            "targets": [{"sha256": t.sha256, "dsse": t.dsse, "files": [str(p) for p in t.files], "bundle": [str(t.bundle_of(p)) for p in t.files]} for t in self.targets],
         }
 
 
@@ -339,7 +348,8 @@ def plan_signing(manifests: Path, release: str | None, register: Register | None
             ui.warn(f"{path}: not among the release tree's signed files (a lane this release does not ship); not signed")
             continue
         if path not in target.files:
-            target.files.append(path)  # the same bytes: the bundle is copied beside it for upload
+            target.files.append(path)  # the same bytes: the bundle is copied for the component's upload
+            target.bundle_at[path] = path.parent.parent / FOLDER / (path.name + BUNDLE_SUFFIX)
     shipped_image = dig_manifest_digest(manifest)
     for artifact in register.query("provenance") if register is not None else []:
         path = register.verified_path(artifact).resolve()
@@ -425,7 +435,7 @@ def _token_identity(token) -> str:
 def _write_bundle(target: SigningTarget, bundle_json: bytes) -> list[Path]:
     written = []
     for path in target.files:
-        out = bundle_path_for(path)
+        out = target.bundle_of(path)
         atomic_write_bytes(out, bundle_json)
         written.append(out)
     return written
@@ -483,7 +493,7 @@ def sign_targets(
 
     pending: list[SigningTarget] = []
     for target in targets:
-        existing = [bundle_path_for(p) for p in target.files if bundle_path_for(p).exists()]
+        existing = [target.bundle_of(p) for p in target.files if target.bundle_of(p).exists()]
         valid = None
         for bundle_file in existing:
             try:
@@ -537,12 +547,12 @@ def sign_targets(
                 report.signed.append(target.label)
 
     for target in targets:
-        bundle_file = bundle_path_for(target.files[0])
+        bundle_file = target.bundle_of(target.files[0])
         try:
             verified = check(target, bundle_file)
         except SignatureError as error:
             for path in target.files:  # never leave a bundle that does not verify
-                bundle_path_for(path).unlink(missing_ok=True)
+                target.bundle_of(path).unlink(missing_ok=True)
             raise SignatureError(
                 f"the bundle just written for {target.label} does not verify against the expected signer",
                 reason=error.reason,
@@ -633,11 +643,11 @@ class SignStage(Stage):
         tree = plan.release_dir.resolve()
         outputs: list[Artifact] = []
         for target in plan.targets:
-            bundle = bundle_path_for(target.files[0]).read_bytes()  # verified by sign_targets, identical beside every copy
+            bundle = target.bundle_of(target.files[0]).read_bytes()  # verified by sign_targets, identical for every copy
             for path in target.files:
                 if path.is_relative_to(dist):
                     lanes = [a.lane for a in register.query("outer-checksums") if register.path_of(a).resolve() == path]
-                    where, lane = bundle_path_for(path), (lanes[0] if lanes else None)
+                    where, lane = target.bundle_of(path), (lanes[0] if lanes else None)
                 else:
                     # A bundle beside a tree file lives outside the output folder: its copy under dist is the register's.
                     where, lane = self.ctx.dist / BUNDLES_DIR / plan.release / (path.relative_to(tree).as_posix() + BUNDLE_SUFFIX), None

@@ -217,12 +217,9 @@ def chain(tmp_path_factory):
         sign_release(RELEASE, dist=dist, manifests=root / "manifests")
 
         # publish --component: dry run, then apply the reviewed plan.
-        # PIPELINE BUG (reported): `sign` writes SHA256SUMS.sigstore.json beside the set's outer SHA256SUMS in
-        # <dist>/<lane>/assets/, and publish --component's check-assets gate then refuses the set ("unexpected
-        # file"); the product release carries that bundle from the tree, so it is moved out of the set folder.
-        stray = dist / LANE / "assets" / "SHA256SUMS.sigstore.json"
-        if stray.exists():
-            stray.rename(work / "SHA256SUMS.sigstore.json.moved-aside")
+        # sign keeps the closed set's folder closed: the SHA256SUMS bundle goes to the set's attestations folder.
+        assert not (dist / LANE / "assets" / "SHA256SUMS.sigstore.json").exists()
+        assert (dist / LANE / "attestations" / "SHA256SUMS.sigstore.json").is_file()
         lane = load_lane(lanes / f"{LANE}.toml")
         cut = lane.ledger().current("0.7.0")
         component.add_commit(cut.source_commit, ["src/main.cpp"])
@@ -235,19 +232,6 @@ def chain(tmp_path_factory):
         product.add_commit(commit, [f"{TREE}/manifest.json"])
         tree = git(root, "rev-parse", f"{commit}^{{tree}}")
         write_test_receipt(dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped=3))
-        # PIPELINE BUG (reported): the product's `signatures` gate (pipeline/stages/publish.py: product_target,
-        # gate_signatures) verifies with the manifest's trust configuration ("production"), not
-        # effective_trust_config(...), so under the seam no bundle verifies.  The fix, applied from outside:
-        # the REAL verifier, given the trust configuration the seam names.
-        from pipeline.infra.sigstore import effective_trust_config
-        from pipeline.stages import sign
-
-        real_verify = sign.verify_bundle
-
-        def verify_with_seam(*args, trust_config="production", **kwargs):
-            return real_verify(*args, trust_config=effective_trust_config(trust_config), **kwargs)
-
-        mp.setattr(sign, "verify_bundle", verify_with_seam)
         client_p = GitHub(PRODUCT, TOKEN, api=product.url, uploads=product.uploads, clock=_Clock(), write_interval=0)
         publish_release(RELEASE, root=root, dist=dist, lanes_dir=lanes, github=client_p)
         plan = dist / "publish" / f"product-{RELEASE}" / "plan.json"

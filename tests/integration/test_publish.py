@@ -85,10 +85,10 @@ class Setup:
         gh.add_commit(workspace.commit, ["src/main.cpp"])
         self.statement = next(p for p in (self.dist / LANE / "attestations").iterdir() if p.name.endswith(".provenance.intoto.json"))
         self.set_names = asset_set(load_lane(self.lanes / f"{LANE}.toml")).names()
-        self.names = sorted([*self.set_names, self.statement.name, self.statement.name + ".sigstore.json"])
+        self.names = sorted([*self.set_names, self.statement.name, self.statement.name + ".sigstore.json", "SHA256SUMS.sigstore.json"])
 
     def local(self, name: str) -> Path:
-        return self.dist / LANE / ("assets" if name in self.set_names else "attestations") / name
+        return self.dist / LANE / ("assets" if name in self.set_names else "attestations") / name  # the evidence beside the set
 
     def sign(self, kit: SigstoreStandIn) -> None:
         record_statement_bundle(kit, self.dist, self.statement, PRODUCT_RELEASE)
@@ -149,7 +149,7 @@ def test_dry_run_writes_the_plan_prints_it_and_writes_nothing_remote(setup, caps
     plan_path = setup.folder / "plan.json"
     plan = json.loads(plan_path.read_bytes())
     assert out == plan_path.read_text(), "stdout carries the plan's canonical JSON"
-    assert [op["op"] for op in plan["operations"]] == ["create-draft", *["upload-asset"] * 13, "create-tag", "publish"], "the tag is the last write before publishing"
+    assert [op["op"] for op in plan["operations"]] == ["create-draft", *["upload-asset"] * 14, "create-tag", "publish"], "the tag is the last write before publishing"
     assert plan["observed"] == {"read": True, "tag": None, "immutable_releases": False, "releases": []}, "the plan binds what GitHub held"
     assert plan["release"] == {"name": TAG, "body": plan["release"]["body"], "prerelease": True, "make_latest": "false"}
     assert plan["commit"] == setup.workspace.commit and plan["repository"] == REPO
@@ -182,7 +182,7 @@ def test_apply_publishes_the_closed_set_and_a_rerun_changes_nothing(setup, capsy
     entry = Register(setup.dist).one("release-publication", lane=LANE, needed_by="t", produced_by="t")
     assert entry.attrs["tag"] == TAG and entry.attrs["plan_sha256"] == sha
     writes = setup.gh.writes
-    assert writes == 16  # draft, 13 uploads, tag, publish
+    assert writes == 17  # draft, 14 uploads, tag, publish
     journal = read_journal(setup.folder / "journal" / f"{sha}.jsonl")
     assert [e["event"] for e in journal][0] == "run-start" and journal[-1]["event"] == "run-done"
     assert all(e["request_id"].startswith("STANDIN:") for e in journal if e["event"] == "op-done")
@@ -214,7 +214,7 @@ def test_a_connection_reset_after_the_upload_landed_is_not_uploaded_twice(setup)
     setup.apply()
     setup.converged()
     posts = [p for m, p, status in setup.gh.log if m == "POST" and "/uploads/" in p]
-    assert len(posts) == 13, "the landed upload must be found by listing, not sent again"
+    assert len(posts) == 14, "the landed upload must be found by listing, not sent again"
     assert 0 in [status for _m, _p, status in setup.gh.log], "the stand-in really reset the connection"
 
 
@@ -472,7 +472,7 @@ def test_an_immutable_published_release_refuses_added_assets(setup):
 
 # -- kill -9 between any two writes ---------------------------------------------------------
 
-WRITES = 16  # create-draft, 13 uploads (the 11-file set, its statement and DSSE bundle), create-tag, publish
+WRITES = 17  # create-draft, 14 uploads (the 11-file set, its statement, its DSSE bundle, the SHA256SUMS bundle), create-tag, publish
 # Killed while write k is in flight, after GitHub applied it (k = 1..14) or before (k = 1, and one
 # upload).  "Before write k" leaves GitHub as "after write k-1" does, so this covers every gap
 # between two writes; the journal differs, and the re-run must not care.
@@ -567,7 +567,7 @@ def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample
     lane = load_lane(lanes / "rtx5090-container.toml")
     statement = next((dist / lane.id / "attestations").glob("*.provenance.intoto.json"))
     record_statement_bundle(sigstore_kit, dist, statement, PRODUCT_RELEASE)
-    names = sorted([*asset_set(lane, 3).names(), statement.name, statement.name + ".sigstore.json"])
+    names = sorted([*asset_set(lane, 3).names(), statement.name, statement.name + ".sigstore.json", "SHA256SUMS.sigstore.json"])
     with StandIn(REPO) as gh:
         gh.tokens[TOKEN] = Token()
         gh.add_commit(commit)
@@ -577,9 +577,9 @@ def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample
         publish_lane("5090", dist=dist, lanes_dir=lanes, github=client, apply=True, plan_sha256=sha)
         [release] = gh.releases_for(tag)
         assert not release.draft and release.prerelease and gh.refs[tag] == commit
-        assert sorted(a.name for a in gh.assets_of(release)) == names and len(names) == 9, "the 7-file set, its statement and DSSE bundle"
+        assert sorted(a.name for a in gh.assets_of(release)) == names and len(names) == 10, "the 7-file set, its statement, DSSE bundle and SHA256SUMS bundle"
         for asset in gh.assets_of(release):
-            local = statement.parent / asset.name if asset.name.startswith(statement.name) else dist / lane.id / "assets" / asset.name
+            local = statement.parent / asset.name if asset.name.endswith((".intoto.json", ".sigstore.json")) else dist / lane.id / "assets" / asset.name
             assert asset.digest == "sha256:" + sha256_file(local)
     cut = load_lane(lanes / "rtx5090-container.toml").ledger().entry("0.7.0", 3)
     assert (cut.state, cut.source_commit, cut.publication.release_id) == ("published", commit, release.id)

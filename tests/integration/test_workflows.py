@@ -278,7 +278,7 @@ def test_a_component_job_per_lane_file():
     assert sorted(job["strategy"]["matrix"]["lane"]) == lanes and lanes
     assert job["strategy"]["fail-fast"] is False
     assert job["env"]["LANE"] == "${{ matrix.lane }}"
-    assert "dist-verifier" in _downloads(job)
+    assert "dist-signed" in _downloads(job)  # the register with sign's bundles: the evidence the component ships
     # publish --apply records the cut as published in runtime/cuts/<lane>.json; the job cannot push, so the
     # changed ledger is shown and kept, also when the apply failed part-way.
     apply_index, _ = _step(job, "--apply")
@@ -299,7 +299,9 @@ def test_the_product_publication_gets_the_receipt_the_verifier_and_the_bundles()
     assert _step(jobs["verifier"], "pip install")[1]["run"] == 'python -m pip install -e ".[test]"'  # build + the pinned setuptools
     upload = [s for s in jobs["verifier"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert [(s["with"]["name"], s["with"]["path"]) for s in upload] == [("dist-verifier", "dist/")]
-    assert _downloads(jobs["publish"]) == {"dist-verifier", "test-run-receipt", "sigstore-bundles"}
+    assert _downloads(jobs["publish"]) == {"dist-signed", "test-run-receipt", "sigstore-bundles"}
+    signed = [s for s in jobs["sign"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@") and s["with"]["name"] == "dist-signed"]
+    assert [s["with"]["path"] for s in signed] == ["dist/"], "sign hands its register and bundles on to the publish jobs"
     receipt = next(s for s in jobs["publish"]["steps"] if s.get("with", {}).get("name") == "test-run-receipt")
     assert receipt["with"]["path"] == "dist/"  # where publish looks: <dist>/test-run-receipt.json
     checkout = jobs["publish"]["steps"][0]

@@ -760,8 +760,9 @@ __all__ = [
 
 
 def record_statement_bundle(kit: SigstoreStandIn, dist: Path, statement: Path, release: str, *, repository: str = "alphastorm/omp-ninfer") -> Path:
-    """What `sign` leaves for one provenance statement: its DSSE bundle beside it, signed as the release workflow
-    of `release` in `repository`, recorded in `dist`'s register as a `signature-bundle` entry (its own stage key, so several statements can be recorded)."""
+    """What `sign` leaves for one set: the DSSE bundle of its provenance statement beside it and the bundle of its
+    outer SHA256SUMS in the same attestations folder, signed as the release workflow of `release` in `repository`,
+    recorded in `dist`'s register as `signature-bundle` entries (a stage key of their own per statement)."""
     from pipeline.register import Register
 
     identity = f"https://github.com/{repository}/.github/workflows/release.yml@refs/tags/{release}"
@@ -769,6 +770,12 @@ def record_statement_bundle(kit: SigstoreStandIn, dist: Path, statement: Path, r
     bundle = statement.with_name(statement.name + ".sigstore.json")
     bundle.write_bytes(kit.sign_dsse(data, kit.token(identity)).to_bytes())
     register = Register(dist)
-    entry = register.make("signature-bundle", bundle, stage="sign", lane=None, signed_name=statement.name, signed_sha256=hashlib.sha256(data).hexdigest(), release=release)
-    register.record_stage(f"sign:{release}:{statement.name}", "0" * 64, [entry])
+    entries = [register.make("signature-bundle", bundle, stage="sign", lane=None, signed_name=statement.name, signed_sha256=hashlib.sha256(data).hexdigest(), release=release)]
+    sums = statement.parent.parent / "assets" / "SHA256SUMS"
+    if sums.is_file():
+        sums_bundle = statement.parent / "SHA256SUMS.sigstore.json"
+        sums_bundle.write_bytes(kit.sign_artifact(sums.read_bytes(), kit.token(identity)).to_bytes())
+        entries.append(register.make("signature-bundle", sums_bundle, stage="sign", lane=statement.parent.parent.name, signed_name="SHA256SUMS",
+                                     signed_sha256=hashlib.sha256(sums.read_bytes()).hexdigest(), release=release))
+    register.record_stage(f"sign:{release}:{statement.name}", "0" * 64, entries)
     return bundle

@@ -599,18 +599,20 @@ def test_the_sign_stage_signs_the_composed_tree_and_records_every_bundle(tmp_pat
     result, stage = _sign_in_actions(tmp_path, dist, calls)
     assert len(calls) == 2 and not result.skipped  # two distinct contents, each signed once
     assert sorted(stage.report.signed) == ["manifest.json", "rtx4090-windows-native.SHA256SUMS (+1 copies)"]
-    for path in (tree / "manifest.json", tree / "qualification" / "rtx4090-windows-native.SHA256SUMS", sums):
-        assert json.loads(sig.bundle_path_for(path).read_bytes())["sha256"] == sig.sha256_file(path)
+    beside_set = sums.parent.parent / "attestations" / "SHA256SUMS.sigstore.json"  # the closed set's folder stays closed
+    for path, bundle in ((tree / "manifest.json", None), (tree / "qualification" / "rtx4090-windows-native.SHA256SUMS", None), (sums, beside_set)):
+        assert json.loads((bundle or sig.bundle_path_for(path)).read_bytes())["sha256"] == sig.sha256_file(path)
+    assert not sig.bundle_path_for(sums).exists(), "no bundle inside the asset set's folder"
     register = Register(dist)
     bundles = {a.path: a for a in register.query("signature-bundle")}
     assert set(bundles) == {
         "sign/v0.1.2/manifest.json.sigstore.json",
         "sign/v0.1.2/qualification/rtx4090-windows-native.SHA256SUMS.sigstore.json",
-        "rtx4090-windows-native/assets/SHA256SUMS.sigstore.json",
+        "rtx4090-windows-native/attestations/SHA256SUMS.sigstore.json",
     }
     # The copies under dist are byte for byte the bundles beside the tree files.
     assert (dist / "sign" / "v0.1.2" / "manifest.json.sigstore.json").read_bytes() == sig.bundle_path_for(tree / "manifest.json").read_bytes()
-    entry = bundles["rtx4090-windows-native/assets/SHA256SUMS.sigstore.json"]
+    entry = bundles["rtx4090-windows-native/attestations/SHA256SUMS.sigstore.json"]
     assert (entry.lane, entry.attrs["signed_name"], entry.attrs["signed_sha256"]) == ("rtx4090-windows-native", "SHA256SUMS", sig.sha256_file(sums))
     assert register.stages["sign:v0.1.2"]["outputs"] == sorted(a.name for a in bundles.values())
 
