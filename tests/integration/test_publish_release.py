@@ -1,9 +1,8 @@
 """`publish --release`: the product release of the ready sample release made by the pipeline
 (tests/kits/releasekit.py), through its gates, against the GitHub stand-in.
 
-Live Sigstore cannot run here, so the happy path replaces `pipeline.stages.sign.verify_bundle` with a
-stand-in that checks what the real one would be asked (the artefact's bytes, the tree's expected
-identity and issuer); the signature gate's refusals run the real verifier.
+Every bundle is made by the local Sigstore stand-in (tests/kits/sigstore_standin.py) for the tree's
+expected identity and checked by the REAL verifier, through the `PIPELINE_TEST_SIGSTORE` seam.
 """
 
 from __future__ import annotations
@@ -25,7 +24,6 @@ from pipeline.formats.publication_plan import read_receipt
 from pipeline.formats.test_receipt import make_test_receipt, write_test_receipt
 from pipeline.infra.github import GitHub
 from pipeline.register import Register
-from pipeline.stages import sign
 from pipeline.stages.publish import VERIFIER_KINDS, publish_release
 from pipeline.stages.verifier_dist import build_verifier_dist
 from pipeline.util.hashing import sha256_bytes
@@ -34,7 +32,6 @@ TOKEN = "ghp_productStandinToken0123456789abcdef"
 REPO = "alphastorm/omp-ninfer"
 TREE = f"manifests/{RELEASE}"
 SIGNED = ["manifest.json", "qualification/rtx4090-windows-native.SHA256SUMS"]
-REAL_VERIFY = sign.verify_bundle
 
 
 class FakeClock:
@@ -53,25 +50,21 @@ def release(tmp_path_factory):
     return sample_release(tmp_path_factory)
 
 
-def fake_bundle(data: bytes, identity: str) -> bytes:
-    return json.dumps({"stand_in_bundle": True, "sha256": sha256_bytes(data), "identity": identity}).encode()
+@pytest.fixture(scope="module")
+def sigstore_kit(tmp_path_factory):
+    return SigstoreStandIn(tmp_path_factory.mktemp("sigstore")).write()
 
 
-def fake_verify(artifact, bundle_path, *, identity, issuer, trust_config="production", repository=None, ref=None):
-    """What the real verifier checks, on stand-in bundles: these bytes, this identity and issuer."""
-    bundle = json.loads(Path(bundle_path).read_bytes())
-    data = artifact if isinstance(artifact, bytes) else Path(artifact).read_bytes()
-    if not bundle.get("stand_in_bundle") or bundle["sha256"] != sha256_bytes(data):
-        raise sign.SignatureError("the bundle does not sign these bytes", file=bundle_path)
-    if bundle["identity"] != identity or issuer != "https://token.actions.githubusercontent.com" or ref != f"refs/tags/{RELEASE}":
-        raise sign.SignatureError("the bundle was signed by another identity", file=bundle_path, found=bundle["identity"], expected=identity)
+@pytest.fixture(autouse=True)
+def _standin_trust(sigstore_kit, monkeypatch):
+    monkeypatch.setenv("PIPELINE_TEST_SIGSTORE", str(sigstore_kit.directory))
 
 
 VERIFIERS: dict[str, Path] = {}  # product commit -> a dist holding its verifier-dist outputs
 
 
 class Product:
-    def __init__(self, release, tmp: Path, gh: StandIn, monkeypatch) -> None:
+    def __init__(self, release, tmp: Path, gh: StandIn, monkeypatch, kit: SigstoreStandIn) -> None:
         self.release = release
         self.root = release.clone(tmp / "product", "ready")
         self.add_pipeline_source()
@@ -80,7 +73,7 @@ class Product:
         self.gh = gh
         gh.tokens[TOKEN] = Token()
         self.monkeypatch = monkeypatch
-        monkeypatch.setattr(sign, "verify_bundle", fake_verify)
+        self.kit = kit
         self.settle()
 
     @property
@@ -98,7 +91,7 @@ class Product:
         identity = manifest["signing"]["certificate_identity"]
         for rel in SIGNED:
             data = (self.root / TREE / rel).read_bytes()
-            (self.root / TREE / (rel + ".sigstore.json")).write_bytes(fake_bundle(data, identity))
+            (self.root / TREE / (rel + ".sigstore.json")).write_bytes(self.kit.sign_artifact(data, self.kit.token(identity)).to_bytes())
 
     def add_pipeline_source(self) -> None:
         """The product repository holds the pipeline (as this one does), so verifier-dist can build its commit.
@@ -152,9 +145,9 @@ class Product:
 
 
 @pytest.fixture
-def product(release, tmp_path, monkeypatch):
+def product(release, tmp_path, monkeypatch, sigstore_kit):
     with StandIn(REPO) as gh:
-        yield Product(release, tmp_path, gh, monkeypatch)
+        yield Product(release, tmp_path, gh, monkeypatch, sigstore_kit)
 
 
 @pytest.mark.slow
@@ -247,7 +240,11 @@ def test_the_signature_gate_needs_a_verifying_bundle_for_every_signed_file(produ
         shutil.copyfile(vector, manifest_bundle)
     else:
         manifest_bundle.write_text("{}\n")
-    monkeypatch.setattr(sign, "verify_bundle", REAL_VERIFY)
+    product.refused("signatures", f"the Sigstore bundle of {TREE}/manifest.json does not verify")
+    # A stand-in bundle of these bytes, but signed by another workflow (a branch run, not the release tag).
+    data = (product.root / TREE / "manifest.json").read_bytes()
+    other = "https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/heads/main"
+    manifest_bundle.write_bytes(product.kit.sign_artifact(data, product.kit.token(other)).to_bytes())
     product.refused("signatures", f"the Sigstore bundle of {TREE}/manifest.json does not verify")
 
 
@@ -280,7 +277,7 @@ def test_the_cli_dry_run_prints_the_plan_and_apply_publishes(product, monkeypatc
 
 
 @pytest.mark.slow
-def test_compose_binds_the_component_publication_receipt(release, tmp_path, capsys, monkeypatch):
+def test_compose_binds_the_component_publication_receipt(release, tmp_path, capsys, sigstore_kit):
     """The component published by `publish --component` is what compose binds as published."""
     from dataclasses import replace
 
@@ -298,9 +295,7 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
     shutil.copytree(release.lanes_dir, lanes)
     shutil.copytree(release.lanes_dir.parent / "cuts", tmp_path / "w" / "cuts")
     lane = load_lane(lanes / "rtx4090-windows-native.toml")
-    kit = SigstoreStandIn(tmp_path / "sigstore").write()
-    monkeypatch.setenv("PIPELINE_TEST_SIGSTORE", str(kit.directory))
-    record_statement_bundle(kit, dist, next((dist / lane.id / "attestations").glob("*.provenance.intoto.json")), RELEASE)
+    record_statement_bundle(sigstore_kit, dist, next((dist / lane.id / "attestations").glob("*.provenance.intoto.json")), RELEASE)
     with StandIn("alphastorm/ninfer") as gh:
         gh.tokens[TOKEN] = Token()
         gh.add_commit(lane.ledger().current("0.7.0").source_commit)
