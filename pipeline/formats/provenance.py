@@ -216,6 +216,75 @@ def _need(condition: bool, what: str, *, origin: str, field: str, found: Any = N
         raise InputError(what, file=origin, field=field, found=found, expected=expected or "see docs/provenance.md")
 
 
+MAX_TEXT = 4096  # a name, URI, id or annotation string
+_SCALAR = (str, int, float, bool, type(None))
+# The annotations the pipeline reads back (archive_claim), with their types; null means absent.
+_ANNOTATION_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
+    ("source-commit", "kind"): (str,),
+    ("source-tree", "subdir"): (str,),
+    ("source-tar", "commit_time"): (int,),
+    ("source-tar", "format"): (str,),
+}
+# internalParameters the writer records (`_common`, `make_set_statement`), each with its types (null allowed).
+_INTERNAL_TYPES: dict[str, tuple[type, ...]] = {
+    "asset_platform": (str,),
+    "build_profile": (str,),
+    "build_route": (str,),
+    "cut": (dict,),
+    "cuda_architecture": (str, int),
+    "cuda_toolkit": (str,),
+    "source_date_epoch": (int,),
+    "toolchain_kind": (str,),
+    "host_environment": (dict,),
+    "package_layout": (str,),
+}
+
+
+def _kind(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number", type(None): "null"}
+    return names.get(type(value), type(value).__name__)
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    return " or ".join(_kind(t()) if t is not type(None) else "null" for t in types)
+
+
+def _check_descriptors(items: Any, *, origin: str, where: str) -> None:
+    """A list of in-toto ResourceDescriptors: every field of each type-checked, names unique."""
+    _need(isinstance(items, list), "must be an array of resource descriptors", origin=origin, field=where, found=_kind(items))
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        at = f"{where}[{index}]"
+        _need(isinstance(item, dict) and set(item) <= {"name", "uri", "digest", "annotations"} and "name" in item and ("uri" in item or "digest" in item),
+              "is not a resource descriptor {name, uri and/or digest, annotations}", origin=origin, field=at, found=_kind(item) if not isinstance(item, dict) else sorted(item))
+        name = item["name"]
+        _need(isinstance(name, str) and 0 < len(name) <= MAX_TEXT, "must be a non-empty string", origin=origin, field=f"{at}.name", found=_kind(name))
+        _need(name not in seen, "names a dependency twice", origin=origin, field=f"{at}.name", found=name)
+        seen.add(name)
+        if "uri" in item:
+            _need(isinstance(item["uri"], str) and 0 < len(item["uri"]) <= MAX_TEXT, "must be a non-empty string", origin=origin, field=f"{at}.uri", found=_kind(item["uri"]))
+        if "digest" in item:
+            digest = item["digest"]
+            _need(isinstance(digest, dict) and bool(digest) and all(isinstance(v, str) and re.fullmatch(r"[0-9a-f]{40,64}", v) for v in digest.values()) and all(re.fullmatch(r"[A-Za-z0-9_-]{1,32}", k) for k in digest),
+                  "has a malformed digest", origin=origin, field=f"{at}.digest", found=digest if not isinstance(digest, dict) else sorted(digest), expected="an object of algorithm -> lowercase hex")
+        if "annotations" in item:
+            annotations = item["annotations"]
+            _need(isinstance(annotations, dict), "must be an object", origin=origin, field=f"{at}.annotations", found=_kind(annotations))
+            for key, value in annotations.items():
+                _need(isinstance(value, _SCALAR) and (not isinstance(value, str) or len(value) <= MAX_TEXT), "must be a string, number, boolean or null", origin=origin, field=f"{at}.annotations.{key}", found=_kind(value))
+                types = _ANNOTATION_TYPES.get((name, key))
+                if types is not None and value is not None:
+                    _need(isinstance(value, types) and not (isinstance(value, bool) and bool not in types), f"must be {_type_names(types)}", origin=origin, field=f"{at}.annotations.{key}", found=_kind(value))
+
+
+def _check_internal(internal: dict[str, Any], *, origin: str) -> None:
+    """The internal parameters the pipeline writes, by type (null where a build had none); others are the builder's own."""
+    for key, types in _INTERNAL_TYPES.items():
+        value = internal.get(key)
+        if value is not None:
+            _need(isinstance(value, types) and not isinstance(value, bool), f"must be {_type_names(types)} or null", origin=origin, field=f"predicate.buildDefinition.internalParameters.{key}", found=_kind(value))
+
+
 def read_statement(data: bytes, *, origin: str) -> Statement:
     """Parse and check a provenance statement from untrusted bytes; every defect names the field."""
     document = parse_strict(data, file=origin, max_bytes=MAX_BYTES)
@@ -243,21 +312,28 @@ def read_statement(data: bytes, *, origin: str) -> Statement:
     # SLSA: a verifier must reject unknown external parameters.
     _need(isinstance(external, dict) and tuple(sorted(external)) == EXTERNAL_KEYS and all(isinstance(v, str) for v in external.values()), "external parameters are not exactly the ones this build type defines", origin=origin, field="predicate.buildDefinition.externalParameters", found=sorted(external) if isinstance(external, dict) else external, expected=", ".join(EXTERNAL_KEYS))
     _need(is_commit_hex(external["source_commit"]), "is not a full 40-hex commit", origin=origin, field="predicate.buildDefinition.externalParameters.source_commit", found=external["source_commit"])
-    _need(isinstance(definition["internalParameters"], dict), "must be an object", origin=origin, field="predicate.buildDefinition.internalParameters")
+    _need(isinstance(definition["internalParameters"], dict), "must be an object", origin=origin, field="predicate.buildDefinition.internalParameters", found=_kind(definition["internalParameters"]))
     dependencies = definition["resolvedDependencies"]
-    _need(isinstance(dependencies, list), "must be a list", origin=origin, field="predicate.buildDefinition.resolvedDependencies")
-    seen: set[str] = set()
-    for index, item in enumerate(dependencies):
-        where = f"predicate.buildDefinition.resolvedDependencies[{index}]"
-        _need(isinstance(item, dict) and isinstance(item.get("name"), str) and set(item) <= {"name", "uri", "digest", "annotations"} and ("uri" in item or "digest" in item), "is not a resource descriptor {name, uri and/or digest, annotations}", origin=origin, field=where, found=item)
-        _need(item["name"] not in seen, "names a dependency twice", origin=origin, field=f"{where}.name", found=item["name"])
-        seen.add(item["name"])
-        if "digest" in item:
-            _need(isinstance(item["digest"], dict) and all(isinstance(v, str) and re.fullmatch(r"[0-9a-f]{40,64}", v) for v in item["digest"].values()), "has a malformed digest", origin=origin, field=f"{where}.digest", found=item["digest"])
+    _check_descriptors(dependencies, origin=origin, where="predicate.buildDefinition.resolvedDependencies")
+    _check_internal(definition["internalParameters"], origin=origin)
     run = predicate["runDetails"]
-    _need(isinstance(run, dict) and isinstance(run.get("builder"), dict) and isinstance(run["builder"].get("id"), str) and set(run) <= {"builder", "metadata", "byproducts"}, "is not SLSA v1 run details with a builder id", origin=origin, field="predicate.runDetails")
+    _need(isinstance(run, dict) and set(run) <= {"builder", "metadata", "byproducts"} and "builder" in run, "is not SLSA v1 run details with a builder", origin=origin, field="predicate.runDetails", found=_kind(run) if not isinstance(run, dict) else sorted(run))
+    builder_ = run["builder"]
+    _need(isinstance(builder_, dict) and set(builder_) <= {"id", "version", "builderDependencies"}, "is not a SLSA v1 builder {id, version, builderDependencies}", origin=origin, field="predicate.runDetails.builder", found=_kind(builder_) if not isinstance(builder_, dict) else sorted(builder_))
+    _need(isinstance(builder_.get("id"), str) and 0 < len(builder_["id"]) <= MAX_TEXT, "must be the builder's id (a string)", origin=origin, field="predicate.runDetails.builder.id", found=_kind(builder_.get("id")))
+    if "version" in builder_:
+        version = builder_["version"]
+        _need(isinstance(version, dict) and all(isinstance(v, str) and len(v) <= MAX_TEXT for v in version.values()), "must be an object of strings", origin=origin, field="predicate.runDetails.builder.version", found=_kind(version))
+    if "builderDependencies" in builder_:
+        _check_descriptors(builder_["builderDependencies"], origin=origin, where="predicate.runDetails.builder.builderDependencies")
     metadata = run.get("metadata", {})
-    _need(isinstance(metadata, dict) and not ({"startedOn", "finishedOn"} & set(metadata)), "carries wall-clock times (this project's statements are a function of the bytes only)", origin=origin, field="predicate.runDetails.metadata", found=sorted(metadata) if isinstance(metadata, dict) else metadata)
+    _need(isinstance(metadata, dict), "must be an object", origin=origin, field="predicate.runDetails.metadata", found=_kind(metadata))
+    _need(not ({"startedOn", "finishedOn"} & set(metadata)), "carries wall-clock times (this project's statements are a function of the bytes only)", origin=origin, field="predicate.runDetails.metadata", found=sorted(metadata))
+    _need(set(metadata) <= {"invocationId"}, "holds other keys than invocationId", origin=origin, field="predicate.runDetails.metadata", found=sorted(metadata), expected="invocationId only")
+    if "invocationId" in metadata:
+        _need(isinstance(metadata["invocationId"], str) and len(metadata["invocationId"]) <= MAX_TEXT, "must be a string", origin=origin, field="predicate.runDetails.metadata.invocationId", found=_kind(metadata["invocationId"]))
+    if "byproducts" in run:
+        _check_descriptors(run["byproducts"], origin=origin, where="predicate.runDetails.byproducts")
     return Statement(data, document, subjects, definition["buildType"], dict(external), run["builder"]["id"])
 
 

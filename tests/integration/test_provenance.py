@@ -196,3 +196,69 @@ def test_docs_define_the_build_types_and_every_external_parameter():
         assert f'<a id="{anchor}"></a>' in text, anchor
     for key in slsa.EXTERNAL_KEYS:
         assert f"`{key}`" in text
+
+
+# -- every field has its type (issue 18: `annotations` of the wrong type was an AttributeError) --------------
+
+
+def _with_dependency(**fields) -> dict:
+    document = _minimal()
+    document["predicate"]["buildDefinition"]["resolvedDependencies"] = [{"name": "source-commit", "digest": {"gitCommit": "c" * 40}, **fields}]
+    return document
+
+
+_DEPS = "predicate.buildDefinition.resolvedDependencies[0]"
+_WRONG_TYPES = [
+    (_with_dependency(annotations="local"), f"{_DEPS}.annotations", "must be an object"),
+    (_with_dependency(annotations=["kind"]), f"{_DEPS}.annotations", "must be an object"),
+    (_with_dependency(annotations={"kind": {"nested": 1}}), f"{_DEPS}.annotations.kind", "string, number, boolean or null"),
+    (_with_dependency(annotations={"kind": 7}), f"{_DEPS}.annotations.kind", "must be a string"),
+    (_with_dependency(uri=["x"]), f"{_DEPS}.uri", "non-empty string"),
+    (_with_dependency(digest="c" * 40), f"{_DEPS}.digest", "malformed digest"),
+    (_minimal(**{"predicate.buildDefinition.resolvedDependencies": [{"name": 5, "uri": "x"}]}), f"{_DEPS}.name", "non-empty string"),
+    (_minimal(**{"predicate.buildDefinition.resolvedDependencies": {"name": "x"}}), "predicate.buildDefinition.resolvedDependencies", "array of resource descriptors"),
+    (_minimal(**{"predicate.buildDefinition.resolvedDependencies": ["source-commit"]}), f"{_DEPS}", "not a resource descriptor"),
+    (_minimal(**{"predicate.buildDefinition.internalParameters": {"cut": "v1"}}), "internalParameters.cut", "must be an object or null"),
+    (_minimal(**{"predicate.buildDefinition.internalParameters": {"source_date_epoch": "1700000000"}}), "internalParameters.source_date_epoch", "must be a number or null"),
+    (_minimal(**{"predicate.buildDefinition.internalParameters": {"source_date_epoch": True}}), "internalParameters.source_date_epoch", "must be a number or null"),
+    (_minimal(**{"predicate.buildDefinition.internalParameters": []}), "internalParameters", "must be an object"),
+    (_minimal(**{"predicate.runDetails": []}), "predicate.runDetails", "run details"),
+    (_minimal(**{"predicate.runDetails.builder": "me"}), "predicate.runDetails.builder", "builder"),
+    (_minimal(**{"predicate.runDetails.builder.id": 3}), "predicate.runDetails.builder.id", "builder's id"),
+    (_minimal(**{"predicate.runDetails.builder.version": "1"}), "predicate.runDetails.builder.version", "object of strings"),
+    (_minimal(**{"predicate.runDetails.metadata": "run 5"}), "predicate.runDetails.metadata", "must be an object"),
+    (_minimal(**{"predicate.runDetails.metadata": {"invocationId": 5}}), "predicate.runDetails.metadata.invocationId", "must be a string"),
+    (_minimal(**{"predicate.runDetails.byproducts": {"a": 1}}), "predicate.runDetails.byproducts", "array of resource descriptors"),
+    (_minimal(**{"predicate.runDetails.byproducts": [{"name": "x", "digest": {"sha256": "a" * 64}, "annotations": 1}]}), "predicate.runDetails.byproducts[0].annotations", "must be an object"),
+    (_minimal(**{"predicate.buildDefinition.externalParameters": {"lane": 1, "component_tag": "t", "source_repository": "r", "source_commit": "c" * 40}}), "externalParameters", "not exactly the ones"),
+    (_minimal(**{"subject": {"a": "b"}}), "subject", "has no subjects"),
+    (_minimal(**{"subject": ["a"]}), "subject[0]", "not {name, digest}"),
+]
+
+
+@pytest.mark.parametrize(("document", "field", "message"), _WRONG_TYPES, ids=[f"{i}-{c[1].rsplit('.', 1)[-1]}" for i, c in enumerate(_WRONG_TYPES)])
+def test_a_field_of_the_wrong_type_is_an_input_error_naming_it(document, field, message):
+    data = (json.dumps(document, sort_keys=True, indent=2) + "\n").encode()
+    with pytest.raises(InputError) as info:
+        slsa.read_statement(data, origin="stmt.json")
+    assert message in info.value.what, info.value.render()
+    assert field in (info.value.field or ""), info.value.field
+
+
+def test_build_and_rebuild_refuse_a_statement_with_annotations_of_the_wrong_type_without_a_traceback(tmp_path):
+    """The CLI: exit 1 (input) with the field named, not `internal error: AttributeError`."""
+    import subprocess
+    import sys
+
+    document = _with_dependency(annotations="local")
+    statement = tmp_path / "s.provenance.intoto.json"
+    statement.write_text(json.dumps(document, sort_keys=True, indent=2) + "\n")
+    archive = tmp_path / "source.tar"
+    archive.write_bytes(bytes(1024))
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "build", "--lane", "5090", "--source-archive", str(archive), "--provenance", str(statement), "--rehearsal", "--dist", str(tmp_path / "dist")],
+        capture_output=True, text=True, cwd=REPO_ROOT, check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    assert f"{_DEPS}.annotations" in result.stderr and "must be an object" in result.stderr
