@@ -177,6 +177,31 @@ def error_text(body: Any) -> str:
     return text
 
 
+def _shaped_value(body: Any, endpoint: str, *, keys: dict[str, type] | None = None) -> dict[str, Any]:
+    """A JSON object from GitHub whose named keys, where present, have their documented types; else a RemoteError
+    naming the endpoint and the field (an answer in another shape is never guessed at)."""
+    if not isinstance(body, dict):
+        raise RemoteError(f"{endpoint}: GitHub answered something that is not a JSON object", field=endpoint, found=type(body).__name__, expected="object",
+                          why="an answer in another shape than GitHub's documented one is not guessed at", fix="run again; if it persists, check GitHub's status")
+    for key, kind in (keys or {}).items():
+        value = body.get(key)
+        if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+            raise RemoteError(f"{endpoint}: GitHub answered a {key!r} that is not a {kind.__name__}", field=key, found=_clip(value, 80), expected=kind.__name__,
+                              why="an answer in another shape than GitHub's documented one is not guessed at")
+    return body
+
+
+def _shaped(reply: Reply, endpoint: str, *, keys: dict[str, type] | None = None) -> dict[str, Any]:
+    return _shaped_value(reply.body, endpoint, keys=keys)
+
+
+def _release_shape(body: Any, endpoint: str) -> dict[str, Any]:
+    release = _shaped_value(body, endpoint, keys={"id": int, "tag_name": str, "name": str, "draft": bool, "prerelease": bool, "immutable": bool, "upload_url": str, "assets": list})
+    if not isinstance(release.get("id"), int) or release["id"] <= 0:
+        raise RemoteError(f"{endpoint}: GitHub answered a release without a numeric id", field="id", found=_clip(release.get("id"), 80), expected="a positive integer")
+    return release
+
+
 def _object_of(body: Any) -> dict[str, Any]:
     """A git ref's or tag's `object`, {} for any other shape (a list, a string, a missing key)."""
     obj = body.get("object") if isinstance(body, dict) else None
@@ -392,14 +417,15 @@ class GitHub:
         return f"/repos/{self.repository}"
 
     def repo(self) -> dict[str, Any]:
-        return self.request("GET", self._repo).body
+        return _shaped(self.request("GET", self._repo), self._repo)
 
     def rate_limit(self) -> dict[str, Any]:
-        return self.request("GET", "/rate_limit").body
+        return _shaped(self.request("GET", "/rate_limit"), "/rate_limit", keys={"resources": dict})
 
     def commit(self, sha: str) -> dict[str, Any] | None:
-        reply = self.request("GET", f"{self._repo}/commits/{sha}", expect=(200, 404, 422))
-        return reply.body if reply.status == 200 else None
+        path = f"{self._repo}/commits/{sha}"
+        reply = self.request("GET", path, expect=(200, 404, 422))
+        return _shaped(reply, path, keys={"files": list}) if reply.status == 200 else None
 
     def immutable_releases(self) -> bool:
         reply = self.request("GET", f"{self._repo}/immutable-releases", expect=(200, 404))
@@ -429,24 +455,34 @@ class GitHub:
 
     # -- releases -----------------------------------------------------------------------
     def releases(self) -> list[dict[str, Any]]:
-        return list(self.paginate(f"{self._repo}/releases"))
+        path = f"{self._repo}/releases"
+        return [_release_shape(r, path) for r in self.paginate(path)]
 
     def release_by_tag(self, tag: str) -> dict[str, Any] | None:
-        reply = self.request("GET", f"{self._repo}/releases/tags/{quote(tag, safe='')}", expect=(200, 404))
-        return reply.body if reply.status == 200 else None
+        path = f"{self._repo}/releases/tags/{quote(tag, safe='')}"
+        reply = self.request("GET", path, expect=(200, 404))
+        return _release_shape(reply.body, path) if reply.status == 200 else None
 
     def release(self, release_id: int) -> dict[str, Any] | None:
-        reply = self.request("GET", f"{self._repo}/releases/{int(release_id)}", expect=(200, 404))
-        return reply.body if reply.status == 200 else None
+        path = f"{self._repo}/releases/{int(release_id)}"
+        reply = self.request("GET", path, expect=(200, 404))
+        return _release_shape(reply.body, path) if reply.status == 200 else None
 
     def create_release(self, payload: dict[str, Any]) -> Reply:
-        return self.request("POST", f"{self._repo}/releases", json_body=payload, expect=(201,))
+        path = f"{self._repo}/releases"
+        reply = self.request("POST", path, json_body=payload, expect=(201,))
+        _release_shape(reply.body, path)
+        return reply
 
     def update_release(self, release_id: int, payload: dict[str, Any]) -> Reply:
-        return self.request("PATCH", f"{self._repo}/releases/{int(release_id)}", json_body=payload, expect=(200,))
+        path = f"{self._repo}/releases/{int(release_id)}"
+        reply = self.request("PATCH", path, json_body=payload, expect=(200,))
+        _release_shape(reply.body, path)
+        return reply
 
     def assets(self, release_id: int) -> list[dict[str, Any]]:
-        return list(self.paginate(f"{self._repo}/releases/{int(release_id)}/assets"))
+        path = f"{self._repo}/releases/{int(release_id)}/assets"
+        return [_shaped_value(a, path, keys={"id": int, "name": str, "size": int}) for a in self.paginate(path)]
 
     def delete_asset(self, asset_id: int) -> Reply:
         return self.request("DELETE", f"{self._repo}/releases/assets/{int(asset_id)}", expect=(204, 404))
@@ -470,17 +506,15 @@ class GitHub:
         the tag ref's commit (or None), every release and draft of the tag with its assets, and the repository's
         immutable-releases setting.  A malformed answer is a RemoteError, never a traceback."""
         releases = []
-        for release in self.releases():
-            if not isinstance(release, dict) or release.get("tag_name") != tag:
+        for release in self.releases():  # every entry shaped as a release (an id), or a RemoteError
+            if release.get("tag_name") != tag:
                 continue
-            rid = release.get("id")
-            if not isinstance(rid, int) or isinstance(rid, bool) or rid <= 0:
-                raise RemoteError("GitHub listed a release of the tag without a numeric id", field="id", found=_clip(rid, 80), why="an answer in another shape than GitHub's documented one is not guessed at")
+            rid = release["id"]
             assets = []
             for asset in self.assets(rid):
-                name, size = asset.get("name") if isinstance(asset, dict) else None, asset.get("size") if isinstance(asset, dict) else None
-                if not isinstance(name, str) or not isinstance(size, int) or isinstance(size, bool):
-                    raise RemoteError(f"GitHub listed an asset of release {rid} in another shape than a release asset", field="assets", found=_clip(asset, 80))
+                name, size = asset.get("name"), asset.get("size")
+                if not isinstance(name, str) or not isinstance(size, int):
+                    raise RemoteError(f"GitHub listed an asset of release {rid} without a name or size", field="assets", found=_clip(asset, 80))
                 digest, state = asset.get("digest"), asset.get("state")
                 assets.append({"name": name, "size": size, "digest": digest if isinstance(digest, str) else None, "state": state if isinstance(state, str) else None})
             releases.append({

@@ -285,6 +285,36 @@ def test_a_set_without_a_verifying_dsse_bundle_is_never_published(packaged, tmp_
         assert gh.writes == 0 and TAG not in gh.refs
 
 
+MALFORMED = {
+    "a release without an id": ("/releases", [{"tag_name": TAG, "draft": True}]),
+    "a list of strings": ("/releases", ["v0.7.0", "beta"]),
+    "a ref as a list": (f"/git/ref/tags/{TAG}", [{"object": {"type": "commit", "sha": "a" * 40}}]),
+    "the repository as a string": ("", "alphastorm/ninfer"),
+    "rate limits as a list": ("/rate_limit", []),
+    "commit files as a string": (None, "files"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_github_answers_are_refused_clearly_never_a_traceback(setup, case, capsys):
+    where, body = MALFORMED[case]
+    if where is None:  # the commit's answer with `files` of the wrong type
+        path, body = f"/repos/{REPO}/commits/{setup.workspace.commit}", {"sha": setup.workspace.commit, "files": "src/main.cpp"}
+    elif where == "/rate_limit":
+        path = "/rate_limit"
+    else:
+        path = f"/repos/{REPO}{where}"
+    setup.gh.faults["malformed"] = {path: body}
+    with pytest.raises(PipelineError) as caught:
+        setup.dry()
+        setup.apply()
+    assert isinstance(caught.value, RefusedError | RemoteError), type(caught.value)
+    assert "GitHub" in str(caught.value) and "Traceback" not in str(caught.value)
+    assert "apply with:" not in capsys.readouterr().err
+    assert setup.gh.writes == 0 and TAG not in setup.gh.refs
+
+
 @pytest.mark.slow
 def test_a_strangers_draft_after_the_dry_run_is_never_adopted(setup):
     sha = setup.plan_sha()

@@ -29,6 +29,8 @@ the answer is held until the client is killed: kill -9 tests), `rename_upload`
 each with its `message`, as GitHub's custom validation errors do),
 `enable_immutable_after_publish` (the repository switches immutable releases on
 right after the next publish: that release stays mutable, as on GitHub), and
+`malformed` ({path: body}: GETs of that path answer 200 with that body, e.g. a release
+without an id, a list of strings, a ref as a list, assets as numbers), and
 `on_write` (a callable run before the k-th write, e.g. a stranger adding a draft
 or an asset between the dry run and the apply's first write).  `secondary_limit`
 takes `retry-after` as seconds or as an HTTP date.  Tests arrange a second draft for
@@ -337,6 +339,9 @@ class _Handler(BaseHTTPRequestHandler):
         download = re.fullmatch(rf"/{re.escape(s.repository)}/releases/download/([^/]+)/([^/]+)", path)
         if download and self.command == "GET":
             return self._download(download.group(1), download.group(2))
+        malformed = s.faults.get("malformed", {})
+        if self.command == "GET" and path in malformed:  # an answer in another shape than GitHub's (kept until removed)
+            return self._send(200, malformed[path])
         if path == "/rate_limit" and self.command == "GET":
             core = {"limit": s.rate_limit, "remaining": max(0, s.remaining), "reset": s.reset_at, "used": s.rate_limit - max(0, s.remaining), "resource": "core"}
             return self._send(200, {"resources": {"core": core}, "rate": core})
