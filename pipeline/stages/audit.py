@@ -68,7 +68,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RemoteError
 from pipeline.formats.release.names import EVIDENCE, ROW_RECORDS
@@ -92,6 +92,10 @@ MAX_SIGNED_FILE_BYTES = 4 * 1024 * 1024  # a signed record of the release tree
 MAX_BUNDLE_BYTES = 1024 * 1024  # a Sigstore bundle (a few KiB in practice)
 MAX_RECORD_BYTES = 4 * 1024 * 1024  # a hash-pinned record without a recorded size
 MAX_UNSIZED_ASSET_BYTES = 64 * 1024**3  # a hash-pinned asset whose size the manifest does not record
+MAX_API_ANSWER_BYTES = 64 * 1024  # one answer of GitHub's REST API (a git ref or tag object: under 2 KiB)
+MAX_TAG_DEPTH = 4  # annotated tags of annotated tags followed before the audit gives up
+MAX_REBIND_CHAIN = 32  # predecessor manifests read to find the release that first shipped a rebound set
+GITHUB_API = "https://api.github.com"
 
 # Lane-row field prefix -> the role of the file in the closed set (docs/release-tree.md).
 SET_FIELDS = (
@@ -595,6 +599,7 @@ class Auditor:
         self.skip_larger_than = skip_larger_than
         self.report = AuditReport(manifest=source)
         self._manifest: dict[str, Any] = {}
+        self._rebound: dict[str, Any] = {}  # lane -> (first release, chain) or _Refused
 
     # -- plumbing
     def _http(self):
@@ -772,6 +777,8 @@ class Auditor:
         for row_where, row in _lane_rows(manifest):
             lane = row.get("id") or row_where
             self._audit_set(lane, row, by_group.get(lane, []), cache)
+        for row_where, row in _lane_row_list(manifest):
+            self._audit_tag(row_where, row, cache)
         for result in fetched:
             if result.binding.role in ("spdx", "cdx") and result.error is None and self._matches(result):
                 self._validate_sbom(result)
@@ -1008,16 +1015,26 @@ class Auditor:
             return
         expected = self.expected_signer
         assert expected is not None  # _check_signer ran first
+        rebound = ""
+        if key == "provenance" and row.get("rebound_from") is not None:
+            # The set's bundle was made by the release workflow of the release that first shipped it.
+            try:
+                expected, rebound = self._rebound_signer(row)
+            except _Refused as refused:
+                self.add(Item(bundle_label, False, f"rebound set: {refused}", "signature", {"url": bundle_url}))
+                return
         identity, issuer, repository, ref, trust = expected.identity, expected.issuer, expected.repository, expected.ref, expected.trust_config
+        why = f" (a rebound set: {rebound}, so its bundle must be signed by {identity})" if rebound else ""
         try:
             verified = sign.verify_dsse_bundle(data, bundle.path.read_bytes(), identity=identity, issuer=issuer, trust_config=trust, repository=repository, ref=ref, name=name)
         except sign.SignatureError as error:
-            self.add(Item(bundle_label, False, error.reason, "signature", {"identity": identity}))
+            self.add(Item(bundle_label, False, error.reason + why, "signature", {"identity": identity}))
             return
         except PipelineError as error:
-            self.add(Item(bundle_label, False, error.render(), "signature"))
+            self.add(Item(bundle_label, False, error.render() + why, "signature", {"identity": identity}))
             return
-        self.add(Item(bundle_label, True, f"DSSE signed by {verified.identity}, log index {verified.log_index}", "signature", verified.to_json()))
+        note = f"; {rebound}" if rebound else ""
+        self.add(Item(bundle_label, True, f"DSSE signed by {verified.identity}, log index {verified.log_index}{note}", "signature", {**verified.to_json(), "expected_identity": identity}))
 
     def _product_release_url(self, name: str) -> str | None:
         """`<product repository>/releases/download/<release>/<name>`: the product release's assets (bundles, image statement)."""
@@ -1178,6 +1195,174 @@ class Auditor:
                 continue
             self.add(Item(label, True, f"signed by {verified.identity}, log index {verified.log_index}", "signature", verified.to_json()))
 
+    # -- component tags
+    def _audit_tag(self, where: str, row: dict[str, Any], cache: Path) -> None:
+        """A published row's component tag (`release_tag` in `repository`) must still name the row's `source_commit`.
+
+        Read anonymously through GitHub's REST API (`GET /repos/{owner}/{repo}/git/ref/tags/{tag}`, an
+        annotated tag dereferenced through `/git/tags/{sha}`), bounded in size and time like every other
+        download and fetched through the same --mirror mapping.  A tag never moves once its component
+        release is published: one that names another commit, is absent (404), or cannot be read
+        (a network error, an answer that is no ref) is FAIL; nothing here is SKIP but an unpublished row.
+        """
+        tag = row.get("release_tag")
+        repository = row.get("repository")
+        base, slug, problem = _tag_api(repository)
+        label = f"tag {slug or repository} {tag}"
+        details: dict[str, Any] = {"field": f"{where}.release_tag", "lane": row.get("id")}
+        if row.get("published") is not True:
+            self.add(Item(label, None, f"{where}.published is {json.dumps(row.get('published'))}: the manifest does not say the component release exists, so its tag is not read", "tag", details))
+            return
+        commit = row.get("source_commit")
+        if not isinstance(tag, str) or not _BARE_NAME.fullmatch(tag):
+            problem = f"not bound: {where}.release_tag is null" if tag is None else f"{where}.release_tag is not a tag name (found {tag!r})"
+        elif commit is None:
+            problem = f"not bound: {where}.source_commit is null, so nothing says which commit the tag must name"
+        elif not is_commit_hex(commit):
+            problem = f"{where}.source_commit is not a 40-hex commit (found {commit!r})"
+        if problem is not None:
+            self.add(Item(label, False, problem, "tag", details))
+            return
+        assert base is not None and slug is not None and isinstance(commit, str)
+        url = f"{base}/repos/{slug}/git/ref/tags/{quote(tag, safe='')}"
+        details["url"] = url
+        folder = cache / "api"
+        answer, problem = self._api_json(url, folder, what=f"refs/tags/{tag}")
+        if problem is not None:
+            self.add(Item(label, False, f"absent: {slug} has no tag {tag} (HTTP 404 at {url}), but the manifest says its component release is published" if problem == "404" else problem, "tag", details))
+            return
+        if not isinstance(answer, dict) or answer.get("ref") != f"refs/tags/{tag}":
+            found = f"a list of {len(answer)} refs" if isinstance(answer, list) else f"ref {answer.get('ref')!r}" if isinstance(answer, dict) else repr(answer)
+            self.add(Item(label, False, f"GitHub's answer at {url} is not the ref refs/tags/{tag} (found {found})", "tag", details))
+            return
+        target, through, asked = answer.get("object"), [], url
+        while True:
+            kind = target.get("type") if isinstance(target, dict) else None
+            sha = target.get("sha") if isinstance(target, dict) else None
+            if kind not in ("commit", "tag") or not is_commit_hex(sha):
+                shown = {key: target.get(key) for key in ("type", "sha")} if isinstance(target, dict) else target
+                self.add(Item(label, False, f"GitHub's answer at {asked} names no commit or tag object (found object {json.dumps(shown)[:200]})", "tag", details))
+                return
+            if kind == "commit":
+                break
+            if len(through) >= MAX_TAG_DEPTH:
+                self.add(Item(label, False, f"the tag is an annotated tag nested more than {MAX_TAG_DEPTH} deep; the audit does not follow it further", "tag", details))
+                return
+            through.append(sha)
+            asked = f"{base}/repos/{slug}/git/tags/{sha}"
+            answer, problem = self._api_json(asked, folder, what=f"tag object {sha}")
+            if problem is not None:
+                self.add(Item(label, False, f"the annotated tag object {sha} is absent (HTTP 404 at {asked})" if problem == "404" else problem, "tag", details))
+                return
+            target = answer.get("object") if isinstance(answer, dict) else None
+        found = sha.lower()
+        via = f" (through the annotated tag object{'s' if len(through) > 1 else ''} {', '.join(through)})" if through else ""
+        details["commit"] = found
+        if found != commit.lower():
+            self.add(Item(label, False, f"names {found}{via}, the manifest binds {commit.lower()} ({where}.source_commit): a published component tag never moves", "tag", details))
+            return
+        self.add(Item(label, True, f"names {found}{via}", "tag", details))
+
+    def _api_json(self, url: str, folder: Path, *, what: str) -> tuple[Any, str | None]:
+        """One small JSON answer of GitHub's REST API: (document, None), (None, '404'), or (None, why it is unusable)."""
+        target = folder / f"{sha256_bytes(url.encode('utf-8'))[:24]}.json"
+        fetched = self._download(url, target, sha256=None, size=None, label=what, cap=MAX_API_ANSWER_BYTES)
+        if fetched.error or fetched.path is None:
+            error = fetched.error or "download failed"
+            return None, "404" if "HTTP 404" in error else f"cannot read {what} through GitHub's API: {error}"
+        try:
+            return loads_document(fetched.path.read_bytes(), source=url, max_bytes=MAX_API_ANSWER_BYTES), None
+        except InputError as error:
+            return None, f"GitHub's answer at {url} is not a JSON document: {error.what}"
+
+    # -- the signer of a rebound set
+    def _rebound_signer(self, row: dict[str, Any]) -> tuple[Any, str]:
+        """The signer a rebound row's set-statement bundle must carry, and a note naming the release it comes from.
+
+        A lane rebound unchanged ships the bundle the release workflow of the release that first shipped
+        the set made ("a rebound lane uses the bundle of the release that first shipped its set"): that
+        release is found by following `rebound_from` through the predecessor manifests, each fetched beside
+        this one and checked against the `predecessor.manifest_sha256` that binds it.  The identity is the
+        auditor's expected signer with only its `@refs/tags/<release>` suffix replaced by that release's
+        name (which passes RELEASE_RE); issuer, repository and trust configuration stay the auditor's.
+        Raises _Refused when the release or the identity cannot be derived.
+        """
+        from pipeline.infra import sigstore
+
+        lane = str(row.get("id"))
+        if lane not in self._rebound:
+            try:
+                self._rebound[lane] = self._first_shipped(row)
+            except _Refused as refused:
+                self._rebound[lane] = refused
+        first = self._rebound[lane]
+        if isinstance(first, _Refused):
+            raise first
+        release, chain = first
+        expected = self.expected_signer
+        assert expected is not None  # _check_signer ran first
+        suffix = f"@refs/tags/{self._manifest['release']}"
+        if not expected.identity.endswith(suffix):
+            raise _Refused(f"the expected signer {expected.identity} does not end with {suffix}, so the signer of {release}, which first shipped the rebound set, cannot be derived from it")
+        identity = expected.identity[: -len(suffix)] + f"@refs/tags/{release}"
+        repository, ref = sigstore.github_claims(identity)
+        signer = sigstore.SignerIdentity(identity, expected.issuer, repository if expected.repository else None, ref if expected.ref else None, expected.trust_config)
+        return signer, f"{release} first shipped the set (rebound_from {' -> '.join(chain)})"
+
+    def _first_shipped(self, row: dict[str, Any]) -> tuple[str, list[str]]:
+        from pipeline.formats.release.names import RELEASE_RE, sort_release_key
+
+        manifest, release, current = self._manifest, str(self._manifest["release"]), row
+        lane = row.get("id")
+        chain: list[str] = []
+        for _ in range(MAX_REBIND_CHAIN):
+            rebound = current.get("rebound_from")
+            if rebound is None:
+                return release, chain
+            where = f"the row {lane}.rebound_from of {release}"
+            if not isinstance(rebound, str) or not RELEASE_RE.fullmatch(rebound):
+                raise _Refused(f"{where} is not a release name (found {rebound!r})")
+            if sort_release_key(rebound) >= sort_release_key(release):
+                raise _Refused(f"{where} names {rebound}, which is not a release before {release}")
+            predecessor = manifest.get("predecessor") if isinstance(manifest.get("predecessor"), dict) else {}
+            if predecessor.get("release") != rebound:
+                raise _Refused(f"{where} names {rebound}, but the manifest of {release} has the predecessor {predecessor.get('release')!r}: a rebound row is its predecessor's row")
+            digest = predecessor.get("manifest_sha256")
+            if not is_sha256_hex(digest):
+                raise _Refused(f"the manifest of {release} binds no predecessor.manifest_sha256 (found {digest!r}), so the manifest of {rebound} cannot be checked")
+            older = self._predecessor_manifest(rebound, digest)
+            old = next((r for _w, r in _lane_row_list(older) if r.get("id") == lane), None)
+            if old is None:
+                raise _Refused(f"the manifest of {rebound} ships no row {lane}, but {where} names it")
+            for key in ("repository", "release_tag", "source_commit", "checksums_sha256"):
+                if old.get(key) != current.get(key):
+                    raise _Refused(f"the row {lane} of {rebound} binds another {key} ({old.get(key)!r}) than {release}'s ({current.get(key)!r}): the set was not rebound unchanged")
+            chain.append(rebound)
+            manifest, release, current = older, rebound, old
+        raise _Refused(f"the row {lane} is rebound through more than {MAX_REBIND_CHAIN} releases; the audit does not follow it further")
+
+    def _predecessor_manifest(self, release: str, digest: str) -> dict[str, Any]:
+        """The manifest of an earlier release, `manifests/<release>/manifest.json` beside this one's tree, checked against its pin."""
+        own = f"manifests/{self._manifest['release']}/manifest.json"
+        source = self.source if self.is_url else Path(self.source).resolve().as_posix()
+        relative = f"manifests/{release}/manifest.json"
+        if not source.endswith("/" + own):
+            raise _Refused(f"the manifest is not read from its release tree (…/{own}), so the manifest of {release} ({relative}) cannot be found beside it")
+        location, is_url = self._signed_source(str(self._manifest["release"]), relative)
+        try:
+            data = self._fetch_small(location, is_url, self._cache_dir(str(self._manifest["release"])) / "predecessors" / release / "manifest.json", cap=MAX_RELEASE_MANIFEST_BYTES)
+        except (PipelineError, OSError) as error:
+            raise _Refused(f"cannot fetch the manifest of {release} at {location}: {getattr(error, 'what', error)}") from None
+        if sha256_bytes(data) != digest:
+            raise _Refused(f"the manifest of {release} at {location} has sha256 {sha256_bytes(data)}, but predecessor.manifest_sha256 binds {digest}")
+        try:
+            document = loads_document(data, source=location, max_bytes=MAX_RELEASE_MANIFEST_BYTES)
+        except InputError as error:
+            raise _Refused(f"the manifest of {release} at {location} is not JSON: {error.what}") from None
+        if not isinstance(document, dict) or document.get("release") != release:
+            raise _Refused(f"the document at {location} is not the manifest of {release}")
+        return document
+
     # -- the container image
     def _audit_image(self, row: dict[str, Any]) -> None:
         reference = row.get("oci_reference")
@@ -1211,6 +1396,33 @@ class Auditor:
             self.add(Item(label, False, f"image digest mismatch: the registry's manifest bytes hash to {actual}", "image", {"media_type": media_type}))
             return
         self.add(Item(label, True, f"registry manifest ({media_type}, {len(body)} bytes) hashes to the pinned digest", "image"))
+
+
+class _Refused(Exception):
+    """Why an audit item cannot be decided from the data it needs (the message is the item's reason)."""
+
+
+def _tag_api(repository: Any) -> tuple[str | None, str | None, str | None]:
+    """(REST API base, 'owner/name', None) of a row's repository, or (None, slug or None, why its tags cannot be read).
+
+    `https://github.com/OWNER/NAME` is read at https://api.github.com; a repository on a loopback
+    address (tests, a local copy) at its own origin, where the GitHub stand-ins serve the API.
+    """
+    if not isinstance(repository, str) or not repository:
+        return None, None, f"the row's repository is not a URL (found {repository!r})"
+    problem = net.scheme_problem(repository)
+    if problem:
+        return None, None, f"the repository {repository} {problem}"
+    parts = urlsplit(repository)
+    slug = parts.path.strip("/").removesuffix(".git")
+    if parts.query or parts.fragment or not _REPO_PATH.fullmatch(slug) or any(component_problem(p) for p in slug.split("/")):
+        return None, None, f"the repository {repository} is not a GitHub repository URL https://github.com/OWNER/NAME"
+    host = (parts.hostname or "").lower()
+    if parts.scheme == "https" and host == "github.com" and parts.port is None:
+        return GITHUB_API, slug, None
+    if net.is_loopback(parts.hostname):
+        return f"{parts.scheme}://{parts.netloc}", slug, None
+    return None, slug, f"the repository {repository} is not on GitHub: the audit reads component tags through GitHub's REST API only"
 
 
 def _link(source: Path, target: Path) -> None:

@@ -236,7 +236,9 @@ class Tree:
             self.paths[path.name] = prefix + path.name
         sums = names["SHA256SUMS"]
         records[f"manifests/{RELEASE}/qualification/{LANE}.SHA256SUMS"] = sums
-        row = {"id": LANE, "status": "qualified", "installable": True, "published": True, "repository": self.server.url("/alphastorm/ninfer"), "release_tag": tag}
+        row = {"id": LANE, "status": "qualified", "installable": True, "published": True, "repository": self.server.url("/alphastorm/ninfer"), "release_tag": tag,
+               "source_commit": _set_source_commit(set_dir)}
+        serve_tag(self.server, "alphastorm/ninfer", tag, row["source_commit"])
         fields = {
             "package": lambda n: n.endswith(".tar.gz") and not n.endswith("-source.tar.gz"),
             "source_archive": lambda n: n.endswith("-source.tar.gz"),
@@ -274,6 +276,32 @@ class Tree:
         data = bytearray(self.server.files[path])
         data[offset % len(data)] ^= 0x01
         self.server.files[path] = bytes(data)
+
+
+def _set_source_commit(set_dir: Path) -> str:
+    """The commit the set was built from, as the statement beside it names it (the row's source_commit)."""
+    from pipeline.formats import provenance as slsa
+
+    [statement] = list((set_dir.parent / slsa.FOLDER).glob("*" + slsa.SUFFIX))
+    return slsa.read_statement(statement.read_bytes(), origin=str(statement)).external["source_commit"]
+
+
+def tag_path(repository: str, tag: str, prefix: str = "") -> str:
+    """Where GitHub's REST API answers for a tag ref: `/repos/<owner>/<name>/git/ref/tags/<tag>` (at the API's root)."""
+    return f"{prefix}/repos/{repository}/git/ref/tags/{tag}"
+
+
+def serve_tag(server: ReleaseServer, repository: str, tag: str, commit: str, *, prefix: str = "", annotated: str | None = None) -> str:
+    """GitHub's answer for a lightweight tag (or, with `annotated`, a tag object of that sha naming the commit)."""
+    path = tag_path(repository, tag, prefix)
+    if annotated is None:
+        target = {"type": "commit", "sha": commit, "url": f"https://api.github.com/repos/{repository}/git/commits/{commit}"}
+    else:
+        target = {"type": "tag", "sha": annotated, "url": f"https://api.github.com/repos/{repository}/git/tags/{annotated}"}
+        server.files[f"{prefix}/repos/{repository}/git/tags/{annotated}"] = json.dumps(
+            {"sha": annotated, "tag": tag, "message": f"{tag}\n", "object": {"type": "commit", "sha": commit}, "verification": {"verified": False}}).encode()
+    server.files[path] = json.dumps({"ref": f"refs/tags/{tag}", "node_id": "REF_x", "url": f"https://api.github.com{path.removeprefix(prefix)}", "object": target}).encode()
+    return path
 
 
 def run_audit(url: str, tmp_path: Path, *extra: str, lanes_dir: Path | None = None, allow_unsigned: bool = True, **kwargs) -> tuple[audit.AuditReport, list[str]]:
@@ -319,6 +347,8 @@ def test_a_complete_release_audits_ok(server, tmp_path, native_set):
     set_line = line_for(lines, f"OK: set {LANE}")
     assert "closed set of 11 files, SHA256SUMS matches" in set_line
     assert len([line for line in lines if line.startswith(f"OK: {LANE} ")]) == 11  # every file of the set, hashed while downloading
+    row = tree.manifest["components"]["ninfer_variants"][0]
+    assert line_for(lines, "OK: tag ") == f"OK: tag alphastorm/ninfer {row['release_tag']} (names {row['source_commit']})"  # the component tag, read through the API
     stem = "ninfer-rtx4090-native-v0.7.0-beta.2-windows-x86_64-cuda13.3-rtx4090"
     assert line_for(lines, f"OK: sbom {stem}.spdx.json").endswith("(valid SPDX-2.3, 28 files)")
     assert "valid CycloneDX 1.6" in line_for(lines, f"OK: sbom {stem}.cdx.json")
@@ -783,6 +813,115 @@ def test_a_signature_by_another_identity_fails(server, tmp_path):
     assert "GitHubWorkflowRepository does not match (got 'trailofbits/rfc8785.py', expected 'alphastorm/omp-ninfer')" in line or "SANs do not match" in line
 
 
+# -- component tags (issue #17: a repointed tag passed the audit) ------------------------------------
+
+TAG = "v0.7.0-qwen38-4090-beta.2"
+SOURCE = "4" * 40
+
+
+def _tag_tree(server: ReleaseServer, *, repository: str | None = None, **row) -> Tree:
+    """A release whose one published component row binds a tag and a source commit (and no set files)."""
+    tree = Tree(server, None, None)
+    tree.manifest["components"]["ninfer_variants"].append(
+        {"id": LANE, "status": "qualified", "published": True, "repository": repository or server.url("/alphastorm/ninfer"), "release_tag": TAG, "source_commit": SOURCE, **row})
+    return tree
+
+
+@pytest.mark.parametrize("annotated", [None, "a" * 40], ids=["lightweight", "annotated"])
+def test_a_component_tag_that_names_the_rows_commit_is_ok(server, tmp_path, annotated):
+    tree = _tag_tree(server)
+    serve_tag(server, "alphastorm/ninfer", TAG, SOURCE, annotated=annotated)
+    report, lines = run_audit(tree.publish(), tmp_path)
+    assert fails(lines) == [], "\n".join(lines)
+    via = f" (through the annotated tag object {annotated})" if annotated else ""
+    assert line_for(lines, "OK: tag alphastorm/ninfer") == f"OK: tag alphastorm/ninfer {TAG} (names {SOURCE}{via})"
+    assert report.passed
+    # Read anonymously from the REST API's path, the annotated tag dereferenced through /git/tags/{sha}.
+    asked = [path for path, _range in server.log if path.startswith("/repos/")]
+    assert asked == [tag_path("alphastorm/ninfer", TAG)] + ([f"/repos/alphastorm/ninfer/git/tags/{annotated}"] if annotated else [])
+
+
+def test_a_github_repositorys_tag_is_read_at_api_github_com_through_the_mirror(server, tmp_path):
+    tree = _tag_tree(server, repository="https://github.com/alphastorm/ninfer")
+    serve_tag(server, "alphastorm/ninfer", TAG, SOURCE, prefix="/api.github.com")
+    report, lines = run_audit(tree.publish(), tmp_path, mirrors=[("https://api.github.com/", f"{server.base}/api.github.com/")])
+    assert line_for(lines, "OK: tag alphastorm/ninfer") == f"OK: tag alphastorm/ninfer {TAG} (names {SOURCE})"
+    assert report.passed and (tag_path("alphastorm/ninfer", TAG, "/api.github.com"), None) in server.log
+
+
+@pytest.mark.parametrize("annotated", [None, "b" * 40], ids=["lightweight", "annotated"])
+def test_a_component_tag_moved_to_another_commit_fails_naming_both(server, tmp_path, annotated):
+    tree = _tag_tree(server)
+    serve_tag(server, "alphastorm/ninfer", TAG, "f" * 40, annotated=annotated)
+    report, lines = run_audit(tree.publish(), tmp_path)
+    via = f" (through the annotated tag object {annotated})" if annotated else ""
+    assert fails(lines) == [f"FAIL: tag alphastorm/ninfer {TAG}: names {'f' * 40}{via}, the manifest binds {SOURCE} (components.ninfer_variants[0].source_commit): a published component tag never moves"]
+    assert not report.passed
+
+
+def test_a_missing_component_tag_fails(server, tmp_path):
+    tree = _tag_tree(server)
+    report, lines = run_audit(tree.publish(), tmp_path)
+    url = server.url(tag_path("alphastorm/ninfer", TAG))
+    assert fails(lines) == [f"FAIL: tag alphastorm/ninfer {TAG}: absent: alphastorm/ninfer has no tag {TAG} (HTTP 404 at {url}), but the manifest says its component release is published"]
+    # An annotated tag whose tag object is gone fails too.
+    serve_tag(server, "alphastorm/ninfer", TAG, SOURCE, annotated="c" * 40)
+    del server.files[f"/repos/alphastorm/ninfer/git/tags/{'c' * 40}"]
+    _report, lines = run_audit(tree.publish(), tmp_path / "object")
+    assert fails(lines) == [f"FAIL: tag alphastorm/ninfer {TAG}: the annotated tag object {'c' * 40} is absent (HTTP 404 at {server.url('/repos/alphastorm/ninfer/git/tags/' + 'c' * 40)})"]
+
+
+@pytest.mark.parametrize(("body", "reason"), [
+    (b"<html>rate limited</html>", "is not a JSON document"),
+    (b'{"ref": "refs/tags/x", "ref": "refs/tags/y"}', "is not a JSON document"),
+    (b"[]", "is not the ref refs/tags/" + TAG + " (found a list of 0 refs)"),
+    (json.dumps({"ref": f"refs/tags/{TAG}-other", "object": {"type": "commit", "sha": SOURCE}}).encode(), f"(found ref 'refs/tags/{TAG}-other')"),
+    (json.dumps({"ref": f"refs/tags/{TAG}"}).encode(), "names no commit or tag object (found object null)"),
+    (json.dumps({"ref": f"refs/tags/{TAG}", "object": {"type": "blob", "sha": SOURCE}}).encode(), 'names no commit or tag object (found object {"type": "blob", "sha": "' + SOURCE + '"})'),
+    (json.dumps({"ref": f"refs/tags/{TAG}", "object": {"type": "commit", "sha": SOURCE[:12]}}).encode(), "names no commit or tag object"),
+    (b"{" + b" " * (audit.MAX_API_ANSWER_BYTES + 1) + b"}", "cannot read refs/tags/" + TAG + " through GitHub's API: "),
+], ids=["html", "duplicate-key", "list", "other-ref", "no-object", "blob", "short-sha", "over-cap"])
+def test_a_malformed_tag_answer_fails_with_a_clear_reason(server, tmp_path, body, reason):
+    tree = _tag_tree(server)
+    server.files[tag_path("alphastorm/ninfer", TAG)] = body
+    report, lines = run_audit(tree.publish(), tmp_path)
+    [line] = fails(lines)
+    assert line.startswith(f"FAIL: tag alphastorm/ninfer {TAG}: ") and reason in line, line
+    assert "Traceback" not in line and not report.passed
+
+
+def test_an_unreachable_api_fails_closed(server, tmp_path):
+    with socket.socket() as probe:  # a loopback port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    tree = _tag_tree(server, repository=f"http://127.0.0.1:{port}/alphastorm/ninfer")
+    report, lines = run_audit(tree.publish(), tmp_path, retries=0, timeout=5)
+    [line] = fails(lines)
+    assert line.startswith(f"FAIL: tag alphastorm/ninfer {TAG}: cannot read refs/tags/{TAG} through GitHub's API: "), line
+    assert not report.passed
+
+
+@pytest.mark.parametrize(("row", "reason"), [
+    ({"source_commit": None}, "not bound: components.ninfer_variants[0].source_commit is null, so nothing says which commit the tag must name"),
+    ({"release_tag": None}, "not bound: components.ninfer_variants[0].release_tag is null"),
+    ({"release_tag": "a/../b"}, "components.ninfer_variants[0].release_tag is not a tag name (found 'a/../b')"),
+    ({"repository": "https://gitlab.com/alphastorm/ninfer"}, "is not on GitHub: the audit reads component tags through GitHub's REST API only"),
+], ids=["no-commit", "no-tag", "tag-with-slash", "not-github"])
+def test_a_published_row_whose_tag_cannot_be_read_fails(server, tmp_path, row, reason):
+    tree = _tag_tree(server, **row)
+    serve_tag(server, "alphastorm/ninfer", TAG, SOURCE)
+    _report, lines = run_audit(tree.publish(), tmp_path)
+    [line] = fails(lines)
+    assert line.startswith("FAIL: tag ") and line.endswith(reason), line
+
+
+def test_an_unpublished_row_has_its_tag_skipped_not_passed(server, tmp_path):
+    tree = _tag_tree(server, published=False)
+    report, lines = run_audit(tree.publish(), tmp_path)
+    assert line_for(lines, "SKIP: tag alphastorm/ninfer") == f"SKIP: tag alphastorm/ninfer {TAG}: components.ninfer_variants[0].published is false: the manifest does not say the component release exists, so its tag is not read"
+    assert not any(path.startswith("/repos/") for path, _range in server.log)
+
+
 # -- the image digest ---------------------------------------------------------------------------
 
 
@@ -965,8 +1104,10 @@ def _serve_pipeline_release(server: ReleaseServer, releasekit, release, manifest
     for row in manifest["components"]["ninfer_variants"]:
         if "provenance" in row:
             server.files["/" + row["checksums_url"].split("://", 1)[1].rsplit("/", 1)[0] + "/" + statement.name] = statement.read_bytes()
+        if row.get("published") is True:  # the component tag, as GitHub's REST API answers for it
+            serve_tag(server, row["repository"].removeprefix("https://github.com/"), row["release_tag"], row["source_commit"], prefix="/api.github.com")
     assert git(release.root, "rev-parse", "HEAD")
-    return [f"https://{host}/={server.base}/{host}/" for host in ("github.com", "raw.githubusercontent.com", "huggingface.co")]
+    return [f"https://{host}/={server.base}/{host}/" for host in ("github.com", "raw.githubusercontent.com", "huggingface.co", "api.github.com")]
 
 
 @pytest.mark.slow
@@ -986,6 +1127,9 @@ def test_the_ready_release_made_by_the_pipeline_audits_ok(server, tmp_path, pipe
     assert line_for(lines, "OK: qualification summary") and line_for(lines, "OK: compatibility authority")
     assert line_for(lines, "OK: external-installation acceptance")
     assert line_for(lines, f"OK: {releasekit.LANE} qualification")  # the lane receipt at its pinned raw URL
+    row = next(row for row in manifest["components"]["ninfer_variants"] if row["id"] == releasekit.LANE)
+    assert line_for(lines, "OK: tag alphastorm/ninfer") == f"OK: tag alphastorm/ninfer {row['release_tag']} (names {row['source_commit']})"
+    assert any(path.startswith("/api.github.com/repos/alphastorm/ninfer/git/ref/tags/") for path, _ in server.log)  # api.github.com, through the mirror
     # The release promises its evidence: the set's statement is checked on the component release; unsigned here.
     assert manifest["signing"]["evidence"] == {"bundles": "published", "statements": "published"}
     assert "11 subjects are exactly the set's files" in line_for(lines, f"OK: provenance {releasekit.LANE} ")

@@ -8,7 +8,8 @@ is accepted (as GitHub does, which is how duplicate drafts happen); assets
 uploaded to an uploads path with `?name=`, `Content-Type` and `Content-Length`
 required, carrying `state`, `size` and `digest` (`sha256:…`), a duplicate name
 answered 422 `already_exists` on `name`, and special characters renamed; git
-refs for tags (`Reference already exists` on a second create); pagination
+refs for tags (`Reference already exists` on a second create; read without a token, as
+GitHub serves a public repository's `git/ref/tags/…` and `git/tags/…`); pagination
 with a `link` header (`per_page` default 30, max 100); rate-limit headers on
 every answer and 403 secondary limits with `retry-after`; immutable releases
 (once published, assets cannot be added or deleted: 422 "Cannot upload assets
@@ -351,6 +352,8 @@ class _Handler(BaseHTTPRequestHandler):
             s.remaining = 0
             return self._send(403, {"message": f"API rate limit exceeded for installation ID 1. If you reach out to GitHub Support for help, please include the request ID {self.request_id}.",
                                     "documentation_url": f"{DOCS}/using-the-rest-api/rate-limits-for-the-rest-api", "status": "403"})
+        if token is None and self.command == "GET" and re.fullmatch(rf"{re.escape(repo)}/git/(ref/tags/.+|tags/[0-9a-f]{{40}})", path):
+            token = Token(scopes=(), push=False, classic=False)  # a public repository's tags: GitHub answers them without a token
         if token is None:
             return self._send(401, {"message": "Bad credentials", "documentation_url": DOCS, "status": "401"})
         write = self.command != "GET"
