@@ -9,6 +9,14 @@ applies the layout fix nvcc.profile needs.  The directory is canonical
 (`/var/tmp/omp-ninfer/toolchains/...`) because the toolkit path is embedded in
 the binaries (nvlink command line), so a different location would change them.
 
+A folder there is used only when it is this user's (or root's), nobody else can
+write to it or a folder above it, and it holds exactly the files the lock's
+wheels pin, each re-hashed (a verification kept in a sealed state file, so a
+warm start re-hashes only what changed): /var/tmp is shared, and another user
+could have made the folder first.  `OMP_NINFER_TOOLCHAIN_ROOT` moves the root to
+a private folder.  `check_private_dir` / `ensure_private_dir` apply the same
+rule to the canonical build root.
+
 `--toolchain system` uses the nvcc on PATH (or CUDA_HOME) instead; the build
 identity then records it as a system toolchain with its version.
 """
@@ -16,21 +24,34 @@ identity then records it as a system toolchain with its version.
 from __future__ import annotations
 
 import argparse
+import base64
+import csv
+import hashlib
+import hmac
+import io
 import os
 import re
 import shutil
+import stat
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
+from pipeline.errors import (
+    EnvironmentProblem,
+    InputError,
+    IntegrityError,
+    PipelineError,
+    RefusedError,
+    RemoteError,
+)
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
 from pipeline.formats.toolchain_record import RecordedLibrary, ToolchainRecord
 from pipeline.infra import net
 from pipeline.util import ui
-from pipeline.util.fs import atomic_output_dir
-from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
+from pipeline.util.fs import atomic_output_dir, atomic_write_bytes, read_bytes_bounded
+from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file, sha256_files
 from pipeline.util.jsonio import canonical_bytes, expect_object, loads_object, read_json_object, write_json
 from pipeline.util.proc import run_text
 from pipeline.util.safepath import safe_component, safe_relpath
@@ -49,8 +70,11 @@ CUDA_DISTRIBUTIONS = ("nvidia-cuda-nvcc", "nvidia-cuda-crt", "nvidia-nvvm", "nvi
 TOOL_DISTRIBUTIONS = ("cmake", "ninja")
 
 
+ROOT_VARIABLE = "OMP_NINFER_TOOLCHAIN_ROOT"
+
+
 def toolchain_root() -> Path:
-    override = os.environ.get("OMP_NINFER_TOOLCHAIN_ROOT")
+    override = os.environ.get(ROOT_VARIABLE)
     return Path(override) if override else CANONICAL_ROOT / "toolchains"
 
 
@@ -216,10 +240,345 @@ def _fix_cuda_layout(cuda_home: Path) -> None:
         cudart.symlink_to("libcudart.so.13")
 
 
+
+# -- folders on a shared host ---------------------------------------------------
+#
+# The canonical folders sit in /var/tmp, which every user may write to: whoever
+# creates /var/tmp/omp-ninfer first owns it.  A folder is used only when nobody
+# but this user (or root) could have made or changed it: it and every folder
+# above it up to / are owned by this user or root, and none is writable by group
+# or others, except a sticky folder above it (/var/tmp, /tmp: others may add
+# names there, but cannot rename or remove ours).
+
+def _trusted_owner(uid: int) -> bool:
+    return uid in (os.geteuid(), 0)
+
+
+def _who(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _found(st: os.stat_result) -> str:
+    return f"owner {_who(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}"
+
+
+def _expected_owner() -> str:
+    return f"owned by {_who(os.geteuid())} (you) or root, not writable by group or others"
+
+
+def _check_chain(path: Path, *, what: str, fix: str) -> None:
+    current, below = path, None
+    while True:
+        try:
+            st = os.lstat(current)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot inspect {what} ({exc.strerror})", file=current, fix=fix) from None
+        folder = "it" if below is None else "a folder above it"
+        why = (f"{what} is {path}; anyone who owns or can write to {folder} could have planted or could change "
+               "what the pipeline runs or builds from there (/var/tmp is shared by every user of the host)")
+        if not _trusted_owner(st.st_uid):
+            raise RefusedError(f"{what} is not yours: {current} is owned by another user", file=current,
+                               found=_found(st), expected=_expected_owner(), why=why, fix=fix)
+        if not stat.S_ISLNK(st.st_mode):
+            if below is None and not stat.S_ISDIR(st.st_mode):
+                raise RefusedError(f"{what} is not a folder", file=current, found=_found(st), expected="a folder", fix=fix)
+            if st.st_mode & 0o022 and (below is None or not st.st_mode & stat.S_ISVTX):
+                raise RefusedError(f"{what} is not private: {current} is writable by group or others", file=current,
+                                   found=_found(st), expected=_expected_owner() + (" (a sticky folder such as /var/tmp is fine above it)" if below is not None else ""),
+                                   why=why, fix=fix)
+        if current.parent == current:
+            return
+        below, current = current, current.parent
+
+
+def check_private_dir(path: str | os.PathLike[str], *, what: str, fix: str) -> None:
+    """Refuse (RefusedError, exit 7) a folder that another user made or could change (see above).
+
+    Both the path as given (its symlinks must be ours or root's) and the path it
+    resolves to are checked.  Not on Windows, whose ACLs this does not model.
+    """
+    if ON_WINDOWS:
+        return
+    given = Path(os.path.abspath(path))
+    _check_chain(given, what=what, fix=fix)
+    real = Path(os.path.realpath(given))
+    if real != given:
+        _check_chain(real, what=what, fix=fix)
+
+
+def ensure_private_dir(path: str | os.PathLike[str], *, what: str, fix: str) -> Path:
+    """The folder `path`, made (0700, with any missing parents) when absent, then checked by check_private_dir."""
+    target = Path(os.path.abspath(path))
+    missing = []
+    probe = target
+    while not os.path.lexists(probe) and probe.parent != probe:
+        missing.append(probe)
+        probe = probe.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass  # made meanwhile: its owner and mode are checked below
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot make {what} ({exc.strerror})", file=folder, fix=fix) from None
+    check_private_dir(target, what=what, fix=fix)
+    return target
+
+
+def _toolchain_fix(root: Path) -> str:
+    return (f"remove {root} (the next build provisions it again), or set {ROOT_VARIABLE} to a private folder of yours "
+            f"(mkdir -m 700 ~/omp-ninfer-toolchains; export {ROOT_VARIABLE}=~/omp-ninfer-toolchains: builds there are "
+            "not byte-identical to the release's, whose toolkit path is the canonical one)")
+
+
+# -- verifying a pinned toolchain folder ----------------------------------------
+#
+# The lock pins every wheel by SHA-256, and each wheel's RECORD (inside the
+# verified wheel) pins every file it ships.  A folder is used only when it holds
+# exactly those files (plus the layout links provisioning makes), each hashing to
+# its pin.  The result is kept in a state file inside the folder, keyed by each
+# file's inode, size, mtime and ctime and sealed with an HMAC under a per-user
+# key in the cache folder: a warm check re-hashes only files whose stat changed,
+# and a state file that was edited, copied from elsewhere or sealed by another
+# user is ignored (a cold check reads the pinned wheels again).
+
+STATE_FILE = "verified.json"
+STATE_TYPE = "omp_ninfer_toolchain_verification"
+MARKER_FILE = "toolchain.json"
+MAX_STATE_BYTES = 16 * 1024 * 1024  # about 180 bytes per file; a CUDA toolchain has some 6,000
+KEY_BYTES = 32
+
+
+def state_key_path() -> Path:
+    return wheel_cache().parent / "toolchain-state.key"
+
+
+def _state_key() -> bytes | None:
+    """This user's key for sealing state files (made on first use), or None when it is not private."""
+    path = state_key_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        ui.warn(f"cannot make the toolchain state key {path} ({exc.strerror}): every toolchain check re-hashes every file")
+        return None
+    else:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(os.urandom(KEY_BYTES))
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or (not ON_WINDOWS and (st.st_uid != os.geteuid() or st.st_mode & 0o077)) or st.st_size != KEY_BYTES:
+            ui.warn(f"the toolchain state key {path} is not a private {KEY_BYTES}-byte file of yours ({_found(st)}): "
+                    "not using it, every toolchain check re-hashes every file; remove it to get a new one")
+            return None
+        return path.read_bytes()
+    except OSError as exc:
+        ui.warn(f"cannot read the toolchain state key {path} ({exc.strerror}): every toolchain check re-hashes every file")
+        return None
+
+
+def _seal(key: bytes, body: bytes) -> str:
+    return hmac.new(key, body, hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Tree:
+    files: dict[str, os.stat_result]
+    links: dict[str, str]
+
+
+def _scan(root: Path, fix: str) -> _Tree:
+    """Every entry under <root>/site, by lstat; refuses one that is not ours or is writable by others."""
+    files: dict[str, os.stat_result] = {}
+    links: dict[str, str] = {}
+    pending = [root / "site"]
+    base = len(str(root / "site")) + 1
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError as exc:
+            raise IntegrityError(f"cannot list the pinned toolchain folder ({exc.strerror})", file=folder, fix=fix) from None
+        for entry in entries:
+            st = entry.stat(follow_symlinks=False)
+            rel = entry.path[base:].replace(os.sep, "/")
+            if not ON_WINDOWS and not _trusted_owner(st.st_uid):
+                raise RefusedError("the pinned toolchain holds a file that is not yours", file=entry.path, found=_found(st), expected=_expected_owner(), fix=fix)
+            if stat.S_ISLNK(st.st_mode):
+                links[rel] = os.readlink(entry.path)
+                continue
+            if not ON_WINDOWS and st.st_mode & 0o022:
+                raise RefusedError("the pinned toolchain holds a file writable by group or others", file=entry.path, found=_found(st), expected=_expected_owner(), fix=fix)
+            if stat.S_ISDIR(st.st_mode):
+                pending.append(Path(entry.path))
+            elif stat.S_ISREG(st.st_mode):
+                files[rel] = st
+            else:
+                raise IntegrityError("the pinned toolchain holds something that is neither a file, a folder nor a link", file=entry.path, found=_found(st), fix=fix)
+    return _Tree(files, links)
+
+
+def _record_digests(record: bytes, *, source: str) -> dict[str, str]:
+    """path -> SHA-256 hex from a wheel's RECORD (rows without a sha256 are left out)."""
+    digests = {}
+    for row in csv.reader(io.StringIO(record.decode("utf-8", errors="replace"))):
+        if len(row) >= 2 and row[1].startswith("sha256="):
+            encoded = row[1][len("sha256="):]
+            try:
+                digests[row[0]] = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).hex()
+            except ValueError:
+                raise IntegrityError("a pinned wheel's RECORD holds a hash that is not base64", file=source, found=row[1]) from None
+    return digests
+
+
+def pinned_files(spec: ToolchainSpec) -> dict[str, str]:
+    """Every file the lock pins for this toolchain: site-relative path -> SHA-256, read from the verified wheels.
+
+    The wheels come from the content-addressed cache (re-hashed against the lock),
+    downloaded when missing.  A later wheel's file replaces an earlier one's, as
+    unpacking does.
+    """
+    manifest: dict[str, str] = {}
+    for wheel in spec.wheels:
+        path = fetch_wheel(wheel)
+        with zipfile.ZipFile(path) as archive:
+            members = [info for info in archive.infolist() if not info.is_dir()]
+            records = [info for info in members if info.filename == f"{wheel.dist_info}/RECORD"]
+            recorded = _record_digests(archive.read(records[0]), source=str(path)) if records else {}
+            for info in members:
+                name = safe_relpath(info.filename, file=path, field="member name", hidden=True, portable=False)
+                digest = recorded.get(info.filename)
+                if digest is None:  # RECORD itself, and anything its RECORD does not hash
+                    digest = hashlib.sha256(archive.read(info)).hexdigest()
+                manifest[name] = digest
+    return manifest
+
+
+def layout_links(spec: ToolchainSpec, files: dict[str, str] | set[str]) -> dict[str, str]:
+    """The links _fix_cuda_layout makes for these files: site-relative path -> target."""
+    if ON_WINDOWS:
+        return {}
+    home = spec.cuda_home.rstrip("/")
+    links = {
+        f"{home}/targets/x86_64-linux/include": "../../include",
+        f"{home}/targets/x86_64-linux/lib": "../../lib",
+        f"{home}/lib64": "lib",
+    }
+    if f"{home}/lib/libcudart.so.13" in files and f"{home}/lib/libcudart.so" not in files:
+        links[f"{home}/lib/libcudart.so"] = "libcudart.so.13"
+    return links
+
+
+def _stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _read_state(root: Path, spec: ToolchainSpec, key: bytes | None) -> dict[str, list[Any]] | None:
+    """The files of a state file this user sealed for this folder and lock entry, or None (then a cold check).
+
+    The file is one line `<HMAC-SHA256 hex of the rest>` and the canonical JSON
+    body; the seal is checked on the raw bytes before the body is parsed.
+    """
+    path = root / STATE_FILE
+    if key is None:
+        return None
+    try:
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or (not ON_WINDOWS and (not _trusted_owner(st.st_uid) or st.st_mode & 0o022)):
+            ui.warn(f"ignoring the toolchain state file {path}: not a private file of yours ({_found(st)})")
+            return None
+        data = read_bytes_bounded(path, MAX_STATE_BYTES, what="the toolchain state file")
+    except FileNotFoundError:
+        return None
+    except (OSError, PipelineError) as exc:
+        ui.warn(f"ignoring the toolchain state file {path}: {exc}")
+        return None
+    seal, _, body_bytes = data.partition(b"\n")
+    if not hmac.compare_digest(seal, _seal(key, body_bytes).encode()):
+        ui.warn(f"ignoring the toolchain state file {path}: its seal does not verify (edited, copied, or sealed by another user); re-hashing every file")
+        return None
+    try:
+        body = loads_object(body_bytes, source=path, max_bytes=MAX_STATE_BYTES)
+    except PipelineError as exc:
+        ui.warn(f"ignoring the toolchain state file {path}: {exc}")
+        return None
+    if body.get("artifact_type") != STATE_TYPE or body.get("digest") != spec.digest or body.get("root") != str(root) or not isinstance(body.get("files"), dict):
+        return None
+    return body["files"]
+
+
+def _write_state(root: Path, spec: ToolchainSpec, key: bytes | None, files: dict[str, list[Any]]) -> None:
+    if key is None:
+        return
+    body = canonical_bytes({"artifact_type": STATE_TYPE, "schema_version": 1, "digest": spec.digest, "root": str(root), "files": files}, indent=None)
+    try:
+        atomic_write_bytes(root / STATE_FILE, _seal(key, body).encode() + b"\n" + body, mode=0o600)
+    except OSError as exc:  # a folder of root's used by another user: every check is then a cold one
+        ui.info(f"cannot keep the toolchain verification in {root / STATE_FILE} ({exc.strerror}); the next check re-hashes every file")
+
+
+def verify_toolchain_dir(root: Path, spec: ToolchainSpec) -> None:
+    """Refuse a pinned toolchain folder that is not ours (RefusedError) or not exactly the pinned files (IntegrityError)."""
+    fix = _toolchain_fix(root)
+    check_private_dir(root, what="the pinned toolchain folder", fix=fix)
+    marker = root / MARKER_FILE
+    if not ON_WINDOWS:
+        try:
+            st = os.lstat(marker)
+        except OSError as exc:
+            raise IntegrityError(f"the pinned toolchain has no readable marker ({exc.strerror})", file=marker, fix=fix) from None
+        if not stat.S_ISREG(st.st_mode) or not _trusted_owner(st.st_uid) or st.st_mode & 0o022:
+            raise RefusedError("the pinned toolchain's marker is not a private file of yours", file=marker, found=_found(st), expected=_expected_owner(), fix=fix)
+    tree = _scan(root, fix)
+    key = _state_key()
+    state = _read_state(root, spec, key)
+    if state is not None:
+        pins = {rel: entry[-1] for rel, entry in state.items() if isinstance(entry, list) and entry and isinstance(entry[-1], str)}
+        known = {rel: entry[:-1] for rel, entry in state.items() if isinstance(entry, list)}
+    else:
+        pins = pinned_files(spec)
+        known = {}
+    missing = sorted(set(pins) - set(tree.files))
+    if missing:
+        raise IntegrityError(f"the pinned toolchain folder lacks {len(missing)} pinned file(s)", file=root / "site" / missing[0],
+                             found="no such file", expected=f"the file the lock's wheels pin (sha256 {pins[missing[0]]})", fix=fix)
+    extra = sorted(set(tree.files) - set(pins))
+    if extra:
+        raise IntegrityError(f"the pinned toolchain folder holds {len(extra)} file(s) no pinned wheel ships", file=root / "site" / extra[0],
+                             found="a file", expected="only the files of the lock's wheels", fix=fix)
+    links = layout_links(spec, pins)
+    for rel, target in sorted(tree.links.items()):
+        if links.get(rel) != target:
+            raise IntegrityError("the pinned toolchain folder holds a link provisioning does not make", file=root / "site" / rel,
+                                 found=f"a link to {target}", expected=f"a link to {links[rel]}" if rel in links else "no link", fix=fix)
+    for rel in (f"{spec.cuda_home}/bin/nvcc{EXE}", spec.cmake, spec.ninja):
+        if rel not in tree.files:
+            raise IntegrityError("a tool the toolchain runs is not a pinned file", file=root / "site" / rel, expected="a file of the lock's wheels", fix=fix)
+    stale = [rel for rel, st in tree.files.items() if known.get(rel) != _stat_key(st)]
+    digests = sha256_files([root / "site" / rel for rel in stale])
+    for rel in sorted(stale):
+        found = digests[root / "site" / rel]
+        if found != pins[rel]:
+            raise IntegrityError("a file of the pinned toolchain differs from the lock's wheels", file=root / "site" / rel,
+                                 found=f"sha256 {found}", expected=f"sha256 {pins[rel]}", fix=fix)
+    if stale or state is None:
+        _write_state(root, spec, key, {rel: [*_stat_key(st), pins[rel]] for rel, st in tree.files.items()})
+
+
 def provision(spec: ToolchainSpec) -> Toolchain:
     """Make the pinned toolchain available at its canonical path (a no-op when already there)."""
-    root = toolchain_root() / f"cuda-{spec.cuda_version}-{spec.platform}-{spec.digest[:12]}"
-    marker = root / "toolchain.json"
+    base = ensure_private_dir(toolchain_root(), what="the toolchain root", fix=_toolchain_fix(toolchain_root()))
+    root = base / f"cuda-{spec.cuda_version}-{spec.platform}-{spec.digest[:12]}"
+    marker = root / MARKER_FILE
+    if os.path.lexists(root):  # nothing in a folder someone else made is read, let alone run
+        check_private_dir(root, what="the pinned toolchain folder", fix=_toolchain_fix(root))
     if not (marker.exists() and read_json_object(marker).get("digest") == spec.digest):
         ui.step("toolchain", f"provisioning CUDA {spec.cuda_version} ({len(spec.wheels)} pinned wheels) into {root}")
         paths = [fetch_wheel(wheel) for wheel in spec.wheels]
@@ -229,9 +588,11 @@ def provision(spec: ToolchainSpec) -> Toolchain:
                 _extract_wheel(path, staging / "site")
             if not ON_WINDOWS:  # the Windows wheels already have the toolkit's own layout
                 _fix_cuda_layout(staging / "site" / spec.cuda_home)
-            write_json(staging / "toolchain.json", {"digest": spec.digest, "spec": spec.to_json()})
+            write_json(staging / MARKER_FILE, {"digest": spec.digest, "spec": spec.to_json()})
+        verify_toolchain_dir(root, spec)
     else:
-        ui.info(f"pinned CUDA {spec.cuda_version} toolchain already at {root}")
+        verify_toolchain_dir(root, spec)
+        ui.info(f"pinned CUDA {spec.cuda_version} toolchain already at {root} (owner, mode and every pinned file checked)")
     site = root / "site"
     cuda_home = site / spec.cuda_home
     toolchain = Toolchain(

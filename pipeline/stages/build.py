@@ -83,7 +83,17 @@ def canonical_source_dir(lane: Lane) -> Path:
 @contextmanager
 def lane_lock(lane: Lane):
     root = build_root(lane)
-    root.parent.mkdir(parents=True, exist_ok=True)
+    # The canonical build root sits in /var/tmp, shared by every user: it is made private (0700) when absent, and
+    # one that another user owns or that group or others can write to is refused (infra/toolchain.check_private_dir).
+    from pipeline.infra.toolchain import ensure_private_dir
+
+    ensure_private_dir(
+        root,
+        what="the canonical build root",
+        fix="remove the folder named here (its owner or an administrator can; the next build makes it again, private "
+        f"to you, at {root}). The path is fixed because -lineinfo embeds it in device code, so on a shared host one user "
+        "at a time builds there",
+    )
     with open(root.parent / f"{lane.id}.lock", "w") as handle:
         if ON_WINDOWS:
             import msvcrt
@@ -565,9 +575,11 @@ def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) 
     """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
     from pipeline.formats import provenance as slsa
 
-    data = statement_path.read_bytes() if statement_path.is_file() else None
-    if data is None:
+    from pipeline.util.fs import read_bytes_bounded
+
+    if not statement_path.is_file():
         raise InputError("provenance statement does not exist", file=statement_path, field="--provenance")
+    data = read_bytes_bounded(statement_path, slsa.MAX_BYTES, what="provenance statement")  # the cap applies while reading
     statement = slsa.read_statement(data, origin=str(statement_path))
     claim = slsa.archive_claim(statement, origin=str(statement_path), strict=strict)
     if not archive.is_file():
