@@ -8,12 +8,21 @@
 * **Run receipt** (`omp_ninfer_acceptance_run_receipt`): what `accept run` did with one
   bundle: per step the block SHA-256, the SHA-256 of the bytes actually executed,
   status, exit status, elapsed time and SHA-256 + byte count of stdout and stderr
-  (never their content); the capabilities probed; the host's facts; the clone's
-  commit; `secret_values_recorded: 0`.
+  (never their content: the runner streams each step's output to a file of its work
+  folder and keeps at most its last `OUTPUT_TAIL_BYTES` in memory, to show a failing
+  step's end); the capabilities probed; the host's facts; the clone's commit;
+  `secret_values_recorded: 0`.
 * **Acceptance record** (`omp_ninfer_external_installation_acceptance`, the file
   `manifests/<release>/acceptance/external-installation.json` of docs/release-tree.md),
   extended with `documented_routes`: per route the bundle and receipt hashes and step
   counts, the document's hashes and every `document_change`.  Made by `accept compose`.
+
+A bundle is data anyone could have edited, so its names never steer a path or the shell:
+`release` follows the release-name grammar (`vX.Y.Z`, `vX.Y.Z-beta.N`), `document.path` is a
+safe relative path, parameter names pass `routes.parameter_name_problem` (no `BASH_ENV`,
+`PATH`, `LD_*` ...), and `check_against_document` refuses a bundle whose steps or parameters
+are not byte for byte the route document's (the runner and compose both apply it to the
+document read from git at the bundle's commit).
 
 Only the standard library is used (the runner reads and writes these on an owner's
 host from a plain clone).  JSON is read strictly: bounded size and nesting, duplicate
@@ -27,10 +36,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.errors import InputError
-from pipeline.formats.routes import CAPABILITIES
+from pipeline.errors import InputError, IntegrityError
+from pipeline.formats.routes import CAPABILITIES, DENIED_FIX, Document, parameter_name_problem
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 from pipeline.util.jsonio import loads_object
+from pipeline.util.safepath import relpath_problem
 from pipeline.util.schema import Field, matches, one_of, read_table
 
 BUNDLE_TYPE = "omp_ninfer_acceptance_bundle"
@@ -41,6 +51,7 @@ BUNDLE_KINDS = ("release-route", "runbook")
 STEP_STATUSES = ("passed", "failed", "not-run")
 MAX_JSON_BYTES = 4 << 20
 MAX_DEPTH = 32
+OUTPUT_TAIL_BYTES = 64 * 1024  # what the runner keeps in memory of one step's output (the rest is only on disk)
 
 
 @dataclass(frozen=True)
@@ -240,6 +251,13 @@ RECEIPT_STEP = {
     "reason": Field((str, type(None))),
 }
 RECEIPT_STREAM = {"sha256": _SHA, "bytes": _COUNT}
+RECEIPT_ENVIRONMENT = {
+    "variables": Field(list, items=str),
+    "path": Field(str),
+    "parameters": Field(dict),
+    "shell": Field(str, check=one_of("sh", "powershell"), expected="sh or powershell"),
+}
+RECEIPT_PARAMETER = {"source": Field(str, check=one_of("set", "default", "unset"), expected="set, default or unset"), "value": Field((str, type(None)))}
 RECEIPT_CAPABILITY = {
     "available": Field(bool),
     "how": Field(str, check=one_of("probe", "granted", "not-granted", "denied"), expected="probe, granted, not-granted or denied"),
@@ -248,14 +266,56 @@ RECEIPT_CAPABILITY = {
 }
 
 
+def check_release_name(value: Any, *, file: str, field: str = "release") -> None:
+    """A release name from data (a path part of the runner's outputs): the release-name grammar or an InputError."""
+    from pipeline.formats.release.names import RELEASE_RE  # standard library only
+
+    if not isinstance(value, str) or not RELEASE_RE.fullmatch(value):
+        raise InputError(
+            "is not a product release name", file=file, field=field, found=value, expected="vX.Y.Z or vX.Y.Z-beta.N",
+            why="the release names the folder the run's receipt is written to", fix="make the bundle again with 'accept bundle --release vX.Y.Z'",
+        )
+
+
+def check_document_path(value: Any, *, file: str, field: str = "document.path") -> None:
+    problem = relpath_problem(value)
+    if problem is not None:
+        raise InputError(
+            f"is not a path inside the clone: it {problem}", file=file, field=field, found=value, expected="a relative path such as docs/QUICKSTART.md, without '..' or a leading '/'",
+            why="the runner reads the route document from the clone, never from elsewhere", fix="make the bundle again with 'accept bundle'",
+        )
+
+
+def check_parameter_name(name: Any, *, file: str, field: str) -> None:
+    problem = parameter_name_problem(name)
+    if problem is not None:
+        raise InputError(
+            f"names a variable that cannot be a parameter: it {problem}", file=file, field=field, found=name, expected="a name the route document declares (never BASH_ENV, ENV, PATH, LD_*, PYTHON* ...)",
+            why="a route's parameters set values, never what the shell runs", fix=DENIED_FIX,
+        )
+
+
 def validate_bundle(doc: dict[str, Any], *, file: str) -> dict[str, Any]:
     top = read_table(doc, BUNDLE_FIELDS, file=file)
     read_table(top["document"], BUNDLE_DOCUMENT, file=file, prefix="document")
+    check_document_path(top["document"]["path"], file=file)
     if top["manifest"] is not None:
         read_table(top["manifest"], BUNDLE_MANIFEST, file=file, prefix="manifest")
     route = read_table(top["route"], BUNDLE_ROUTE, file=file, prefix="route")
+    if route["lane"] is not None and not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", route["lane"]):
+        raise InputError("is not a lane id", file=file, field="route.lane", found=route["lane"], expected="lower-case letters, digits and '-' (e.g. rtx5090-container)")
+    if top["kind"] == "runbook":
+        if top["release"] is not None:
+            raise InputError("a runbook bundle names no release", file=file, field="release", found=top["release"], expected="null", fix="make the bundle again with 'accept bundle --document FILE --route ROUTE'")
+    elif top["release"] is not None:
+        check_release_name(top["release"], file=file)
+    names: set[str] = set()
     for index, parameter in enumerate(top["parameters"]):
+        check_parameter_name(parameter.get("name") if isinstance(parameter, dict) else None, file=file, field=f"parameters[{index}].name")
         read_table(parameter, BUNDLE_PARAMETER, file=file, prefix=f"parameters[{index}]")
+        if parameter["name"] in names:
+            raise InputError("declares a parameter twice", file=file, field=f"parameters[{index}].name", found=parameter["name"])
+        names.add(parameter["name"])
     if not top["steps"]:
         raise InputError("a bundle needs at least one step", file=file, field="steps")
     import hashlib
@@ -277,7 +337,16 @@ def validate_bundle(doc: dict[str, Any], *, file: str) -> dict[str, Any]:
 def validate_receipt(doc: dict[str, Any], *, file: str) -> dict[str, Any]:
     top = read_table(doc, RECEIPT_FIELDS, file=file)
     read_table(top["document"], RECEIPT_DOCUMENT, file=file, prefix="document")
+    check_document_path(top["document"]["path"], file=file)
+    if top["release"] is not None:
+        check_release_name(top["release"], file=file)
     read_table(top["clone"], RECEIPT_CLONE, file=file, prefix="clone")
+    environment = read_table(top["environment"], RECEIPT_ENVIRONMENT, file=file, prefix="environment")
+    for name, parameter in environment["parameters"].items():
+        check_parameter_name(name, file=file, field=f"environment.parameters.{name}")
+        values = read_table(parameter, RECEIPT_PARAMETER, file=file, prefix=f"environment.parameters.{name}")
+        if (values["source"] == "unset") != (values["value"] is None):
+            raise InputError("an unset parameter has no value, a set one has one", file=file, field=f"environment.parameters.{name}.value", found=values["value"])
     for index, step in enumerate(top["steps"]):
         values = read_table(step, RECEIPT_STEP, file=file, prefix=f"steps[{index}]")
         for stream in ("stdout", "stderr"):
@@ -288,6 +357,69 @@ def validate_receipt(doc: dict[str, Any], *, file: str) -> dict[str, Any]:
             raise InputError("names an unknown capability", file=file, field=f"capabilities.{name}")
         read_table(capability, RECEIPT_CAPABILITY, file=file, prefix=f"capabilities.{name}")
     return top
+
+
+def _first_difference(found: str, expected: str) -> tuple[int, str, str]:
+    """(0-based line, found line, expected line) of the first line where two texts differ."""
+    have, want = found.split("\n"), expected.split("\n")
+    for offset in range(max(len(have), len(want))):
+        a = have[offset] if offset < len(have) else "(no line: the block ends)"
+        b = want[offset] if offset < len(want) else "(no line: the block ends)"
+        if a != b:
+            return offset, a, b
+    return 0, found, expected  # pragma: no cover - the texts differ somewhere
+
+
+def check_against_document(bundle: dict[str, Any], document: Document, *, file: str, where: str) -> None:
+    """Refuse (IntegrityError) a bundle whose route, steps or parameters are not byte for byte those of
+    `document`, the route document read at the bundle's commit.  `where` names that copy in messages
+    ('the clone at 1a2b3c...').  The bundle has been validated (validate_bundle)."""
+    path = document.path
+    route_id = bundle["route"]["id"]
+    why = "a route is accepted only for the text the document holds; a bundle is data anyone could have edited"
+    fix = f"make the bundle again from the document ('accept bundle --route {route_id}') and run that"
+    if bundle["document"]["sha256"] != document.sha256 or bundle["document"]["bytes"] != document.bytes:
+        raise IntegrityError(f"the route document in {where} is not the bundle's", file=path, field="sha256", found=document.sha256, expected=bundle["document"]["sha256"], why=why, fix=fix)
+    if route_id not in document.routes:
+        raise IntegrityError(f"the route document in {where} has no route {route_id}", file=path, field=f"route {route_id}", found=sorted(document.routes), expected=route_id, why=why, fix=fix)
+    route = document.routes[route_id]
+    if bundle["route"]["shell"] != route.shell:
+        raise IntegrityError(f"route {route_id}'s shell differs from the document's", file=path, field=f"line {route.heading_line}", found=bundle["route"]["shell"], expected=route.shell, why=why, fix=fix)
+    steps = bundle["steps"]
+    for position, step in enumerate(steps):
+        if position >= len(route.steps):
+            raise IntegrityError(f"step {step['index']} of route {route_id} is not in the document (it has {len(route.steps)} steps)", file=path, field=f"line {route.end_line}", found=len(steps), expected=len(route.steps), why=why, fix=fix)
+        held = route.steps[position]
+        if step["text"] != held.text or step["sha256"] != held.sha256:
+            offset, found, expected = _first_difference(step["text"], held.text)
+            raise IntegrityError(
+                f"step {step['index']} of route {route_id} is not the document's block (bundle sha256 {step['sha256'][:12]}, document {held.sha256[:12]})",
+                file=path, field=f"line {held.line_start + offset}", found=found, expected=expected, why=why, fix=fix,
+            )
+        if list(step["requires"]) != list(held.requires) or (step["line_start"], step["line_end"]) != (held.line_start, held.line_end):
+            raise IntegrityError(
+                f"step {step['index']} of route {route_id} has another host requirement or line range than the document's",
+                file=path, field=f"line {held.line_start}", found=f"requires {step['requires']}, lines {step['line_start']}-{step['line_end']}",
+                expected=f"requires {list(held.requires)}, lines {held.line_start}-{held.line_end}", why=why, fix=fix,
+            )
+    if len(steps) != len(route.steps):
+        missing = route.steps[len(steps)]
+        raise IntegrityError(f"the bundle lacks step {missing.index} of route {route_id}", file=path, field=f"line {missing.line_start}", found=len(steps), expected=len(route.steps), why=why, fix=fix)
+    declared = {p.name: p for p in document.parameters_of(route_id)}
+    for index, parameter in enumerate(bundle["parameters"]):
+        held_parameter = declared.get(parameter["name"])
+        if held_parameter is None:
+            raise IntegrityError(
+                f"the bundle sets a parameter route {route_id} does not declare", file=file, field=f"parameters[{index}].name", found=parameter["name"],
+                expected="one of " + (", ".join(sorted(declared)) or "(none: the route declares no parameters)") + f" ({path})", why=why, fix=fix,
+            )
+        if (parameter["default"], parameter["required"]) != (held_parameter.default, held_parameter.required):
+            raise IntegrityError(
+                f"parameter {parameter['name']} differs from its declaration", file=path, field=f"line {held_parameter.line}",
+                found=f"default {parameter['default']!r}, required {parameter['required']}", expected=f"default {held_parameter.default!r}, required {held_parameter.required}", why=why, fix=fix,
+            )
+    if [p["name"] for p in bundle["parameters"]] != list(declared):
+        raise IntegrityError(f"the bundle's parameters are not route {route_id}'s", file=file, field="parameters", found=[p["name"] for p in bundle["parameters"]], expected=list(declared), why=why, fix=fix)
 
 
 # -- static checks of a block's text (release routes: against the candidate manifest) -------------

@@ -19,7 +19,11 @@ are the executable truth.  The rules (docs/release-tree.md, "Route documents"):
 * A ``parameters`` fence declares the variables the steps expect from the reader:
   ``NAME=default`` (the runner sets the default unless ``--set NAME=VALUE``),
   ``NAME`` alone (required) or ``[NAME]`` (optional: unset unless given).  Before
-  the first route it applies to every route.
+  the first route it applies to every route.  A name the runner sets itself (``HOME``,
+  ``PATH``, ...) or one that makes the shell, the loader or an interpreter run code of its
+  own (``BASH_ENV``, ``ENV``, ``IFS``, ``LD_*``, ``PYTHON*``, ``GIT_*`` but the author's and
+  committer's identity; `DENIED_NAMES`, `DENIED_PREFIXES`) is refused: a parameter's value
+  is the operator's, but it can never change what the documented text does.
 * Strictness: UTF-8 without BOM, LF only, no tab or indented fences, no fence inside
   a blockquote or an HTML comment, no setext headings, no unclosed fence, no shell
   step outside a route, no empty step, no route without steps.
@@ -59,6 +63,46 @@ SETEXT_UNDERLINE = re.compile(r"(=+|-+)[ \t]*")
 PARAMETER_LINE = re.compile(r"\[(?P<optional>[A-Z][A-Z0-9_]{0,63})\]|(?P<name>[A-Z][A-Z0-9_]{0,63})(?:=(?P<value>.*))?")
 # Set by the runner itself; a document cannot redefine them.
 RESERVED_NAMES = frozenset({"HOME", "PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "TERM", "PWD", "OLDPWD", "SHELL", "OMP_NINFER_RELEASE"})
+# Variables that make the shell, the loader or an interpreter run something other than the
+# documented text (BASH_ENV and ENV name a file bash sources before the first step; LD_PRELOAD
+# loads a library into every program; PYTHONSTARTUP, PYTHONPATH, GIT_SSH_COMMAND ... run code
+# of their own).  No route may declare them and no bundle, --set or receipt may carry them:
+# the values of parameters are the operator's, their names are the document's and never these.
+DENIED_NAMES: dict[str, str] = {
+    **dict.fromkeys(("ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE", "EXECIGNORE", "FIGNORE", "HISTFILE", "INPUTRC", "POSIXLY_CORRECT", "SHLVL", "TMOUT", "TIMEFORMAT", "OPTIND", "OPTARG", "OPTERR", "FUNCNEST", "HOSTFILE", "MAIL", "MAILPATH", "MAILCHECK", "UID", "EUID", "PPID", "GROUPS", "HOSTNAME", "HOSTTYPE", "MACHTYPE", "OSTYPE"), "changes how the shell starts or runs the steps"),
+    **dict.fromkeys(("GCONV_PATH", "LOCPATH", "NLSPATH", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS"), "makes the C library load or read files of its own"),
+    **dict.fromkeys(("PERL5LIB", "PERL5OPT", "PERLLIB", "PERL5DB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH"), "makes an interpreter run code before the program it starts"),
+    **dict.fromkeys(("USERPROFILE", "TEMP", "TMP", "APPDATA", "LOCALAPPDATA", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "PSMODULEPATH", "PSEXECUTIONPOLICYPREFERENCE", "PROGRAMDATA", "PROGRAMFILES", "COMMONPROGRAMFILES"), "is set by the runner or Windows itself (Windows names ignore case)"),
+}
+DENIED_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("BASH", "changes how bash starts or runs the steps (BASH_ENV is sourced before the first step)"),
+    ("LD_", "changes what the dynamic loader loads into every program"),
+    ("DYLD_", "changes what the dynamic loader loads into every program"),
+    ("PYTHON", "makes Python run or import code of its own at start-up"),
+    ("LC_", "is set by the runner itself (LC_ALL=C.UTF-8)"),
+    ("COMP_", "changes how the shell runs the steps"),
+    ("READLINE_", "changes how the shell runs the steps"),
+)
+# git reads these for the author's identity only; every other GIT_* variable can make git run a program or read another repository.
+GIT_IDENTITY = frozenset({"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE"})
+PARAMETER_NAME_RE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
+DENIED_FIX = "rename the parameter (e.g. OMP_NINFER_<NAME>) and read it in the block; the runner sets the shell's environment itself"
+
+
+def parameter_name_problem(name: object) -> str | None:
+    """Why `name` cannot be a route parameter (a variable the runner sets, or one that runs code), or None."""
+    if not isinstance(name, str) or not PARAMETER_NAME_RE.fullmatch(name):
+        return "is not a parameter name (capitals, digits and '_', starting with a capital)"
+    if name in RESERVED_NAMES:
+        return "is a variable the runner sets itself"
+    if name in DENIED_NAMES:
+        return DENIED_NAMES[name]
+    for prefix, why in DENIED_PREFIXES:
+        if name.startswith(prefix):
+            return why
+    if name.startswith("GIT_") and name not in GIT_IDENTITY:
+        return "can make git run another program or read another repository (only GIT_AUTHOR_* and GIT_COMMITTER_* are parameters)"
+    return None
 
 
 @dataclass(frozen=True)
@@ -184,8 +228,9 @@ def _parameters(path: str, start: int, lines: list[str]) -> list[Parameter]:
         if not match:
             raise _error(path, number, "is not a parameter line", found=raw, expected="NAME=default, NAME (required) or [NAME] (optional, unset unless given); NAME in capitals")
         name = match.group("name") or match.group("optional")
-        if name in RESERVED_NAMES:
-            raise _error(path, number, "names a variable the runner sets itself", found=name, expected="another name")
+        problem = parameter_name_problem(name)
+        if problem is not None:
+            raise _error(path, number, f"declares a parameter the runner refuses ({name} {problem})", found=name, expected="another name", fix=DENIED_FIX)
         if name in {p.name for p in out}:
             raise _error(path, number, "declares a parameter twice", found=name)
         out.append(Parameter(name, match.group("value"), number, required=match.group("name") is not None and match.group("value") is None))

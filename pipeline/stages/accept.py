@@ -15,14 +15,24 @@ anything Windows PowerShell 5.1 cannot parse or run, and writes the bundle.
 `run` executes a bundle's steps in order in ONE shell session (bash for `sh`; Windows
 PowerShell 5.1 for `powershell`, on Windows only) from a clean clone at the candidate
 commit: standard input at end of file, a clean documented environment (never the
-inherited one), stop at the first failing step.  Host-only steps (`requires=CAP`) run
+inherited one), stop at the first failing step.  Before anything runs it reads the route
+document from the clone's git at the bundle's document commit (a regular file at a safe
+relative path, at most 1 MiB, hashed before it is parsed), scans it with the reader
+`bundle` used, and refuses (IntegrityError, exit 5) a bundle whose steps or parameters are
+not byte for byte the document's: the bundle only says which route of which document runs.
+Parameter names the runner sets or that run code (BASH_ENV, ENV, PATH, IFS, LD_*,
+PYTHON* ...; formats/routes.py) are refused wherever they appear.  Host-only steps (`requires=CAP`) run
 only where the host has the capability (probed, or granted with --grant) and are
-recorded as not run otherwise.  The receipt records hashes and byte counts of every
-step's output, never the output itself.  `run` and `pinned` need only the standard
+recorded as not run otherwise.  Each step's output is streamed to files in the work folder;
+the runner hashes them in chunks and keeps at most the last 64 KiB in memory (shown when a
+step fails).  The receipt records hashes and byte counts of every step's output, never the
+output itself.  The receipt is written under --dist only.  `run` and `pinned` need only the standard
 library: on an owner's host, `python3 -m pipeline.stages.accept run BUNDLE` from a clone.
 
 `compose` checks the receipts against their bundles, the candidate and the document
-(changed blocks need `--document-change` and a re-run), writes the acceptance record
+(each bundle's steps and parameters against the document at its commit, each receipt's
+parameters and variables against the route's declaration; changed blocks need
+`--document-change` and a re-run), writes the acceptance record
 `acceptance/external-installation.json` and binds it as `compose accept` does.
 """
 
@@ -46,15 +56,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import EnvironmentProblem, InputError, PipelineError, RefusedError, UsageError, redact
+from pipeline.errors import (
+    EnvironmentProblem,
+    InputError,
+    IntegrityError,
+    PipelineError,
+    RefusedError,
+    UsageError,
+    redact,
+)
 from pipeline.formats import acceptance as fmt
-from pipeline.formats.routes import CAPABILITIES, RESERVED_NAMES, Document, scan
+from pipeline.formats.routes import (
+    CAPABILITIES,
+    DENIED_FIX,
+    MAX_DOCUMENT_BYTES,
+    Document,
+    parameter_name_problem,
+    scan,
+)
 from pipeline.infra.git import GIT
 from pipeline.register import Artifact, Register
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import is_commit_hex, sha256_bytes
+from pipeline.util.safepath import within
 
 DEFAULT_DOCUMENT = "docs/QUICKSTART.md"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -65,6 +91,10 @@ RUNNER = "pipeline.stages.accept"
 GRANTABLE = ("network", "github")
 # Windows needs these from the system for PowerShell and .NET to start; their values are host facts, not secrets.
 WINDOWS_SYSTEM_VARIABLES = ("SystemRoot", "SystemDrive", "windir", "ComSpec", "PATHEXT", "ProgramData", "ProgramFiles", "ProgramFiles(x86)", "CommonProgramFiles", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE", "OS")
+# Every variable the runner itself may put in a route's environment (besides the route's parameters).
+RUNNER_VARIABLES = frozenset({"HOME", "TMPDIR", "PATH", "LANG", "LC_ALL", "TZ", "TERM", "OMP_NINFER_RELEASE", "USERPROFILE", "TEMP", "TMP", "APPDATA", "LOCALAPPDATA", *WINDOWS_SYSTEM_VARIABLES})
+OUTPUT_TAIL_BYTES = fmt.OUTPUT_TAIL_BYTES
+SHOWN_TAIL_BYTES = 4096  # of a failing step's stderr, printed with the failure
 
 
 # -- small helpers ----------------------------------------------------------------------------------
@@ -107,6 +137,56 @@ def host_os() -> str:
 def host_arch() -> str:
     machine = platform.machine().lower()
     return fmt.ARCH_ALIASES.get(machine, machine)
+
+
+def read_document_at(root: Path, commit: str, path: str, *, file: str, field: str = "document.path") -> bytes:
+    """The bytes of `path` at `commit` in the git repository `root`: a regular file (never a symbolic
+    link) at a safe relative path, at most MAX_DOCUMENT_BYTES, read through git's object store (no
+    working-tree path is followed).  Raises InputError naming `file` and `field`."""
+    fmt.check_document_path(path, file=file, field=field)
+    if _git(root, "cat-file", "-e", f"{commit}^{{commit}}").returncode != 0:
+        raise InputError("the clone does not have the document's commit", file=file, field="document.commit", found=commit, fix=f"git -C {root} fetch (the commit must be in the product repository)")
+    listed = _git(root, "ls-tree", "-z", "--full-tree", commit, "--", path)
+    entries = [e for e in listed.stdout.split(b"\0") if e]
+    if listed.returncode != 0 or len(entries) != 1:
+        raise InputError("the document is not in the commit", file=file, field=field, found=path, expected=f"a file of commit {commit[:12]}", fix="make the bundle from a document committed to the product repository")
+    meta, _tab, name = entries[0].partition(b"\t")
+    mode, kind, oid = (meta.decode("ascii", "replace").split(" ") + ["", "", ""])[:3]
+    if name.decode("utf-8", "replace") != path or kind != "blob" or mode not in ("100644", "100755"):
+        what = "a symbolic link" if mode == "120000" else f"a {kind or 'thing'} of mode {mode}"
+        raise InputError(f"the document at commit {commit[:12]} is {what}, not a regular file", file=file, field=field, found=path, expected="a regular file inside the clone", why="a link could make the runner read a file outside the clone")
+    size = _git(root, "cat-file", "-s", oid)
+    count = int(size.stdout.decode().strip() or "-1") if size.returncode == 0 and size.stdout.strip().isdigit() else -1
+    if count < 0 or count > MAX_DOCUMENT_BYTES:
+        raise InputError("the document is too large for a route document", file=file, field=field, found=f"{count} bytes", expected=f"at most {MAX_DOCUMENT_BYTES} bytes")
+    data = _git(root, "cat-file", "blob", oid, check=True).stdout
+    if len(data) != count:  # pragma: no cover - git answers what it said
+        raise InputError("git returned another size than it listed", file=file, field=field, found=len(data), expected=count)
+    return data
+
+
+def check_document_in_clone(clone: Path, bundle: dict[str, Any], bundle_file: str) -> str | None:
+    """Re-read the bundle's route document in the clone at the bundle's document commit, hash it before
+    parsing, scan it with the reader 'accept bundle' used and refuse a bundle that is not its text
+    (formats/acceptance.check_against_document).  Returns the SHA-256 of the document in the clone's
+    working tree (None if it has none there)."""
+    document = bundle["document"]
+    commit = document["commit"]
+    if bundle["kind"] == "release-route" and commit != bundle["candidate_commit"] and not is_ancestor(clone, bundle["candidate_commit"], commit):
+        raise RefusedError("the bundle's document commit is neither the candidate nor a commit after it", file=bundle_file, field="document.commit", found=commit, expected=f"{bundle['candidate_commit']} or a descendant in the clone", fix="make the bundle with 'accept bundle' (--document-at a later commit of the product repository, fetched into the clone)")
+    data = read_document_at(clone, commit, document["path"], file=bundle_file)
+    found = sha256_bytes(data)
+    if found != document["sha256"] or len(data) != document["bytes"]:  # hashed before it is parsed
+        raise IntegrityError(
+            f"the route document in the clone at {commit[:12]} is not the bundle's", file=document["path"], field="sha256", found=found, expected=document["sha256"],
+            why="a route is accepted only for the text the document holds", fix="make the bundle again from the committed document ('accept bundle') and run it in a clone of that repository",
+        )
+    check = scan(data, document["path"])
+    fmt.check_against_document(bundle, check, file=bundle_file, where=f"the clone at {commit[:12]}")
+    working = clone / document["path"]
+    if working.is_symlink() or not working.is_file() or not within(working, clone):
+        return None
+    return sha256_bytes(working.read_bytes()) if working.stat().st_size <= MAX_DOCUMENT_BYTES else None
 
 
 def _read_json_file(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
@@ -225,6 +305,10 @@ def probe_capabilities(needed: set[str], env: dict[str, str], cwd: Path, grants:
 def run_environment(bundle: dict[str, Any], options: RunOptions, work: Path) -> tuple[dict[str, str], dict[str, str]]:
     """The clean environment of a run: documented base variables, the release, the route's parameters."""
     declared = {p["name"]: p for p in bundle["parameters"]}
+    for name in declared:
+        problem = parameter_name_problem(name)
+        if problem is not None:  # validate_bundle refused it already; never set one, whatever the caller checked
+            raise InputError(f"the route declares a parameter the runner refuses: {name} {problem}", field="parameters", found=name, fix=DENIED_FIX)
     for name in options.parameters:
         if name not in declared:
             raise UsageError("--set names a variable the route does not declare", field="--set", found=name, expected="one of " + (", ".join(sorted(declared)) or "(the route declares no parameters)"), fix="declare it in the document's parameters block, or drop it")
@@ -260,9 +344,32 @@ def run_environment(bundle: dict[str, Any], options: RunOptions, work: Path) -> 
     return env, sources
 
 
-def _stream(path: Path) -> dict[str, Any]:
-    data = path.read_bytes() if path.exists() else b""
-    return {"sha256": sha256_bytes(data), "bytes": len(data)}
+def _stream(path: Path, tails: dict[Path, bytes] | None = None) -> dict[str, Any]:
+    """SHA-256 and size of one step's output file, read in chunks; its last OUTPUT_TAIL_BYTES go to `tails`
+    (the only part of a step's output ever held in memory)."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    count = 0
+    tail = b""
+    if path.is_file():
+        with path.open("rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+                count += len(chunk)
+                tail = (tail + chunk)[-OUTPUT_TAIL_BYTES:]
+    if tails is not None:
+        tails[path] = tail
+    return {"sha256": digest.hexdigest(), "bytes": count}
+
+
+def _show_tail(tail: bytes, what: str) -> None:
+    if not tail:
+        return
+    text = tail[-SHOWN_TAIL_BYTES:].decode("utf-8", "replace").rstrip("\n")
+    ui.info(f"  the end of {what}:")
+    for line in text.split("\n")[-20:]:
+        ui.info("  | " + redact(line))
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -458,8 +565,7 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
     if bundle["kind"] == "release-route" and commit != bundle["candidate_commit"]:
         raise RefusedError("the clone is not at the bundle's candidate commit", file=clone, field="HEAD", found=commit, expected=bundle["candidate_commit"], fix=f"git checkout {bundle['candidate_commit']}")
     document_path = bundle["document"]["path"]
-    in_clone = clone / document_path
-    doc_in_clone = sha256_bytes(in_clone.read_bytes()) if in_clone.is_file() else None
+    doc_in_clone = check_document_in_clone(clone, bundle, bundle_file)
 
     work = options.work or Path(tempfile.mkdtemp(prefix="omp-ninfer-accept-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -507,7 +613,8 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
                     elapsed = time.monotonic() - begin
                     if sha256_bytes(file.read_bytes()) != executed:
                         status, reason = "failed", "the step file changed while it ran"
-                record.update(status=status, exit_status=code, elapsed_s=round(elapsed, 3), stdout=_stream(out), stderr=_stream(err), reason=reason)
+                tails: dict[Path, bytes] = {}
+                record.update(status=status, exit_status=code, elapsed_s=round(elapsed, 3), stdout=_stream(out, tails), stderr=_stream(err, tails), reason=reason)
                 records.append(record)
                 line = f"step {step['index']} (lines {step['line_start']}-{step['line_end']})"
                 if status == "passed":
@@ -515,6 +622,8 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
                 else:
                     failed_step, failure = step["index"], reason
                     ui.info(f"FAIL: {line}: {reason}; its output is kept in {work}")
+                    _show_tail(tails.get(err, b""), f"{err.name}")
+                tails.clear()
         finally:
             session.close()
     else:
@@ -611,6 +720,23 @@ def _base_record(step: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def receipt_path(dist: Path, bundle: dict[str, Any], bundle_sha256: str, *, file: str) -> Path:
+    """Where a run's receipt goes: `<dist>/acceptance/<release>/receipts/` (runbooks: `runbook/`), never elsewhere."""
+    release = bundle["release"]
+    if release is not None:
+        fmt.check_release_name(release, file=file)  # validate_bundle did; the name becomes a path part here
+    where = release or "runbook"
+    route = bundle["route"]["id"]
+    if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,62}", route):  # pragma: no cover - validate_bundle refused it
+        raise InputError("is not a route id", file=file, field="route.id", found=route)
+    path = dist / OUTPUT_DIR / where / "receipts" / f"{route}-{bundle_sha256[:12]}.receipt.json"
+    base = dist / OUTPUT_DIR
+    base.mkdir(parents=True, exist_ok=True)
+    if not within(base, dist) or (path.parent.exists() and not within(path.parent, base)):
+        raise InputError("the receipt folder leaves --dist through a symbolic link", file=path.parent, expected=f"a folder under {dist}", fix=f"remove the link {path.parent}")
+    return path
+
+
 class RunStage(Stage):
     """`accept run`: always runs (a run is an observation), records its receipt in the register."""
 
@@ -640,8 +766,7 @@ class RunStage(Stage):
         receipt = run_bundle(self.bundle_bytes, str(self.bundle_path), self.options)
         self.receipt = receipt
         data = fmt.canonical(receipt)
-        where = self.bundle["release"] or "runbook"
-        path = self.ctx.dist / OUTPUT_DIR / where / "receipts" / f"{receipt['route']}-{receipt['bundle_sha256'][:12]}.receipt.json"
+        path = receipt_path(self.ctx.dist, self.bundle, receipt["bundle_sha256"], file=str(self.bundle_path))
         atomic_write_bytes(path, data)
         self.receipt_path = path
         if self.out is not None:
@@ -838,6 +963,7 @@ class Loaded:
     receipt: dict[str, Any]
     bundle_bytes: bytes
     bundle: dict[str, Any]
+    bundle_file: str = ""
 
     @property
     def route(self) -> str:
@@ -934,7 +1060,7 @@ def _load_receipts(paths: list[Path], register: Register, bundles: list[Path]) -
         if found is None:
             raise InputError("the bundle this receipt ran is not in the register", file=path, field="bundle_sha256", found=receipt["bundle_sha256"], fix="make the bundle with 'accept bundle' into the same --dist, or pass it with --bundle FILE")
         bundle = fmt.validate_bundle(fmt.loads_strict(found[0], file=found[1]), file=found[1])
-        loaded.append(Loaded(path, data, receipt, found[0], bundle))
+        loaded.append(Loaded(path, data, receipt, found[0], bundle, found[1]))
     return loaded
 
 
@@ -943,6 +1069,10 @@ def check_receipt(item: Loaded, host_kind: str) -> None:
     r, b, f = item.receipt, item.bundle, str(item.path)
     if r["route"] != b["route"]["id"] or r["release"] != b["release"] or r["candidate_commit"] != b["candidate_commit"] or r["kind"] != b["kind"]:
         raise _refused("the receipt does not describe its bundle", file=f, field="route", found=f"{r['route']} {r['release']} {r['candidate_commit']}", expected=f"{b['route']['id']} {b['release']} {b['candidate_commit']}")
+    if (r["document"]["path"], r["document"]["sha256"]) != (b["document"]["path"], b["document"]["sha256"]):
+        raise _refused("the receipt names another document than its bundle", file=f, field="document.sha256", found=f"{r['document']['path']} {r['document']['sha256']}", expected=f"{b['document']['path']} {b['document']['sha256']}")
+    if r["environment"]["shell"] != b["route"]["shell"]:
+        raise _refused("the receipt ran another shell than its route's", file=f, field="environment.shell", found=r["environment"]["shell"], expected=b["route"]["shell"])
     if r["status"] != "passed":
         step = r["failed_step"]
         code = next((s["exit_status"] for s in r["steps"] if s["index"] == step), None)
@@ -985,6 +1115,27 @@ def check_receipt(item: Loaded, host_kind: str) -> None:
         raise _refused("the route ran on another kind of host than release.toml declares", file=f, field="host.os", found=f"{r['host'].get('os')}-{r['host'].get('arch')}", expected=f"{kind.os}-{kind.arch} ({kind.id})")
     if r["secret_values_recorded"] != 0:  # pragma: no cover - the schema already refuses it
         raise _refused("records secret values", file=f, field="secret_values_recorded")
+
+
+def check_receipt_parameters(item: Loaded, document: Document) -> None:
+    """The receipt's parameters are exactly the route's declared ones (a default with the document's
+    value), and its environment holds nothing but the runner's own variables and those parameters."""
+    r, f, route_id = item.receipt, str(item.path), item.route
+    declared = {p.name: p for p in document.parameters_of(route_id)}
+    params = r["environment"]["parameters"]
+    why = "a record can only be composed from a run of the documented text, with the route's own parameters"
+    if sorted(params) != sorted(declared):
+        raise _refused(f"the receipt's parameters are not those route {route_id} declares", file=f, field="environment.parameters", found=sorted(params), expected=sorted(declared), why=why, fix=f"run the route again from a bundle of {document.path}")
+    for name, value in sorted(params.items()):
+        held = declared[name]
+        if value["source"] == "default" and (held.default is None or value["value"] != held.default):
+            raise _refused(f"parameter {name} ran with a default the document does not declare", file=f, field=f"environment.parameters.{name}.value", found=value["value"], expected=held.default, why=why)
+        if value["source"] == "unset" and held.required:
+            raise _refused(f"the required parameter {name} was not set", file=f, field=f"environment.parameters.{name}.source", found="unset", expected="set", why=why)
+    allowed = RUNNER_VARIABLES | {name for name, value in params.items() if value["source"] != "unset"}
+    extra = sorted(set(r["environment"]["variables"]) - allowed)
+    if extra:
+        raise _refused("the run's environment held variables that are neither the runner's nor the route's parameters", file=f, field="environment.variables", found=extra, expected="only " + ", ".join(sorted(allowed)), why=why)
 
 
 def compose_record(root: Path, release: str, receipt_paths: list[Path], *, register: Register, changes: list[str], bundles: list[Path], lanes_dir: Path | None) -> dict[str, Any]:
@@ -1079,6 +1230,9 @@ def compose_record(root: Path, release: str, receipt_paths: list[Path], *, regis
         shown = git_show(root, doc_commit, document)
         if shown is None or sha256_bytes(shown) != item.bundle["document"]["sha256"]:
             raise _refused("the document at the bundle's commit does not have the bundle's hash", file=str(item.path), field="document.sha256", found=None if shown is None else sha256_bytes(shown), expected=item.bundle["document"]["sha256"])
+        at_commit = scan(shown, document)  # hashed above, before it is parsed
+        fmt.check_against_document(item.bundle, at_commit, file=item.bundle_file or str(item.path), where=f"commit {doc_commit[:12]}")
+        check_receipt_parameters(item, at_commit)
         if doc_commit == candidate:
             if item.receipt["document"]["sha256_in_clone"] != item.bundle["document"]["sha256"]:
                 raise _refused("the clone's document differs from the bundle's", file=str(item.path), field="document.sha256_in_clone", found=item.receipt["document"]["sha256_in_clone"], expected=item.bundle["document"]["sha256"])
@@ -1171,8 +1325,9 @@ def _parameters(values: list[str]) -> dict[str, str]:
         name, sep, content = value.partition("=")
         if not sep or not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", name):
             raise UsageError("--set takes NAME=VALUE", field="--set", found=name or value, expected="e.g. --set OMP_NINFER_MIRROR=https://github.com/=http://127.0.0.1:8000/github.com/")
-        if name in RESERVED_NAMES:
-            raise UsageError("--set cannot change a variable the runner sets", field="--set", found=name)
+        problem = parameter_name_problem(name)
+        if problem is not None:
+            raise UsageError(f"--set cannot set this variable: it {problem}", field="--set", found=name, expected="a parameter the route declares", fix="name a parameter of the route's parameters block; the runner sets the shell's environment itself")
         if name in out:
             raise UsageError("--set names one variable twice", field="--set", found=name)
         out[name] = content

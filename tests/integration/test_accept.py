@@ -559,6 +559,9 @@ def test_compose_refuses_a_receipt_of_another_document_or_release_state(light, t
     forged.write_bytes(canonical(doc))
     receipt = tampered(receipts[0], lambda d: d.update(bundle_sha256=sha(forged.read_bytes())))
     error = refused(root, light, [receipt, receipts[1]], [forged, bundles[1]], tmp_path)
+    assert "names another document than its bundle" in error.render() and error.field == "document.sha256"
+    receipt = tampered(receipts[0], lambda d: (d.update(bundle_sha256=sha(forged.read_bytes())), d["document"].update(sha256="d" * 64)))
+    error = refused(root, light, [receipt, receipts[1]], [forged, bundles[1]], tmp_path)
     assert "does not have the bundle's hash" in error.render() and error.field == "document.sha256"
     # A release that is no longer a candidate.
     draft = light.clone(tmp_path / "draft", "draft")
