@@ -11,20 +11,20 @@ because `-lineinfo` embeds absolute source paths in device code.
 
 from __future__ import annotations
 
-import gzip
+import contextlib
 import hashlib
-import io
 import os
 import re
 import tarfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, UsageError
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.infra.git import GIT
-from pipeline.infra.safetar import SafeTar
-from pipeline.util.hashing import is_commit_hex
+from pipeline.infra.safetar import SafeTar, TarLimits, inflate_chunks
+from pipeline.util.hashing import is_commit_hex, sha256_bytes
 from pipeline.util.proc import run, run_text
 
 EMBEDDED_SUBDIR = "runtime/sample"
@@ -217,14 +217,12 @@ def resolve_source(spec: SourceSpec, lane: Lane) -> ResolvedSource:
 def source_file(source: ResolvedSource, relative: str) -> bytes | None:
     """The bytes of one file at the source's root (in its exact commit), or None when it has none."""
     if source.archive is not None:
-        with tarfile.open(fileobj=io.BytesIO(source.archive), mode="r:") as archive:
+        with SafeTar(source.archive, compression=None, limits=SOURCE_LIMITS, label=source.spec.location, error=InputError) as archive:
             for info in archive:
                 if info.name.removeprefix("./") == relative:
                     if not info.isreg():
                         raise InputError(f"{relative} in the source archive is not a regular file", file=source.spec.location)
-                    handle = archive.extractfile(info)
-                    assert handle is not None
-                    return handle.read()
+                    return archive.read_member(info)
         return None
     path = f"{source.subdir}/{relative}" if source.subdir else relative
     spec = f"{source.commit}:{path}"
@@ -281,55 +279,140 @@ def describe_commit(repo: str, commit: str) -> str:
     return run_text([*GIT, "-C", repo, "log", "-1", "--format=%h %s", commit], what="describe the commit")
 
 
-# -- a source archive instead of a checkout (rebuild --verify) --------------------------
+# -- a source archive instead of a checkout (build --source-archive, rebuild --verify) ----
+#
+# A source archive comes from outside (a download of a published set), so it is read in bounded
+# memory and in this order, never with plain `tarfile`:
+#   1. its SHA-256 first: the tar stream (a .tar.gz inflated in bounded pieces, at most
+#      MAX_ARCHIVE_BYTES and SOURCE_LIMITS.max_ratio times its compressed size) is hashed and
+#      compared with the provenance's `source-tar` digest before a single header is parsed; a
+#      strict claim (`build --source-archive`) refuses a mismatch there (IntegrityError, exit 5),
+#      `rebuild --verify` records it and reads on, still only through the bounded reader;
+#   2. its headers and files only through `infra/safetar.SafeTar` with SOURCE_LIMITS: a GNU
+#      long-name/long-link header of at most 4096 bytes, a PAX header of at most 64 KiB, at most
+#      MAX_ARCHIVE_MEMBERS members, MAX_ARCHIVE_BYTES inflated in all; each refused as it streams
+#      (InputError, exit 1), before the declared bytes are read;
+#   3. its bytes are held in memory (the build compiles them) only once all of that passed.
 
-MAX_ARCHIVE_BYTES = 1 << 30  # a source, not a model: far above the engine's few MiB
+MAX_ARCHIVE_BYTES = 128 << 20  # the inflated tar: a source, not a model (the engine's is a few MiB)
+MAX_ARCHIVE_MEMBERS = 20_000  # files, folders and links: the engine has hundreds (git archive leaves submodules out)
+MAX_SOURCE_FILE_READ = 1 << 20  # one file read from the archive into memory (host-dependencies.toml)
+SOURCE_LIMITS = TarLimits(
+    max_members=MAX_ARCHIVE_MEMBERS,
+    max_name_bytes=4096,  # PATH_MAX; a GNU long name/link header declaring more is refused unread
+    max_header_bytes=64 * 1024,  # one PAX header's records
+    max_total_bytes=MAX_ARCHIVE_BYTES,
+    max_ratio=100,
+    ratio_floor=16 * 1024 * 1024,
+    max_member_read=MAX_SOURCE_FILE_READ,
+)
+
+
+def _is_gzip(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return handle.read(2) == b"\x1f\x8b"
+
+
+def _tar_chunks(path: Path) -> Iterator[bytes]:
+    """The tar stream of a .tar or .tar.gz file, in bounded pieces, refused past the limits as it streams."""
+    try:
+        if _is_gzip(path):
+            yield from inflate_chunks(path, limits=SOURCE_LIMITS, error=InputError)
+            return
+        if path.stat().st_size > MAX_ARCHIVE_BYTES:
+            raise InputError("the source archive is larger than a source can be", file=path, found=f"{path.stat().st_size} bytes", expected=f"at most {MAX_ARCHIVE_BYTES} bytes")
+        with open(path, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                yield chunk
+    except OSError as exc:
+        raise InputError(f"cannot read the source archive ({exc.strerror or exc})", file=path) from None
+
+
+def hash_archive(path: Path) -> tuple[str, int]:
+    """(SHA-256 of the tar stream, its size), without parsing a single header."""
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in _tar_chunks(path):
+        digest.update(chunk)
+        size += len(chunk)
+    return digest.hexdigest(), size
+
+
+_HEAD_BYTES = 512 + 64 * 1024 + 512  # the first header and the largest PAX global header SOURCE_LIMITS allow
+
+
+def _header_commit(head: bytes) -> str | None:
+    """The commit `git archive` writes as the first member: a pax global header with `comment=<commit>`."""
+    if len(head) < 512 or head[156:157] != tarfile.XGLTYPE:
+        return None
+    try:
+        size = int(head[124:136].rstrip(b"\0 ").decode("ascii") or "0", 8)
+    except ValueError:
+        return None
+    if size > len(head) - 512:
+        return None
+    records, comment = head[512:512 + size], None
+    while records:
+        length_text, _, rest = records.partition(b" ")
+        if not length_text.isdigit() or int(length_text) <= len(length_text) + 1:
+            return None
+        length = int(length_text)
+        record, records = rest[: length - len(length_text) - 1], records[length:]
+        key, _, value = record.rstrip(b"\n").partition(b"=")
+        if key == b"comment":
+            comment = value.decode("ascii", "replace")
+    return comment if is_commit_hex(comment) else None
 
 
 def read_archive(path: Path) -> bytes:
-    """The tar bytes of a `.tar` or `.tar.gz` source archive (bounded in size)."""
-
-    try:
-        raw = path.read_bytes() if path.stat().st_size <= MAX_ARCHIVE_BYTES else None
-    except OSError as exc:
-        raise InputError(f"cannot read the source archive ({exc.strerror})", file=path) from None
-    if raw is None:
-        raise InputError("the source archive is larger than a source can be", file=path, expected=f"at most {MAX_ARCHIVE_BYTES} bytes")
-    if raw[:2] != b"\x1f\x8b":
-        return raw
-    try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as handle:
-            data = handle.read(MAX_ARCHIVE_BYTES + 1)
-    except (OSError, EOFError) as exc:
-        raise InputError(f"the source archive is not a readable gzip file ({exc})", file=path) from None
-    if len(data) > MAX_ARCHIVE_BYTES:
-        raise InputError("the source archive unpacks to more than a source can be", file=path)
-    return data
+    """The tar bytes of a `.tar` or `.tar.gz` source archive (bounded: MAX_ARCHIVE_BYTES, the inflate ratio)."""
+    return b"".join(_tar_chunks(path))
 
 
-def archive_facts(data: bytes, *, origin: str) -> tuple[str | None, int]:
-    """(the commit git archive wrote into the pax global header, or None; the members' one mtime)."""
-    try:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as archive:
-            members = archive.getmembers()
-            comment = archive.pax_headers.get("comment")
-    except tarfile.TarError as exc:
-        raise InputError(f"the source archive is not a tar file ({exc})", file=origin) from None
+def _open(data: bytes | Path, origin: str) -> SafeTar:
+    if isinstance(data, Path):
+        return SafeTar(data, compression="gz" if _is_gzip(data) else None, limits=SOURCE_LIMITS, label=origin, error=InputError)
+    return SafeTar(data, compression=None, limits=SOURCE_LIMITS, label=origin, error=InputError)
+
+
+def archive_facts(data: bytes | Path, *, origin: str) -> tuple[str | None, int]:
+    """(the commit git archive wrote into the pax global header, or None; the members' one mtime), read through SafeTar."""
+    times: set[int] = set()
+    with _open(data, origin) as archive:
+        members = 0
+        for member in archive:
+            members += 1
+            if len(times) <= 5:
+                times.add(int(member.mtime) if isinstance(member.mtime, (int, float)) and not isinstance(member.mtime, bool) else -1)
+        archive.drain()
     if not members:
         raise InputError("the source archive is empty", file=origin)
-    times = {m.mtime for m in members}
     if len(times) != 1:
         raise InputError("the source archive's members carry different times", file=origin, found=sorted(times)[:5], expected="one time: the commit's (as git archive writes it)")
-    return (comment if isinstance(comment, str) and is_commit_hex(comment) else None), int(times.pop())
+    return _header_commit(_head_of(data)), times.pop()
 
 
-def archive_tree(data: bytes, *, origin: str) -> str:
-    """The git tree id of the archive's files (what `git write-tree` gives for them)."""
+def _head_of(data: bytes | Path) -> bytes:
+    if isinstance(data, Path):
+        head = bytearray()
+        with contextlib.closing(_tar_chunks(data)) as chunks:
+            for chunk in chunks:
+                head += chunk[: _HEAD_BYTES - len(head)]
+                if len(head) >= _HEAD_BYTES:
+                    break
+        return bytes(head)
+    return bytes(data[:_HEAD_BYTES])
+
+
+def archive_tree(data: bytes | Path, *, origin: str) -> str:
+    """The git tree id of the archive's files (what `git write-tree` gives for them), extracted through SafeTar."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="omp-ninfer-tree.") as scratch:
         files = Path(scratch) / "files"
-        export_tree(data, files)
+        files.mkdir()
+        with _open(data, origin) as archive:
+            archive.extract_all(files)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": scratch, "GIT_CONFIG_NOSYSTEM": "1", "GIT_DIR": str(Path(scratch) / "git"), "GIT_WORK_TREE": str(files)}
         run([*GIT, "init", "-q"], env=env, what="make a scratch index for the source archive", failure=EnvironmentProblem)
         # -f: a committed file can match an ignore rule and still be in the tree.
@@ -338,19 +421,23 @@ def archive_tree(data: bytes, *, origin: str) -> str:
 
 
 def resolve_archive(spec: SourceSpec, lane: Lane) -> ResolvedSource:
-    """A source archive checked against its claim: the tar's SHA-256, the commit in its header, the tree of its files."""
-    from pipeline.util.hashing import sha256_bytes
-
+    """A source archive checked against its claim: first the tar's SHA-256 (before any header is read), then,
+    through the bounded reader, the commit in its header and the tree of its files."""
     claim = spec.claim
     assert claim is not None and spec.commit == claim.commit
     path = Path(spec.location)
-    data = read_archive(path)
-    header_commit, mtime = archive_facts(data, origin=str(path))
-    tree = archive_tree(data, origin=str(path))
+    if not path.is_file():
+        raise InputError("source archive does not exist", file=path, field="--source-archive")
+    digest, _size = hash_archive(path)
     problems = []
-    digest = sha256_bytes(data)
     if digest != claim.tar_sha256:
         problems.append(("the source archive is not the tar the provenance names", "source-tar sha256", digest, claim.tar_sha256))
+        if claim.strict:
+            _refuse_mismatch(path, *problems[0])
+    if spec.kind != "embedded-sample" and claim.recorded_dict.get("kind") != "embedded-sample" and lane.source_commit and claim.commit != lane.source_commit:
+        raise RefusedError("the source commit is not the lane's pinned commit", file=lane.file, field="source.commit", found=claim.commit, expected=lane.source_commit)
+    header_commit, mtime = archive_facts(path, origin=str(path))
+    tree = archive_tree(path, origin=str(path))
     if header_commit is not None and header_commit != claim.commit:
         problems.append(("the source archive's header names another commit", "pax comment", header_commit, claim.commit))
     if tree != claim.tree:
@@ -359,19 +446,10 @@ def resolve_archive(spec: SourceSpec, lane: Lane) -> ResolvedSource:
     if isinstance(recorded_time, int) and recorded_time != mtime:
         problems.append(("the source archive's time is not the commit time the build recorded", "member mtime", mtime, recorded_time))
     if problems and claim.strict:
-        what, field_name, found, expected = problems[0]
-        raise IntegrityError(
-            what,
-            file=path,
-            field=field_name,
-            found=found,
-            expected=expected,
-            why="a build from an archive is tied to its provenance: these bytes are not the source it names"
-            + (" (a .gitattributes export-ignore/export-subst rule also changes an archive's tree)" if field_name == "git tree" else ""),
-            fix="download the source archive of the set again; never build a release from bytes that do not match",
-        )
-    if spec.kind != "embedded-sample" and claim.recorded_dict.get("kind") != "embedded-sample" and lane.source_commit and claim.commit != lane.source_commit:
-        raise RefusedError("the source commit is not the lane's pinned commit", file=lane.file, field="source.commit", found=claim.commit, expected=lane.source_commit)
+        _refuse_mismatch(path, *problems[0])
+    data = read_archive(path)  # every check above passed (or, for rebuild --verify, was recorded): now the build's bytes
+    if sha256_bytes(data) != digest:
+        raise IntegrityError("the source archive changed while it was read", file=path, fix="do not change the archive during the build; run it again")
     return ResolvedSource(
         spec=spec,
         repository="",
@@ -381,4 +459,17 @@ def resolve_archive(spec: SourceSpec, lane: Lane) -> ResolvedSource:
         subdir=str(claim.recorded_dict.get("subdir") or ""),
         archive=data,
         problems=tuple(f"{what} ({field_name}: found {found}, expected {expected})" for what, field_name, found, expected in problems),
+    )
+
+
+def _refuse_mismatch(path: Path, what: str, field_name: str, found: object, expected: object) -> None:
+    raise IntegrityError(
+        what,
+        file=path,
+        field=field_name,
+        found=found,
+        expected=expected,
+        why="a build from an archive is tied to its provenance: these bytes are not the source it names"
+        + (" (a .gitattributes export-ignore/export-subst rule also changes an archive's tree)" if field_name == "git tree" else ""),
+        fix="download the source archive of the set again; never build a release from bytes that do not match",
     )

@@ -575,9 +575,11 @@ def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) 
     """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
     from pipeline.formats import provenance as slsa
 
-    data = statement_path.read_bytes() if statement_path.is_file() else None
-    if data is None:
+    from pipeline.util.fs import read_bytes_bounded
+
+    if not statement_path.is_file():
         raise InputError("provenance statement does not exist", file=statement_path, field="--provenance")
+    data = read_bytes_bounded(statement_path, slsa.MAX_BYTES, what="provenance statement")  # the cap applies while reading
     statement = slsa.read_statement(data, origin=str(statement_path))
     claim = slsa.archive_claim(statement, origin=str(statement_path), strict=strict)
     if not archive.is_file():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import subprocess
 import tarfile
 from pathlib import Path
@@ -110,3 +111,213 @@ def test_a_sample_subtree_export_has_no_header_commit_and_still_binds_its_tree(t
     header, _mtime = archive_facts(data, origin="x")
     assert header is None
     assert archive_tree(data, origin="x") == git(repo, "rev-parse", f"{commit}^{{tree}}")
+
+
+# -- hostile archives from outsiders, in bounded memory (issue 18) ----------------------------------
+#
+# Peak memory is measured with the resource module on a grandchild: a small wrapper interpreter runs the
+# command and reports `ru_maxrss` of RUSAGE_CHILDREN. (A child forked straight from pytest would report the
+# pytest process's RSS too: Linux carries the pre-exec high-water mark into `ru_maxrss`.)
+
+MIB = 1 << 20
+RSS_BOUND_MIB = 256  # issue 18's bound; the plain tarfile reader took 1.8 GiB (long name) and 1.46 GiB (1.5M members)
+_WRAPPER = """
+import json, resource, subprocess, sys
+result = subprocess.run(sys.argv[1:], capture_output=True, text=True, check=False)
+peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # KiB on Linux
+print(json.dumps({"code": result.returncode, "stdout": result.stdout, "stderr": result.stderr, "peak_mib": peak / 1024}))
+"""
+
+
+def run_measured(*argv: str, timeout: float = 120) -> dict:
+    """Run `argv` (in the checkout); its exit code, output and peak RSS in MiB."""
+    import json
+    import sys
+
+    from repokit import ROOT
+
+    wrapper = subprocess.run([sys.executable, "-c", _WRAPPER, *argv], capture_output=True, text=True, cwd=ROOT, timeout=timeout, check=True)
+    return json.loads(wrapper.stdout)
+
+
+def assert_refused_in_bounded_memory(result: dict, code: int, message: str) -> None:
+    assert result["code"] == code, result
+    assert message in result["stderr"], result["stderr"]
+    assert "Traceback" not in result["stderr"] and "internal error" not in result["stderr"], result["stderr"]
+    assert result["peak_mib"] < RSS_BOUND_MIB, result
+
+
+def _header(name: str, *, size: int = 0, kind: bytes = tarfile.REGTYPE, mtime: int = 1_700_000_000) -> bytes:
+    info = tarfile.TarInfo(name)
+    info.type, info.size, info.mtime, info.mode = kind, size, mtime, 0o644
+    return info.tobuf(tarfile.GNU_FORMAT, "utf-8", "surrogateescape")
+
+
+def _long_name_gz(path: Path, declared: int = 900 * MIB, kind: bytes = tarfile.GNUTYPE_LONGNAME) -> Path:
+    """~1 MiB on disk: an extension header declaring `declared` bytes, then that many zeros (one gzip member repeated)."""
+    header = tarfile.TarInfo("././@LongLink" if kind == tarfile.GNUTYPE_LONGNAME else "pax")
+    header.type, header.size = kind, declared
+    path.write_bytes(gzip.compress(header.tobuf(tarfile.GNU_FORMAT), mtime=0) + gzip.compress(bytes(MIB), mtime=0) * (declared // MIB + 1))
+    return path
+
+
+def _many_members_gz(path: Path, members: int = 1_500_000) -> Path:
+    """1.5 million empty files in a small .tar.gz: one gzip member of 1,000 headers, repeated."""
+    block = _header("f") * 1000
+    path.write_bytes(gzip.compress(block, mtime=0) * (members // 1000) + gzip.compress(bytes(1024), mtime=0))
+    return path
+
+
+def _many_members_tar(path: Path, members: int) -> Path:
+    """A plain tar (no compression ratio to trip) of `members` empty files."""
+    with open(path, "wb") as out:
+        for index in range(members):
+            out.write(_header(f"f{index}"))
+        out.write(bytes(1024))
+    return path
+
+
+def _big_pax_tar(path: Path, size: int = 200 * 1024) -> Path:
+    """A plain tar whose first member carries a PAX header of `size` bytes (the bound is 64 KiB)."""
+    record = b"comment=" + b"a" * size + b"\n"
+    length = len(record) + 1
+    while len(str(length)) + 1 + len(record) != length:
+        length = len(str(length)) + 1 + len(record)
+    line = f"{length} ".encode() + record
+    body = line + bytes(-len(line) % 512)
+    info = tarfile.TarInfo("pax")
+    info.type, info.size = tarfile.XHDTYPE, len(line)
+    path.write_bytes(info.tobuf(tarfile.GNU_FORMAT) + body + _header("f") + bytes(1024))
+    return path
+
+
+HOSTILE = {
+    "gnu-long-name-900MiB.tar.gz": (lambda p: _long_name_gz(p), "inflates more than"),
+    "pax-900MiB.tar.gz": (lambda p: _long_name_gz(p, kind=tarfile.XHDTYPE), "inflates more than"),
+    "1.5M-members.tar.gz": (_many_members_gz, "inflates more than"),
+}
+
+
+def _statement(tmp_path: Path, *, tar_sha256: str = "e" * 64) -> Path:
+    """A set statement whose source is commit c…c: the hostile archives are never its tar."""
+    from pipeline.formats import provenance as slsa
+
+    document = slsa.statement(
+        subjects={"SHA256SUMS": "b" * 64},
+        build_type=slsa.BUILD_TYPE_SET,
+        external={"lane": "rtx5090-container", "component_tag": "v0.7.0-qwen38-5090-beta.2", "source_repository": "https://x/y.git", "source_commit": "c" * 40},
+        internal={},
+        dependencies=[
+            slsa.descriptor("source-commit", digest={"gitCommit": "c" * 40}, annotations={"kind": "local"}),
+            slsa.descriptor("source-tree", digest={"gitTree": "d" * 40}),
+            slsa.descriptor("source-tar", sha256=tar_sha256, annotations={"commit_time": 1_700_000_000}),
+        ],
+        byproducts=[],
+        run_details=slsa.builder({}),
+    )
+    path = tmp_path / "set.provenance.intoto.json"
+    path.write_bytes(slsa.statement_bytes(document))
+    return path
+
+
+_REBUILD_CHILD = """
+import sys
+from pathlib import Path
+from pipeline.errors import PipelineError
+from pipeline.formats import provenance as slsa
+from pipeline.formats.lanes import find_lane
+from pipeline.infra.source import SourceSpec, resolve_archive
+statement = slsa.read_statement(Path(sys.argv[2]).read_bytes(), origin=sys.argv[2])
+claim = slsa.archive_claim(statement, origin=sys.argv[2], strict=False)  # rebuild --verify: a mismatch is recorded, the archive read on
+try:
+    resolved = resolve_archive(SourceSpec("archive", sys.argv[1], claim.commit, claim=claim), find_lane("5090"))
+except PipelineError as error:
+    print(error.render(), file=sys.stderr)
+    sys.exit(int(error.exit_code))
+print("accepted:", resolved.problems)
+"""
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_build_from_a_hostile_source_archive_hashes_it_first_and_refuses_in_bounded_memory(name, tmp_path):
+    import sys
+
+    make, message = HOSTILE[name]
+    archive = make(tmp_path / name)
+    assert archive.stat().st_size < 4 * MIB
+    statement = _statement(tmp_path)
+    build = run_measured(sys.executable, "-m", "pipeline", "build", "--lane", "5090", "--source-archive", str(archive), "--provenance", str(statement), "--rehearsal", "--dist", str(tmp_path / "dist"))
+    assert_refused_in_bounded_memory(build, 1, message)
+    assert not (tmp_path / "dist" / "rtx5090-container" / "build").exists()
+    rebuild = run_measured(sys.executable, "-c", _REBUILD_CHILD, str(archive), str(statement))
+    assert_refused_in_bounded_memory(rebuild, 1, message)
+
+
+def test_a_plain_tar_that_is_not_the_provenances_is_refused_before_a_header_is_read(tmp_path):
+    """Strict (build): the SHA-256 differs, so the oversized PAX header is never parsed; rebuild reads on, bounded."""
+    import sys
+
+    archive = _big_pax_tar(tmp_path / "pax.tar")
+    statement = _statement(tmp_path)
+    build = run_measured(sys.executable, "-m", "pipeline", "build", "--lane", "5090", "--source-archive", str(archive), "--provenance", str(statement), "--rehearsal", "--dist", str(tmp_path / "dist"))
+    assert_refused_in_bounded_memory(build, 5, "the source archive is not the tar the provenance names")
+    assert "PAX" not in build["stderr"]
+    rebuild = run_measured(sys.executable, "-c", _REBUILD_CHILD, str(archive), str(statement))
+    assert_refused_in_bounded_memory(rebuild, 1, "has a PAX header declaring")
+
+
+def test_a_header_declaring_more_than_its_limit_is_refused_before_it_is_read(tmp_path):
+    """A .tar.gz that trips no ratio (random bytes follow): the GNU long-name header is refused by its declared size."""
+    import sys
+
+    archive = tmp_path / "long-name.tar.gz"
+    header = tarfile.TarInfo("././@LongLink")
+    header.type, header.size = tarfile.GNUTYPE_LONGNAME, 900 * MIB
+    archive.write_bytes(gzip.compress(header.tobuf(tarfile.GNU_FORMAT) + os.urandom(MIB), mtime=0))
+    statement = _statement(tmp_path)
+    build = run_measured(sys.executable, "-m", "pipeline", "build", "--lane", "5090", "--source-archive", str(archive), "--provenance", str(statement), "--rehearsal", "--dist", str(tmp_path / "dist"))
+    assert_refused_in_bounded_memory(build, 5, "the source archive is not the tar the provenance names")
+    rebuild = run_measured(sys.executable, "-c", _REBUILD_CHILD, str(archive), str(statement))
+    assert_refused_in_bounded_memory(rebuild, 1, f"has a GNU long-name header declaring {900 * MIB} bytes (at most 4097)")
+
+
+def test_an_archive_of_more_members_than_the_limit_is_refused_as_it_streams(tmp_path):
+    import sys
+
+    from pipeline.infra.source import MAX_ARCHIVE_MEMBERS
+
+    archive = _many_members_tar(tmp_path / "many.tar", MAX_ARCHIVE_MEMBERS + 1)
+    rebuild = run_measured(sys.executable, "-c", _REBUILD_CHILD, str(archive), str(_statement(tmp_path)))
+    assert_refused_in_bounded_memory(rebuild, 1, f"holds more than {MAX_ARCHIVE_MEMBERS} members")
+
+
+def test_a_sparse_archive_larger_than_a_source_is_refused_unread(tmp_path):
+    import sys
+
+    from pipeline.infra.source import MAX_ARCHIVE_BYTES
+
+    archive = tmp_path / "sparse.tar"
+    with open(archive, "wb") as out:
+        out.write(_header("f", size=MAX_ARCHIVE_BYTES * 8))
+        out.truncate(MAX_ARCHIVE_BYTES * 8)
+    rebuild = run_measured(sys.executable, "-c", _REBUILD_CHILD, str(archive), str(_statement(tmp_path)))
+    assert_refused_in_bounded_memory(rebuild, 1, "larger than a source can be")
+
+
+def test_a_matching_archive_is_hashed_before_it_is_parsed(repo, tmp_path, monkeypatch):
+    """The order: the SHA-256 comparison refuses a strict mismatch before the bounded reader opens the archive."""
+    from pipeline.infra import source as source_module
+
+    repo_path, commit = repo
+    data = _archive(repo_path, commit)
+    path = tmp_path / "s.tar.gz"
+    path.write_bytes(gzip.compress(data, mtime=0))
+    opened: list[str] = []
+    real_open = source_module._open
+    monkeypatch.setattr(source_module, "_open", lambda *a, **k: opened.append("open") or real_open(*a, **k))
+    wrong = _claim(repo_path, commit, data + bytes(512))
+    with pytest.raises(IntegrityError, match="not the tar the provenance names"):
+        resolve_archive(SourceSpec("archive", str(path), commit, claim=wrong), find_lane("5090"))
+    assert opened == []
+    resolved = resolve_archive(SourceSpec("archive", str(path), commit, claim=_claim(repo_path, commit, data)), find_lane("5090"))
+    assert resolved.archive == data and opened
