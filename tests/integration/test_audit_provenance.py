@@ -248,3 +248,115 @@ def test_an_unknown_evidence_promise_is_refused_before_any_download(server, tmp_
     report, lines = run_audit(url, tmp_path)
     assert "signing.evidence" in line_for(fails(lines), "FAIL: manifest") and "is not the evidence promise this audit knows" in line_for(fails(lines), "FAIL: manifest")
     assert len(server.log) == 1 and not report.passed
+
+
+# -- a rebound lane's set bundle: signed by the release that first shipped the set (issue #17) ------------
+
+PRODUCT_WORKFLOW = "https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/tags/"
+
+
+def _served_manifest(tree: Tree, release: str, document: dict) -> bytes:
+    """Another release's manifest in the same repository, beside this one's tree (`manifests/<release>/manifest.json`)."""
+    data = (json.dumps(document, indent=2, sort_keys=True) + "\n").encode()
+    tree.server.files[tree.manifest_path.replace(f"/manifests/{RELEASE}/", f"/manifests/{release}/")] = data
+    return data
+
+
+def _rebound_tree(srv, set_dir: Path, lanes_dir: Path, chain: list[str]) -> Tree:
+    """This release's row rebound unchanged through `chain` (newest first); the last release of it shipped the set."""
+    tree = _promising_set(srv, set_dir, lanes_dir)
+    row = tree.manifest["components"]["ninfer_variants"][0]
+    pinned = None
+    for index in range(len(chain) - 1, -1, -1):  # oldest first: each manifest pins its predecessor's by hash
+        older = chain[index + 1] if index + 1 < len(chain) else None
+        document = {"artifact_type": "omp_ninfer_release_manifest", "release": chain[index], "predecessor": pinned,
+                    "components": {"ninfer": None, "ninfer_variants": [{**row, "rebound_from": older}]}}
+        pinned = {"release": chain[index], "manifest_sha256": hashlib.sha256(_served_manifest(tree, chain[index], document)).hexdigest()}
+    row["rebound_from"] = chain[0]
+    tree.manifest["predecessor"] = pinned
+    return tree
+
+
+def _sign_statement(tree: Tree, set_dir: Path, kit, release: str) -> None:
+    url_path = _publish_statement(tree, set_dir)
+    tree.server.files[url_path + ".sigstore.json"] = kit.sign_dsse(_statement(set_dir).read_bytes(), kit.token(PRODUCT_WORKFLOW + release)).to_bytes()
+
+
+@pytest.fixture
+def sigstore_kit(tmp_path):
+    from sigstore_standin import SigstoreStandIn
+
+    return SigstoreStandIn(tmp_path / "sigstore").write()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chain", [["v0.13.0"], ["v0.13.0", "v0.12.0"]], ids=["one-rebind", "rebound-twice"])
+def test_a_rebound_sets_bundle_signed_by_the_release_that_first_shipped_it_verifies(server, tmp_path, native_set, sigstore_kit, chain):  # noqa: F811
+    workspace, set_dir = native_set
+    tree = _rebound_tree(server, set_dir, workspace.lanes_dir, chain)
+    _sign_statement(tree, set_dir, sigstore_kit, chain[-1])
+    report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir, trust_config=str(sigstore_kit.trust_config_path))
+    assert fails(lines) == [], "\n".join(lines)
+    line = line_for(lines, f"OK: signature {_statement(set_dir).name}")
+    assert line.startswith(f"OK: signature {_statement(set_dir).name} (DSSE signed by {PRODUCT_WORKFLOW}{chain[-1]}, log index ")
+    assert line.endswith(f"; {chain[-1]} first shipped the set (rebound_from {' -> '.join(chain)}))")
+    # The auditor's own signer is still this release's: only the rebound set's bundle is checked against the earlier one.
+    assert line_for(lines, "OK: signer").startswith(f"OK: signer ({PRODUCT_WORKFLOW}{RELEASE} ")
+    assert report.passed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signer", ["v0.12.0", RELEASE], ids=["a-third-release", "this-release"])
+def test_a_rebound_sets_bundle_signed_by_another_release_fails(server, tmp_path, native_set, sigstore_kit, signer):  # noqa: F811
+    workspace, set_dir = native_set
+    tree = _rebound_tree(server, set_dir, workspace.lanes_dir, ["v0.13.0"])
+    _sign_statement(tree, set_dir, sigstore_kit, signer)
+    report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir, trust_config=str(sigstore_kit.trust_config_path))
+    [line] = fails(lines)
+    assert line.startswith(f"FAIL: signature {_statement(set_dir).name}: ")
+    assert line.endswith(f" (a rebound set: v0.13.0 first shipped the set (rebound_from v0.13.0), so its bundle must be signed by {PRODUCT_WORKFLOW}v0.13.0)"), line
+    assert not report.passed
+
+
+@pytest.mark.slow
+def test_a_rebound_set_whose_predecessor_manifest_is_not_the_pinned_one_fails(server, tmp_path, native_set, sigstore_kit):  # noqa: F811
+    workspace, set_dir = native_set
+    tree = _rebound_tree(server, set_dir, workspace.lanes_dir, ["v0.13.0"])
+    _sign_statement(tree, set_dir, sigstore_kit, "v0.13.0")
+    # Another manifest of v0.13.0 served beside this one's tree (the row says it shipped the set itself).
+    data = _served_manifest(tree, "v0.13.0", {"artifact_type": "omp_ninfer_release_manifest", "release": "v0.13.0", "components": {"ninfer_variants": []}})
+    _report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir, trust_config=str(sigstore_kit.trust_config_path))
+    [line] = fails(lines)
+    pinned = tree.manifest["predecessor"]["manifest_sha256"]
+    assert line.startswith(f"FAIL: signature {_statement(set_dir).name}: rebound set: the manifest of v0.13.0 at ")
+    assert line.endswith(f"has sha256 {hashlib.sha256(data).hexdigest()}, but predecessor.manifest_sha256 binds {pinned}"), line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("edit", "reason"), [
+    (lambda m, r: r.update(rebound_from="v0.13.0/../x"), "rebound set: the row rtx4090-windows-native.rebound_from of v0.13.1 is not a release name (found 'v0.13.0/../x')"),
+    (lambda m, r: r.update(rebound_from="v0.14.0"), "rebound set: the row rtx4090-windows-native.rebound_from of v0.13.1 names v0.14.0, which is not a release before v0.13.1"),
+    (lambda m, r: m.update(predecessor={"release": "v0.12.0", "manifest_sha256": "0" * 64}), "has the predecessor 'v0.12.0': a rebound row is its predecessor's row"),
+], ids=["not-a-release-name", "a-later-release", "not-the-predecessor"])
+def test_a_rebound_row_that_names_no_earlier_predecessor_fails(server, tmp_path, native_set, sigstore_kit, edit, reason):  # noqa: F811
+    workspace, set_dir = native_set
+    tree = _rebound_tree(server, set_dir, workspace.lanes_dir, ["v0.13.0"])
+    edit(tree.manifest, tree.manifest["components"]["ninfer_variants"][0])
+    _sign_statement(tree, set_dir, sigstore_kit, "v0.13.0")
+    _report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir, trust_config=str(sigstore_kit.trust_config_path))
+    [line] = fails(lines)
+    assert line.startswith(f"FAIL: signature {_statement(set_dir).name}: ") and reason in line, line
+
+
+@pytest.mark.slow
+def test_a_rebound_signer_is_derived_from_the_auditors_identity_only(server, tmp_path, native_set, sigstore_kit):  # noqa: F811
+    """An explicit --certificate-identity without the release's tag ref cannot be rewritten: FAIL, never a guess."""
+    workspace, set_dir = native_set
+    tree = _rebound_tree(server, set_dir, workspace.lanes_dir, ["v0.13.0"])
+    branch = "https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/heads/main"
+    tree.manifest["signing"]["certificate_identity"] = branch
+    _sign_statement(tree, set_dir, sigstore_kit, "v0.13.0")
+    _report, lines = run_audit(tree.publish(), tmp_path, lanes_dir=workspace.lanes_dir, trust_config=str(sigstore_kit.trust_config_path), certificate_identity=branch)
+    [line] = fails(lines)
+    assert line == (f"FAIL: signature {_statement(set_dir).name}: rebound set: the expected signer {branch} does not end with @refs/tags/{RELEASE}, "
+                    "so the signer of v0.13.0, which first shipped the rebound set, cannot be derived from it"), line
