@@ -3,8 +3,11 @@
     python -m pipeline rebuild --verify SET_DIR_OR_MANIFEST --lane ID [--work DIR] [--summary FILE]
 
 Input: a folder holding the lane's published closed set (or a release
-manifest, path or URL, whose row for the lane names the set: it is then
-downloaded, every file against the set's SHA256SUMS) and the set's SLSA
+manifest, path or URL, whose row for the lane names the set: then only the
+lane's set is downloaded — the set's SHA256SUMS, pinned by the row, must list
+exactly the set's names, any other name is refused before anything else is
+fetched, and each file is fetched against its hash there and in the row, with
+the row's pinned size or its role's cap) and the set's SLSA
 provenance (`<package root>.provenance.intoto.json`, in the folder, in
 `../attestations/`, or `--provenance`).
 
@@ -56,8 +59,8 @@ from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
-from pipeline.util.fs import atomic_write_bytes
-from pipeline.util.hashing import sha256_bytes, sha256_file
+from pipeline.util.fs import atomic_write_bytes, read_bytes_bounded
+from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
 from pipeline.util.jsonio import parse_strict
 
 DIFFOSCOPE_TIMEOUT = 600
@@ -99,7 +102,7 @@ class Outcome:
 def _beta_of(directory: Path, lane: Lane) -> int:
     receipt = directory / assets.RECEIPT
     if receipt.is_file():
-        document = parse_strict(receipt.read_bytes(), file=receipt, max_bytes=4 << 20)
+        document = parse_strict(read_bytes_bounded(receipt, 4 << 20, what="package build receipt"), file=receipt, max_bytes=4 << 20)
         tag = document.get("component_tag") if isinstance(document, dict) else None
         if isinstance(tag, str):
             return lane.beta_from_tag(tag)
@@ -137,14 +140,15 @@ def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
         fetched = download(manifest_source, into / "manifest.json", progress=False, max_size=MAX_SMALL_DOWNLOAD, resume=False)
         if fetched.size > MAX_SMALL_DOWNLOAD:
             raise IntegrityError("the manifest is larger than a manifest can be", file=manifest_source)
-        raw = (into / "manifest.json").read_bytes()
+        raw = read_bytes_bounded(into / "manifest.json", MAX_SMALL_DOWNLOAD, what="release manifest")
     elif Path(manifest_source).is_file():
-        raw = Path(manifest_source).read_bytes()
+        raw = read_bytes_bounded(manifest_source, MAX_SMALL_DOWNLOAD, what="release manifest")
     else:
         raise UsageError("is neither a folder holding a published set nor a release manifest", field="--verify", found=manifest_source, expected="a set folder, a manifest.json path or an https URL")
     manifest = parse_strict(raw, file=manifest_source)
     components = manifest.get("components") if isinstance(manifest, dict) else None
-    rows = [components.get("ninfer")] + list(components.get("ninfer_variants") or []) if isinstance(components, dict) else []
+    variants = components.get("ninfer_variants") if isinstance(components, dict) else None
+    rows = [components.get("ninfer"), *(variants if isinstance(variants, list) else [])] if isinstance(components, dict) else []
     row = next((r for r in rows if isinstance(r, dict) and r.get("id") == lane.id), None)
     if row is None:
         raise UsageError(f"the manifest has no row for lane {lane.id}", file=manifest_source, field="components")
@@ -162,18 +166,81 @@ def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
         problem = check_scheme(url)
         if problem:
             raise UsageError(f"the set's URL {problem}", file=manifest_source, found=url)
+    beta = lane.beta_from_tag(tag)
+    expected = assets.asset_set(lane, beta)
     folder = into / "published"
     folder.mkdir(parents=True)
     download_verified(sums_url, folder / assets.OUTER_SUMS, expected_sha256=sums_sha, max_size=MAX_SMALL_DOWNLOAD, label=assets.OUTER_SUMS)
-    listed = assets.parse_sums((folder / assets.OUTER_SUMS).read_bytes(), file=sums_url)
-    for name, digest in sorted(listed.items()):
-        download_verified(prefix + name, folder / name, expected_sha256=digest, max_size=MAX_SET_FILE, label=name)
-    beta = lane.beta_from_tag(tag)
-    statement = slsa.set_statement_name(assets.asset_set(lane, beta).package_root)
+    listed = assets.parse_sums(read_bytes_bounded(folder / assets.OUTER_SUMS, MAX_SMALL_DOWNLOAD, what="SHA256SUMS"), file=sums_url)
+    pins = _set_pins(lane, expected, row, listed, prefix=prefix, origin=manifest_source, sums_url=sums_url)
+    for name, (digest, size, cap) in sorted(pins.items()):  # only the set's own files, each pinned: nothing else is fetched
+        download_verified(prefix + name, folder / name, expected_sha256=digest, expected_size=size, max_size=cap, label=name)
+    statement = slsa.set_statement_name(expected.package_root)
     attestations = into / slsa.FOLDER
     attestations.mkdir()
-    download(prefix + statement, attestations / statement, progress=False, max_size=slsa.MAX_BYTES, resume=False)
+    record = row.get("provenance")
+    statement_sha = record.get("sha256") if isinstance(record, dict) else None
+    if is_sha256_hex(statement_sha):  # the tree copy's hash binds the published statement too
+        download_verified(prefix + statement, attestations / statement, expected_sha256=statement_sha, max_size=slsa.MAX_BYTES, label=statement)
+    else:
+        download(prefix + statement, attestations / statement, progress=False, max_size=slsa.MAX_BYTES, resume=False)
     return folder
+
+
+def _set_cap(role: str) -> int:
+    """The most bytes one file of a set may have where the manifest pins no size (the pinned size wins)."""
+    from pipeline.infra.source import MAX_ARCHIVE_BYTES
+    from pipeline.util.jsonio import MAX_DOCUMENT_BYTES
+
+    if role == "package":
+        return MAX_SET_FILE
+    if role == "source":
+        return MAX_ARCHIVE_BYTES  # what build --source-archive reads at most (the tar; its .tar.gz is smaller)
+    if role in ("spdx", "cdx", "receipt"):
+        return MAX_DOCUMENT_BYTES
+    return MAX_SMALL_DOWNLOAD  # inner sums, support scripts
+
+
+def _set_pins(lane: Lane, expected: assets.AssetSet, row: dict[str, Any], listed: dict[str, str], *, prefix: str, origin: str, sums_url: str) -> dict[str, tuple[str, int | None, int]]:
+    """name -> (sha256, pinned size or None, cap) for every file of the lane's set but SHA256SUMS; anything else refused unread.
+
+    The set's names are the lane's (formats/assets.asset_set for the row's tag); its SHA256SUMS (pinned by the row's
+    checksums_sha256) must list exactly those, and every file the row binds by field (`<prefix>_sha256`, `_url`,
+    `_bytes`) must be listed with that hash at that URL.
+    """
+    from pipeline.formats.release.names import package_prefix, role_fields, row_path
+
+    names = set(expected.names()) - {assets.OUTER_SUMS}
+    foreign, missing = sorted(set(listed) - names), sorted(names - set(listed))
+    if foreign or missing:
+        raise IntegrityError(
+            "the set's SHA256SUMS does not list exactly the lane's set",
+            file=sums_url,
+            found=f"not of the set: {foreign[:10]}{' …' if len(foreign) > 10 else ''}; missing: {missing}",
+            expected=", ".join(sorted(names)),
+            why="rebuild --verify downloads only the files of the set the manifest names; another name could be anything of any size",
+            fix="this is not the lane's published set: check the manifest row and the release",
+        )
+    by_role = {a.role: a.name for a in expected.assets if a.role != "support-script"}
+    pins: dict[str, tuple[str, int | None, int]] = {}
+    where = row_path(lane.id, lane.kind)
+    for role, field_prefix in role_fields(lane.kind):
+        name = role.removeprefix("script:") if role.startswith("script:") else by_role.get(role)
+        if name is None or name not in names:
+            continue
+        bound_sha, bound_url = row.get(f"{field_prefix}_sha256"), row.get(f"{field_prefix}_url")
+        if bound_sha is not None and bound_sha != listed[name]:
+            raise IntegrityError(f"the manifest binds other bytes for {name} than the set's SHA256SUMS", file=origin, field=f"{where}.{field_prefix}_sha256", found=bound_sha, expected=listed[name])
+        if bound_url is not None and bound_url != prefix + name:
+            raise IntegrityError(f"the manifest binds {name} at another URL than the set's release", file=origin, field=f"{where}.{field_prefix}_url", found=bound_url, expected=prefix + name)
+        size = row.get(f"{package_prefix(lane.kind)}_bytes") if role == "package" else None
+        if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= MAX_SET_FILE):
+            raise IntegrityError("the manifest pins an impossible size", file=origin, field=f"{where}.{package_prefix(lane.kind)}_bytes", found=size, expected=f"a whole number of bytes up to {MAX_SET_FILE}")
+        pins[name] = (listed[name], size, _set_cap("support-script" if role.startswith("script:") else role))
+    for name in sorted(names - set(pins)):  # a role the row has no field for: the SHA256SUMS pin alone, with the role's cap
+        role = next(a.role for a in expected.assets if a.name == name)
+        pins[name] = (listed[name], None, _set_cap(role))
+    return pins
 
 
 # -- the stage ------------------------------------------------------------------------
@@ -226,7 +293,7 @@ class RebuildStage(Stage):
         if self.resource_uri is None:  # a set folder: it is published in the component release
             self.resource_uri = f"{lane.component_repository}/releases/download/{self.expected.component_tag}/"
         self.statement_path = _find_statement(self.published, self.expected, self.explicit_statement)
-        data = self.statement_path.read_bytes()
+        data = read_bytes_bounded(self.statement_path, slsa.MAX_BYTES, what="provenance statement")
         self.statement = slsa.read_statement(data, origin=str(self.statement_path))
         self.statement_sha256 = sha256_bytes(data)
         wanted = {"lane": lane.id, "component_tag": self.expected.component_tag}
@@ -330,7 +397,8 @@ class RebuildStage(Stage):
                 self.checks += [Check("source archive", False, problem) for problem in build.source.problems]
             else:
                 self.checks.append(Check("source archive", True, "the tar's SHA-256, commit and git tree are the provenance's"))
-            receipt = parse_strict((self.published / assets.RECEIPT).read_bytes(), file=self.published / assets.RECEIPT) if (self.published / assets.RECEIPT).is_file() else {}
+            receipt_path = self.published / assets.RECEIPT
+            receipt = parse_strict(read_bytes_bounded(receipt_path, 4 << 20, what="package build receipt"), file=receipt_path) if receipt_path.is_file() else {}
             epoch = receipt.get("source_date_epoch") if isinstance(receipt, dict) and isinstance(receipt.get("source_date_epoch"), int) else None
             execute(PackageStage(self.ctx, lane, cut=self.cut, source_date_epoch=epoch), force=True)
             built = True

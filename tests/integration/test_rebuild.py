@@ -361,3 +361,91 @@ def test_a_set_built_as_a_cut_is_rebuilt_as_that_cut_after_it_was_superseded(cut
     stage = _preflight(folder, tmp_path / "w2", lanes=bare / "lanes")
     [check] = [c for c in stage.checks if c.name == "cut"]
     assert not check.ok and f"records no cut {lane.tag(n)}" in check.detail
+
+
+# -- the manifest route downloads only the set the manifest binds (issue 18) ---------------------------
+
+
+def _served_set(server, *, foreign: dict[str, bytes] | None = None):
+    """Stand-in bytes for each file of the 5090 set, on the stand-in release, and a manifest row binding them."""
+    expected = asset_set(find_lane("5090"))
+    prefix = f"/alphastorm/ninfer/releases/download/{expected.component_tag}/"
+    files = {name: f"stand-in {name}\n".encode() for name in expected.names() if name != "SHA256SUMS"}
+    listed = {**files, **(foreign or {})}
+    sums = "".join(f"{sha256_bytes(data)}  {name}\n" for name, data in sorted(listed.items())).encode()
+    for name, data in {**listed, "SHA256SUMS": sums, slsa.set_statement_name(expected.package_root): b"{}"}.items():
+        server.files[prefix + name] = data
+    row = {
+        "id": LANE,
+        "release_tag": expected.component_tag,
+        "repository": server.url("/alphastorm/ninfer"),
+        "checksums_url": server.url(prefix + "SHA256SUMS"),
+        "checksums_sha256": sha256_bytes(sums),
+    }
+    return expected, prefix, files, row
+
+
+def _download(server, row, tmp_path: Path, name: str = "w"):
+    from pipeline.stages.rebuild import _download_set
+
+    server.files["/manifest.json"] = json.dumps({"release": "v1.0.0", "components": {"ninfer": row, "ninfer_variants": []}}).encode()
+    (tmp_path / name).mkdir()
+    return _download_set(server.url("/manifest.json"), find_lane("5090"), tmp_path / name)
+
+
+def test_a_manifest_set_downloads_exactly_the_lanes_files_each_pinned(tmp_path):
+    from test_audit import ReleaseServer
+
+    server = ReleaseServer()
+    try:
+        expected, prefix, files, row = _served_set(server)
+        package = expected.name_of("package")
+        row["binary_archive_sha256"], row["binary_archive_url"], row["binary_archive_bytes"] = sha256_bytes(files[package]), server.url(prefix + package), len(files[package])
+        folder = _download(server, row, tmp_path)
+        assert sorted(p.name for p in folder.iterdir()) == expected.names()
+        requested = {path for path, _range in server.log}
+        assert requested == {"/manifest.json", *(prefix + n for n in expected.names()), prefix + slsa.set_statement_name(expected.package_root)}
+        # A pinned size is the bound: a longer package at that URL is refused.
+        server.files[prefix + package] = files[package] + b"x"
+        with pytest.raises(IntegrityError):
+            _download(server, row, tmp_path, "longer")
+    finally:
+        server.close()
+
+
+def test_a_name_the_set_does_not_have_is_refused_before_anything_is_downloaded(tmp_path):
+    """Four foreign names in the set's SHA256SUMS (each could be 2 GiB): refused naming them, none fetched, nothing in --work."""
+    from test_audit import ReleaseServer
+
+    server = ReleaseServer()
+    try:
+        foreign = {f"extra-{i}.bin": bytes(64 * 1024) for i in range(4)}
+        expected, prefix, _files, row = _served_set(server, foreign=foreign)
+        with pytest.raises(IntegrityError, match="does not list exactly the lane's set") as info:
+            _download(server, row, tmp_path)
+        assert all(name in info.value.render() for name in foreign)
+        requested = {path for path, _range in server.log}
+        assert requested == {"/manifest.json", prefix + "SHA256SUMS"}
+        assert sorted(p.name for p in (tmp_path / "w" / "published").iterdir()) == ["SHA256SUMS"]
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("source_archive_sha256", "0" * 64, "binds other bytes for"),
+    ("source_archive_url", "https://elsewhere.example/x.tar.gz", "at another URL"),
+    ("binary_archive_bytes", "12", "impossible size"),
+])
+def test_a_row_that_binds_other_bytes_than_the_sums_is_refused_before_the_download(tmp_path, field, value, message):
+    from test_audit import ReleaseServer
+
+    server = ReleaseServer()
+    try:
+        _expected, prefix, _files, row = _served_set(server)
+        row[field] = value
+        with pytest.raises(IntegrityError, match=message) as info:
+            _download(server, row, tmp_path)
+        assert info.value.field == f"components.ninfer.{field}"
+        assert {path for path, _range in server.log} == {"/manifest.json", prefix + "SHA256SUMS"}
+    finally:
+        server.close()
