@@ -43,7 +43,14 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    image's from the product release, check their subjects against the bound
    files (the rules verify applies, `formats/release/contract.py`) and their
    DSSE bundles against the expected signer; a missing one is FAIL when the
-   manifest promises them (`signing.evidence`), else SKIP naming the field.
+   manifest promises them (`signing.evidence`), else SKIP naming the field;
+   a rebound row's set bundle is checked against the release workflow of
+   the release that first shipped the set (`rebound_from` followed through
+   the hash-pinned predecessor manifests), the auditor's identity with only
+   its tag ref replaced;
+9. read each published row's component tag through GitHub's REST API
+   (anonymous, bounded, mirrored like every download): it must still name
+   the row's source commit (a published tag never moves).
 
 One `OK: <item>` or `FAIL: <item>: <reason>` line per item on stdout (with
 `--json`: one JSON document on stdout, the lines on stderr), then a verdict.
