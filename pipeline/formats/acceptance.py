@@ -361,12 +361,16 @@ def validate_receipt(doc: dict[str, Any], *, file: str) -> dict[str, Any]:
 
 def _first_difference(found: str, expected: str) -> tuple[int, str, str]:
     """(0-based line, found line, expected line) of the first line where two texts differ."""
-    have, want = found.split("\n"), expected.split("\n")
+    have, want = found.splitlines(keepends=True), expected.splitlines(keepends=True)
     for offset in range(max(len(have), len(want))):
-        a = have[offset] if offset < len(have) else "(no line: the block ends)"
-        b = want[offset] if offset < len(want) else "(no line: the block ends)"
+        a = have[offset] if offset < len(have) else None
+        b = want[offset] if offset < len(want) else None
         if a != b:
-            return offset, a, b
+            shown = ["(no line: the block ends)" if x is None else x.removesuffix("\n") for x in (a, b)]
+            if shown[0] == shown[1]:
+                shown = [x if x is None or x.endswith("\n") else f"{x} (no final newline)" for x in (a, b)]
+                shown = [str(x).removesuffix("\n") for x in shown]
+            return offset, shown[0], shown[1]
     return 0, found, expected  # pragma: no cover - the texts differ somewhere
 
 

@@ -78,7 +78,7 @@ from pipeline.infra.git import GIT
 from pipeline.register import Artifact, Register
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
-from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.fs import atomic_write_bytes, read_bytes_bounded
 from pipeline.util.hashing import is_commit_hex, sha256_bytes
 from pipeline.util.safepath import within
 
@@ -186,13 +186,13 @@ def check_document_in_clone(clone: Path, bundle: dict[str, Any], bundle_file: st
     working = clone / document["path"]
     if working.is_symlink() or not working.is_file() or not within(working, clone):
         return None
-    return sha256_bytes(working.read_bytes()) if working.stat().st_size <= MAX_DOCUMENT_BYTES else None
+    return sha256_bytes(read_bytes_bounded(working, MAX_DOCUMENT_BYTES, what="route document")) if working.stat().st_size <= MAX_DOCUMENT_BYTES else None
 
 
 def _read_json_file(path: Path, what: str) -> tuple[bytes, dict[str, Any]]:
     if not path.is_file():
         raise InputError(f"{what} does not exist", file=path)
-    data = path.read_bytes()
+    data = read_bytes_bounded(path, fmt.MAX_JSON_BYTES, what=what.removeprefix("the "))
     return data, fmt.loads_strict(data, file=str(path))
 
 
@@ -1048,9 +1048,9 @@ def _load_receipts(paths: list[Path], register: Register, bundles: list[Path]) -
     by_sha: dict[str, tuple[bytes, str]] = {}
     for entry in register.query("acceptance-bundle"):
         path = register.verified_path(entry)
-        by_sha[entry.sha256] = (path.read_bytes(), str(path))
+        by_sha[entry.sha256] = (read_bytes_bounded(path, fmt.MAX_JSON_BYTES, what="bundle"), str(path))
     for path in bundles:
-        data = path.read_bytes()
+        data = read_bytes_bounded(path, fmt.MAX_JSON_BYTES, what="bundle")
         by_sha[sha256_bytes(data)] = (data, str(path))
     loaded = []
     for path in paths:

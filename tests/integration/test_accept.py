@@ -20,7 +20,14 @@ import pytest
 from acceptkit import LIGHT_DOCUMENT, acceptance_toml, commit, light_candidate
 from repokit import ROOT, git
 
-from pipeline.errors import EnvironmentProblem, InputError, PipelineError, RefusedError, UsageError
+from pipeline.errors import (
+    EnvironmentProblem,
+    InputError,
+    IntegrityError,
+    PipelineError,
+    RefusedError,
+    UsageError,
+)
 from pipeline.formats.acceptance import canonical, loads_strict, validate_receipt
 from pipeline.register import Register
 from pipeline.stages.accept import RunOptions, compose_record, make_bundle, run_bundle
@@ -287,6 +294,163 @@ def test_the_runner_runs_a_bundle_with_python_minus_S(runbook, tmp_path):
     assert json.loads(result.stdout)["status"] == "passed"
 
 
+# -- a bundle is data: only the document's text runs ---------------------------------------------------
+
+
+def forge(data: bytes, change) -> bytes:
+    """The bundle with `change` applied and every step's sha256 and size recomputed (a careful forger)."""
+    doc = json.loads(data)
+    change(doc)
+    for step in doc["steps"]:
+        step["sha256"] = sha(step["text"].encode())
+        step["bytes"] = len(step["text"].encode())
+    return canonical(doc)
+
+
+def refused_run(data: bytes, clone: Path, work: Path, marker: Path, **options) -> PipelineError:
+    """run_bundle refuses before anything runs: no work folder, no marker file."""
+    with pytest.raises(PipelineError) as caught:
+        run_bundle(data, "forged.bundle.json", RunOptions(clone=clone, work=work, **options))
+    assert not marker.exists(), "a refused bundle ran code"
+    assert not work.exists(), "a refused bundle made its work folder"
+    return caught.value
+
+
+def test_a_bundle_whose_steps_are_not_the_documents_text_is_refused_before_anything_runs(runbook, tmp_path):
+    data = bundle_of(runbook, "session")
+    first = json.loads(data)["steps"][0]
+    marker = tmp_path / "marker"
+    touch = f"touch {marker}\n"
+    cases = [
+        # (what the forger changed, line of the document named, found, expected)
+        (lambda d: d["steps"][0].update(text=touch), first["line_start"], f"touch {marker}", "X=41"),
+        (lambda d: d["steps"][0].update(text=d["steps"][0]["text"].replace("X=41\n", "X=41 \n")), first["line_start"], "X=41 ", "X=41"),
+        (lambda d: d["steps"][0].update(text=d["steps"][0]["text"].replace("cd docs", f"cd docs; touch {marker}")), first["line_start"] + 1, f"cd docs; touch {marker}", "cd docs"),
+        (lambda d: d["steps"][0].update(text=d["steps"][0]["text"] + touch), first["line_end"] + 1, f"touch {marker}", "(no line: the block ends)"),
+    ]
+    for change, line, found, expected in cases:
+        error = refused_run(forge(data, change), runbook, tmp_path / "work", marker)
+        assert isinstance(error, IntegrityError) and error.exit_code == 5, error.render()
+        assert (error.file, error.field, error.found, error.expected) == ("docs/RUNBOOK.md", f"line {line}", found, expected), error.render()
+        assert "step 1 of route session is not the document's block" in error.render() and "Fix: make the bundle again" in error.render()
+    # a step added, a step dropped, a host-only step made unconditional
+    extra = {**first, "index": 5, "text": touch, "line_start": 90, "line_end": 90}
+    for change, words in (
+        (lambda d: d["steps"].append(dict(extra)), "step 5 of route session is not in the document"),
+        (lambda d: d["steps"].pop(), "the bundle lacks step 4"),
+        (lambda d: d["steps"][2].update(requires=[]), "another host requirement"),
+    ):
+        error = refused_run(forge(data, change), runbook, tmp_path / "work", marker)
+        assert isinstance(error, IntegrityError) and words in error.render(), error.render()
+    # the document itself is the bundle's: its hash is checked before it is parsed
+    doc = json.loads(data)
+    doc["document"]["sha256"] = "a" * 64
+    error = refused_run(canonical(doc), runbook, tmp_path / "work", marker)
+    assert isinstance(error, IntegrityError) and error.field == "sha256" and error.expected == "a" * 64
+
+
+def test_a_bundle_cannot_change_the_routes_parameters(runbook, tmp_path):
+    data = bundle_of(runbook, "session")
+    marker = tmp_path / "marker"
+    # a changed default runs the forger's value; an undeclared name is not the route's
+    error = refused_run(forge(data, lambda d: d["parameters"][0].update(default=f"$(touch {marker})")), runbook, tmp_path / "work", marker)
+    assert isinstance(error, IntegrityError) and (error.file, error.field) == ("docs/RUNBOOK.md", "line 4") and "parameter GREETING differs from its declaration" in error.render()
+    error = refused_run(forge(data, lambda d: d["parameters"].append({"name": "EXTRA", "default": "x", "required": False})), runbook, tmp_path / "work", marker)
+    assert isinstance(error, IntegrityError) and (error.file, error.field, error.found) == ("forged.bundle.json", "parameters[2].name", "EXTRA")
+    assert "does not declare" in error.render() and "GREETING, TOKEN" in error.render()
+    # names that make the shell, the loader, Python or git run something else: refused by name, whatever the document says
+    for name in ("BASH_ENV", "ENV", "PATH", "IFS", "SHELLOPTS", "PS4", "PROMPT_COMMAND", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES", "PYTHONSTARTUP", "PYTHONPATH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "HOME"):
+        error = refused_run(forge(data, lambda d, n=name: d["parameters"].append({"name": n, "default": f"$(touch {marker})", "required": False})), runbook, tmp_path / "work", marker)
+        assert isinstance(error, InputError) and error.exit_code == 1, (name, error.render())
+        assert (error.field, error.found) == ("parameters[2].name", name) and "cannot be a parameter" in error.render() and "Fix: rename the parameter" in error.render(), error.render()
+    # ... and as --set, named or not by the route
+    for value in (f"BASH_ENV=$(touch {marker})", "PATH=/tmp", "LD_PRELOAD=/tmp/x.so"):
+        result = subprocess.run([sys.executable, "-m", "pipeline.stages.accept", "run", str(tmp_path / "none.json"), "--set", value, "--dist", str(tmp_path / "dist")], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode == 2 and "error[usage]: --set: --set cannot set this variable" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    with pytest.raises(UsageError):
+        run_bundle(data, "b", RunOptions(clone=runbook, parameters={"BASH_ENV": f"$(touch {marker})"}))
+    assert not marker.exists()
+    # BASH_ENV really is what it looks like: bash expands and sources it before the first step
+    probe = subprocess.run(["bash", "--noprofile", "--norc", "-c", "true"], env={"PATH": os.environ["PATH"], "BASH_ENV": f"$(touch {marker})"}, check=False)
+    assert probe.returncode == 0 and marker.exists()
+
+
+def test_the_release_and_document_path_of_a_bundle_never_leave_dist_or_the_clone(runbook, tmp_path):
+    data = bundle_of(runbook, "session")
+    outside = tmp_path / "outside"
+    head = git(runbook, "rev-parse", "HEAD")
+
+    def cli(bundle: bytes) -> subprocess.CompletedProcess:
+        path = tmp_path / "hostile.bundle.json"
+        path.write_bytes(bundle)
+        return subprocess.run([sys.executable, "-m", "pipeline", "accept", "run", str(path), "--clone", str(runbook), "--dist", str(tmp_path / "dist")], cwd=ROOT, capture_output=True, text=True)
+
+    release_route = {"kind": "release-route", "candidate_commit": head, "manifest": {"path": "manifests/v1.0.0/manifest.json", "sha256": "0" * 64, "status": "candidate"}}
+    for change, field, words in (
+        (lambda d: d.update(release=str(outside)), "release", "a runbook bundle names no release"),
+        (lambda d: d.update(release_route, release=str(outside)), "release", "is not a product release name"),
+        (lambda d: d.update(release_route, release="../x"), "release", "is not a product release name"),
+        (lambda d: d.update(release_route, release="v1.0.0/../../x"), "release", "is not a product release name"),
+        (lambda d: d["document"].update(path="/etc/passwd"), "document.path", "is not a path inside the clone: it is an absolute path"),
+        (lambda d: d["document"].update(path="../../x"), "document.path", "has a '..' segment"),
+        (lambda d: d["document"].update(path="docs/../../x"), "document.path", "has a '..' segment"),
+    ):
+        result = cli(forge(data, change))
+        assert result.returncode == 1, (field, result.stderr)
+        assert f"error[input]: {tmp_path / 'hostile.bundle.json'}: {field}: " in result.stderr and words in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
+        assert not outside.exists() and not (tmp_path / "x").exists() and not (tmp_path / "dist" / "acceptance").exists()
+    # A document committed as a symbolic link to a file outside the clone is not read.
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(runbook), str(clone)], check=True)
+    (clone / "docs" / "LINK.md").symlink_to("/etc/passwd")
+    linked = commit(clone, "a link")
+    passwd = Path("/etc/passwd").read_bytes()
+    forged = forge(data, lambda d: d["document"].update(path="docs/LINK.md", commit=linked, sha256=sha(passwd), bytes=len(passwd)))
+    error = refused_run(forged, clone, tmp_path / "work", tmp_path / "marker")
+    assert isinstance(error, InputError) and error.field == "document.path" and "is a symbolic link, not a regular file" in error.render()
+    # A document commit the clone does not have.
+    error = refused_run(forge(data, lambda d: d["document"].update(commit="1" * 40)), runbook, tmp_path / "work", tmp_path / "marker")
+    assert isinstance(error, InputError) and error.field == "document.commit" and "does not have the document's commit" in error.render()
+
+
+def test_a_step_printing_300_mib_keeps_the_runners_memory_bounded(runbook, tmp_path):
+    """The output goes to a file and is hashed in chunks: the runner's peak RSS stays far below the output's size."""
+    repo = tmp_path / "big"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "docs" / "RUNBOOK.md").write_text("# R\n\n## Route `big`: a loud step\n\n```sh\ndd if=/dev/zero bs=1048576 count=300 status=none\necho tail-of-stderr >&2\n```\n")
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    commit(repo, "big")
+    bundle = tmp_path / "big.bundle.json"
+    bundle.write_bytes(canonical(make_bundle(repo, release=None, route_id="big", document="docs/RUNBOOK.md")))
+    receipt = tmp_path / "receipt.json"
+    script = (
+        "import resource, sys\n"
+        "from pipeline.stages.accept import main\n"
+        f"code = main(['run', {str(bundle)!r}, '--clone', {str(repo)!r}, '--dist', {str(tmp_path / 'dist')!r}, '--out', {str(receipt)!r}, '--quiet'])\n"
+        "print('PEAK', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, code)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    _word, peak_kib, code = result.stdout.split()[-3:]
+    assert code == "0"
+    assert int(peak_kib) < 256 * 1024, f"peak RSS {int(peak_kib) // 1024} MiB"
+    step = json.loads(receipt.read_bytes())["steps"][0]
+    digest = hashlib.sha256()
+    for _ in range(300):
+        digest.update(bytes(1 << 20))
+    assert step["stdout"] == {"sha256": digest.hexdigest(), "bytes": 300 << 20}
+    assert step["stderr"] == {"sha256": sha(b"tail-of-stderr\n"), "bytes": 15}
+
+
+def test_a_failing_step_shows_the_end_of_its_stderr(runbook, tmp_path):
+    bundle = tmp_path / "fails.bundle.json"
+    bundle.write_bytes(bundle_of(runbook, "fails"))
+    result = subprocess.run([sys.executable, "-m", "pipeline", "accept", "run", str(bundle), "--clone", str(runbook), "--dist", str(tmp_path / "dist")], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "the end of step-002.stderr:" in result.stderr and "  | failing now" in result.stderr
+
+
 # -- bundle: static checks against the candidate manifest --------------------------------------------
 
 
@@ -500,6 +664,60 @@ def test_compose_refuses_receipts_that_did_not_run_the_candidates_blocks_exactly
     assert "required routes have no receipt" in error.render() and error.expected == ["first", "second"]
     error = refused(root, light, [first, second, first], bundles, tmp_path)
     assert "more than one receipt" in error.render()
+
+
+def test_compose_refuses_a_record_of_anything_but_the_documented_text_and_parameters(light, tmp_path):
+    """The issue's case: every block byte-identical, a BASH_ENV parameter ran code, and compose wrote a passed
+    record.  Now the bundle, the receipt's parameters and its environment are checked against the document."""
+    from pipeline.cli import main
+
+    root = light.clone(tmp_path / "product")
+    (first, second), (first_bundle, second_bundle) = run_routes(root, light.release, ["first", "second"], tmp_path, light.lanes_dir)
+
+    def forged_pair(change_bundle, change_receipt=lambda d: None) -> tuple[Path, Path]:
+        data = forge(first_bundle.read_bytes(), change_bundle)
+        bundle = tmp_path / f"forged-{sha(data)[:8]}.bundle.json"
+        bundle.write_bytes(data)
+        steps = json.loads(data)["steps"]
+
+        def change(d):
+            d["bundle_sha256"] = sha(data)
+            for ran, step in zip(d["steps"], steps, strict=True):
+                ran["block_sha256"] = step["sha256"]
+                if ran["status"] == "passed":
+                    ran["executed_sha256"] = step["sha256"]
+            change_receipt(d)
+
+        return tampered(first, change), bundle
+
+    bash_env = {"name": "BASH_ENV", "default": "$(touch /tmp/marker)", "required": False}
+    cases = [
+        # a replaced block, its hash recomputed in the bundle and the receipt
+        (lambda b: b["steps"][1].update(text="touch /tmp/marker\n"), lambda r: None, IntegrityError, "line 15", "step 2 of route first is not the document's block"),
+        (lambda b: b["steps"][1].update(text=b["steps"][1]["text"].replace("\n", " \n")), lambda r: None, IntegrityError, "line 15", "is not the document's block"),
+        # a parameter the document does not declare, or a changed default
+        (lambda b: b["parameters"].append({"name": "EXTRA", "default": "x", "required": False}), lambda r: None, IntegrityError, "parameters[1].name", "does not declare"),
+        (lambda b: b["parameters"][0].update(default="bonjour"), lambda r: None, IntegrityError, "line 4", "parameter GREETING differs"),
+        # BASH_ENV in the bundle: refused by name
+        (lambda b: b["parameters"].append(bash_env), lambda r: None, InputError, "parameters[1].name", "cannot be a parameter"),
+        # the bundle is the document's, the receipt says it ran with more
+        (lambda b: None, lambda r: r["environment"]["parameters"].update(EXTRA={"source": "set", "value": "x"}), RefusedError, "environment.parameters", "not those route first declares"),
+        (lambda b: None, lambda r: r["environment"]["parameters"].update(BASH_ENV={"source": "set", "value": "$(touch /tmp/marker)"}), InputError, "environment.parameters.BASH_ENV", "cannot be a parameter"),
+        (lambda b: None, lambda r: r["environment"]["variables"].append("BASH_ENV"), RefusedError, "environment.variables", "neither the runner's nor the route's parameters"),
+        (lambda b: None, lambda r: r["environment"]["parameters"]["GREETING"].update(value="bonjour"), RefusedError, "environment.parameters.GREETING.value", "a default the document does not declare"),
+        (lambda b: None, lambda r: r["environment"].update(shell="powershell"), RefusedError, "environment.shell", "another shell"),
+    ]
+    for change_bundle, change_receipt, kind, field, words in cases:
+        receipt, bundle = forged_pair(change_bundle, change_receipt)
+        error = refused(root, light, [receipt, second], [bundle, second_bundle], tmp_path)
+        assert isinstance(error, kind) and error.field == field and words in error.render(), (field, error.render())
+    # through the command: a non-zero exit and no record
+    receipt, bundle = forged_pair(lambda b: b["parameters"].append(bash_env), lambda r: r["environment"]["parameters"].update(BASH_ENV={"source": "default", "value": bash_env["default"]}))
+    dist = tmp_path / "dist"
+    args = ["accept", "compose", "--release", light.release, str(receipt), str(second), "--bundle", str(bundle), "--bundle", str(second_bundle), "--root", str(root), "--dist", str(dist), "--lanes-dir", str(light.lanes_dir), "--quiet"]
+    assert main(args) == 1
+    assert not (root / "manifests" / light.release / "acceptance" / "external-installation.json").exists() and not (dist / "acceptance").exists()
+    assert compose(root, light, [first, second], [first_bundle, second_bundle], tmp_path)["status"] == "passed"  # the untouched pair still composes
 
 
 def test_compose_refuses_a_failed_route_naming_its_step_and_exit_status(light, tmp_path):

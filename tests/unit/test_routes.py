@@ -130,6 +130,12 @@ REFUSED = [
     (_route("```sh requires=gpu,gpu\necho\n```\n"), "line 5", "repeats a capability"),
     (_route("```sh example requires=gpu\necho\n```\n"), "line 5", "cannot require"),
     (_route("```parameters\nHOME=/tmp\n```\n```sh\necho\n```\n"), "line 6", "runner sets itself"),
+    (_route("```parameters\nBASH_ENV=$(touch /tmp/x)\n```\n```sh\necho\n```\n"), "line 6", "BASH_ENV changes how bash starts"),
+    (_route("```parameters\n[ENV]\n```\n```sh\necho\n```\n"), "line 6", "ENV changes how the shell starts"),
+    (_route("```parameters\nLD_PRELOAD\n```\n```sh\necho\n```\n"), "line 6", "LD_PRELOAD changes what the dynamic loader loads"),
+    (_route("```parameters\nPYTHONSTARTUP=/tmp/x.py\n```\n```sh\necho\n```\n"), "line 6", "PYTHONSTARTUP makes Python run"),
+    (_route("```parameters\nGIT_SSH_COMMAND=sh\n```\n```sh\necho\n```\n"), "line 6", "can make git run another program"),
+    (_route("```parameters\nIFS=x\n```\n```sh\necho\n```\n"), "line 6", "declares a parameter the runner refuses"),
     (_route("```parameters\nA=1\nA=2\n```\n```sh\necho\n```\n"), "line 7", "twice"),
     (_route("```parameters\nlower=1\n```\n```sh\necho\n```\n"), "line 6", "not a parameter line"),
     (b"# Doc\n\nNo routes at all.\n", None, "holds no route"),
@@ -144,6 +150,15 @@ def test_the_scanner_refuses_what_a_reader_could_misread(data, field, words):
     assert caught.value.file == "docs/X.md"
     if field is not None:
         assert caught.value.field == field
+
+
+def test_parameter_names_are_refused_by_what_they_do_not_by_a_guess():
+    from pipeline.formats.routes import parameter_name_problem
+
+    for name in ("GREETING", "OMP_NINFER_MIRROR", "CONTAINERS_CONF", "GIT_AUTHOR_NAME", "GIT_COMMITTER_EMAIL", "LANE", "ENVIRONMENT", "PATHS_FILE"):
+        assert parameter_name_problem(name) is None, name
+    for name in ("PATH", "HOME", "BASH_ENV", "BASHOPTS", "ENV", "IFS", "PS4", "PROMPT_COMMAND", "SHELLOPTS", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "GIT_DIR", "GIT_CONFIG_GLOBAL", "LC_CTYPE", "GCONV_PATH", "COMSPEC", "lower", "1X"):
+        assert parameter_name_problem(name) is not None, name
 
 
 def test_a_longer_fence_holds_a_shorter_one_and_prose_fences_are_not_steps():
