@@ -268,7 +268,8 @@ def _found(st: os.stat_result) -> str:
 
 
 def _expected_owner() -> str:
-    return f"owned by {_who(os.geteuid())} (you) or root, not writable by group or others"
+    you = "root (you)" if os.geteuid() == 0 else f"{_who(os.geteuid())} (you) or root"
+    return f"owned by {you}, not writable by group or others"
 
 
 def _check_chain(path: Path, *, what: str, fix: str) -> None:
@@ -342,10 +343,12 @@ def _toolchain_fix(root: Path) -> str:
 # verified wheel) pins every file it ships.  A folder is used only when it holds
 # exactly those files (plus the layout links provisioning makes), each hashing to
 # its pin.  The result is kept in a state file inside the folder, keyed by each
-# file's inode, size, mtime and ctime and sealed with an HMAC under a per-user
-# key in the cache folder: a warm check re-hashes only files whose stat changed,
-# and a state file that was edited, copied from elsewhere or sealed by another
-# user is ignored (a cold check reads the pinned wheels again).
+# file's inode, size, mtime and ctime and sealed with an HMAC under a key only
+# its owner can read (`state.key`, 0600, in the toolchain root, which is itself
+# checked private; not in the home folder, since the acceptance runner gives each
+# route a fresh HOME): a warm check re-hashes only files whose stat changed, and a
+# state file that was edited, copied from elsewhere or sealed by another user is
+# ignored (a cold check reads the pinned wheels again).
 
 STATE_FILE = "verified.json"
 STATE_TYPE = "omp_ninfer_toolchain_verification"
@@ -354,15 +357,15 @@ MAX_STATE_BYTES = 16 * 1024 * 1024  # about 180 bytes per file; a CUDA toolchain
 KEY_BYTES = 32
 
 
-def state_key_path() -> Path:
-    return wheel_cache().parent / "toolchain-state.key"
+def state_key_path(base: Path | None = None) -> Path:
+    """The key sealing the state files of the toolchains under `base` (default: the toolchain root)."""
+    return Path(os.path.abspath(base or toolchain_root())) / "state.key"
 
 
-def _state_key() -> bytes | None:
-    """This user's key for sealing state files (made on first use), or None when it is not private."""
-    path = state_key_path()
+def _state_key(base: Path) -> bytes | None:
+    """The owner's key for sealing state files under `base` (made on first use), or None when it is not private."""
+    path = state_key_path(base)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
     except FileExistsError:
         pass
@@ -537,7 +540,7 @@ def verify_toolchain_dir(root: Path, spec: ToolchainSpec) -> None:
         if not stat.S_ISREG(st.st_mode) or not _trusted_owner(st.st_uid) or st.st_mode & 0o022:
             raise RefusedError("the pinned toolchain's marker is not a private file of yours", file=marker, found=_found(st), expected=_expected_owner(), fix=fix)
     tree = _scan(root, fix)
-    key = _state_key()
+    key = _state_key(root.parent)
     state = _read_state(root, spec, key)
     if state is not None:
         pins = {rel: entry[-1] for rel, entry in state.items() if isinstance(entry, list) and entry and isinstance(entry[-1], str)}

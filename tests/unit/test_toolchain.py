@@ -202,6 +202,18 @@ def test_a_provisioned_toolchain_is_verified_and_a_warm_check_rehashes_nothing(f
     assert hashed[-1] == []
 
 
+def test_a_warm_check_needs_neither_the_wheels_nor_the_home_folder(fake, hashed, tmp_path, monkeypatch):
+    """The acceptance runner gives each route a fresh HOME: the seal's key lives with the toolchains, not in ~/.cache."""
+    spec, base, root = fake
+    toolchain.provision(spec)
+    assert toolchain.state_key_path() == base / "state.key"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "fresh-home" / ".cache"))
+    monkeypatch.setattr(toolchain, "fetch_wheel", lambda wheel: pytest.fail(f"a warm check fetched {wheel.filename}"))
+    hashed.clear()
+    toolchain.provision(spec)
+    assert hashed == [[]]
+
+
 def test_a_marker_only_folder_is_refused_and_its_nvcc_never_runs(fake):
     spec, base, root = fake
     base.mkdir(mode=0o700)
@@ -233,7 +245,7 @@ def test_a_folder_owned_by_another_user_is_refused(fake):
         toolchain.provision(spec)
     message = info.value.render()
     assert info.value.exit_code == 7 and info.value.file == str(root)
-    assert "uid 65534" in message and "mode 0755" in message and "(you) or root" in message and "/var/tmp" in message
+    assert "uid 65534" in message and "mode 0755" in message and "(you)" in message and "/var/tmp" in message
     assert f"remove {root}" in message and toolchain.ROOT_VARIABLE in message
     assert not sentinel.exists()
 
