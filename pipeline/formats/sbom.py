@@ -46,9 +46,9 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError
 from pipeline.formats import components as cm
-from pipeline.util.fs import atomic_write_bytes
+from pipeline.util.fs import atomic_write_bytes, read_bytes_bounded
 from pipeline.util.hashing import file_digests
-from pipeline.util.jsonio import canonical_bytes, loads_object
+from pipeline.util.jsonio import MAX_DOCUMENT_BYTES, canonical_bytes, loads_object
 
 TOOL_NAME = "omp-ninfer-pipeline"
 PROPERTY = "omp-ninfer"  # CycloneDX property namespace
@@ -555,11 +555,22 @@ def _parse_spdx(path: Path, data: bytes):
                              expected="an SPDX 2.3 JSON document") from None
 
 
+MAX_SBOM_BYTES = MAX_DOCUMENT_BYTES  # 32 MiB: the cap of every JSON document read, applied while the file is read
+
+
+def _read_sbom(path: Path) -> bytes:
+    """An SBOM's bytes, refused past MAX_SBOM_BYTES without reading more than that (a sparse 1 GiB file costs 32 MiB)."""
+    try:
+        return read_bytes_bounded(path, MAX_SBOM_BYTES, what="SBOM")
+    except InputError as error:  # too large (or absent): an SBOM of a set that is not what it should be
+        raise IntegrityError(error.what, file=path, why=error.why, fix=error.fix) from None
+
+
 def verify_spdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *, package_name: str, package_sha256: str) -> int:
     """Parse an SPDX file back, validate it, and check it lists exactly the payload with the payload's hashes."""
     from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
-    data = path.read_bytes()
+    data = _read_sbom(path)
     if b"\r" in data or not data.endswith(b"\n") or data.startswith(b"\xef\xbb\xbf"):
         raise IntegrityError("SBOM is not UTF-8 without BOM with LF line endings", file=path)
     document = _parse_spdx(path, data)
@@ -813,7 +824,7 @@ def verify_cdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *,
     """Validate a CycloneDX file against the 1.6 schema and check its shipped components' hashes."""
     from cyclonedx.model.bom import Bom
 
-    data = path.read_bytes()
+    data = _read_sbom(path)
     if b"\r" in data or not data.endswith(b"\n") or data.startswith(b"\xef\xbb\xbf"):
         raise IntegrityError("SBOM is not UTF-8 without BOM with LF line endings", file=path)
     document = _strict_sbom_json(path, data)  # before the schema validator, which reads with Python's json
@@ -846,13 +857,13 @@ def validate_file(path: Path) -> str:
     if path.name.endswith(".spdx.json"):
         from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
 
-        document = _parse_spdx(path, path.read_bytes())
+        document = _parse_spdx(path, _read_sbom(path))
         messages = validate_full_spdx_document(document)
         if messages:
             raise IntegrityError("SPDX validation failed", file=path, found=[m.validation_message for m in messages[:5]])
         return f"{path}: valid {document.creation_info.spdx_version}, {len(document.files)} files"
     if path.name.endswith(".cdx.json"):
-        data = path.read_bytes()
+        data = _read_sbom(path)
         document = _strict_sbom_json(path, data)
         errors = cdx_schema_errors(data)
         if errors:

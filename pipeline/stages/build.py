@@ -574,7 +574,6 @@ class BuildStage(Stage):
 def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) -> SourceSpec:
     """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
     from pipeline.formats import provenance as slsa
-
     from pipeline.util.fs import read_bytes_bounded
 
     if not statement_path.is_file():

@@ -146,8 +146,15 @@ from pipeline.infra.safetar import SafeTar
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
 from pipeline.util import ui
+from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
-from pipeline.util.jsonio import canonical_bytes, loads_object, read_json_object, write_json
+from pipeline.util.jsonio import (
+    MAX_DOCUMENT_BYTES,
+    canonical_bytes,
+    loads_object,
+    read_json_object,
+    write_json,
+)
 from pipeline.util.safepath import safe_component
 
 MAX_PACKAGE_DOCUMENT_BYTES = 16 * 1024 * 1024  # a top-level JSON member of the package read into memory
@@ -731,8 +738,8 @@ class QualifyStage(Stage):
     def _imported(self) -> dict[str, Any]:
         assert self.ident is not None and self.import_path is not None
         path = self.import_path
-        raw = path.read_bytes()
-        document = validate_receipt(read_json_object(path), file=path)
+        raw = read_bytes_bounded(path, MAX_DOCUMENT_BYTES, what="lane receipt")  # the cap applies while reading, not after
+        document = validate_receipt(loads_object(raw, source=path, strict_bytes=True), file=path)
         if "imported" in document:
             raise InputError("the receipt is itself an import", file=path, field="imported", fix="import the receipt as produced on the owner's hardware")
         if document["status"] == "hardware-pending":

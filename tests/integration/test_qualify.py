@@ -859,3 +859,23 @@ def test_the_smoke_run_extraction_refuses_a_member_name_that_is_no_plain_file_na
         _extract_bin(package, scratch, "ninfer-serve")
     assert (caught.value.file, caught.value.field) == (str(package), field)
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == ["p.tar.gz", "scratch", "scratch/bin", "scratch/bin/ninfer-serve"]
+
+
+def test_import_applies_its_cap_while_reading_a_sparse_gigabyte(tmp_path):
+    """`qualify --import` of a 1 GiB sparse file: refused at the 32 MiB JSON cap, never read whole (it took 1,046 MiB RSS)."""
+    import sys
+
+    from test_source_archive import assert_refused_in_bounded_memory, run_measured
+
+    from pipeline.util.jsonio import MAX_DOCUMENT_BYTES
+
+    dist = tmp_path / "dist"
+    fake_build(dist, "4090")
+    source = tmp_path / "owner.json"
+    with open(source, "wb") as out:
+        out.write(b'{"status": "')
+        out.truncate(1 << 30)
+    result = run_measured(sys.executable, "-m", "pipeline", "qualify", "--lane", "4090", "--dist", str(dist), "--import", str(source))
+    assert_refused_in_bounded_memory(result, 1, f"is larger than the {MAX_DOCUMENT_BYTES} bytes allowed for a lane receipt")
+    assert result["peak_mib"] < 128, result
+    assert not (dist / "rtx4090-windows-native" / "qualification").exists()

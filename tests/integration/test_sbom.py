@@ -221,3 +221,19 @@ def test_an_sbom_of_the_wrong_shape_is_an_integrity_error_naming_the_file(tmp_pa
         with pytest.raises(IntegrityError) as caught:
             check()
         assert message in caught.value.what and caught.value.file == str(path)
+
+
+@pytest.mark.parametrize("name", ["big.spdx.json", "big.cdx.json"])
+def test_sbom_validate_applies_its_cap_while_reading_a_sparse_gigabyte(tmp_path, name):
+    """`sbom validate` on a 1 GiB sparse file: refused at 32 MiB read, peak RSS far below the 1,046 MiB of a whole read."""
+    import sys
+
+    from test_source_archive import assert_refused_in_bounded_memory, run_measured
+
+    path = tmp_path / name
+    with open(path, "wb") as out:
+        out.write(b'{"spdxVersion": "')
+        out.truncate(1 << 30)
+    result = run_measured(sys.executable, "-m", "pipeline", "sbom", "validate", str(path))
+    assert_refused_in_bounded_memory(result, 5, f"is larger than the {sbom.MAX_SBOM_BYTES} bytes allowed for a SBOM")
+    assert result["peak_mib"] < 128, result
