@@ -162,7 +162,7 @@ class AssetServer(LoopbackServer):
         self.serve(Handler)
 
     def mirror(self) -> str:
-        return " ".join(f"https://{host}/={self.base}/{host}/" for host in ("github.com", "huggingface.co", "raw.githubusercontent.com"))
+        return " ".join(f"https://{host}/={self.base}/{host}/" for host in ("github.com", "api.github.com", "huggingface.co", "raw.githubusercontent.com"))
 
     def publish(self, url: str, data: bytes | Path) -> None:
         self.files["/" + url.split("://", 1)[1]] = data
@@ -183,6 +183,27 @@ def serve_release(server: AssetServer, manifest: dict[str, Any], assets: dict[st
         elif name in clients:
             server.publish(url, clients[name])
         # The model (20 GB, bound by its real hash) is not served: the audit route skips it by size.
+    for path, body in tag_answers(manifest).items():
+        server.files[path] = body
+
+
+def tag_answers(manifest: dict[str, Any]) -> dict[str, bytes]:
+    """GitHub's REST answers for every published component row's tag (`GET /repos/{slug}/git/ref/tags/{tag}`,
+    naming the row's source commit), by the path the mirror sends audit's tag reads to."""
+    from urllib.parse import quote
+
+    components = manifest.get("components") or {}
+    rows = [components.get("ninfer"), *(components.get("ninfer_variants") or [])]
+    out: dict[str, bytes] = {}
+    for row in rows:
+        if not isinstance(row, dict) or row.get("published") is not True:
+            continue
+        repository, tag, source = row.get("repository"), row.get("release_tag"), row.get("source_commit")
+        if not (isinstance(repository, str) and repository.startswith("https://github.com/") and isinstance(tag, str) and isinstance(source, str)):
+            continue
+        slug = repository.removeprefix("https://github.com/").removesuffix(".git").strip("/")
+        out[f"/api.github.com/repos/{slug}/git/ref/tags/{quote(tag, safe='')}"] = json.dumps({"ref": f"refs/tags/{tag}", "object": {"type": "commit", "sha": source}}).encode()
+    return out
 
 
 def containers_config(folder: Path, registry_host: str) -> dict[str, str]:
