@@ -1,8 +1,9 @@
-"""setuptools hook (the metadata is in pyproject.toml): the wheel carries the repository files `audit` reads.
+"""setuptools hook (the metadata is in pyproject.toml): the wheel carries the repository files `audit` and `rebuild` read.
 
 `verify` and `audit` load the lane files (runtime/lanes/*.toml, with their cut ledgers runtime/cuts/*.json
 where the repository has them), and loading a lane checks that the licence texts it names
-(packaging/licenses/) exist.  Those live in the repository, outside the package, and an
+(packaging/licenses/) exist; `rebuild --verify` also reads the toolchain lock, the nvcc launcher and the packaging
+templates and Windows scripts the package stage puts in a set.  Those live in the repository, outside the package, and an
 installed wheel (the verifier shipped with a release, `python -m pipeline verifier-dist`) has no repository,
 so build_py copies them to pipeline/data/repo/<same path>, where pipeline.lanes looks when it does not run
 from a checkout.  MANIFEST.in puts the same files in the sdist, so a wheel built from the sdist has them too.
@@ -14,7 +15,17 @@ from setuptools import setup
 from setuptools.command.build_py import build_py
 
 # pattern -> must match at least one file (the cut ledgers beside the lanes come with the cut stage)
-BUNDLED = {"runtime/lanes/*.toml": True, "packaging/licenses/*.txt": True, "runtime/cuts/*.json": False}
+BUNDLED = {
+    "runtime/lanes/*.toml": True,
+    "packaging/licenses/*.txt": True,
+    "runtime/cuts/*.json": False,
+    # rebuild --verify from the installed verifier: the toolchain lock, the nvcc launcher, and what package makes a set from
+    "runtime/toolchain.lock.json": True,
+    "runtime/launcher/*.py": True,
+    "packaging/templates/*.in": True,
+    "packaging/windows/*.ps1": True,
+    "packaging/windows/lanes/*/*.json": True,
+}
 TARGET = ("pipeline", "data", "repo")
 
 

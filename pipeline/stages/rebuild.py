@@ -263,8 +263,10 @@ class RebuildStage(Stage):
         toolchain_mode: str = "pinned",
         pkg_config_path: tuple[str, ...] = (),
         use_diffoscope: bool = True,
+        prebuilt: Path | None = None,
     ) -> None:
         super().__init__(ctx)
+        self.prebuilt = prebuilt
         self.lane = lane
         self.published = published
         self.resource_uri = resource_uri
@@ -309,6 +311,7 @@ class RebuildStage(Stage):
         if self.statement.build_type != slsa.BUILD_TYPE_SET:
             raise UsageError("the provenance is not an asset set's", file=self.statement_path, field="predicate.buildDefinition.buildType", found=self.statement.build_type, expected=slsa.BUILD_TYPE_SET)
         self._read_cut()
+        self._check_build_route()
         # The instructions must be the ones the set was made with.
         for name, actual in ((f"runtime/lanes/{lane.id}.toml", lane.file_sha256), (slsa.LOCK_NAME, sha256_file(REPO_ROOT / slsa.LOCK_NAME))):
             item = self.statement.dependency(name)
@@ -333,6 +336,17 @@ class RebuildStage(Stage):
             raise UsageError("the set has no source archive to rebuild from", file=source_archive)
         self.source_spec = archive_source(source_archive, self.statement_path, strict=False)
         ui.info(f"provenance {self.statement_path.name}: {len(self.statement.subjects)} subjects, source {self.statement.external['source_repository']}@{self.statement.external['source_commit']}")
+
+    def _check_build_route(self) -> None:
+        """A set packaged from prebuilt binaries (the Windows lanes) is rebuilt from the same binaries, given with
+        --prebuilt: the rebuild then checks the source archive and the packaging bit for bit, not the compiler."""
+        field = "predicate.buildDefinition.internalParameters.build_route"
+        route = self.statement.document["predicate"]["buildDefinition"]["internalParameters"].get("build_route")
+        if self.prebuilt is not None and route != "prebuilt":
+            raise UsageError("the set was compiled from its source, not packaged from prebuilt binaries", file=self.statement_path, field=field, found=route, expected="prebuilt",
+                             fix="rebuild it without --prebuilt: the rebuild compiles the source archive")
+        if self.prebuilt is not None:
+            self.checks.append(Check("binaries", True, f"taken from --prebuilt {self.prebuilt} (build route prebuilt): the source archive and the packaging are rebuilt, not the compilation"))
 
     def _read_cut(self) -> None:
         """The cut (or rehearsal) the set was built as: the rebuild builds and packages as exactly that."""
@@ -390,7 +404,7 @@ class RebuildStage(Stage):
         rebuilt_dir = dist / lane.id / "assets"
         built = False
         try:
-            build = BuildStage(self.ctx, lane, source=self.source_spec, toolchain_mode=self.toolchain_mode, work_dir=work / "build", cut=self.cut, pkg_config_path=self.pkg_config_path)
+            build = BuildStage(self.ctx, lane, source=self.source_spec, toolchain_mode=self.toolchain_mode, work_dir=work / "build", cut=self.cut, pkg_config_path=self.pkg_config_path, prebuilt=self.prebuilt)
             execute(build, force=True)
             assert build.source is not None
             if build.source.problems:
@@ -516,6 +530,7 @@ def rebuild_verify(
     toolchain: str = "pinned",
     pkg_config_path: list[str] | None = None,
     use_diffoscope: bool = True,
+    prebuilt: Path | None = None,
 ) -> Outcome:
     from pipeline.infra.hostdeps import parse_search_path
 
@@ -544,6 +559,7 @@ def rebuild_verify(
         toolchain_mode=toolchain,
         pkg_config_path=parse_search_path(pkg_config_path),
         use_diffoscope=use_diffoscope,
+        prebuilt=prebuilt.resolve() if prebuilt is not None else None,
     )
     ui.step("rebuild", f"{lane.id}: rebuilding {published} in {work}")
     execute(stage, force=True)
@@ -581,6 +597,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--summary", type=Path, help="where to write the verification summary (default: in the work folder)")
     parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default; what releases use)")
     parser.add_argument("--pkg-config-path", action="append", metavar="DIR[:DIR]", help="folders pkg-config searches (as for build)")
+    parser.add_argument("--prebuilt", type=Path, metavar="DIR", help="the binaries a set packaged from prebuilt binaries holds (its provenance says build_route prebuilt: the Windows lanes)")
     parser.add_argument("--no-diffoscope", action="store_true", help="do not run diffoscope on differing files")
     parser.add_argument("--json", action="store_true", help="print the verification summary instead of OK/FAIL lines")
     parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
@@ -597,6 +614,7 @@ def register_cli(sub) -> None:
             toolchain=args.toolchain,
             pkg_config_path=args.pkg_config_path,
             use_diffoscope=not args.no_diffoscope,
+            prebuilt=args.prebuilt,
         )
         if args.json:
             print(json.dumps(json.loads(outcome.summary_path.read_bytes()), indent=2, sort_keys=True))

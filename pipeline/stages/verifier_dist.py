@@ -68,7 +68,10 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this pipeline run
 # outside pipeline/): pattern -> whether the commit must have at least one such file (the cut ledgers come
 # with the cut stage).
 REQUIRED_DATA = {"pipeline/data/sigstore/*.json": True, "runtime/lanes/*.toml": True, "packaging/licenses/*.txt": True,
-                 "runtime/cuts/*.json": False}
+                 "runtime/cuts/*.json": False,
+                 # rebuild --verify: what build and package read (setup.py's BUNDLED)
+                 "runtime/toolchain.lock.json": True, "runtime/launcher/*.py": True, "packaging/templates/*.in": True,
+                 "packaging/windows/*.ps1": True, "packaging/windows/lanes/*/*.json": True}
 BUNDLE_PREFIX = "pipeline/data/repo/"
 BUILD_TIMEOUT = 600
 

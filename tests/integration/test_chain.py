@@ -19,7 +19,8 @@ The auditor then rebuilds the lane's set from the source archive the component r
 it lists and the set's provenance statement are downloaded from the GitHub URLs through the same mirror
 mapping (`rebuild` has no `--mirror`, and its manifest route would fetch github.com itself), and
 `python -m pipeline rebuild --verify <folder>` must say PASSED; a source archive with one byte changed
-must not.  Today both are xfails naming the pipeline gap that stops the command (REBUILD_BLOCKERS).
+must not.  The lane is a Windows lane packaged from prebuilt binaries, so the auditor passes those
+binaries (`--prebuilt`): the rebuild re-checks the source archive and the packaging bit for bit.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from loopback import LoopbackServer
 from releasekit import LANE, RELEASE, sample_release
 from repokit import ROOT, git
 from sigstore_standin import SigstoreStandIn
+from winfixtures import native_workspace
 
 from pipeline.formats.test_receipt import make_test_receipt, write_test_receipt
 from pipeline.infra.github import GitHub
@@ -124,6 +126,7 @@ class Chain:
     component_tag: str
     venv: Path
     work: Path
+    prebuilt: Path  # the lane's Windows binaries, as the release workflow's Windows job hands them on
 
     @property
     def manifest_url(self) -> str:
@@ -183,7 +186,7 @@ class Chain:
         lane file (the one its provenance names by hash), not the real one the wheel bundles."""
         where = self.work / "rebuild" / name
         args = [str(self.venv / "bin" / "python"), "-m", "pipeline", "rebuild", "--verify", str(folder), "--lane", LANE,
-                "--lanes-dir", str(self.lanes), "--work", str(where / "work"), "--summary", str(where / "summary.json"), *extra]
+                "--lanes-dir", str(self.lanes), "--prebuilt", str(self.prebuilt), "--work", str(where / "work"), "--summary", str(where / "summary.json"), *extra]
         return subprocess.run(args, cwd=where.parent, env=auditor_env(), capture_output=True, text=True, timeout=300)
 
     def names(self, gh: StandIn, tag: str) -> list[str]:
@@ -296,7 +299,7 @@ def chain(tmp_path_factory):
         sums = download(SUMS).decode()
         assert f"{sha256_file(wheel)}  {WHEEL}" in sums.splitlines(), sums
         venv = _venv_with_wheel(wheel, work / "auditor" / "venv")
-        yield Chain(root, dist, lanes, commit, kit, component, product, raw, cut.tag, venv, work)
+        yield Chain(root, dist, lanes, commit, kit, component, product, raw, cut.tag, venv, work, native_workspace(tmp_path_factory).prebuilt)
 
 
 @pytest.mark.slow
@@ -436,24 +439,6 @@ def test_a_tampering_on_github_fails_the_audit_naming_the_item(chain, case):
 
 # -- the auditor rebuilds the set from its published source archive ------------------------------
 
-# PIPELINE GAPS (reported): what stops the auditor's rebuild today, by what it prints.  The test runs the real
-# command and, where its output shows one of these, is an xfail naming it; any other outcome is asserted in full.
-REBUILD_BLOCKERS = {
-    # setup.py bundles only runtime/lanes, runtime/cuts and packaging/licenses: rebuild's preflight hashes
-    # runtime/toolchain.lock.json, the build stage's code digest reads runtime/launcher/ (internal error, exit 1).
-    (1, "site-packages/pipeline/data/repo/"): "the verifier wheel lacks repository files rebuild reads (FileNotFoundError)",
-    # The set was packaged from --prebuilt binaries and rebuild has no --prebuilt (exit 3, no verdict).
-    (3, "is built on a windows-x86_64 host"): "rebuild --verify cannot give the build stage the lane's prebuilt binaries",
-}
-
-
-def _xfail_on_known_blocker(result: subprocess.CompletedProcess[str]) -> None:
-    out = result.stdout + result.stderr
-    for (code, needle), why in REBUILD_BLOCKERS.items():
-        if result.returncode == code and needle in out:
-            pytest.xfail(f"PIPELINE GAP (reported): rebuild --verify of {LANE} in the verifier venv: {why}")
-
-
 def _source_archive(folder: Path) -> str:
     [name] = [p.name for p in folder.iterdir() if p.name.endswith("-source.tar.gz")]
     return name
@@ -464,7 +449,6 @@ def test_the_auditor_rebuilds_the_set_from_the_downloaded_source_archive(chain):
     folder = chain.download_set(chain.work / "rebuild" / "clean" / "download")
     assert (folder / _source_archive(folder)).stat().st_size > 0
     result = chain.rebuild("clean", folder)
-    _xfail_on_known_blocker(result)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out
     assert "PASSED: verification summary " in result.stdout and "FAIL:" not in out, out
@@ -492,7 +476,6 @@ def test_the_auditors_rebuild_fails_a_source_archive_with_one_byte_changed(chain
         asset.data = original
     assert sha256_file(folder / name) == sha256_bytes(bytes(data))
     result = chain.rebuild("one-byte", folder, "--no-diffoscope")
-    _xfail_on_known_blocker(result)
     out = result.stdout + result.stderr
     assert result.returncode == 5, out
     assert "PASSED" not in result.stdout and "FAILED: verification summary " in result.stdout, out

@@ -296,15 +296,25 @@ def _wheel(path: Path, entries: dict[str, bytes], *, date=(2026, 11, 1, 12, 0, 0
     return path
 
 
+# What rebuild --verify reads from the installed verifier besides the lanes and licences (setup.py's BUNDLED).
+REBUILD_DATA = ("runtime/toolchain.lock.json", "runtime/launcher/nvcc_deterministic.py", "packaging/templates/README.md.in",
+                "packaging/windows/Install-Release.ps1", "packaging/windows/lanes/rtx4090/release-spec.json")
+REBUILD_ENTRIES = {"pipeline/data/repo/" + name: b"" for name in REBUILD_DATA}
+
+
 def test_the_wheel_check_finds_a_missing_lane_a_stray_file_a_clock_date_and_a_umask_mode(tmp_path):
     files = ("pipeline/__init__.py", "pipeline/stages/x.py", "pipeline/data/sigstore/production-trust-config.json",
-             "runtime/lanes/rtx5090-container.toml", "packaging/licenses/curl.txt", "README.md", "tests/test_x.py")
+             "runtime/lanes/rtx5090-container.toml", "packaging/licenses/curl.txt", "README.md", "tests/test_x.py", *REBUILD_DATA)
     source = vd.VerifierSource(tmp_path, "a" * 40, "b" * 40, EPOCH, "p", "1", "84.2.1", files)
     meta = {f"p-1.dist-info/{n}": b"m" for n in ("METADATA", "RECORD", "entry_points.txt")}
     good = {"pipeline/__init__.py": b"", "pipeline/stages/x.py": b"", "pipeline/data/sigstore/production-trust-config.json": b"{}",
-            "pipeline/data/repo/runtime/lanes/rtx5090-container.toml": b"", "pipeline/data/repo/packaging/licenses/curl.txt": b"", **meta}
+            "pipeline/data/repo/runtime/lanes/rtx5090-container.toml": b"", "pipeline/data/repo/packaging/licenses/curl.txt": b"", **REBUILD_ENTRIES, **meta}
     assert vd.check_wheel(_wheel(tmp_path / "good.whl", good), source) == len(good)
-    lacking = {k: v for k, v in good.items() if "lanes" not in k}
+    no_lock = {k: v for k, v in good.items() if not k.endswith("toolchain.lock.json")}
+    with pytest.raises(IntegrityError, match="lacks 1 files") as caught:  # rebuild --verify reads the lock from the wheel
+        vd.check_wheel(_wheel(tmp_path / "no-lock.whl", no_lock), source)
+    assert "pipeline/data/repo/runtime/toolchain.lock.json" in str(caught.value)
+    lacking = {k: v for k, v in good.items() if "runtime/lanes" not in k}
     with pytest.raises(IntegrityError, match="lacks 1 files") as caught:
         vd.check_wheel(_wheel(tmp_path / "lacking.whl", lacking), source)
     assert "pipeline/data/repo/runtime/lanes/rtx5090-container.toml" in str(caught.value)
@@ -327,11 +337,11 @@ def test_the_wheel_check_finds_a_missing_lane_a_stray_file_a_clock_date_and_a_um
 
 def test_a_commit_at_an_odd_second_is_dated_in_zips_two_second_steps(tmp_path):
     """ZIP stores times in 2-second steps: a wheel of a commit made at second 1 carries second 0, and that is the commit's date."""
-    files = ("pipeline/__init__.py", "pipeline/data/sigstore/production-trust-config.json", "runtime/lanes/rtx5090-container.toml", "packaging/licenses/curl.txt")
+    files = ("pipeline/__init__.py", "pipeline/data/sigstore/production-trust-config.json", "runtime/lanes/rtx5090-container.toml", "packaging/licenses/curl.txt", *REBUILD_DATA)
     odd = vd.VerifierSource(tmp_path, "a" * 40, "b" * 40, EPOCH + 1, "p", "1", "84.2.1", files)
     meta = {f"p-1.dist-info/{n}": b"m" for n in ("METADATA", "RECORD", "entry_points.txt")}
     entries = {"pipeline/__init__.py": b"", "pipeline/data/sigstore/production-trust-config.json": b"{}",
-               "pipeline/data/repo/runtime/lanes/rtx5090-container.toml": b"", "pipeline/data/repo/packaging/licenses/curl.txt": b"", **meta}
+               "pipeline/data/repo/runtime/lanes/rtx5090-container.toml": b"", "pipeline/data/repo/packaging/licenses/curl.txt": b"", **REBUILD_ENTRIES, **meta}
     assert vd.check_wheel(_wheel(tmp_path / "odd.whl", entries, date=(2026, 11, 1, 12, 0, 0)), odd) == len(entries)
     with pytest.raises(IntegrityError, match="not dated at the commit"):  # two seconds off is another date, odd epoch or not
         vd.check_wheel(_wheel(tmp_path / "early.whl", entries, date=(2026, 11, 1, 11, 59, 58)), odd)
