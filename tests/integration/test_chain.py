@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from github_standin import StandIn, Token
+from github_standin import FakeClock, StandIn, Token
 from loopback import LoopbackServer
 from releasekit import LANE, RELEASE, sample_release
 from repokit import ROOT, git
@@ -58,15 +58,6 @@ WHEEL = "omp_ninfer_pipeline-0.1.0-py3-none-any.whl"
 SUMS = "omp_ninfer_pipeline-0.1.0.SHA256SUMS"
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.t = 1_900_000_000.0
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
 
 
 class RawServer(LoopbackServer):
@@ -271,7 +262,7 @@ def chain(tmp_path_factory):
         lane = load_lane(lanes / f"{LANE}.toml")
         cut = lane.ledger().current("0.7.0")
         component.add_commit(cut.source_commit, ["src/main.cpp"])
-        client_c = GitHub(RUNTIME, TOKEN, api=component.url, uploads=component.uploads, clock=_Clock(), write_interval=0)
+        client_c = GitHub(RUNTIME, TOKEN, api=component.url, uploads=component.uploads, clock=FakeClock(), write_interval=0)
         publish_lane(LANE, dist=dist, lanes_dir=lanes, github=client_c)
         plan = dist / "publish" / f"component-{cut.tag}" / "plan.json"
         publish_lane(LANE, dist=dist, lanes_dir=lanes, github=client_c, apply=True, plan_sha256=sha256_file(plan))
@@ -280,7 +271,7 @@ def chain(tmp_path_factory):
         product.add_commit(commit, [f"{TREE}/manifest.json"])
         tree = git(root, "rev-parse", f"{commit}^{{tree}}")
         write_test_receipt(dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped=3))
-        client_p = GitHub(PRODUCT, TOKEN, api=product.url, uploads=product.uploads, clock=_Clock(), write_interval=0)
+        client_p = GitHub(PRODUCT, TOKEN, api=product.url, uploads=product.uploads, clock=FakeClock(), write_interval=0)
         publish_release(RELEASE, root=root, dist=dist, lanes_dir=lanes, github=client_p)
         plan = dist / "publish" / f"product-{RELEASE}" / "plan.json"
         publish_release(RELEASE, root=root, dist=dist, lanes_dir=lanes, github=client_p, apply=True, plan_sha256=sha256_file(plan))

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from github_standin import StandIn, Token
+from github_standin import FakeClock, StandIn, Token
 from repokit import ROOT
 from sigstore_standin import SigstoreStandIn, record_statement_bundle
 from winfixtures import copy_lanes, packaged_native_set
@@ -39,17 +39,6 @@ TOKEN = "ghp_standinTokenForPublishTests0123456789"
 REPO = "alphastorm/ninfer"
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_900_000_000.0
-        self.sleeps: list[float] = []
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.t += seconds
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from github_standin import StandIn, Token
+from github_standin import FakeClock, StandIn, Token
 from releasekit import RELEASE, sample_release
 from repokit import ROOT, SHARED, git
 from sigstore_standin import SigstoreStandIn, record_statement_bundle
@@ -34,15 +34,6 @@ TREE = f"manifests/{RELEASE}"
 SIGNED = ["manifest.json", "qualification/rtx4090-windows-native.SHA256SUMS"]
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.t = 1_900_000_000.0
-
-    def now(self) -> float:
-        return self.t
-
-    def sleep(self, seconds: float) -> None:
-        self.t += seconds
 
 
 @pytest.fixture(scope="module")

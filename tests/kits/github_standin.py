@@ -104,6 +104,21 @@ class Token:
     classic: bool = True  # classic tokens report x-oauth-scopes; installation tokens do not
 
 
+class FakeClock:
+    """The GitHub client's injected clock for tests: waits are recorded and advance the time, nothing sleeps."""
+
+    def __init__(self) -> None:
+        self.t = 1_900_000_000.0
+        self.sleeps: list[float] = []
+
+    def now(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+
+
 class _Reset(Exception):
     """Drop the connection with a TCP reset instead of answering."""
 
