@@ -22,12 +22,26 @@ One place decides:
   (so a slow drip is cut off after about `timeout` seconds whatever the
   file's size).  Decoded
   (`Content-Encoding`) bytes are counted, and urllib3 decodes at most the
-  bytes asked for, so a compressed answer cannot inflate past the limit.
+  bytes asked for, so a compressed answer cannot inflate past the limit;
+- **deadlines** (`Deadline`, `deadlines`, `deadline_adapter`): a read timeout
+  is per socket read, so a server that trickles one byte at a time (header
+  bytes included, before any body arrives) defeats it.  On a session with
+  `deadline_adapter` mounted, every request made inside a `with
+  deadlines(...)` block ends by the soonest of those deadlines: the connect
+  timeout is cut to the time left, and each socket read of the status line,
+  the headers and the body gets the time left as its timeout (never more
+  than the request's own read timeout), so the request fails the moment the
+  deadline passes, with a `DeadlinePassed` naming the phase and the URL.
+  No thread is started: the bound lives in the reads themselves.
 """
 
 from __future__ import annotations
 
+import contextlib
+import http.client
+import io
 import ipaddress
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -163,13 +177,246 @@ class DeadlinePassed(RemoteError):
     """An item ran past its overall deadline (its bytes so far may be a valid prefix)."""
 
 
-def deadline_passed(label: str, url: str, count: int) -> DeadlinePassed:
+def deadline_passed(label: str, url: str, count: int, phase: str | None = None) -> DeadlinePassed:
+    """An item's own deadline passed: in its body (or between attempts) after `count` bytes, or in `phase` (connect, headers)."""
+    where = f"{phase} {url}" if phase in (CONNECTING, HEADERS) else f"after {count} bytes"
     return DeadlinePassed(
-        f"download of {label} ran past its deadline after {count} bytes",
+        f"download of {label} ran past its deadline {where}",
         file=url,
         why="--timeout bounds the silence between bytes and, with retries, the whole download: after its first --timeout seconds a download must average 256 KiB/s (a server that drips bytes slowly is cut off)",
         fix="run the command again (partial bytes of a pinned file are resumed), or raise --timeout for a slow network",
     )
+
+
+class Deadline:
+    """A time by which a run of requests must end: `seconds` after `started` (default: now), plus, when
+    `paced`, the bytes counted with `earn` at DEADLINE_FLOOR_RATE, never later than `latest`.
+
+    `what` names it in the error (`"the audit's overall deadline of 5 s"`); `why` and `fix` go with it.
+    Safe to share between threads (parallel downloads earn time together).
+    """
+
+    def __init__(
+        self,
+        seconds: float,
+        *,
+        what: str,
+        why: str | None = None,
+        fix: str | None = None,
+        paced: bool = False,
+        started: float | None = None,
+        latest: float | None = None,
+        received: int = 0,
+        on_pass: Callable[[str, str], DeadlinePassed] | None = None,
+    ) -> None:
+        self.seconds = seconds
+        self.started = time.monotonic() if started is None else started
+        self.what = what
+        self.why = why
+        self.fix = fix
+        self.paced = paced
+        self.latest = latest
+        self.received = received
+        self.on_pass = on_pass  # builds the error instead of `what`'s sentence
+        self._lock = threading.Lock()
+
+    def ends(self) -> float:
+        """The deadline now, as a `time.monotonic()` value."""
+        ends = self.started + self.seconds + (self.received / DEADLINE_FLOOR_RATE if self.paced else 0.0)
+        return ends if self.latest is None else min(ends, self.latest)
+
+    def remaining(self) -> float:
+        return self.ends() - time.monotonic()
+
+    def passed(self) -> bool:
+        return self.remaining() <= 0
+
+    def earn(self, count: int) -> None:
+        with self._lock:
+            self.received += count
+
+    def error(self, phase: str, url: str) -> DeadlinePassed:
+        """`<what> passed <phase> <url>`, e.g. phase "while reading the headers of"."""
+        if self.on_pass is not None:
+            return self.on_pass(phase, url)
+        earned = ""
+        if self.paced and self.received >= DEADLINE_FLOOR_RATE // 10:  # a tenth of a second or more
+            earned = f" (plus {self.received / DEADLINE_FLOOR_RATE:.1f} s earned by the {self.received} bytes received)"
+        return DeadlinePassed(f"{self.what}{earned} passed {phase} {url}", file=url, why=self.why, fix=self.fix)
+
+
+CONNECTING = "while connecting to"
+HEADERS = "while reading the headers of"
+BODY = "while reading the body of"
+BEFORE = "before requesting"
+
+_scope = threading.local()  # .limits: the deadlines of this thread's requests; .url: the request being sent
+
+
+@contextlib.contextmanager
+def deadlines(*limits: Deadline | None) -> Iterator[None]:
+    """Within the block, this thread's requests on a session with `deadline_adapter` end by every one of `limits`."""
+    previous = getattr(_scope, "limits", ())
+    _scope.limits = previous + tuple(limit for limit in limits if limit is not None)
+    try:
+        yield
+    finally:
+        _scope.limits = previous
+
+
+def _active() -> tuple[Deadline, ...]:
+    return getattr(_scope, "limits", ())
+
+
+def _soonest(limits: tuple[Deadline, ...]) -> Deadline:
+    return min(limits, key=lambda limit: limit.ends())
+
+
+class _DeadlineReader(io.RawIOBase):
+    """The raw stream under an `http.client` response: every socket read is bounded by the time its deadlines leave."""
+
+    def __init__(self, sock, limits: tuple[Deadline, ...], url: str) -> None:
+        super().__init__()
+        self._io = sock.makefile("rb", buffering=0)  # holds a reference of the socket, as http.client's own file does
+        self._sock = sock
+        self._limits = limits
+        self._timeout = sock.gettimeout()  # the request's read timeout (urllib3 set it before the response)
+        self.url = url
+        self.phase = HEADERS
+
+    def readable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self._io.fileno()
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        while True:
+            limit = _soonest(self._limits)
+            remaining = limit.remaining()
+            if remaining <= 0:
+                raise limit.error(self.phase, self.url)
+            bounded = self._timeout is None or remaining < self._timeout
+            if bounded:
+                self._sock.settimeout(remaining)
+            try:
+                return self._sock.recv_into(buffer)
+            except TimeoutError:
+                if not bounded:
+                    raise  # the request's own read timeout: the caller's to retry
+                if _soonest(self._limits).passed():
+                    raise _soonest(self._limits).error(self.phase, self.url) from None
+                # a paced deadline moved on while this read waited (parallel downloads earned time): read on
+            finally:
+                if bounded:
+                    self._sock.settimeout(self._timeout)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._io.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    """An `http.client` response whose status line, headers and body are read through `_DeadlineReader`."""
+
+    def __init__(self, sock, debuglevel: int = 0, method: str | None = None, url: str | None = None) -> None:
+        super().__init__(sock, debuglevel, method, url)
+        self._deadline_reader: _DeadlineReader | None = None
+        limits = _active()
+        _scope.phase = HEADERS  # the request is sent: what follows is the answer
+        if limits:
+            plain = self.fp
+            self._deadline_reader = _DeadlineReader(sock, limits, getattr(_scope, "url", "") or "the request")
+            self.fp = io.BufferedReader(self._deadline_reader)
+            plain.close()
+
+    def begin(self) -> None:
+        super().begin()
+        if self._deadline_reader is not None:
+            self._deadline_reader.phase = BODY
+
+
+_POOLS: dict[str, Any] = {}
+
+
+def _pool_classes() -> dict[str, Any]:
+    """urllib3 connection pools whose connections read responses through `_DeadlineResponse`."""
+    if not _POOLS:
+        import urllib3
+
+        class DeadlineHTTPConnection(urllib3.connection.HTTPConnection):
+            response_class = _DeadlineResponse
+
+        class DeadlineHTTPSConnection(urllib3.connection.HTTPSConnection):
+            response_class = _DeadlineResponse
+
+        class DeadlineHTTPPool(urllib3.HTTPConnectionPool):
+            ConnectionCls = DeadlineHTTPConnection
+
+        class DeadlineHTTPSPool(urllib3.HTTPSConnectionPool):
+            ConnectionCls = DeadlineHTTPSConnection
+
+        _POOLS.update({"http": DeadlineHTTPPool, "https": DeadlineHTTPSPool})
+    return _POOLS
+
+
+def deadline_adapter():
+    """A `requests` transport adapter that applies the `deadlines` of the calling thread to each request.
+
+    Outside a `deadlines` block it is an ordinary adapter.  Inside one, a
+    request is refused without I/O once the soonest deadline has passed, its
+    connect timeout is cut to the time left, and its status line, headers and
+    body are read through `_DeadlineReader`; a failure after the deadline
+    passed is a `DeadlinePassed` naming the phase (connect, headers, body).
+    """
+    import requests
+
+    class DeadlineAdapter(requests.adapters.HTTPAdapter):
+        def init_poolmanager(self, *args, **kwargs) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            self.poolmanager.pool_classes_by_scheme = _pool_classes()
+
+        def proxy_manager_for(self, proxy, **proxy_kwargs):
+            manager = super().proxy_manager_for(proxy, **proxy_kwargs)
+            manager.pool_classes_by_scheme = _pool_classes()
+            return manager
+
+        def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):  # type: ignore[override]
+            limits = _active()
+            if not limits:
+                return super().send(request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies)
+            limit = _soonest(limits)
+            remaining = limit.remaining()
+            if remaining <= 0:
+                raise limit.error(BEFORE, request.url)
+            if timeout is None or isinstance(timeout, int | float | tuple):
+                connect, read = timeout if isinstance(timeout, tuple) else (timeout, timeout)
+                # The connect timeout also bounds the TLS handshake and sending the request (each in all).
+                timeout = (remaining if connect is None or connect > remaining else connect, read)
+            _scope.url, _scope.phase = request.url, CONNECTING
+            try:
+                return super().send(request, stream=stream, timeout=timeout, verify=verify, cert=cert, proxies=proxies)
+            except requests.RequestException:
+                limit = _soonest(limits)
+                if limit.passed():
+                    raise limit.error(getattr(_scope, "phase", HEADERS), request.url) from None
+                raise
+            finally:
+                _scope.url = _scope.phase = None
+
+    return DeadlineAdapter()
+
+
+def deadline_session(session=None):
+    """`session` (default: a new `requests.Session`) with `deadline_adapter` mounted for HTTP and HTTPS."""
+    import requests
+
+    session = session if session is not None else requests.Session()
+    adapter = deadline_adapter()
+    session.mount("http://", adapter)
+    session.mount("https://", adapter)
+    return session
 
 
 def _over(limit: int, what: str, label: str, url: str, pinned: bool) -> Exception:

@@ -12,7 +12,10 @@ file appears under its name only after size and hash match.
 Bounded by construction (`pipeline.infra.net`): the running byte count stops a
 download the moment it passes the pinned size (or, unpinned, a named cap),
 and those bytes are deleted; `timeout` is both the idle timeout and an
-overall deadline for the item; redirects are followed by hand, by policy.
+overall deadline for the item, enforced inside every socket read (connect,
+status line and headers, body: `net.deadlines`), and a caller's `overall`
+deadline (audit's, for the whole run) bounds every item the same way;
+redirects are followed by hand, by policy.
 """
 
 from __future__ import annotations
@@ -46,9 +49,7 @@ class Download:
 def _session(session=None):
     if session is not None:
         return session
-    import requests
-
-    return requests.Session()
+    return net.deadline_session()  # the item's deadline bounds the header phase too
 
 
 def _hash_existing(path: Path, digest) -> int:
@@ -75,6 +76,7 @@ def download(
     on_bytes=None,
     redirects: str = "same-origin",
     resume: bool = True,
+    overall: net.Deadline | None = None,
 ) -> Download:
     """Fetch `url` into `target` (resuming `target.part`), returning its SHA-256 and size.
 
@@ -87,6 +89,13 @@ def download(
     limit are deleted, never kept as `.part`; redirects follow `redirects`
     (`net.redirect_problem`).  `resume=False` starts from byte 0 every time
     (for unpinned documents, whose earlier bytes may belong to another version).
+
+    `overall` is a deadline shared by many downloads (audit's whole run): the
+    item fails with its error the moment it passes, in any phase, and
+    starts no request once it has passed; the bytes received earn it time
+    when it is paced.  On a session with `net.deadline_adapter` mounted (the
+    default session has it) both deadlines bound every socket read, so a
+    server that trickles header or body bytes is cut off when one passes.
     """
     import requests
 
@@ -100,7 +109,6 @@ def download(
     label = label or target.name
     started = time.monotonic()
     ends = started + (deadline if deadline is not None else net.deadline_for(timeout, expected_size))
-    fetched = 0  # bytes received in this call (a prefix from an earlier run earns no time)
     attempt = 0
     resumed_from = 0
     resumed_at: list[int] = []
@@ -108,6 +116,20 @@ def download(
     have = -1  # bytes of `part` already in `digest`; -1: not read yet
     if not resume:
         part.unlink(missing_ok=True)
+
+    # The item's deadline: `timeout`, plus the bytes received in this call (a prefix from an
+    # earlier run earns no time) at the floor rate, never after `ends`.
+    item = net.Deadline(timeout, what=f"download of {label}", started=started, latest=ends, paced=True,
+                        on_pass=lambda phase, where: net.deadline_passed(label, where, max(have, 0), phase))
+
+    def late(phase: str) -> Exception | None:
+        """The error of a deadline that has passed (the overall one first), else None."""
+        if overall is not None and overall.passed():
+            return overall.error(phase, url)
+        return item.error(phase, url) if item.passed() else None
+
+    def soonest() -> float:
+        return min(item.ends(), overall.ends()) if overall is not None else item.ends()
 
     def give_up(error: Exception, *, keep: bool) -> Exception:
         if not (keep and resume):
@@ -120,120 +142,131 @@ def download(
         nonlocal attempt
         attempt += 1
         delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
-        return attempt > retries or time.monotonic() + delay > net.paced_deadline(started, timeout, ends, fetched)(0)
+        return attempt > retries or time.monotonic() + delay > soonest()
 
-    while True:
-        if time.monotonic() > net.paced_deadline(started, timeout, ends, fetched)(0):
-            raise give_up(net.deadline_passed(label, url, max(have, 0)), keep=True)
-        # The digest continues across retries: only a .part left by an earlier run
-        # (or one whose size no longer matches what was hashed) is read back.
-        if not resume:
-            part.unlink(missing_ok=True)
-            digest, have = hashlib.sha256(), 0
-        elif have < 0 or not part.exists() or part.stat().st_size != have:
-            digest = hashlib.sha256()
-            have = _hash_existing(part, digest) if part.exists() else 0
-        if have > limit:
-            part.unlink()
-            digest, have = hashlib.sha256(), 0
-        if attempt == 0:
-            resumed_from = have
-        headers = {"Range": f"bytes={have}-"} if have else {}
-        if have:
-            resumed_at.append(have)
-        try:
-            response = net.open_stream(http, url, headers=headers, timeout=timeout, redirects=redirects, label=label)
-        except requests.RequestException as exc:
-            if out_of_retries():
-                raise give_up(
-                    RemoteError(
-                        f"cannot download {label}: {type(exc).__name__}",
-                        file=url,
-                        why=f"{attempt} attempts failed; the server is unreachable or the connection broke",
-                        fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
-                    ),
-                    keep=True,
-                ) from None
-            time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
-            continue
-        except PipelineError as error:
-            raise give_up(error, keep=True) from None
-        with response:
-            status = response.status_code
-            if status == 416 and expected_size is not None and have == expected_size:
-                pass  # the part file is already complete
-            elif status in (404, 410, 401, 403):
-                raise give_up(
-                    RemoteError(
-                        f"the server answered HTTP {status} for {label}",
-                        file=url,
-                        why="the asset is not published at this URL (or is not public)",
-                        fix="check that the release and asset exist and are public",
-                    ),
-                    keep=True,
-                )
-            elif status >= 500 or status == 429:
+    with net.deadlines(overall, item):
+        while True:
+            error = late(net.BEFORE)
+            if error is not None:
+                raise give_up(error, keep=True)
+            # The digest continues across retries: only a .part left by an earlier run
+            # (or one whose size no longer matches what was hashed) is read back.
+            if not resume:
+                part.unlink(missing_ok=True)
+                digest, have = hashlib.sha256(), 0
+            elif have < 0 or not part.exists() or part.stat().st_size != have:
+                digest = hashlib.sha256()
+                have = _hash_existing(part, digest) if part.exists() else 0
+            if have > limit:
+                part.unlink()
+                digest, have = hashlib.sha256(), 0
+            if attempt == 0:
+                resumed_from = have
+            headers = {"Range": f"bytes={have}-"} if have else {}
+            if have:
+                resumed_at.append(have)
+            try:
+                response = net.open_stream(http, url, headers=headers, timeout=timeout, redirects=redirects, label=label)
+            except requests.RequestException as exc:
+                error = late(net.HEADERS)  # a session without the deadline adapter: known only now
+                if error is not None:
+                    raise give_up(error, keep=True) from None
                 if out_of_retries():
-                    raise give_up(RemoteError(f"the server kept answering HTTP {status} for {label}", file=url, fix="try again later"), keep=True)
+                    raise give_up(
+                        RemoteError(
+                            f"cannot download {label}: {type(exc).__name__}",
+                            file=url,
+                            why=f"{attempt} attempts failed; the server is unreachable or the connection broke",
+                            fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
+                        ),
+                        keep=True,
+                    ) from None
                 time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
                 continue
-            elif status not in (200, 206):
-                raise give_up(RemoteError(f"unexpected HTTP {status} for {label}", file=url), keep=True)
-            else:
-                if status == 200 and have:
-                    # The server ignored the Range request: start over.
-                    digest, have = hashlib.sha256(), 0
-                    mode = "wb"
-                else:
-                    mode = "ab" if have else "wb"
-                length = response.headers.get("Content-Length")
-                total = expected_size or (int(length) + have if length and length.isdigit() else None)
-                bar = ui.ByteProgress(label, total) if progress else None
-                if bar:
-                    bar.done = have
-                try:
-                    with open(part, mode) as sink:
-                        for chunk in net.iter_body(
-                            response,
-                            limit=limit - have,
-                            deadline=net.paced_deadline(started, timeout, ends, fetched),
-                            label=label,
-                            url=url,
-                            what="a document of this kind",
-                            pinned=expected_size is not None,
-                        ):
-                            sink.write(chunk)
-                            digest.update(chunk)
-                            have += len(chunk)
-                            fetched += len(chunk)
-                            if bar:
-                                bar(len(chunk))
-                            if on_bytes:
-                                on_bytes(len(chunk))
-                except (requests.RequestException, OSError) as exc:
+            except PipelineError as error:
+                raise give_up(error, keep=True) from None
+            with response:
+                status = response.status_code
+                if status == 416 and expected_size is not None and have == expected_size:
+                    pass  # the part file is already complete
+                elif status in (404, 410, 401, 403):
+                    raise give_up(
+                        RemoteError(
+                            f"the server answered HTTP {status} for {label}",
+                            file=url,
+                            why="the asset is not published at this URL (or is not public)",
+                            fix="check that the release and asset exist and are public",
+                        ),
+                        keep=True,
+                    )
+                elif status >= 500 or status == 429:
                     if out_of_retries():
-                        raise give_up(
-                            RemoteError(
-                                f"download of {label} broke off after {have} bytes: {type(exc).__name__}",
-                                file=url,
-                                fix="run the command again; the partial file is resumed",
-                            ),
-                            keep=True,
-                        ) from None
+                        raise give_up(RemoteError(f"the server kept answering HTTP {status} for {label}", file=url, fix="try again later"), keep=True)
                     time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
                     continue
-                except net.DeadlinePassed as error:
-                    raise give_up(error, keep=True) from None  # a valid prefix of a pinned file is resumed next time
-                except PipelineError as error:
-                    raise give_up(error, keep=False) from None  # over the pin or the cap: these bytes are not the file
-                if bar:
-                    bar.finish()
-                if expected_size is not None and have < expected_size:
-                    if out_of_retries():
-                        raise give_up(RemoteError(f"download of {label} stopped at {have} of {expected_size} bytes", file=url, fix="run the command again"), keep=True)
-                    continue
-        os.replace(part, target)
-        return Download(url, target, digest.hexdigest(), have, resumed_from, time.monotonic() - started, tuple(resumed_at))
+                elif status not in (200, 206):
+                    raise give_up(RemoteError(f"unexpected HTTP {status} for {label}", file=url), keep=True)
+                else:
+                    if status == 200 and have:
+                        # The server ignored the Range request: start over.
+                        digest, have = hashlib.sha256(), 0
+                        mode = "wb"
+                    else:
+                        mode = "ab" if have else "wb"
+                    length = response.headers.get("Content-Length")
+                    total = expected_size or (int(length) + have if length and length.isdigit() else None)
+                    bar = ui.ByteProgress(label, total) if progress else None
+                    if bar:
+                        bar.done = have
+                    try:
+                        with open(part, mode) as sink:
+                            for chunk in net.iter_body(
+                                response,
+                                limit=limit - have,
+                                deadline=lambda _count: soonest(),
+                                label=label,
+                                url=url,
+                                what="a document of this kind",
+                                pinned=expected_size is not None,
+                            ):
+                                sink.write(chunk)
+                                digest.update(chunk)
+                                have += len(chunk)
+                                item.earn(len(chunk))
+                                if overall is not None:
+                                    overall.earn(len(chunk))
+                                if bar:
+                                    bar(len(chunk))
+                                if on_bytes:
+                                    on_bytes(len(chunk))
+                    except (requests.RequestException, OSError) as exc:
+                        error = late(net.BODY)
+                        if error is not None:
+                            raise give_up(error, keep=True) from None
+                        if out_of_retries():
+                            raise give_up(
+                                RemoteError(
+                                    f"download of {label} broke off after {have} bytes: {type(exc).__name__}",
+                                    file=url,
+                                    fix="run the command again; the partial file is resumed",
+                                ),
+                                keep=True,
+                            ) from None
+                        time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
+                        continue
+                    except net.DeadlinePassed as error:
+                        # A valid prefix of a pinned file is resumed next time; the overall deadline is named first.
+                        raise give_up(late(net.BODY) or error, keep=True) from None
+                    except PipelineError as error:
+                        raise give_up(error, keep=False) from None  # over the pin or the cap: these bytes are not the file
+                    if bar:
+                        bar.finish()
+                    if expected_size is not None and have < expected_size:
+                        if out_of_retries():
+                            raise give_up(RemoteError(f"download of {label} stopped at {have} of {expected_size} bytes", file=url, fix="run the command again"), keep=True)
+                        continue
+            os.replace(part, target)
+            return Download(url, target, digest.hexdigest(), have, resumed_from, time.monotonic() - started, tuple(resumed_at))
 
 
 def download_verified(

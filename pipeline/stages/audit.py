@@ -22,7 +22,12 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    files, retries with backoff): size and hash are checked on the bytes as
    they arrive, never by a second read; a download stops at its pin (or,
    unpinned, at a MAX_*_BYTES cap) and at its deadline, and rejected bytes
-   are deleted;
+   are deleted.  `--timeout` is also one overall deadline for the whole run,
+   measured from its start (`net.Deadline`, paced: plus the time its
+   received bytes earn at `net.DEADLINE_FLOOR_RATE`), enforced inside every
+   socket read of every request the audit makes (connect, status line and
+   headers, body: `net.deadline_adapter`): once it passes, the item in
+   progress FAILs naming the phase and URL and no further request is made;
 5. check each lane's set with `pipeline.formats.assets.check_assets` (closed set,
    `SHA256SUMS` format and hashes, receipt, package payload, both SBOMs
    against the payload) and validate every SBOM document with
@@ -561,6 +566,7 @@ class Fetched:
     size: int | None
     error: str | None = None
     resumed_at: tuple[int, ...] = ()
+    late: bool = False  # the error is a deadline that passed (never a SKIP, whatever the flags)
 
 
 class Auditor:
@@ -605,6 +611,7 @@ class Auditor:
         self.mirrors = list(mirrors or [])
         self.skip_larger_than = skip_larger_than
         self.report = AuditReport(manifest=source)
+        self.deadline: net.Deadline | None = None  # the run's overall deadline, from the start of run()
         self._manifest: dict[str, Any] = {}
         self._rebound: dict[str, Any] = {}  # lane -> (first release, chain) or _Refused
 
@@ -616,7 +623,7 @@ class Auditor:
         if session is None:
             import requests
 
-            session = requests.Session()
+            session = net.deadline_session(requests.Session())  # the overall deadline bounds every socket read
             session.headers["User-Agent"] = "omp-ninfer-pipeline-audit"
             self._local.session = session
         return session
@@ -683,10 +690,11 @@ class Auditor:
                 on_bytes=on_bytes,
                 redirects=redirects,
                 resume=sha256 is not None,  # unpinned bytes of an earlier run may be another version
+                overall=self.deadline,
                 **kwargs,
             )
         except PipelineError as error:
-            return Fetched(binding, None, None, None, error=_short_remote(error))
+            return Fetched(binding, None, None, None, error=_short_remote(error), late=isinstance(error, net.DeadlinePassed))
         return Fetched(binding, result.path, result.sha256, result.size, resumed_at=tuple(getattr(result, "resumed_at", ())))
 
     # -- steps
@@ -721,6 +729,14 @@ class Auditor:
 
     def run(self) -> AuditReport:
         started = time.monotonic()
+        self.deadline = net.Deadline(
+            self.timeout,
+            what=f"the audit's overall deadline of {self.timeout:g} s",
+            why="--timeout bounds the whole audit from its start: every connection, status line, header and body, retries included, plus the time its received bytes earn at 256 KiB/s; a server that trickles bytes cannot keep it running",
+            fix="run the audit again with a larger --timeout, or on a faster connection (complete files in --cache are re-used, partial ones resumed)",
+            paced=True,
+            started=started,
+        )
         loaded = self.load_manifest()
         if loaded is None:
             self.report.seconds = time.monotonic() - started
@@ -1088,7 +1104,7 @@ class Auditor:
             return read_bytes_bounded(location, cap, what="signed file or bundle")
         fetched = self._download(location, target, sha256=None, size=None, label=Path(urlsplit(location).path).name, cap=cap)
         if fetched.error or fetched.path is None:
-            raise RemoteError(fetched.error or "download failed", file=location)
+            raise (net.DeadlinePassed if fetched.late else RemoteError)(fetched.error or "download failed", file=location)
         return fetched.path.read_bytes()
 
     def _check_signer(self, manifest: dict[str, Any]) -> bool:
@@ -1181,14 +1197,20 @@ class Auditor:
             on_release = self._product_release_url(Path(relative).name + suffix)
             if is_url and on_release:
                 candidates.append(on_release)
-            bundle, tried = None, []
+            bundle, tried, late = None, [], None
             for candidate in candidates:
                 tried.append(candidate)
                 try:
                     bundle = self._fetch_small(candidate, is_url, cache / (relative + suffix), cap=MAX_BUNDLE_BYTES)
                     break
+                except net.DeadlinePassed as error:
+                    late = error
+                    break
                 except (PipelineError, OSError):
                     continue
+            if bundle is None and late is not None:  # not looked for: never a SKIP, even with --allow-unsigned
+                self.add(Item(label, False, f"cannot fetch the Sigstore bundle: {late.what}", "signature"))
+                continue
             if bundle is None:
                 self.add(Item(label, None if self.allow_unsigned else False, "no Sigstore bundle at " + " or ".join(tried), "signature"))
                 continue
@@ -1394,7 +1416,8 @@ class Auditor:
             self.add(Item(label, False, f"oci_reference is not in oci_repository {repository}", "image"))
             return
         try:
-            body, media_type = fetch_manifest_by_digest(host, name, digest, session=self._http(), timeout=self.timeout)
+            with net.deadlines(self.deadline):  # the registry client's requests go through this session's adapter
+                body, media_type = fetch_manifest_by_digest(host, name, digest, session=self._http(), timeout=self.timeout)
         except PipelineError as error:
             self.add(Item(label, False, error.what, "image"))
             return
@@ -1580,6 +1603,10 @@ def run_audit(args: argparse.Namespace) -> int:
         from pipeline.errors import UsageError
 
         raise UsageError("--jobs must be at least 1", field="--jobs", found=args.jobs)
+    if not args.timeout > 0 or args.timeout == float("inf"):
+        from pipeline.errors import UsageError
+
+        raise UsageError("--timeout must be a positive number of seconds", field="--timeout", found=args.timeout, expected="e.g. 60 (the audit's overall deadline)")
     auditor = Auditor(
         args.manifest,
         jobs=args.jobs,
@@ -1620,7 +1647,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=f"parallel downloads (default {DEFAULT_JOBS})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout (OK/FAIL lines go to stderr)")
     parser.add_argument("--cache", type=Path, default=None, help="download folder, kept for resuming (default ~/.cache/omp-ninfer-audit/<release>)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds without data before a request counts as failed; also each file must arrive within TIMEOUT seconds plus its bytes at 256 KiB/s, retries included (default 60)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS", help="the audit's overall deadline, measured from its start: every download and read (manifest, assets, tags, statements, bundles, the registry) must end within SECONDS plus the time the bytes received so far earn at 256 KiB/s, enforced while connecting, while reading the status line and headers and while reading the body; once it passes, the item in progress FAILs and nothing more is fetched. Also the seconds without data before a request counts as failed, and each file's own deadline (SECONDS plus its bytes at 256 KiB/s, retries included) (default 60)")
     parser.add_argument("--retries", type=int, default=None, help="retries per download after a broken connection or 5xx (default 4)")
     parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file; the manifest cannot choose it")
     parser.add_argument("--repository", default=None, metavar="OWNER/NAME", type=_repository_slug, help="the product repository whose release workflow must have signed (default alphastorm/omp-ninfer): the expected signer is its .github/workflows/release.yml at refs/tags/<release>")

@@ -13,6 +13,7 @@ because audit failed for some other cause.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.server
 import json
@@ -52,7 +53,7 @@ class ReleaseServer(LoopbackServer):
         self.files: dict[str, bytes] = {}
         self.cut_once: dict[str, int] = {}  # path -> byte offset at which the connection is cut (once)
         self.slow: dict[str, float] = {}  # path -> seconds per 64 KiB chunk
-        self.stall: set[str] = set()  # send headers and a little, then nothing
+        self.stall: set[str] = set()  # send headers and 512 KiB, then nothing
         self.registry: dict[tuple[str, str], bytes] = {}  # (name, digest) -> bytes served
         self.log: list[tuple[str, str | None]] = []
         self.token = "anonymous-pull-token-1234"
@@ -106,7 +107,9 @@ class ReleaseServer(LoopbackServer):
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
                 if path in server.stall:
-                    self.wfile.write(body[:1024])
+                    # 512 KiB first: they earn the download 2 s at the floor rate, so the idle timeout (not
+                    # the download's own deadline, which bounds every read too) is what ends the read.
+                    self.wfile.write(body[: 512 * 1024])
                     self.wfile.flush()
                     time.sleep(3)
                     self.close_connection = True
@@ -575,8 +578,130 @@ def test_a_manifest_that_drips_is_cut_at_the_timeout(tmp_path):
         started = time.monotonic()
         report, lines = run_audit(url, tmp_path, timeout=1.0, retries=0)
         seconds = time.monotonic() - started
-    assert len(fails(lines)) == 1 and "download of manifest.json ran past its deadline" in fails(lines)[0]
+    # The manifest is the audit's first read, so the run's overall deadline (from the run's start) passes first.
+    assert fails(lines) == [line_for(lines, f"FAIL: manifest {url}: the audit's overall deadline of 1 s passed while reading the body of {url} (")]
     assert seconds < 3.0, seconds
+
+
+# -- the overall deadline: connect, headers and body -----------------------------------------------
+
+
+class HeaderTrickle(LoopbackServer):
+    """Answers every GET with its status line and headers one byte per `interval` seconds (at most `limit` seconds)."""
+
+    def __init__(self, interval: float = 1.0, limit: float = 30.0) -> None:
+        self.requests: list[str] = []
+        self.bytes_sent: list[int] = []  # per answer: header bytes written before the client hung up
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):  # noqa: N802 - http.server's name
+                server.requests.append(self.path)
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Padding: " + b"p" * 200 + b"\r\nContent-Length: 2\r\n\r\n{}"
+                started, sent = time.monotonic(), 0
+                for byte in head:
+                    if time.monotonic() - started > limit:
+                        break
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:  # the client hung up
+                        break
+                    sent += 1
+                    time.sleep(interval)
+                server.bytes_sent.append(sent)
+                self.close_connection = True
+
+        self.serve(Handler)
+
+
+def _audit_process(url: str, tmp_path: Path, timeout: str) -> tuple[subprocess.CompletedProcess, float]:
+    import sys
+
+    from repokit import ROOT
+
+    started = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "audit", url, "--timeout", timeout, "--quiet", "--cache", str(tmp_path / "cache"), "--dist", str(tmp_path / "dist")],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    return result, time.monotonic() - started
+
+
+MANIFEST_ROUTE = f"/alphastorm/omp-ninfer/raw/{COMMIT}/manifests/{RELEASE}/manifest.json"
+
+
+def test_a_server_trickling_header_bytes_is_cut_at_the_audits_overall_deadline(tmp_path):
+    # One header byte per second never trips a per-read timeout: before the overall deadline covered
+    # the header phase, `audit --timeout 5` kept reading such headers for 152 s (issue 18).
+    trickle = HeaderTrickle(interval=1.0)
+    try:
+        url = trickle.url(MANIFEST_ROUTE)
+        result, seconds = _audit_process(url, tmp_path, "5")
+    finally:
+        trickle.close()
+    assert seconds < 10.0, seconds
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"FAIL: manifest {url}: the audit's overall deadline of 5 s passed while reading the headers of {url} (" in result.stdout, result.stdout
+    assert result.stdout.splitlines()[-1].startswith("AUDIT FAILED: None: 1 of 1 items failed;"), result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+    assert trickle.requests == [MANIFEST_ROUTE]  # no retry once the deadline has passed
+
+
+def test_a_server_trickling_body_bytes_is_cut_at_the_audits_overall_deadline(tmp_path):
+    from hostile_http import Route, hostile_server
+
+    with hostile_server() as hostile:
+        url = hostile.add(MANIFEST_ROUTE, Route("drip", interval=1.0))  # one body byte per second, no Content-Length
+        result, seconds = _audit_process(url, tmp_path, "5")
+        assert hostile.requests == [MANIFEST_ROUTE]
+    assert seconds < 10.0, seconds
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"FAIL: manifest {url}: the audit's overall deadline of 5 s passed while reading the body of {url} (" in result.stdout, result.stdout
+    assert result.stdout.splitlines()[-1].startswith("AUDIT FAILED"), result.stdout
+    assert "Traceback" not in result.stderr, result.stderr
+
+
+def test_the_overall_deadline_spans_items_and_nothing_is_fetched_after_it(server, tmp_path):
+    # Each asset trickles 10 bytes over 1.35 s, within its own deadline (--timeout 2 from its start):
+    # one after the other they would take 2.7 s, but the audit's deadline counts from the run's start.
+    from hostile_http import Route, hostile_server
+
+    tree = Tree(server, None, None)
+    data = b"y" * 10
+    with hostile_server() as upstream, hostile_server() as hub:  # one server each: a drip never shares a connection
+        omp, model = tree.manifest["components"]["omp"], tree.manifest["components"]["model"]
+        omp["upstream_repository"] = upstream.url("/can1357/oh-my-pi")
+        client_url = upstream.add(tree.paths["client"], Route("drip", interval=0.15, length=len(data)))
+        omp["platforms"][0].update(artifact_url=client_url, artifact_bytes=len(data), artifact_sha256=hashlib.sha256(data).hexdigest())
+        model["repository"] = hub.url("/neroued/Qwen3.8-27B-NInfer")
+        model_url = hub.add(tree.paths["model"], Route("drip", interval=0.15, length=len(data)))
+        model.update(artifact_url=model_url, artifact_bytes=len(data), artifact_sha256=hashlib.sha256(data).hexdigest())
+        started = time.monotonic()
+        report, lines = run_audit(tree.publish(), tmp_path, jobs=1, timeout=2.0)
+        seconds = time.monotonic() - started
+    assert seconds < 3.0, seconds
+    assert line_for(lines, "OK: client windows-x64 omp-windows-x64.exe")
+    assert line_for(lines, "FAIL: model qwen3_8_27b.ninfer").startswith(
+        f"FAIL: model qwen3_8_27b.ninfer: the audit's overall deadline of 2 s passed while reading the body of {model_url} (--timeout bounds the whole audit")
+    records = tree.manifest["qualification"]["public_url"], tree.manifest["compatibility"]["public_url"]
+    assert line_for(lines, "FAIL: qualification summary: ") == f"FAIL: qualification summary: the audit's overall deadline of 2 s passed before requesting {records[0]} ({audit_deadline_why()})"
+    assert line_for(lines, "FAIL: compatibility authority: ").startswith(f"FAIL: compatibility authority: the audit's overall deadline of 2 s passed before requesting {records[1]} (")
+    # The manifest's bundle was not looked for: FAIL, not the SKIP a missing bundle is under --allow-unsigned.
+    assert line_for(lines, f"FAIL: signature manifests/{RELEASE}/manifest.json: ").startswith(
+        f"FAIL: signature manifests/{RELEASE}/manifest.json: cannot fetch the Sigstore bundle: the audit's overall deadline of 2 s passed before requesting ")
+    assert [path for path, _range in server.log] == [tree.manifest_path]  # nothing was requested after the deadline
+    assert not report.passed
+
+
+def audit_deadline_why() -> str:
+    return ("--timeout bounds the whole audit from its start: every connection, status line, header and body, retries included, "
+            "plus the time its received bytes earn at 256 KiB/s; a server that trickles bytes cannot keep it running")
 
 
 def test_a_manifest_is_never_fetched_through_a_redirect(tmp_path):
@@ -1040,6 +1165,12 @@ def test_image_digest_against_a_real_registry(server, tmp_path, registry_server,
 def test_audit_help_and_usage(capsys):
     assert cli.main(["audit", "--jobs", "0", "x.json"]) == ExitCode.USAGE
     assert "--jobs must be at least 1" in capsys.readouterr().err
+    for value in ("0", "-5", "nan", "inf"):
+        assert cli.main(["audit", "--timeout", value, "x.json"]) == ExitCode.USAGE
+        assert "--timeout must be a positive number of seconds" in capsys.readouterr().err
+    with contextlib.suppress(SystemExit):
+        cli.main(["audit", "--help"])
+    assert "the audit's overall deadline, measured from its start" in " ".join(capsys.readouterr().out.split())
 
 
 def test_a_local_manifest_path_is_audited_too(server, tmp_path):
