@@ -310,6 +310,8 @@ def scan(data: bytes, path: str) -> Document:
                 declared = _parameters(path, number + 1, body)
                 target = current["parameters"] if current is not None else doc_parameters
                 known = {p.name for p in doc_parameters} | ({p.name for p in current["parameters"]} if current is not None else set())
+                if current is None:  # a document-wide block after a route applies to the routes read before it too
+                    known |= {p.name for route in routes.values() for p in route.parameters}
                 clash = {p.name for p in declared} & known
                 if clash:
                     raise _error(path, number, "declares a parameter that is already declared", found=sorted(clash))

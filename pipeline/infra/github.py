@@ -135,12 +135,17 @@ def _is_rate_limited(status: int, headers: dict[str, str], body: Any) -> bool:
     return "rate limit" in str(message).lower()
 
 
+def _is_digits(value: str) -> bool:
+    """ASCII digits only: str.isdigit() is also true of '²' and other digits float() refuses."""
+    return value.isascii() and value.isdigit()
+
+
 def _retry_after_seconds(value: str | None, now: float) -> float | None:
     """`Retry-After` as delay-seconds or as an HTTP date (RFC 9110 §10.2.3); None when absent or unreadable."""
     if value is None:
         return None
     value = value.strip()
-    if value.isdigit():
+    if _is_digits(value):
         return float(value)
     try:
         when = email.utils.parsedate_to_datetime(value)
@@ -369,7 +374,7 @@ class GitHub:
                 retry_after = _retry_after_seconds(lower.get("retry-after"), self.clock.now())
                 if retry_after is not None:
                     delay, why = retry_after, "rate limited (retry-after)"
-                elif lower.get("x-ratelimit-remaining") == "0" and lower.get("x-ratelimit-reset", "").isdigit():
+                elif lower.get("x-ratelimit-remaining") == "0" and _is_digits(lower.get("x-ratelimit-reset", "")):
                     delay, why = float(lower["x-ratelimit-reset"]) - self.clock.now() + 1.0, "primary rate limit exhausted (x-ratelimit-reset)"
                 else:  # a secondary limit without a hint: at least a minute, then exponential
                     delay, why = max(60.0, 60.0 * 2 ** (attempt - 1)), "secondary rate limit"
@@ -420,12 +425,21 @@ class GitHub:
         return _shaped(self.request("GET", self._repo), self._repo)
 
     def rate_limit(self) -> dict[str, Any]:
-        return _shaped(self.request("GET", "/rate_limit"), "/rate_limit", keys={"resources": dict})
+        limits = _shaped(self.request("GET", "/rate_limit"), "/rate_limit", keys={"resources": dict})
+        core = (limits.get("resources") or {}).get("core")
+        if core is not None:  # what publish reads: resources.core.{remaining, reset}
+            _shaped_value(core, "/rate_limit resources.core", keys={"limit": int, "remaining": int, "reset": int})
+        return limits
 
     def commit(self, sha: str) -> dict[str, Any] | None:
         path = f"{self._repo}/commits/{sha}"
         reply = self.request("GET", path, expect=(200, 404, 422))
-        return _shaped(reply, path, keys={"files": list}) if reply.status == 200 else None
+        if reply.status != 200:
+            return None
+        commit = _shaped(reply, path, keys={"files": list})
+        for index, entry in enumerate(commit.get("files") or []):  # what publish reads: files[].filename
+            _shaped_value(entry, f"{path} files[{index}]", keys={"filename": str})
+        return commit
 
     def immutable_releases(self) -> bool:
         reply = self.request("GET", f"{self._repo}/immutable-releases", expect=(200, 404))

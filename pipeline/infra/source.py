@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import os
 import re
 import tarfile
@@ -382,6 +383,8 @@ def archive_facts(data: bytes | Path, *, origin: str) -> tuple[str | None, int]:
         members = 0
         for member in archive:
             members += 1
+            if isinstance(member.mtime, float) and not math.isfinite(member.mtime):  # a PAX mtime=nan or inf
+                raise InputError("the source archive holds a member with an impossible time", file=origin, field=member.name, found=repr(member.mtime), expected="seconds since 1970")
             if len(times) <= 5:
                 times.add(int(member.mtime) if isinstance(member.mtime, (int, float)) and not isinstance(member.mtime, bool) else -1)
         archive.drain()

@@ -33,6 +33,7 @@ import tarfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 # What the code under test imports lazily, imported now: so that atheris instruments it and no
 # import happens (or writes bytecode) while an input runs.
@@ -44,15 +45,26 @@ import urllib3
 from requests.adapters import BaseAdapter, HTTPAdapter
 
 from pipeline.errors import PipelineError
-from pipeline.formats import assets, identity, image_reference, lanes, receipts, sbom
+from pipeline.formats import (
+    acceptance,
+    assets,
+    identity,
+    image_reference,
+    lanes,
+    provenance,
+    receipts,
+    routes,
+    sbom,
+)
 from pipeline.formats.release import evidence as release_evidence
 from pipeline.formats.release import problems as release_problems
 from pipeline.formats.release import rules as release_rules
 from pipeline.formats.release import spec as release_spec
-from pipeline.infra import oci, safetar
+from pipeline.infra import github, oci, safetar
 from pipeline.infra import registry as oci_registry
+from pipeline.infra import source as source_reader
 from pipeline.infra.archive import read_tar_gz
-from pipeline.stages import audit, image, qualify
+from pipeline.stages import accept, audit, image, publish, qualify
 from pipeline.util import jsonio, ui
 
 from .sandbox import OutsideWrite, Sandbox
@@ -440,15 +452,16 @@ def fuzz_manifest(data: bytes, work: Path) -> None:
 class _Scripted(BaseAdapter):
     """A transport that answers every request from `answer(request) -> (status, headers, body)`, no socket."""
 
-    def __init__(self, answer) -> None:
+    def __init__(self, answer, limit: int = 64) -> None:
         super().__init__()
         self.answer = answer
+        self.limit = limit
         self.requests: list[requests.PreparedRequest] = []
 
     def send(self, request, stream=False, timeout=None, verify=True, cert=None, proxies=None):  # type: ignore[override]
         self.requests.append(request)
-        if len(self.requests) > 64:
-            raise AssertionError("more than 64 requests for one input: an unbounded request loop")
+        if len(self.requests) > self.limit:
+            raise AssertionError(f"more than {self.limit} requests for one input: an unbounded request loop")
         status, headers, body = self.answer(request)
         raw = urllib3.HTTPResponse(body=io.BytesIO(body), headers=headers, status=status, preload_content=False, decode_content=False, request_url=request.url)
         return HTTPAdapter.build_response(HTTPAdapter.__new__(HTTPAdapter), request, raw)
@@ -685,3 +698,335 @@ def fuzz_release_toml(data: bytes, work: Path) -> None:
     for lane_input in release.lanes.values():
         if "checksums_file" in lane_input.pins:  # what compose copies: a file of the repository only
             assert (root / lane_input.pins["checksums_file"]).resolve().is_relative_to(root.resolve())
+
+
+# -- issue #18: the readers of the acceptance, provenance, source-archive and publication stages ---------
+
+FUZZ_COMMIT = "7a25cd72f490183e4113f1e84e68e36d653ddd28"  # the commit the seed bundles name (any 40-hex commit)
+FUZZ_TAG = "v0.7.0-qwen38-4090-beta.2"  # the tag the GitHub harness asks about
+ROUTE_TOKENS = (b"## Route `", b"`: ", b"```sh\n", b"```powershell\n", b"```\n", b"~~~sh\n", b"~~~\n", b"````", b" example", b" requires=gpu",
+                b" requires=network,oci-engine", b" requires=", b"```parameters\n", b"[OMP_NINFER_X]\n", b"NAME=value\n", b"BASH_ENV=x\n", b"LD_PRELOAD\n",
+                b"<!--", b"-->", b"> ```", b"    ```", b"\t```", b"\n===\n", b"\n---\n", b"# ", b"### ", b"#", b"pinned components.ninfer.oci_reference",
+                b"docker pull ghcr.io/a/b:", b":latest", b"https://", b"sha256:", b"0" * 64, b"\r", b"\t", b"\xef\xbb\xbf", b"\x00", b"\xc3\xa9", b"\xed\xa0\x80")
+ACCEPTANCE_TOKENS = JSON_TOKENS + (b'"artifact_type"', b'"omp_ninfer_acceptance_bundle"', b'"omp_ninfer_acceptance_run_receipt"', b'"release-route"',
+                                   b'"runbook"', b'"release"', b'"candidate_commit"', b'"manifest"', b'"document"', b'"route"', b'"parameters"', b'"steps"',
+                                   b'"text"', b'"sha256"', b'"requires"', b'"host_kind"', b'"environment"', b'"variables"', b'"capabilities"', b'"status"',
+                                   b'"passed"', b'"not-run"', b'"BASH_ENV"', b'"PATH"', b'"LD_PRELOAD"', b'"../etc/passwd"', b'"/abs"', b'"v0.13.1"', SEP)
+PROVENANCE_TOKENS = JSON_TOKENS + (b'"_type"', b'"subject"', b'"predicateType"', b'"predicate"', b'"buildDefinition"', b'"runDetails"', b'"buildType"',
+                                   b'"externalParameters"', b'"internalParameters"', b'"resolvedDependencies"', b'"byproducts"', b'"builder"', b'"metadata"',
+                                   b'"annotations"', b'"digest"', b'"gitCommit"', b'"gitTree"', b'"source-tar"', b'"source-commit"', b'"source-tree"',
+                                   b'"commit_time"', b'"subdir"', b'"kind"', b'"invocationId"', b'"builderDependencies"', b'"uri"', b'"startedOn"')
+GITHUB_TOKENS = JSON_TOKENS + (b'"id"', b'"tag_name"', b'"name"', b'"draft"', b'"prerelease"', b'"immutable"', b'"upload_url"', b'"assets"', b'"size"',
+                               b'"digest"', b'"state"', b'"uploaded"', b'"starter"', b'"object"', b'"type"', b'"sha"', b'"commit"', b'"tag"', b'"enabled"',
+                               b'"resources"', b'"core"', b'"remaining"', b'"files"', b'"filename"', b'"permissions"', b'"push"', b'"ref"', b'"message"',
+                               b'"errors"', b'"_status"', b'"_headers"', b'"retry-after"', b'"x-ratelimit-remaining"', b'"link"', b'"' + FUZZ_TAG.encode() + b'"', SEP)
+
+
+def _accepted(call: Callable[[], object], what: str) -> object:
+    """The result of a step that must not refuse (the pipeline wrote or accepted the input before): a refusal is a bug."""
+    try:
+        return call()
+    except PipelineError as exc:
+        raise HarnessFailure(f"{what} refused what the pipeline accepted before: {exc.render()}") from exc
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# -- route documents ------------------------------------------------------------------------
+
+
+@functools.cache
+def _release_manifest() -> dict:
+    """The candidate manifest the static checks of a release route read (the shipped v0.13.1 manifest)."""
+    root = Path(__file__).resolve().parents[2]
+    return jsonio.loads_object((root / "manifests" / "v0.13.1" / "manifest.json").read_bytes(), source="manifest.json")
+
+
+@target("routes", max_len=65536, tokens=ROUTE_TOKENS)
+def fuzz_routes(data: bytes, work: Path) -> None:
+    """Route documents (routes.scan) on hostile Markdown: what scans, bundles, validates and matches itself again."""
+    path = "docs/QUICKSTART.md"
+    document = routes.scan(data, path)
+    lines = data.decode("utf-8").split("\n")
+    assert document.sha256 == _sha256(data) and document.bytes == len(data) and document.routes
+    for route_id, route in document.routes.items():
+        assert route.id == route_id and route.steps and {s.shell for s in route.steps} == {route.shell}
+        for position, step in enumerate(route.steps, start=1):
+            # A step is exactly the lines between its fences, each with its LF, and hashes to its recorded digest.
+            assert step.index == position and route.heading_line < step.line_start <= step.line_end <= route.end_line
+            assert step.text == "".join(line + "\n" for line in lines[step.line_start - 1 : step.line_end])
+            assert _sha256(step.text.encode()) == step.sha256 and len(step.text.encode()) == step.bytes
+        declared = document.parameters_of(route_id)
+        assert all(routes.parameter_name_problem(p.name) is None for p in declared)
+        # What `accept bundle` makes of the route (a runbook and a release route), `accept run` must read back
+        # and find to be the document's own text.
+        findings, fields = _accepted(lambda route_id=route_id: accept.static_findings(document, route_id, manifest=None, release=None), "static_findings")  # type: ignore[misc]
+        _accepted(lambda route_id=route_id: accept.static_findings(document, route_id, manifest=_release_manifest(), release="v0.13.1"), "static_findings")
+        bundle = accept._bundle_document("runbook", None, None, None, path, data, FUZZ_COMMIT, document, route_id, acceptance.DEFAULT_HOST_KIND[route.shell], None, False, fields)
+        written = acceptance.canonical(bundle)
+        read = _accepted(lambda written=written: acceptance.validate_bundle(acceptance.loads_strict(written, file="bundle.json"), file="bundle.json"), "validate_bundle")
+        _accepted(lambda read=read: acceptance.check_against_document(read, document, file="bundle.json", where="the fuzz document"), "check_against_document")  # type: ignore[arg-type]
+        assert [p["name"] for p in read["parameters"]] == [p.name for p in declared]  # type: ignore[index]
+
+
+# -- acceptance bundles and run receipts --------------------------------------------------------
+
+# The route document of the acceptance seeds (a fixed text, so that the seeds do not follow docs/QUICKSTART.md).
+ROUTE_DOCUMENT = b"""# Fuzz runbook
+
+The route document the acceptance harness checks bundles against.
+
+```parameters
+# a mirror, optional
+[OMP_NINFER_MIRROR]
+```
+
+## Route `check`: check a clone
+
+```parameters
+GIT_AUTHOR_NAME=fuzz
+OMP_NINFER_LANE
+```
+
+```sh
+echo "lane $OMP_NINFER_LANE"
+python3 -m pipeline verify --release "$OMP_NINFER_RELEASE"
+```
+
+```sh requires=network
+python3 -m pip install --quiet -e .
+```
+
+```sh example
+echo not a step
+```
+
+## Route `windows`: a Windows route
+
+```powershell
+Write-Output "hello $env:OMP_NINFER_LANE"
+```
+"""
+ROUTE_DOCUMENT_PATH = "docs/RUNBOOK.md"
+
+
+@functools.cache
+def route_document() -> routes.Document:
+    return routes.scan(ROUTE_DOCUMENT, ROUTE_DOCUMENT_PATH)
+
+
+@target("acceptance", max_len=65536, tokens=ACCEPTANCE_TOKENS, structure="json")
+def fuzz_acceptance(data: bytes, work: Path) -> None:
+    """Acceptance bundles and run receipts (formats/acceptance.py): as accept run and accept compose read them."""
+    bundle_bytes, receipt_bytes = split(data, 2)
+    document = route_document()
+    bundle = _refused(lambda: acceptance.validate_bundle(acceptance.loads_strict(bundle_bytes, file="bundle.json"), file="bundle.json"))
+    if isinstance(bundle, dict):
+        # What `accept run` does before the first step: where its receipt goes, the document check, the environment.
+        dist = work / "cwd" / "dist"
+        dist.mkdir()
+        where = accept.receipt_path(dist, bundle, _sha256(bundle_bytes), file="bundle.json")
+        assert where.resolve().is_relative_to((dist / accept.OUTPUT_DIR).resolve()), where
+        _refused(lambda: acceptance.check_against_document(bundle, document, file="bundle.json", where="the fuzz clone"))
+        options = accept.RunOptions(clone=work / "cwd", offered={"OMP_NINFER_LANE": "rtx4090-windows-native"})
+        made = _refused(lambda: accept.run_environment(bundle, options, work / "cwd" / "run"))
+        if made is not None:
+            env, sources = made  # type: ignore[misc]
+            assert set(env) <= accept.RUNNER_VARIABLES | set(sources), sorted(env)
+            assert all(routes.parameter_name_problem(name) is None for name in sources)
+        for step in bundle["steps"]:
+            acceptance.check_block(step["text"], step["line_start"], manifest=None, release=None)
+    receipt = acceptance.validate_receipt(acceptance.loads_strict(receipt_bytes, file="receipt.json"), file="receipt.json")
+    acceptance.canonical(receipt)
+    if not isinstance(bundle, dict):
+        return
+    # What `accept compose` checks of a receipt and its bundle.
+    item = accept.Loaded(Path("receipt.json"), receipt_bytes, receipt, bundle_bytes, bundle, "bundle.json")
+    _refused(lambda: accept.check_receipt(item, bundle["route"]["host_kind"]))
+    accept.check_receipt_parameters(item, document)
+
+
+# -- provenance statements ----------------------------------------------------------------------
+
+
+@target("provenance", max_len=65536, tokens=PROVENANCE_TOKENS, structure="json")
+def fuzz_provenance(data: bytes, work: Path) -> None:
+    """Provenance statements (provenance.read_statement), and what build, rebuild and audit read of one."""
+    origin = "set.provenance.intoto.json"
+    statement = provenance.read_statement(data, origin=origin)
+    assert statement.external["source_commit"] and statement.build_type in provenance.BUILD_TYPES and statement.builder_id
+    # What the pipeline writes of a statement it read reads back as the same statement.
+    written = _refused(lambda: jsonio.canonical_bytes(statement.document, indent=2))
+    if written is not None:
+        again = _accepted(lambda: provenance.read_statement(written, origin="canonical"), "read_statement")  # type: ignore[arg-type]
+        assert again.subjects == statement.subjects and again.external == statement.external and again.document == statement.document  # type: ignore[attr-defined]
+    provenance.check_subjects(statement, dict(statement.subjects), origin=origin)  # its own subjects: never refused
+    external = statement.external
+    provenance.check_parameters(statement, lane=external["lane"], tag=external["component_tag"], source_commit=external["source_commit"], origin=origin)
+    for item in statement.dependencies():
+        assert statement.dependency(item["name"]) is not None
+    for name in ("runtime/lanes/rtx4090-windows-native.toml", provenance.LOCK_NAME):  # rebuild --verify's instructions check
+        item = statement.dependency(name)
+        recorded = (item or {}).get("digest", {}).get("sha256")
+        assert recorded is None or isinstance(recorded, str)
+    # build --source-archive: the archive's claim, and the source the build identity records from it.
+    claim = provenance.archive_claim(statement, origin=origin, strict=False)
+    spec = source_reader.SourceSpec("archive", str(work / "cwd" / "source.tar"), claim.commit, claim=claim)
+    resolved = source_reader.ResolvedSource(spec, "", claim.commit, claim.tree, 0, str(claim.recorded_dict.get("subdir") or ""), archive=b"")
+    assert isinstance(resolved.kind, str)
+    jsonio.canonical_bytes(resolved.to_json())
+
+
+# -- source archives ----------------------------------------------------------------------------
+
+
+@target("source_archive", max_len=65536, tokens=TAR_TOKENS + (b"comment=", b"52 comment=" + FUZZ_COMMIT.encode() + b"\n", b"pax_global_header", b"host-dependencies.toml",
+                                                                 b"13 mtime=nan\n", b"13 mtime=inf\n", b"16 mtime=1e+300\n", b"12 mtime=-5\n"))
+def fuzz_source_archive(data: bytes, work: Path) -> None:
+    """Source archives (infra/source.py): hash first, then the bounded reader, as build --source-archive and rebuild --verify read one."""
+    path = work / "cwd" / ("source.tar.gz" if data[:2] == b"\x1f\x8b" else "source.tar")
+    path.write_bytes(data)
+    digest, size = source_reader.hash_archive(path)  # before a single header is parsed
+    tar = source_reader.read_archive(path)
+    assert _sha256(tar) == digest and len(tar) == size
+    facts = source_reader.archive_facts(path, origin=str(path))
+    # The file and the bytes read from it are one archive: the same facts.
+    assert source_reader.archive_facts(tar, origin="bytes") == facts, facts
+    commit, mtime = facts
+    assert commit is None or len(commit) == 40
+    assert isinstance(mtime, int)
+    claim = source_reader.ArchiveClaim(digest, commit or FUZZ_COMMIT, "0" * 40, (("commit_time", mtime), ("kind", "local"), ("location", None), ("subdir", "")), strict=False)
+    spec = source_reader.SourceSpec("archive", str(path), claim.commit, claim=claim)
+    resolved = source_reader.ResolvedSource(spec, "", claim.commit, claim.tree, mtime, "", archive=tar)
+    for name in ("host-dependencies.toml", "README.md"):
+        found = source_reader.source_file(resolved, name)
+        assert found is None or isinstance(found, bytes)
+    assert source_reader.archive_tar(resolved) == tar
+    source_reader.export_tree(tar, work / "cwd" / "tree")
+
+
+# -- publish's GitHub answers ----------------------------------------------------------------
+
+
+class _FuzzClock(github.Clock):
+    """GitHub's clock for the harness: sleeping only advances it."""
+
+    def __init__(self) -> None:
+        self.time = 1_793_534_400.0
+
+    def now(self) -> float:
+        return self.time
+
+    def sleep(self, seconds: float) -> None:
+        self.time += max(0.0, seconds)
+
+
+GITHUB_ENDPOINTS = ("releases", "assets", "ref", "tag", "immutable", "repo", "commit", "rate_limit", "release", "matching")
+GITHUB_MAX_REQUESTS = 300  # then the transport fails (a connection error): an answer that keeps the client asking ends
+
+
+def _github_endpoint(path: str) -> str:
+    """Which answer of the input a request reads."""
+    tail = path.split("/repos/alphastorm/ninfer", 1)[-1]
+    if path.endswith("/rate_limit"):
+        return "rate_limit"
+    if tail in ("", "/"):
+        return "repo"
+    for prefix, name in (("/releases/tags/", "release"), ("/git/ref/tags/", "ref"), ("/git/tags/", "tag"), ("/git/matching-refs/", "matching"),
+                         ("/commits/", "commit"), ("/immutable-releases", "immutable")):
+        if tail.startswith(prefix):
+            return name
+    if tail.startswith("/releases/") and tail.endswith("/assets"):
+        return "assets"
+    if tail.startswith("/releases/"):
+        return "release"
+    return "releases"
+
+
+def _github_answers(data: bytes) -> tuple[dict[str, bytes | None], dict[str, int], dict[str, dict[str, str]]]:
+    """The answer bodies, statuses and headers of one input: releases, assets, ref and tag as raw bytes, the rest
+    (and `_status`/`_headers` per endpoint) from a JSON object in the fifth part."""
+    releases, assets_, ref, tag, rest_bytes = split(data, 5)
+    bodies: dict[str, bytes | None] = {"releases": releases, "assets": assets_, "ref": ref or None, "tag": tag}
+    statuses: dict[str, int] = {}
+    headers: dict[str, dict[str, str]] = {}
+    rest = _refused(lambda: jsonio.loads_document(rest_bytes, source="rest"))
+    if isinstance(rest, dict):
+        for name in GITHUB_ENDPOINTS[4:]:
+            if name in rest:
+                bodies[name] = json.dumps(rest[name], allow_nan=True).encode()
+        for name, status in (rest.get("_status") if isinstance(rest.get("_status"), dict) else {}).items():
+            if name in GITHUB_ENDPOINTS and isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599:
+                statuses[name] = status
+        for name, values in (rest.get("_headers") if isinstance(rest.get("_headers"), dict) else {}).items():
+            if name in GITHUB_ENDPOINTS and isinstance(values, dict):
+                # header names and values as a server can send them (token characters; latin-1 text without CR/LF)
+                headers[name] = {str(k): str(v) for k, v in values.items() if isinstance(k, str) and re.fullmatch(r"[A-Za-z0-9-]{1,64}", k)
+                                 and isinstance(v, str) and len(v) <= 1024 and all(" " <= c <= "\xff" and c != "\x7f" for c in v)}
+    return bodies, statuses, headers
+
+
+def github_target() -> publish.Target:
+    """The component publication the gates and the dry-run diff are checked for (two planned assets)."""
+    assets_ = [{"name": name, "size": size, "sha256": _sha256(name.encode()), "source": {"root": "dist", "path": name}}
+               for name, size in (("SHA256SUMS", 1234), ("ninfer-v0.7.0-windows-x86_64.tar.gz", 56789))]
+    return publish.Target(kind="component", subject="rtx4090-windows-native", repository="alphastorm/ninfer", tag=FUZZ_TAG, commit=FUZZ_COMMIT,
+                          name=f"NInfer {FUZZ_TAG}", body="notes", prerelease=True, make_latest=False, assets=assets_, files={})
+
+
+REVIEWED_STATE = {"read": True, "tag": None, "immutable_releases": True, "releases": []}  # the state the reviewed plan saw
+
+
+@target("github", max_len=32768, tokens=GITHUB_TOKENS, structure="json")
+def fuzz_github(data: bytes, work: Path) -> None:
+    """publish's GitHub answers (infra/github.py): tag_state, the shape checks, publish's gates and its dry-run diff."""
+    bodies, statuses, headers = _github_answers(data)
+    count = [0]
+
+    def answer(request):
+        count[0] += 1
+        if count[0] > GITHUB_MAX_REQUESTS:
+            raise requests.ConnectionError("the fuzz server stops answering")
+        endpoint = _github_endpoint(urlsplit(request.url).path)
+        body = bodies.get(endpoint)
+        status = statuses.get(endpoint, 404 if body is None else 200)
+        return status, {"Content-Type": "application/json", **headers.get(endpoint, {})}, body or b""
+
+    client = github.GitHub("alphastorm/ninfer", "fuzz-token-0123456789", api="https://api.github.com", uploads="https://uploads.github.com",
+                           clock=_FuzzClock(), max_attempts=2, max_wait=30.0, write_interval=0.0)
+    adapter = _Scripted(answer, limit=GITHUB_MAX_REQUESTS + 16)  # past its own bound above the transport fails: never a finding
+    client._session.mount("https://", adapter)
+    state = _refused(lambda: client.tag_state(FUZZ_TAG))
+    if isinstance(state, dict):
+        # The normalized state is what a plan binds: plain JSON of the documented shape.
+        assert state["read"] is True and (state["tag"] is None or re.fullmatch(r"[0-9a-f]{40}", state["tag"]))
+        assert isinstance(state["immutable_releases"], bool)
+        for release in state["releases"]:
+            assert isinstance(release["id"], int) and release["id"] > 0 and isinstance(release["draft"], bool)
+            assert all(isinstance(a["name"], str) and isinstance(a["size"], int) for a in release["assets"])
+        jsonio.canonical_bytes(state)
+    # Each reader on its own, as cut and publish call them.
+    _refused(lambda: client.release_by_tag(FUZZ_TAG))
+    _refused(lambda: client.release(1))
+    _refused(lambda: client.tag_names("v0.7.0"))
+    _refused(lambda: client.tag_commit(FUZZ_TAG))
+    _refused(lambda: client.immutable_releases())
+    # publish: every gate against this GitHub (each refusal is a PipelineError), then the dry-run diff of the plan.
+    target_ = github_target()
+    remote = publish.Remote(client, target_)
+    remote.reviewed = json.loads(json.dumps(REVIEWED_STATE))
+    for _name, gate in publish.remote_gates(remote):
+        _refused(gate)
+    observed = remote.observe()
+    if observed["read"]:
+        publish.world_changes(REVIEWED_STATE, observed, target_, [])
+        publish.world_changes(observed, observed, target_, [])
+    plan = publish.plan_of(target_, observed)
+    assert all(isinstance(line, str) for line in publish.diff_lines(plan))
+    jsonio.canonical_bytes(plan)
+    for body in bodies.values():  # GitHub's own words from any answer, as an error shows them
+        parsed = _refused(lambda body=body: jsonio.loads_document(body or b"null", source="answer"))
+        assert isinstance(github.error_text(parsed), str)
+

@@ -49,6 +49,12 @@ def _values(document: Any) -> list[Any]:
     return [container[key] for container, key in _nodes(document, 500)[1:]]
 
 
+def _hostile(rng: random.Random) -> Any:
+    """A hostile value; a container is a fresh copy (a shared one, mutated later, ends in a circular document)."""
+    new = rng.choice(HOSTILE)
+    return json.loads(json.dumps(new)) if isinstance(new, (list, dict)) else new
+
+
 def mutate_tree(document: Any, rng: random.Random) -> Any:
     """`document` with one node changed (in place where possible; returns the new root)."""
     nodes = _nodes(document)
@@ -57,8 +63,7 @@ def mutate_tree(document: Any, rng: random.Random) -> Any:
     donors = _values(document)
     choice = rng.randrange(9)
     if choice <= 2:
-        new = rng.choice(HOSTILE)
-        new = json.loads(json.dumps(new)) if isinstance(new, (list, dict)) else new
+        new = _hostile(rng)
     elif choice == 3 and donors:
         new = json.loads(json.dumps(rng.choice(donors), allow_nan=True))
     elif choice == 4:
@@ -81,7 +86,7 @@ def mutate_tree(document: Any, rng: random.Random) -> Any:
     elif isinstance(current, int) and not isinstance(current, bool):
         new = rng.choice([current + 1, current - 1, -current, current * 1000, 0, 2**64])
     else:
-        new = rng.choice(HOSTILE)
+        new = _hostile(rng)
     if container is None:
         return new
     container[key] = new

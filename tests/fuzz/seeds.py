@@ -291,6 +291,204 @@ def release_toml_seeds() -> dict[str, bytes]:
     return {f"{path.parent.name}-release.toml": path.read_bytes() for path in sorted((ROOT / "manifests").glob("*/release.toml"))}
 
 
+# -- issue #18: acceptance, routes, provenance, source archives, GitHub answers -----------------------
+
+# The route documents of the routes seeds, read from git at this commit (docs/QUICKSTART.md and docs/RELEASING.md
+# as they were): the seeds stay the same bytes when the documents change.  Without the commit (a shallow clone)
+# the committed seed is kept as it is.
+DOCS_COMMIT = "e9a746007631f465744a7aa7b4ff3089a332dd46"
+SMALL_ROUTES = b"""# Small
+
+<!-- a comment
+over two lines -->
+
+```parameters
+[OMP_NINFER_MIRROR]
+```
+
+## Route `one`: one sh step
+
+```sh
+echo one
+```
+
+~~~sh requires=gpu,oci-engine
+nvidia-smi
+~~~
+
+## Prose
+
+## Route `ps`: one powershell step
+
+```parameters
+OMP_NINFER_LANE=rtx4090-windows-native
+```
+
+````powershell
+Write-Output "$env:OMP_NINFER_LANE"
+````
+
+```text
+output, not a step
+```
+"""
+
+
+def _at_docs_commit(path: str, seed: Path) -> bytes | None:
+    import subprocess
+
+    shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{DOCS_COMMIT}:{path}"], capture_output=True, check=False)
+    if shown.returncode == 0:
+        return shown.stdout
+    return seed.read_bytes() if seed.is_file() else None
+
+
+def routes_seeds() -> dict[str, bytes]:
+    seeds = {"small.md": SMALL_ROUTES, "runbook.md": harnesses.ROUTE_DOCUMENT}
+    for path in ("docs/QUICKSTART.md", "docs/RELEASING.md"):
+        name = path.rsplit("/", 1)[1]
+        data = _at_docs_commit(path, harnesses.CORPUS / "routes" / name)
+        if data is not None:
+            seeds[name] = data
+    return seeds
+
+
+def _acceptance_pair(route_id: str, *, release: str | None, status: str = "passed") -> bytes:
+    """A bundle of the harness' route document (the pipeline's own writer) and the receipt of a run of it."""
+    from pipeline.formats import acceptance
+    from pipeline.stages import accept
+
+    document = harnesses.route_document()
+    route = document.route(route_id)
+    manifest = None
+    if release is not None:
+        held = (ROOT / "manifests" / "v0.13.1" / "manifest.json").read_bytes()
+        manifest = {"path": f"manifests/{release}/manifest.json", "sha256": hashlib.sha256(held).hexdigest(), "status": "candidate"}
+    bundle = accept._bundle_document("release-route" if release else "runbook", release, COMMIT if release else None, manifest, harnesses.ROUTE_DOCUMENT_PATH,
+                                     harnesses.ROUTE_DOCUMENT, COMMIT, document, route_id, acceptance.DEFAULT_HOST_KIND[route.shell], None, bool(release), [])
+    bundle_bytes = acceptance.canonical(bundle)
+    acceptance.validate_bundle(acceptance.loads_strict(bundle_bytes, file="seed"), file="seed")
+    sources = {"GIT_AUTHOR_NAME": ("default", "fuzz"), "OMP_NINFER_LANE": ("set", "rtx4090-windows-native"), "OMP_NINFER_MIRROR": ("unset", None)}
+    parameters = {name: {"source": sources[p.name][0], "value": sources[p.name][1]} for name, p in ((p.name, p) for p in document.parameters_of(route_id))}
+    variables = sorted({"HOME", "LANG", "LC_ALL", "PATH", "TERM", "TMPDIR", "TZ"} | ({"OMP_NINFER_RELEASE"} if release else set())
+                       | {name for name, value in parameters.items() if value["source"] != "unset"})
+    steps = []
+    for step in route.steps:
+        ran = status == "passed" or step.index == 1
+        steps.append({
+            "index": step.index, "block_sha256": step.sha256, "executed_sha256": step.sha256 if ran else None, "requires": list(step.requires),
+            "status": ("passed" if status == "passed" or step.index > 1 else "failed") if ran else "not-run",
+            "exit_status": (0 if status == "passed" else 1) if ran else None, "elapsed_s": 0.25 if ran else None,
+            "stdout": {"sha256": "a" * 64, "bytes": 12} if ran else None, "stderr": {"sha256": "b" * 64, "bytes": 0} if ran else None,
+            "reason": None if ran else "not run: step 1 failed",
+        })
+    receipt = {
+        "artifact_type": acceptance.RECEIPT_TYPE, "schema_version": acceptance.SCHEMA_VERSION, "bundle_sha256": hashlib.sha256(bundle_bytes).hexdigest(),
+        "kind": bundle["kind"], "release": release, "route": route_id, "candidate_commit": bundle["candidate_commit"],
+        "document": {"path": harnesses.ROUTE_DOCUMENT_PATH, "sha256": bundle["document"]["sha256"], "sha256_in_clone": bundle["document"]["sha256"]},
+        "clone": {"commit": COMMIT, "clean": True}, "status": status, "failed_step": None if status == "passed" else 1,
+        "failure": None if status == "passed" else "exit status 1", "steps": steps,
+        "environment": {"variables": variables, "path": "/usr/bin:/bin", "parameters": parameters, "shell": route.shell},
+        "capabilities": {cap: {"available": True, "how": "granted", "command": None, "exit_status": None} for cap in sorted({c for s in route.steps for c in s.requires})},
+        "host": {"os": "linux" if route.shell == "sh" else "windows", "os_release": "6.1", "arch": "x86_64", "python": "3.11.7", "shell_version": "GNU bash, 5.2", "gpus": []},
+        "started_at": "2026-11-01T12:00:00Z", "finished_at": "2026-11-01T12:00:05Z",
+        "runner": {"module": accept.RUNNER, "stdin": "end-of-file", "errexit": route.shell == "sh"}, "secret_values_recorded": 0,
+    }
+    receipt_bytes = acceptance.canonical(receipt)
+    acceptance.validate_receipt(acceptance.loads_strict(receipt_bytes, file="seed"), file="seed")
+    return SEP.join([bundle_bytes, receipt_bytes])
+
+
+def acceptance_seeds() -> dict[str, bytes]:
+    return {
+        "runbook-check-passed": _acceptance_pair("check", release=None),
+        "runbook-check-failed": _acceptance_pair("check", release=None, status="failed"),
+        "release-check-passed": _acceptance_pair("check", release="v0.13.1"),
+        "runbook-windows-passed": _acceptance_pair("windows", release=None),
+    }
+
+
+def _statement(build_type: str) -> bytes:
+    from pipeline.formats import provenance as slsa
+
+    source = {"kind": "remote", "commit": COMMIT, "tree": UPSTREAM, "subdir": "", "commit_time": SEED_EPOCH}
+    repository = "https://github.com/alphastorm/ninfer.git"
+    dependencies = slsa.source_descriptors(source, repository, "c" * 64)
+    dependencies.append(slsa.descriptor("runtime/lanes/rtx4090-windows-native.toml", sha256="d" * 64))
+    dependencies.append(slsa.descriptor(slsa.LOCK_NAME, sha256="e" * 64))
+    dependencies.append(slsa.descriptor("toolchain:nvidia-cuda-nvcc", uri="https://pypi.example.invalid/nvcc.whl", sha256="f" * 64, annotations={"version": "13.3.21", "size": 123}))
+    subjects = {"SHA256SUMS": "1" * 64, "ninfer-v0.7.0-windows-x86_64.tar.gz": "2" * 64} if build_type == slsa.BUILD_TYPE_SET else {"ghcr.io/alphastorm/ninfer-runtime": "3" * 64}
+    external = {"lane": "rtx4090-windows-native", "component_tag": "v0.7.0-qwen38-4090-beta.2", "source_repository": repository, "source_commit": COMMIT}
+    internal = {"asset_platform": "windows-x86_64", "build_profile": "native-v0.7.0-beta.2-rtx4090", "build_route": "native", "cut": {"n": 2, "tag": external["component_tag"]},
+                "cuda_architecture": "89", "cuda_toolkit": "13.3", "source_date_epoch": SEED_EPOCH, "toolchain_kind": "pinned", "host_environment": None}
+    run_details = slsa.builder({"GITHUB_ACTIONS": "true", "GITHUB_SERVER_URL": "https://github.com", "GITHUB_REPOSITORY": "alphastorm/omp-ninfer",
+                                "GITHUB_WORKFLOW_REF": "alphastorm/omp-ninfer/.github/workflows/release.yml@refs/heads/main", "GITHUB_RUN_ID": "42", "GITHUB_RUN_ATTEMPT": "1"})
+    document = slsa.statement(subjects=subjects, build_type=build_type, external=external, internal=internal, dependencies=dependencies,
+                              byproducts=[slsa.descriptor("build-identity.json", sha256="4" * 64)], run_details=run_details)
+    return slsa.statement_bytes(document)
+
+
+def provenance_seeds() -> dict[str, bytes]:
+    from pipeline.formats import provenance as slsa
+
+    return {"set.provenance.intoto.json": _statement(slsa.BUILD_TYPE_SET), "image.provenance.intoto.json": _statement(slsa.BUILD_TYPE_IMAGE)}
+
+
+def _git_archive_tar() -> bytes:
+    """A tar as `git archive` writes it: a pax global header naming the commit, then the files, all at the commit time."""
+    from pipeline.infra.source import set_tar_mtimes
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": COMMIT}) as archive:
+        for name, body in (("README.md", b"# sample runtime\n"), ("host-dependencies.toml", b"[cmake]\nmin_version = \"3.28\"\n"), ("src/main.cpp", b"int main() { return 0; }\n")):
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(body), 0o644, SEED_EPOCH
+            archive.addfile(info, io.BytesIO(body))
+    return set_tar_mtimes(harnesses.trim_tar(buffer.getvalue()), SEED_EPOCH)
+
+
+def source_archive_seeds() -> dict[str, bytes]:
+    tar = _git_archive_tar()
+    plain = _tar([("src", b"", tarfile.DIRTYPE), ("src/a.c", b"int a;\n", tarfile.REGTYPE), ("src/l", b"", ("link", "a.c"))], format=tarfile.USTAR_FORMAT)
+    return {"git-archive.tar": tar, "git-archive.tar.gz": gzip.compress(tar, mtime=0), "no-header.tar": plain}
+
+
+def _github_seed(releases: list, assets_: list, ref: dict | None, tag: dict | None, rest: dict) -> bytes:
+    def dumps(value: object) -> bytes:
+        return b"" if value is None else json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+    return SEP.join([dumps(releases), dumps(assets_), dumps(ref), dumps(tag), dumps(rest)])
+
+
+def github_seeds() -> dict[str, bytes]:
+    tag = harnesses.FUZZ_TAG
+    upload = "https://uploads.github.com/repos/alphastorm/ninfer/releases/7/assets{?name,label}"
+    target = harnesses.github_target()
+    planned = [{"id": 70 + index, "name": a["name"], "size": a["size"], "digest": f"sha256:{a['sha256']}", "state": "uploaded"} for index, a in enumerate(target.assets)]
+    draft = {"id": 7, "tag_name": tag, "name": target.name, "draft": True, "prerelease": True, "immutable": False, "upload_url": upload, "assets": planned}
+    other = {"id": 3, "tag_name": "v0.7.0-qwen38-4090-beta.1", "name": "older", "draft": False, "prerelease": True, "immutable": True, "upload_url": upload, "assets": []}
+    rest = {
+        "repo": {"full_name": "alphastorm/ninfer", "permissions": {"push": True, "admin": False}},
+        "commit": {"sha": COMMIT, "files": [{"filename": "README.md"}, {"filename": ".github/workflows/release.yml"}]},
+        "rate_limit": {"resources": {"core": {"limit": 5000, "remaining": 4990, "reset": 1793538000}}},
+        "immutable": {"enabled": True},
+        "release": draft,
+        "matching": [{"ref": f"refs/tags/{tag}", "object": {"type": "commit", "sha": COMMIT}}],
+        "_status": {}, "_headers": {"repo": {"x-oauth-scopes": "repo, workflow"}},
+    }
+    published = {**draft, "draft": False, "immutable": True}
+    half = [{**planned[0]}, {**planned[1], "state": "starter", "size": 0, "digest": None}]
+    annotated_ref = {"ref": f"refs/tags/{tag}", "object": {"type": "tag", "sha": UPSTREAM}}
+    limited = {**rest, "_status": {"rate_limit": 403}, "_headers": {"rate_limit": {"retry-after": "1", "x-ratelimit-remaining": "0"}}}
+    return {
+        "draft-untagged": _github_seed([other, draft], planned, None, None, rest),
+        "published-tagged": _github_seed([published], planned, {"ref": f"refs/tags/{tag}", "object": {"type": "commit", "sha": COMMIT}}, None, {**rest, "release": published}),
+        "annotated-half-uploaded": _github_seed([draft], half, annotated_ref, {"sha": UPSTREAM, "object": {"type": "commit", "sha": COMMIT}}, rest),
+        "rate-limited-error": _github_seed([], [], None, None, {**limited, "repo": {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest",
+                                                                                     "errors": [{"resource": "Release", "code": "invalid"}, "bare"]}}),
+    }
+
+
 SEEDS = {
     "json": json_seeds,
     "lane": lane_seeds,
@@ -307,6 +505,11 @@ SEEDS = {
     "registry_client": registry_client_seeds,
     "sbom": sbom_seeds,
     "release_toml": release_toml_seeds,
+    "routes": routes_seeds,
+    "acceptance": acceptance_seeds,
+    "provenance": provenance_seeds,
+    "source_archive": source_archive_seeds,
+    "github": github_seeds,
 }
 
 

@@ -22,10 +22,12 @@ from repokit import ROOT
 
 from pipeline.errors import InputError
 
-# Every reader of outside bytes that issue #9 names has a harness (and a seed corpus).
+# Every reader of outside bytes that issues #9 and #18 name has a harness (and a seed corpus).
 READERS = {
     "json", "lane", "sums", "tar", "check_assets", "identity", "manifest", "audit", "receipt",
     "registry_manifest", "token", "token_answer", "registry_client", "sbom", "release_toml",
+    # issue #18 §4: the acceptance bundle and receipt, route documents, provenance statements, source archives, publish's GitHub answers
+    "acceptance", "routes", "provenance", "source_archive", "github",
 }
 FUZZ_SECONDS = 3
 BUDGET_RUNS = 150  # inputs per harness in the suite's fixed budget
@@ -120,3 +122,51 @@ def test_atheris_fuzzes_with_coverage_and_reports_per_target(tmp_path):
     grew = int(line.split(" new coverage inputs")[0].rsplit(", ", 1)[1])
     assert grew > 0, line
     assert "FUZZ PASSED: 1 targets" in result.stdout
+
+
+def test_the_crashes_the_issue_18_harnesses_found_are_refusals_naming_the_field(tmp_path):
+    # Each was a traceback (corpus/<target>/crash-* replays them through the harnesses as well).
+    import io
+    import tarfile
+
+    from pipeline.errors import RemoteError
+    from pipeline.formats import routes
+    from pipeline.infra import github, source
+
+    answers = {
+        "/rate_limit": (200, {}, b'{"resources": {"core": ["a list"]}}'),
+        f"/repos/o/r/commits/{'a' * 40}": (200, {}, b'{"files": [{"filename": 1.5}]}'),
+        "/repos/o/r": (429, {"retry-after": "\u00b2"}, b"{}"),
+    }
+
+    def answer(request):
+        return answers[request.path_url.split("?", 1)[0]]
+
+    class Clock(github.Clock):
+        def now(self) -> float:
+            return 0.0
+
+        def sleep(self, seconds: float) -> None:
+            pass
+
+    client = github.GitHub("o/r", "fuzz-token-0123456789", api="https://api.github.com", clock=Clock(), max_attempts=1, write_interval=0)
+    client._session.mount("https://", harnesses._Scripted(answer))
+    with pytest.raises(RemoteError, match="resources.core"):
+        client.rate_limit()  # publish read core.get(...) of a list: AttributeError
+    with pytest.raises(RemoteError, match=r"files\[0\].*filename"):
+        client.commit("a" * 40)  # publish called filename.startswith(...) of a float: AttributeError
+    with pytest.raises(RemoteError, match="still rate limited"):
+        client.repo()  # retry-after '²' is str.isdigit() but not a number float() reads: ValueError
+    assert github._retry_after_seconds("\u00b2", 0.0) is None and github._retry_after_seconds("7", 0.0) == 7.0
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        info = tarfile.TarInfo("a.txt")
+        info.size, info.pax_headers = 2, {"mtime": "nan"}
+        archive.addfile(info, io.BytesIO(b"hi"))
+    with pytest.raises(InputError, match="impossible time"):
+        source.archive_facts(buffer.getvalue(), origin="source.tar")  # int(nan): ValueError
+
+    document = b"## Route `a`: a\n\n```parameters\nOMP_NINFER_X=1\n```\n\n```sh\necho a\n```\n\n## Later\n\n```parameters\nOMP_NINFER_X=2\n```\n"
+    with pytest.raises(InputError, match="line 13: declares a parameter that is already declared"):
+        routes.scan(document, "docs/X.md")  # route a had OMP_NINFER_X twice: a bundle accept run refused
