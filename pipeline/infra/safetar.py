@@ -215,7 +215,7 @@ class SafeTar:
         except PipelineError:
             self.close()
             raise
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        except (tarfile.TarError, OSError, EOFError, zlib.error, ValueError) as exc:  # ValueError: e.g. a PAX length of 4,300+ digits
             self.close()
             raise self._unreadable(exc) from None
 
@@ -255,7 +255,7 @@ class SafeTar:
                 raise
             except RecursionError:
                 raise self.refusal("nests extension headers too deeply") from None
-            except (tarfile.TarError, OSError, EOFError, zlib.error, UnicodeError) as exc:
+            except (tarfile.TarError, OSError, EOFError, zlib.error, ValueError) as exc:  # ValueError covers UnicodeError and int() of a huge PAX length
                 raise self._unreadable(exc) from None
             self.members += 1
             if self.members > self.limits.max_members:
