@@ -700,12 +700,31 @@ def product_target(
                 raise _refuse(f"the Sigstore bundle of {rel} does not verify: {exc.what}", file=bundle, fix=exc.fix) from None
         return f"{len(signed)} signed files verify against {signer.identity}"
 
-    def gate_evidence() -> str:
+    target.gates = [
+        ("verify-ready", gate_verify),
+        ("acceptance", gate_acceptance),
+        ("test-run", gate_tests),
+        ("signatures", gate_signatures),
+        ("evidence", _image_evidence_gate(images, release)),
+        ("verifier", _verifier_gate(ctx, verifier, root, commit)),
+        *remote_gates(remote),
+    ]
+    return target, remote
+
+
+def _image_evidence_gate(images: list[tuple[Path, Path | None]], release: str) -> Callable[[], str]:
+    """Gate `evidence` of a product publication: each image statement's DSSE bundle verifies against this release's workflow."""
+    def gate() -> str:
         fix = f"sign the release in the release workflow (python -m pipeline sign --release {release}) and pass its bundles with --bundles"
         done = [check_evidence(statement, bundle, release, what=f"the image statement {statement.name}", fix=fix) for statement, bundle in images]
         return "; ".join(done) if done else "the release ships no image statement"
 
-    def gate_verifier() -> str:
+    return gate
+
+
+def _verifier_gate(ctx: Context, verifier: dict[str, list[Artifact]], root: Path, commit: str) -> Callable[[], str]:
+    """Gate `verifier`: exactly one verifier wheel, sdist and SHA256SUMS in the register, built from the tagged commit, intact."""
+    def gate() -> str:
         for kind, entries in verifier.items():
             if len(entries) != 1 or entries[0].attrs.get("commit") != commit:
                 raise _refuse(f"the register holds no single {kind} built from {commit[:12]}", file=ctx.register.file, field=kind,
@@ -716,16 +735,7 @@ def product_target(
         wheel = verifier["verifier-wheel"][0]
         return f"verifier {Path(wheel.path).name} of {commit[:12]} (sha256 {wheel.sha256[:12]}), its sdist and SHA256SUMS"
 
-    target.gates = [
-        ("verify-ready", gate_verify),
-        ("acceptance", gate_acceptance),
-        ("test-run", gate_tests),
-        ("signatures", gate_signatures),
-        ("evidence", gate_evidence),
-        ("verifier", gate_verifier),
-        *remote_gates(remote),
-    ]
-    return target, remote
+    return gate
 
 
 def _image_statements(ctx: Context, manifest: dict[str, Any], show: Callable[[str], bytes | None], files_dir: Path, files: dict[str, Path],
