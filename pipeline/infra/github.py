@@ -182,12 +182,16 @@ def error_text(body: Any) -> str:
     return text
 
 
-def _shaped_value(body: Any, endpoint: str, *, keys: dict[str, type] | None = None) -> dict[str, Any]:
-    """A JSON object from GitHub whose named keys, where present, have their documented types; else a RemoteError
-    naming the endpoint and the field (an answer in another shape is never guessed at)."""
+def _shaped_value(body: Any, endpoint: str, *, keys: dict[str, type] | None = None, required: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A JSON object from GitHub whose named keys, where present (and `required` ones always), have their documented
+    types; else a RemoteError naming the endpoint and the field (an answer in another shape is never guessed at)."""
     if not isinstance(body, dict):
         raise RemoteError(f"{endpoint}: GitHub answered something that is not a JSON object", field=endpoint, found=type(body).__name__, expected="object",
                           why="an answer in another shape than GitHub's documented one is not guessed at", fix="run again; if it persists, check GitHub's status")
+    for key in required:
+        if body.get(key) is None:
+            raise RemoteError(f"{endpoint}: GitHub answered an object without {key!r}", field=key, found=sorted(str(k) for k in body)[:20],
+                              why="an answer in another shape than GitHub's documented one is not guessed at")
     for key, kind in (keys or {}).items():
         value = body.get(key)
         if value is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
@@ -496,7 +500,8 @@ class GitHub:
 
     def assets(self, release_id: int) -> list[dict[str, Any]]:
         path = f"{self._repo}/releases/{int(release_id)}/assets"
-        return [_shaped_value(a, path, keys={"id": int, "name": str, "size": int}) for a in self.paginate(path)]
+        shape = {"id": int, "name": str, "size": int, "state": str, "digest": str, "browser_download_url": str}
+        return [_shaped_value(a, path, keys=shape, required=("id", "name", "size")) for a in self.paginate(path)]
 
     def delete_asset(self, asset_id: int) -> Reply:
         return self.request("DELETE", f"{self._repo}/releases/assets/{int(asset_id)}", expect=(204, 404))

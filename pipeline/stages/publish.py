@@ -498,7 +498,13 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
     remote = Remote(github_of(repository), target)
 
     def gate_evidence() -> str:
+        from pipeline.formats.release.names import RELEASE_RE
+
         fix = f"sign the release in the release workflow (python -m pipeline sign --dist {ctx.dist}) before publishing the component"
+        signed_by = sorted({str(b.attrs.get("release")) for b in (bundle, sums_bundle) if b is not None})
+        if len(signed_by) > 1 or not all(RELEASE_RE.fullmatch(r) for r in signed_by):
+            raise _refuse("the set's DSSE bundle and SHA256SUMS bundle do not name one product release that signed them", file=register.file, field="signature-bundle.release",
+                          found=signed_by, expected="one release name vX.Y.Z[-beta.N], the same for both", fix=fix)
         if statement is None:
             raise _refuse(f"the register holds {len(statements)} provenance statements of {lane.id}'s set", file=register.file, field="provenance", found=len(statements), expected=1,
                           fix=f"package the lane again (python -m pipeline package --lane {lane.id})")
@@ -1128,6 +1134,8 @@ class PublishStage(Stage):
         journal = fmt.Journal(self.folder / "journal", self.plan_sha)
         journal.event("run-start", plan_sha256=self.plan_sha, resumed=journal.seq > 0)
         publisher = Publisher(github, self.plan, self.plan_sha, self.target.files, journal, self.folder)
+        # Whether this plan published the release is the journal's record, not this process's memory (a re-run after a kill).
+        publisher.published_here = publisher.ops["publish"] in {e.get("op") for e in self.remote.events if e.get("event") in ("op-start", "op-done")}
         try:
             release = publisher.draft()
             publisher.uploads(release)

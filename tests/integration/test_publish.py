@@ -268,6 +268,9 @@ def test_a_set_without_a_verifying_dsse_bundle_is_never_published(packaged, tmp_
         bundle.write_bytes(other.sign_dsse(s.statement.read_bytes(), other.token(f"https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/tags/{PRODUCT_RELEASE}")).to_bytes())
         with pytest.raises(RefusedError, match="gate evidence refused"):  # the register's hash of the bundle no longer matches, or it does not verify
             s.dry()
+        record_statement_bundle(sigstore_kit, s.dist, s.statement, "v0.14.0/../x")  # the signing release must be a release name
+        with pytest.raises(RefusedError, match="gate evidence refused: the set's DSSE bundle and SHA256SUMS bundle do not name one product release"):
+            s.dry()
         record_statement_bundle(other, s.dist, s.statement, PRODUCT_RELEASE)  # recorded, but not verifiable against the trusted instance
         with pytest.raises(RefusedError, match="gate evidence refused: the DSSE bundle of the provenance statement of .* does not verify"):
             s.dry()
@@ -281,6 +284,7 @@ MALFORMED = {
     "the repository as a string": ("", "alphastorm/ninfer"),
     "rate limits as a list": ("/rate_limit", []),
     "commit files as a string": (None, "files"),
+    "a draft's asset without a name": ("assets", [{"id": 5, "size": 3, "state": "uploaded"}]),
 }
 
 
@@ -290,6 +294,8 @@ def test_malformed_github_answers_are_refused_clearly_never_a_traceback(setup, c
     where, body = MALFORMED[case]
     if where is None:  # the commit's answer with `files` of the wrong type
         path, body = f"/repos/{REPO}/commits/{setup.workspace.commit}", {"sha": setup.workspace.commit, "files": "src/main.cpp"}
+    elif where == "assets":  # the listing of a draft's assets
+        path = f"/repos/{REPO}/releases/{setup.gh.add_release(TAG, draft=True, name=TAG).id}/assets"
     elif where == "/rate_limit":
         path = "/rate_limit"
     else:
