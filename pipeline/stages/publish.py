@@ -314,12 +314,17 @@ def _describe(release: dict[str, Any]) -> str:
     return f"{'draft' if release['draft'] else 'published release'} {release['id']} {release['name']!r}"
 
 
+def started_ops(events: list[dict[str, Any]]) -> set[int]:
+    """The operations a plan's journal shows it started (whether or not GitHub's answer arrived)."""
+    return {e.get("op") for e in events if e.get("event") in ("op-start", "op-ambiguous", "op-done", "op-retry")}
+
+
 def world_changes(reviewed: dict[str, Any], now: dict[str, Any], target: Target, events: list[dict[str, Any]]) -> list[str]:
     """Every difference between the reviewed plan's observed GitHub state and `now` that is not this plan's
     own progress, as recorded in its journal (`events`): a draft it created, assets it started uploading,
     the tag it started creating on the planned commit, the publish it started."""
     ops = _ops(target.assets)
-    started = {e.get("op") for e in events if e.get("event") in ("op-start", "op-ambiguous", "op-done", "op-retry")}
+    started = started_ops(events)
     created = {e["detail"].get("release_id") for e in events if e.get("event") == "op-done" and e.get("op") == ops["create-draft"]}
     planned = {a["name"]: a for a in target.assets}
     changes: list[str] = []
@@ -414,17 +419,27 @@ def statement_bundle(register, statement_sha256: str) -> Artifact | None:
     return None
 
 
+def _release_workflow_signer(release: str):
+    """The product release workflow's identity at `release`, verified with the trust config in force (the test seam's under it)."""
+    from dataclasses import replace
+
+    from pipeline.formats.release.names import PRODUCT_REPOSITORY
+    from pipeline.stages import sign
+
+    signer = sign.release_signer(repository_of(PRODUCT_REPOSITORY), release)
+    return replace(signer, trust_config=effective_trust_config(signer.trust_config))
+
+
 def check_evidence(statement: Path, bundle: Path | None, release: str, *, what: str, fix: str) -> str:
     """A statement ships only with a DSSE bundle that verifies, offline, against the release workflow that signed it."""
-    from pipeline.formats.release.names import PRODUCT_REPOSITORY
     from pipeline.stages import sign
 
     if bundle is None:
         raise _refuse(f"{what} has no DSSE bundle in the register", file=statement, field="signature-bundle",
                       why="auditors check every published statement against its Sigstore bundle; a statement without one cannot be checked", fix=fix)
-    signer = sign.release_signer(repository_of(PRODUCT_REPOSITORY), release)
+    signer = _release_workflow_signer(release)
     try:
-        verified = sign.verify_dsse_bundle(statement.read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=effective_trust_config(signer.trust_config),
+        verified = sign.verify_dsse_bundle(statement.read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=signer.trust_config,
                                            repository=signer.repository, ref=signer.ref, name=statement.name)
     except PipelineError as exc:
         raise _refuse(f"the DSSE bundle of {what} does not verify: {exc.what}", file=bundle, fix=fix) from None
@@ -433,16 +448,15 @@ def check_evidence(statement: Path, bundle: Path | None, release: str, *, what: 
 
 def check_sums_signature(register, sums: Path, bundle: Artifact | None, *, fix: str) -> str:
     """The set's SHA256SUMS ships with the Sigstore bundle of the release workflow that signed it (its tree copy)."""
-    from pipeline.formats.release.names import PRODUCT_REPOSITORY
     from pipeline.stages import sign
 
     if bundle is None:
         raise _refuse(f"the set's {sums.name} has no Sigstore bundle in the register", file=sums, field="signature-bundle",
                       why="the SHA256SUMS is what the product release signs for this set; the component release carries that signature", fix=fix)
-    signer = sign.release_signer(repository_of(PRODUCT_REPOSITORY), bundle.attrs["release"])
+    signer = _release_workflow_signer(bundle.attrs["release"])
     try:
         verified = sign.verify_bundle(sign.Sha256Digest(sha256_file(sums)), register.verified_path(bundle), identity=signer.identity, issuer=signer.issuer,
-                                      trust_config=effective_trust_config(signer.trust_config), repository=signer.repository, ref=signer.ref)
+                                      trust_config=signer.trust_config, repository=signer.repository, ref=signer.ref)
     except PipelineError as exc:
         raise _refuse(f"the Sigstore bundle of the set's {sums.name} does not verify: {exc.what}", file=register.path_of(bundle), fix=fix) from None
     return f"{sums.name} signed by {verified.identity}"
@@ -1135,7 +1149,7 @@ class PublishStage(Stage):
         journal.event("run-start", plan_sha256=self.plan_sha, resumed=journal.seq > 0)
         publisher = Publisher(github, self.plan, self.plan_sha, self.target.files, journal, self.folder)
         # Whether this plan published the release is the journal's record, not this process's memory (a re-run after a kill).
-        publisher.published_here = publisher.ops["publish"] in {e.get("op") for e in self.remote.events if e.get("event") in ("op-start", "op-done")}
+        publisher.published_here = publisher.ops["publish"] in started_ops(self.remote.events)
         try:
             release = publisher.draft()
             publisher.uploads(release)

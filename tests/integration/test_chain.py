@@ -327,17 +327,24 @@ def _statement(chain: Chain) -> str:
 
 
 @contextlib.contextmanager
-def _swapped_byte(chain: Chain):
-    name = next(n for n in chain.names(chain.component, chain.component_tag) if n.endswith("-rtx4090.tar.gz"))
+def _one_byte_changed(chain: Chain, suffix: str):
+    """The component asset ending in `suffix` served with its middle byte flipped; yields (name, the bytes served)."""
+    name = next(n for n in chain.names(chain.component, chain.component_tag) if n.endswith(suffix))
     _release, asset = chain.asset(chain.component, chain.component_tag, name)
     original = asset.data
     data = bytearray(original)
     data[len(data) // 2] ^= 0x01
     asset.data = bytes(data)
     try:
-        yield name
+        yield name, asset.data
     finally:
         asset.data = original
+
+
+@contextlib.contextmanager
+def _swapped_byte(chain: Chain):
+    with _one_byte_changed(chain, "-rtx4090.tar.gz") as (name, _data):
+        yield name
 
 
 @contextlib.contextmanager
@@ -455,17 +462,9 @@ def test_the_auditor_rebuilds_the_set_from_the_downloaded_source_archive(chain):
 
 @pytest.mark.slow
 def test_the_auditors_rebuild_fails_a_source_archive_with_one_byte_changed(chain):
-    name = next(n for n in chain.names(chain.component, chain.component_tag) if n.endswith("-source.tar.gz"))
-    _release, asset = chain.asset(chain.component, chain.component_tag, name)
-    original = asset.data
-    data = bytearray(original)
-    data[len(data) // 2] ^= 0x01
-    asset.data = bytes(data)
-    try:
+    with _one_byte_changed(chain, "-source.tar.gz") as (name, data):
         folder = chain.download_set(chain.work / "rebuild" / "one-byte" / "download")
-    finally:
-        asset.data = original
-    assert sha256_file(folder / name) == sha256_bytes(bytes(data))
+    assert sha256_file(folder / name) == sha256_bytes(data)
     result = chain.rebuild("one-byte", folder, "--no-diffoscope")
     out = result.stdout + result.stderr
     assert result.returncode == 5, out
