@@ -47,6 +47,9 @@ DEBIAN_TOOLS = {
     "runc": "runc",
     "pkg-config": "pkg-config",
     "diffoscope": "diffoscope-minimal",
+    "aria2c": "aria2",  # the benchmark's multi-connection download peer (audit-large-file-capped)
+    "ccache": "ccache",  # the build's compile cache (build --cache)
+    "chromium": "chromium",  # the status page rendered in a real browser
 }
 NODE_TOOLS = ROOT / "tools" / "node"
 
