@@ -48,7 +48,13 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))  # pipeline.dev.env and the lane format it reads are standard-library only
-from pipeline.dev.env import ensure_debian_tools, ensure_env, ensure_node_tools, lane_table  # noqa: E402
+from pipeline.dev.env import (  # noqa: E402
+    ensure_debian_tools,
+    ensure_env,
+    ensure_node_tools,
+    lane_table,
+    pytest_workers_args,
+)
 from pipeline.errors import PipelineError  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
@@ -213,7 +219,8 @@ def bench(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def tests(session: nox.Session) -> None:
-    """Run the whole test suite, slow CUDA and registry tests included (pytest arguments after --).
+    """Run the whole test suite, slow CUDA and registry tests included, on one pytest-xdist worker per core
+    (PIPELINE_TEST_WORKERS=N to choose, 0 for one process; pytest arguments after --).
 
     Writes the test-run receipt <PIPELINE_DIST>/test-run-receipt.json (commit, tree, dirty, counts) that the
     product publication gates on; a run that selects part of the suite writes none (tests/kits/testreceipt.py).
@@ -222,7 +229,8 @@ def tests(session: nox.Session) -> None:
     ensure_node_tools(session.log)
     python = str(ensure_env(session.log))
     receipt = Path(os.environ.get("PIPELINE_DIST", "dist")).resolve() / "test-run-receipt.json"
-    session.run(python, "-m", "pytest", *session.posargs, external=True, env={"PIPELINE_TEST_RECEIPT": str(receipt)})
+    session.run(python, "-m", "pytest", *pytest_workers_args(), *session.posargs, external=True,
+                env={"PIPELINE_TEST_RECEIPT": str(receipt)})
 
 
 @nox.session(name="tests-unit", venv_backend="none")

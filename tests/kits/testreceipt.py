@@ -25,6 +25,9 @@ _CATEGORY = {"passed": "passed", "failed": "failed", "error": "errors", "skipped
              "xfailed": "xfailed", "xpassed": "xpassed"}
 
 
+DESELECTED_KEY = "omp_ninfer_deselected"
+
+
 class TestReceiptPlugin:
     __test__ = False
 
@@ -51,6 +54,13 @@ class TestReceiptPlugin:
 
     def pytest_deselected(self, items) -> None:
         self.deselected += len(items)
+
+    def pytest_testnodedown(self, node, error) -> None:
+        # pytest-xdist: each worker collects and deselects the whole suite itself; the controller hears of it
+        # only through the worker's output (every worker deselects the same tests, so take the largest count).
+        self.deselected = max(self.deselected, int(getattr(node, "workeroutput", {}).get(DESELECTED_KEY, 0)))
+        if error is not None and self.problem is None:
+            self.problem = f"a pytest-xdist worker went down ({error})"
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -112,6 +122,17 @@ class TestReceiptPlugin:
             terminalreporter.write_line(self.message)
 
 
+class _WorkerDeselections:
+    """In a pytest-xdist worker: counts the tests this worker deselected, for the controller's receipt."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_deselected(self, items) -> None:
+        output = self.config.workeroutput  # type: ignore[attr-defined]
+        output[DESELECTED_KEY] = output.get(DESELECTED_KEY, 0) + len(items)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     # This module is one of the suite's plugins (tests/conftest.py: pytest_plugins).
     configure(config)
@@ -120,6 +141,9 @@ def pytest_configure(config: pytest.Config) -> None:
 def configure(config: pytest.Config) -> None:
     """Register the plugin when PIPELINE_TEST_RECEIPT is set (this module's pytest_configure, or a suite's own conftest)."""
     target = os.environ.get(ENV_VAR)
-    if not target or hasattr(config, "workerinput"):  # never in an xdist worker: the controller counts
+    if not target:
+        return
+    if hasattr(config, "workerinput"):  # an xdist worker only reports its deselections: the controller counts
+        config.pluginmanager.register(_WorkerDeselections(config), "omp-ninfer-test-receipt-worker")
         return
     config.pluginmanager.register(TestReceiptPlugin(config, Path(target).resolve()), "omp-ninfer-test-receipt")

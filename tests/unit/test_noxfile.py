@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 
+import pytest
 from repokit import ROOT
 
 from pipeline.dev.env import LaneRow, lane_table
@@ -97,3 +98,16 @@ def test_the_readme_commands_never_pip_install_into_the_system_python():
         assert folder.startswith(".nox/"), f"nox's environment {folder!r} is not under the git-ignored .nox/"
         assert steps[1].startswith(f"{folder}/bin/pip install ") and steps[2].startswith(f"{folder}/bin/nox "), command
         assert not any(step.startswith(("python3 -m pip", "pip ", "pip3 ")) for step in steps), command
+
+
+def test_the_suite_runs_on_one_xdist_worker_per_core_with_files_kept_whole():
+    from pipeline.dev.env import pytest_workers_args
+
+    assert pytest_workers_args({}, cpus=2) == ["-n", "2", "--dist", "loadfile"]
+    assert pytest_workers_args({}, cpus=32) == ["-n", "4", "--dist", "loadfile"]
+    assert pytest_workers_args({"PIPELINE_TEST_WORKERS": "3"}, cpus=2) == ["-n", "3", "--dist", "loadfile"]
+    assert pytest_workers_args({"PIPELINE_TEST_WORKERS": "0"}, cpus=2) == ["-p", "no:xdist"]
+    for bad in ("two", "-1", "65", "\u0663"):
+        with pytest.raises(SystemExit) as stop:
+            pytest_workers_args({"PIPELINE_TEST_WORKERS": bad}, cpus=2)
+        assert stop.value.code == 2

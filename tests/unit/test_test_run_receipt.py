@@ -239,6 +239,19 @@ def test_a_partial_run_leaves_no_receipt_and_removes_a_stale_one(suite, tmp_path
     assert f"test-run receipt: not written ({reason}" in result.stdout, result.stdout
 
 
+def test_under_xdist_workers_the_controller_counts_and_a_workers_deselection_is_seen(suite, tmp_path):
+    """`nox -s tests` runs on pytest-xdist workers: the receipt is the controller's, with the same counts,
+    and a deselection that happens only in the workers still leaves no receipt."""
+    receipt_path = tmp_path / "test-run-receipt.json"
+    result = run_suite(suite, receipt_path, "-n", "2", "--dist", "loadfile")
+    assert result.returncode == 1, result.stdout + result.stderr
+    receipt = read_test_receipt(receipt_path)
+    assert {name: getattr(receipt, name) for name in EXPECTED} == EXPECTED
+    result = run_suite(suite, receipt_path, "-n", "2", "-k", "pass")
+    assert not receipt_path.exists(), result.stdout
+    assert "test-run receipt: not written (4 tests were deselected" in result.stdout, result.stdout
+
+
 def test_a_collection_error_interrupts_the_run_and_leaves_no_receipt(suite, tmp_path):
     (suite / "tests" / "test_broken.py").write_text("import no_such_module_anywhere\n")
     git(suite, "add", "-A")
