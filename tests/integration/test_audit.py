@@ -645,7 +645,7 @@ def test_a_server_trickling_header_bytes_is_cut_at_the_audits_overall_deadline(t
         result, seconds = _audit_process(url, tmp_path, "5")
     finally:
         trickle.close()
-    assert seconds < 10.0, seconds
+    assert seconds < 20.0, seconds  # 5 s plus the process's start on a loaded machine; unbounded took 152 s
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"FAIL: manifest {url}: the audit's overall deadline of 5 s passed while reading the headers of {url} (" in result.stdout, result.stdout
     assert result.stdout.splitlines()[-1].startswith("AUDIT FAILED: None: 1 of 1 items failed;"), result.stdout
@@ -660,7 +660,7 @@ def test_a_server_trickling_body_bytes_is_cut_at_the_audits_overall_deadline(tmp
         url = hostile.add(MANIFEST_ROUTE, Route("drip", interval=1.0))  # one body byte per second, no Content-Length
         result, seconds = _audit_process(url, tmp_path, "5")
         assert hostile.requests == [MANIFEST_ROUTE]
-    assert seconds < 10.0, seconds
+    assert seconds < 20.0, seconds  # 5 s plus the process's start on a loaded machine; unbounded took 152 s
     assert result.returncode == 1, result.stdout + result.stderr
     assert f"FAIL: manifest {url}: the audit's overall deadline of 5 s passed while reading the body of {url} (" in result.stdout, result.stdout
     assert result.stdout.splitlines()[-1].startswith("AUDIT FAILED"), result.stdout
