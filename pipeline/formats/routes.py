@@ -237,6 +237,22 @@ def _parameters(path: str, start: int, lines: list[str]) -> list[Parameter]:
     return out
 
 
+def _leaves_comment_open(line: str, *, opened: bool) -> bool:
+    """Whether an HTML comment is open after this line, reading every `<!--` and `-->` in order.
+
+    `<!-- a --> <!--` closes one comment and opens another, which a browser keeps open over the fences
+    after it: they would run without being seen.  (An unclosed `<!--` in paragraph text renders as text
+    in CommonMark; treating it as a comment only refuses more documents, never fewer.)
+    """
+    position = 0
+    while True:
+        marker = line.find("-->" if opened else "<!--", position)
+        if marker < 0:
+            return opened
+        position = marker + (3 if opened else 4)
+        opened = not opened
+
+
 def scan(data: bytes, path: str) -> Document:
     """Parse a route document; raises InputError naming the line of the first problem."""
     text = _check_bytes(path, data)
@@ -276,8 +292,7 @@ def scan(data: bytes, path: str) -> Document:
         if in_comment:
             if FENCE.match(line) or INDENTED_FENCE.match(line):
                 raise _error(path, number, "a fence inside an HTML comment is hidden from readers", fix="move the block out of the comment or delete it")
-            if "-->" in line:
-                in_comment = False
+            in_comment = _leaves_comment_open(line, opened=True)
             index += 1
             continue
         if INDENTED_FENCE.match(line):
@@ -365,8 +380,7 @@ def scan(data: bytes, path: str) -> Document:
             previous_text = False
             index += 1
             continue
-        if "<!--" in line and "-->" not in line[line.index("<!--"):]:
-            in_comment = True
+        in_comment = _leaves_comment_open(line, opened=False)
         previous_text = bool(line.strip()) and not line.lstrip().startswith(("|", "-", "*", "+", ">")) and not re.match(r"\s*[0-9]+[.)]\s", line)
         index += 1
     if in_comment:

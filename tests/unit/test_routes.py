@@ -115,6 +115,10 @@ REFUSED = [
     (_route("- item\n\n  ```sh\n  echo indented\n  ```\n"), "line 7", "indented fence"),
     (_route("> ```sh\n> echo quoted\n> ```\n"), "line 5", "blockquote"),
     (_route("<!--\n```sh\necho hidden\n```\n-->\n"), "line 6", "HTML comment"),
+    # the second comment on the line stays open over the fence: a browser hides it
+    (_route("<!-- a --> <!--\n```sh\necho hidden\n```\n-->\n"), "line 6", "HTML comment"),
+    (_route("<!--\nx\n--> <!-- again\n```sh\necho hidden\n```\n-->\n"), "line 8", "HTML comment"),
+    (_route("```sh\necho\n```\n<!-- a --> <!--\n"), "line 8", "never closed"),
     (_route("Setext\n------\n\n```sh\necho\n```\n"), "line 6", "setext"),
     (b"# Doc\n\n## Route r: no backticks\n\n```sh\necho\n```\n", "line 3", "starts like a route heading"),
     (b"# Doc\n\n## Route `r`: one\n\n```sh\necho\n```\n\n## Route `r`: two\n\n```sh\necho\n```\n", "line 9", "repeats a route id"),
