@@ -534,11 +534,8 @@ def _start_hash(status_file: Path) -> str | None:
     return start.read_text().strip() if start.exists() else None
 
 
-def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> dict[str, Any]:
-    """Run one bundle; returns the run receipt (passed or failed).  Refuses before the first step
-    when the host, the clone or the parameters do not fit the bundle."""
-    bundle = fmt.validate_bundle(fmt.loads_strict(bundle_bytes, file=bundle_file), file=bundle_file)
-    route = bundle["route"]
+def _check_host_and_options(route: dict[str, Any], options: RunOptions, bundle_file: str) -> None:
+    """The host is of the route's kind and the --grant/--deny options name capabilities that exist."""
     kind = fmt.HOST_KINDS[route["host_kind"]]
     if (host_os(), host_arch()) != (kind.os, kind.arch):
         raise EnvironmentProblem(
@@ -554,6 +551,10 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
             raise UsageError("--deny names an unknown capability", field="--deny", found=option, expected=" or ".join(sorted(CAPABILITIES)))
         if option in options.grants:
             raise UsageError("a capability cannot be granted and denied", field="--deny", found=option)
+
+
+def _clean_clone(options: RunOptions, bundle: dict[str, Any]) -> tuple[Path, str]:
+    """The clone's top folder and HEAD: clean, and at the candidate commit for a release route."""
     top = _git(options.clone, "rev-parse", "--show-toplevel")
     if top.returncode != 0:
         raise InputError("is not inside a git clone", file=options.clone, fix="run from a clone of the product repository at the candidate commit")
@@ -564,7 +565,123 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
         raise RefusedError("the clone has local changes", file=clone, found=dirty.splitlines()[0], why="a route is accepted on the exact candidate bytes", fix="use a fresh clone (git clone, git checkout CANDIDATE) or git stash")
     if bundle["kind"] == "release-route" and commit != bundle["candidate_commit"]:
         raise RefusedError("the clone is not at the bundle's candidate commit", file=clone, field="HEAD", found=commit, expected=bundle["candidate_commit"], fix=f"git checkout {bundle['candidate_commit']}")
-    document_path = bundle["document"]["path"]
+    return clone, commit
+
+
+@dataclass
+class _StepRun:
+    """What running a route's steps gave: one record per step, the first failure, the shell's version."""
+
+    records: list[dict[str, Any]]
+    failed_step: int | None
+    failure: str | None
+    shell_version: str
+
+
+def _host_only_reason(step: dict[str, Any], caps: dict[str, Any]) -> str | None:
+    missing = [cap for cap in step["requires"] if not caps[cap].available]
+    return "host-only: " + "; ".join(f"requires {cap}, {caps[cap].why}" for cap in missing) if missing else None
+
+
+def _run_bash_step(session: _BashSession, step: dict[str, Any], work: Path, step_timeout: float) -> tuple[dict[str, Any], dict[Path, bytes]]:
+    """Write one step's exact bytes, run them in the session, and record what happened (bytes re-hashed after)."""
+    record = _base_record(step)
+    file = work / f"step-{step['index']:03d}.sh"
+    out, err = work / f"step-{step['index']:03d}.stdout", work / f"step-{step['index']:03d}.stderr"
+    file.write_bytes(step["text"].encode("utf-8"))
+    executed = sha256_bytes(file.read_bytes())
+    record["executed_sha256"] = executed
+    if executed != step["sha256"]:
+        status, code, reason = "failed", None, "the bytes written for execution differ from the block"
+        elapsed = 0.0
+    else:
+        begin = time.monotonic()
+        status, code, reason = session.run(file, out, err, step_timeout)
+        elapsed = time.monotonic() - begin
+        if sha256_bytes(file.read_bytes()) != executed:
+            status, reason = "failed", "the step file changed while it ran"
+    tails: dict[Path, bytes] = {}
+    record.update(status=status, exit_status=code, elapsed_s=round(elapsed, 3), stdout=_stream(out, tails), stderr=_stream(err, tails), reason=reason)
+    return record, tails
+
+
+def _run_bash_route(steps: list[dict[str, Any]], caps: dict[str, Any], env: dict[str, str], clone: Path, work: Path, step_timeout: float) -> _StepRun:
+    """An sh route: every step in one bash session, in order, stopping at the first failure."""
+    session = _BashSession(env, clone, work)
+    version = _probe([_which("bash", env) or "bash", "--version"], env, clone)[1]
+    run = _StepRun([], None, None, version.decode("utf-8", "replace").splitlines()[0] if version else "")
+    try:
+        for step in steps:
+            if run.failed_step is not None:
+                run.records.append({**_base_record(step), "reason": f"not run: step {run.failed_step} failed"})
+                continue
+            host_only = _host_only_reason(step, caps)
+            if host_only:
+                ui.info(f"SKIP: step {step['index']} (lines {step['line_start']}-{step['line_end']}): {host_only}")
+                run.records.append({**_base_record(step), "reason": host_only})
+                continue
+            record, tails = _run_bash_step(session, step, work, step_timeout)
+            run.records.append(record)
+            line = f"step {step['index']} (lines {step['line_start']}-{step['line_end']})"
+            if record["status"] == "passed":
+                ui.info(f"OK: {line} in {record['elapsed_s']:.1f} s")
+            else:
+                run.failed_step, run.failure = step["index"], record["reason"]
+                ui.info(f"FAIL: {line}: {record['reason']}; its output is kept in {work}")
+                err = work / f"step-{step['index']:03d}.stderr"
+                _show_tail(tails.get(err, b""), f"{err.name}")
+    finally:
+        session.close()
+    return run
+
+
+def _run_powershell_route(steps: list[dict[str, Any]], caps: dict[str, Any], env: dict[str, str], clone: Path, work: Path, step_timeout: float, bundle_file: str) -> _StepRun:
+    """A powershell route: the runnable steps in one Windows PowerShell 5.1 session, then one record per step."""
+    if host_os() != "windows":
+        raise EnvironmentProblem("PowerShell routes run on Windows only (Windows PowerShell 5.1)", file=bundle_file, field="route.shell", found=host_os())
+    plan_rows = []
+    for step in steps:
+        if _host_only_reason(step, caps):
+            continue
+        file = work / f"step-{step['index']:03d}.ps1"
+        file.write_bytes(b"\xef\xbb\xbf" + step["text"].encode("utf-8"))  # BOM: 5.1 reads BOM-less files in the ANSI code page
+        plan_rows.append((step, file, work / f"step-{step['index']:03d}.stdout", work / f"step-{step['index']:03d}.stderr"))
+    results = _run_powershell(steps, plan_rows, env, clone, work, step_timeout)
+    run = _StepRun([], None, None, "Windows PowerShell 5.1")
+    for step in steps:
+        record = _base_record(step)
+        host_only = _host_only_reason(step, caps)
+        if run.failed_step is not None:
+            record["reason"] = f"not run: step {run.failed_step} failed"
+        elif host_only:
+            record["reason"] = host_only
+        elif step["index"] in results:
+            status, code, reason, executed, elapsed = results[step["index"]]
+            out, err = work / f"step-{step['index']:03d}.stdout", work / f"step-{step['index']:03d}.stderr"
+            # The driver hashes the file it dot-sources; the file carries a BOM the block does not.
+            executed_text = None
+            if executed is not None:
+                body = (work / f"step-{step['index']:03d}.ps1").read_bytes()
+                executed_text = sha256_bytes(body[3:]) if sha256_bytes(body) == executed else executed
+            if executed_text != step["sha256"]:
+                status, reason = "failed", reason or "the executed bytes differ from the block"
+            record.update(status=status, exit_status=code, elapsed_s=round(elapsed, 3), stdout=_stream(out), stderr=_stream(err), reason=reason, executed_sha256=executed_text)
+            if status != "passed":
+                run.failed_step, run.failure = step["index"], reason
+        else:
+            record["reason"] = "not run: the session ended"
+            run.failed_step, run.failure = run.failed_step or step["index"], run.failure or "the session ended before this step"
+        run.records.append(record)
+    return run
+
+
+def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> dict[str, Any]:
+    """Run one bundle; returns the run receipt (passed or failed).  Refuses before the first step
+    when the host, the clone or the parameters do not fit the bundle."""
+    bundle = fmt.validate_bundle(fmt.loads_strict(bundle_bytes, file=bundle_file), file=bundle_file)
+    route = bundle["route"]
+    _check_host_and_options(route, options, bundle_file)
+    clone, commit = _clean_clone(options, bundle)
     doc_in_clone = check_document_in_clone(clone, bundle, bundle_file)
 
     work = options.work or Path(tempfile.mkdtemp(prefix="omp-ninfer-accept-"))
@@ -576,95 +693,14 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
     for cap, capability in sorted(caps.items()):
         (ui.info if capability.available else ui.warn)(f"capability {cap}: {'available' if capability.available else 'absent'}" + (f" ({capability.why})" if capability.why else ""))
 
-    records: list[dict[str, Any]] = []
     started = utc_now()
-    failed_step: int | None = None
-    failure: str | None = None
-    session_version = ""
     ui.step("accept", f"route {route['id']}: {len(steps)} steps in one {route['shell']} session, clone {commit[:12]}")
     if route["shell"] == "sh":
-        session = _BashSession(env, clone, work)
-        version = _probe([_which("bash", env) or "bash", "--version"], env, clone)[1]
-        session_version = version.decode("utf-8", "replace").splitlines()[0] if version else ""
-        try:
-            for step in steps:
-                record = _base_record(step)
-                if failed_step is not None:
-                    record["reason"] = f"not run: step {failed_step} failed"
-                    records.append(record)
-                    continue
-                missing = [cap for cap in step["requires"] if not caps[cap].available]
-                if missing:
-                    record["reason"] = "host-only: " + "; ".join(f"requires {cap}, {caps[cap].why}" for cap in missing)
-                    ui.info(f"SKIP: step {step['index']} (lines {step['line_start']}-{step['line_end']}): {record['reason']}")
-                    records.append(record)
-                    continue
-                file = work / f"step-{step['index']:03d}.sh"
-                out, err = work / f"step-{step['index']:03d}.stdout", work / f"step-{step['index']:03d}.stderr"
-                file.write_bytes(step["text"].encode("utf-8"))
-                executed = sha256_bytes(file.read_bytes())
-                record["executed_sha256"] = executed
-                if executed != step["sha256"]:
-                    status, code, reason = "failed", None, "the bytes written for execution differ from the block"
-                    elapsed = 0.0
-                else:
-                    begin = time.monotonic()
-                    status, code, reason = session.run(file, out, err, options.step_timeout)
-                    elapsed = time.monotonic() - begin
-                    if sha256_bytes(file.read_bytes()) != executed:
-                        status, reason = "failed", "the step file changed while it ran"
-                tails: dict[Path, bytes] = {}
-                record.update(status=status, exit_status=code, elapsed_s=round(elapsed, 3), stdout=_stream(out, tails), stderr=_stream(err, tails), reason=reason)
-                records.append(record)
-                line = f"step {step['index']} (lines {step['line_start']}-{step['line_end']})"
-                if status == "passed":
-                    ui.info(f"OK: {line} in {elapsed:.1f} s")
-                else:
-                    failed_step, failure = step["index"], reason
-                    ui.info(f"FAIL: {line}: {reason}; its output is kept in {work}")
-                    _show_tail(tails.get(err, b""), f"{err.name}")
-                tails.clear()
-        finally:
-            session.close()
+        run = _run_bash_route(steps, caps, env, clone, work, options.step_timeout)
     else:
-        if host_os() != "windows":
-            raise EnvironmentProblem("PowerShell routes run on Windows only (Windows PowerShell 5.1)", file=bundle_file, field="route.shell", found=host_os())
-        plan_rows = []
-        for step in steps:
-            missing = [cap for cap in step["requires"] if not caps[cap].available]
-            if missing:
-                continue
-            file = work / f"step-{step['index']:03d}.ps1"
-            file.write_bytes(b"\xef\xbb\xbf" + step["text"].encode("utf-8"))  # BOM: 5.1 reads BOM-less files in the ANSI code page
-            plan_rows.append((step, file, work / f"step-{step['index']:03d}.stdout", work / f"step-{step['index']:03d}.stderr"))
-        results = _run_powershell(steps, plan_rows, env, clone, work, options.step_timeout)
-        session_version = "Windows PowerShell 5.1"
-        for step in steps:
-            record = _base_record(step)
-            missing = [cap for cap in step["requires"] if not caps[cap].available]
-            if failed_step is not None:
-                record["reason"] = f"not run: step {failed_step} failed"
-            elif missing:
-                record["reason"] = "host-only: " + "; ".join(f"requires {cap}, {caps[cap].why}" for cap in missing)
-            elif step["index"] in results:
-                status, code, reason, executed, elapsed = results[step["index"]]
-                out, err = work / f"step-{step['index']:03d}.stdout", work / f"step-{step['index']:03d}.stderr"
-                # The driver hashes the file it dot-sources; the file carries a BOM the block does not.
-                executed_text = None
-                if executed is not None:
-                    body = (work / f"step-{step['index']:03d}.ps1").read_bytes()
-                    executed_text = sha256_bytes(body[3:]) if sha256_bytes(body) == executed else executed
-                if executed_text != step["sha256"]:
-                    status, reason = "failed", reason or "the executed bytes differ from the block"
-                record.update(status=status, exit_status=code, elapsed_s=round(elapsed, 3), stdout=_stream(out), stderr=_stream(err), reason=reason, executed_sha256=executed_text)
-                if status != "passed":
-                    failed_step, failure = step["index"], reason
-            else:
-                record["reason"] = "not run: the session ended"
-                failed_step, failure = failed_step or step["index"], failure or "the session ended before this step"
-            records.append(record)
+        run = _run_powershell_route(steps, caps, env, clone, work, options.step_timeout, bundle_file)
     finished = utc_now()
-    if not options.keep_work and failed_step is None and options.work is None:
+    if not options.keep_work and run.failed_step is None and options.work is None:
         shutil.rmtree(work, ignore_errors=True)
     receipt = {
         "artifact_type": fmt.RECEIPT_TYPE,
@@ -674,12 +710,12 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
         "release": bundle["release"],
         "route": route["id"],
         "candidate_commit": bundle["candidate_commit"],
-        "document": {"path": document_path, "sha256": bundle["document"]["sha256"], "sha256_in_clone": doc_in_clone},
+        "document": {"path": bundle["document"]["path"], "sha256": bundle["document"]["sha256"], "sha256_in_clone": doc_in_clone},
         "clone": {"commit": commit, "clean": True},
-        "status": "passed" if failed_step is None else "failed",
-        "failed_step": failed_step,
-        "failure": failure,
-        "steps": records,
+        "status": "passed" if run.failed_step is None else "failed",
+        "failed_step": run.failed_step,
+        "failure": run.failure,
+        "steps": run.records,
         "environment": {
             "variables": sorted(env),
             "path": env.get("PATH", ""),
@@ -693,7 +729,7 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
             "os_release": platform.release(),
             "arch": host_arch(),
             "python": platform.python_version(),
-            "shell_version": session_version,
+            "shell_version": run.shell_version,
             "gpus": gpus,
         },
         "started_at": started,
@@ -1138,6 +1174,121 @@ def check_receipt_parameters(item: Loaded, document: Document) -> None:
         raise _refused("the run's environment held variables that are neither the runner's nor the route's parameters", file=f, field="environment.variables", found=extra, expected="only " + ", ".join(sorted(allowed)), why=why)
 
 
+@dataclass
+class _RouteContext:
+    """What every route's check in compose_record shares: the candidate, both documents, the changes given."""
+
+    release: str
+    candidate: str
+    document: str
+    old_doc: Any
+    new_doc: Any
+    given: dict[tuple[str, str], str]
+    used_changes: set[tuple[str, str]] = field(default_factory=set)
+    change_out: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _candidate_of(root: Path, manifest_rel: str, current: dict[str, Any], loaded: list[Loaded], config: Any) -> tuple[str, bytes, dict[str, Any]]:
+    """The one candidate commit every receipt ran on, its manifest bytes and document: checked against the current tree."""
+    from pipeline.formats.release.rules import acceptance_subject
+
+    candidates = sorted({item.bundle["candidate_commit"] for item in loaded})
+    if len(candidates) != 1:
+        raise _refused("the receipts ran on different candidates", field="candidate_commit", found=candidates, expected="one candidate commit")
+    candidate = candidates[0]
+    held = git_show(root, candidate, manifest_rel)
+    if held is None:
+        raise _refused("the candidate commit is not in this repository or does not hold the release", field="candidate_commit", found=candidate, fix="fetch it (git fetch) or run the routes on a candidate of this repository")
+    cand_manifest = fmt.loads_strict(held, file=f"{candidate[:12]}:{manifest_rel}")
+    if cand_manifest.get("status") != "candidate":
+        raise _refused("the receipts' commit is not a candidate of this release", field="candidate_commit", found=candidate, expected=f"a commit whose {manifest_rel} has status candidate")
+    if acceptance_subject(cand_manifest) != acceptance_subject(current):
+        raise _refused("the candidate bound other identities than the current manifest", file=manifest_rel, field="components", found=candidate)
+    for item in loaded:
+        if item.receipt["clone"]["commit"] != candidate:
+            raise _refused("the route ran in a clone of another commit than the candidate", file=str(item.path), field="clone.commit", found=item.receipt["clone"]["commit"], expected=candidate)
+        if item.bundle["manifest"]["sha256"] != sha256_bytes(held):
+            raise _refused("the bundle was made from another manifest than the candidate's", file=str(item.path), field="manifest.sha256", found=item.bundle["manifest"]["sha256"], expected=sha256_bytes(held))
+        if item.bundle["document"]["path"] != config.document:
+            raise _refused("the bundle is of another document than release.toml names", file=str(item.path), field="document.path", found=item.bundle["document"]["path"], expected=config.document)
+
+    return candidate, held, cand_manifest
+
+
+def _route_row(root: Path, item: Loaded, route_id: str, declared: dict[str, Any], context: _RouteContext) -> dict[str, Any]:
+    """One required route's row of the record, after checking its receipt against the documents; records its
+    changed blocks in the context."""
+    candidate, old_doc, new_doc, document, given, release = context.candidate, context.old_doc, context.new_doc, context.document, context.given, context.release
+    used_changes, change_out = context.used_changes, context.change_out
+    check_receipt(item, declared["host"])
+    if item.bundle["route"]["host_kind"] != declared["host"]:
+        raise _refused("the bundle's host kind differs from release.toml's", file=str(item.path), field="route.host_kind", found=item.bundle["route"]["host_kind"], expected=declared["host"])
+    if route_id not in new_doc.routes or route_id not in old_doc.routes:
+        raise _refused("a required route is missing from the document", file=document, field=route_id)
+    old_steps = [s.sha256 for s in old_doc.routes[route_id].steps]
+    new_steps = [s.sha256 for s in new_doc.routes[route_id].steps]
+    ran_steps = [s["sha256"] for s in item.bundle["steps"]]
+    doc_commit = item.bundle["document"]["commit"]
+    shown = git_show(root, doc_commit, document)
+    if shown is None or sha256_bytes(shown) != item.bundle["document"]["sha256"]:
+        raise _refused("the document at the bundle's commit does not have the bundle's hash", file=str(item.path), field="document.sha256", found=None if shown is None else sha256_bytes(shown), expected=item.bundle["document"]["sha256"])
+    at_commit = scan(shown, document)  # hashed above, before it is parsed
+    fmt.check_against_document(item.bundle, at_commit, file=item.bundle_file or str(item.path), where=f"commit {doc_commit[:12]}")
+    check_receipt_parameters(item, at_commit)
+    if doc_commit == candidate:
+        if item.receipt["document"]["sha256_in_clone"] != item.bundle["document"]["sha256"]:
+            raise _refused("the clone's document differs from the bundle's", file=str(item.path), field="document.sha256_in_clone", found=item.receipt["document"]["sha256_in_clone"], expected=item.bundle["document"]["sha256"])
+    elif not is_ancestor(root, candidate, doc_commit):
+        raise _refused("the bundle's document commit does not follow the candidate", file=str(item.path), field="document.commit", found=doc_commit, expected=f"{candidate} or a later commit")
+    changed = changed_blocks(old_steps, new_steps)
+    for key, change, old_index, new_index in changed:
+        why = given.get((route_id, key))
+        if why is None:
+            raise _refused(
+                f"block {key} of route {route_id} changed since the candidate ({change}) without a document_change",
+                file=document, field=f"line {new_doc.routes[route_id].steps[new_index - 1].line_start}" if new_index else route_id,
+                fix=f"say which and why: --document-change {route_id}:{key}=WHY, and run the route again from the current document (accept bundle --document-at HEAD)",
+            )
+        used_changes.add((route_id, key))
+        old_step = old_doc.routes[route_id].steps[old_index - 1] if old_index else None
+        new_step = new_doc.routes[route_id].steps[new_index - 1] if new_index else None
+        change_out.append({
+            "route": route_id,
+            "step": key,
+            "change": change,
+            "old_sha256": old_step.sha256 if old_step else None,
+            "old_lines": [old_step.line_start, old_step.line_end] if old_step else None,
+            "new_sha256": new_step.sha256 if new_step else None,
+            "new_lines": [new_step.line_start, new_step.line_end] if new_step else None,
+            "why": given[(route_id, key)],
+            "rerun_receipt_sha256": sha256_bytes(item.data),
+        })
+    if ran_steps != new_steps:
+        if changed:
+            raise _refused(f"route {route_id} changed since the candidate: its changed blocks need a re-run from the current document", file=str(item.path), field="bundle_sha256", fix=f"python -m pipeline accept bundle --release {release} --route {route_id} --document-at HEAD, then accept run in a clone of the candidate")
+        raise _refused(f"the receipt ran other blocks than route {route_id} of the document", file=str(item.path), field="steps")
+    ran = sum(1 for s in item.receipt["steps"] if s["status"] == "passed")
+    not_run = [
+        {"index": s["index"], "requires": s["requires"], "lines": [b["line_start"], b["line_end"]], "reason": s["reason"]}
+        for s, b in zip(item.receipt["steps"], item.bundle["steps"], strict=True) if s["status"] == "not-run"
+    ]
+    return {
+        "status": "passed",
+        "title": item.bundle["route"]["title"],
+        "host_kind": declared["host"],
+        "lane": declared.get("lane"),
+        "bundle_sha256": item.receipt["bundle_sha256"],
+        "receipt_sha256": sha256_bytes(item.data),
+        "document_sha256": item.bundle["document"]["sha256"],
+        "steps": len(item.bundle["steps"]),
+        "steps_run": ran,
+        "host_only_not_run": not_run,
+        "parameters": {name: p.get("value") for name, p in sorted(item.receipt["environment"]["parameters"].items()) if p.get("source") == "set"},
+        "host": {"os": item.receipt["host"]["os"], "arch": item.receipt["host"]["arch"], "gpus": item.receipt["host"]["gpus"]},
+        "finished_at": item.receipt["finished_at"],
+    }
+
+
 def compose_record(root: Path, release: str, receipt_paths: list[Path], *, register: Register, changes: list[str], bundles: list[Path], lanes_dir: Path | None) -> dict[str, Any]:
     """The acceptance record, after every check (docs/release-tree.md, Acceptance record)."""
     from pipeline.formats.lanes import load_lanes
@@ -1163,26 +1314,7 @@ def compose_record(root: Path, release: str, receipt_paths: list[Path], *, regis
     for item in loaded:
         if item.bundle["kind"] != "release-route" or item.bundle["release"] != release:
             raise _refused("the receipt is not a run of a route of this release", file=str(item.path), field="release", found=item.bundle["release"], expected=release)
-    candidates = sorted({item.bundle["candidate_commit"] for item in loaded})
-    if len(candidates) != 1:
-        raise _refused("the receipts ran on different candidates", field="candidate_commit", found=candidates, expected="one candidate commit")
-    candidate = candidates[0]
-    held = git_show(root, candidate, manifest_rel)
-    if held is None:
-        raise _refused("the candidate commit is not in this repository or does not hold the release", field="candidate_commit", found=candidate, fix="fetch it (git fetch) or run the routes on a candidate of this repository")
-    cand_manifest = fmt.loads_strict(held, file=f"{candidate[:12]}:{manifest_rel}")
-    if cand_manifest.get("status") != "candidate":
-        raise _refused("the receipts' commit is not a candidate of this release", field="candidate_commit", found=candidate, expected=f"a commit whose {manifest_rel} has status candidate")
-    if acceptance_subject(cand_manifest) != acceptance_subject(current):
-        raise _refused("the candidate bound other identities than the current manifest", file=manifest_rel, field="components", found=candidate)
-    for item in loaded:
-        if item.receipt["clone"]["commit"] != candidate:
-            raise _refused("the route ran in a clone of another commit than the candidate", file=str(item.path), field="clone.commit", found=item.receipt["clone"]["commit"], expected=candidate)
-        if item.bundle["manifest"]["sha256"] != sha256_bytes(held):
-            raise _refused("the bundle was made from another manifest than the candidate's", file=str(item.path), field="manifest.sha256", found=item.bundle["manifest"]["sha256"], expected=sha256_bytes(held))
-        if item.bundle["document"]["path"] != config.document:
-            raise _refused("the bundle is of another document than release.toml names", file=str(item.path), field="document.path", found=item.bundle["document"]["path"], expected=config.document)
-
+    candidate, held, cand_manifest = _candidate_of(root, manifest_rel, current, loaded, config)
     document = config.document
     at_candidate = git_show(root, candidate, document)
     if at_candidate is None:
@@ -1210,84 +1342,17 @@ def compose_record(root: Path, release: str, receipt_paths: list[Path], *, regis
     if missing:
         raise _refused("required routes have no receipt", file=rt.path, field="acceptance.routes", found=sorted(by_route), expected=sorted(config.routes), fix="run " + ", ".join(missing) + " (accept bundle, accept run) and pass the receipts")
     routes_out: dict[str, Any] = {}
-    change_out: list[dict[str, Any]] = []
-    used_changes: set[tuple[str, str]] = set()
+    context = _RouteContext(release, candidate, document, old_doc, new_doc, given)
     blocks_total = blocks_run = 0
     for route_id, declared in sorted(config.routes.items()):
         items = by_route[route_id]
         if len(items) != 1:
             raise _refused("a route has more than one receipt", field=route_id, found=[str(i.path) for i in items], expected="one receipt per route (the run that is accepted)")
-        item = items[0]
-        check_receipt(item, declared["host"])
-        if item.bundle["route"]["host_kind"] != declared["host"]:
-            raise _refused("the bundle's host kind differs from release.toml's", file=str(item.path), field="route.host_kind", found=item.bundle["route"]["host_kind"], expected=declared["host"])
-        if route_id not in new_doc.routes or route_id not in old_doc.routes:
-            raise _refused("a required route is missing from the document", file=document, field=route_id)
-        old_steps = [s.sha256 for s in old_doc.routes[route_id].steps]
-        new_steps = [s.sha256 for s in new_doc.routes[route_id].steps]
-        ran_steps = [s["sha256"] for s in item.bundle["steps"]]
-        doc_commit = item.bundle["document"]["commit"]
-        shown = git_show(root, doc_commit, document)
-        if shown is None or sha256_bytes(shown) != item.bundle["document"]["sha256"]:
-            raise _refused("the document at the bundle's commit does not have the bundle's hash", file=str(item.path), field="document.sha256", found=None if shown is None else sha256_bytes(shown), expected=item.bundle["document"]["sha256"])
-        at_commit = scan(shown, document)  # hashed above, before it is parsed
-        fmt.check_against_document(item.bundle, at_commit, file=item.bundle_file or str(item.path), where=f"commit {doc_commit[:12]}")
-        check_receipt_parameters(item, at_commit)
-        if doc_commit == candidate:
-            if item.receipt["document"]["sha256_in_clone"] != item.bundle["document"]["sha256"]:
-                raise _refused("the clone's document differs from the bundle's", file=str(item.path), field="document.sha256_in_clone", found=item.receipt["document"]["sha256_in_clone"], expected=item.bundle["document"]["sha256"])
-        elif not is_ancestor(root, candidate, doc_commit):
-            raise _refused("the bundle's document commit does not follow the candidate", file=str(item.path), field="document.commit", found=doc_commit, expected=f"{candidate} or a later commit")
-        changed = changed_blocks(old_steps, new_steps)
-        for key, change, old_index, new_index in changed:
-            why = given.get((route_id, key))
-            if why is None:
-                raise _refused(
-                    f"block {key} of route {route_id} changed since the candidate ({change}) without a document_change",
-                    file=document, field=f"line {new_doc.routes[route_id].steps[new_index - 1].line_start}" if new_index else route_id,
-                    fix=f"say which and why: --document-change {route_id}:{key}=WHY, and run the route again from the current document (accept bundle --document-at HEAD)",
-                )
-            used_changes.add((route_id, key))
-            old_step = old_doc.routes[route_id].steps[old_index - 1] if old_index else None
-            new_step = new_doc.routes[route_id].steps[new_index - 1] if new_index else None
-            change_out.append({
-                "route": route_id,
-                "step": key,
-                "change": change,
-                "old_sha256": old_step.sha256 if old_step else None,
-                "old_lines": [old_step.line_start, old_step.line_end] if old_step else None,
-                "new_sha256": new_step.sha256 if new_step else None,
-                "new_lines": [new_step.line_start, new_step.line_end] if new_step else None,
-                "why": given[(route_id, key)],
-                "rerun_receipt_sha256": sha256_bytes(item.data),
-            })
-        if ran_steps != new_steps:
-            if changed:
-                raise _refused(f"route {route_id} changed since the candidate: its changed blocks need a re-run from the current document", file=str(item.path), field="bundle_sha256", fix=f"python -m pipeline accept bundle --release {release} --route {route_id} --document-at HEAD, then accept run in a clone of the candidate")
-            raise _refused(f"the receipt ran other blocks than route {route_id} of the document", file=str(item.path), field="steps")
-        ran = sum(1 for s in item.receipt["steps"] if s["status"] == "passed")
-        not_run = [
-            {"index": s["index"], "requires": s["requires"], "lines": [b["line_start"], b["line_end"]], "reason": s["reason"]}
-            for s, b in zip(item.receipt["steps"], item.bundle["steps"], strict=True) if s["status"] == "not-run"
-        ]
-        blocks_total += len(item.bundle["steps"])
-        blocks_run += ran
-        routes_out[route_id] = {
-            "status": "passed",
-            "title": item.bundle["route"]["title"],
-            "host_kind": declared["host"],
-            "lane": declared.get("lane"),
-            "bundle_sha256": item.receipt["bundle_sha256"],
-            "receipt_sha256": sha256_bytes(item.data),
-            "document_sha256": item.bundle["document"]["sha256"],
-            "steps": len(item.bundle["steps"]),
-            "steps_run": ran,
-            "host_only_not_run": not_run,
-            "parameters": {name: p.get("value") for name, p in sorted(item.receipt["environment"]["parameters"].items()) if p.get("source") == "set"},
-            "host": {"os": item.receipt["host"]["os"], "arch": item.receipt["host"]["arch"], "gpus": item.receipt["host"]["gpus"]},
-            "finished_at": item.receipt["finished_at"],
-        }
-    unused = sorted(set(given) - used_changes)
+        row = _route_row(root, items[0], route_id, declared, context)
+        blocks_total += row["steps"]
+        blocks_run += row["steps_run"]
+        routes_out[route_id] = row
+    unused = sorted(set(given) - context.used_changes)
     if unused:
         raise UsageError("--document-change names a block that did not change", field="--document-change", found=[f"{r}:{s}" for r, s in unused], expected="only changed blocks of required routes")
     limitations = []
@@ -1310,7 +1375,7 @@ def compose_record(root: Path, release: str, receipt_paths: list[Path], *, regis
             "blocks_total": blocks_total,
             "blocks_run": blocks_run,
             "routes": routes_out,
-            "document_change": change_out,
+            "document_change": context.change_out,
         },
         "limitations": limitations,
         "secret_values_recorded": 0,
