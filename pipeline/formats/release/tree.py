@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.formats.release.names import AUTHORITY, AUTHORITY_TYPE, EXTERNAL_INSTALL, MANIFEST, MANIFEST_TYPE, PINS, SUMMARY, SUMMARY_TYPE
+from pipeline.formats.release.names import (
+    AUTHORITY,
+    AUTHORITY_TYPE,
+    EXTERNAL_INSTALL,
+    MANIFEST,
+    MANIFEST_TYPE,
+    PINS,
+    SUMMARY,
+    SUMMARY_TYPE,
+)
 from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import MAX_DOCUMENT_BYTES, loads_document
