@@ -199,7 +199,7 @@ def set_facts(folder: Path, *, lanes_dir: Path | None = None) -> dict[str, Any]:
         "binaries": {path: digest for path, digest in contents.payload.items() if path.startswith("bin/")},
         "sbom": cdx_components(folder / expected.name_of("cdx")),
         "host_dependencies": {str(d.get("name")): d.get("version") for d in host if isinstance(d, dict)},
-        "provenance": _set_provenance(folder, expected),
+        "provenance": _set_provenance(folder, expected, contents.report.files),
         "identities": {"config_sha256": receipt.get("config_sha256")},
     }
     return {
@@ -212,12 +212,21 @@ def set_facts(folder: Path, *, lanes_dir: Path | None = None) -> dict[str, Any]:
     }
 
 
-def _set_provenance(folder: Path, expected) -> dict[str, Any]:
-    """The set's provenance, beside it as the package stage writes it (`<lane>/attestations/` next to `<lane>/assets/`)."""
-    from pipeline.formats.provenance import FOLDER, MAX_BYTES, set_statement_name
+def _set_provenance(folder: Path, expected, files: dict[str, str]) -> dict[str, Any]:
+    """The set's provenance, beside it as the package stage writes it (`<lane>/attestations/` next to `<lane>/assets/`);
+    a statement whose subjects are not exactly this set's files is another build's: an IntegrityError."""
+    from pipeline.formats.provenance import (
+        FOLDER,
+        MAX_BYTES,
+        check_subjects,
+        read_statement,
+        set_statement_name,
+    )
     from pipeline.util.fs import read_bytes_bounded
 
     path = folder.parent / FOLDER / set_statement_name(expected.package_root)
     if path.is_symlink() or not path.is_file():
         return {}
-    return _provenance_facts(read_bytes_bounded(path, MAX_BYTES, what="provenance statement"), str(path))
+    data = read_bytes_bounded(path, MAX_BYTES, what="provenance statement")
+    check_subjects(read_statement(data, origin=str(path)), files, origin=str(path), what="the files of the set beside it")
+    return _provenance_facts(data, str(path))
