@@ -209,6 +209,12 @@ def release(session: nox.Session) -> None:
 
 
 @nox.session(venv_backend="none")
+def status(session: nox.Session) -> None:
+    """Where each lane (and, with PIPELINE_RELEASE, the release) stands; never runs a stage."""
+    _pipeline(session, "status", *_env_flags(("PIPELINE_RELEASE", "--release")))
+
+
+@nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Benchmark the hot paths (hashing, packaging, transfers) against openssl, GNU tar+gzip and curl; writes JSON."""
     ensure_debian_tools(session.log)
