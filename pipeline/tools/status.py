@@ -107,6 +107,7 @@ class ReleaseStatus:
     routes: list[RouteStatus] = field(default_factory=list)
     acceptance: str = "none bound"
     github: dict[str, Any] | None = None
+    refusals: list[tuple[str, str]] = field(default_factory=list)  # (stage key, message) of this release's stages
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -116,6 +117,7 @@ class ReleaseStatus:
             "acceptance": self.acceptance,
             "routes": [{"route": r.route, "host": r.host, "lane": r.lane, "receipts": list(r.receipts)} for r in self.routes],
             "github": self.github,
+            "refusals": [{"key": key, "message": message} for key, message in self.refusals],
         }
 
 
@@ -287,6 +289,7 @@ def release_status(root: Path, release: str, register: Register, lanes: dict[str
     for route_id, route in sorted(((spec.acceptance or {}).get("routes") or {}).items()):
         receipts = tuple(f"{a.attrs.get('status')} {a.sha256[:12]}" for a in register.query("acceptance-receipt", route=route_id))
         status.routes.append(RouteStatus(route_id, route["host"], route["lane"], receipts))
+    status.refusals = [(key, r["message"]) for key, r in sorted(register.refusals.items()) if release in key.split(":")[1:]]
     return status
 
 
@@ -355,6 +358,8 @@ def _release_lines(release: ReleaseStatus) -> list[str]:
     for route in release.routes:
         receipts = ", ".join(route.receipts) if route.receipts else "no receipt"
         lines.append(f"  route {route.route} ({route.host}{', ' + route.lane if route.lane else ''}): {receipts}")
+    for key, message in release.refusals:
+        lines.append(f"  refused {key}: {message}")
     lines.append(f"  blockers: {len(release.blockers)}")
     for blocker in release.blockers:
         lines += [f"  - {blocker.text}", f"      clear: {blocker.fix}"]

@@ -32,9 +32,9 @@ _STATE_CLASS = {"done": "s-done", "up to date": "s-up", "stale": "s-stale", "mis
 
 def _cell(cell: Cell) -> str:
     head = cell.text.split(":", 1)[0] if cell.state not in ("done",) else cell.text.split(" (", 1)[0]
-    detail = "" if cell.state in ("done", "up to date") else cell.detail
-    if cell.state == "done" and cell.detail:
-        detail = cell.detail
+    detail = cell.detail
+    if cell.state == "up to date" and cell.digest:
+        detail = cell.digest[:12]
     why = f'<span class="why">{escape(detail)}</span>' if detail else ""
     return f'<td class="cell {_STATE_CLASS.get(cell.state, "")}"><span class="state">{escape(head)}</span>{why}</td>'
 
@@ -60,6 +60,8 @@ def _release(release: ReleaseStatus) -> list[str]:
             receipts = "<br>".join(escape(r) for r in route.receipts) or "no receipt"
             out.append(f"<tr><td><code>{escape(route.route)}</code></td><td>{escape(route.host)}</td><td>{escape(route.lane or '-')}</td><td>{receipts}</td></tr>")
         out += ["</tbody>", "</table>"]
+    for key, message in release.refusals:
+        out.append(f'<p class="s-refused">refused <code>{escape(key)}</code>: {escape(message)}</p>')
     out.append(f"<h2>Blockers ({len(release.blockers)})</h2>")
     if release.blockers:
         out.append('<ol class="blockers">')
