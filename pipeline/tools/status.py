@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.codedigest import code_files
 from pipeline.errors import PipelineError
 from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
 from pipeline.register import Artifact, Register, fingerprint
-from pipeline.road import TOOLS, pipe
+from pipeline.road import TOOLS
 from pipeline.util.hashing import sha256_file
 
 # The road's columns: the stage, the stage-key prefixes that count as it, and whether a record
@@ -174,16 +173,23 @@ def _belongs(key: str, lane_id: str, prefixes: tuple[str, ...], lane_of_record: 
 
 
 class _CodeNow:
-    """The current code files of each stage module, computed once per status run."""
+    """The current SHA-256 of pipeline files, each hashed once per status run.  Only the files a record
+    names are hashed (no import graph is parsed): a new import means an edit to a file already named."""
 
     def __init__(self) -> None:
-        self._cache: dict[str, dict[str, str]] = {}
+        self._cache: dict[str, str | None] = {}
 
-    def of(self, stage: str) -> dict[str, str]:
-        module = pipe(stage).module
-        if module not in self._cache:
-            self._cache[module] = code_files(module)
-        return self._cache[module]
+    def changed(self, recorded: dict[str, str]) -> list[str]:
+        from pipeline.codedigest import PACKAGE_ROOT
+
+        out = []
+        for path, digest in sorted(recorded.items()):
+            if path not in self._cache:
+                file = PACKAGE_ROOT / path
+                self._cache[path] = sha256_file(file) if ".." not in Path(path).parts and file.is_file() else None
+            if self._cache[path] != digest:
+                out.append(path)
+        return out
 
 
 def _output_problems(register: Register, outputs: list[Artifact], named: list[str]) -> list[str]:
@@ -206,9 +212,8 @@ def _input_problems(record: dict[str, Any], register: Register, lane: Lane, stag
         elif now.sha256 != digest:
             reasons.append(f"{name} changed ({now.stage} recorded new bytes)")
     recorded_code = record.get("code") or {}
-    if recorded_code:
-        current = code_now.of(stage)
-        changed = sorted(path for path in set(recorded_code) | set(current) if recorded_code.get(path) != current.get(path))
+    if isinstance(recorded_code, dict) and recorded_code:
+        changed = code_now.changed(recorded_code)
         if changed:
             more = f" and {len(changed) - 3} more" if len(changed) > 3 else ""
             reasons.append(f"code changed: {', '.join('pipeline/' + p for p in changed[:3])}{more}")
