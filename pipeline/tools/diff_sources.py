@@ -112,6 +112,19 @@ def _provenance_facts(data: bytes, origin: str) -> dict[str, Any]:
     return {"statement_sha256": sha256_bytes(data), "build_type": statement.build_type, "parameters": external, "inputs": inputs, "subjects": dict(sorted(statement.subjects.items()))}
 
 
+def _tree_receipt(folder: Path | None, lane_id: str) -> dict[str, Any] | None:
+    """The lane receipt a tree copies (`qualification/<lane>.json`): its status and each gate's result."""
+    from pipeline.formats.receipts import LANE_RECEIPT_TYPE, receipt_facts
+    from pipeline.formats.release.names import receipt_name
+    from pipeline.formats.release.tree import read_tree_document
+
+    path = folder / receipt_name(lane_id) if folder is not None else None
+    if path is None or (not path.exists() and not path.is_symlink()):
+        return None
+    facts = receipt_facts(read_tree_document(path, LANE_RECEIPT_TYPE)[0])
+    return {"status": facts.status, "gates": facts.gates}
+
+
 def _tree_provenance(folder: Path | None, lane_id: str) -> dict[str, Any]:
     if folder is None:
         return {}
@@ -141,7 +154,7 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
             "provenance": _tree_provenance(folder, lane_id),
             "identities": {key: row.get(key) for key in ROW_IDENTITIES if key in row},
         }
-        lane_qualification[lane_id] = row.get("qualification")
+        lane_qualification[lane_id] = {"row": row.get("qualification"), "receipt": _tree_receipt(folder, lane_id)}
     components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
     qualification = dict(manifest.get("qualification") or {}) if isinstance(manifest.get("qualification"), dict) else {}
     acceptance = qualification.pop("acceptance", None)
