@@ -131,3 +131,9 @@ def test_the_headline_command_stops_at_its_first_refusal(tmp_path):
     # the sessions after the refusal never ran, so their "the register holds no build" cannot hide it
     assert "Running session package" not in output and "Running session qualify" not in output, output
     assert output.rstrip().endswith("Session build-4090 failed."), output
+    # and the register remembers the refusal: status shows it in the lane's build cell, without running anything
+    from pipeline.tools.status import collect
+
+    cells = {row.lane: row for row in collect(tmp_path / "dist", ROOT, None).lanes}["rtx4090-windows-native"].cells
+    assert cells["build"].state == "refused" and "is built on a windows-x86_64 host" in cells["build"].detail
+    assert cells["package"].state == "missing"
