@@ -35,8 +35,9 @@ from pipeline.formats.release.names import (
     provenance_name,
 )
 from pipeline.formats.release.rules import manifest_rows
+from pipeline.formats.release.tree import parse_tree_document, read_tree
 
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a manifest and the documents it binds by URL are a few KiB
 FETCH_TIMEOUT = 60.0
 REDIRECTS = "same-origin"  # raw.githubusercontent.com and release downloads may redirect within their hosts
 ROW_COMPONENT = ("release_tag", "deployment_profile", "status", "published", "installable", "rebound_from")
@@ -78,15 +79,33 @@ def _fetch_manifest(url: str) -> tuple[bytes, str]:
 
 
 def manifest_facts(fetched: tuple[bytes, str], *, shown: str) -> dict[str, Any]:
-    from pipeline.formats.release.tree import parse_tree_document
+    """A published manifest and the two documents it binds by URL and SHA-256 (qualification summary,
+    compatibility authority), each fetched bounded and refused unless its bytes have the bound hash."""
+    from pipeline.formats.release.names import AUTHORITY_TYPE, SUMMARY_TYPE
 
     data, _url = fetched
-    return _from_manifest(parse_tree_document(data, MANIFEST_TYPE, shown=shown), summary=None, authority=None, folder=None)
+    manifest = parse_tree_document(data, MANIFEST_TYPE, shown=shown)
+    qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
+    compatibility = manifest.get("compatibility") if isinstance(manifest.get("compatibility"), dict) else {}
+    summary = _bound_document(qualification.get("public_url"), qualification.get("summary_sha256"), SUMMARY_TYPE, "qualification.public_url")
+    authority = _bound_document(compatibility.get("public_url"), compatibility.get("sha256"), AUTHORITY_TYPE, "compatibility.public_url")
+    return _from_manifest(manifest, summary=summary, authority=authority, folder=None)
+
+
+def _bound_document(url: Any, sha256: Any, artifact_type: str, field: str) -> dict[str, Any] | None:
+    from pipeline.util.hashing import is_sha256_hex, sha256_bytes
+
+    if not isinstance(url, str) or not url:
+        return None  # not published by URL yet (a draft's pins): compared as absent
+    if not is_sha256_hex(sha256):
+        raise InputError("binds a document by URL without its SHA-256", field=field, found=url, expected="a URL with its 64-hex SHA-256 beside it")
+    data, _ = _fetch_manifest(url)
+    if sha256_bytes(data) != sha256:
+        raise InputError("names a document whose bytes do not have the bound hash", file=url, field=field, found=sha256_bytes(data), expected=sha256)
+    return parse_tree_document(data, artifact_type, shown=url)
 
 
 def tree_facts(folder: Path, *, shown: str) -> dict[str, Any]:
-    from pipeline.formats.release.tree import read_tree
-
     tree = read_tree(folder, shown=shown)
     return _from_manifest(tree.manifest, summary=tree.summary, authority=tree.authority, folder=folder)
 

@@ -93,11 +93,11 @@ def test_hostile_text_cannot_become_markup_in_the_markdown():
 
 @pytest.fixture()
 def manifest_server():
-    body = (ROOT / "manifests" / "v0.13.1" / "manifest.json").read_bytes()
+    files = {f"/{name}": (ROOT / "manifests" / "v0.13.1" / name).read_bytes() for name in ("manifest.json", "qualification.json", "compatibility.json")}
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
-            data = body if self.path == "/manifest.json" else b"x" * (5 << 20)
+            data = files.get(self.path, b"x" * (5 << 20))
             self.send_response(200)
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
@@ -108,6 +108,7 @@ def manifest_server():
 
     server = LoopbackServer()
     server.serve(Handler)
+    server.files = files
     yield server
     server.close()
 
@@ -115,7 +116,24 @@ def manifest_server():
 def test_a_manifest_url_is_compared_like_its_tree(manifest_server, capsys):
     url = manifest_server.url("/manifest.json")
     changes = compare(load_source(url), load_source(V1))
-    # the URL gives the manifest alone: only the documents beside it (summary, authority) differ
+    # the seeded manifest binds its summary and authority by path only (no URL yet): those two are absent
     assert changes and {c.section for c in changes} <= {"qualification results and gates", "compatibility"}
     assert main(["diff", manifest_server.url("/huge.json"), V1]) == 2  # bounded: a 5 MiB "manifest" is refused
     assert "error[" in capsys.readouterr().err
+
+
+def test_a_published_manifest_brings_the_documents_it_binds_by_hash(manifest_server, capsys):
+    from pipeline.util.hashing import sha256_bytes
+
+    manifest = json.loads(manifest_server.files["/manifest.json"])
+    manifest["qualification"]["public_url"] = manifest_server.url("/qualification.json")
+    manifest["compatibility"]["public_url"] = manifest_server.url("/compatibility.json")
+    assert manifest["qualification"]["summary_sha256"] == sha256_bytes(manifest_server.files["/qualification.json"])
+    manifest_server.files["/published.json"] = json.dumps(manifest, sort_keys=True).encode()
+    published = load_source(manifest_server.url("/published.json"))
+    # the same documents as the tree's; only the URL the manifest now names differs
+    assert [(c.section, c.path) for c in compare(published, load_source(V1))] == [("qualification results and gates", "manifest.public_url")]
+    manifest["compatibility"]["sha256"] = "0" * 64  # the authority's bytes are not the ones bound
+    manifest_server.files["/tampered.json"] = json.dumps(manifest, sort_keys=True).encode()
+    assert main(["diff", manifest_server.url("/tampered.json"), V1]) == 2
+    assert "names a document whose bytes do not have the bound hash" in capsys.readouterr().err
