@@ -3,7 +3,8 @@
 Sessions are thin: each runs `python -m pipeline <command>` (the same
 functions as the CLI) in one shared environment made by pipeline/dev/env.py.
 Run them in release order, e.g. `nox -s build-5090 package image push`, or
-all at once with `nox -s release`.  The per-lane sessions (`build-<short>`,
+all at once with `nox -s release`; the first session that fails stops the
+sessions after it (`stop_on_first_error`).  The per-lane sessions (`build-<short>`,
 `package-<short>`, `qualify-<short>`, `cut-<short>`, `publish-<short>`) are
 made for each lane file in runtime/lanes/, named by its `short_name`.
 Options come from environment variables, because nox hands the same
@@ -59,6 +60,9 @@ from pipeline.errors import PipelineError  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.default_venv_backend = "none"
+# `nox -s build-4090 package qualify`: a refusal stops the road there, so its one clear error is the last
+# thing printed, not hidden under the "the register holds no build" of every session after it.
+nox.options.stop_on_first_error = True
 
 try:
     LANES = lane_table()
@@ -208,6 +212,12 @@ def release(session: nox.Session) -> None:
         for word in os.environ.get(variable, "").split():
             flags += [flag, word]
     _pipeline(session, "release", *flags)
+
+
+@nox.session(venv_backend="none")
+def status(session: nox.Session) -> None:
+    """Where each lane (and, with PIPELINE_RELEASE, the release) stands; never runs a stage."""
+    _pipeline(session, "status", *_env_flags(("PIPELINE_RELEASE", "--release")))
 
 
 @nox.session(venv_backend="none")

@@ -79,3 +79,11 @@ def code_digest(module: str, *extra_files: Path) -> str:
     for path in extra_files:
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
+
+
+def code_files(module: str, *extra_files: Path) -> dict[str, str]:
+    """The SHA-256 of each file of the module's code closure (and `extra_files`), by its path under the
+    package: recorded with a stage's run so `status` can name the file whose change makes it stale."""
+    files = {path.relative_to(PACKAGE_ROOT).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest() for _name, path in code_closure(module)}
+    files.update({path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in extra_files})
+    return dict(sorted(files.items()))

@@ -10,7 +10,12 @@ re-hashed like any other.  A later stage asks the register for "the package
 archive of lane X" and gets exactly one entry, whose bytes are re-hashed
 before use; it never globs folders.  The register also remembers, per stage
 and lane, the fingerprint of the inputs of its last successful run, so a
-re-run with unchanged inputs is a no-op.
+re-run with unchanged inputs is a no-op.  Beside that one fingerprint a record
+keeps what `python -m pipeline status` needs to say why a stage is stale
+without running it: the digest of each input, the digest of each file of the
+stage's code, the entries it read (name -> SHA-256) and its lane.  The last
+refusal of a stage key (its error message, class and exit code) is kept under
+`refusals` until the key next succeeds.
 """
 
 from __future__ import annotations
@@ -140,6 +145,9 @@ class Register:
         self.lock_file = dist / LOCK_FILE
         self.artifacts: dict[str, Artifact] = {}
         self.stages: dict[str, dict[str, Any]] = {}
+        self.refusals: dict[str, dict[str, Any]] = {}
+        # name -> SHA-256 of every entry handed out by one() or checked by verified_path() while a stage runs
+        self.read_log: dict[str, str] = {}
         if self.file.exists():
             self._load()
 
@@ -189,12 +197,18 @@ class Register:
                 raise self._bad("names outputs that are not strings", f"{where}.outputs", outputs, "a list of artefact names")
             if not isinstance(record.get("fingerprint"), str):
                 raise self._bad("has a stage record without a fingerprint", f"{where}.fingerprint", record.get("fingerprint"), "a string")
+        refusals = expect_object(data.get("refusals", {}), source=self.file, field="refusals", expected="an object {stage key: {message, class, exit_code, lane}}", fix=_SHAPE_FIX)
+        for key, refusal in refusals.items():
+            expect_object(refusal, source=self.file, field=f"refusals.{key}", expected="an object {message, class, exit_code, lane}", fix=_SHAPE_FIX)
+            if not isinstance(refusal.get("message"), str) or not isinstance(refusal.get("class"), str):
+                raise self._bad("has a refusal without its message or class", f"refusals.{key}", refusal, "strings message and class")
         self.artifacts = artifacts
         self.stages = {key: dict(record) for key, record in stages.items()}
+        self.refusals = {key: dict(refusal) for key, refusal in refusals.items()}
 
     def reload(self) -> None:
         """Read the register from disk again (what other processes recorded meanwhile)."""
-        self.artifacts, self.stages = {}, {}
+        self.artifacts, self.stages, self.refusals = {}, {}, {}
         if self.file.exists():
             self._load()
 
@@ -232,7 +246,8 @@ class Register:
             attrs=attrs,
         )
 
-    def record_stage(self, key: str, fingerprint: str, outputs: Iterable[Artifact]) -> None:
+    def record_stage(self, key: str, fingerprint: str, outputs: Iterable[Artifact], *, facts: dict[str, Any] | None = None) -> None:
+        """Record a successful run of `key`; `facts` are the record's explanations (lane, inputs, code, read)."""
         outputs = list(outputs)
         with self.locked():
             # Merge into what is on disk now, not into what this process read at its start:
@@ -243,7 +258,15 @@ class Register:
                 self.artifacts.pop(name, None)
             for artifact in outputs:
                 self.artifacts[artifact.name] = artifact
-            self.stages[key] = {"fingerprint": fingerprint, "outputs": sorted(a.name for a in outputs)}
+            self.stages[key] = {**(facts or {}), "fingerprint": fingerprint, "outputs": sorted(a.name for a in outputs)}
+            self.refusals.pop(key, None)
+            self._write()
+
+    def record_refusal(self, key: str, *, message: str, label: str, exit_code: int, lane: str | None) -> None:
+        """Remember that `key` refused (its last successful record, if any, is kept as it was)."""
+        with self.locked():
+            self.reload()
+            self.refusals[key] = {"class": label, "exit_code": exit_code, "lane": lane, "message": message}
             self._write()
 
     def save(self) -> None:
@@ -257,6 +280,8 @@ class Register:
             "artifacts": [self.artifacts[name].to_json() for name in sorted(self.artifacts)],
             "stages": self.stages,
         }
+        if self.refusals:
+            document["refusals"] = self.refusals
         write_json(self.file, document)
 
     # -- reading ---------------------------------------------------------
@@ -285,6 +310,7 @@ class Register:
                 file=self.file,
                 found=[a.name for a in found],
             )
+        self.read_log[found[0].name] = found[0].sha256
         return found[0]
 
     def _repository(self) -> Path:
@@ -306,6 +332,7 @@ class Register:
     def verified_path(self, artifact: Artifact) -> Path:
         """The artefact's file after checking its bytes still match the register."""
         path = self.path_of(artifact)
+        self.read_log[artifact.name] = artifact.sha256
         if not path.exists():
             raise IntegrityError(
                 f"registered artefact {artifact.name!r} is missing",

@@ -57,6 +57,8 @@ TOOLS: dict[str, tuple[str, str]] = {
     "check-assets": ("pipeline.stages.package", "check a downloaded asset set: closed, hashes, receipt, package payload, SBOMs"),
     "sbom": ("pipeline.formats.sbom", "validate SPDX / CycloneDX documents"),
     "verifier-dist": ("pipeline.stages.verifier_dist", "build this pipeline as a byte-reproducible wheel and sdist (the verifier shipped with a release)"),
+    "status": ("pipeline.tools.status", "where each lane and a release stand: a lane x stage table, blockers and the commands that clear them (text, --json, --html)"),
+    "diff": ("pipeline.tools.diff", "what changed between two releases (trees, manifest URLs or asset-set folders): text, --json or --markdown"),
     "bench": ("pipeline.dev.bench", "benchmark the hot paths against openssl, tar+gzip/pigz and curl; JSON"),
 }
 

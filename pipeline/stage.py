@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pipeline.codedigest import code_digest
-from pipeline.errors import UsageError
+from pipeline.codedigest import code_digest, code_files
+from pipeline.errors import PipelineError, UsageError
 from pipeline.register import Artifact, Register, fingerprint
 from pipeline.util import ui
 from pipeline.util.fs import exclusive_lock, remove_leftovers
@@ -100,6 +100,12 @@ class Stage:
     def describe(self) -> str:
         return self.key
 
+    @property
+    def lane_id(self) -> str | None:
+        """The lane this run is for (None for a product-wide stage), as `status` shows it."""
+        lane = getattr(self, "lane", None) or getattr(getattr(self, "target", None), "lane", None)
+        return getattr(lane, "id", None)
+
     def leftovers(self) -> list[tuple[Path, tuple[str, ...]]]:
         """(folder, glob patterns) of the temporary names this stage stages under.
 
@@ -124,19 +130,43 @@ def execute(stage: Stage, *, force: bool = False) -> StageResult:
                 ui.info(f"removed {path}, left behind by an interrupted run of {stage.key}")
         # Another run may have finished while we waited: see what is on disk now.
         stage.ctx.register.reload()
-        return _execute_locked(stage, force=force)
+        try:
+            return _execute_locked(stage, force=force)
+        except PipelineError as error:
+            _remember_refusal(stage, error)
+            raise
+
+
+def _remember_refusal(stage: Stage, error: PipelineError) -> None:
+    """`status` shows a stage's last refusal; recording it never hides the refusal itself."""
+    try:
+        stage.ctx.register.record_refusal(stage.key, message=error.render(), label=error.label, exit_code=int(error.exit_code), lane=stage.lane_id)
+    except (OSError, PipelineError) as problem:
+        ui.warn(f"could not record the refusal of {stage.key} in {stage.ctx.register.file}: {problem}")
+
+
+def run_facts(stage: Stage, inputs: dict, read: dict[str, str]) -> dict:
+    """What a record keeps beside its fingerprint so `status` can say which input changed without running it."""
+    return {
+        "lane": stage.lane_id,
+        "inputs": {name: fingerprint(value) for name, value in sorted(inputs.items())},
+        "code": code_files(type(stage).__module__),
+        "read": dict(sorted(read.items())),
+    }
 
 
 def _execute_locked(stage: Stage, *, force: bool) -> StageResult:
     ui.step(stage.name, f"{stage.describe()}: preflight")
-    stage.preflight()
-    digest = fingerprint({"inputs": stage.inputs(), "code": code_digest(type(stage).__module__)})
     register = stage.ctx.register
+    register.read_log = {}
+    stage.preflight()
+    inputs = stage.inputs()
+    digest = fingerprint({"inputs": inputs, "code": code_digest(type(stage).__module__)})
     if not force and not stage.always_runs and register.stage_is_current(stage.key, digest):
         outputs = register.outputs_of(stage.key)
         ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")
         return StageResult(stage.key, True, outputs)
     outputs = stage.run()
-    register.record_stage(stage.key, digest, outputs)
+    register.record_stage(stage.key, digest, outputs, facts=run_facts(stage, inputs, register.read_log))
     ui.step(stage.name, f"{stage.describe()}: done, {len(outputs)} artefacts recorded in {register.file}")
     return StageResult(stage.key, False, outputs)

@@ -31,6 +31,7 @@ from typing import Any
 from pipeline.errors import InputError, IntegrityError
 from pipeline.formats.lanes import Lane, load_lanes, pattern_regex
 from pipeline.formats.receipts import LANE_RECEIPT_TYPE
+from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import is_sha256_hex, sha256_file
 from pipeline.util.jsonio import check_text_hygiene, expect_object, loads_object
 from pipeline.util.safepath import component_problem, relpath_problem
@@ -614,3 +615,32 @@ def check_registered_set(register: Any, lane: Lane, *, needed_by: str) -> AssetR
                     fix=f"package the lane again (python -m pipeline package --lane {lane.id})",
                 )
     return report
+
+
+@dataclass(frozen=True)
+class SetContents:
+    """What a checked set holds, for a report that compares sets (`diff`): the set's files by role,
+    its package build receipt, the package's payload SHA-256s and its build identity."""
+
+    report: AssetReport
+    expected: AssetSet
+    sizes: dict[str, int]
+    receipt: dict[str, Any]
+    payload: dict[str, str]  # payload path (e.g. bin/ninfer.exe) -> SHA-256, from the package's SHA256SUMS.txt
+    identity: dict[str, Any]
+
+
+def read_set(directory: Path | str, *, lanes_dir: Path | None = None) -> SetContents:
+    """Check a set folder (closed, every hash, the receipt: `check_assets` without the deep SBOM pass), then
+    read its receipt and the package's payload checksums and build identity, bounded."""
+    directory = Path(directory)
+    report = check_assets(directory, lanes_dir=lanes_dir, deep=False)
+    lane = load_lanes(lanes_dir)[report.lane]
+    expected = asset_set(lane, lane.beta_from_tag(report.component_tag))
+    receipt = loads_object(read_bytes_bounded(directory / RECEIPT, MAX_MEMBER_DOCUMENT_BYTES, what="package build receipt"), source=directory / RECEIPT)
+    package = directory / expected.name_of("package")
+    root = expected.package_root
+    payload = parse_sums(_read_member(package, f"{root}/{PAYLOAD_SUMS}"), file=f"{package}!{root}/{PAYLOAD_SUMS}", paths=True)
+    identity = loads_object(_read_member(package, f"{root}/build-identity.json"), source=f"{package}!{root}/build-identity.json")
+    sizes = {name: (directory / name).stat().st_size for name in report.files}
+    return SetContents(report, expected, sizes, receipt, payload, identity)

@@ -890,3 +890,24 @@ def register_cli(sub) -> None:
     validate.add_argument("files", nargs="+", type=Path)
     add_common(validate, dist=False)
     validate.set_defaults(func=run_sbom_validate)
+
+
+def cdx_components(path: Path) -> dict[str, dict[str, str | None]]:
+    """The components of a CycloneDX document for comparing two SBOMs (`diff`): keyed by package URL without
+    its version (else by the component's payload path or bom-ref), each with name, version, licence and purl."""
+    document = _strict_sbom_json(path, _read_sbom(path))
+    found: dict[str, dict[str, str | None]] = {}
+    for index, component in enumerate(document.get("components") or []):
+        if not isinstance(component, dict):
+            raise InputError("is not a component object", file=path, field=f"components[{index}]")
+        purl = component.get("purl") if isinstance(component.get("purl"), str) else None
+        properties = {p.get("name"): p.get("value") for p in component.get("properties") or [] if isinstance(p, dict)}
+        key = purl.split("@", 1)[0] if purl else str(properties.get(f"{PROPERTY}:path") or component.get("bom-ref") or component.get("name") or f"#{index}")
+        licences = []
+        for entry in component.get("licenses") or []:
+            if isinstance(entry, dict):
+                licence = entry.get("license") if isinstance(entry.get("license"), dict) else {}
+                licences.append(str(entry.get("expression") or licence.get("id") or licence.get("name") or ""))
+        found[key] = {"name": str(component.get("name")), "version": component.get("version") if isinstance(component.get("version"), str) else None,
+                      "licence": " AND ".join(sorted(filter(None, licences))) or None, "purl": purl}
+    return dict(sorted(found.items()))

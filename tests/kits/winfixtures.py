@@ -74,7 +74,9 @@ def compile_windows_prebuilt(
     *,
     binaries: tuple[str, ...] = ("ninfer", "ninfer-serve", "ninfer_bench"),
     dlls: tuple[str, ...] | None = None,
+    app_source: Path | None = None,
 ) -> Path:
+    """The mingw-built Windows binaries and DLLs; `app_source` replaces the executables' one C file."""
     require_mingw()
     work = out.parent / f".{out.name}-work"
     work.mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,7 @@ def compile_windows_prebuilt(
     text = " ".join(f"{key}={identity[key]}" for key in IDENTITY_KEYS)
     (work / "identity.h").write_text(f'#define NINFER_IDENTITY_RECORD "NINFER-BUILD-IDENTITY:v1 {text}"\n')
     for binary in binaries:
-        _cc([*COMMON, f'-DNINFER_BINARY="{binary}"', "-I.", "-o", f"{binary}.exe", str(FIXTURES / "ninfer_app.c"), "-L.", *(f"-l{lib}" for lib in EXE_LIBS)], work)
+        _cc([*COMMON, f'-DNINFER_BINARY="{binary}"', "-I.", "-o", f"{binary}.exe", str(app_source or FIXTURES / "ninfer_app.c"), "-L.", *(f"-l{lib}" for lib in EXE_LIBS)], work)
         shutil.copyfile(work / f"{binary}.exe", out / f"{binary}.exe")
     for dll in dlls if dlls is not None else tuple(DLLS):
         shutil.copyfile(work / dll, out / dll)

@@ -111,3 +111,43 @@ def test_the_suite_runs_on_one_xdist_worker_per_core_with_files_kept_whole():
         with pytest.raises(SystemExit) as stop:
             pytest_workers_args({"PIPELINE_TEST_WORKERS": bad}, cpus=2)
         assert stop.value.code == 2
+
+
+def test_the_headline_command_stops_at_its_first_refusal(tmp_path):
+    """`nox -s build-4090 package qualify` on Linux: the build's refusal (a Windows lane), and nothing after it."""
+    if sys.platform != "linux":
+        import pytest
+
+        pytest.skip("the refusal under test is a Windows lane built on Linux")
+    copy = tmp_path / "repo"
+    shutil.copytree(ROOT / "pipeline", copy / "pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "runtime", copy / "runtime", ignore=shutil.ignore_patterns("sample"))
+    shutil.copytree(ROOT / "packaging", copy / "packaging")  # the lane files name their licence texts there
+    for name in ("noxfile.py", "pyproject.toml"):
+        shutil.copyfile(ROOT / name, copy / name)
+    # The sessions' shared environment, stamped as installed: this Python (no venv is made, nothing is downloaded).
+    env_bin = copy / ".nox" / "pipeline-env" / "bin"
+    env_bin.mkdir(parents=True)
+    (env_bin / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (env_bin / "python").chmod(0o755)
+    import hashlib
+
+    (copy / ".nox" / "pipeline-env" / ".installed").write_text(hashlib.sha256((copy / "pyproject.toml").read_bytes()).hexdigest())
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PIPELINE_")}
+    env["PIPELINE_DIST"] = str(tmp_path / "dist")
+    done = subprocess.run([sys.executable, "-m", "nox", "-f", str(copy / "noxfile.py"), "-s", "build-4090", "package", "qualify"],
+                          capture_output=True, text=True, timeout=120, cwd=copy, env=env, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert output.count("error[") == 1, output  # one error block: the build's
+    assert "error[environment]: runtime/lanes/rtx4090-windows-native.toml: platform.build_host: lane rtx4090-windows-native is built on a windows-x86_64 host" in output, output
+    assert "failed with exit code 3" in output and "Session build-4090 failed" in output, output
+    # the sessions after the refusal never ran, so their "the register holds no build" cannot hide it
+    assert "Running session package" not in output and "Running session qualify" not in output, output
+    assert output.rstrip().endswith("Session build-4090 failed."), output
+    # and the register remembers the refusal: status shows it in the lane's build cell, without running anything
+    from pipeline.tools.status import collect
+
+    cells = {row.lane: row for row in collect(tmp_path / "dist", ROOT, None).lanes}["rtx4090-windows-native"].cells
+    assert cells["build"].state == "refused" and "is built on a windows-x86_64 host" in cells["build"].detail
+    assert cells["package"].state == "missing"

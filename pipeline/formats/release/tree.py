@@ -1,0 +1,103 @@
+"""Reading a composed release tree as data, for the tools that report on it (`status`, `diff`).
+
+verify reads a tree to judge it and records every problem; these readers are for a tree
+that is only shown or compared, so the first unreadable document is an InputError naming
+the file.  Each document is hashed before it is parsed, read bounded and strictly (duplicate
+keys, NaN and deep nesting refused) and must hold its own type string; a link is refused
+(nothing outside the folder is read because a name says so).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.errors import InputError
+from pipeline.formats.release.names import (
+    AUTHORITY,
+    AUTHORITY_TYPE,
+    EXTERNAL_INSTALL,
+    MANIFEST,
+    MANIFEST_TYPE,
+    PINS,
+    SUMMARY,
+    SUMMARY_TYPE,
+)
+from pipeline.util.fs import read_bytes_bounded
+from pipeline.util.hashing import sha256_bytes
+from pipeline.util.jsonio import MAX_DOCUMENT_BYTES, loads_document
+
+TREE_DOCUMENTS = ((MANIFEST, MANIFEST_TYPE), (SUMMARY, SUMMARY_TYPE), (AUTHORITY, AUTHORITY_TYPE))
+
+
+@dataclass(frozen=True)
+class TreeDocuments:
+    folder: str  # as given, for messages
+    manifest: dict[str, Any]
+    summary: dict[str, Any] | None  # qualification.json (None: not in the tree)
+    authority: dict[str, Any] | None  # compatibility.json
+    sha256: dict[str, str]  # file name -> SHA-256 of the bytes parsed
+
+
+def read_tree_document(path: Path, artifact_type: str, *, shown: str | None = None) -> tuple[dict[str, Any], str]:
+    """(document, SHA-256 of its bytes) of one JSON document of a tree; InputError naming the file."""
+    shown = shown or str(path)
+    if path.is_symlink() or not path.is_file():
+        raise InputError("is not a plain file of the release tree", file=shown, expected=f"the tree's {path.name} (compose writes it)")
+    data = read_bytes_bounded(path, MAX_DOCUMENT_BYTES, what="release tree document")
+    digest = sha256_bytes(data)
+    return parse_tree_document(data, artifact_type, shown=shown), digest
+
+
+def parse_tree_document(data: bytes, artifact_type: str, *, shown: str) -> dict[str, Any]:
+    document = loads_document(data, source=shown)
+    if not isinstance(document, dict) or document.get("artifact_type") != artifact_type:
+        found = document.get("artifact_type") if isinstance(document, dict) else type(document).__name__
+        raise InputError("is not the release tree document it is named as", file=shown, field="artifact_type", found=found, expected=artifact_type)
+    return document
+
+
+def read_tree(folder: Path, *, shown: str | None = None) -> TreeDocuments:
+    """The manifest (required) and the qualification summary and compatibility authority (if present) of a tree folder."""
+    shown = shown or str(folder)
+    if folder.is_symlink() or not folder.is_dir():
+        raise InputError("is not a release tree folder", file=shown, expected=f"a folder holding {MANIFEST} (manifests/vX.Y.Z)")
+    found: dict[str, dict[str, Any] | None] = {}
+    digests: dict[str, str] = {}
+    for name, artifact_type in TREE_DOCUMENTS:
+        path = folder / name
+        if name != MANIFEST and not path.exists() and not path.is_symlink():
+            found[name] = None
+            continue
+        found[name], digests[name] = read_tree_document(path, artifact_type, shown=f"{shown.rstrip('/')}/{name}")
+    return TreeDocuments(shown, found[MANIFEST] or {}, found[SUMMARY], found[AUTHORITY], digests)
+
+
+def blockers(manifest: dict[str, Any]) -> list[str]:
+    """The blockers a manifest lists (publication.blockers), strings only."""
+    publication = manifest.get("publication") if isinstance(manifest.get("publication"), dict) else {}
+    return [item for item in publication.get("blockers") or [] if isinstance(item, str)]
+
+
+_ROW_SUBJECT = re.compile(r"components\.ninfer_variants\[(?P<lane>[a-z0-9-]+)\]|components\.ninfer\b")
+
+
+def blocker_fix(blocker: str, release: str, *, manual: bool, container_lane: str | None = None) -> str:
+    """The one command that clears a blocker '<subject>: <reason>' (docs/RELEASING.md's order of work)."""
+    subject = blocker.split(": ", 1)[0]
+    compose = f"python -m pipeline compose --release {release}"
+    if subject == PINS:
+        return f"python -m pipeline compose rebind --release {release} --pin HEAD"
+    if subject in (EXTERNAL_INSTALL, "acceptance"):
+        return f"python -m pipeline compose accept --release {release} --record FILE (after the documented routes passed on the candidate)"
+    if manual:
+        return f"resolve it, then remove it from blockers in manifests/{release}/release.toml and run {compose}"
+    row = _ROW_SUBJECT.match(subject)
+    lane = (row.group("lane") or container_lane) if row else None
+    if lane and subject.endswith(".qualification"):
+        return f"python -m pipeline qualify --lane {lane} --import RECEIPT, then {compose}"
+    if subject.startswith("components."):
+        return f"set the value in manifests/{release}/release.toml (or the lane's evidence in the register), then {compose}"
+    return compose

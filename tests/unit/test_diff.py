@@ -1,0 +1,139 @@
+"""`diff` on the seeded trees v0.13.0 -> v0.13.1, on a manifest URL, and its exit codes (0 same, 1 differ, 2 bad input)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+
+import pytest
+from loopback import LoopbackServer
+from repokit import ROOT
+
+from pipeline.cli import main
+from pipeline.tools.diff import compare, render_markdown
+from pipeline.tools.diff_sources import load_source
+
+V0, V1 = str(ROOT / "manifests" / "v0.13.0"), str(ROOT / "manifests" / "v0.13.1")
+
+
+def _changes(a=V0, b=V1):
+    return compare(load_source(a), load_source(b))
+
+
+def test_the_seeded_trees_differ_by_the_rebound_5090_lane_and_the_qualification_records():
+    changes = _changes()
+    by_section: dict[str, list] = {}
+    for change in changes:
+        by_section.setdefault(change.section, []).append(change)
+    # the order the issue asks for: product first, then lanes, then the model, qualification, compatibility
+    assert list(by_section) == ["product and channel", "lane rtx3090-windows-native", "lane rtx4090-windows-native", "lane rtx5090-container",
+                                "model artefact", "qualification results and gates", "compatibility"]
+    rebound = by_section["lane rtx5090-container"]
+    assert [(c.group, c.path, c.change, c.old, c.new) for c in rebound] == [("component tag and cut", "rebound_from", "changed", None, "v0.13.0")]
+    assert {c.change for c in by_section["lane rtx4090-windows-native"]} == {"added"}  # v0.13.0 records no native lane
+    qualification = {(c.path, c.change) for c in by_section["qualification results and gates"]}
+    assert ("summary.lanes.rtx5090-container.rebound_from", "changed") in qualification
+    assert ("summary.lanes.rtx4090-windows-native", "added") in qualification
+    gates = [c for c in by_section["qualification results and gates"] if c.path == "summary.remaining_release_gates"]
+    assert any(c.change == "removed" and c.old.startswith("reconstruction:") for c in gates)  # one item, not a shifted list
+    assert [c.path for c in by_section["product and channel"]] == ["predecessor", "release", "title"]
+
+
+def test_identical_trees_have_no_differences_and_exit_0(capsys):
+    assert _changes(V1, V1) == []
+    assert main(["diff", V1, V1]) == 0
+    assert capsys.readouterr().out == "no differences between v0.13.1 and v0.13.1\n"
+
+
+def test_differences_exit_1_in_every_form(capsys):
+    assert main(["diff", V0, V1]) == 1
+    text = capsys.readouterr().out
+    assert text.startswith("2") and "lane rtx5090-container\n  component tag and cut rebound_from: (none) -> v0.13.0\n" in text
+    assert main(["diff", V0, V1, "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["a"] == "v0.13.0" and document["b"] == "v0.13.1" and document["identical"] is False
+    assert {"section": "lane rtx5090-container", "group": "component tag and cut", "path": "rebound_from", "change": "changed", "old": None, "new": "v0.13.0"} in document["differences"]
+    assert main(["diff", V0, V1, "--markdown"]) == 1
+    markdown = capsys.readouterr().out
+    assert markdown.startswith("## Changes since v0.13.0\n\n### product and channel\n")
+    assert "### lane rtx5090-container\n\n- component tag and cut rebound_from: (none) -> v0.13.0\n" in markdown
+    outputs = []
+    for _ in range(2):  # the same trees give the same bytes
+        main(["diff", V0, V1, "--markdown"])
+        outputs.append(capsys.readouterr().out)
+    assert outputs[0] == outputs[1] == markdown
+
+
+def test_bad_input_exits_2_naming_it(tmp_path, capsys):
+    assert main(["diff", str(tmp_path / "nowhere"), V1]) == 2
+    err = capsys.readouterr().err
+    assert "error[usage]" in err and "nowhere" in err and "is neither a release tree, a manifest URL nor an asset-set folder" in err
+    broken = tmp_path / "v9.9.9"
+    shutil.copytree(V1, broken)
+    (broken / "manifest.json").write_text('{"artifact_type": "omp_ninfer_release_manifest", "artifact_type": "x"}')
+    assert main(["diff", V0, str(broken)]) == 2
+    assert "manifest.json" in capsys.readouterr().err
+    (broken / "manifest.json").write_text(json.dumps({"artifact_type": "omp_ninfer_product_qualification"}))
+    assert main(["diff", V0, str(broken)]) == 2
+    assert "is not the release tree document it is named as" in capsys.readouterr().err
+    (broken / "manifest.json").unlink()
+    (broken / "manifest.json").symlink_to(ROOT / "manifests" / "v0.13.0" / "manifest.json")
+    assert main(["diff", V0, str(broken)]) == 2  # a link is not a file of the tree
+    assert "is not a plain file of the release tree" in capsys.readouterr().err
+
+
+def test_hostile_text_cannot_become_markup_in_the_markdown():
+    from pipeline.tools.diff import Change
+
+    markdown = render_markdown("v1.0.0", [Change("product and channel", "", "title", "changed", "a", "<img src=x onerror=alert(1)> [link](http://evil) `code`")])
+    assert "<img" not in markdown and "&lt;img" in markdown and "`" not in markdown
+    assert "\\[link\\](http://evil)" in markdown  # brackets escaped: no link
+
+
+@pytest.fixture()
+def manifest_server():
+    files = {f"/{name}": (ROOT / "manifests" / "v0.13.1" / name).read_bytes() for name in ("manifest.json", "qualification.json", "compatibility.json")}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's name
+            data = files.get(self.path, b"x" * (5 << 20))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = LoopbackServer()
+    server.serve(Handler)
+    server.files = files
+    yield server
+    server.close()
+
+
+def test_a_manifest_url_is_compared_like_its_tree(manifest_server, capsys):
+    url = manifest_server.url("/manifest.json")
+    changes = compare(load_source(url), load_source(V1))
+    # the seeded manifest binds its summary and authority by path only (no URL yet): those two are absent
+    assert changes and {c.section for c in changes} <= {"qualification results and gates", "compatibility"}
+    assert main(["diff", manifest_server.url("/huge.json"), V1]) == 2  # bounded: a 5 MiB "manifest" is refused
+    assert "error[" in capsys.readouterr().err
+
+
+def test_a_published_manifest_brings_the_documents_it_binds_by_hash(manifest_server, capsys):
+    from pipeline.util.hashing import sha256_bytes
+
+    manifest = json.loads(manifest_server.files["/manifest.json"])
+    manifest["qualification"]["public_url"] = manifest_server.url("/qualification.json")
+    manifest["compatibility"]["public_url"] = manifest_server.url("/compatibility.json")
+    assert manifest["qualification"]["summary_sha256"] == sha256_bytes(manifest_server.files["/qualification.json"])
+    manifest_server.files["/published.json"] = json.dumps(manifest, sort_keys=True).encode()
+    published = load_source(manifest_server.url("/published.json"))
+    # the same documents as the tree's; only the URL the manifest now names differs
+    assert [(c.section, c.path) for c in compare(published, load_source(V1))] == [("qualification results and gates", "manifest.public_url")]
+    manifest["compatibility"]["sha256"] = "0" * 64  # the authority's bytes are not the ones bound
+    manifest_server.files["/tampered.json"] = json.dumps(manifest, sort_keys=True).encode()
+    assert main(["diff", manifest_server.url("/tampered.json"), V1]) == 2
+    assert "names a document whose bytes do not have the bound hash" in capsys.readouterr().err

@@ -1,0 +1,163 @@
+"""`status`: each cell's state from the register, the cut ledgers and the lane files, without running a stage."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from repokit import ROOT
+
+from pipeline.cli import main
+from pipeline.errors import EnvironmentProblem
+from pipeline.formats.lanes import load_lanes
+from pipeline.stage import Context, Stage, execute
+from pipeline.tools.status import collect, render_text
+
+LANE = "rtx5090-container"
+
+
+class _Toy(Stage):
+    """A stand-in for a lane's stage: writes one output, may read one entry, may refuse."""
+
+    def __init__(self, ctx, name, lane, kind, value, *, reads=None, refuse=False, **attrs):
+        super().__init__(ctx)
+        self.name, self.lane, self.kind, self.value, self.reads, self.refuse, self.attrs = name, lane, kind, value, reads, refuse, attrs
+
+    @property
+    def key(self):
+        return f"{self.name}:{self.lane.id}"
+
+    def preflight(self):
+        if self.refuse:
+            raise EnvironmentProblem("this host cannot do it", why="a test says so", fix="run it elsewhere")
+        if self.reads:
+            self.ctx.register.one(self.reads, lane=self.lane.id, needed_by=self.name, produced_by="earlier")
+
+    def inputs(self):
+        return {"lane": self.lane.id, "lane_file_sha256": self.lane.file_sha256, "value": self.value}
+
+    def run(self):
+        path = self.ctx.dist / self.lane.id / self.name / "out.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({"value": self.value}))
+        return [self.ctx.register.make(self.kind, path, stage=self.name, lane=self.lane.id, **self.attrs)]
+
+
+@pytest.fixture()
+def road(tmp_path):
+    lane = load_lanes()[LANE]
+    ctx = Context.open(tmp_path / "dist", root=ROOT)
+    execute(_Toy(ctx, "build", lane, "build-identity", "one"))
+    execute(_Toy(ctx, "package", lane, "outer-checksums", "sums", reads="build-identity", component_tag=lane.tag()))
+    return ctx, lane
+
+
+def _cells(ctx, lane_id=LANE):
+    status = collect(ctx.dist, ROOT, None)
+    return {row.lane: row for row in status.lanes}[lane_id].cells
+
+
+def test_fresh_records_are_up_to_date_and_the_rest_missing_or_skipped(road):
+    ctx, lane = road
+    cells = _cells(ctx)
+    assert cells["build"].text == "up to date" and cells["package"].text == "up to date"
+    assert cells["image"].state == "missing" and cells["qualify"].state == "missing"
+    assert cells["cut"].state == "done" and cells["cut"].detail == "published"  # the ledger's current cut
+    native = _cells(ctx, "rtx4090-windows-native")
+    assert native["image"].text == "skipped: a native lane ships no image" and native["build"].state == "missing"
+
+
+def test_an_upstream_rerun_makes_the_stage_that_read_it_stale(road):
+    ctx, lane = road
+    execute(_Toy(ctx, "build", lane, "build-identity", "two"))  # new bytes for the entry package read
+    cells = _cells(ctx)
+    assert cells["build"].text == "up to date"
+    assert cells["package"].text == f"stale: {LANE}/build/out.json changed (build recorded new bytes)"
+
+
+def test_an_output_changed_on_disk_is_stale(road):
+    ctx, _lane = road
+    (ctx.dist / LANE / "package" / "out.json").write_text("edited")
+    assert _cells(ctx)["package"].text == f"stale: output {LANE}/package/out.json changed on disk"
+
+
+def test_a_changed_code_file_is_named(road):
+    ctx, _lane = road
+    register = json.loads((ctx.dist / "register.json").read_text())
+    from pipeline.codedigest import code_files
+
+    recorded = code_files("pipeline.stages.package")
+    recorded["stages/package.py"] = "0" * 64  # as if package.py had other bytes when the record was made
+    register["stages"][f"package:{LANE}"]["code"] = recorded
+    (ctx.dist / "register.json").write_text(json.dumps(register))
+    cell = _cells(ctx)["package"]
+    assert cell.text == "stale: code changed: pipeline/stages/package.py"
+
+
+def test_a_cut_other_than_the_current_one_is_stale(road):
+    ctx, lane = road
+    execute(_Toy(ctx, "package", lane, "outer-checksums", "old", reads="build-identity", component_tag=lane.tag(1)))
+    assert _cells(ctx)["package"].text == f"stale: made for {lane.tag(1)}, the lane's current cut is {lane.tag()}"
+
+
+def test_a_refusal_is_shown_until_the_stage_next_succeeds(road):
+    ctx, lane = road
+    with pytest.raises(EnvironmentProblem):
+        execute(_Toy(ctx, "image", lane, "oci-layout", "x", refuse=True, manifest_digest="sha256:" + "1" * 64))
+    cell = _cells(ctx)["image"]
+    assert cell.state == "refused" and "this host cannot do it" in cell.detail and "Fix: run it elsewhere" in cell.detail
+    execute(_Toy(ctx, "image", lane, "oci-layout", "x", manifest_digest="sha256:" + "1" * 64))
+    cell = _cells(ctx)["image"]
+    assert cell.text == "up to date" and cell.digest == "1" * 64  # an image is named by its manifest digest
+
+
+def test_the_release_lists_every_blocker_with_its_command(road):
+    ctx, _lane = road
+    manifest = json.loads((ROOT / "manifests" / "v0.13.1" / "manifest.json").read_text())
+    status = collect(ctx.dist, ROOT, "v0.13.1")
+    assert status.release.state == manifest["status"] == "draft"
+    assert [b.text for b in status.release.blockers] == manifest["publication"]["blockers"]
+    fixes = {b.text.split(": ", 1)[0]: b.fix for b in status.release.blockers}
+    assert fixes["pins"] == "python -m pipeline compose rebind --release v0.13.1 --pin HEAD"
+    assert fixes["external-install"].startswith("python -m pipeline compose accept --release v0.13.1 --record FILE")
+    assert fixes["components.ninfer.qualification"].startswith(f"python -m pipeline qualify --lane {LANE} --import RECEIPT")
+    assert {r.route for r in status.release.routes} >= {"rtx5090-wsl2", "audit"}
+    assert all(r.receipts == () for r in status.release.routes)
+    text = render_text(status)
+    assert "release v0.13.1: draft" in text and "clear: python -m pipeline compose rebind --release v0.13.1 --pin HEAD" in text
+
+
+def test_the_command_prints_text_json_and_a_reproducible_page(road, tmp_path, capsys):
+    ctx, _lane = road
+    started = time.perf_counter()
+    assert main(["status", "--dist", str(ctx.dist), "--release", "v0.13.1", "--json"]) == 0
+    assert time.perf_counter() - started < 1.0  # cheap: no stage runs
+    document = json.loads(capsys.readouterr().out)
+    assert document["stages"] == ["cut", "build", "package", "image", "push", "qualify", "publish"]
+    assert {row["lane"]: row["stages"]["build"]["state"] for row in document["lanes"]}[LANE] == "up to date"
+    pages = []
+    for name in ("a.html", "b.html"):
+        assert main(["status", "--dist", str(ctx.dist), "--release", "v0.13.1", "--html", str(tmp_path / name), "--quiet"]) == 0
+        pages.append((tmp_path / name).read_bytes())
+    assert pages[0] == pages[1]
+    assert b"<script" not in pages[0] and b"src=" not in pages[0] and b"href=" not in pages[0]
+
+
+def test_hostile_text_is_escaped_in_the_page(road):
+    from pipeline.tools.status_page import render_page
+
+    ctx, lane = road
+    with pytest.raises(EnvironmentProblem):
+        execute(_Toy(ctx, "image", lane, "oci-layout", "<script>alert(1)</script>", refuse=True, manifest_digest="sha256:" + "1" * 64))
+    register = json.loads((ctx.dist / "register.json").read_text())
+    register["refusals"][f"image:{LANE}"]["message"] = "<script>alert(1)</script><img src=x>"
+    (ctx.dist / "register.json").write_text(json.dumps(register))
+    page = render_page(collect(ctx.dist, ROOT, None))
+    assert b"<script>" not in page and b"<img" not in page and b"&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x&gt;" in page
+
+
+def test_a_bad_release_name_is_a_usage_error(road, capsys):
+    ctx, _lane = road
+    assert main(["status", "--dist", str(ctx.dist), "--release", "../etc"]) == 2
+    assert "error[usage]" in capsys.readouterr().err
