@@ -99,6 +99,48 @@ def _pin(pins: dict[str, str], path: str | None) -> str | None:
     return url if parsed and parsed[1] == path else None
 
 
+def _derive_acceptance(root: Path, release: str, pins: dict[str, str], problems: Problems, files: dict[str, str]) -> dict[str, Any] | None:
+    """The manifest's acceptance entry from the tree's acceptance record, when there is one."""
+    acceptance_rel = repo_path(release, ACCEPTANCE)
+    if not (root / acceptance_rel).exists():
+        return None
+    files[acceptance_rel] = "acceptance"
+    record = read_evidence_json(root, acceptance_rel, problems, "acceptance")
+    if record is None:
+        return None
+    candidate = record.get("candidate_commit")
+    return {
+        "path": acceptance_rel,
+        "sha256": file_sha256(root, acceptance_rel),
+        "public_url": _pin(pins, acceptance_rel),
+        "status": record.get("status") if record.get("status") in ("passed", "failed") else None,
+        "candidate_commit": candidate if is_commit_hex(candidate) else None,
+    }
+
+
+def _unpinned_records(manifest: dict[str, Any], authority_rel: str, shipped_rows: list[dict[str, Any]], acceptance: dict[str, Any] | None) -> list[str]:
+    """The tree's records whose raw URL is not pinned yet.  Pins come last in the chain: a record's raw URL
+    can only name a commit holding its bytes."""
+    records = [(manifest["qualification"]["summary"], manifest["qualification"]["public_url"]), (authority_rel, manifest["compatibility"]["public_url"])]
+    for row in shipped_rows:
+        if row["qualification"]["summary"]:
+            records.append((row["qualification"]["summary"], row["qualification"]["public_url"]))
+        for key in ROW_RECORDS:
+            if isinstance(row.get(key), dict):
+                records.append((row[key]["path"], row[key]["public_url"]))
+    if acceptance:
+        records.append((acceptance["path"], acceptance["public_url"]))
+    return sorted({path for path, url in records if url is None})
+
+
+def _pin_blocker(release: str, unpinned: list[str]) -> str:
+    prefix = repo_path(release, "")
+    return (
+        f"{PINS}: {len(unpinned)} records have no raw URL pinned at a commit yet ({', '.join(p.removeprefix(prefix) for p in unpinned)}); "
+        f"commit the tree, then run 'python -m pipeline compose rebind --release {release} --pin COMMIT' until none remain"
+    )
+
+
 def derive(
     root: Path,
     release: str,
@@ -152,21 +194,7 @@ def derive(
         "ninfer_variants": [rows[k] for k in sorted(rows) if lanes[k].kind != "container"],
     }
 
-    # acceptance
-    acceptance_rel = repo_path(release, ACCEPTANCE)
-    acceptance = None
-    if (root / acceptance_rel).exists():
-        files[acceptance_rel] = "acceptance"
-        record = read_evidence_json(root, acceptance_rel, problems, "acceptance")
-        if record is not None:
-            candidate = record.get("candidate_commit")
-            acceptance = {
-                "path": acceptance_rel,
-                "sha256": file_sha256(root, acceptance_rel),
-                "public_url": _pin(pins, acceptance_rel),
-                "status": record.get("status") if record.get("status") in ("passed", "failed") else None,
-                "candidate_commit": candidate if is_commit_hex(candidate) else None,
-            }
+    acceptance = _derive_acceptance(root, release, pins, problems, files)
     accepted = bool(acceptance and acceptance["status"] == "passed")
 
     nulls = null_identities(components, lanes)
@@ -235,23 +263,9 @@ def derive(
         "signing": _signing(release, signed),
         "publication": {"authorized": False, "targets": list(rt.targets), "blockers": list(blockers)},
     }
-    # Pins come last in the chain: a record's raw URL can only name a commit holding its bytes.
-    records = [(manifest["qualification"]["summary"], manifest["qualification"]["public_url"]), (authority_rel, manifest["compatibility"]["public_url"])]
-    for row in shipped_rows:
-        if row["qualification"]["summary"]:
-            records.append((row["qualification"]["summary"], row["qualification"]["public_url"]))
-        for key in ROW_RECORDS:
-            if isinstance(row.get(key), dict):
-                records.append((row[key]["path"], row[key]["public_url"]))
-    if acceptance:
-        records.append((acceptance["path"], acceptance["public_url"]))
-    unpinned = sorted({path for path, url in records if url is None})
+    unpinned = _unpinned_records(manifest, authority_rel, shipped_rows, acceptance)
     if unpinned:
-        prefix = repo_path(release, "")
-        pin_blocker = (
-            f"{PINS}: {len(unpinned)} records have no raw URL pinned at a commit yet ({', '.join(p.removeprefix(prefix) for p in unpinned)}); "
-            f"commit the tree, then run 'python -m pipeline compose rebind --release {release} --pin COMMIT' until none remain"
-        )
+        pin_blocker = _pin_blocker(release, unpinned)
         manifest["publication"]["blockers"].append(pin_blocker)
         derived_blockers = [*derived_blockers, pin_blocker]
     notes = render_notes(manifest, rt, summary, lanes=lanes)
