@@ -288,6 +288,10 @@ class RebuildStage(Stage):
     # -- preflight ---------------------------------------------------------------
     def preflight(self) -> None:
         lane = self.lane
+        from pipeline.infra import compile_cache
+
+        if os.environ.get(compile_cache.CACHE_VARIABLE):  # the rebuild compiles every object from the published source
+            raise compile_cache.refusal("rebuild --verify")
         if not self.published.is_dir():
             raise UsageError("the published set folder does not exist", file=self.published)
         self.beta = _beta_of(self.published, lane)
