@@ -288,10 +288,6 @@ class RebuildStage(Stage):
     # -- preflight ---------------------------------------------------------------
     def preflight(self) -> None:
         lane = self.lane
-        from pipeline.infra import compile_cache
-
-        if os.environ.get(compile_cache.CACHE_VARIABLE):  # the rebuild compiles every object from the published source
-            raise compile_cache.refusal("rebuild --verify")
         if not self.published.is_dir():
             raise UsageError("the published set folder does not exist", file=self.published)
         self.beta = _beta_of(self.published, lane)
@@ -536,8 +532,11 @@ def rebuild_verify(
     use_diffoscope: bool = True,
     prebuilt: Path | None = None,
 ) -> Outcome:
+    from pipeline.infra import compile_cache
     from pipeline.infra.hostdeps import parse_search_path
 
+    if os.environ.get(compile_cache.CACHE_VARIABLE):  # before any download: every object is compiled from the published source
+        raise compile_cache.refusal("rebuild --verify")
     lane = find_lane(lane_name, lanes_dir)
     if work is None:
         work = Path(tempfile.mkdtemp(prefix=f"omp-ninfer-rebuild-{lane.short_name}."))
