@@ -15,6 +15,13 @@ identity and that it names this source, lane and toolchain, and write
 kind `toolchain`: the toolchain's libraries and where the CUDA runtime is,
 which package and qualify query instead of looking into the toolchain).
 
+Each build compiles in a private folder of its own that only the compile sees at the
+canonical path, in a private mount namespace (pipeline/infra/buildns.py), so builds of
+one lane run at once; where no namespace can be made, they take turns under the lane's
+lock.  `--cache DIR` (PIPELINE_BUILD_CACHE) compiles through ccache keyed on the exact
+toolchain (pipeline/infra/compile_cache.py): the bytes are a clean build's, and neither
+`rebuild --verify` nor the release workflow uses one.
+
 `--prebuilt DIR` takes binaries built elsewhere (the Windows job of the
 release workflow) instead: their hashes and identity are checked and recorded
 exactly like a local build's.
