@@ -35,6 +35,8 @@ def test_the_goal_needs_identical_bytes_and_at_most_a_seventh_of_the_clean_build
         {"seconds": 100.0, "binaries": {"ninfer": "a" * 64}, "identity": b"{}", "counters": {}},
     ])
     monkeypatch.setattr(bench_build, "_build", lambda *_args: next(runs))
+    monkeypatch.setattr(bench_build, "make_engine_repo", lambda _repo: "1" * 40)  # the tree is the test above's
+    monkeypatch.setattr(bench_build, "change_one_of_each", lambda _repo: "2" * 40)
     result = bench_build.measure_recut_cache(tmp_path, tmp_path, 0, 9)
     assert result["met"] is met and result["ratio"] == round(warm_seconds / 100.0, 3)
     assert result["ours"]["cache_hits"] == 78 and result["ours"]["cache_misses"] == 2
