@@ -100,8 +100,8 @@ def private_build_root(lane: Lane) -> Path:
         root,
         what="the canonical build root",
         fix="remove the folder named here (its owner or an administrator can; the next build makes it again, private "
-        f"to you, at {root}). The path is fixed because -lineinfo embeds it in device code, so on a shared host one user "
-        "at a time builds there",
+        f"to you, at {root}). The path is fixed because -lineinfo embeds it in device code; each build mounts its own "
+        "folder there (or, without a mount namespace, builds there in turn)",
     )
 
 
