@@ -60,6 +60,26 @@ class Timed:
         return next(t for t, line in self.lines if re.search(pattern, line))
 
 
+def test_a_cached_object_follows_source_date_epoch_where_the_source_uses_date(tmp_path):
+    """__DATE__ comes from SOURCE_DATE_EPOCH (the commit's time): another commit's cached object must not be returned."""
+    from pipeline.infra import compile_cache
+    from pipeline.stages.build import BUILD_PATH, LAUNCHER
+
+    env = {"PATH": os.pathsep.join(BUILD_PATH), "LC_ALL": "C.UTF-8", "HOME": str(tmp_path)}
+    cache = compile_cache.prepare(tmp_path / "cache", toolchain_description={"kind": "pinned", "lock_entry_sha256": "0" * 64},
+                                  cuda_home=tmp_path, path=BUILD_PATH, env=env, launcher=LAUNCHER)
+    (tmp_path / "dated.c").write_text('const char *built_on = __DATE__;\nint unrelated(void) { return 1; }\n')
+    objects = []
+    for epoch in ("1700000000", "1800000000", "1700000000"):
+        target = tmp_path / f"dated-{epoch}-{len(objects)}.o"
+        subprocess.run([str(cache.ccache), "cc", "-c", "dated.c", "-o", str(target)], cwd=tmp_path, env={**env, **cache.env(), "SOURCE_DATE_EPOCH": epoch}, check=True)
+        objects.append(target.read_bytes())
+    assert b"Nov 14 2023" in objects[0] and b"Jan 15 2027" in objects[1], "the second commit's date must be compiled, not served"
+    assert objects[2] == objects[0]
+    hits, misses = compile_cache.hits_and_misses({}, cache.statistics(env))
+    assert (hits, misses) == (1, 2)
+
+
 @pytest.mark.cuda
 @pytest.mark.slow
 @pytest.mark.network
