@@ -19,6 +19,8 @@ issues add entries there.  Results go to `bench-results/bench.json` unless
 * `verify-hash-large-file`, `verify-hash-many-files`, `audit-served-release`:
   issue 6's measurements, described in `pipeline/bench_verify.py` (audit is
   compared with `curl | openssl dgst -sha256` at the same `--jobs`).
+* `recut-compile-cache`: issue 19's re-cut of an engine-shaped tree from the
+  compile cache against a build without it (`pipeline/dev/bench_build.py`).
 
 Every figure is wall time on a machine that may be shared: the host section
 and every measurement record the load average at their start and end, and
@@ -48,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline import __version__
+from pipeline.dev.bench_build import MEASUREMENTS as _BUILD_MEASUREMENTS
 from pipeline.dev.bench_verify import MEASUREMENTS as _VERIFY_MEASUREMENTS
 from pipeline.dev.bench_verify import children_cpu
 from pipeline.errors import BuildFailure, UsageError
@@ -286,6 +289,7 @@ MEASUREMENTS: dict[str, Callable[[Path, Path, int, int], dict[str, Any]]] = {
 # served release against curl | openssl dgst.  They live in pipeline/bench_verify.py.
 
 MEASUREMENTS.update(_VERIFY_MEASUREMENTS)
+MEASUREMENTS.update(_BUILD_MEASUREMENTS)  # issue 19: recut-compile-cache
 
 
 def _tool_version(command: list[str]) -> str | None:
@@ -346,6 +350,9 @@ def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level:
     atomic_write_bytes(output, canonical_bytes(document))
     for result in results:
         verdict = "met" if result["met"] else "NOT met"
+        if "summary" in result:  # a measurement in seconds rather than MiB/s says its figures itself
+            ui.step("bench", f"{result['name']}: {result['summary']}; goal {verdict}")
+            continue
         figure = f"speedup {result['speedup']}x" if "speedup" in result else f"ratio {result['ratio']}x"
         baseline = f"; {result['baseline']['tool']} {result['baseline']['mib_per_s']} MiB/s" if "baseline" in result else ""
         if "machine_ceiling" in result:

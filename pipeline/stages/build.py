@@ -15,6 +15,13 @@ identity and that it names this source, lane and toolchain, and write
 kind `toolchain`: the toolchain's libraries and where the CUDA runtime is,
 which package and qualify query instead of looking into the toolchain).
 
+Each build compiles in a private folder of its own that only the compile sees at the
+canonical path, in a private mount namespace (pipeline/infra/buildns.py), so builds of
+one lane run at once; where no namespace can be made, they take turns under the lane's
+lock.  `--cache DIR` (PIPELINE_BUILD_CACHE) compiles through ccache keyed on the exact
+toolchain (pipeline/infra/compile_cache.py): the bytes are a clean build's, and neither
+`rebuild --verify` nor the release workflow uses one.
+
 `--prebuilt DIR` takes binaries built elsewhere (the Windows job of the
 release workflow) instead: their hashes and identity are checked and recorded
 exactly like a local build's.
@@ -27,8 +34,11 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from collections import deque
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +55,8 @@ from pipeline.formats.identity import (
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
 from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
 from pipeline.formats.toolchain_record import write_record
-from pipeline.infra import hostdeps
+from pipeline.infra import buildns, hostdeps
+from pipeline.infra import compile_cache as ccache
 from pipeline.infra.cubin import cubin_architectures
 from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
 from pipeline.infra.toolchain import (
@@ -53,6 +64,7 @@ from pipeline.infra.toolchain import (
     LOCK_FILE,
     ON_WINDOWS,
     Toolchain,
+    ensure_private_dir,
     for_lane,
     toolchain_record,
     toolchain_spec,
@@ -80,21 +92,25 @@ def canonical_source_dir(lane: Lane) -> Path:
     return build_root(lane) / "src"
 
 
-@contextmanager
-def lane_lock(lane: Lane):
+def private_build_root(lane: Lane) -> Path:
+    """The canonical build root, made private (0700) when absent; refused when another user owns it or others can write to it."""
     root = build_root(lane)
-    # The canonical build root sits in /var/tmp, shared by every user: it is made private (0700) when absent, and
-    # one that another user owns or that group or others can write to is refused (infra/toolchain.check_private_dir).
-    from pipeline.infra.toolchain import ensure_private_dir
-
-    ensure_private_dir(
+    # /var/tmp is shared by every user (infra/toolchain.check_private_dir).
+    return ensure_private_dir(
         root,
         what="the canonical build root",
         fix="remove the folder named here (its owner or an administrator can; the next build makes it again, private "
-        f"to you, at {root}). The path is fixed because -lineinfo embeds it in device code, so on a shared host one user "
-        "at a time builds there",
+        f"to you, at {root}). The path is fixed because -lineinfo embeds it in device code; each build mounts its own "
+        "folder there (or, without a mount namespace, builds there in turn)",
     )
-    with open(root.parent / f"{lane.id}.lock", "w") as handle:
+
+
+@contextmanager
+def lane_lock(lane: Lane):
+    """The lane's machine-wide lock: the fallback where no private mount namespace can be made (buildns)."""
+    root = private_build_root(lane)
+    with open(root.parent / f"{lane.id}.lock", "a+") as handle:
+        handle.seek(0)
         if ON_WINDOWS:
             import msvcrt
 
@@ -106,9 +122,61 @@ def lane_lock(lane: Lane):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            ui.info(f"another build of {lane.id} holds the canonical source path; waiting")
+            holder = handle.read(200).strip() or "pid unknown"  # what the holder wrote when it took the lock
+            ui.info(f"waiting for another build of this lane: {holder}")
             fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} since {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}\n")
+        handle.flush()
         yield
+
+
+@dataclass(frozen=True)
+class CompilePlace:
+    """Where one build compiles: the paths the compiler sees, the folders the pipeline reads and writes, the wrapper."""
+
+    src: Path  # the canonical source path, as the compiler sees it
+    build: Path  # the build folder, as the compiler sees it
+    real_src: Path  # the same folders as this process sees them (the private folder in a namespace)
+    real_build: Path
+    private: Path | None  # the build's private folder, bind-mounted at the canonical build root (None: the lane lock)
+    isolation: buildns.Isolation
+
+    def command(self, argv: list[str]) -> list[str]:
+        if self.private is None:
+            return argv
+        return self.isolation.wrap(self.private, self.src.parent, argv)
+
+
+@contextmanager
+def compile_place(lane: Lane, work_dir: Path | None):
+    """The build's own folder at the canonical path (a private mount namespace), else the canonical folder under the lane lock."""
+    root = private_build_root(lane)
+    work_parent = ensure_private_dir(
+        CANONICAL_ROOT / "work",
+        what="the private build folders' parent",
+        fix=f"remove the folder named here; the next build makes it again, private to you, at {CANONICAL_ROOT / 'work'}",
+    )
+    isolation = buildns.detect(work_parent)
+    if not isolation.available:
+        ui.info(f"builds of {lane.id} take turns at {root}: {isolation.reason}")
+        with lane_lock(lane):
+            build = work_dir or root / "build"
+            place = CompilePlace(root / "src", build, root / "src", build, None, isolation)
+            for path in (place.src, place.build):
+                if path.exists():
+                    shutil.rmtree(path)
+            yield place
+        return
+    private = Path(tempfile.mkdtemp(prefix=f"{lane.id}.", dir=work_parent))
+    build = work_dir or root / "build"
+    real_build = private / build.relative_to(root) if build.is_relative_to(root) else build
+    if real_build == build and build.exists():
+        shutil.rmtree(build)
+    ui.info(f"private build folder {private}, mounted at {root} for the compile only (a mount namespace of its own)")
+    yield CompilePlace(root / "src", build, private / "src", real_build, private, isolation)
+    shutil.rmtree(private)  # kept when the build failed: the error names it
 
 
 def host_compiler() -> str:
@@ -138,6 +206,7 @@ class BuildStage(Stage):
         rehearsal: bool = False,
         pkg_config_path: tuple[str, ...] = (),
         cut=None,
+        cache_dir: Path | None = None,
     ) -> None:
         super().__init__(ctx)
         self.lane = lane
@@ -154,6 +223,9 @@ class BuildStage(Stage):
         self.toolchain: Toolchain | None = None
         self.pkg_config_path = tuple(pkg_config_path)
         self.host_check: hostdeps.HostCheck | None = None
+        # --cache: the compile cache's folder; the bytes are those of a build without it (infra/compile_cache).
+        self.cache_dir = cache_dir
+        self.cache: ccache.CompileCache | None = None
 
     @property
     def key(self) -> str:
@@ -199,6 +271,8 @@ class BuildStage(Stage):
             raise EnvironmentProblem("git is not on PATH", why="the source is exported from an exact commit", fix="apt-get install git")
         if self.prebuilt is None and not ON_WINDOWS:
             self._require_host_compilers()
+        if self.cache_dir is not None:
+            self._check_cache_request()
         self.source = resolve_source(self.source_spec, lane)
         from pipeline.stages.cut import binding_for_build
 
@@ -252,6 +326,17 @@ class BuildStage(Stage):
             ui.info(f"host dependencies: none declared for {host} ({declared_by})")
         return check
 
+    def _check_cache_request(self) -> None:
+        ccache.refuse_where_forbidden()
+        if self.prebuilt is not None or ON_WINDOWS:
+            raise UsageError(
+                "--cache applies to a local Linux compile only",
+                field="--cache",
+                found="--prebuilt" if self.prebuilt is not None else "a Windows host (MSVC)",
+                fix="drop --cache (and unset PIPELINE_BUILD_CACHE)",
+            )
+        ccache.ccache_version(ccache.find_ccache(BUILD_PATH))
+
     def _require_host_compilers(self) -> None:
         # The one prerequisite besides python and git: CMake's C/C++ compilers (nvcc's host compiler),
         # looked up on the fixed PATH the build runs with (_build_env), not the caller's.
@@ -283,6 +368,8 @@ class BuildStage(Stage):
                 data["host_dependencies"] = self.host_check.dependencies_json()
                 data["host_environment"] = self.host_check.environment_json()
             data["work_dir"] = str(self.work_dir) if self.work_dir else None
+            # A build without the cache never counts a cached build as its own (only whether, not where: same bytes).
+            data["compile_cache"] = self.cache_dir is not None
             if self.toolchain_mode == "pinned":
                 data["toolchain"] = toolchain_spec(self.lane.cuda_toolkit, current_host_platform()).digest
             else:
@@ -361,7 +448,10 @@ class BuildStage(Stage):
             for lib in sorted(libraries)
         ]
         assert self.cut is not None
-        artifacts.append(register.make("build-identity", identity_path, stage=self.name, lane=lane.id, name=f"{lane.id}/build-identity.json", cut=self.cut.to_json()))
+        # Whether a compile cache served the objects: recorded here (the register stays on this machine), never in
+        # the identity, which is byte-identical either way; rebuild --verify and the release workflow use none.
+        cache_record = {"compile_cache": self.cache.to_json()} if self.cache is not None else {}
+        artifacts.append(register.make("build-identity", identity_path, stage=self.name, lane=lane.id, name=f"{lane.id}/build-identity.json", cut=self.cut.to_json(), **cache_record))
         artifacts.append(register.make("source-tar", self.out_dir / "source.tar", stage=self.name, lane=lane.id, name=f"{lane.id}/source.tar", commit=self.source.commit))
         artifacts.append(register.make("toolchain", toolchain_path, stage=self.name, lane=lane.id, name=f"{lane.id}/{TOOLCHAIN_RECORD}",
                                        toolchain_kind=toolchain.kind, toolchain_root=toolchain.root, library_dir=toolchain.library_dir))
@@ -381,34 +471,34 @@ class BuildStage(Stage):
         lane = self.lane
         toolchain = for_lane(lane, self.toolchain_mode)
         self.toolchain = toolchain
-        with lane_lock(lane):
-            src = canonical_source_dir(lane)
-            build = self.work_dir or build_root(lane) / "build"
-            for path in (src, build):
-                if path.exists():
-                    shutil.rmtree(path)
-            export_tree(source_tar, src)
-            env = self._build_env(toolchain)
+        env = self._build_env(toolchain)
+        cache = self._prepare_cache(toolchain, env)
+        with compile_place(lane, self.work_dir) as place:
+            export_tree(source_tar, place.real_src)
             configure = [
-                str(toolchain.cmake), "-S", str(src), "-B", str(build), "-G", "Ninja",
+                str(toolchain.cmake), "-S", str(place.src), "-B", str(place.build), "-G", "Ninja",
                 f"-DCMAKE_MAKE_PROGRAM={toolchain.ninja}",
                 "-DCMAKE_BUILD_TYPE=Release",
                 f"-DCMAKE_CUDA_ARCHITECTURES={lane.cuda_architecture}",
                 f"-DCMAKE_CUDA_COMPILER={toolchain.nvcc}",
                 f"-DCUDAToolkit_ROOT={toolchain.cuda_home}",
-                f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{LAUNCHER}",
+                *(cache.cmake_args([sys.executable, str(LAUNCHER)]) if cache else [f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{LAUNCHER}"]),
                 *(self.host_check.cmake_args() if self.host_check is not None else []),
                 *self._identity_cache_args(),
                 *lane.cmake_args,
             ]
             ui.step(self.name, f"configure {lane.id}: CUDA {toolchain.cuda_version}, architecture {lane.cuda_architecture}")
-            run(configure, env=env, what=f"configure {lane.id} with CMake", fix="read the CMake output above; the lane's cmake_args or the source may be wrong")
-            self._ninja(toolchain, build, env)
+            run(place.command(configure), env=env, what=f"configure {lane.id} with CMake", fix="read the CMake output above; the lane's cmake_args or the source may be wrong")
+            before = cache.statistics(env) if cache else {}
+            self._ninja(toolchain, place, env)
+            if cache:
+                hits, misses = ccache.hits_and_misses(before, cache.statistics(env))
+                ui.info(f"compile cache: {hits} hits, {misses} misses (counted over the whole cache: builds sharing it at once add theirs)")
             for binary in self._wanted_binaries():
-                produced = self._find_binary(build, lane.binary_file(binary))
+                produced = self._find_binary(place.real_build, lane.binary_file(binary))
                 if produced is None:
                     if binary in lane.binaries:
-                        raise BuildFailure(f"the build did not produce {binary}", file=build, fix=f"check that the CMake target {binary!r} exists in the source")
+                        raise BuildFailure(f"the build did not produce {binary}", file=place.real_build, fix=f"check that the CMake target {binary!r} exists in the source")
                     continue
                 copy_file(produced, bin_dir / lane.binary_file(binary), mode=0o755)
         identity = self._identity_of_local(bin_dir, toolchain)
@@ -416,6 +506,16 @@ class BuildStage(Stage):
         description["host_cxx_compiler"] = host_compiler()
         description["launcher_sha256"] = sha256_file(LAUNCHER)
         return identity, description
+
+    def _prepare_cache(self, toolchain: Toolchain, env: dict[str, str]) -> ccache.CompileCache | None:
+        """The compile cache (--cache), keyed on this toolchain; None without one."""
+        if self.cache_dir is None:
+            return None
+        cache = ccache.prepare(self.cache_dir, toolchain_description=toolchain.description, cuda_home=toolchain.cuda_home, path=BUILD_PATH, env=env, launcher=LAUNCHER)
+        env.update(cache.env())
+        ui.info(f"compile cache: {cache.directory} (ccache {cache.version}, entries keyed on toolchain {cache.key[:16]})")
+        self.cache = cache
+        return cache
 
     def _wanted_binaries(self) -> list[str]:
         return [b for b in (*self.lane.binaries, *self.lane.optional_binaries) if b in self.lane.targets]
@@ -448,10 +548,10 @@ class BuildStage(Stage):
             **search,
         }
 
-    def _ninja(self, toolchain: Toolchain, build: Path, env: dict[str, str]) -> None:
+    def _ninja(self, toolchain: Toolchain, place: CompilePlace, env: dict[str, str]) -> None:
         targets = list(self.lane.targets)
         ui.step(self.name, f"compile {self.lane.id}: targets {', '.join(targets)}")
-        command = [str(toolchain.ninja), "-C", str(build), *targets]
+        command = place.command([str(toolchain.ninja), "-C", str(place.build), *targets])
         last = deque(maxlen=40)
         with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace") as proc:
             assert proc.stdout is not None
@@ -467,7 +567,7 @@ class BuildStage(Stage):
             raise BuildFailure(
                 f"compiling {self.lane.id} failed: ninja exited with status {code}",
                 why=f"its last output was:\n{output}\n",
-                fix="fix the compile error in the source at this commit; the build directory is kept at " + str(build),
+                fix="fix the compile error in the source at this commit; the build directory is kept at " + str(place.real_build),
             )
 
     @staticmethod
@@ -600,7 +700,10 @@ def build_lane(
     pkg_config_path: list[str] | None = None,
     source_archive: Path | str | None = None,
     provenance: Path | str | None = None,
+    cache: Path | str | None = None,
+    no_cache: bool = False,
 ):
+    """Build one lane; `cache` (else PIPELINE_BUILD_CACHE, unless `no_cache`) is the compile cache's folder."""
     from pipeline.formats.lanes import find_lane
     from pipeline.infra.source import parse_source
     from pipeline.stage import execute
@@ -622,6 +725,8 @@ def build_lane(
         work_dir=Path(work).resolve() if work else None,
         rehearsal=rehearsal,
         pkg_config_path=hostdeps.parse_search_path(pkg_config_path),
+        # PIPELINE_BUILD_CACHE does not apply to --prebuilt (nothing compiles); an explicit --cache is refused there.
+        cache_dir=ccache.requested(cache, disabled=no_cache or (prebuilt is not None and cache is None)),
     )
     return execute(stage, force=force)
 
@@ -641,6 +746,8 @@ def run_build(args: argparse.Namespace) -> int:
         pkg_config_path=args.pkg_config_path,
         source_archive=args.source_archive,
         provenance=args.provenance,
+        cache=args.cache,
+        no_cache=args.no_cache,
     )
     return 0
 
@@ -658,6 +765,14 @@ def register_cli(sub) -> None:
     parser.add_argument("--work", type=Path, help="build directory (default: /var/tmp/omp-ninfer/build/<lane>/build)")
     parser.add_argument("--rehearsal", action="store_true", help="build a commit that is not the lane's current cut under the cut's names (a test build: publish refuses it); the embedded sample always is one unless a cut binds its commit")
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        metavar="DIR",
+        help="compile through ccache with this private cache folder (default: $PIPELINE_BUILD_CACHE); the bytes are a clean build's; "
+        "never in rebuild --verify or the release workflow",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="compile every object even when PIPELINE_BUILD_CACHE is set")
     parser.add_argument(
         "--pkg-config-path",
         action="append",

@@ -532,8 +532,11 @@ def rebuild_verify(
     use_diffoscope: bool = True,
     prebuilt: Path | None = None,
 ) -> Outcome:
+    from pipeline.infra import compile_cache
     from pipeline.infra.hostdeps import parse_search_path
 
+    if os.environ.get(compile_cache.CACHE_VARIABLE):  # before any download: every object is compiled from the published source
+        raise compile_cache.refusal("rebuild --verify")
     lane = find_lane(lane_name, lanes_dir)
     if work is None:
         work = Path(tempfile.mkdtemp(prefix=f"omp-ninfer-rebuild-{lane.short_name}."))

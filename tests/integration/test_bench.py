@@ -20,7 +20,10 @@ from pipeline.infra import archive as archive_module
 @pytest.mark.slow
 def test_bench_writes_named_measurements_against_gnu_tar_pigz_gzip_and_openssl(tmp_path):
     output = tmp_path / "bench.json"
-    assert main(["bench", "--size", str(4 << 20), "--level", "6", "--output", str(output), "--work", str(tmp_path), "--quiet"]) == 0
+    # The re-cut measurement compiles an engine-shaped tree three times (minutes): test_bench_build.py covers it without nvcc.
+    measured = [name for name in bench.MEASUREMENTS if name != "recut-compile-cache"]
+    only = [arg for name in measured for arg in ("--only", name)]
+    assert main(["bench", "--size", str(4 << 20), "--level", "6", "--output", str(output), "--work", str(tmp_path), "--quiet", *only]) == 0
     document = json.loads(output.read_text())
     assert document["artifact_type"] == "omp_ninfer_benchmark" and document["host"]["zlib"]
     assert document["schema_version"] == 2
@@ -28,7 +31,7 @@ def test_bench_writes_named_measurements_against_gnu_tar_pigz_gzip_and_openssl(t
     load = document["host"]["load_average"]
     assert len(load["start"]) == 3 and len(load["end"]) == 3
     results = {m["name"]: m for m in document["measurements"]}
-    assert list(results) == list(bench.MEASUREMENTS)
+    assert list(results) == measured
     assert all(len(m["load_average"]["start"]) == 3 and len(m["load_average"]["end"]) == 3 for m in results.values())
     archive = results["package-archive"]
     jobs = archive_module.default_jobs()

@@ -1,0 +1,88 @@
+"""One canonical build path per build: a private mount namespace for the compile.
+
+The compiler must see the source at `/var/tmp/omp-ninfer/build/<lane>/src`
+(-lineinfo embeds absolute .cu paths in device code), but two builds must not
+share that folder.  Each build gets a private folder of its own
+(`/var/tmp/omp-ninfer/work/<lane>.XXXXXXXX`, 0700, under a parent checked
+private like the toolchain root), and every command that sees the canonical
+path (CMake's configure, Ninja, hence every compiler) runs in a mount
+namespace of its own in which that folder is bind-mounted at
+`/var/tmp/omp-ninfer/build/<lane>`:
+
+    unshare --mount --propagation private [--user --map-root-user] \
+        sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh PRIVATE CANONICAL COMMAND…
+
+As root the mount namespace alone is enough; otherwise an unprivileged user
+namespace maps you to root inside it (where the kernel allows them: Debian
+and most distributions do; Ubuntu 24.04's AppArmor default does not).  The
+pipeline itself never enters the namespace: it writes the source into, and
+reads the outputs back from, the private folder.  Where no namespace can be
+made (no unshare, a container without CAP_SYS_ADMIN, user namespaces off),
+`Isolation.available` is false and the build takes the lane's lock instead.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+BIND_SCRIPT = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+PROBE_TIMEOUT_S = 20
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """How (and whether) commands can run with a private folder at the canonical path."""
+
+    prefix: tuple[str, ...]  # the unshare command line, without the bind and the command
+    reason: str  # why there is no namespace, when there is none
+
+    @property
+    def available(self) -> bool:
+        return bool(self.prefix)
+
+    def wrap(self, private: Path, canonical: Path, command: list[str]) -> list[str]:
+        """`command` run with `private` bind-mounted at `canonical`, in a mount namespace of its own."""
+        return [*self.prefix, "sh", "-c", BIND_SCRIPT, "sh", str(private), str(canonical), *command]
+
+
+def _candidates() -> list[tuple[str, ...]]:
+    unshare = shutil.which("unshare", path=os.pathsep.join(("/usr/bin", "/bin", "/usr/sbin", "/sbin")))
+    if unshare is None:
+        return []
+    mount_only = (unshare, "--mount", "--propagation", "private")
+    with_user = (unshare, "--user", "--map-root-user", "--mount", "--propagation", "private")
+    return [mount_only, with_user] if os.geteuid() == 0 else [with_user]
+
+
+def detect(probe_dir: Path) -> Isolation:
+    """The first namespace route that really bind-mounts here (a probe under `probe_dir`, removed after)."""
+    if os.name != "posix" or not Path("/proc/self/ns/mnt").exists():
+        return Isolation((), "this host has no Linux mount namespaces")
+    candidates = _candidates()
+    if not candidates:
+        return Isolation((), "unshare (util-linux) is not installed")
+    probe = Path(tempfile.mkdtemp(prefix=".ns-probe.", dir=probe_dir))
+    try:
+        (probe / "source").mkdir()
+        (probe / "target").mkdir()
+        (probe / "source" / "seen").write_bytes(b"")
+        last = ""
+        for prefix in candidates:
+            command = [*prefix, "sh", "-c", BIND_SCRIPT, "sh", str(probe / "source"), str(probe / "target"), "test", "-e", str(probe / "target" / "seen")]
+            try:
+                result = subprocess.run(command, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                last = str(exc)
+                continue
+            if result.returncode == 0:
+                return Isolation(prefix, "")
+            last = result.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {result.returncode}"]
+            last = last[0]
+        return Isolation((), f"no private mount namespace can be made here ({last})")
+    finally:
+        shutil.rmtree(probe, ignore_errors=True)
