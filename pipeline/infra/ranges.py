@@ -7,7 +7,9 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
 - the file is cut into pieces (`piece_size`: at most `PIECE`, the first
   round staggered so the connections do not finish in step) that up to
   `connections` threads fetch lowest offset first, one `Range: bytes=A-B`
-  request per piece, every request through `Item.open` (the one redirect,
+  request per piece; once none is left, a free connection takes the second
+  half of the piece with the most bytes to go (as aria2c splits), so the
+  connections finish together, every request through `Item.open` (the one redirect,
   scheme and host rule, `net.open_stream`) and its body through
   `net.iter_body` (bounded by the piece's length), inside the item's and the
   caller's deadlines;
@@ -56,6 +58,7 @@ MIN_PIECE = 64 << 10
 HASH_BUFFER = 128 << 20  # bytes ahead of the hashed prefix held in memory, per file
 READ_BACK = 4 << 20  # what the hasher reads back from the .part at a time
 SAVE_SECONDS = 1.0  # the state file is rewritten at most this often
+STEAL = 2 << 20  # the least a connection takes over from another (a new request costs a first byte)
 
 
 class RangesRefused(Exception):
@@ -184,7 +187,11 @@ class _Ranges:
         self.received, self.budget, self.memory, self.on_bytes = received, budget, memory, on_bytes
         self.resumed_from = received.total()
         self.pending = deque(self._pieces(received.missing(size), piece, connections))
-        self.connections = min(connections, len(self.pending))
+        self.flying: list[list[int]] = []  # [next byte, end] of each piece in flight; a thief shortens `end`
+        self.steal = max(MIN_PIECE, min(STEAL, piece // 4))
+        # As many connections as there are pieces, or halves of pieces worth taking over.
+        missing = size - self.resumed_from
+        self.connections = min(connections, max(len(self.pending), missing // self.steal)) if self.pending else 0
         self.cond = threading.Condition()
         self.buffer: dict[int, bytes] = {}
         self.keys: list[int] = []  # offsets in `buffer`, sorted
@@ -213,9 +220,30 @@ class _Ranges:
         return sorted(staggered + pieces[connections:])
 
     # -- shared state
-    def take(self) -> tuple[int, int] | None:
+    def take(self) -> list[int] | None:
+        """The next piece as [next byte, end]: the lowest pending, else the second half of the piece in
+        flight with the most bytes to go; None when there is no work left worth a request."""
         with self.cond:
-            return self.pending.popleft() if self.pending and self.error is None else None
+            if self.error is not None:
+                return None
+            if self.pending:
+                slot = list(self.pending.popleft())
+            else:
+                victim = max(self.flying, key=lambda flying: flying[1] - flying[0], default=None)
+                if victim is None or victim[1] - victim[0] < 2 * self.steal:
+                    return None
+                middle = victim[0] + (victim[1] - victim[0]) // 2
+                slot, victim[1] = [middle, victim[1]], middle
+            self.flying.append(slot)
+            return slot
+
+    def landed(self, slot: list[int]) -> None:
+        with self.cond:
+            self.flying.remove(slot)
+
+    def work_left(self) -> bool:
+        with self.cond:
+            return self.error is None and (bool(self.pending) or any(end - start >= 2 * self.steal for start, end in self.flying))
 
     def fail(self, error: BaseException) -> None:
         with self.cond:
@@ -315,8 +343,9 @@ class _Ranges:
                     self.holding += 1
                     self.peak = max(self.peak, self.holding)
                 try:
-                    while (piece := self.take()) is not None:
-                        self._fetch_piece(*piece)
+                    while (slot := self.take()) is not None:
+                        self._fetch_piece(slot)
+                        self.landed(slot)
                         self.save()
                 finally:
                     with self.cond:
@@ -336,19 +365,22 @@ class _Ranges:
         while not self.probed.wait(0.2):
             if self.item.late(net.BEFORE) is not None:
                 return False
-        while True:
-            with self.cond:
-                if self.error is not None or not self.pending:
-                    return False
+        while self.work_left():
             if self.budget is None or self.budget.acquire(timeout=0.2):
                 return True
+        return False
 
-    def _fetch_piece(self, start: int, end: int) -> None:
+    def _fetch_piece(self, slot: list[int]) -> None:
+        """Fetch bytes slot[0]..slot[1] (a thief may lower slot[1] meanwhile), retrying from where a broken answer stopped."""
         import requests
 
         item = self.item
-        position, attempt = start, 0
-        while position < end and self.error is None:
+        start, attempt = slot[0], 0
+        while self.error is None:
+            with self.cond:
+                position, end = slot
+            if position >= end:
+                return
             error = item.late(net.BEFORE)
             if error is not None:
                 raise error
@@ -374,7 +406,9 @@ class _Ranges:
                     continue
                 self._check_answer(response, position, end)
                 self.probed.set()
-                position = self._receive(response, position, end)
+                self._receive(response, slot, end)
+            with self.cond:
+                position, end = slot
             if position < end and self.error is None:
                 attempt += 1
                 if not item.may_retry(attempt):
@@ -399,25 +433,31 @@ class _Ranges:
         if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
             raise RangesRefused("the server encodes its ranged answers")
 
-    def _receive(self, response, position: int, end: int) -> int:
-        """Write the body into place and hand it to the hasher; the offset reached (short on a broken connection)."""
+    def _receive(self, response, slot: list[int], asked_end: int) -> None:
+        """Write the body into place and hand it to the hasher, advancing slot[0]; it stops short on a
+        broken connection, or where a thief took the rest of the piece over (the answer is dropped)."""
         import requests
 
         item = self.item
         try:
-            for chunk in net.iter_body(response, limit=end - position, deadline=lambda _count: item.soonest(), label=item.label,
+            for chunk in net.iter_body(response, limit=asked_end - slot[0], deadline=lambda _count: item.soonest(), label=item.label,
                                        url=item.url, what="a range", pinned=True):
+                with self.cond:  # claim the bytes before writing them: a thief splits after slot[0]
+                    position = slot[0]
+                    data = chunk[: max(0, slot[1] - position)]
+                    slot[0] = position + len(data)
+                if not data:
+                    break
                 written = 0
-                while written < len(chunk):
-                    written += os.pwrite(self.fd, memoryview(chunk)[written:], position + written)
-                self.deposit(position, chunk)
-                position += len(chunk)
-                item.earn(len(chunk))
+                while written < len(data):
+                    written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
+                self.deposit(position, data)
+                item.earn(len(data))
                 if self.bar:
-                    self.bar(len(chunk))
+                    self.bar(len(data))
                 if self.on_bytes:
-                    self.on_bytes(len(chunk))
-                if self.error is not None:
+                    self.on_bytes(len(data))
+                if self.error is not None or len(data) < len(chunk):
                     break
         except (requests.RequestException, OSError):
             error = item.late(net.BODY)
@@ -425,4 +465,3 @@ class _Ranges:
                 raise error from None
         except net.DeadlinePassed as error:
             raise item.late(net.BODY) or error from None
-        return position

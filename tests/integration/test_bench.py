@@ -76,3 +76,22 @@ def test_payload_is_deterministic(tmp_path):
 def test_unknown_measurement_is_a_usage_error(tmp_path, capsys):
     assert main(["bench", "--only", "nope", "--output", str(tmp_path / "x.json")]) == 2
     assert "unknown measurement 'nope'" in capsys.readouterr().err
+
+
+def test_the_large_file_bench_runs_ours_aria2c_and_curl_on_the_capped_server(tmp_path):
+    # A small run (an 8 MiB file, the threshold lowered under it); the figures are not asserted, what ran is.
+    output = tmp_path / "bench.json"
+    assert main(["bench", "--only", "audit-large-file-capped", "--size", str(2 << 20), "--output", str(output), "--work", str(tmp_path), "--quiet"]) == 0
+    (result,) = json.loads(output.read_text())["measurements"]
+    assert result["name"] == "audit-large-file-capped" and result["file_bytes"] > 8 << 20
+    assert result["server"] == {"per_connection_mib_per_s": 25, "first_byte_ms": 50, "ranges": True}
+    assert result["range_threshold"] < result["file_bytes"]
+    assert result["digests_agree"] is True and result["ours"]["passed"] is True
+    assert "--connections 8" in result["ours"]["command"] and result["ours"]["peak_rss_mib"] > 10
+    assert result["reference"]["tool"] == "aria2c -x8 -s8 && openssl dgst -sha256" and result["reference"]["version"].startswith("aria2 version")
+    assert result["reference"]["peak_rss_mib"] > 0 and result["reference"]["hash_seconds"] > 0
+    assert result["baseline"]["tool"].startswith("curl -sS --fail URL | openssl dgst -sha256")
+    # One stream is capped at 25 MiB/s: curl cannot have beaten the cap (the server really throttles).
+    assert result["baseline"]["mib_per_s"] <= 26
+    assert result["met"] == (result["speedup"] >= 1.0 and result["speedup_over_curl"] >= 5.0)
+    assert [p.name for p in tmp_path.iterdir()] == ["bench.json"], "the file, the site and the downloads are removed"

@@ -35,7 +35,7 @@ class Route:
     length: int | None = None  # the Content-Length sent; None: the body's own length (body) or none (streams); -1: none
     location: str = ""
     status: int = 200
-    interval: float = 0.0  # seconds between drip bytes
+    interval: float = 0.0  # seconds between drip bytes (ranged: between 64 KiB blocks)
     headers: dict[str, str] = field(default_factory=dict)
     fault: str = ""  # ranged: one of RANGE_FAULTS
     breaks: int = 0  # ranged, fault "break": how many ranged requests hang up halfway
@@ -111,6 +111,12 @@ class HostileServer(LoopbackServer):
                     self._write(path, body[start:start + (end - start) // 2])
                     self.close_connection = True
                     self.connection.shutdown(2)  # hang up mid-body: the client sees a short read
+                    return
+                if route.interval:  # paced, like a CDN's per-connection cap
+                    for offset in range(start, end, 65536):
+                        if not self._write(path, body[offset:min(end, offset + 65536)]):
+                            return
+                        time.sleep(route.interval)
                     return
                 self._write(path, body[start:end])
 

@@ -54,7 +54,8 @@ def test_parallel_ranges_deliver_the_pinned_bytes_and_their_hash(server, tmp_pat
     assert result.connections > 1 and result.reread == 0  # hashed from memory as the prefix completed
     spans = ranged_requests(server)
     assert len(spans) > 4 and spans[0][0] == 0 and spans[-1][1] == len(BODY) - 1
-    assert all(a[1] + 1 == b[0] for a, b in zip(spans, spans[1:], strict=False)), "the ranges tile the file exactly once"
+    covered = ranges.Intervals(tuple((start, end + 1) for start, end in spans))
+    assert covered.spans() == ((0, len(BODY)),) and len({start for start, _ in spans}) == len(spans), "the ranges cover the file, none asked twice"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin"]  # no .part, no state file
 
 
@@ -123,8 +124,8 @@ def test_an_interrupted_download_resumes_range_by_range_from_its_state(server, t
     server.ranges.clear()
     result = fetch(url, target)
     assert result.sha256 == DIGEST and result.resumed_from == kept and target.read_bytes() == BODY
-    asked = sum(end - start + 1 for start, end in ranged_requests(server))
-    assert asked == len(BODY) - kept, "only the missing bytes were fetched again"
+    asked = ranges.Intervals(tuple((start, end + 1) for start, end in ranged_requests(server)))
+    assert list(asked.spans()) == ranges.Intervals(state.received).missing(len(BODY)), "only the missing bytes were fetched again"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["asset"]
 
 
@@ -183,3 +184,48 @@ def test_intervals_merge():
     assert spans.spans() == ((0, 5), (10, 40), (50, 60))
     assert spans.end_at(12) == 40 and spans.end_at(5) is None and spans.end_at(0) == 5
     assert spans.missing(70) == [(5, 10), (40, 50), (60, 70)]
+
+
+def test_progress_is_one_line_per_file_over_all_its_ranges_and_only_on_a_terminal(monkeypatch):
+    from pipeline.infra import progress
+    from pipeline.util import ui
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
+    assert progress.wanted() is False  # a pipe or a log: no live display
+    bars = progress.TransferProgress("all", 3000)
+    try:
+        line = bars.file("model", 2000, done=500)
+        threads = [threading.Thread(target=lambda: [line(10) for _ in range(15)]) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        tasks = {task.description: task for task in bars.progress.tasks}
+        assert tasks["model"].completed == 500 + 600 and tasks["all"].completed == 500 + 600
+        line.finish()
+        assert [task.description for task in bars.progress.tasks] == ["all"]
+        assert bars.file("model", 2000, done=500) and bars.progress.tasks[0].completed == 1100, "a retry's line does not count the bytes on disk twice"
+    finally:
+        bars.close()
+    ui.set_quiet(True)
+    try:
+        assert progress.wanted() is False
+    finally:
+        ui.set_quiet(False)
+
+
+def test_connections_below_one_is_a_usage_error(capsys):
+    from pipeline.cli import main
+
+    assert main(["audit", "manifest.json", "--connections", "0"]) == 2
+    assert "--connections must be at least 1" in capsys.readouterr().err
+
+
+def test_free_connections_take_over_half_of_the_longest_piece_at_the_end(server, tmp_path, monkeypatch):
+    url = server.add("/steal.bin", Route("ranged", BODY, interval=0.02))  # 64 KiB per 20 ms and connection
+    monkeypatch.setattr(ranges, "piece_size", lambda size, connections: size)  # one piece (cut in two by the stagger)
+    server.ranges.clear()
+    result = fetch(url, tmp_path / "asset", connections=4)
+    assert result.sha256 == DIGEST and (tmp_path / "asset").read_bytes() == BODY
+    starts = {int(h.removeprefix("bytes=").partition("-")[0]) for h in server.ranges if h}
+    assert len(starts) > 2 and result.connections > 2, "connections beyond the two pieces split the rest"
