@@ -22,7 +22,8 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
 - the intervals on disk are recorded in `<file>.part.ranges`
   (`pipeline.formats.range_state`, read as hostile input) after each piece,
   so an interrupted download resumes range by range; a `.part` without it is
-  the prefix the single stream left;
+  the prefix the single stream left (one of the full size, whose holes
+  cannot be told from bytes, starts over);
 - a server that answers a ranged request with 200, a wrong or missing
   `Content-Range`, a `Content-Length` other than the range's, or an encoded
   body does not serve ranges faithfully: `RangesRefused`, and the caller
@@ -143,8 +144,10 @@ def _prepare(part: Path, size: int, sha256: str | None) -> Intervals:
         state = None
     if state is not None and part.is_file() and not part.is_symlink() and part.stat().st_size == size:
         received = Intervals(state.received)
-    elif state is None and part.is_file() and not part.is_symlink() and 0 < part.stat().st_size <= size:
-        received = Intervals(((0, part.stat().st_size),))  # the prefix of a single stream
+    elif state is None and part.is_file() and not part.is_symlink() and 0 < part.stat().st_size < size:
+        # The prefix of a single stream.  A full-size .part without its state may be a preallocated
+        # one whose state was lost: its holes would pass for bytes, so it starts over.
+        received = Intervals(((0, part.stat().st_size),))
     else:
         discard(part)
         received = Intervals()

@@ -7,7 +7,9 @@ interrupted download resumes with an HTTP Range request from its `.part`
 file: within one call the running digest simply continues after a broken
 connection; only a `.part` left by an earlier run is read back, once.  Connection errors
 and 5xx answers are retried with exponential backoff; a 404 is final.  The
-file appears under its name only after size and hash match.
+file appears under its name only after size and hash match.  A pinned file
+larger than `ranges.THRESHOLD` is fetched as parallel Range requests
+(`pipeline.infra.ranges`) when the caller allows more than one connection.
 
 Bounded by construction (`pipeline.infra.net`): the running byte count stops a
 download the moment it passes the pinned size (or, unpinned, a named cap),

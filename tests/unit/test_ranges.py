@@ -161,6 +161,13 @@ def test_a_single_stream_prefix_is_kept_as_the_first_range(server, tmp_path):
     assert ranged_requests(server)[0][0] == 1 << 20
 
 
+def test_a_full_size_part_without_its_state_starts_over(server, tmp_path):
+    url = server.add("/holes.bin", Route("ranged", BODY))
+    (tmp_path / "asset.part").write_bytes(bytes(len(BODY)))  # preallocated, the state file lost
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 0
+
+
 def test_small_files_and_one_connection_stay_one_stream(server, tmp_path):
     url = server.add("/small.bin", Route("ranged", BODY))
     server.ranges.clear()
@@ -229,3 +236,15 @@ def test_free_connections_take_over_half_of_the_longest_piece_at_the_end(server,
     assert result.sha256 == DIGEST and (tmp_path / "asset").read_bytes() == BODY
     starts = {int(h.removeprefix("bytes=").partition("-")[0]) for h in server.ranges if h}
     assert len(starts) > 2 and result.connections > 2, "connections beyond the two pieces split the rest"
+
+
+def test_a_single_stream_resume_checks_the_content_range_too(server, tmp_path):
+    # A resumed single stream whose 206 answer starts elsewhere starts over; another total fails closed.
+    url = server.add("/shifted.bin", Route("ranged", BODY, fault="wrong-range"))
+    (tmp_path / "a.part").write_bytes(BODY[:1000])
+    assert fetch(url, tmp_path / "a", connections=1).sha256 == DIGEST
+    url = server.add("/grown.bin", Route("ranged", BODY, fault="other-total"))
+    (tmp_path / "b.part").write_bytes(BODY[:1000])
+    with pytest.raises(IntegrityError, match="are pinned"):
+        fetch(url, tmp_path / "b", connections=1)
+    assert not (tmp_path / "b.part").exists()
