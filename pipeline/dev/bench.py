@@ -21,6 +21,12 @@ issues add entries there.  Results go to `bench-results/bench.json` unless
   compared with `curl | openssl dgst -sha256` at the same `--jobs`).
 * `recut-compile-cache`: issue 19's re-cut of an engine-shaped tree from the
   compile cache against a build without it (`pipeline/dev/bench_build.py`).
+* `audit-large-file-capped`: issue 19's, in `pipeline/dev/bench_transfer.py`:
+  `audit --connections 8` of one file of 4x `--size` (4 GiB by default) from
+  a loopback server capping each connection at 25 MiB/s with 50 ms to the
+  first byte, against `aria2c -x8 -s8 && openssl dgst -sha256` and one
+  `curl | openssl dgst -sha256` stream, with our peak RSS.  Goal: >= 1.0x
+  aria2c and >= 5x curl.
 
 Every figure is wall time on a machine that may be shared: the host section
 and every measurement record the load average at their start and end, and
@@ -51,6 +57,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.dev.bench_build import MEASUREMENTS as _BUILD_MEASUREMENTS
+from pipeline.dev.bench_transfer import MEASUREMENTS as _TRANSFER_MEASUREMENTS
 from pipeline.dev.bench_verify import MEASUREMENTS as _VERIFY_MEASUREMENTS
 from pipeline.dev.bench_verify import children_cpu
 from pipeline.errors import BuildFailure, UsageError
@@ -290,6 +297,8 @@ MEASUREMENTS: dict[str, Callable[[Path, Path, int, int], dict[str, Any]]] = {
 
 MEASUREMENTS.update(_VERIFY_MEASUREMENTS)
 MEASUREMENTS.update(_BUILD_MEASUREMENTS)  # issue 19: recut-compile-cache
+# Issue 19: a large file from a capped, CDN-shaped server (pipeline/dev/bench_transfer.py).
+MEASUREMENTS.update(_TRANSFER_MEASUREMENTS)
 
 
 def _tool_version(command: list[str]) -> str | None:

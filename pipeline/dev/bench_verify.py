@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -151,7 +152,13 @@ def measure_hash_many_files(work: Path, payload: Path, size: int, level: int) ->
 # -- a served release ---------------------------------------------------------------
 
 
-def _serve(root: str, ready, port_box) -> None:  # runs in its own process
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)")
+
+
+def _serve(root: str, ready, port_box, rate: int = 0, first_byte: float = 0.0, ranges: bool = False) -> None:  # runs in its own process
+    """Serve `root` on 127.0.0.1 with sendfile; `rate` > 0 caps each connection at that many bytes/s and
+    `first_byte` delays every answer (a CDN's shape, `bench_transfer`); `ranges` answers `Range: bytes=A-B`."""
+
     class Handler(http.server.BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         # TCP_NODELAY, as real file servers set it (nginx's tcp_nodelay is on by default): with
@@ -164,6 +171,7 @@ def _serve(root: str, ready, port_box) -> None:  # runs in its own process
             pass
 
         def do_GET(self):  # noqa: N802 - http.server's name
+            time.sleep(first_byte)
             path = Path(root) / self.path.lstrip("/")
             try:
                 handle = open(path, "rb")  # noqa: SIM115 - closed below
@@ -174,20 +182,44 @@ def _serve(root: str, ready, port_box) -> None:  # runs in its own process
                 return
             with handle:
                 size = os.fstat(handle.fileno()).st_size
-                self.send_response(200)
+                start, end = 0, size
+                match = _RANGE.fullmatch(self.headers.get("Range", "")) if ranges else None
+                if match and int(match.group(1)) < size:
+                    start = int(match.group(1))
+                    end = min(size, int(match.group(2)) + 1) if match.group(2) else size
+                    self.send_response(206)
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{size}")
+                else:
+                    self.send_response(200)
                 self.send_header("Content-Type", "application/octet-stream")
-                self.send_header("Content-Length", str(size))
+                self.send_header("Content-Length", str(end - start))
                 self.end_headers()
                 self.wfile.flush()
-                offset = 0
-                while offset < size:
-                    sent = os.sendfile(self.connection.fileno(), handle.fileno(), offset, size - offset)
-                    if sent == 0:
-                        break
-                    offset += sent
+                self._send(handle.fileno(), start, end)
 
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
+        def _send(self, fd: int, start: int, end: int) -> None:
+            """sendfile; capped: in slices of 1/20 s, sleeping to hold this connection to `rate`."""
+            began, offset, step = time.monotonic(), start, max(1, rate // 20) if rate else end - start
+            try:
+                while offset < end:
+                    sent = os.sendfile(self.connection.fileno(), fd, offset, min(step, end - offset))
+                    if sent == 0:
+                        return
+                    offset += sent
+                    ahead = began + (offset - start) / rate - time.monotonic() if rate else 0.0
+                    if ahead > 0:
+                        time.sleep(ahead)
+            except OSError:  # the client hung up
+                self.close_connection = True
+
+    class Server(http.server.ThreadingHTTPServer):
+        daemon_threads = True
+
+        def handle_error(self, request, client_address) -> None:
+            if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that hung up (audit drops a range taken over)
+                super().handle_error(request, client_address)
+
+    server = Server(("127.0.0.1", 0), Handler)
     port_box.value = server.server_address[1]
     ready.set()
     server.serve_forever()

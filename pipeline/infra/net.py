@@ -41,6 +41,7 @@ import contextlib
 import http.client
 import io
 import ipaddress
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -490,6 +491,19 @@ def _read1(raw, amount: int) -> bytes:
         raise requests.exceptions.ChunkedEncodingError(exc) from None
     except OSError as exc:  # a socket timeout or reset that urllib3 did not wrap
         raise requests.exceptions.ConnectionError(exc) from None
+
+
+_CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})")
+
+
+def content_range(response) -> tuple[int, int, int] | None:
+    """A 206 answer's `Content-Range: bytes START-END/TOTAL` as (start, end exclusive, total); None when
+    it is absent or malformed (`*` totals, several ranges, an end before its start or past the total)."""
+    match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
+    if match is None:
+        return None
+    start, last, total = (int(group) for group in match.groups())
+    return (start, last + 1, total) if start <= last < total else None
 
 
 def read_body(response, *, limit: int, deadline: float, label: str, url: str, what: str = "it") -> bytes:

@@ -7,7 +7,9 @@ interrupted download resumes with an HTTP Range request from its `.part`
 file: within one call the running digest simply continues after a broken
 connection; only a `.part` left by an earlier run is read back, once.  Connection errors
 and 5xx answers are retried with exponential backoff; a 404 is final.  The
-file appears under its name only after size and hash match.
+file appears under its name only after size and hash match.  A pinned file
+larger than `ranges.THRESHOLD` is fetched as parallel Range requests
+(`pipeline.infra.ranges`) when the caller allows more than one connection.
 
 Bounded by construction (`pipeline.infra.net`): the running byte count stops a
 download the moment it passes the pinned size (or, unpinned, a named cap),
@@ -20,14 +22,17 @@ redirects are followed by hand, by policy.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipeline.errors import IntegrityError, PipelineError, RemoteError
-from pipeline.infra import net
+from pipeline.infra import net, ranges
 from pipeline.util import ui
 
 CHUNK = 1024 * 1024
@@ -44,6 +49,8 @@ class Download:
     resumed_from: int
     seconds: float
     resumed_at: tuple[int, ...] = ()  # byte offsets of every HTTP Range resume (first try included)
+    connections: int = 1  # the most connections its ranges held at once (1: one stream)
+    reread: int = 0  # bytes hashed by reading them back from the .part (resumed, or past the hashing buffer)
 
 
 def _session(session=None):
@@ -61,6 +68,241 @@ def _hash_existing(path: Path, digest) -> int:
     return size
 
 
+class Item:
+    """One download's URL, bounds and failure rules, shared by its single stream or its parallel ranges.
+
+    Every request of the item goes through `open` (`net.open_stream`: the one redirect, scheme and
+    host rule), inside `scope` (the item's and the caller's deadlines bound every socket read of the
+    calling thread), and is retried by `may_retry` (backoff, never past a deadline).
+    """
+
+    def __init__(self, url: str, label: str, http, *, timeout: float, seconds: float, retries: int, redirects: str, overall: net.Deadline | None) -> None:
+        self.url, self.label, self.http = url, label, http
+        self.timeout, self.retries, self.redirects, self.overall = timeout, retries, redirects, overall
+        self.started = time.monotonic()
+        self.held = 0  # bytes of the file on disk now (named when the deadline passes)
+        # `timeout`, plus the bytes received in this call (a prefix from an earlier run earns no
+        # time) at the floor rate, never after `seconds`.
+        self.deadline = net.Deadline(timeout, what=f"download of {label}", started=self.started, latest=self.started + seconds, paced=True,
+                                     on_pass=lambda phase, where: net.deadline_passed(label, where, self.held, phase))
+
+    def scope(self):
+        """This thread's requests end by the item's deadline and the caller's overall one."""
+        return net.deadlines(self.overall, self.deadline)
+
+    def late(self, phase: str) -> Exception | None:
+        """The error of a deadline that has passed (the overall one first), else None."""
+        if self.overall is not None and self.overall.passed():
+            return self.overall.error(phase, self.url)
+        return self.deadline.error(phase, self.url) if self.deadline.passed() else None
+
+    def soonest(self) -> float:
+        return min(self.deadline.ends(), self.overall.ends()) if self.overall is not None else self.deadline.ends()
+
+    def earn(self, count: int) -> None:
+        self.deadline.earn(count)
+        if self.overall is not None:
+            self.overall.earn(count)
+
+    def may_retry(self, attempt: int) -> bool:
+        """After failed attempt `attempt` (from 1): sleep the backoff and say True, or False when none is
+        left (by --retries, or because a deadline would pass during the backoff: then the failure
+        itself is reported, not the deadline)."""
+        delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
+        if attempt > self.retries or time.monotonic() + delay > self.soonest():
+            return False
+        time.sleep(delay)
+        return True
+
+    def open(self, headers: dict[str, str]):
+        return net.open_stream(self.http, self.url, headers=headers, timeout=self.timeout, redirects=self.redirects, label=self.label)
+
+    def refused(self, status: int) -> RemoteError | None:
+        """The final error of an answer no retry can change (None: 200, 206, 416, 429 and 5xx)."""
+        if status in (404, 410, 401, 403):
+            return RemoteError(
+                f"the server answered HTTP {status} for {self.label}",
+                file=self.url,
+                why="the asset is not published at this URL (or is not public)",
+                fix="check that the release and asset exist and are public",
+            )
+        if status not in (200, 206, 416, 429) and status < 500:
+            return RemoteError(f"unexpected HTTP {status} for {self.label}", file=self.url)
+        return None
+
+    def unreachable(self, exc: Exception, attempts: int) -> RemoteError:
+        return RemoteError(
+            f"cannot download {self.label}: {type(exc).__name__}",
+            file=self.url,
+            why=f"{attempts} attempts failed; the server is unreachable or the connection broke",
+            fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
+        )
+
+
+class _Stream:
+    """The file as one HTTP stream into `part`, resumed with `Range: bytes=N-` from what it holds."""
+
+    def __init__(self, item: Item, part: Path, *, expected_size: int | None, limit: int, resume: bool, progress, on_bytes) -> None:
+        self.item, self.part = item, part
+        self.expected_size, self.limit, self.resume = expected_size, limit, resume
+        self.progress, self.on_bytes = progress, on_bytes
+        self.digest = hashlib.sha256()
+        self.have = -1  # bytes of `part` already in `digest`; -1: not read yet
+        self.attempt = 0
+        self.resumed_from = 0
+        self.resumed_at: list[int] = []
+
+    def give_up(self, error: Exception, *, keep: bool) -> Exception:
+        if not (keep and self.resume):
+            self.part.unlink(missing_ok=True)
+        return error
+
+    def failed(self, error: Exception) -> None:
+        """Count a failed attempt: back off, or raise `error` when none is left (partial bytes kept)."""
+        self.attempt += 1
+        if not self.item.may_retry(self.attempt):
+            raise self.give_up(error, keep=True) from None
+
+    def restart(self) -> None:
+        self.part.unlink(missing_ok=True)
+        self.digest, self.have = hashlib.sha256(), 0
+
+    def sync(self) -> None:
+        """The digest continues across retries: only a .part left by an earlier run (or one whose
+        size no longer matches what was hashed) is read back."""
+        if not self.resume:
+            self.restart()
+        elif self.have < 0 or not self.part.exists() or self.part.stat().st_size != self.have:
+            self.digest = hashlib.sha256()
+            self.have = _hash_existing(self.part, self.digest) if self.part.exists() else 0
+        if self.have > self.limit:
+            self.restart()
+        self.item.held = self.have
+
+    def run(self) -> None:
+        import requests
+
+        item = self.item
+        while True:
+            error = item.late(net.BEFORE)
+            if error is not None:
+                raise self.give_up(error, keep=True)
+            self.sync()
+            if self.attempt == 0:
+                self.resumed_from = self.have
+            headers = {"Range": f"bytes={self.have}-"} if self.have else {}
+            if self.have:
+                self.resumed_at.append(self.have)
+            try:
+                response = item.open(headers)
+            except requests.RequestException as exc:
+                error = item.late(net.HEADERS)  # a session without the deadline adapter: known only now
+                if error is not None:
+                    raise self.give_up(error, keep=True) from None
+                self.failed(item.unreachable(exc, self.attempt + 1))
+                continue
+            except PipelineError as error:
+                raise self.give_up(error, keep=True) from None
+            with response:
+                if self.answer(response):
+                    return
+
+    def answer(self, response) -> bool:
+        """Take one answer: True when the file is complete, False to ask again (after any backoff)."""
+        status = response.status_code
+        if status == 416 and self.expected_size is not None and self.have == self.expected_size:
+            return True  # the part file is already complete
+        refused = self.item.refused(status)
+        if refused is not None or status == 416:
+            raise self.give_up(refused or RemoteError(f"unexpected HTTP 416 for {self.item.label}", file=self.item.url), keep=True)
+        if status >= 500 or status == 429:
+            self.failed(RemoteError(f"the server kept answering HTTP {status} for {self.item.label}", file=self.item.url, fix="try again later"))
+            return False
+        if status == 200 and self.have:
+            self.restart()  # the server ignored the Range request: start over
+        elif status == 206 and self.have and not self._resumes_here(response):
+            self.restart()  # an answer for other bytes than asked: ask for the whole file
+            return False
+        if not self.receive(response):
+            return False  # it broke off (the attempt is counted): ask again from what arrived
+        if self.expected_size is not None and self.have < self.expected_size:
+            self.failed(RemoteError(f"download of {self.item.label} stopped at {self.have} of {self.expected_size} bytes", file=self.item.url, fix="run the command again"))
+            return False
+        return True
+
+    def _resumes_here(self, response) -> bool:
+        """A 206 answer must continue at the bytes held; a pinned file's total must be the pin (else fail closed)."""
+        span = net.content_range(response)
+        if span is not None and self.expected_size is not None and span[2] != self.expected_size:
+            raise self.give_up(ranges.size_mismatch(self.item, span[2], self.expected_size), keep=False)
+        return span is not None and span[0] == self.have
+
+    def receive(self, response) -> bool:
+        """Write the body on: True when it ended, False when the connection broke (and may be retried)."""
+        import requests
+
+        item = self.item
+        length = response.headers.get("Content-Length")
+        total = self.expected_size or (int(length) + self.have if length and length.isdigit() else None)
+        bar = _bar(self.progress, item.label, total, self.have)
+        try:
+            with open(self.part, "ab" if self.have else "wb") as sink:
+                for chunk in net.iter_body(response, limit=self.limit - self.have, deadline=lambda _count: item.soonest(),
+                                           label=item.label, url=item.url, what="a document of this kind", pinned=self.expected_size is not None):
+                    sink.write(chunk)
+                    self.digest.update(chunk)
+                    self.have += len(chunk)
+                    item.held = self.have
+                    item.earn(len(chunk))
+                    if bar:
+                        bar(len(chunk))
+                    if self.on_bytes:
+                        self.on_bytes(len(chunk))
+        except (requests.RequestException, OSError) as exc:
+            error = item.late(net.BODY)
+            if error is not None:
+                raise self.give_up(error, keep=True) from None
+            self.failed(RemoteError(f"download of {item.label} broke off after {self.have} bytes: {type(exc).__name__}", file=item.url, fix="run the command again; the partial file is resumed"))
+            return False
+        except net.DeadlinePassed as error:
+            # A valid prefix of a pinned file is resumed next time; the overall deadline is named first.
+            raise self.give_up(item.late(net.BODY) or error, keep=True) from None
+        except PipelineError as error:
+            raise self.give_up(error, keep=False) from None  # over the pin or the cap: these bytes are not the file
+        finally:
+            if bar:
+                bar.finish()
+        return True
+
+
+def _bar(progress, label: str, total: int | None, done: int):
+    """A progress bar for one file: `progress` is False, True (a `ui.ByteProgress` line) or an object
+    with `file(label, total, done)` (audit's `infra.progress.TransferProgress`)."""
+    if not progress:
+        return None
+    if progress is True:
+        bar = ui.ByteProgress(label, total)
+        bar.done = done
+        return bar
+    return progress.file(label, total, done)
+
+
+@contextlib.contextmanager
+def _connection(budget: threading.Semaphore | None, item: Item) -> Iterator[None]:
+    """Hold one connection of a shared budget (audit's --connections) for the item's own stream."""
+    if budget is None:
+        yield
+        return
+    while not budget.acquire(timeout=0.2):
+        error = item.late(net.BEFORE)
+        if error is not None:
+            raise error
+    try:
+        yield
+    finally:
+        budget.release()
+
+
 def download(
     url: str,
     target: Path,
@@ -68,15 +310,19 @@ def download(
     label: str | None = None,
     session=None,
     expected_size: int | None = None,
+    expected_sha256: str | None = None,
     max_size: int | None = None,
     timeout: float = 60.0,
     deadline: float | None = None,
     retries: int = RETRIES,
-    progress: bool = True,
+    progress=True,
     on_bytes=None,
     redirects: str = "same-origin",
     resume: bool = True,
     overall: net.Deadline | None = None,
+    connections: int = 1,
+    range_threshold: int = ranges.THRESHOLD,
+    budget: threading.Semaphore | None = None,
 ) -> Download:
     """Fetch `url` into `target` (resuming `target.part`), returning its SHA-256 and size.
 
@@ -90,6 +336,13 @@ def download(
     (`net.redirect_problem`).  `resume=False` starts from byte 0 every time
     (for unpinned documents, whose earlier bytes may belong to another version).
 
+    A pinned, resumable file larger than `range_threshold` is fetched as up to
+    `connections` parallel Range requests (`pipeline.infra.ranges`; its state
+    is bound to `expected_sha256`); a server that does not serve ranges
+    faithfully gets one stream instead.  `budget` is a connection budget
+    shared with other downloads (audit's --connections): this item holds one
+    of its connections, its ranges take more while some are free.
+
     `overall` is a deadline shared by many downloads (audit's whole run): the
     item fails with its error the moment it passes, in any phase, and
     starts no request once it has passed; the bytes received earn it time
@@ -97,176 +350,33 @@ def download(
     default session has it) both deadlines bound every socket read, so a
     server that trickles header or body bytes is cut off when one passes.
     """
-    import requests
-
     if expected_size is None and max_size is None:
         raise ValueError("an unpinned download needs max_size")
     limit = expected_size if expected_size is not None else max_size
     assert limit is not None
-    http = _session(session)
     target.parent.mkdir(parents=True, exist_ok=True)
     part = target.with_name(target.name + ".part")
     label = label or target.name
-    started = time.monotonic()
-    ends = started + (deadline if deadline is not None else net.deadline_for(timeout, expected_size))
-    attempt = 0
-    resumed_from = 0
-    resumed_at: list[int] = []
-    digest = hashlib.sha256()
-    have = -1  # bytes of `part` already in `digest`; -1: not read yet
+    seconds = deadline if deadline is not None else net.deadline_for(timeout, expected_size)
+    item = Item(url, label, _session(session), timeout=timeout, seconds=seconds, retries=retries, redirects=redirects, overall=overall)
     if not resume:
         part.unlink(missing_ok=True)
-
-    # The item's deadline: `timeout`, plus the bytes received in this call (a prefix from an
-    # earlier run earns no time) at the floor rate, never after `ends`.
-    item = net.Deadline(timeout, what=f"download of {label}", started=started, latest=ends, paced=True,
-                        on_pass=lambda phase, where: net.deadline_passed(label, where, max(have, 0), phase))
-
-    def late(phase: str) -> Exception | None:
-        """The error of a deadline that has passed (the overall one first), else None."""
-        if overall is not None and overall.passed():
-            return overall.error(phase, url)
-        return item.error(phase, url) if item.passed() else None
-
-    def soonest() -> float:
-        return min(item.ends(), overall.ends()) if overall is not None else item.ends()
-
-    def give_up(error: Exception, *, keep: bool) -> Exception:
-        if not (keep and resume):
-            part.unlink(missing_ok=True)
-        return error
-
-    def out_of_retries() -> bool:
-        """Count an attempt; True when none is left (by --retries, or because the deadline
-        would pass during the backoff: then the failure itself is reported, not the deadline)."""
-        nonlocal attempt
-        attempt += 1
-        delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
-        return attempt > retries or time.monotonic() + delay > soonest()
-
-    with net.deadlines(overall, item):
-        while True:
-            error = late(net.BEFORE)
-            if error is not None:
-                raise give_up(error, keep=True)
-            # The digest continues across retries: only a .part left by an earlier run
-            # (or one whose size no longer matches what was hashed) is read back.
-            if not resume:
-                part.unlink(missing_ok=True)
-                digest, have = hashlib.sha256(), 0
-            elif have < 0 or not part.exists() or part.stat().st_size != have:
-                digest = hashlib.sha256()
-                have = _hash_existing(part, digest) if part.exists() else 0
-            if have > limit:
-                part.unlink()
-                digest, have = hashlib.sha256(), 0
-            if attempt == 0:
-                resumed_from = have
-            headers = {"Range": f"bytes={have}-"} if have else {}
-            if have:
-                resumed_at.append(have)
+    with item.scope(), _connection(budget, item):
+        if resume and expected_size is not None and connections > 1 and expected_size > range_threshold:
             try:
-                response = net.open_stream(http, url, headers=headers, timeout=timeout, redirects=redirects, label=label)
-            except requests.RequestException as exc:
-                error = late(net.HEADERS)  # a session without the deadline adapter: known only now
-                if error is not None:
-                    raise give_up(error, keep=True) from None
-                if out_of_retries():
-                    raise give_up(
-                        RemoteError(
-                            f"cannot download {label}: {type(exc).__name__}",
-                            file=url,
-                            why=f"{attempt} attempts failed; the server is unreachable or the connection broke",
-                            fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
-                        ),
-                        keep=True,
-                    ) from None
-                time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
-                continue
-            except PipelineError as error:
-                raise give_up(error, keep=True) from None
-            with response:
-                status = response.status_code
-                if status == 416 and expected_size is not None and have == expected_size:
-                    pass  # the part file is already complete
-                elif status in (404, 410, 401, 403):
-                    raise give_up(
-                        RemoteError(
-                            f"the server answered HTTP {status} for {label}",
-                            file=url,
-                            why="the asset is not published at this URL (or is not public)",
-                            fix="check that the release and asset exist and are public",
-                        ),
-                        keep=True,
-                    )
-                elif status >= 500 or status == 429:
-                    if out_of_retries():
-                        raise give_up(RemoteError(f"the server kept answering HTTP {status} for {label}", file=url, fix="try again later"), keep=True)
-                    time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
-                    continue
-                elif status not in (200, 206):
-                    raise give_up(RemoteError(f"unexpected HTTP {status} for {label}", file=url), keep=True)
-                else:
-                    if status == 200 and have:
-                        # The server ignored the Range request: start over.
-                        digest, have = hashlib.sha256(), 0
-                        mode = "wb"
-                    else:
-                        mode = "ab" if have else "wb"
-                    length = response.headers.get("Content-Length")
-                    total = expected_size or (int(length) + have if length and length.isdigit() else None)
-                    bar = ui.ByteProgress(label, total) if progress else None
-                    if bar:
-                        bar.done = have
-                    try:
-                        with open(part, mode) as sink:
-                            for chunk in net.iter_body(
-                                response,
-                                limit=limit - have,
-                                deadline=lambda _count: soonest(),
-                                label=label,
-                                url=url,
-                                what="a document of this kind",
-                                pinned=expected_size is not None,
-                            ):
-                                sink.write(chunk)
-                                digest.update(chunk)
-                                have += len(chunk)
-                                item.earn(len(chunk))
-                                if overall is not None:
-                                    overall.earn(len(chunk))
-                                if bar:
-                                    bar(len(chunk))
-                                if on_bytes:
-                                    on_bytes(len(chunk))
-                    except (requests.RequestException, OSError) as exc:
-                        error = late(net.BODY)
-                        if error is not None:
-                            raise give_up(error, keep=True) from None
-                        if out_of_retries():
-                            raise give_up(
-                                RemoteError(
-                                    f"download of {label} broke off after {have} bytes: {type(exc).__name__}",
-                                    file=url,
-                                    fix="run the command again; the partial file is resumed",
-                                ),
-                                keep=True,
-                            ) from None
-                        time.sleep(BACKOFF_SECONDS * 2 ** (attempt - 1))
-                        continue
-                    except net.DeadlinePassed as error:
-                        # A valid prefix of a pinned file is resumed next time; the overall deadline is named first.
-                        raise give_up(late(net.BODY) or error, keep=True) from None
-                    except PipelineError as error:
-                        raise give_up(error, keep=False) from None  # over the pin or the cap: these bytes are not the file
-                    if bar:
-                        bar.finish()
-                    if expected_size is not None and have < expected_size:
-                        if out_of_retries():
-                            raise give_up(RemoteError(f"download of {label} stopped at {have} of {expected_size} bytes", file=url, fix="run the command again"), keep=True)
-                        continue
-            os.replace(part, target)
-            return Download(url, target, digest.hexdigest(), have, resumed_from, time.monotonic() - started, tuple(resumed_at))
+                fetched = ranges.fetch(item, part, size=expected_size, sha256=expected_sha256, connections=connections,
+                                       budget=budget, bar=lambda done: _bar(progress, label, expected_size, done), on_bytes=on_bytes)
+            except ranges.RangesRefused as refused:
+                ui.info(f"{label}: {refused}; fetching it as one stream")
+                ranges.discard(part)
+            else:
+                os.replace(part, target)
+                return Download(url, target, fetched.sha256, expected_size, fetched.resumed_from, time.monotonic() - item.started,
+                                connections=fetched.connections, reread=fetched.reread)
+        stream = _Stream(item, part, expected_size=expected_size, limit=limit, resume=resume, progress=progress, on_bytes=on_bytes)
+        stream.run()
+    os.replace(part, target)
+    return Download(url, target, stream.digest.hexdigest(), stream.have, stream.resumed_from, time.monotonic() - item.started, tuple(stream.resumed_at))
 
 
 def download_verified(

@@ -22,7 +22,11 @@ For auditors who trust nothing but the manifest (and its Sigstore signature):
    files, retries with backoff): size and hash are checked on the bytes as
    they arrive, never by a second read; a download stops at its pin (or,
    unpinned, at a MAX_*_BYTES cap) and at its deadline, and rejected bytes
-   are deleted.  `--timeout` is also one overall deadline for the whole run,
+   are deleted.  A file larger than `--range-threshold` (64 MiB) is fetched as
+   parallel Range requests (`pipeline.infra.ranges`) within one budget of
+   `--connections` (8) for all downloads at once, hashed in order as they
+   arrive and resumed range by range; a server that does not serve ranges
+   faithfully gets one stream.  `--timeout` is also one overall deadline for the whole run,
    measured from its start (`net.Deadline`, paced: plus the time its
    received bytes earn at `net.DEADLINE_FLOOR_RATE`), enforced inside every
    socket read of every request the audit makes (connect, status line and
@@ -84,7 +88,8 @@ from urllib.parse import quote, urlsplit
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RemoteError
 from pipeline.formats.release.names import EVIDENCE, ROW_RECORDS
-from pipeline.infra import net
+from pipeline.infra import net, ranges
+from pipeline.infra import progress as transfer_progress
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
@@ -540,22 +545,15 @@ def binding_problem(binding: Binding) -> str | None:
 
 
 class _Overall:
-    """One progress line for all parallel downloads, with the overall rate."""
+    """The bytes all parallel downloads received (the report's `bytes_downloaded`)."""
 
-    def __init__(self, total: int | None, enabled: bool) -> None:
+    def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.bar = ui.ByteProgress("audit: all assets", total) if enabled else None
         self.count = 0
 
     def __call__(self, count: int) -> None:
         with self.lock:
             self.count += count
-            if self.bar:
-                self.bar(count)
-
-    def finish(self) -> None:
-        if self.bar:
-            self.bar.finish()
 
 
 @dataclass
@@ -575,6 +573,8 @@ class Auditor:
         source: str,
         *,
         jobs: int = DEFAULT_JOBS,
+        connections: int = ranges.DEFAULT_CONNECTIONS,
+        range_threshold: int = ranges.THRESHOLD,
         cache: Path | None = None,
         allow_unsigned: bool = False,
         trust_config: str | None = None,
@@ -598,6 +598,12 @@ class Auditor:
         self.certificate_oidc_issuer = certificate_oidc_issuer
         self.expected_signer = None  # SignerIdentity, set once the manifest names its release
         self.jobs = max(1, jobs)
+        # One budget of connections for every download at once: a file above range_threshold
+        # fetches parallel ranges over the connections the other --jobs leave free.
+        self.connections = max(1, connections)
+        self.range_threshold = range_threshold
+        self.budget = threading.BoundedSemaphore(self.connections)
+        self._bars: Any = False  # the live progress display while the assets download
         self.cache_root = cache
         self.allow_unsigned = allow_unsigned
         self.trust_config = trust_config
@@ -685,9 +691,13 @@ class Auditor:
                 label=label,
                 session=self._http(),
                 expected_size=size,
+                expected_sha256=sha256,
                 timeout=self.timeout,
-                progress=self.progress and self.jobs == 1,
+                progress=self._bars,
                 on_bytes=on_bytes,
+                connections=self.connections,
+                range_threshold=self.range_threshold,
+                budget=self.budget,
                 redirects=redirects,
                 resume=sha256 is not None,  # unpinned bytes of an earlier run may be another version
                 overall=self.deadline,
@@ -818,8 +828,10 @@ class Auditor:
             return []
         sizes = [b.size for b in bindings]
         total = sum(sizes) if all(isinstance(n, int) for n in sizes) else None  # percent only when every size is known
-        overall = _Overall(total, self.progress and self.jobs > 1)
+        overall = _Overall()
         started = time.monotonic()
+        bars = transfer_progress.TransferProgress("audit: all assets", total) if transfer_progress.wanted(self.progress) else None
+        self._bars = bars or False
 
         def one(binding: Binding) -> Fetched:
             # Lane folders one level below the fixed kind folders, so no lane id can name one of those.
@@ -829,16 +841,20 @@ class Auditor:
             result.binding = binding
             return result
 
-        if self.jobs == 1 or len(bindings) <= 1:
-            results = [one(b) for b in bindings]
-        else:
-            # Largest first (LPT): the model listed last would leave the other workers idle at the
-            # end (12% of the wall time on the bench's release); results keep the manifest's order.
-            order = sorted(range(len(bindings)), key=lambda i: bindings[i].size if isinstance(bindings[i].size, int) else 0, reverse=True)
-            with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-                fetched = dict(zip(order, pool.map(one, [bindings[i] for i in order]), strict=True))
-            results = [fetched[i] for i in range(len(bindings))]
-        overall.finish()
+        try:
+            if self.jobs == 1 or len(bindings) <= 1:
+                results = [one(b) for b in bindings]
+            else:
+                # Largest first (LPT): the model listed last would leave the other workers idle at the
+                # end (12% of the wall time on the bench's release); results keep the manifest's order.
+                order = sorted(range(len(bindings)), key=lambda i: bindings[i].size if isinstance(bindings[i].size, int) else 0, reverse=True)
+                with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+                    fetched = dict(zip(order, pool.map(one, [bindings[i] for i in order]), strict=True))
+                results = [fetched[i] for i in range(len(bindings))]
+        finally:
+            self._bars = False
+            if bars:
+                bars.close()
         self.report.bytes_downloaded += overall.count
         self.report.download_seconds += time.monotonic() - started
         return results
@@ -1603,6 +1619,10 @@ def run_audit(args: argparse.Namespace) -> int:
         from pipeline.errors import UsageError
 
         raise UsageError("--jobs must be at least 1", field="--jobs", found=args.jobs)
+    if args.connections < 1:
+        from pipeline.errors import UsageError
+
+        raise UsageError("--connections must be at least 1", field="--connections", found=args.connections, expected="e.g. 8 (1: one stream per file)")
     if not args.timeout > 0 or args.timeout == float("inf"):
         from pipeline.errors import UsageError
 
@@ -1610,6 +1630,8 @@ def run_audit(args: argparse.Namespace) -> int:
     auditor = Auditor(
         args.manifest,
         jobs=args.jobs,
+        connections=args.connections,
+        range_threshold=args.range_threshold,
         cache=args.cache,
         allow_unsigned=args.allow_unsigned,
         trust_config=args.trust_config,
@@ -1645,6 +1667,8 @@ def register_cli(sub) -> None:
     )
     parser.add_argument("manifest", help="manifest.json path or HTTPS URL (e.g. https://raw.githubusercontent.com/<owner>/<repo>/<commit>/manifests/vX.Y.Z/manifest.json)")
     parser.add_argument("--jobs", type=int, default=DEFAULT_JOBS, help=f"parallel downloads (default {DEFAULT_JOBS})")
+    parser.add_argument("--connections", type=int, default=ranges.DEFAULT_CONNECTIONS, metavar="N", help=f"the most HTTP connections all downloads hold at once (default {ranges.DEFAULT_CONNECTIONS}); a file larger than --range-threshold is fetched as parallel Range requests over the connections the other --jobs leave free; 1: one stream per file")
+    parser.add_argument("--range-threshold", type=_byte_size, default=ranges.THRESHOLD, metavar="SIZE", help=f"files larger than SIZE are fetched as parallel ranges (default {ranges.THRESHOLD >> 20}M)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout (OK/FAIL lines go to stderr)")
     parser.add_argument("--cache", type=Path, default=None, help="download folder, kept for resuming (default ~/.cache/omp-ninfer-audit/<release>)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS", help="the audit's overall deadline, measured from its start: every download and read (manifest, assets, tags, statements, bundles, the registry) must end within SECONDS plus the time the bytes received so far earn at 256 KiB/s, enforced while connecting, while reading the status line and headers and while reading the body; once it passes, the item in progress FAILs and nothing more is fetched. Also the seconds without data before a request counts as failed, and each file's own deadline (SECONDS plus its bytes at 256 KiB/s, retries included) (default 60)")

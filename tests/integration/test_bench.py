@@ -54,7 +54,23 @@ def test_bench_writes_named_measurements_against_gnu_tar_pigz_gzip_and_openssl(t
     audit = results["audit-served-release"]
     assert audit["digests_agree"] is True and audit["baseline"]["digests_agree"] is True and audit["audit_passed"] is True
     assert audit["reference"]["tool"].startswith("curl -sS --fail URL | openssl dgst -sha256, 2 at a time")
+    check_large_file_entry(results["audit-large-file-capped"], document["payload"]["bytes"])
     assert [p.name for p in tmp_path.iterdir()] == ["bench.json"], "the temporary payload is removed"
+
+
+def check_large_file_entry(result, payload_bytes):
+    # A small run (a 16 MiB file, the threshold lowered under it): the figures are not asserted, what ran is.
+    assert result["file_bytes"] == 4 * payload_bytes and result["range_threshold"] < result["file_bytes"]
+    assert result["server"] == {"per_connection_mib_per_s": 25, "first_byte_ms": 50, "ranges": True}
+    assert result["digests_agree"] is True and result["ours"]["passed"] is True
+    assert "--connections 8" in result["ours"]["command"] and result["ours"]["peak_rss_mib"] > 10
+    assert result["reference"]["tool"] == "aria2c -x8 -s8 && openssl dgst -sha256" and result["reference"]["version"].startswith("aria2 version")
+    assert result["reference"]["peak_rss_mib"] > 0 and result["reference"]["hash_seconds"] > 0
+    assert result["baseline"]["tool"].startswith("curl -sS --fail URL | openssl dgst -sha256")
+    # One stream is capped at 25 MiB/s: curl cannot have beaten the cap (the server really throttles).
+    assert result["baseline"]["mib_per_s"] <= 26
+    assert result["machine_ceiling"]["ideal"] == 8 and result["machine_ceiling"]["ratio"] > 0
+    assert result["met"] == (result["speedup"] >= 1.0 and result["speedup_over_curl"] >= 5.0)
 
 
 def test_a_failing_reference_pipeline_is_an_error_not_a_figure():
@@ -79,3 +95,4 @@ def test_payload_is_deterministic(tmp_path):
 def test_unknown_measurement_is_a_usage_error(tmp_path, capsys):
     assert main(["bench", "--only", "nope", "--output", str(tmp_path / "x.json")]) == 2
     assert "unknown measurement 'nope'" in capsys.readouterr().err
+

@@ -2,7 +2,8 @@
 
 Each path maps to a behaviour: a body (with or without an honest
 Content-Length), an endless stream, a slow drip, a redirect, a gzip-encoded
-answer.  Every behaviour is bounded on the server side too (at most
+answer, a file served by HTTP Range (`ranged`, honest or with one of
+`RANGE_FAULTS`).  Every behaviour is bounded on the server side too (at most
 `HARD_LIMIT` bytes, at most `TIME_LIMIT` seconds per request), the server
 counts what it sent, and it stops when the test's `with` block ends.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import http.server
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,18 +21,24 @@ from dataclasses import dataclass, field
 from loopback import LoopbackServer
 
 HARD_LIMIT = 512 * 1024 * 1024  # no behaviour sends more than this
+# How a `ranged` route misbehaves: answer 200 with the whole file, shift the range it sends, claim
+# another total size, send no Content-Range, hang up mid-range on the first `breaks` ranged
+# requests, or redirect ranged requests after the first to `location`.
+RANGE_FAULTS = ("", "ignore-range", "wrong-range", "other-total", "no-content-range", "break", "redirect-later")
 TIME_LIMIT = 20.0  # no request is served longer than this
 
 
 @dataclass
 class Route:
-    kind: str  # body | endless | drip | redirect
+    kind: str  # body | endless | drip | redirect | ranged
     body: bytes = b""
     length: int | None = None  # the Content-Length sent; None: the body's own length (body) or none (streams); -1: none
     location: str = ""
     status: int = 200
-    interval: float = 0.0  # seconds between drip bytes
+    interval: float = 0.0  # seconds between drip bytes (ranged: between 64 KiB blocks)
     headers: dict[str, str] = field(default_factory=dict)
+    fault: str = ""  # ranged: one of RANGE_FAULTS
+    breaks: int = 0  # ranged, fault "break": how many ranged requests hang up halfway
 
 
 class HostileServer(LoopbackServer):
@@ -38,6 +46,7 @@ class HostileServer(LoopbackServer):
         self.routes: dict[str, Route] = {}
         self.sent: dict[str, int] = {}  # path -> body bytes written (all requests)
         self.requests: list[str] = []
+        self.ranges: list[str] = []  # the Range header of every request to a ranged route ("" for none)
         self.lock = threading.Lock()
         server = self
 
@@ -57,6 +66,8 @@ class HostileServer(LoopbackServer):
                 started = time.monotonic()
                 if route.kind == "redirect":
                     return self._head(route.status, 0, {"Location": route.location})
+                if route.kind == "ranged":
+                    return self._ranged(path, route)
                 if route.kind == "body":
                     length = len(route.body) if route.length is None else route.length
                     self._head(route.status, None if length == -1 else length, route.headers)
@@ -74,6 +85,40 @@ class HostileServer(LoopbackServer):
                             return
                         time.sleep(route.interval)
                 self.close_connection = True
+
+            def _ranged(self, path: str, route: Route) -> None:
+                asked = self.headers.get("Range", "")
+                body, size = route.body, len(route.body)
+                with server.lock:
+                    server.ranges.append(asked)
+                    ranged_before = sum(1 for value in server.ranges if value) - (1 if asked else 0)
+                match = re.fullmatch(r"bytes=(\d+)-(\d*)", asked)
+                if match is None or route.fault == "ignore-range":
+                    self._head(200, size, route.headers)
+                    self._write(path, body)
+                    return
+                if route.fault == "redirect-later" and ranged_before > 0:
+                    return self._head(302, 0, {"Location": route.location})
+                start = int(match.group(1))
+                end = min(size, int(match.group(2)) + 1) if match.group(2) else size
+                headers = dict(route.headers)
+                shown = (start + 1, end) if route.fault == "wrong-range" else (start, end)
+                total = size + 1 if route.fault == "other-total" else size
+                if route.fault != "no-content-range":
+                    headers["Content-Range"] = f"bytes {shown[0]}-{shown[1] - 1}/{total}"
+                self._head(206, end - start, headers)
+                if route.fault == "break" and ranged_before < route.breaks:
+                    self._write(path, body[start:start + (end - start) // 2])
+                    self.close_connection = True
+                    self.connection.shutdown(2)  # hang up mid-body: the client sees a short read
+                    return
+                if route.interval:  # paced, like a CDN's per-connection cap
+                    for offset in range(start, end, 65536):
+                        if not self._write(path, body[offset:min(end, offset + 65536)]):
+                            return
+                        time.sleep(route.interval)
+                    return
+                self._write(path, body[start:end])
 
             def _head(self, status: int, length: int | None, headers: dict[str, str] | None = None) -> None:
                 self.send_response(status)

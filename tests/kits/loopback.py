@@ -8,8 +8,15 @@ server of the audit tests, acceptkit's asset server, hostile_http's fault server
 from __future__ import annotations
 
 import http.server
+import sys
 import threading
 from typing import Any
+
+
+class _Server(http.server.ThreadingHTTPServer):
+    def handle_error(self, request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client hanging up is what bounded clients do
+            super().handle_error(request, client_address)
 
 
 class LoopbackServer:
@@ -18,7 +25,7 @@ class LoopbackServer:
     base: str
 
     def serve(self, handler: type[http.server.BaseHTTPRequestHandler]) -> None:
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = _Server(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
         self.base = f"http://127.0.0.1:{self.port}"

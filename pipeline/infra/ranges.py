@@ -1,0 +1,498 @@
+"""Large pinned files as parallel HTTP Range requests, hashed in order while they arrive.
+
+A CDN caps each stream's throughput (Hugging Face, GitHub release downloads);
+several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
+`transfer.download` for a pinned, resumable file above `THRESHOLD`:
+
+- the file is cut into pieces (`piece_size`: at most `PIECE`, the first
+  round staggered so the connections do not finish in step) that up to
+  `connections` threads fetch lowest offset first, one `Range: bytes=A-B`
+  request per piece; once none is left, a free connection takes the second
+  half of the piece with the most bytes to go (as aria2c splits), so the
+  connections finish together, every request through `Item.open` (the one redirect,
+  scheme and host rule, `net.open_stream`) and its body through
+  `net.iter_body` (bounded by the piece's length), inside the item's and the
+  caller's deadlines;
+- bytes are written into place in a preallocated `<file>.part` and handed to
+  one hashing thread, which feeds SHA-256 in file order as the contiguous
+  prefix completes: bytes ahead of the prefix wait in memory, at most
+  `HASH_BUFFER` of them (the farthest are dropped first); only what did
+  not fit, and what an earlier run left, is read back from the `.part`
+  (`Fetched.reread`), so memory stays bounded whatever the file's size;
+- the intervals on disk are recorded in `<file>.part.ranges`
+  (`pipeline.formats.range_state`, read as hostile input) after each piece,
+  so an interrupted download resumes range by range; a `.part` without it is
+  the prefix the single stream left (one of the full size, whose holes
+  cannot be told from bytes, starts over);
+- a server that answers a ranged request with 200, a wrong or missing
+  `Content-Range`, a `Content-Length` other than the range's, or an encoded
+  body does not serve ranges faithfully: `RangesRefused`, and the caller
+  fetches the file as one stream; a `Content-Range` total other than the
+  pinned size fails closed (`size_mismatch`) and the bytes are deleted.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
+from pipeline.formats.range_state import RangeState, read_state, state_path, write_state
+from pipeline.infra import net
+from pipeline.util import ui
+
+if TYPE_CHECKING:
+    from pipeline.infra.transfer import Item
+
+THRESHOLD = 64 << 20  # larger pinned files are fetched as parallel ranges
+DEFAULT_CONNECTIONS = 8
+PIECE = 16 << 20  # one request per piece: 50 ms to the first byte costs 7% at 25 MiB/s (less once stealing splits the tail)
+MIN_PIECE = 64 << 10
+HASH_BUFFER = 128 << 20  # bytes ahead of the hashed prefix held in memory, per file (up to connections x PIECE)
+READ_BACK = 4 << 20  # what the hasher reads back from the .part at a time
+SAVE_SECONDS = 1.0  # the state file is rewritten at most this often
+STEAL = 2 << 20  # the least a connection takes over from another (a new request costs a first byte)
+
+
+class RangesRefused(Exception):
+    """The server does not serve ranges faithfully: the file is fetched as one stream instead."""
+
+
+@dataclass
+class Fetched:
+    sha256: str
+    resumed_from: int  # bytes an earlier run left on disk
+    reread: int  # bytes hashed by reading them back from the .part
+    connections: int  # the most connections held at once
+
+
+def size_mismatch(item: Item, found: int, pinned: int) -> IntegrityError:
+    return IntegrityError(
+        f"the server says {item.label} is {found} bytes, {pinned} are pinned",
+        file=item.url,
+        field="Content-Range",
+        found=f"{found} bytes",
+        expected=f"{pinned} bytes",
+        why="the file at this URL is not the pinned one (replaced, or another version); its bytes were deleted",
+        fix="do not use this file; check the pin and the URL",
+    )
+
+
+def discard(part: Path) -> None:
+    part.unlink(missing_ok=True)
+    state_path(part).unlink(missing_ok=True)
+
+
+def piece_size(size: int, connections: int) -> int:
+    """At least four pieces per connection, none over PIECE or under MIN_PIECE."""
+    return max(MIN_PIECE, min(PIECE, size // (connections * 4)))
+
+
+class Intervals:
+    """Sorted, disjoint, merged `[start, end)` byte intervals."""
+
+    def __init__(self, spans: tuple[tuple[int, int], ...] = ()) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+        for start, end in spans:
+            self.add(start, end)
+
+    def add(self, start: int, end: int) -> None:
+        low = bisect.bisect_left(self.ends, start)  # the first interval that ends at or after start
+        high = bisect.bisect_right(self.starts, end)  # past the last one that starts at or before end
+        if low < high:
+            start, end = min(start, self.starts[low]), max(end, self.ends[high - 1])
+        self.starts[low:high] = [start]
+        self.ends[low:high] = [end]
+
+    def end_at(self, offset: int) -> int | None:
+        """The end of the interval holding `offset`, else None."""
+        index = bisect.bisect_right(self.starts, offset) - 1
+        return self.ends[index] if index >= 0 and offset < self.ends[index] else None
+
+    def total(self) -> int:
+        return sum(end - start for start, end in self.spans())
+
+    def spans(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self.starts, self.ends, strict=True))
+
+    def missing(self, size: int) -> list[tuple[int, int]]:
+        gaps, position = [], 0
+        for start, end in self.spans():
+            if start > position:
+                gaps.append((position, start))
+            position = end
+        return gaps + ([(position, size)] if position < size else [])
+
+
+def _prepare(part: Path, size: int, sha256: str | None) -> Intervals:
+    """What an earlier run left (checked), recorded before the .part is preallocated to `size`."""
+    state_file = state_path(part)
+    try:
+        state = read_state(state_file, size=size, sha256=sha256)
+    except InputError as error:
+        ui.warn(f"{error.what} ({state_file.name}): starting {part.name} over")
+        discard(part)
+        state = None
+    if state is not None and part.is_file() and not part.is_symlink() and part.stat().st_size == size:
+        received = Intervals(state.received)
+    elif state is None and part.is_file() and not part.is_symlink() and 0 < part.stat().st_size < size:
+        # The prefix of a single stream.  A full-size .part without its state may be a preallocated
+        # one whose state was lost: its holes would pass for bytes, so it starts over.
+        received = Intervals(((0, part.stat().st_size),))
+    else:
+        discard(part)
+        received = Intervals()
+    write_state(state_file, RangeState(size, sha256, received.spans()))
+    with open(part, "ab") as handle:
+        try:
+            os.posix_fallocate(handle.fileno(), 0, size)  # room for the whole file now, not at 90%
+        except OSError as exc:
+            if exc.errno == 28:  # ENOSPC
+                raise EnvironmentProblem(f"no room for {size} bytes of {part.name}", file=part, fix="free disk space or pass --cache DIR on a larger disk") from None
+            handle.truncate(size)  # a file system without fallocate
+    return received
+
+
+def fetch(item: Item, part: Path, *, size: int, sha256: str | None, connections: int, budget: threading.Semaphore | None,
+          bar: Callable[[int], Any] | None = None, on_bytes: Callable[[int], None] | None = None,
+          piece: int | None = None, memory: int = HASH_BUFFER) -> Fetched:
+    """Fetch `item` into `part` as parallel ranges; its SHA-256 as the bytes arrive (see the module)."""
+    received = _prepare(part, size, sha256)
+    fd = os.open(part, os.O_RDWR)
+    try:
+        job = _Ranges(item, fd, part, size=size, sha256=sha256, received=received, connections=connections, budget=budget,
+                      piece=piece or piece_size(size, connections), memory=memory, on_bytes=on_bytes)
+        job.bar = bar(received.total()) if bar else None
+        try:
+            return job.run()
+        finally:
+            if job.bar:
+                job.bar.finish()
+    finally:
+        os.close(fd)
+
+
+class _Ranges:
+    """One file's pieces, workers and in-order hasher; `cond` guards the shared fields."""
+
+    def __init__(self, item: Item, fd: int, part: Path, *, size: int, sha256: str | None, received: Intervals, connections: int,
+                 budget: threading.Semaphore | None, piece: int, memory: int, on_bytes) -> None:
+        self.item, self.fd, self.part, self.size, self.sha256 = item, fd, part, size, sha256
+        self.received, self.budget, self.memory, self.on_bytes = received, budget, memory, on_bytes
+        self.resumed_from = received.total()
+        self.pending = deque(self._pieces(received.missing(size), piece, connections))
+        self.flying: list[list[int]] = []  # [next byte, end] of each piece in flight; a thief shortens `end`
+        self.steal = max(MIN_PIECE, min(STEAL, piece // 4))
+        # As many connections as there are pieces, or halves of pieces worth taking over.
+        missing = size - self.resumed_from
+        self.connections = min(connections, max(len(self.pending), missing // self.steal)) if self.pending else 0
+        self.cond = threading.Condition()
+        self.buffer: dict[int, bytes] = {}
+        self.keys: list[int] = []  # offsets in `buffer`, sorted
+        self.buffered = 0
+        self.frontier = 0  # bytes hashed
+        self.reread = 0
+        self.error: BaseException | None = None
+        self.active = 0  # workers running
+        self.holding = self.peak = 0  # connections held now, and the most at once
+        self.probed = threading.Event()  # the first answer showed the server serves ranges
+        self.saved = 0.0
+        self.save_lock = threading.Lock()
+        self.bar = None
+
+    @staticmethod
+    def _pieces(gaps: list[tuple[int, int]], piece: int, connections: int) -> list[tuple[int, int]]:
+        pieces = []
+        for start, end in gaps:
+            pieces += [(offset, min(end, offset + piece)) for offset in range(start, end, piece)]
+        # The first round staggered (1/N, 2/N, ... of a piece): connections of equal speed then
+        # finish one after another, and the bytes waiting ahead of the hashed prefix stay few.
+        staggered = []
+        for index, (start, end) in enumerate(pieces[:connections]):
+            cut = min(end, start + max(MIN_PIECE, piece * (index + 1) // connections))
+            staggered += [(start, cut)] + ([(cut, end)] if cut < end else [])
+        return sorted(staggered + pieces[connections:])
+
+    # -- shared state
+    def take(self) -> list[int] | None:
+        """The next piece as [next byte, end]: the lowest pending, else the second half of the piece in
+        flight with the most bytes to go (or of the lowest, while the prefix lags); None when there is
+        no work left worth a request."""
+        with self.cond:
+            if self.error is not None:
+                return None
+            # While the bytes waiting for the hashed prefix fill 3/4 of their buffer, a slow piece holds
+            # the prefix back: help it rather than run further ahead.
+            victim = self._victim(lowest=True) if self.buffered > self.memory * 3 // 4 else None
+            if victim is None and self.pending:
+                slot = list(self.pending.popleft())
+            else:
+                victim = victim or self._victim(lowest=False)
+                if victim is None:
+                    return None
+                middle = victim[0] + (victim[1] - victim[0]) // 2
+                slot, victim[1] = [middle, victim[1]], middle
+            self.flying.append(slot)
+            return slot
+
+    def _victim(self, *, lowest: bool) -> list[int] | None:
+        """The piece in flight to split (caller holds `cond`): the lowest, or the one with the most to go."""
+        worth = [flying for flying in self.flying if flying[1] - flying[0] >= 2 * self.steal]
+        if not worth:
+            return None
+        return min(worth) if lowest else max(worth, key=lambda flying: flying[1] - flying[0])
+
+    def landed(self, slot: list[int]) -> None:
+        with self.cond:
+            self.flying.remove(slot)
+
+    def work_left(self) -> bool:
+        with self.cond:
+            return self.error is None and (bool(self.pending) or any(end - start >= 2 * self.steal for start, end in self.flying))
+
+    def fail(self, error: BaseException) -> None:
+        with self.cond:
+            if self.error is None:
+                self.error = error
+            self.cond.notify_all()
+        self.probed.set()  # wake the workers waiting for the first answer
+
+    def deposit(self, offset: int, data: bytes) -> None:
+        """Bytes written at `offset`: on disk now; in memory too while HASH_BUFFER has room (nearest first)."""
+        with self.cond:
+            self.received.add(offset, offset + len(data))
+            while self.buffered + len(data) > self.memory and self.keys and self.keys[-1] > offset:
+                self.buffered -= len(self.buffer.pop(self.keys.pop()))  # farther ahead, and on disk: read back later
+            if offset == self.frontier or self.buffered + len(data) <= self.memory:
+                self.buffer[offset] = data
+                bisect.insort(self.keys, offset)
+                self.buffered += len(data)
+            self.cond.notify_all()
+
+    def save(self, *, force: bool = False) -> None:
+        """Record the intervals on disk (after each piece, at most every SAVE_SECONDS; always when stopping)."""
+        now = time.monotonic()
+        if not force and now - self.saved < SAVE_SECONDS:
+            return
+        with self.save_lock:
+            with self.cond:
+                spans = self.received.spans()
+            write_state(state_path(self.part), RangeState(self.size, self.sha256, spans))
+            self.saved = now
+
+    # -- the run
+    def run(self) -> Fetched:
+        threads = [threading.Thread(target=self._work, args=(index,), name=f"range-{index}", daemon=True) for index in range(self.connections)]
+        self.active = len(threads)
+        for thread in threads:
+            thread.start()
+        try:
+            digest = self._hash()
+        except BaseException as error:
+            self.fail(error)
+            raise
+        finally:
+            for thread in threads:
+                thread.join()
+        if digest is None or self.error is not None:
+            error = self.error or RemoteError(f"download of {self.item.label} ended incomplete", file=self.item.url)
+            if isinstance(error, IntegrityError | RangesRefused):
+                discard(self.part)  # not the pinned file's bytes, or to be fetched as one stream
+            else:
+                self.save(force=True)  # resumed range by range next time
+            raise error
+        state_path(self.part).unlink(missing_ok=True)
+        return Fetched(digest.hexdigest(), self.resumed_from, self.reread, self.peak)
+
+    def _hash(self):
+        """Feed SHA-256 in file order as the contiguous prefix completes; None when a worker failed.
+
+        The bytes ready at the prefix are taken in one batch (up to READ_BACK) and hashed in one
+        call: each call gives the GIL away and may wait a switch interval (5 ms) to get it back
+        from the receiving threads, so one call per chunk would hold the hash to a few MiB/s."""
+        digest = hashlib.sha256()
+        while True:
+            with self.cond:
+                while True:
+                    if self.error is not None:
+                        return None
+                    if self.frontier >= self.size:
+                        return digest
+                    batch, end = self._ready()
+                    if batch or end is not None:
+                        break
+                    if self.active == 0:
+                        self.error = RemoteError(f"download of {self.item.label} ended with bytes {self.frontier}- missing", file=self.item.url)
+                        return None
+                    self.cond.wait(0.5)
+            if batch:
+                data = b"".join(batch)
+            else:
+                assert end is not None
+                data = os.pread(self.fd, end - self.frontier, self.frontier)
+                if not data:
+                    raise RemoteError(f"the .part of {self.item.label} is shorter than recorded", file=self.part)
+                self.reread += len(data)
+            digest.update(data)
+            with self.cond:
+                self.frontier += len(data)
+                self.item.held = self.frontier
+
+    def _ready(self) -> tuple[list[bytes], int | None]:
+        """What can be hashed at the prefix now (caller holds `cond`): chunks from memory, else the end of
+        a span to read back from the .part (on disk but not in memory), else neither."""
+        batch, position = [], self.frontier
+        while position - self.frontier < READ_BACK and (data := self.buffer.pop(position, None)) is not None:
+            del self.keys[bisect.bisect_left(self.keys, position)]
+            self.buffered -= len(data)
+            batch.append(data)
+            position += len(data)
+        if batch:
+            return batch, None
+        end = self.received.end_at(self.frontier)
+        if end is None:
+            return [], None
+        after = bisect.bisect_right(self.keys, self.frontier)
+        return [], min(end, self.keys[after] if after < len(self.keys) else end, self.frontier + READ_BACK)
+
+    def _work(self, index: int) -> None:
+        """One connection: pieces lowest offset first until none is left (or another worker failed)."""
+        try:
+            with self.item.scope():
+                if index > 0 and not self._second_connection():
+                    return
+                with self.cond:
+                    self.holding += 1
+                    self.peak = max(self.peak, self.holding)
+                try:
+                    while (slot := self.take()) is not None:
+                        self._fetch_piece(slot)
+                        self.landed(slot)
+                        self.save()
+                finally:
+                    with self.cond:
+                        self.holding -= 1
+                    if index > 0 and self.budget is not None:
+                        self.budget.release()
+        except BaseException as error:  # noqa: BLE001 - handed to the hashing thread, which raises it
+            self.fail(error)
+        finally:
+            with self.cond:
+                self.active -= 1
+                self.cond.notify_all()
+
+    def _second_connection(self) -> bool:
+        """Connections past the first wait for the first answer (does the server serve ranges?) and
+        for a free connection of the shared budget; False when there is no more work for them."""
+        while not self.probed.wait(0.2):
+            if self.item.late(net.BEFORE) is not None:
+                return False
+        while self.work_left():
+            if self.budget is None or self.budget.acquire(timeout=0.2):
+                return True
+        return False
+
+    def _fetch_piece(self, slot: list[int]) -> None:
+        """Fetch bytes slot[0]..slot[1] (a thief may lower slot[1] meanwhile), retrying from where a broken answer stopped."""
+        import requests
+
+        item = self.item
+        start, attempt = slot[0], 0
+        while self.error is None:
+            with self.cond:
+                position, end = slot
+            if position >= end:
+                return
+            error = item.late(net.BEFORE)
+            if error is not None:
+                raise error
+            try:
+                response = item.open({"Range": f"bytes={position}-{end - 1}"})
+            except requests.RequestException as exc:
+                error = item.late(net.HEADERS)
+                if error is not None:
+                    raise error from None
+                attempt += 1
+                if not item.may_retry(attempt):
+                    raise item.unreachable(exc, attempt) from None
+                continue
+            with response:
+                status = response.status_code
+                refused = item.refused(status)
+                if refused is not None:
+                    raise refused
+                if status >= 500 or status == 429:
+                    attempt += 1
+                    if not item.may_retry(attempt):
+                        raise RemoteError(f"the server kept answering HTTP {status} for {item.label}", file=item.url, fix="try again later")
+                    continue
+                self._check_answer(response, position, end)
+                self.probed.set()
+                self._receive(response, slot, end)
+            with self.cond:
+                position, end = slot
+            if position < end and self.error is None:
+                attempt += 1
+                if not item.may_retry(attempt):
+                    raise RemoteError(f"the range {start}-{end - 1} of {item.label} broke off at byte {position}", file=item.url,
+                                      fix="run the command again; the bytes received are resumed range by range")
+
+    def _check_answer(self, response, start: int, end: int) -> None:
+        """A ranged answer must be exactly the bytes asked for, of a file of the pinned size."""
+        status, headers = response.status_code, response.headers
+        if status != 206:
+            raise RangesRefused(f"the server answered HTTP {status} to a ranged request")
+        span = net.content_range(response)
+        if span is None:
+            raise RangesRefused(f"the server's 206 answer has no valid Content-Range (found {headers.get('Content-Range', '')[:80]!r})")
+        if span[2] != self.size:
+            raise size_mismatch(self.item, span[2], self.size)
+        if span[:2] != (start, end):
+            raise RangesRefused(f"asked for bytes {start}-{end - 1}, the server answered bytes {span[0]}-{span[1] - 1}")
+        length = headers.get("Content-Length")
+        if length is not None and length != str(end - start):
+            raise RangesRefused(f"the server's answer for {end - start} bytes declares Content-Length {length[:40]!r}")
+        if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+            raise RangesRefused("the server encodes its ranged answers")
+
+    def _receive(self, response, slot: list[int], asked_end: int) -> None:
+        """Write the body into place and hand it to the hasher, advancing slot[0]; it stops short on a
+        broken connection, or where a thief took the rest of the piece over (the answer is dropped)."""
+        import requests
+
+        item = self.item
+        try:
+            for chunk in net.iter_body(response, limit=asked_end - slot[0], deadline=lambda _count: item.soonest(), label=item.label,
+                                       url=item.url, what="a range", pinned=True):
+                with self.cond:  # claim the bytes before writing them: a thief splits after slot[0]
+                    position = slot[0]
+                    data = chunk[: max(0, slot[1] - position)]
+                    slot[0] = position + len(data)
+                if not data:
+                    break
+                written = 0
+                while written < len(data):
+                    written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
+                self.deposit(position, data)
+                item.earn(len(data))
+                if self.bar:
+                    self.bar(len(data))
+                if self.on_bytes:
+                    self.on_bytes(len(data))
+                if self.error is not None or len(data) < len(chunk):
+                    break
+        except (requests.RequestException, OSError):
+            error = item.late(net.BODY)
+            if error is not None:
+                raise error from None
+        except net.DeadlinePassed as error:
+            raise item.late(net.BODY) or error from None

@@ -1,0 +1,250 @@
+"""Parallel-range downloads of large pinned files (pipeline/infra/ranges.py through transfer.download).
+
+Against the hostile server on 127.0.0.1 (tests/kits/hostile_http.py, route kind `ranged`) with a
+small file and a lowered threshold: the bytes and their SHA-256 are the file's, every range went
+through the redirect rule, a server that ignores Range or misreports the range falls back to one
+stream, another total size fails closed and leaves nothing, an interrupted download resumes range
+by range from its checked state file, and the bytes held for hashing stay under their bound.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import threading
+
+import pytest
+from hostile_http import Route, hostile_server
+
+from pipeline.errors import IntegrityError, RemoteError
+from pipeline.formats import range_state
+from pipeline.infra import ranges, transfer
+
+BODY = random.Random(19).randbytes(3 << 20)
+DIGEST = hashlib.sha256(BODY).hexdigest()
+
+
+def fetch(url, target, **kwargs):
+    options = {"expected_size": len(BODY), "expected_sha256": DIGEST, "progress": False, "timeout": 5, "connections": 4, "range_threshold": 1 << 20, "retries": 1}
+    options.update(kwargs)
+    return transfer.download(url, target, **options)
+
+
+def ranged_requests(server) -> list[tuple[int, int]]:
+    spans = []
+    for header in server.ranges:
+        if header:
+            start, _, end = header.removeprefix("bytes=").partition("-")
+            spans.append((int(start), int(end)))
+    return sorted(spans)
+
+
+@pytest.fixture(scope="module")
+def server():
+    with hostile_server() as running:
+        yield running
+
+
+def test_parallel_ranges_deliver_the_pinned_bytes_and_their_hash(server, tmp_path):
+    url = server.add("/model.bin", Route("ranged", BODY))
+    server.ranges.clear()
+    result = fetch(url, tmp_path / "model.bin")
+    assert result.sha256 == DIGEST and (tmp_path / "model.bin").read_bytes() == BODY
+    assert result.connections > 1 and result.reread == 0  # hashed from memory as the prefix completed
+    spans = ranged_requests(server)
+    assert len(spans) > 4 and spans[0][0] == 0 and spans[-1][1] == len(BODY) - 1
+    covered = ranges.Intervals(tuple((start, end + 1) for start, end in spans))
+    assert covered.spans() == ((0, len(BODY)),) and len({start for start, _ in spans}) == len(spans), "the ranges cover the file, none asked twice"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.bin"]  # no .part, no state file
+
+
+def test_the_hashing_buffer_is_bounded_and_what_did_not_fit_is_read_back(server, tmp_path, monkeypatch):
+    url = server.add("/bounded.bin", Route("ranged", BODY))
+    peak = [0]
+    deposit = ranges._Ranges.deposit
+
+    def watched(self, offset, data):
+        deposit(self, offset, data)
+        peak[0] = max(peak[0], self.buffered)
+
+    monkeypatch.setattr(ranges._Ranges, "deposit", watched)
+    original = ranges.fetch
+    monkeypatch.setattr(ranges, "fetch", lambda *a, **k: original(*a, **{**k, "memory": 256 << 10}))
+    result = fetch(url, tmp_path / "bounded.bin", connections=6)
+    assert result.sha256 == DIGEST and result.reread < len(BODY)
+    assert peak[0] <= (256 << 10) + (1 << 20)  # the bound, plus at most the one chunk at the prefix
+
+
+@pytest.mark.parametrize("fault", ["ignore-range", "wrong-range", "no-content-range"])
+def test_a_server_that_does_not_serve_ranges_faithfully_gets_one_stream(server, tmp_path, fault):
+    url = server.add(f"/{fault}.bin", Route("ranged", BODY, fault=fault))
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.connections == 1 and (tmp_path / "asset").read_bytes() == BODY
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["asset"]
+
+
+def test_another_total_size_fails_closed_and_leaves_nothing(server, tmp_path):
+    url = server.add("/other-total.bin", Route("ranged", BODY, fault="other-total"))
+    with pytest.raises(IntegrityError, match=f"is {len(BODY) + 1} bytes, {len(BODY)} are pinned"):
+        fetch(url, tmp_path / "asset")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_every_range_request_follows_the_redirect_rule(server, tmp_path):
+    # Same-origin for the first range, then elsewhere: each range is checked, not only the first.
+    url = server.add("/hop.bin", Route("ranged", BODY, fault="redirect-later", location="http://127.0.0.2:9/stolen"))
+    with pytest.raises(RemoteError, match="refused to follow the redirect") as caught:
+        fetch(url, tmp_path / "asset", retries=0)
+    assert "leaves the origin" in str(caught.value)
+
+
+def test_a_broken_range_resumes_where_it_stopped_within_the_run(server, tmp_path):
+    url = server.add("/flaky.bin", Route("ranged", BODY, fault="break", breaks=3))
+    server.ranges.clear()
+    result = fetch(url, tmp_path / "asset", retries=2)
+    assert result.sha256 == DIGEST
+    asked = [tuple(int(n) for n in h.removeprefix("bytes=").split("-")) for h in server.ranges if h]
+    for start, end in asked[:3]:  # these hung up after half their bytes
+        assert (start + (end - start + 1) // 2, end) in asked, "the range was asked again from where it broke, not from its start"
+
+
+def test_an_interrupted_download_resumes_range_by_range_from_its_state(server, tmp_path):
+    url = server.add("/resume.bin", Route("ranged", BODY, fault="break", breaks=10**6))  # every range breaks
+    target = tmp_path / "asset"
+    with pytest.raises(RemoteError, match="broke off"):
+        fetch(url, target, retries=0)
+    part = tmp_path / "asset.part"
+    state = range_state.read_state(range_state.state_path(part), size=len(BODY), sha256=DIGEST)
+    assert state is not None and state.received and part.stat().st_size == len(BODY)
+    for start, end in state.received:
+        assert part.read_bytes()[start:end] == BODY[start:end]
+    kept = sum(end - start for start, end in state.received)
+    server.add("/resume.bin", Route("ranged", BODY))
+    server.ranges.clear()
+    result = fetch(url, target)
+    assert result.sha256 == DIGEST and result.resumed_from == kept and target.read_bytes() == BODY
+    asked = ranges.Intervals(tuple((start, end + 1) for start, end in ranged_requests(server)))
+    assert list(asked.spans()) == ranges.Intervals(state.received).missing(len(BODY)), "only the missing bytes were fetched again"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["asset"]
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        lambda doc: doc.update(received=[[0, len(BODY) + 1]]),
+        lambda doc: doc.update(received=[[10, 5]]),
+        lambda doc: doc.update(received=[[0, 10], [5, 20]]),
+        lambda doc: doc.update(received=[[0, True]]),
+        lambda doc: doc.update(sha256="0" * 64),
+        lambda doc: doc.update(size=7),
+        lambda doc: doc.update(extra=1),
+    ],
+)
+def test_a_state_file_that_does_not_check_out_starts_the_file_over(server, tmp_path, tamper):
+    url = server.add("/state.bin", Route("ranged", BODY))
+    part = tmp_path / "asset.part"
+    part.write_bytes(b"\0" * len(BODY))  # bytes the hostile state claims are the file's
+    document = {"artifact_type": range_state.STATE_TYPE, "schema_version": 1, "size": len(BODY), "sha256": DIGEST, "received": [[0, len(BODY)]]}
+    tamper(document)
+    range_state.state_path(part).write_text(json.dumps(document))
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 0
+
+
+def test_a_single_stream_prefix_is_kept_as_the_first_range(server, tmp_path):
+    url = server.add("/prefix.bin", Route("ranged", BODY))
+    (tmp_path / "asset.part").write_bytes(BODY[: 1 << 20])
+    server.ranges.clear()
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 1 << 20 and result.reread == 1 << 20
+    assert ranged_requests(server)[0][0] == 1 << 20
+
+
+def test_a_full_size_part_without_its_state_starts_over(server, tmp_path):
+    url = server.add("/holes.bin", Route("ranged", BODY))
+    (tmp_path / "asset.part").write_bytes(bytes(len(BODY)))  # preallocated, the state file lost
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 0
+
+
+def test_small_files_and_one_connection_stay_one_stream(server, tmp_path):
+    url = server.add("/small.bin", Route("ranged", BODY))
+    server.ranges.clear()
+    assert fetch(url, tmp_path / "a", range_threshold=len(BODY)).connections == 1
+    assert fetch(url, tmp_path / "b", connections=1).connections == 1
+    assert server.ranges == ["", ""]
+
+
+def test_the_connection_budget_is_shared(server, tmp_path):
+    url = server.add("/budget.bin", Route("ranged", BODY))
+    budget = threading.BoundedSemaphore(3)
+    result = fetch(url, tmp_path / "asset", connections=8, budget=budget)
+    assert result.sha256 == DIGEST and 1 < result.connections <= 3
+    assert budget.acquire(blocking=False) and budget.acquire(blocking=False) and budget.acquire(blocking=False), "every connection was given back"
+
+
+def test_intervals_merge():
+    spans = ranges.Intervals()
+    for start, end in [(10, 20), (30, 40), (20, 30), (0, 5), (50, 60)]:
+        spans.add(start, end)
+    assert spans.spans() == ((0, 5), (10, 40), (50, 60))
+    assert spans.end_at(12) == 40 and spans.end_at(5) is None and spans.end_at(0) == 5
+    assert spans.missing(70) == [(5, 10), (40, 50), (60, 70)]
+
+
+def test_progress_is_one_line_per_file_over_all_its_ranges_and_only_on_a_terminal(monkeypatch):
+    from pipeline.infra import progress
+    from pipeline.util import ui
+
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False, raising=False)
+    assert progress.wanted() is False  # a pipe or a log: no live display
+    bars = progress.TransferProgress("all", 3000)
+    try:
+        line = bars.file("model", 2000, done=500)
+        threads = [threading.Thread(target=lambda: [line(10) for _ in range(15)]) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        tasks = {task.description: task for task in bars.progress.tasks}
+        assert tasks["model"].completed == 500 + 600 and tasks["all"].completed == 500 + 600
+        line.finish()
+        assert [task.description for task in bars.progress.tasks] == ["all"]
+        assert bars.file("model", 2000, done=500) and bars.progress.tasks[0].completed == 1100, "a retry's line does not count the bytes on disk twice"
+    finally:
+        bars.close()
+    ui.set_quiet(True)
+    try:
+        assert progress.wanted() is False
+    finally:
+        ui.set_quiet(False)
+
+
+def test_connections_below_one_is_a_usage_error(capsys):
+    from pipeline.cli import main
+
+    assert main(["audit", "manifest.json", "--connections", "0"]) == 2
+    assert "--connections must be at least 1" in capsys.readouterr().err
+
+
+def test_free_connections_take_over_half_of_the_longest_piece_at_the_end(server, tmp_path, monkeypatch):
+    url = server.add("/steal.bin", Route("ranged", BODY, interval=0.02))  # 64 KiB per 20 ms and connection
+    monkeypatch.setattr(ranges, "piece_size", lambda size, connections: size)  # one piece (cut in two by the stagger)
+    server.ranges.clear()
+    result = fetch(url, tmp_path / "asset", connections=4)
+    assert result.sha256 == DIGEST and (tmp_path / "asset").read_bytes() == BODY
+    starts = {int(h.removeprefix("bytes=").partition("-")[0]) for h in server.ranges if h}
+    assert len(starts) > 2 and result.connections > 2, "connections beyond the two pieces split the rest"
+
+
+def test_a_single_stream_resume_checks_the_content_range_too(server, tmp_path):
+    # A resumed single stream whose 206 answer starts elsewhere starts over; another total fails closed.
+    url = server.add("/shifted.bin", Route("ranged", BODY, fault="wrong-range"))
+    (tmp_path / "a.part").write_bytes(BODY[:1000])
+    assert fetch(url, tmp_path / "a", connections=1).sha256 == DIGEST
+    url = server.add("/grown.bin", Route("ranged", BODY, fault="other-total"))
+    (tmp_path / "b.part").write_bytes(BODY[:1000])
+    with pytest.raises(IntegrityError, match="are pinned"):
+        fetch(url, tmp_path / "b", connections=1)
+    assert not (tmp_path / "b.part").exists()
