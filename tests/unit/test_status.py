@@ -161,3 +161,70 @@ def test_a_bad_release_name_is_a_usage_error(road, capsys):
     ctx, _lane = road
     assert main(["status", "--dist", str(ctx.dist), "--release", "../etc"]) == 2
     assert "error[usage]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("read", "garbage", "read"),
+    ("inputs", {"lane": 7}, "inputs.lane"),
+    ("code", {"/etc/passwd": "0" * 64}, "code"),
+    ("code", {"../../etc/passwd": "0" * 64}, "code"),
+    ("lane", ["a list"], "lane"),
+])
+def test_a_record_with_malformed_facts_is_refused_naming_the_field(road, capsys, field, value, named):
+    ctx, _lane = road
+    register = json.loads((ctx.dist / "register.json").read_text())
+    register["stages"][f"package:{LANE}"][field] = value
+    (ctx.dist / "register.json").write_text(json.dumps(register))
+    assert main(["status", "--dist", str(ctx.dist)]) == 1  # no traceback, and no file outside pipeline/ hashed
+    err = capsys.readouterr().err
+    assert err.startswith("error[input]") and f"stages.package:{LANE}.{named}" in err
+
+
+def test_a_refusal_with_a_malformed_exit_code_or_lane_is_refused(road, capsys):
+    ctx, lane = road
+    with pytest.raises(EnvironmentProblem):
+        execute(_Toy(ctx, "image", lane, "oci-layout", "x", refuse=True))
+    register = json.loads((ctx.dist / "register.json").read_text())
+    for field, value in (("exit_code", "3"), ("lane", {"id": LANE})):
+        bad = json.loads(json.dumps(register))
+        bad["refusals"][f"image:{LANE}"][field] = value
+        (ctx.dist / "register.json").write_text(json.dumps(bad))
+        assert main(["status", "--dist", str(ctx.dist)]) == 1
+        assert f"refusals.image:{LANE}.{field}" in capsys.readouterr().err
+
+
+def test_a_refusal_quoting_a_huge_value_is_kept_bounded(road):
+    from pipeline.register import MAX_REFUSAL_CHARS
+
+    class _Huge(_Toy):
+        def preflight(self):
+            raise EnvironmentProblem("this host cannot do it", found="x" * 1_000_000)
+
+    ctx, lane = road
+    with pytest.raises(EnvironmentProblem):
+        execute(_Huge(ctx, "image", lane, "oci-layout", "x"))
+    message = json.loads((ctx.dist / "register.json").read_text())["refusals"][f"image:{LANE}"]["message"]
+    assert len(message) == MAX_REFUSAL_CHARS and message.startswith("this host cannot do it (found 'xxx") and message.endswith("\u2026")
+
+
+def test_a_success_under_another_key_of_the_same_stage_and_lane_ends_its_refusal(road):
+    """publish keys name the tag (publish:component-<tag>): a refused publish of one cut must not stay
+    'refused' after the next cut's publish succeeded."""
+
+    class _Publish(_Toy):
+        def __init__(self, *args, key_tag, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.key_tag = key_tag
+
+        @property
+        def key(self):
+            return f"publish:component-{self.key_tag}"
+
+    ctx, lane = road
+    attrs = {"plan_sha256": "2" * 64, "release_id": 7, "repository": "o/r", "tag": lane.tag()}
+    with pytest.raises(EnvironmentProblem):
+        execute(_Publish(ctx, "publish", lane, "release-publication", "x", refuse=True, key_tag=lane.tag(1), **attrs))
+    assert _cells(ctx)["publish"].state == "refused"
+    execute(_Publish(ctx, "publish", lane, "release-publication", "y", key_tag=lane.tag(), **attrs))
+    assert _cells(ctx)["publish"].state == "done"
+    assert json.loads((ctx.dist / "register.json").read_text()).get("refusals", {}) == {}
