@@ -160,8 +160,8 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
     product = manifest.get("product") if isinstance(manifest.get("product"), dict) else {}
     lanes: dict[str, Any] = {}
     lane_qualification: dict[str, Any] = {}
-    for row in manifest_rows(manifest):
-        lane_id = str(row.get("id"))
+    for index, row in enumerate(manifest_rows(manifest)):
+        lane_id = _row_lane(row, index)
         lanes[lane_id] = {
             "component": {key: row.get(key) for key in ROW_COMPONENT},
             "source": {key: row.get(key) for key in ROW_SOURCE},
@@ -188,6 +188,16 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
         "compatibility": _without(authority, ("authority_id", "product_release", "artifact_type")),
         "acceptance": acceptance,
     })
+
+
+def _row_lane(row: dict[str, Any], index: int) -> str:
+    """A row's lane id, which names the tree's receipt and provenance files: a bare name, never a path out of the tree."""
+    from pipeline.util.safepath import component_problem
+
+    problem = component_problem(row.get("id"))
+    if problem:
+        raise InputError(f"has a lane row whose id {problem}", field=f"components rows[{index}].id", found=row.get("id"), expected="a lane id (a bare name)")
+    return row["id"]
 
 
 class Listed(str):

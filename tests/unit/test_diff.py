@@ -137,3 +137,17 @@ def test_a_published_manifest_brings_the_documents_it_binds_by_hash(manifest_ser
     manifest_server.files["/tampered.json"] = json.dumps(manifest, sort_keys=True).encode()
     assert main(["diff", manifest_server.url("/tampered.json"), V1]) == 2
     assert "names a document whose bytes do not have the bound hash" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("lane_id", ["../../outside", None])
+def test_a_row_id_is_a_bare_name_never_a_path_out_of_the_tree(tmp_path, capsys, lane_id):
+    tree = tmp_path / "tree" / "v0.13.1"
+    shutil.copytree(V1, tree)
+    (tree / "qualification").mkdir()
+    (tmp_path / "tree" / "outside.json").write_text("not the tree's")  # v0.13.1/qualification/../../outside.json
+    manifest = json.loads((tree / "manifest.json").read_text())
+    manifest["components"]["ninfer"]["id"] = lane_id
+    (tree / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["diff", V1, str(tree)]) == 2
+    err = capsys.readouterr().err
+    assert "has a lane row whose id" in err and "outside.json" not in err
