@@ -894,20 +894,36 @@ def register_cli(sub) -> None:
 
 def cdx_components(path: Path) -> dict[str, dict[str, str | None]]:
     """The components of a CycloneDX document for comparing two SBOMs (`diff`): keyed by package URL without
-    its version (else by the component's payload path or bom-ref), each with name, version, licence and purl."""
+    its version (else by the component's payload path or bom-ref), each with name, version, licence and purl.
+    The document is data (a set's SHA256SUMS vouches for nothing its maker did not choose): a list that is not
+    one, or a component that is not an object, is an InputError naming the field."""
     document = _strict_sbom_json(path, _read_sbom(path))
     found: dict[str, dict[str, str | None]] = {}
-    for index, component in enumerate(document.get("components") or []):
+    for index, component in enumerate(_cdx_list(document, "components", path, "components")):
+        where = f"components[{index}]"
         if not isinstance(component, dict):
-            raise InputError("is not a component object", file=path, field=f"components[{index}]")
-        purl = component.get("purl") if isinstance(component.get("purl"), str) else None
-        properties = {p.get("name"): p.get("value") for p in component.get("properties") or [] if isinstance(p, dict)}
-        key = purl.split("@", 1)[0] if purl else str(properties.get(f"{PROPERTY}:path") or component.get("bom-ref") or component.get("name") or f"#{index}")
+            raise InputError("is not a component object", file=path, field=where)
+        purl = _text(component.get("purl"))
+        properties = {p["name"]: p.get("value") for p in _cdx_list(component, "properties", path, where) if isinstance(p, dict) and isinstance(p.get("name"), str)}
+        key = purl.split("@", 1)[0] if purl else (_text(properties.get(f"{PROPERTY}:path")) or _text(component.get("bom-ref")) or _text(component.get("name")) or f"#{index}")
         licences = []
-        for entry in component.get("licenses") or []:
+        for entry in _cdx_list(component, "licenses", path, where):
             if isinstance(entry, dict):
                 licence = entry.get("license") if isinstance(entry.get("license"), dict) else {}
-                licences.append(str(entry.get("expression") or licence.get("id") or licence.get("name") or ""))
-        found[key] = {"name": str(component.get("name")), "version": component.get("version") if isinstance(component.get("version"), str) else None,
+                licences.append(_text(entry.get("expression")) or _text(licence.get("id")) or _text(licence.get("name")) or "")
+        found[key] = {"name": _text(component.get("name")), "version": _text(component.get("version")),
                       "licence": " AND ".join(sorted(filter(None, licences))) or None, "purl": purl}
     return dict(sorted(found.items()))
+
+
+def _cdx_list(owner: dict[str, Any], name: str, path: Path, where: str) -> list[Any]:
+    value = owner.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InputError(f"has {name} that is not a list", file=path, field=f"{where}.{name}" if where != name else name, found=type(value).__name__, expected="a JSON array")
+    return value
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

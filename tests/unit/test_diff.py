@@ -151,3 +151,30 @@ def test_a_row_id_is_a_bare_name_never_a_path_out_of_the_tree(tmp_path, capsys, 
     assert main(["diff", V1, str(tree)]) == 2
     err = capsys.readouterr().err
     assert "has a lane row whose id" in err and "outside.json" not in err
+
+
+@pytest.mark.parametrize(("document", "field"), [
+    ({"components": 5}, "components"),
+    ({"components": [{"name": "a", "properties": 7}]}, "components[0].properties"),
+    ({"components": [{"name": "a", "licenses": 7}]}, "components[0].licenses"),
+])
+def test_an_sbom_of_wrong_shape_is_refused_naming_the_field(tmp_path, document, field):
+    from pipeline.errors import InputError
+    from pipeline.formats.sbom import cdx_components
+
+    path = tmp_path / "set.cdx.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(InputError) as caught:
+        cdx_components(path)
+    assert caught.value.field == field
+
+
+def test_an_sbom_components_odd_values_are_read_as_absent(tmp_path):
+    from pipeline.formats.sbom import cdx_components
+
+    path = tmp_path / "set.cdx.json"
+    path.write_text(json.dumps({"components": [
+        {"name": "zlib", "version": 1, "purl": "pkg:generic/zlib@1.3", "properties": [{"name": ["unhashable"], "value": "x"}],
+         "licenses": [{"license": {"id": ["MIT"]}}, {"expression": "Zlib"}]},
+    ]}))
+    assert cdx_components(path) == {"pkg:generic/zlib": {"name": "zlib", "version": None, "licence": "Zlib", "purl": "pkg:generic/zlib@1.3"}}
