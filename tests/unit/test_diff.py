@@ -57,7 +57,7 @@ def test_differences_exit_1_in_every_form(capsys):
     assert main(["diff", V0, V1, "--markdown"]) == 1
     markdown = capsys.readouterr().out
     assert markdown.startswith("## Changes since v0.13.0\n\n### product and channel\n")
-    assert "### lane rtx5090-container\n\n- component tag and cut rebound_from: (none) -> v0.13.0\n" in markdown
+    assert "### lane rtx5090-container\n\n- component tag and cut `rebound_from`: (none) -> v0.13.0\n" in markdown
     outputs = []
     for _ in range(2):  # the same trees give the same bytes
         main(["diff", V0, V1, "--markdown"])
@@ -84,11 +84,21 @@ def test_bad_input_exits_2_naming_it(tmp_path, capsys):
 
 
 def test_hostile_text_cannot_become_markup_in_the_markdown():
+    from markdown_it import MarkdownIt
+
     from pipeline.tools.diff import Change
 
-    markdown = render_markdown("v1.0.0", [Change("product and channel", "", "title", "changed", "a", "<img src=x onerror=alert(1)> [link](http://evil) `code`")])
-    assert "<img" not in markdown and "&lt;img" in markdown and "`" not in markdown
-    assert "\\[link\\](http://evil)" in markdown  # brackets escaped: no link
+    hostile = "<img src=x onerror=alert(1)> [link](http://evil) `code` @org/team #12 *em*\r# heading\u2028\x1b[31m"
+    changes = [Change("product and channel", "", "title", "changed", "a", hostile),
+               Change("lane x", "SBOM components", "pkg:npm/@evil/<b>x</b>`", "added", None, {"licence": "<script>"})]
+    markdown = render_markdown("v1 <i>@x</i>", changes)
+    html = MarkdownIt("commonmark").render(markdown)  # what a release-notes page would show
+    assert "<img" not in html and "<a " not in html and "<script" not in html and "<b>" not in html and "<i>" not in html
+    assert "<h1>" not in html  # a carriage return in data cannot start a block
+    assert "\r" not in markdown and "\x1b" not in markdown and "\u2028" not in markdown
+    # every piece of data sits inside a code span: no @mention or #reference, no emphasis
+    assert "<code>&lt;img src=x onerror=alert(1)&gt; [link](http://evil) ʼcodeʼ @org/team #12 *em*\\x0d# heading\\u2028\\x1b[31m</code>" in html
+    assert "<code>pkg:npm/@evil/&lt;b&gt;x&lt;/b&gt;ʼ</code>" in html and "<h2>Changes since <code>v1 &lt;i&gt;@x&lt;/i&gt;</code></h2>" in html
 
 
 @pytest.fixture()
@@ -178,3 +188,11 @@ def test_an_sbom_components_odd_values_are_read_as_absent(tmp_path):
          "licenses": [{"license": {"id": ["MIT"]}}, {"expression": "Zlib"}]},
     ]}))
     assert cdx_components(path) == {"pkg:generic/zlib": {"name": "zlib", "version": None, "licence": "Zlib", "purl": "pkg:generic/zlib@1.3"}}
+
+
+def test_the_text_form_shows_control_characters_and_huge_values_escaped_and_cut():
+    from pipeline.tools.diff import MAX_SHOWN, Change, render_text
+
+    text = render_text("a", "b", [Change("product and channel", "", "title", "changed", "\x1b]0;pwned\x07", "y" * 10_000)])
+    assert "\x1b" not in text and "\\x1b]0;pwned\\x07" in text
+    assert "y" * (MAX_SHOWN - 3) + "..." in text and "y" * MAX_SHOWN not in text
