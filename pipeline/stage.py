@@ -156,9 +156,18 @@ def run_facts(stage: Stage, inputs: dict, read: dict[str, str]) -> dict:
 
 
 def _execute_locked(stage: Stage, *, force: bool) -> StageResult:
-    ui.step(stage.name, f"{stage.describe()}: preflight")
     register = stage.ctx.register
-    register.read_log = {}
+    # A stage may run another on the same register (rebuild runs build and package, accept binds through
+    # compose): each records the entries it read itself, and the outer one's log goes on after the inner's.
+    outer_log, register.read_log = register.read_log, {}
+    try:
+        return _run_or_skip(stage, register, force=force)
+    finally:
+        register.read_log = outer_log
+
+
+def _run_or_skip(stage: Stage, register: Register, *, force: bool) -> StageResult:
+    ui.step(stage.name, f"{stage.describe()}: preflight")
     stage.preflight()
     inputs = stage.inputs()
     digest = fingerprint({"inputs": inputs, "code": code_digest(type(stage).__module__)})

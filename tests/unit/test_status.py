@@ -228,3 +228,19 @@ def test_a_success_under_another_key_of_the_same_stage_and_lane_ends_its_refusal
     execute(_Publish(ctx, "publish", lane, "release-publication", "y", key_tag=lane.tag(), **attrs))
     assert _cells(ctx)["publish"].state == "done"
     assert json.loads((ctx.dist / "register.json").read_text()).get("refusals", {}) == {}
+
+
+def test_a_stage_that_runs_another_records_only_what_it_read_itself(road):
+    """rebuild runs build and package, accept binds through compose: the inner run's reads are its own."""
+    ctx, lane = road
+
+    class _Outer(_Toy):
+        def run(self):
+            self.ctx.register.one("outer-checksums", lane=lane.id, needed_by="outer", produced_by="package")
+            execute(_Toy(ctx, "image", lane, "oci-layout", "inner", reads="build-identity", manifest_digest="sha256:" + "1" * 64))
+            return super().run()
+
+    execute(_Outer(ctx, "qualify", lane, "lane-receipt", "x", status="passed", component_tag=lane.tag()))
+    stages = json.loads((ctx.dist / "register.json").read_text())["stages"]
+    assert list(stages[f"qualify:{LANE}"]["read"]) == [f"{LANE}/package/out.json"]
+    assert list(stages[f"image:{LANE}"]["read"]) == [f"{LANE}/build/out.json"]
