@@ -36,6 +36,7 @@ declared hash that differs from the bytes stops the stage, naming the file.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import uuid
@@ -347,11 +348,18 @@ def spdx_namespace(inp: SbomInput) -> str:
     return f"{inp.component_repository}/spdx/{inp.release_version}/sbom-{name}"
 
 
-def _spdx_license(expression: str | None):
+@functools.cache
+def _spdx_licensing():
+    """The SPDX licence index, built once per process (building it costs ~0.1 s; a set's SBOMs parse dozens of expressions)."""
     from license_expression import get_spdx_licensing
+
+    return get_spdx_licensing()
+
+
+def _spdx_license(expression: str | None):
     from spdx_tools.spdx.model import SpdxNoAssertion
 
-    return get_spdx_licensing().parse(expression) if expression else SpdxNoAssertion()
+    return _spdx_licensing().parse(expression) if expression else SpdxNoAssertion()
 
 
 _SPDX_RELATIONSHIPS = {
@@ -790,11 +798,17 @@ def cdx_bytes(bom) -> bytes:
     return data
 
 
-def cdx_schema_errors(data: bytes) -> list[str]:
+@functools.cache
+def _cdx_validator():
+    """The CycloneDX 1.6 strict schema validator, loaded once per process (its schema and referenced schemas are read from disk)."""
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 
-    errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode("utf-8"), all_errors=True)
+    return JsonStrictValidator(SchemaVersion.V1_6)
+
+
+def cdx_schema_errors(data: bytes) -> list[str]:
+    errors = _cdx_validator().validate_str(data.decode("utf-8"), all_errors=True)
     if errors is None:
         return []
     return [str(getattr(getattr(e, "data", None), "message", e)) for e in errors]
