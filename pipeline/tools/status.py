@@ -256,6 +256,8 @@ def record_cell(lane: Lane, register: Register, stage: str, prefixes: tuple[str,
         digest = str(primary.attrs.get("manifest_digest", "")).removeprefix("sha256:") or primary.sha256
     if reasons:
         return Cell("stale", reasons[0], digest, tuple(reasons))
+    if product and "code" not in record:  # a record made before records kept their facts: nothing to check it by
+        return Cell("done", "recorded without the facts status checks; run the stage again to know", digest)
     if product:
         return Cell("up to date", "", digest)
     note = str(primary.attrs.get("status")) if primary is not None and primary.attrs.get("status") else ""

@@ -244,3 +244,13 @@ def test_a_stage_that_runs_another_records_only_what_it_read_itself(road):
     stages = json.loads((ctx.dist / "register.json").read_text())["stages"]
     assert list(stages[f"qualify:{LANE}"]["read"]) == [f"{LANE}/package/out.json"]
     assert list(stages[f"image:{LANE}"]["read"]) == [f"{LANE}/build/out.json"]
+
+
+def test_a_record_made_before_records_kept_their_facts_is_not_called_up_to_date(road):
+    ctx, _lane = road
+    register = json.loads((ctx.dist / "register.json").read_text())
+    for name in ("lane", "inputs", "code", "read"):
+        del register["stages"][f"package:{LANE}"][name]
+    (ctx.dist / "register.json").write_text(json.dumps(register))
+    cell = _cells(ctx)["package"]
+    assert cell.state == "done" and "run the stage again to know" in cell.detail
