@@ -5,8 +5,8 @@ A and B are release trees (`manifests/vX.Y.Z`), manifest URLs or asset-set folde
 a fixed order: product and channel; per lane its component tag and cut, source commit, toolchain,
 assets (added, removed, changed name, size or hash), the binaries inside the package, SBOM
 components (added, removed, changed version or licence, by package URL), host dependencies and
-provenance inputs; then the model artefact, qualification results and gates, compatibility and
-acceptance.  Leaf differences come from the release tree's one JSON-difference rule
+provenance inputs and every other row field; then the model artefact, qualification results and
+gates, compatibility, acceptance and every other manifest field (none is left out).  Leaf differences come from the release tree's one JSON-difference rule
 (`formats/release/rules.py: diff`).
 
 Exit codes follow diff(1): 0 no differences, 1 differences, 2 bad input (a message naming it).
@@ -35,8 +35,10 @@ LANE_GROUPS = (
     ("host_dependencies", "host dependencies"),
     ("provenance", "provenance inputs"),
     ("identities", "install identities"),
+    ("other", "other row fields"),
 )
-TAIL_SECTIONS = (("model", "model artefact"), ("qualification", "qualification results and gates"), ("compatibility", "compatibility"), ("acceptance", "acceptance routes"))
+TAIL_SECTIONS = (("model", "model artefact"), ("qualification", "qualification results and gates"), ("compatibility", "compatibility"), ("acceptance", "acceptance routes"),
+                 ("other", "other manifest fields"))
 MISSING = "(missing)"
 NO_FIELD = ("(no such field)", "(no such row)")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import re
 import shutil
 
 import pytest
@@ -28,7 +29,7 @@ def test_the_seeded_trees_differ_by_the_rebound_5090_lane_and_the_qualification_
         by_section.setdefault(change.section, []).append(change)
     # the order the issue asks for: product first, then lanes, then the model, qualification, compatibility
     assert list(by_section) == ["product and channel", "lane rtx3090-windows-native", "lane rtx4090-windows-native", "lane rtx5090-container",
-                                "model artefact", "qualification results and gates", "compatibility"]
+                                "model artefact", "qualification results and gates", "compatibility", "other manifest fields"]
     rebound = by_section["lane rtx5090-container"]
     assert [(c.group, c.path, c.change, c.old, c.new) for c in rebound] == [("component tag and cut", "rebound_from", "changed", None, "v0.13.0")]
     assert {c.change for c in by_section["lane rtx4090-windows-native"]} == {"added"}  # v0.13.0 records no native lane
@@ -49,7 +50,7 @@ def test_identical_trees_have_no_differences_and_exit_0(capsys):
 def test_differences_exit_1_in_every_form(capsys):
     assert main(["diff", V0, V1]) == 1
     text = capsys.readouterr().out
-    assert text.startswith("2") and "lane rtx5090-container\n  component tag and cut rebound_from: (none) -> v0.13.0\n" in text
+    assert re.match(r"\d+ differences from v0\.13\.0 to v0\.13\.1\n", text) and "lane rtx5090-container\n  component tag and cut rebound_from: (none) -> v0.13.0\n" in text
     assert main(["diff", V0, V1, "--json"]) == 1
     document = json.loads(capsys.readouterr().out)
     assert document["a"] == "v0.13.0" and document["b"] == "v0.13.1" and document["identical"] is False
@@ -142,7 +143,8 @@ def test_a_published_manifest_brings_the_documents_it_binds_by_hash(manifest_ser
     manifest_server.files["/published.json"] = json.dumps(manifest, sort_keys=True).encode()
     published = load_source(manifest_server.url("/published.json"))
     # the same documents as the tree's; only the URL the manifest now names differs
-    assert [(c.section, c.path) for c in compare(published, load_source(V1))] == [("qualification results and gates", "manifest.public_url")]
+    assert [(c.section, c.path) for c in compare(published, load_source(V1))] == [("qualification results and gates", "manifest.public_url"),
+                                                                                 ("other manifest fields", "compatibility.public_url")]
     manifest["compatibility"]["sha256"] = "0" * 64  # the authority's bytes are not the ones bound
     manifest_server.files["/tampered.json"] = json.dumps(manifest, sort_keys=True).encode()
     assert main(["diff", manifest_server.url("/tampered.json"), V1]) == 2
@@ -196,3 +198,21 @@ def test_the_text_form_shows_control_characters_and_huge_values_escaped_and_cut(
     text = render_text("a", "b", [Change("product and channel", "", "title", "changed", "\x1b]0;pwned\x07", "y" * 10_000)])
     assert "\x1b" not in text and "\\x1b]0;pwned\\x07" in text
     assert "y" * (MAX_SHOWN - 3) + "..." in text and "y" * MAX_SHOWN not in text
+
+
+@pytest.mark.parametrize(("where", "edit"), [
+    ("components.omp", lambda m: m["components"]["omp"].update(version="99.0.0")),
+    ("publication.blockers", lambda m: m["publication"]["blockers"].append("pins: one more")),
+    ("signing", lambda m: m["signing"].update(method="none")),
+    ("lane row repository", lambda m: m["components"]["ninfer"].update(repository="https://github.com/someone/else")),
+])
+def test_a_difference_in_any_manifest_field_is_reported(tmp_path, capsys, where, edit):
+    """Fields outside the named sections (OMP, blockers, signing, a row's repository) are differences too."""
+    tree = tmp_path / "v0.13.1"
+    shutil.copytree(V1, tree)
+    manifest = json.loads((tree / "manifest.json").read_text())
+    edit(manifest)
+    (tree / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["diff", V1, str(tree), "--json"]) == 1, where
+    differences = json.loads(capsys.readouterr().out)["differences"]
+    assert len(differences) == 1 and differences[0]["section"] in ("other manifest fields", "lane rtx5090-container"), differences
