@@ -254,3 +254,20 @@ def test_a_record_made_before_records_kept_their_facts_is_not_called_up_to_date(
     (ctx.dist / "register.json").write_text(json.dumps(register))
     cell = _cells(ctx)["package"]
     assert cell.state == "done" and "run the stage again to know" in cell.detail
+
+
+def test_a_refusal_quoting_a_secret_keeps_it_out_of_the_register(road):
+    from pipeline.errors import register_secret
+    from pipeline.runcontext import run_context
+
+    class _Leaky(_Toy):
+        def preflight(self):
+            raise EnvironmentProblem("the registry refused the login", found="Bearer ghp_s3cr3tT0ken", fix="check the token")
+
+    ctx, lane = road
+    with run_context(quiet=True):
+        register_secret("ghp_s3cr3tT0ken")
+        with pytest.raises(EnvironmentProblem):
+            execute(_Leaky(ctx, "image", lane, "oci-layout", "x"))
+    text = (ctx.dist / "register.json").read_text()
+    assert "ghp_s3cr3tT0ken" not in text and "Bearer [REDACTED]" in text
