@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, UsageError
 from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
 from pipeline.register import Artifact, Register, fingerprint
 from pipeline.road import TOOLS
@@ -388,7 +388,11 @@ def run_status(args: argparse.Namespace) -> int:
     if args.html:
         from pipeline.tools.status_page import render_page
 
-        atomic_write_bytes(args.html, render_page(status))
+        try:
+            atomic_write_bytes(args.html, render_page(status))
+        except OSError as error:
+            raise UsageError(f"the status page could not be written ({error.strerror or type(error).__name__})", file=args.html, field="--html",
+                             fix="name a file in a folder you can write") from None
         if not args.quiet:
             sys.stderr.write(f"status page written to {args.html}\n")
     if args.json:

@@ -271,3 +271,11 @@ def test_a_refusal_quoting_a_secret_keeps_it_out_of_the_register(road):
             execute(_Leaky(ctx, "image", lane, "oci-layout", "x"))
     text = (ctx.dist / "register.json").read_text()
     assert "ghp_s3cr3tT0ken" not in text and "Bearer [REDACTED]" in text
+
+
+def test_a_page_that_cannot_be_written_is_a_usage_error(road, tmp_path, capsys):
+    ctx, _lane = road
+    (tmp_path / "file").write_text("x")
+    assert main(["status", "--dist", str(ctx.dist), "--html", str(tmp_path / "file" / "page.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error[usage]") and "the status page could not be written" in err and "--html" in err
