@@ -228,7 +228,14 @@ def _keyed(value: Any) -> Any:
         return {key: _keyed(item) for key, item in value.items()}
     if isinstance(value, list):
         if value and all(isinstance(item, str) for item in value):
-            return {item: Listed(item) for item in value}
+            keyed: dict[str, Listed] = {}
+            for item in value:  # a repeated item is an item too: its second copy is keyed '<item> (#2)'
+                key, copy = item, 1
+                while key in keyed:
+                    copy += 1
+                    key = f"{item} (#{copy})"
+                keyed[key] = Listed(key)
+            return keyed
         return [_keyed(item) for item in value]
     return value
 

@@ -216,3 +216,12 @@ def test_a_difference_in_any_manifest_field_is_reported(tmp_path, capsys, where,
     assert main(["diff", V1, str(tree), "--json"]) == 1, where
     differences = json.loads(capsys.readouterr().out)["differences"]
     assert len(differences) == 1 and differences[0]["section"] in ("other manifest fields", "lane rtx5090-container"), differences
+
+
+def test_a_repeated_item_of_a_list_is_a_difference():
+    from pipeline.tools.diff_sources import _keyed
+
+    a = {"other": _keyed({"limitations": ["one", "two"]})}
+    b = {"other": _keyed({"limitations": ["one", "two", "one"]})}
+    changes = compare(a, b)
+    assert [(c.path, c.change, c.new) for c in changes] == [("limitations", "added", "one (#2)")]
