@@ -913,6 +913,7 @@ def cdx_components(path: Path) -> dict[str, dict[str, str | None]]:
     one, or a component that is not an object, is an InputError naming the field."""
     document = _strict_sbom_json(path, _read_sbom(path))
     found: dict[str, dict[str, str | None]] = {}
+    repeated: list[tuple[str, dict[str, str | None]]] = []  # two versions of one package: each keyed by its whole purl
     for index, component in enumerate(_cdx_list(document, "components", path, "components")):
         where = f"components[{index}]"
         if not isinstance(component, dict):
@@ -925,8 +926,21 @@ def cdx_components(path: Path) -> dict[str, dict[str, str | None]]:
             if isinstance(entry, dict):
                 licence = entry.get("license") if isinstance(entry.get("license"), dict) else {}
                 licences.append(_text(entry.get("expression")) or _text(licence.get("id")) or _text(licence.get("name")) or "")
-        found[key] = {"name": _text(component.get("name")), "version": _text(component.get("version")),
-                      "licence": " AND ".join(sorted(filter(None, licences))) or None, "purl": purl}
+        entry = {"name": _text(component.get("name")), "version": _text(component.get("version")),
+                 "licence": " AND ".join(sorted(filter(None, licences))) or None, "purl": purl}
+        if key in found or any(key == k for k, _ in repeated):
+            repeated.append((key, entry))
+        else:
+            found[key] = entry
+    for key, entry in repeated:
+        if key in found:
+            first = found.pop(key)
+            found[first["purl"] or key] = first
+        copy, name = 1, entry["purl"] or key
+        while name in found:  # the same purl twice: still two components
+            copy += 1
+            name = f"{entry['purl'] or key} (#{copy})"
+        found[name] = entry
     return dict(sorted(found.items()))
 
 

@@ -225,3 +225,14 @@ def test_a_repeated_item_of_a_list_is_a_difference():
     b = {"other": _keyed({"limitations": ["one", "two", "one"]})}
     changes = compare(a, b)
     assert [(c.path, c.change, c.new) for c in changes] == [("limitations", "added", "one (#2)")]
+
+
+def test_two_versions_of_one_package_in_an_sbom_are_two_components(tmp_path):
+    from pipeline.formats.sbom import cdx_components
+
+    path = tmp_path / "set.cdx.json"
+    path.write_text(json.dumps({"components": [{"name": "zlib", "version": "1.2", "purl": "pkg:generic/zlib@1.2"},
+                                               {"name": "zlib", "version": "1.3", "purl": "pkg:generic/zlib@1.3"},
+                                               {"name": "crc", "version": "1", "purl": "pkg:generic/crc@1"}]}))
+    found = cdx_components(path)
+    assert sorted(found) == ["pkg:generic/crc", "pkg:generic/zlib@1.2", "pkg:generic/zlib@1.3"]
