@@ -176,6 +176,8 @@ def _run_or_skip(stage: Stage, register: Register, *, force: bool) -> StageResul
         ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")
         return StageResult(stage.key, True, outputs)
     outputs = stage.run()
-    register.record_stage(stage.key, digest, outputs, facts=run_facts(stage, inputs, register.read_log))
+    # An entry the run replaced is its own earlier output, not an input: kept, it would make the record stale at once.
+    read = {name: sha for name, sha in register.read_log.items() if name not in {a.name for a in outputs}}
+    register.record_stage(stage.key, digest, outputs, facts=run_facts(stage, inputs, read))
     ui.step(stage.name, f"{stage.describe()}: done, {len(outputs)} artefacts recorded in {register.file}")
     return StageResult(stage.key, False, outputs)

@@ -279,3 +279,17 @@ def test_a_page_that_cannot_be_written_is_a_usage_error(road, tmp_path, capsys):
     assert main(["status", "--dist", str(ctx.dist), "--html", str(tmp_path / "file" / "page.html")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error[usage]") and "the status page could not be written" in err and "--html" in err
+
+
+def test_a_stage_that_reads_its_own_earlier_output_is_not_stale_by_it(road):
+    ctx, lane = road
+
+    class _Again(_Toy):
+        def preflight(self):  # e.g. a stage comparing with what it made last time
+            if self.ctx.register.query("lane-receipt", lane=lane.id):
+                self.ctx.register.one("lane-receipt", lane=lane.id, needed_by="qualify", produced_by="qualify")
+
+    execute(_Again(ctx, "qualify", lane, "lane-receipt", "first", status="passed", component_tag=lane.tag()))
+    execute(_Again(ctx, "qualify", lane, "lane-receipt", "second", status="passed", component_tag=lane.tag()))
+    cell = _cells(ctx)["qualify"]
+    assert cell.state == "done" and cell.detail == "passed", cell.text
