@@ -118,7 +118,7 @@ def _display_path(path: str) -> str:
         return path  # a URL (a registry, a download): as a path it would resolve under the working folder as 'https:/host/…'
     try:
         return str(Path(path).resolve().relative_to(Path.cwd().resolve()))
-    except (ValueError, OSError):
+    except (ValueError, OSError, RuntimeError):  # RuntimeError: a link loop (Python < 3.13)
         return path
 
 

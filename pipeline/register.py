@@ -37,6 +37,7 @@ from pipeline.util.safepath import relpath_problem, safe_relative
 REGISTER_FILE = "register.json"
 LOCK_FILE = ".register.lock"
 REGISTER_TYPE = "omp_ninfer_artifact_register"
+MAX_REFUSAL_CHARS = 2000  # a refusal's message as the register keeps it (the full one was printed when it happened)
 REPOSITORY = "repository"  # attrs["root"] of an entry naming a file of the repository, not of the dist
 
 # kind -> attributes every entry of that kind must carry
@@ -197,14 +198,36 @@ class Register:
                 raise self._bad("names outputs that are not strings", f"{where}.outputs", outputs, "a list of artefact names")
             if not isinstance(record.get("fingerprint"), str):
                 raise self._bad("has a stage record without a fingerprint", f"{where}.fingerprint", record.get("fingerprint"), "a string")
+            self._check_facts(record, where)
         refusals = expect_object(data.get("refusals", {}), source=self.file, field="refusals", expected="an object {stage key: {message, class, exit_code, lane}}", fix=_SHAPE_FIX)
         for key, refusal in refusals.items():
             expect_object(refusal, source=self.file, field=f"refusals.{key}", expected="an object {message, class, exit_code, lane}", fix=_SHAPE_FIX)
             if not isinstance(refusal.get("message"), str) or not isinstance(refusal.get("class"), str):
                 raise self._bad("has a refusal without its message or class", f"refusals.{key}", refusal, "strings message and class")
+            code = refusal.get("exit_code")
+            if not isinstance(code, int) or isinstance(code, bool) or not 0 < code < 256:
+                raise self._bad("has a refusal with an impossible exit code", f"refusals.{key}.exit_code", code, "an integer 1..255")
+            if refusal.get("lane") is not None and not isinstance(refusal.get("lane"), str):
+                raise self._bad("has a refusal whose lane is not a string", f"refusals.{key}.lane", refusal.get("lane"), "a lane id or null")
         self.artifacts = artifacts
         self.stages = {key: dict(record) for key, record in stages.items()}
         self.refusals = {key: dict(refusal) for key, refusal in refusals.items()}
+
+    def _check_facts(self, record: dict[str, Any], where: str) -> None:
+        """A record's explanations (lane, inputs, code, read: `stage.run_facts`) are optional, but when present
+        they have their shape: `status` compares them and hashes the code files they name."""
+        if record.get("lane") is not None and not isinstance(record.get("lane"), str):
+            raise self._bad("has a stage record whose lane is not a string", f"{where}.lane", record.get("lane"), "a lane id or null")
+        for name in ("inputs", "code", "read"):
+            if name not in record:
+                continue
+            facts = expect_object(record[name], source=self.file, field=f"{where}.{name}", expected="an object {name: digest}", fix=_SHAPE_FIX)
+            for key, digest in facts.items():
+                if not is_sha256_hex(digest):
+                    raise self._bad("has a stage record with a malformed digest", f"{where}.{name}.{key}", digest, "64 lowercase hex digits")
+                problem = relpath_problem(key) if name == "code" else None
+                if problem:  # status hashes these files under the package: never a path out of it
+                    raise self._bad(f"names a code file that {problem}", f"{where}.code", key, "a path under pipeline/")
 
     def reload(self) -> None:
         """Read the register from disk again (what other processes recorded meanwhile)."""
@@ -259,11 +282,19 @@ class Register:
             for artifact in outputs:
                 self.artifacts[artifact.name] = artifact
             self.stages[key] = {**(facts or {}), "fingerprint": fingerprint, "outputs": sorted(a.name for a in outputs)}
-            self.refusals.pop(key, None)
+            # A success answers the refusals of its own key and of the same stage for the same lane under
+            # another key (publish:component-<old tag>, push:<lane>:<other target>): status shows the last word.
+            lane, kind = (facts or {}).get("lane"), key.split(":", 1)[0]
+            for refused in [k for k, r in self.refusals.items() if k == key or (lane and r.get("lane") == lane and k.split(":", 1)[0] == kind)]:
+                del self.refusals[refused]
             self._write()
 
     def record_refusal(self, key: str, *, message: str, label: str, exit_code: int, lane: str | None) -> None:
-        """Remember that `key` refused (its last successful record, if any, is kept as it was)."""
+        """Remember that `key` refused (its last successful record, if any, is kept as it was).  The message is
+        the rendered error (secrets already redacted), cut to MAX_REFUSAL_CHARS: a refusal quoting a huge
+        found value must not grow the register every stage re-reads."""
+        if len(message) > MAX_REFUSAL_CHARS:
+            message = message[: MAX_REFUSAL_CHARS - 1] + "\u2026"
         with self.locked():
             self.reload()
             self.refusals[key] = {"class": label, "exit_code": exit_code, "lane": lane, "message": message}

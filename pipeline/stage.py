@@ -156,9 +156,18 @@ def run_facts(stage: Stage, inputs: dict, read: dict[str, str]) -> dict:
 
 
 def _execute_locked(stage: Stage, *, force: bool) -> StageResult:
-    ui.step(stage.name, f"{stage.describe()}: preflight")
     register = stage.ctx.register
-    register.read_log = {}
+    # A stage may run another on the same register (rebuild runs build and package, accept binds through
+    # compose): each records the entries it read itself, and the outer one's log goes on after the inner's.
+    outer_log, register.read_log = register.read_log, {}
+    try:
+        return _run_or_skip(stage, register, force=force)
+    finally:
+        register.read_log = outer_log
+
+
+def _run_or_skip(stage: Stage, register: Register, *, force: bool) -> StageResult:
+    ui.step(stage.name, f"{stage.describe()}: preflight")
     stage.preflight()
     inputs = stage.inputs()
     digest = fingerprint({"inputs": inputs, "code": code_digest(type(stage).__module__)})
@@ -167,6 +176,8 @@ def _execute_locked(stage: Stage, *, force: bool) -> StageResult:
         ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")
         return StageResult(stage.key, True, outputs)
     outputs = stage.run()
-    register.record_stage(stage.key, digest, outputs, facts=run_facts(stage, inputs, register.read_log))
+    # An entry the run replaced is its own earlier output, not an input: kept, it would make the record stale at once.
+    read = {name: sha for name, sha in register.read_log.items() if name not in {a.name for a in outputs}}
+    register.record_stage(stage.key, digest, outputs, facts=run_facts(stage, inputs, read))
     ui.step(stage.name, f"{stage.describe()}: done, {len(outputs)} artefacts recorded in {register.file}")
     return StageResult(stage.key, False, outputs)

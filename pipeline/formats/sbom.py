@@ -36,6 +36,7 @@ declared hash that differs from the bytes stops the stage, naming the file.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import uuid
@@ -347,11 +348,18 @@ def spdx_namespace(inp: SbomInput) -> str:
     return f"{inp.component_repository}/spdx/{inp.release_version}/sbom-{name}"
 
 
-def _spdx_license(expression: str | None):
+@functools.cache
+def _spdx_licensing():
+    """The SPDX licence index, built once per process (building it costs ~0.1 s; a set's SBOMs parse dozens of expressions)."""
     from license_expression import get_spdx_licensing
+
+    return get_spdx_licensing()
+
+
+def _spdx_license(expression: str | None):
     from spdx_tools.spdx.model import SpdxNoAssertion
 
-    return get_spdx_licensing().parse(expression) if expression else SpdxNoAssertion()
+    return _spdx_licensing().parse(expression) if expression else SpdxNoAssertion()
 
 
 _SPDX_RELATIONSHIPS = {
@@ -790,11 +798,17 @@ def cdx_bytes(bom) -> bytes:
     return data
 
 
-def cdx_schema_errors(data: bytes) -> list[str]:
+@functools.cache
+def _cdx_validator():
+    """The CycloneDX 1.6 strict schema validator, loaded once per process (its schema and referenced schemas are read from disk)."""
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 
-    errors = JsonStrictValidator(SchemaVersion.V1_6).validate_str(data.decode("utf-8"), all_errors=True)
+    return JsonStrictValidator(SchemaVersion.V1_6)
+
+
+def cdx_schema_errors(data: bytes) -> list[str]:
+    errors = _cdx_validator().validate_str(data.decode("utf-8"), all_errors=True)
     if errors is None:
         return []
     return [str(getattr(getattr(e, "data", None), "message", e)) for e in errors]
@@ -894,20 +908,50 @@ def register_cli(sub) -> None:
 
 def cdx_components(path: Path) -> dict[str, dict[str, str | None]]:
     """The components of a CycloneDX document for comparing two SBOMs (`diff`): keyed by package URL without
-    its version (else by the component's payload path or bom-ref), each with name, version, licence and purl."""
+    its version (else by the component's payload path or bom-ref), each with name, version, licence and purl.
+    The document is data (a set's SHA256SUMS vouches for nothing its maker did not choose): a list that is not
+    one, or a component that is not an object, is an InputError naming the field."""
     document = _strict_sbom_json(path, _read_sbom(path))
     found: dict[str, dict[str, str | None]] = {}
-    for index, component in enumerate(document.get("components") or []):
+    repeated: list[tuple[str, dict[str, str | None]]] = []  # two versions of one package: each keyed by its whole purl
+    for index, component in enumerate(_cdx_list(document, "components", path, "components")):
+        where = f"components[{index}]"
         if not isinstance(component, dict):
-            raise InputError("is not a component object", file=path, field=f"components[{index}]")
-        purl = component.get("purl") if isinstance(component.get("purl"), str) else None
-        properties = {p.get("name"): p.get("value") for p in component.get("properties") or [] if isinstance(p, dict)}
-        key = purl.split("@", 1)[0] if purl else str(properties.get(f"{PROPERTY}:path") or component.get("bom-ref") or component.get("name") or f"#{index}")
+            raise InputError("is not a component object", file=path, field=where)
+        purl = _text(component.get("purl"))
+        properties = {p["name"]: p.get("value") for p in _cdx_list(component, "properties", path, where) if isinstance(p, dict) and isinstance(p.get("name"), str)}
+        key = purl.split("@", 1)[0] if purl else (_text(properties.get(f"{PROPERTY}:path")) or _text(component.get("bom-ref")) or _text(component.get("name")) or f"#{index}")
         licences = []
-        for entry in component.get("licenses") or []:
+        for entry in _cdx_list(component, "licenses", path, where):
             if isinstance(entry, dict):
                 licence = entry.get("license") if isinstance(entry.get("license"), dict) else {}
-                licences.append(str(entry.get("expression") or licence.get("id") or licence.get("name") or ""))
-        found[key] = {"name": str(component.get("name")), "version": component.get("version") if isinstance(component.get("version"), str) else None,
-                      "licence": " AND ".join(sorted(filter(None, licences))) or None, "purl": purl}
+                licences.append(_text(entry.get("expression")) or _text(licence.get("id")) or _text(licence.get("name")) or "")
+        entry = {"name": _text(component.get("name")), "version": _text(component.get("version")),
+                 "licence": " AND ".join(sorted(filter(None, licences))) or None, "purl": purl}
+        if key in found or any(key == k for k, _ in repeated):
+            repeated.append((key, entry))
+        else:
+            found[key] = entry
+    for key, entry in repeated:
+        if key in found:
+            first = found.pop(key)
+            found[first["purl"] or key] = first
+        copy, name = 1, entry["purl"] or key
+        while name in found:  # the same purl twice: still two components
+            copy += 1
+            name = f"{entry['purl'] or key} (#{copy})"
+        found[name] = entry
     return dict(sorted(found.items()))
+
+
+def _cdx_list(owner: dict[str, Any], name: str, path: Path, where: str) -> list[Any]:
+    value = owner.get(name)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InputError(f"has {name} that is not a list", file=path, field=f"{where}.{name}" if where != name else name, found=type(value).__name__, expected="a JSON array")
+    return value
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -5,8 +5,8 @@ A and B are release trees (`manifests/vX.Y.Z`), manifest URLs or asset-set folde
 a fixed order: product and channel; per lane its component tag and cut, source commit, toolchain,
 assets (added, removed, changed name, size or hash), the binaries inside the package, SBOM
 components (added, removed, changed version or licence, by package URL), host dependencies and
-provenance inputs; then the model artefact, qualification results and gates, compatibility and
-acceptance.  Leaf differences come from the release tree's one JSON-difference rule
+provenance inputs and every other row field; then the model artefact, qualification results and
+gates, compatibility, acceptance and every other manifest field (none is left out).  Leaf differences come from the release tree's one JSON-difference rule
 (`formats/release/rules.py: diff`).
 
 Exit codes follow diff(1): 0 no differences, 1 differences, 2 bad input (a message naming it).
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any
@@ -34,8 +35,10 @@ LANE_GROUPS = (
     ("host_dependencies", "host dependencies"),
     ("provenance", "provenance inputs"),
     ("identities", "install identities"),
+    ("other", "other row fields"),
 )
-TAIL_SECTIONS = (("model", "model artefact"), ("qualification", "qualification results and gates"), ("compatibility", "compatibility"), ("acceptance", "acceptance routes"))
+TAIL_SECTIONS = (("model", "model artefact"), ("qualification", "qualification results and gates"), ("compatibility", "compatibility"), ("acceptance", "acceptance routes"),
+                 ("other", "other manifest fields"))
 MISSING = "(missing)"
 NO_FIELD = ("(no such field)", "(no such row)")
 
@@ -100,22 +103,33 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
 
 # -- rendering ------------------------------------------------------------------------------------
 
+MAX_SHOWN = 300  # characters of one value in the text and Markdown forms (--json keeps every value whole)
+# C0/C1 controls, DEL and the Unicode line and paragraph separators: data must not move a terminal's cursor,
+# start a Markdown block (CR is a line ending there) or hide text; each is shown as its escape.
+_CONTROLS = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
+
+
 def _value(value: Any) -> str:
     from pipeline.formats.release.rules import abbreviate
 
     if value is None:
         return "(none)"
     shown = abbreviate(value)
-    return shown if isinstance(shown, str) else json.dumps(shown, sort_keys=True)
+    text = shown if isinstance(shown, str) else json.dumps(shown, sort_keys=True)
+    text = text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
+    return text.translate(_CONTROLS)
+
+
+def _where(change: Change) -> str:
+    return " ".join(p for p in (change.group, change.path) if p) or "lane"
 
 
 def _line(change: Change) -> str:
-    where = " ".join(p for p in (change.group, change.path) if p) or "lane"
     if change.change == "added":
-        return f"{where}: added {_value(change.new)}"
+        return f"{_where(change)}: added {_value(change.new)}"
     if change.change == "removed":
-        return f"{where}: removed (was {_value(change.old)})"
-    return f"{where}: {_value(change.old)} -> {_value(change.new)}"
+        return f"{_where(change)}: removed (was {_value(change.old)})"
+    return f"{_where(change)}: {_value(change.old)} -> {_value(change.new)}"
 
 
 def _sections(changes: list[Change]) -> list[tuple[str, list[Change]]]:
@@ -127,17 +141,38 @@ def _sections(changes: list[Change]) -> list[tuple[str, list[Change]]]:
 
 def render_text(a: str, b: str, changes: list[Change]) -> str:
     if not changes:
-        return f"no differences between {a} and {b}\n"
-    lines = [f"{len(changes)} difference{'s' if len(changes) != 1 else ''} from {a} to {b}"]
+        return f"no differences between {_value(a)} and {_value(b)}\n"
+    lines = [f"{len(changes)} difference{'s' if len(changes) != 1 else ''} from {_value(a)} to {_value(b)}"]
     for section, items in _sections(changes):
-        lines.append(section)
+        lines.append(_value(section))
         lines += [f"  {_line(item)}" for item in items]
     return "\n".join(lines) + "\n"
 
 
+_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+-]*")  # what Markdown and GitHub leave as it is (no @mention, #ref, emphasis, link)
+
+
 def _md(text: str) -> str:
-    """Text safe inside a Markdown code span or list item (data is hostile: no HTML, no link syntax)."""
-    return text.replace("\\", "\\\\").replace("&", "&amp;").replace("<", "&lt;").replace("`", "'").replace("\n", " ").replace("[", "\\[").replace("]", "\\]")
+    """Data for release notes, which GitHub renders: plain words as they are, anything else as a code span
+    (no HTML, link, image, emphasis, @mention or #reference is made inside one; a backtick cannot close it)."""
+    text = _value(text)
+    if _PLAIN.fullmatch(text):
+        return text
+    return f"`{text.replace('`', chr(0x2BC))}`"
+
+
+def _md_value(value: Any) -> str:
+    return "(none)" if value is None else _md(value) if _value(value) else "(empty)"
+
+
+def _md_line(change: Change) -> str:
+    path = f"`{_value(change.path).replace('`', chr(0x2BC))}`" if change.path else ""  # a field path from data (a purl, a key)
+    where = " ".join(p for p in (change.group, path) if p) or "lane"
+    if change.change == "added":
+        return f"{where}: added {_md_value(change.new)}"
+    if change.change == "removed":
+        return f"{where}: removed (was {_md_value(change.old)})"
+    return f"{where}: {_md_value(change.old)} -> {_md_value(change.new)}"
 
 
 def render_markdown(a_name: str, changes: list[Change]) -> str:
@@ -146,7 +181,7 @@ def render_markdown(a_name: str, changes: list[Change]) -> str:
         return "\n".join([*lines, "No differences.", ""])
     for section, items in _sections(changes):
         lines += [f"### {_md(section)}", ""]
-        lines += [f"- {_md(_line(item))}" for item in items]
+        lines += [f"- {_md_line(item)}" for item in items]
         lines.append("")
     return "\n".join(lines)
 

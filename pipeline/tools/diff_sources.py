@@ -12,7 +12,10 @@ Every source becomes the same nested shape, section by section in the order the 
     lanes.<id>.host_dependencies  name -> version
     lanes.<id>.provenance         the provenance statement's inputs and subjects
     lanes.<id>.identities         the other install identities a manifest row binds
+    lanes.<id>.other              every other field of the row (its repository, checksums path, ...)
     model, qualification, compatibility, acceptance
+    other                         every other manifest field (OMP, inputs, installation, limitations,
+                                  publication and its blockers, runtime identity, signing, ...)
 
 The documents are read by their owners (formats/release/tree.py, formats/assets.py, formats/sbom.py,
 formats/provenance.py): bounded, hashed before parsing, strict.  A source that is none of the three
@@ -42,6 +45,10 @@ FETCH_TIMEOUT = 60.0
 REDIRECTS = "same-origin"  # raw.githubusercontent.com and release downloads may redirect within their hosts
 ROW_COMPONENT = ("release_tag", "deployment_profile", "status", "published", "installable", "rebound_from")
 ROW_SOURCE = ("source_commit", "upstream_commit")
+# What the named sections take from a manifest; every other field is compared under "other" (its lane's
+# "other row fields", or the release's "other manifest fields"), so no difference goes unreported.
+MANIFEST_SHOWN = ("artifact_type", "product", "release", "channel", "audience", "status", "predecessor", "qualification")
+COMPONENTS_SHOWN = ("model", "ninfer", "ninfer_variants")
 ROW_IDENTITIES = ("configuration_sha256", "server_binary_sha256", "model_artifact_sha256", "oci_reference", "oci_manifest_digest", "oci_repository", "publication_receipt")
 
 
@@ -110,10 +117,13 @@ def tree_facts(folder: Path, *, shown: str) -> dict[str, Any]:
     return _from_manifest(tree.manifest, summary=tree.summary, authority=tree.authority, folder=folder)
 
 
+_ASSET_PREFIXES = (*ROLE_FIELDS.values(), *SCRIPT_FIELDS.values(), CONTAINER_PACKAGE)
+_ROW_ASSET_FIELDS = tuple(f"{prefix}_{part}" for prefix in _ASSET_PREFIXES for part in ("url", "sha256", "bytes", "name"))
+
+
 def _row_assets(row: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    prefixes = [*ROLE_FIELDS.values(), *SCRIPT_FIELDS.values(), CONTAINER_PACKAGE]
     assets = {}
-    for prefix in prefixes:
+    for prefix in _ASSET_PREFIXES:
         url, sha, size = row.get(f"{prefix}_url"), row.get(f"{prefix}_sha256"), row.get(f"{prefix}_bytes")
         name = row.get(f"{prefix}_name") or (url.rsplit("/", 1)[-1] if isinstance(url, str) else None)
         if any(v is not None for v in (url, sha, size, name)):
@@ -160,8 +170,9 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
     product = manifest.get("product") if isinstance(manifest.get("product"), dict) else {}
     lanes: dict[str, Any] = {}
     lane_qualification: dict[str, Any] = {}
-    for row in manifest_rows(manifest):
-        lane_id = str(row.get("id"))
+    shown_row = {"id", "qualification", *ROW_COMPONENT, *ROW_SOURCE, *ROW_IDENTITIES, *_ROW_ASSET_FIELDS}
+    for index, row in enumerate(manifest_rows(manifest)):
+        lane_id = _row_lane(row, index)
         lanes[lane_id] = {
             "component": {key: row.get(key) for key in ROW_COMPONENT},
             "source": {key: row.get(key) for key in ROW_SOURCE},
@@ -172,13 +183,16 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
             "host_dependencies": {},
             "provenance": _tree_provenance(folder, lane_id),
             "identities": {key: row.get(key) for key in ROW_IDENTITIES if key in row},
+            "other": {key: value for key, value in row.items() if key not in shown_row},
         }
         lane_qualification[lane_id] = {"row": row.get("qualification"), "receipt": _tree_receipt(folder, lane_id)}
     components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
     qualification = dict(manifest.get("qualification") or {}) if isinstance(manifest.get("qualification"), dict) else {}
     acceptance = qualification.pop("acceptance", None)
-    for own in ("summary", "summary_sha256"):  # the path and hash of the summary compared below, field by field
-        qualification.pop(own, None)
+    # The summary's and the authority's bindings (path, URL, SHA-256) are compared as well as their documents:
+    # a source that cannot bring a document (a manifest URL before publication) still shows its hash change.
+    other = {key: value for key, value in manifest.items() if key not in MANIFEST_SHOWN and key != "components"}
+    other.update({f"components.{key}": value for key, value in components.items() if key not in COMPONENTS_SHOWN})
     return _keyed({
         "product": {"name": product.get("name"), "title": product.get("title"), "release": manifest.get("release"), "channel": manifest.get("channel"),
                     "audience": manifest.get("audience"), "status": manifest.get("status"), "predecessor": manifest.get("predecessor")},
@@ -187,7 +201,18 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
         "qualification": {"manifest": qualification, "lanes": lane_qualification, "summary": _without(summary, ("release", "artifact_type"))},
         "compatibility": _without(authority, ("authority_id", "product_release", "artifact_type")),
         "acceptance": acceptance,
+        "other": other,
     })
+
+
+def _row_lane(row: dict[str, Any], index: int) -> str:
+    """A row's lane id, which names the tree's receipt and provenance files: a bare name, never a path out of the tree."""
+    from pipeline.util.safepath import component_problem
+
+    problem = component_problem(row.get("id"))
+    if problem:
+        raise InputError(f"has a lane row whose id {problem}", field=f"components rows[{index}].id", found=row.get("id"), expected="a lane id (a bare name)")
+    return row["id"]
 
 
 class Listed(str):
@@ -203,7 +228,14 @@ def _keyed(value: Any) -> Any:
         return {key: _keyed(item) for key, item in value.items()}
     if isinstance(value, list):
         if value and all(isinstance(item, str) for item in value):
-            return {item: Listed(item) for item in value}
+            keyed: dict[str, Listed] = {}
+            for item in value:  # a repeated item is an item too: its second copy is keyed '<item> (#2)'
+                key, copy = item, 1
+                while key in keyed:
+                    copy += 1
+                    key = f"{item} (#{copy})"
+                keyed[key] = Listed(key)
+            return keyed
         return [_keyed(item) for item in value]
     return value
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, UsageError
 from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
 from pipeline.register import Artifact, Register, fingerprint
 from pipeline.road import TOOLS
@@ -256,6 +256,8 @@ def record_cell(lane: Lane, register: Register, stage: str, prefixes: tuple[str,
         digest = str(primary.attrs.get("manifest_digest", "")).removeprefix("sha256:") or primary.sha256
     if reasons:
         return Cell("stale", reasons[0], digest, tuple(reasons))
+    if product and "code" not in record:  # a record made before records kept their facts: nothing to check it by
+        return Cell("done", "recorded without the facts status checks; run the stage again to know", digest)
     if product:
         return Cell("up to date", "", digest)
     note = str(primary.attrs.get("status")) if primary is not None and primary.attrs.get("status") else ""
@@ -386,7 +388,11 @@ def run_status(args: argparse.Namespace) -> int:
     if args.html:
         from pipeline.tools.status_page import render_page
 
-        atomic_write_bytes(args.html, render_page(status))
+        try:
+            atomic_write_bytes(args.html, render_page(status))
+        except OSError as error:
+            raise UsageError(f"the status page could not be written ({error.strerror or type(error).__name__})", file=args.html, field="--html",
+                             fix="name a file in a folder you can write") from None
         if not args.quiet:
             sys.stderr.write(f"status page written to {args.html}\n")
     if args.json:

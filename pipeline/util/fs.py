@@ -99,6 +99,8 @@ def read_bytes_bounded(path: str | os.PathLike[str], limit: int, *, what: str = 
         raise InputError("file does not exist", file=path) from None
     except IsADirectoryError:
         raise InputError("is a folder, not a file", file=path) from None
+    except OSError as error:  # no permission, a file where a folder should be, a link loop: bad input, not a bug
+        raise InputError(f"could not be read ({error.strerror or type(error).__name__})", file=path) from None
     if len(data) > limit:
         raise InputError(
             f"is larger than the {limit} bytes allowed for a {what}",

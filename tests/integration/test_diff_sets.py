@@ -37,7 +37,8 @@ def test_one_changed_source_file_changes_one_binary_the_sets_hashes_and_the_prov
     source.write_text((FIXTURES / "ninfer_app.c").read_text() + '\nconst char ninfer_one_changed_line[] = "one source file changed";\n')
     prebuilt = tmp_path / "prebuilt"
     shutil.copytree(workspace.prebuilt, prebuilt)
-    one = compile_windows_prebuilt(tmp_path / "one", native_identity(workspace.lane, workspace.commit), binaries=("ninfer_bench",), dlls=(), app_source=source)
+    one = compile_windows_prebuilt(tmp_path / "one", native_identity(workspace.lane, workspace.commit), binaries=("ninfer_bench",), dlls=(),
+                                  app_source=source, import_libs=workspace.import_libs)
     shutil.copyfile(one / "ninfer_bench.exe", prebuilt / "ninfer_bench.exe")
     dist_b = tmp_path / "dist"
     workspace.build(dist_b, prebuilt=prebuilt)

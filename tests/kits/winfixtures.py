@@ -75,14 +75,27 @@ def compile_windows_prebuilt(
     binaries: tuple[str, ...] = ("ninfer", "ninfer-serve", "ninfer_bench"),
     dlls: tuple[str, ...] | None = None,
     app_source: Path | None = None,
+    import_libs: Path | None = None,
 ) -> Path:
-    """The mingw-built Windows binaries and DLLs; `app_source` replaces the executables' one C file."""
+    """The mingw-built Windows binaries and DLLs; `app_source` replaces the executables' one C file.
+
+    The DLLs' import libraries are kept in `<out>-import-libs/`; a later call that ships no DLL
+    (`dlls=()`) may link against those (`import_libs=`) instead of compiling the DLLs again."""
     require_mingw()
     work = out.parent / f".{out.name}-work"
     work.mkdir(parents=True, exist_ok=True)
     out.mkdir(parents=True, exist_ok=True)
-    for dll, (source, stem, libs) in DLLS.items():
-        _cc([*COMMON, "-shared", "-o", dll, str(FIXTURES / source), f"-Wl,--out-implib,lib{stem}.dll.a", "-L.", *(f"-l{lib}" for lib in libs)], work)
+    if import_libs is not None:
+        assert dlls == (), "import_libs links executables only: the DLLs themselves are not compiled"
+        for stem in {stem for _source, stem, _libs in DLLS.values()}:
+            shutil.copyfile(import_libs / f"lib{stem}.dll.a", work / f"lib{stem}.dll.a")
+    else:
+        for dll, (source, stem, libs) in DLLS.items():
+            _cc([*COMMON, "-shared", "-o", dll, str(FIXTURES / source), f"-Wl,--out-implib,lib{stem}.dll.a", "-L.", *(f"-l{lib}" for lib in libs)], work)
+        kept = out.parent / f"{out.name}-import-libs"
+        kept.mkdir(exist_ok=True)
+        for library in work.glob("lib*.dll.a"):
+            shutil.copyfile(library, kept / library.name)
     text = " ".join(f"{key}={identity[key]}" for key in IDENTITY_KEYS)
     (work / "identity.h").write_text(f'#define NINFER_IDENTITY_RECORD "NINFER-BUILD-IDENTITY:v1 {text}"\n')
     for binary in binaries:
@@ -140,6 +153,7 @@ class NativeWorkspace:
         self.lane = load_lane(self.lanes_dir / f"{lane_id}.toml")
         assert self.lane.beta == 2
         self.prebuilt = compile_windows_prebuilt(root / "prebuilt", native_identity(self.lane, self.commit))
+        self.import_libs = root / "prebuilt-import-libs"  # what compile_windows_prebuilt kept: link another executable cheaply
 
     def build(self, dist: Path, prebuilt: Path | None = None):
         from pipeline.stages.build import build_lane

@@ -39,3 +39,15 @@ def test_a_failed_block_leaves_the_old_folder_and_no_staging(tmp_path):
         raise RuntimeError("stop")
     assert sorted(p.name for p in target.iterdir()) == ["good"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["assets"]
+
+
+def test_a_bounded_read_that_the_system_refuses_is_an_input_error_naming_the_file(tmp_path):
+    from pipeline.errors import InputError
+    from pipeline.util.fs import read_bytes_bounded
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    for path in (tmp_path / "file" / "child", tmp_path / "loop"):  # NotADirectoryError, ELOOP
+        with pytest.raises(InputError) as caught:
+            read_bytes_bounded(path, 10)
+        assert caught.value.file == str(path) and "could not be read" in caught.value.what

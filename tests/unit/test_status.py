@@ -161,3 +161,135 @@ def test_a_bad_release_name_is_a_usage_error(road, capsys):
     ctx, _lane = road
     assert main(["status", "--dist", str(ctx.dist), "--release", "../etc"]) == 2
     assert "error[usage]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("field", "value", "named"), [
+    ("read", "garbage", "read"),
+    ("inputs", {"lane": 7}, "inputs.lane"),
+    ("code", {"/etc/passwd": "0" * 64}, "code"),
+    ("code", {"../../etc/passwd": "0" * 64}, "code"),
+    ("lane", ["a list"], "lane"),
+])
+def test_a_record_with_malformed_facts_is_refused_naming_the_field(road, capsys, field, value, named):
+    ctx, _lane = road
+    register = json.loads((ctx.dist / "register.json").read_text())
+    register["stages"][f"package:{LANE}"][field] = value
+    (ctx.dist / "register.json").write_text(json.dumps(register))
+    assert main(["status", "--dist", str(ctx.dist)]) == 1  # no traceback, and no file outside pipeline/ hashed
+    err = capsys.readouterr().err
+    assert err.startswith("error[input]") and f"stages.package:{LANE}.{named}" in err
+
+
+def test_a_refusal_with_a_malformed_exit_code_or_lane_is_refused(road, capsys):
+    ctx, lane = road
+    with pytest.raises(EnvironmentProblem):
+        execute(_Toy(ctx, "image", lane, "oci-layout", "x", refuse=True))
+    register = json.loads((ctx.dist / "register.json").read_text())
+    for field, value in (("exit_code", "3"), ("lane", {"id": LANE})):
+        bad = json.loads(json.dumps(register))
+        bad["refusals"][f"image:{LANE}"][field] = value
+        (ctx.dist / "register.json").write_text(json.dumps(bad))
+        assert main(["status", "--dist", str(ctx.dist)]) == 1
+        assert f"refusals.image:{LANE}.{field}" in capsys.readouterr().err
+
+
+def test_a_refusal_quoting_a_huge_value_is_kept_bounded(road):
+    from pipeline.register import MAX_REFUSAL_CHARS
+
+    class _Huge(_Toy):
+        def preflight(self):
+            raise EnvironmentProblem("this host cannot do it", found="x" * 1_000_000)
+
+    ctx, lane = road
+    with pytest.raises(EnvironmentProblem):
+        execute(_Huge(ctx, "image", lane, "oci-layout", "x"))
+    message = json.loads((ctx.dist / "register.json").read_text())["refusals"][f"image:{LANE}"]["message"]
+    assert len(message) == MAX_REFUSAL_CHARS and message.startswith("this host cannot do it (found 'xxx") and message.endswith("\u2026")
+
+
+def test_a_success_under_another_key_of_the_same_stage_and_lane_ends_its_refusal(road):
+    """publish keys name the tag (publish:component-<tag>): a refused publish of one cut must not stay
+    'refused' after the next cut's publish succeeded."""
+
+    class _Publish(_Toy):
+        def __init__(self, *args, key_tag, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.key_tag = key_tag
+
+        @property
+        def key(self):
+            return f"publish:component-{self.key_tag}"
+
+    ctx, lane = road
+    attrs = {"plan_sha256": "2" * 64, "release_id": 7, "repository": "o/r", "tag": lane.tag()}
+    with pytest.raises(EnvironmentProblem):
+        execute(_Publish(ctx, "publish", lane, "release-publication", "x", refuse=True, key_tag=lane.tag(1), **attrs))
+    assert _cells(ctx)["publish"].state == "refused"
+    execute(_Publish(ctx, "publish", lane, "release-publication", "y", key_tag=lane.tag(), **attrs))
+    assert _cells(ctx)["publish"].state == "done"
+    assert json.loads((ctx.dist / "register.json").read_text()).get("refusals", {}) == {}
+
+
+def test_a_stage_that_runs_another_records_only_what_it_read_itself(road):
+    """rebuild runs build and package, accept binds through compose: the inner run's reads are its own."""
+    ctx, lane = road
+
+    class _Outer(_Toy):
+        def run(self):
+            self.ctx.register.one("outer-checksums", lane=lane.id, needed_by="outer", produced_by="package")
+            execute(_Toy(ctx, "image", lane, "oci-layout", "inner", reads="build-identity", manifest_digest="sha256:" + "1" * 64))
+            return super().run()
+
+    execute(_Outer(ctx, "qualify", lane, "lane-receipt", "x", status="passed", component_tag=lane.tag()))
+    stages = json.loads((ctx.dist / "register.json").read_text())["stages"]
+    assert list(stages[f"qualify:{LANE}"]["read"]) == [f"{LANE}/package/out.json"]
+    assert list(stages[f"image:{LANE}"]["read"]) == [f"{LANE}/build/out.json"]
+
+
+def test_a_record_made_before_records_kept_their_facts_is_not_called_up_to_date(road):
+    ctx, _lane = road
+    register = json.loads((ctx.dist / "register.json").read_text())
+    for name in ("lane", "inputs", "code", "read"):
+        del register["stages"][f"package:{LANE}"][name]
+    (ctx.dist / "register.json").write_text(json.dumps(register))
+    cell = _cells(ctx)["package"]
+    assert cell.state == "done" and "run the stage again to know" in cell.detail
+
+
+def test_a_refusal_quoting_a_secret_keeps_it_out_of_the_register(road):
+    from pipeline.errors import register_secret
+    from pipeline.runcontext import run_context
+
+    class _Leaky(_Toy):
+        def preflight(self):
+            raise EnvironmentProblem("the registry refused the login", found="Bearer ghp_s3cr3tT0ken", fix="check the token")
+
+    ctx, lane = road
+    with run_context(quiet=True):
+        register_secret("ghp_s3cr3tT0ken")
+        with pytest.raises(EnvironmentProblem):
+            execute(_Leaky(ctx, "image", lane, "oci-layout", "x"))
+    text = (ctx.dist / "register.json").read_text()
+    assert "ghp_s3cr3tT0ken" not in text and "Bearer [REDACTED]" in text
+
+
+def test_a_page_that_cannot_be_written_is_a_usage_error(road, tmp_path, capsys):
+    ctx, _lane = road
+    (tmp_path / "file").write_text("x")
+    assert main(["status", "--dist", str(ctx.dist), "--html", str(tmp_path / "file" / "page.html")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error[usage]") and "the status page could not be written" in err and "--html" in err
+
+
+def test_a_stage_that_reads_its_own_earlier_output_is_not_stale_by_it(road):
+    ctx, lane = road
+
+    class _Again(_Toy):
+        def preflight(self):  # e.g. a stage comparing with what it made last time
+            if self.ctx.register.query("lane-receipt", lane=lane.id):
+                self.ctx.register.one("lane-receipt", lane=lane.id, needed_by="qualify", produced_by="qualify")
+
+    execute(_Again(ctx, "qualify", lane, "lane-receipt", "first", status="passed", component_tag=lane.tag()))
+    execute(_Again(ctx, "qualify", lane, "lane-receipt", "second", status="passed", component_tag=lane.tag()))
+    cell = _cells(ctx)["qualify"]
+    assert cell.state == "done" and cell.detail == "passed", cell.text
