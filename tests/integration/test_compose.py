@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -23,9 +24,14 @@ from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import canonical_bytes
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def release(tmp_path_factory):
-    return sample_release(tmp_path_factory)
+    """The session's sample release with a dist of this module's own: these tests compose into the register,
+    and the other modules sharing the sample (the chain, status, audit) must see the register as it was made."""
+    sample = sample_release(tmp_path_factory)
+    dist = tmp_path_factory.mktemp("compose-dist") / "dist"
+    shutil.copytree(sample.dist, dist, symlinks=True)
+    return dataclasses.replace(sample, dist=dist)
 
 
 def manifest_of(root: Path, name: str = RELEASE) -> dict:
