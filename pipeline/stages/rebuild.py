@@ -243,6 +243,14 @@ def _set_pins(lane: Lane, expected: assets.AssetSet, row: dict[str, Any], listed
     return pins
 
 
+def _relative_name(path: Path, work: Path) -> str | None:
+    """`path` relative to the work folder (a set downloaded into it), or None when it lies elsewhere."""
+    try:
+        return path.relative_to(work).as_posix() or "."
+    except ValueError:
+        return None
+
+
 # -- the stage ------------------------------------------------------------------------
 
 
@@ -423,6 +431,7 @@ class RebuildStage(Stage):
         outcome = self._compare(rebuilt_dir if built else None)
         path = self.summary_path or work / (self.expected.package_root + vsa.SUFFIX)
         passed = all(c.ok for c in self.checks) and not outcome.differing and built
+        published_from = _relative_name(self.published, work)
         document = vsa.summary(
             subjects=self.published_hashes,
             resource_uri=self.resource_uri,
@@ -433,9 +442,8 @@ class RebuildStage(Stage):
                 "lane": lane.id,
                 "component_tag": self.expected.component_tag,
                 "cut": self.cut.to_json(),
-                "published_from": str(self.published),
-                "work_folder": str(work),
-                "checks": [c.to_json() for c in self.checks],
+                **({"published_from": published_from} if published_from else {}),  # a set downloaded into the work folder
+                "checks": [dict(c.to_json(), detail=self._without_local_paths(c.detail, work)) for c in self.checks],
                 "files": outcome.files,
                 "package_members": outcome.members,
                 "diffoscope": self._diffoscope(outcome, rebuilt_dir, path.parent) if built else [],
@@ -448,6 +456,16 @@ class RebuildStage(Stage):
         copy = dist / lane.id / "verification" / path.name
         atomic_write_bytes(copy, document)
         return [self.ctx.register.make("verification-summary", copy, stage=self.name, lane=lane.id, component_tag=self.expected.component_tag, result="PASSED" if passed else "FAILED")]
+
+    def _without_local_paths(self, text: str, work: Path) -> str:
+        """A check's detail as the summary states it: the folders of this machine named relative to the work
+        folder, or by what they are (the summary is shared; a home or work path is private and never the same twice)."""
+        names = {str(work): ".", str(self.published): _relative_name(self.published, work) or "<published set>"}
+        if self.prebuilt is not None:
+            names[str(self.prebuilt)] = "<--prebuilt folder>"
+        for local, name in sorted(names.items(), key=lambda item: -len(item[0])):  # the longest first: a folder inside another
+            text = text.replace(local + "/", "" if name == "." else name + "/").replace(local, name)
+        return text.replace(str(Path.home()), "~")
 
     def _compare(self, rebuilt_dir: Path | None) -> Outcome:
         outcome = Outcome(Path(), False)
@@ -510,7 +528,7 @@ class RebuildStage(Stage):
                 code = None
             entry: dict[str, Any] = {"file": name, "exit_code": code, "meaning": {0: "same", 1: "different", 2: "error"}.get(code, "timed out") if code is not None else "timed out"}
             if report.is_file():
-                entry["report"] = str(report)
+                entry["report"] = report.relative_to(out).as_posix()  # beside the summary, never an absolute path
                 entry["report_sha256"] = sha256_file(report)
             reports.append(entry)
         return reports
