@@ -128,19 +128,15 @@ class SbomInput:
 # -- the component model ----------------------------------------------------------
 
 def _library_purl(library) -> str | None:
-    from packageurl import PackageURL
-
     if library.wheel:
-        return PackageURL(type="pypi", name=library.wheel[0], version=library.wheel[1]).to_string()
+        return cm.purl("pypi", library.wheel[0], library.wheel[1])
     if library.version:
-        return PackageURL(type="generic", name=library.name, version=library.version).to_string()
+        return cm.purl("generic", library.name, library.version)
     return None
 
 
 def component_model(inp: SbomInput) -> cm.ComponentModel:
     """The one list both SBOMs are written from (see pipeline.formats.components)."""
-    from packageurl import PackageURL
-
     files = {f.path: f for f in inp.files}
     owner_repo = inp.component_repository.removeprefix("https://github.com/")
     owner, _, repo = owner_repo.partition("/")
@@ -156,7 +152,7 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
         name=inp.package_root,
         version=inp.release_version,
         supplier=supplier,
-        purl=PackageURL(type="github", namespace=owner, name=repo, version=inp.component_tag).to_string(),
+        purl=cm.purl("github", repo, inp.component_tag, namespace=owner),
         declared=None,  # an aggregate: no single licence covers it
         concluded=cm.conjunction(shipped_licenses),
         sha256=inp.package_sha256,
@@ -245,13 +241,14 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
             model.link(source, kind, refs[key(name)])
 
     for entry in sorted(inp.vendored, key=lambda e: e["name"]):
+        purl = cm.canonical_purl(entry["purl"], where=f"third_party/inventory.json: {entry['name']}.purl")
         component = cm.Component(
-            ref=entry["purl"],
+            ref=purl,
             role="vendored-source",
             name=entry["name"],
             version=entry["version"],
             supplier=entry["supplier"],
-            purl=entry["purl"],
+            purl=purl,
             declared=entry["license"],
             concluded=entry["license"],
             copyright=entry.get("copyright"),
@@ -273,7 +270,7 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
             name=distribution,
             version=wheel["version"],
             supplier=cm.toolchain_supplier(distribution, inp.toolchain_authors) or "",
-            purl=PackageURL(type="pypi", name=distribution, version=wheel["version"]).to_string(),
+            purl=cm.purl("pypi", distribution, wheel["version"]),
             sha256=wheel["sha256"],
             description="build toolchain wheel (used to build the binaries, not shipped)",
             properties=(("role", "build-toolchain"), ("toolchain-kind", str(inp.toolchain.get("kind")))),
@@ -694,6 +691,18 @@ _CDX_SCOPE = {
 }
 
 
+def _cdx_purl(component: cm.Component):
+    """The model's purl for the CycloneDX library, which writes it back as the exact bytes SPDX carries."""
+    from packageurl import PackageURL
+
+    if not component.purl:
+        return None
+    parsed = PackageURL.from_string(component.purl)
+    if parsed.to_string() != component.purl:
+        raise IntegrityError("the CycloneDX library would write another purl than the SPDX document", field=component.ref, found=parsed.to_string(), expected=component.purl)
+    return parsed
+
+
 def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
     from cyclonedx.model import ExternalReference, ExternalReferenceType, Property, XsUri
     from cyclonedx.model.bom import Bom, BomMetaData
@@ -701,7 +710,6 @@ def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
     from cyclonedx.model.contact import OrganizationalEntity
     from cyclonedx.model.lifecycle import LifecyclePhase, PredefinedLifecycle
     from cyclonedx.model.tool import ToolRepository
-    from packageurl import PackageURL
 
     model = model or component_model(inp)
     top = model.root
@@ -714,7 +722,7 @@ def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
         supplier=OrganizationalEntity(name=top.supplier),
         hashes=_hashes(top.sha256),
         licenses=_licenses(top.concluded, concluded=True),
-        purl=PackageURL.from_string(top.purl) if top.purl else None,
+        purl=_cdx_purl(top),
         external_references=[
             ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(inp.download_url(inp.package_filename))),
             ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(inp.component_repository)),
@@ -756,7 +764,7 @@ def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
             hashes=_hashes(item.sha256, item.sha1),
             licenses=_licenses(item.declared),
             copyright=item.copyright,
-            purl=PackageURL.from_string(item.purl) if item.purl else None,
+            purl=_cdx_purl(item),
             scope=ComponentScope[_CDX_SCOPE[item.role]],
             properties=[Property(name=f"{PROPERTY}:{name}", value=value) for name, value in item.properties],
         )

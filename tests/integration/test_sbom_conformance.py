@@ -285,3 +285,16 @@ def test_without_node_ci_fails_and_a_local_run_skips_with_the_reason(monkeypatch
     monkeypatch.setattr(sbomkit, "NODE_TOOLS", tmp_path)
     with pytest.raises(pytest.fail.Exception, match="npm ci --prefix tools/node"):
         sbomkit.node_validator()
+
+
+def test_every_purl_of_the_model_is_in_the_one_canonical_spelling_and_a_broken_one_is_refused():
+    from pipeline.formats.components import Component, purl
+
+    root = Component(ref="package:x.tar.gz", role="package", name="x", version="1", supplier="s", purl="pkg:github/AlphaStorm/NInfer@v1")
+    model = ComponentModel(root=root)
+    assert model.root.purl == purl("github", "NInfer", "v1", namespace="AlphaStorm") == "pkg:github/alphastorm/ninfer@v1"
+    added = model.add(Component(ref="host:g++", role="host-build-dependency", name="g++", version="12", supplier="Debian", purl="pkg:deb/debian/g++-12@12.2.0-14+deb12u1"))
+    assert added.purl == "pkg:deb/debian/g%2B%2B-12@12.2.0-14%2Bdeb12u1"
+    with pytest.raises(InputError, match="is not a package URL") as caught:
+        model.add(Component(ref="vendored:y", role="vendored-source", name="y", version="1", supplier="s", purl="github/JuliaStrings/utf8proc"))
+    assert caught.value.field == "vendored:y"
