@@ -201,6 +201,15 @@ def copyright_lines(text: str) -> str | None:
     return "\n".join(lines) or None
 
 
+def licence_refs(*expressions: str | None) -> set[str]:
+    """The LicenseRef-* names the expressions use (each needs its text in an SPDX document)."""
+    return {ref for expression in expressions for ref in _LICENSE_REF.findall(expression or "")}
+
+
+def is_licence_ref(symbol: str) -> bool:
+    return _LICENSE_REF.fullmatch(symbol) is not None
+
+
 def conjunction(expressions: Iterable[str]) -> str | None:
     """All of the given licence expressions at once (each compound one parenthesised), sorted."""
     parts = sorted({e.strip() for e in expressions if e and e.strip()})

@@ -251,8 +251,13 @@ def test_the_image_sbom_conforms(tmp_path, local_base, private_oci_cache):
     assert {("SPDXRef-Image", "CONTAINS", "SPDXRef-BaseImage"), ("SPDXRef-Image", "CONTAINS", "SPDXRef-BinaryArchive")} <= relations
     packages = {p["SPDXID"]: p for p in document["packages"]}
     base = packages["SPDXRef-BaseImage"]
-    assert base["filesAnalyzed"] is False and base["licenseDeclared"] == "NOASSERTION" and "not analysed" in base["comment"]
-    assert {r["referenceLocator"] for r in base["externalRefs"]} == {f"pkg:oci/cuda@{local_base.index_digest.replace(':', '%3A')}?arch=amd64&repository_url=docker.io/nvidia/cuda&tag=13.1-runtime-test"}
+    # The base: its name and digest, the terms the definition states for it, NOASSERTION only for what is not analysed.
+    assert base["filesAnalyzed"] is False and base["licenseDeclared"] == "LicenseRef-NVIDIA-CUDA-EULA" and base["licenseConcluded"] == "NOASSERTION"
+    assert "not analysed" in base["comment"]
+    # The one purl builder's spelling (packageurl's canonical string, as the CycloneDX library writes it).
+    assert {r["referenceLocator"] for r in base["externalRefs"]} == {f"pkg:oci/cuda@{local_base.index_digest}?arch=amd64&repository_url=docker.io/nvidia/cuda&tag=13.1-runtime-test"}
+    assert packages["SPDXRef-BinaryArchive"]["licenseConcluded"] == "Apache-2.0 AND MIT AND Zlib"
+    assert {f["licenseConcluded"] for f in document["files"]} == {"Apache-2.0", "NOASSERTION"}
     assert base["supplier"] == f"Organization: {lane.providers['base-image'].supplier}"
     assert packages["SPDXRef-Image"]["supplier"] == packages["SPDXRef-BinaryArchive"]["supplier"] == "Organization: alphastorm"
     assert document["creationInfo"]["creators"][0] == "Tool: " + sbom.tool_creator()
