@@ -422,7 +422,33 @@ def toolchain_descriptors(identity: Mapping[str, Any], lane) -> list[dict[str, A
         return out
     if kind == "system":
         return [descriptor("toolchain:system-nvcc", uri=f"pkg:generic/cuda-nvcc@{toolchain.get('cuda_version')}", annotations={"path": toolchain.get("nvcc"), "note": "a system toolkit, not the pinned release toolchain"})]
-    return [descriptor("toolchain:prebuilt", uri=f"pkg:generic/cuda-toolkit@{identity.get('cuda_toolkit')}", annotations={"note": "binaries built outside this run (--prebuilt); their identity was read from the binaries"})]
+    return prebuilt_descriptors(identity)
+
+
+def prebuilt_descriptors(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A set packaged from binaries built elsewhere (--prebuilt): each binary and bundled library given, by
+    SHA-256 (the build identity's record of the files it was handed), and the toolchain the binaries' own
+    identity names (its compilers and CUDA toolkit: observed in the binaries, no digest of it exists here)."""
+    from pipeline.formats.components import purl
+
+    out = [
+        descriptor(f"prebuilt:{name}", sha256=digest, annotations={"role": role})
+        for key, role in (("binaries", "binary"), ("runtime_dependencies", "runtime-library"))
+        for name, digest in sorted((identity.get(key) or {}).items())
+    ]
+    toolkit = identity.get("cuda_toolkit")
+    out.append(descriptor(
+        "toolchain:prebuilt",
+        uri=purl("generic", "cuda-toolkit", toolkit) if toolkit else None,
+        annotations={
+            "cuda_toolkit": toolkit,
+            "cuda_compiler": identity.get("cuda_compiler"),
+            "cxx_compiler": identity.get("cxx_compiler"),
+            "build_type": identity.get("build_type"),
+            "note": "binaries built outside this run (--prebuilt); the toolchain is the one their embedded identity names",
+        },
+    ))
+    return out
 
 
 def _common(identity: Mapping[str, Any], lane) -> tuple[dict[str, str], dict[str, Any], list[dict[str, Any]]]:

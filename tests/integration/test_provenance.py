@@ -60,6 +60,16 @@ def test_the_native_sets_statement_binds_exactly_its_eleven_files_and_stays_outs
     names = [d["name"] for d in statement.dependencies()]
     assert names[:3] == ["source-commit", "source-tree", "source-tar"]
     assert "toolchain:prebuilt" in names  # built elsewhere: no wheel is claimed
+    # Each binary and DLL handed to --prebuilt is a resolved dependency by its bytes' SHA-256 (read here from the folder).
+    handed = {f"prebuilt:{p.name}": sha256_file(p) for p in sorted(workspace.prebuilt.iterdir())}
+    assert {d["name"]: d["digest"]["sha256"] for d in statement.dependencies() if d["name"].startswith("prebuilt:")} == handed
+    assert statement.dependency("prebuilt:ninfer-serve.exe")["annotations"] == {"role": "binary"}
+    assert statement.dependency("prebuilt:libcurl.dll")["annotations"] == {"role": "runtime-library"}
+    # The toolchain is the one the binaries' embedded identity names (winfixtures.native_identity compiled it in).
+    toolchain = statement.dependency("toolchain:prebuilt")
+    assert toolchain["uri"] == "pkg:generic/cuda-toolkit@13.3.73" and "digest" not in toolchain
+    assert {k: toolchain["annotations"][k] for k in ("cuda_toolkit", "cuda_compiler", "cxx_compiler", "build_type")} == {
+        "cuda_toolkit": "13.3.73", "cuda_compiler": "NVIDIA-13.3.73", "cxx_compiler": "MSVC-19.44.35217", "build_type": "Release"}
     assert not [n for n in names if n.startswith("build-host:")]  # not observed for --prebuilt binaries
     lane_item = statement.dependency(f"runtime/lanes/{NATIVE}.toml")
     assert lane_item is not None and lane_item["digest"]["sha256"] == lane.file_sha256
