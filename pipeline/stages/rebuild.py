@@ -333,7 +333,10 @@ class RebuildStage(Stage):
                     found=actual,
                     expected=recorded,
                     why="the rebuild would follow other instructions than the published set was made with",
-                    fix=f"check out the pipeline at the commit whose {name} has SHA-256 {recorded}, then run the rebuild again",
+                    fix=(f"check out the pipeline at the commit whose {name} has SHA-256 {recorded}, then run the rebuild again"
+                         if name == slsa.LOCK_NAME else
+                         f"pass --lanes-dir DIR, a folder holding the {lane.id}.toml whose SHA-256 is {recorded} (the one the set was built with; "
+                         f"its cut ledger in ../cuts/ beside it), or check out the pipeline at the commit that has that lane file"),
                 )
         self.published_hashes = {name: sha256_file(self.published / name) for name in self.expected.names() if (self.published / name).is_file()}
         self._check_published()
@@ -603,6 +606,8 @@ def print_outcome(outcome: Outcome) -> None:
 
 
 def register_cli(sub) -> None:
+    from pipeline.cli import LANES_DIR_HELP
+
     parser = sub.add_parser(
         "rebuild",
         help="rebuild a published set from its source archive and compare every file bit for bit (SLSA verification summary)",
@@ -618,7 +623,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--prebuilt", type=Path, metavar="DIR", help="the binaries a set packaged from prebuilt binaries holds (its provenance says build_route prebuilt: the Windows lanes)")
     parser.add_argument("--no-diffoscope", action="store_true", help="do not run diffoscope on differing files")
     parser.add_argument("--json", action="store_true", help="print the verification summary instead of OK/FAIL lines")
-    parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--lanes-dir", type=Path, default=None, metavar="DIR", help=LANES_DIR_HELP)
     parser.add_argument("--quiet", action="store_true", help="print only errors and results")
 
     def run(args: argparse.Namespace) -> int:

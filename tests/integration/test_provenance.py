@@ -208,6 +208,21 @@ def test_docs_define_the_build_types_and_every_external_parameter():
         assert f"`{key}`" in text
 
 
+def test_the_documented_outsider_rebuild_command_is_one_the_cli_accepts():
+    """docs/provenance.md's rebuild of a lane with host libraries: --lanes-dir and --pkg-config-path, parsed by the real parser."""
+    import shlex
+
+    from pipeline import cli
+
+    text = (REPO_ROOT / "docs" / "provenance.md").read_text()
+    [command] = [block for block in text.split("```sh\n")[1:] if "--pkg-config-path" in block.split("```")[0]]
+    line = next(c for c in command.split("```")[0].replace("\\\n", " ").splitlines() if c.startswith("python -m pipeline rebuild"))
+    words = shlex.split(line, comments=True)[3:]
+    args = cli.build_parser(["rebuild"]).parse_args(words)
+    assert args.lanes_dir == Path("./lanes") and args.pkg_config_path == ["/opt/ffmpeg-7.1/lib/pkgconfig:/opt/curl/lib/pkgconfig"]
+    assert (args.verify, args.lane) == ("./download", "5090")
+
+
 # -- every field has its type (issue 18: `annotations` of the wrong type was an AttributeError) --------------
 
 

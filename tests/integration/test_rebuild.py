@@ -488,3 +488,30 @@ def test_the_verification_summary_states_the_level_of_either_result():
     levels = {passed: json.loads(vsa.summary(subjects={"a": "0" * 64}, resource_uri="https://x/", provenance_name="p", provenance_sha256="1" * 64,
                                              passed=passed, rebuild={}, time_verified="2026-01-01T00:00:00Z"))["predicate"]["verifiedLevels"] for passed in (True, False)}
     assert levels == {True: ["OMP_NINFER_BIT_FOR_BIT_REBUILD"], False: ["FAILED"]}
+
+
+@pytest.mark.slow
+def test_a_lane_file_other_than_the_provenances_is_refused_before_anything_is_built(tmp_path_factory, tmp_path, capsys):
+    """One comment line added to the 4090 lane file: another SHA-256 than the provenance names, refused in preflight
+    (exit 4, nothing built), naming both digests and --lanes-dir; `--help` documents --lanes-dir."""
+    from winfixtures import copy_lanes, packaged_native_set
+
+    workspace, dist = packaged_native_set(tmp_path_factory)
+    lane = workspace.lane
+    folder = tmp_path / "download"
+    shutil.copytree(dist / lane.id / "assets", folder)
+    for statement in (dist / lane.id / slsa.FOLDER).iterdir():
+        shutil.copyfile(statement, folder / statement.name)
+    lanes = copy_lanes(workspace, tmp_path / "other")
+    changed = lanes / f"{lane.id}.toml"
+    changed.write_text(changed.read_text() + "# a comment the set was not built with\n")
+    work = tmp_path / "work"
+    with pytest.raises(RefusedError) as caught:
+        rebuild_verify(str(folder), lane_name=lane.id, lanes_dir=lanes, work=work, prebuilt=workspace.prebuilt)
+    assert (caught.value.found, caught.value.expected) == (sha256_file(changed), lane.file_sha256)
+    assert "--lanes-dir DIR" in caught.value.fix and lane.file_sha256 in caught.value.fix
+    assert not (work / "dist" / lane.id / "assets").exists()
+    for command in ("build", "package", "rebuild"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "--lanes-dir DIR" in capsys.readouterr().out, f"{command} --help does not document --lanes-dir"
