@@ -190,7 +190,8 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
                     f"the bundled library {library.name} has no {'version' if not library.version else 'supplier'}",
                     field=f"package.redistributables: {library.name}",
                     why="every component of the SBOMs names its supplier and version (NTIA minimum elements)",
-                    fix="declare version and supplier for it in the lane's [[package.redistributables]]",
+                    fix=("a DLL states its version in its version resource (ProductVersion): bundle one that carries it; "
+                         "declare the supplier (and, for a library without one, the version) in the lane's [[package.redistributables]]"),
                 )
             component = cm.with_properties(cm.Component(
                 ref=f"file:{payload_path}",

@@ -210,6 +210,8 @@ def test_native_sets_made_from_mingw_binaries_conform_and_agree(tmp_path_factory
     assert root["licenseDeclared"] == "NOASSERTION"
     assert root["licenseConcluded"] == "Apache-2.0 AND LGPL-2.1-or-later AND LicenseRef-Microsoft-DirectStorage AND LicenseRef-NVIDIA-CUDA-EULA AND MIT AND curl"
     assert packages["avformat-61.dll"]["licenseDeclared"] == "LGPL-2.1-or-later" and packages["avformat-61.dll"]["supplier"] == "Organization: FFmpeg project"
+    # Versions from the DLLs' own version resources (the lane types none): FFmpeg 7.1.2 and curl 8.17.0.
+    assert (packages["avformat-61.dll"]["versionInfo"], packages["libcurl.dll"]["versionInfo"]) == ("7.1.2", "8.17.0")
     assert packages["cudart64_13.dll"]["licenseConcluded"] == "LicenseRef-NVIDIA-CUDA-EULA" and packages["cudart64_13.dll"]["versionInfo"] == "13.3.73"
     assert packages["dstorage.dll"]["licenseDeclared"] == "LicenseRef-Microsoft-DirectStorage"
     assert packages["ninfer-serve.exe"]["licenseDeclared"] == "Apache-2.0"
