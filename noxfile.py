@@ -48,7 +48,13 @@ import nox
 
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))  # pipeline.dev.env and the lane format it reads are standard-library only
-from pipeline.dev.env import ensure_debian_tools, ensure_env, ensure_node_tools, lane_table  # noqa: E402
+from pipeline.dev.env import (  # noqa: E402
+    ensure_debian_tools,
+    ensure_env,
+    ensure_node_tools,
+    lane_table,
+    refresh_release_lock,
+)
 from pipeline.errors import PipelineError  # noqa: E402
 
 nox.options.sessions = ["lint", "tests"]
@@ -256,3 +262,9 @@ def lint(session: nox.Session) -> None:
     """Lint the pipeline, the tests and this file with ruff."""
     python = str(ensure_env(session.log))
     session.run(python, "-m", "ruff", "check", "pipeline", "tests", "noxfile.py", external=True)
+
+
+@nox.session(venv_backend="none")
+def lock(session: nox.Session) -> None:
+    """Refresh requirements/release.txt, the hash-locked requirements the release workflow installs (needs PyPI)."""
+    refresh_release_lock(session.log)

@@ -383,6 +383,22 @@ def check_parameters(statement_: Statement, *, lane: str, tag: str, source_commi
 PIPELINE_REPOSITORY = "https://github.com/alphastorm/omp-ninfer.git"
 LOCK_NAME = "runtime/toolchain.lock.json"
 LAUNCHER_NAME = "runtime/launcher/nvcc_deterministic.py"
+# The hash-locked requirements the release workflow installs the pipeline and its tools from (`nox -s lock`).
+PIPELINE_LOCK_NAME = "requirements/release.txt"
+
+
+def pipeline_lock_descriptor() -> dict[str, Any]:
+    """The requirements lock of this checkout (or of the installed verifier, which bundles it), by SHA-256."""
+    from pipeline.errors import EnvironmentProblem
+    from pipeline.formats.lanes import REPO_ROOT
+    from pipeline.util.hashing import sha256_file
+
+    path = REPO_ROOT / PIPELINE_LOCK_NAME
+    if not path.is_file():
+        raise EnvironmentProblem(f"the pipeline's requirements lock {PIPELINE_LOCK_NAME} is missing", file=path,
+                                 why="the provenance names the exact requirements the pipeline that made it was installed from",
+                                 fix="run from a checkout of the pipeline (or its verifier wheel), which carries it; refresh it with nox -s lock")
+    return descriptor(PIPELINE_LOCK_NAME, sha256=sha256_file(path), annotations={"role": "pipeline-requirements-lock"})
 
 
 def source_repository(source: Mapping[str, Any], lane) -> str:
@@ -482,6 +498,7 @@ def _common(identity: Mapping[str, Any], lane) -> tuple[dict[str, str], dict[str
     if identity.get("toolchain_lock_sha256"):
         dependencies.append(descriptor(LOCK_NAME, sha256=identity["toolchain_lock_sha256"]))
     dependencies += host_descriptors(identity.get("host_dependencies"), environment.get("os_release"))
+    dependencies.append(pipeline_lock_descriptor())
     return external, internal, dependencies
 
 

@@ -646,7 +646,8 @@ class ImageStage(Stage):
             "base": self.definition.base.reference,
             "base_source": str(self.base_layout) if self.base_layout else "registry",
             "zlib": oci.zlib_version(),
-            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME)},
+            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME),
+                           "pipeline_lock": sha256_file(REPO_ROOT / provenance.PIPELINE_LOCK_NAME)},
         }
 
     def run(self) -> list[Artifact]:
