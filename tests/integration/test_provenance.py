@@ -71,6 +71,8 @@ def test_the_native_sets_statement_binds_exactly_its_eleven_files_and_stays_outs
     assert {k: toolchain["annotations"][k] for k in ("cuda_toolkit", "cuda_compiler", "cxx_compiler", "build_type")} == {
         "cuda_toolkit": "13.3.73", "cuda_compiler": "NVIDIA-13.3.73", "cxx_compiler": "MSVC-19.44.35217", "build_type": "Release"}
     assert not [n for n in names if n.startswith("build-host:")]  # not observed for --prebuilt binaries
+    # The hash-locked requirements the pipeline was installed from (the release workflow's), by SHA-256.
+    assert statement.dependency("requirements/release.txt")["digest"] == {"sha256": sha256_file(REPO_ROOT / "requirements" / "release.txt")}
     lane_item = statement.dependency(f"runtime/lanes/{NATIVE}.toml")
     assert lane_item is not None and lane_item["digest"]["sha256"] == lane.file_sha256
     register = json.loads((dist / "register.json").read_text())
