@@ -453,9 +453,11 @@ def prebuilt_descriptors(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
         for name, digest in sorted((identity.get(key) or {}).items())
     ]
     toolkit = identity.get("cuda_toolkit")
+    if not toolkit:  # the identity names no toolchain: none is claimed (a descriptor needs a URI or a digest)
+        return out
     out.append(descriptor(
         "toolchain:prebuilt",
-        uri=purl("generic", "cuda-toolkit", toolkit) if toolkit else None,
+        uri=purl("generic", "cuda-toolkit", toolkit),
         annotations={
             "cuda_toolkit": toolkit,
             "cuda_compiler": identity.get("cuda_compiler"),

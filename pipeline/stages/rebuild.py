@@ -468,7 +468,8 @@ class RebuildStage(Stage):
             names[str(self.prebuilt)] = "<--prebuilt folder>"
         for local, name in sorted(names.items(), key=lambda item: -len(item[0])):  # the longest first: a folder inside another
             text = text.replace(local + "/", "" if name == "." else name + "/").replace(local, name)
-        return text.replace(str(Path.home()), "~")
+        home = str(Path.home())
+        return text.replace(home + "/", "~/") if len(home) > 1 else text  # a home of "/" names nothing private
 
     def _compare(self, rebuilt_dir: Path | None) -> Outcome:
         outcome = Outcome(Path(), False)
