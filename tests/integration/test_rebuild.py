@@ -453,18 +453,24 @@ def test_a_row_that_binds_other_bytes_than_the_sums_is_refused_before_the_downlo
 
 # -- the summary of a set packaged from prebuilt binaries (no CUDA needed) ----------------------
 
+def _published_native_set(tmp_path_factory, tmp_path: Path):
+    """(workspace, folder): the 4090 set made from mingw binaries as it is published, its statement beside it."""
+    from winfixtures import packaged_native_set
+
+    workspace, dist = packaged_native_set(tmp_path_factory)
+    folder = tmp_path / "download"
+    shutil.copytree(dist / workspace.lane.id / "assets", folder)
+    for statement in (dist / workspace.lane.id / slsa.FOLDER).iterdir():
+        shutil.copyfile(statement, folder / statement.name)
+    return workspace, folder
+
+
 @pytest.mark.slow
 def test_a_failed_rebuild_states_the_failed_level_and_the_summary_names_no_local_folder(tmp_path_factory, tmp_path):
     """The 4090 set made from mingw binaries, rebuilt from a copy of those binaries with one byte of a bundled
     DLL changed: FAILED with SLSA's VSA level for it, and no folder of this machine in the summary."""
-    from winfixtures import packaged_native_set
-
-    workspace, dist = packaged_native_set(tmp_path_factory)
+    workspace, folder = _published_native_set(tmp_path_factory, tmp_path)
     lane = workspace.lane
-    folder = tmp_path / "download"
-    shutil.copytree(dist / lane.id / "assets", folder)
-    for statement in (dist / lane.id / slsa.FOLDER).iterdir():
-        shutil.copyfile(statement, folder / statement.name)
     changed = tmp_path / "changed-prebuilt"
     shutil.copytree(workspace.prebuilt, changed)
     dll = changed / "libcurl.dll"
@@ -494,14 +500,10 @@ def test_the_verification_summary_states_the_level_of_either_result():
 def test_a_lane_file_other_than_the_provenances_is_refused_before_anything_is_built(tmp_path_factory, tmp_path, capsys):
     """One comment line added to the 4090 lane file: another SHA-256 than the provenance names, refused in preflight
     (exit 4, nothing built), naming both digests and --lanes-dir; `--help` documents --lanes-dir."""
-    from winfixtures import copy_lanes, packaged_native_set
+    from winfixtures import copy_lanes
 
-    workspace, dist = packaged_native_set(tmp_path_factory)
+    workspace, folder = _published_native_set(tmp_path_factory, tmp_path)
     lane = workspace.lane
-    folder = tmp_path / "download"
-    shutil.copytree(dist / lane.id / "assets", folder)
-    for statement in (dist / lane.id / slsa.FOLDER).iterdir():
-        shutil.copyfile(statement, folder / statement.name)
     lanes = copy_lanes(workspace, tmp_path / "other")
     changed = lanes / f"{lane.id}.toml"
     changed.write_text(changed.read_text() + "# a comment the set was not built with\n")
