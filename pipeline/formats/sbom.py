@@ -36,6 +36,7 @@ declared hash that differs from the bytes stops the stage, naming the file.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 import uuid
@@ -354,11 +355,18 @@ def spdx_namespace(inp: SbomInput) -> str:
     return f"{inp.component_repository}/spdx/{inp.release_version}/sbom-{name}"
 
 
-def _spdx_license(expression: str | None):
+@functools.lru_cache(maxsize=1)
+def _licensing():
+    # Built from the SPDX licence index (~60 ms each time): once per process, not once per package and file.
     from license_expression import get_spdx_licensing
+
+    return get_spdx_licensing()
+
+
+def _spdx_license(expression: str | None):
     from spdx_tools.spdx.model import SpdxNoAssertion
 
-    return get_spdx_licensing().parse(expression) if expression else SpdxNoAssertion()
+    return _licensing().parse(expression) if expression else SpdxNoAssertion()
 
 
 _SPDX_RELATIONSHIPS = {

@@ -298,34 +298,26 @@ VENDORED = {"miniargs": "MIT", "tinycrc": "Zlib"}
 
 
 def write_set_spdx(path: Path, lane: Lane, archive: Path, payload: dict[str, tuple[bytes, int]], identity: dict, beta: int | None) -> Path:
-    """The set's SPDX document of the fake payload, written by the pipeline's own writer (the image stage reads
-    its files' licences from it): the binaries under the runtime's Apache-2.0, the vendored components' own terms."""
-    import tempfile
-
+    """The set's SPDX document of the fake payload, made by the pipeline's own writer and validated with spdx-tools
+    once (the image stage reads its files' licences from it): the binaries under the runtime's Apache-2.0, the
+    vendored components' own terms.  The package stage's extra cross-checks against the payload are left out: cheap."""
     from pipeline.formats import sbom
-    from pipeline.util.hashing import file_digests
+    from pipeline.util.fs import atomic_write_bytes as write
 
     expected = assets.asset_set(lane, beta)
-    with tempfile.TemporaryDirectory(prefix="imagekit-payload.") as scratch:
-        root = Path(scratch)
-        files = []
-        for name, (data, _mode) in sorted(payload.items()):
-            (root / name).parent.mkdir(parents=True, exist_ok=True)
-            (root / name).write_bytes(data)
-            sha256, sha1, size = file_digests(root / name)
-            files.append(sbom.PayloadFile(name, sha256, sha1, size))
-        inp = sbom.SbomInput(
-            package_root=expected.package_root, package_filename=archive.name, package_sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
-            package_bytes=archive.stat().st_size, lane_id=lane.id, lane_title=lane.title, component_repository=lane.component_repository,
-            component_tag=lane.tag(beta), release_version=f"{lane.version}-beta.{beta or lane.beta}", runtime_license="Apache-2.0",
-            epoch=int(identity["source_date_epoch"]), identity_sha256=hashlib.sha256(payload["build-identity.json"][0]).hexdigest(),
-            source={"commit": identity["patch_stack_sha"], "tree": "b" * 40, "kind": "embedded-sample"}, files=files,
-            binaries={name.removeprefix(f"{assets.BIN_DIR}/"): name for name in payload if name.startswith(f"{assets.BIN_DIR}/")},
-            vendored=[{"name": name, "version": "1.0.0", "license": licence, "purl": f"pkg:generic/{name}@1.0.0", "supplier": "OMP NInfer sample authors",
-                       "path": f"third_party/{name}", "license_file": f"third_party/{name}/LICENSE", "files": []} for name, licence in VENDORED.items()],
-            cuda_toolkit="13.1.115",
-        )
-        sbom.write_spdx(path, inp, root)
+    files = [sbom.PayloadFile(name, hashlib.sha256(data).hexdigest(), hashlib.sha1(data).hexdigest(), len(data)) for name, (data, _mode) in sorted(payload.items())]
+    inp = sbom.SbomInput(
+        package_root=expected.package_root, package_filename=archive.name, package_sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+        package_bytes=archive.stat().st_size, lane_id=lane.id, lane_title=lane.title, component_repository=lane.component_repository,
+        component_tag=lane.tag(beta), release_version=f"{lane.version}-beta.{beta or lane.beta}", runtime_license="Apache-2.0",
+        epoch=int(identity["source_date_epoch"]), identity_sha256=hashlib.sha256(payload["build-identity.json"][0]).hexdigest(),
+        source={"commit": identity["patch_stack_sha"], "tree": "b" * 40, "kind": "embedded-sample"}, files=files,
+        binaries={name.removeprefix(f"{assets.BIN_DIR}/"): name for name in payload if name.startswith(f"{assets.BIN_DIR}/")},
+        vendored=[{"name": name, "version": "1.0.0", "license": licence, "purl": f"pkg:generic/{name}@1.0.0", "supplier": "OMP NInfer sample authors",
+                   "path": f"third_party/{name}", "license_file": f"third_party/{name}/LICENSE", "files": []} for name, licence in VENDORED.items()],
+        cuda_toolkit="13.1.115",
+    )
+    write(path, sbom.spdx_bytes(sbom.build_spdx(inp)))
     return path
 
 
