@@ -55,6 +55,7 @@ from pipeline.dev.env import (  # noqa: E402
     ensure_node_tools,
     lane_table,
     pytest_workers_args,
+    refresh_release_lock,
 )
 from pipeline.errors import PipelineError  # noqa: E402
 
@@ -274,3 +275,9 @@ def lint(session: nox.Session) -> None:
     """Lint the pipeline, the tests and this file with ruff."""
     python = str(ensure_env(session.log))
     session.run(python, "-m", "ruff", "check", "pipeline", "tests", "noxfile.py", external=True)
+
+
+@nox.session(venv_backend="none")
+def lock(session: nox.Session) -> None:
+    """Refresh requirements/release.txt, the hash-locked requirements the release workflow installs (needs PyPI)."""
+    refresh_release_lock(session.log)

@@ -21,6 +21,7 @@ BUNDLED = {
     "runtime/cuts/*.json": False,
     # rebuild --verify from the installed verifier: the toolchain lock, the nvcc launcher, and what package makes a set from
     "runtime/toolchain.lock.json": True,
+    "requirements/release.txt": True,  # the provenance names it by SHA-256 (a rebuild states it again)
     "runtime/launcher/*.py": True,
     "packaging/templates/*.in": True,
     "packaging/windows/*.ps1": True,

@@ -30,13 +30,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, fix=f"run '{self.prog} --help'")
 
 
+LANES_DIR_HELP = (
+    "folder of lane files <lane>.toml (default: this checkout's runtime/lanes/), their cut ledgers in ../cuts/ beside it; "
+    "a rebuild needs the lane file whose SHA-256 the set's provenance names"
+)
+
+
 def add_common(parser: argparse.ArgumentParser, *, dist: bool = True, json_output: bool | str = False) -> None:
     """The options every command shares, added in one place: --dist, --quiet and (for reports) --json.
 
     `json_output` may be the --json help text when the command's report is not simply "the report"."""
     if dist:
         parser.add_argument("--dist", type=Path, default=Path("dist"), help="output folder holding the artefact register (default: dist)")
-    parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--lanes-dir", type=Path, default=None, metavar="DIR", help=LANES_DIR_HELP)
     parser.add_argument("--quiet", action="store_true", help="print only errors and results")
     if json_output:
         parser.add_argument("--json", action="store_true", help=json_output if isinstance(json_output, str) else "print the report as JSON on stdout")

@@ -55,7 +55,22 @@ NODE_TOOLS = ROOT / "tools" / "node"
 
 
 def _stamp() -> str:
-    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+    lock = ROOT / "requirements" / "release.txt"
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes() + (lock.read_bytes() if lock.is_file() else b"")).hexdigest()
+
+
+def locked_install_commands(python: str) -> list[list[str]]:
+    """How the pipeline and its tools are installed, in the release workflow and here alike: every
+    distribution from requirements/release.txt with its SHA-256 checked (nothing resolved, nothing else
+    downloaded), then the pipeline itself from this checkout without dependencies or build isolation
+    (its build backend, the pinned setuptools, is in the lock), then `pip check`: a dependency added to
+    pyproject.toml without `nox -s lock` fails here, not later."""
+    pip = [python, "-m", "pip"]
+    return [
+        [*pip, "install", "--require-hashes", "--no-deps", "-r", "requirements/release.txt"],
+        [*pip, "install", "--no-deps", "--no-build-isolation", "-e", "."],
+        [*pip, "check"],
+    ]
 
 
 def ensure_env(log=print) -> Path:
@@ -68,7 +83,8 @@ def ensure_env(log=print) -> Path:
         venv.EnvBuilder(with_pip=True, clear=True).create(ENV_DIR)
     log("installing the pipeline and its pinned dependencies (pyproject.toml changed or first run)")
     subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "-e", f"{ROOT}[test]"], check=True)
+    for command in locked_install_commands(str(python)):
+        subprocess.run(command, cwd=ROOT, check=True)
     stamp_file.write_text(_stamp())
     return python
 
@@ -149,3 +165,34 @@ def lane_table(lanes_dir: Path | None = None) -> list[LaneRow]:
     from pipeline.formats.lanes import load_lanes
 
     return [LaneRow(lane.id, lane.short_name, lane.kind) for lane in load_lanes(lanes_dir).values()]
+
+
+# -- the release workflow's hash-locked requirements -----------------------------------
+
+RELEASE_LOCK = ROOT / "requirements" / "release.txt"
+RELEASE_CONSTRAINTS = ROOT / "requirements" / "release-constraints.txt"  # versions without files for Python 3.11, with why
+UV_ENV_DIR = ROOT / ".nox" / "uv-env"
+UV_VERSION = "0.9.0"  # the resolver that writes the lock, pinned so a refresh is the same program
+
+
+def release_lock_command(uv: str) -> list[str]:
+    """The one command that writes requirements/release.txt: every dependency of the pipeline and its
+    extras (nox, the pinned setuptools the editable install builds with, the test tools), for Python 3.11
+    (the release workflow's) on every platform its jobs run on (`--universal`: markers kept), each with
+    the SHA-256 of every file PyPI has for it, so `pip install --require-hashes` refuses any other bytes."""
+    return [uv, "pip", "compile", "pyproject.toml", "--all-extras", "--universal", "--python-version", "3.11",
+            "--constraint", str(RELEASE_CONSTRAINTS.relative_to(ROOT)),
+            "--generate-hashes", "--custom-compile-command", "nox -s lock", "--output-file", str(RELEASE_LOCK.relative_to(ROOT))]
+
+
+def refresh_release_lock(log=print) -> Path:
+    """`nox -s lock`: resolve again from PyPI (network) with the pinned uv, in its own environment."""
+    uv = UV_ENV_DIR / "bin" / "uv"
+    if not uv.exists():
+        log(f"creating the lock tool's environment in {UV_ENV_DIR} (uv {UV_VERSION})")
+        venv.EnvBuilder(with_pip=True, clear=True).create(UV_ENV_DIR)
+        subprocess.run([str(UV_ENV_DIR / "bin" / "python"), "-m", "pip", "install", "-q", f"uv=={UV_VERSION}"], check=True)
+    RELEASE_LOCK.parent.mkdir(exist_ok=True)
+    subprocess.run(release_lock_command(str(uv)), cwd=ROOT, check=True)
+    log(f"wrote {RELEASE_LOCK.relative_to(ROOT)} (sha256 {hashlib.sha256(RELEASE_LOCK.read_bytes()).hexdigest()})")
+    return RELEASE_LOCK

@@ -101,6 +101,10 @@ class ComponentModel:
     edges: list[Edge] = field(default_factory=list)
     license_texts: dict[str, LicenseText] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        if self.root.purl:
+            self.root = replace(self.root, purl=canonical_purl(self.root.purl, where=self.root.ref))
+
     # -- building ---------------------------------------------------------------
     def add(self, component: Component) -> Component:
         if component.role not in ROLES:
@@ -113,6 +117,8 @@ class ComponentModel:
                     why="every component of an SBOM names its supplier and version (NTIA minimum elements)",
                     fix="declare it where the component comes from (the lane file, the vendored inventory, the build identity)",
                 )
+        if component.purl:  # every purl in its one canonical spelling, whoever built the component
+            component = replace(component, purl=canonical_purl(component.purl, where=component.ref))
         if component.ref in self.components or component.ref == self.root.ref:
             raise IntegrityError("two SBOM components share one reference", field=component.ref)
         self.components[component.ref] = component
@@ -195,6 +201,15 @@ def copyright_lines(text: str) -> str | None:
     return "\n".join(lines) or None
 
 
+def licence_refs(*expressions: str | None) -> set[str]:
+    """The LicenseRef-* names the expressions use (each needs its text in an SPDX document)."""
+    return {ref for expression in expressions for ref in _LICENSE_REF.findall(expression or "")}
+
+
+def is_licence_ref(symbol: str) -> bool:
+    return _LICENSE_REF.fullmatch(symbol) is not None
+
+
 def conjunction(expressions: Iterable[str]) -> str | None:
     """All of the given licence expressions at once (each compound one parenthesised), sorted."""
     parts = sorted({e.strip() for e in expressions if e and e.strip()})
@@ -261,10 +276,23 @@ def with_properties(component: Component, **values: Any) -> Component:
     return replace(component, properties=tuple(sorted({*component.properties, *extra})))
 
 
-def canonical_purl(purl: str) -> str:
+def purl(kind: str, name: str, version: str | None = None, *, namespace: str | None = None, qualifiers: Mapping[str, str] | None = None) -> str:
+    """The one purl builder of every SBOM (and of the provenance's dependency URIs): packageurl's canonical
+    string, which is what the CycloneDX library writes, so SPDX and CycloneDX carry the same bytes
+    (the type's own rules applied: a github namespace and name lowercased, '+' percent-encoded)."""
     from packageurl import PackageURL
 
-    return PackageURL.from_string(purl).to_string()
+    return PackageURL(type=kind, namespace=namespace, name=name, version=version, qualifiers=dict(qualifiers or {})).to_string()
+
+
+def canonical_purl(text: str, *, where: str = "purl") -> str:
+    """A purl read from data (a vendored inventory, a build identity) in the builder's canonical spelling."""
+    from packageurl import PackageURL
+
+    try:
+        return PackageURL.from_string(text).to_string()
+    except ValueError as error:
+        raise InputError("is not a package URL", field=where, found=text, expected="pkg:<type>/<namespace>/<name>@<version> (purl spec)", why=str(error)) from None
 
 
 def host_purl(entry: Mapping[str, Any], distribution: str) -> str | None:

@@ -383,6 +383,22 @@ def check_parameters(statement_: Statement, *, lane: str, tag: str, source_commi
 PIPELINE_REPOSITORY = "https://github.com/alphastorm/omp-ninfer.git"
 LOCK_NAME = "runtime/toolchain.lock.json"
 LAUNCHER_NAME = "runtime/launcher/nvcc_deterministic.py"
+# The hash-locked requirements the release workflow installs the pipeline and its tools from (`nox -s lock`).
+PIPELINE_LOCK_NAME = "requirements/release.txt"
+
+
+def pipeline_lock_descriptor() -> dict[str, Any]:
+    """The requirements lock of this checkout (or of the installed verifier, which bundles it), by SHA-256."""
+    from pipeline.errors import EnvironmentProblem
+    from pipeline.formats.lanes import REPO_ROOT
+    from pipeline.util.hashing import sha256_file
+
+    path = REPO_ROOT / PIPELINE_LOCK_NAME
+    if not path.is_file():
+        raise EnvironmentProblem(f"the pipeline's requirements lock {PIPELINE_LOCK_NAME} is missing", file=path,
+                                 why="the provenance names the exact requirements the pipeline that made it was installed from",
+                                 fix="run from a checkout of the pipeline (or its verifier wheel), which carries it; refresh it with nox -s lock")
+    return descriptor(PIPELINE_LOCK_NAME, sha256=sha256_file(path), annotations={"role": "pipeline-requirements-lock"})
 
 
 def source_repository(source: Mapping[str, Any], lane) -> str:
@@ -422,7 +438,35 @@ def toolchain_descriptors(identity: Mapping[str, Any], lane) -> list[dict[str, A
         return out
     if kind == "system":
         return [descriptor("toolchain:system-nvcc", uri=f"pkg:generic/cuda-nvcc@{toolchain.get('cuda_version')}", annotations={"path": toolchain.get("nvcc"), "note": "a system toolkit, not the pinned release toolchain"})]
-    return [descriptor("toolchain:prebuilt", uri=f"pkg:generic/cuda-toolkit@{identity.get('cuda_toolkit')}", annotations={"note": "binaries built outside this run (--prebuilt); their identity was read from the binaries"})]
+    return prebuilt_descriptors(identity)
+
+
+def prebuilt_descriptors(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A set packaged from binaries built elsewhere (--prebuilt): each binary and bundled library given, by
+    SHA-256 (the build identity's record of the files it was handed), and the toolchain the binaries' own
+    identity names (its compilers and CUDA toolkit: observed in the binaries, no digest of it exists here)."""
+    from pipeline.formats.components import purl
+
+    out = [
+        descriptor(f"prebuilt:{name}", sha256=digest, annotations={"role": role})
+        for key, role in (("binaries", "binary"), ("runtime_dependencies", "runtime-library"))
+        for name, digest in sorted((identity.get(key) or {}).items())
+    ]
+    toolkit = identity.get("cuda_toolkit")
+    if not toolkit:  # the identity names no toolchain: none is claimed (a descriptor needs a URI or a digest)
+        return out
+    out.append(descriptor(
+        "toolchain:prebuilt",
+        uri=purl("generic", "cuda-toolkit", toolkit),
+        annotations={
+            "cuda_toolkit": toolkit,
+            "cuda_compiler": identity.get("cuda_compiler"),
+            "cxx_compiler": identity.get("cxx_compiler"),
+            "build_type": identity.get("build_type"),
+            "note": "binaries built outside this run (--prebuilt); the toolchain is the one their embedded identity names",
+        },
+    ))
+    return out
 
 
 def _common(identity: Mapping[str, Any], lane) -> tuple[dict[str, str], dict[str, Any], list[dict[str, Any]]]:
@@ -456,6 +500,7 @@ def _common(identity: Mapping[str, Any], lane) -> tuple[dict[str, str], dict[str
     if identity.get("toolchain_lock_sha256"):
         dependencies.append(descriptor(LOCK_NAME, sha256=identity["toolchain_lock_sha256"]))
     dependencies += host_descriptors(identity.get("host_dependencies"), environment.get("os_release"))
+    dependencies.append(pipeline_lock_descriptor())
     return external, internal, dependencies
 
 

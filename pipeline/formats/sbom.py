@@ -129,19 +129,15 @@ class SbomInput:
 # -- the component model ----------------------------------------------------------
 
 def _library_purl(library) -> str | None:
-    from packageurl import PackageURL
-
     if library.wheel:
-        return PackageURL(type="pypi", name=library.wheel[0], version=library.wheel[1]).to_string()
+        return cm.purl("pypi", library.wheel[0], library.wheel[1])
     if library.version:
-        return PackageURL(type="generic", name=library.name, version=library.version).to_string()
+        return cm.purl("generic", library.name, library.version)
     return None
 
 
 def component_model(inp: SbomInput) -> cm.ComponentModel:
     """The one list both SBOMs are written from (see pipeline.formats.components)."""
-    from packageurl import PackageURL
-
     files = {f.path: f for f in inp.files}
     owner_repo = inp.component_repository.removeprefix("https://github.com/")
     owner, _, repo = owner_repo.partition("/")
@@ -157,7 +153,7 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
         name=inp.package_root,
         version=inp.release_version,
         supplier=supplier,
-        purl=PackageURL(type="github", namespace=owner, name=repo, version=inp.component_tag).to_string(),
+        purl=cm.purl("github", repo, inp.component_tag, namespace=owner),
         declared=None,  # an aggregate: no single licence covers it
         concluded=cm.conjunction(shipped_licenses),
         sha256=inp.package_sha256,
@@ -195,7 +191,8 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
                     f"the bundled library {library.name} has no {'version' if not library.version else 'supplier'}",
                     field=f"package.redistributables: {library.name}",
                     why="every component of the SBOMs names its supplier and version (NTIA minimum elements)",
-                    fix="declare version and supplier for it in the lane's [[package.redistributables]]",
+                    fix=("a DLL states its version in its version resource (ProductVersion): bundle one that carries it; "
+                         "declare the supplier (and, for a library without one, the version) in the lane's [[package.redistributables]]"),
                 )
             component = cm.with_properties(cm.Component(
                 ref=f"file:{payload_path}",
@@ -245,14 +242,24 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
             kind = "loads" if real is not None and key(name) not in real else "dynamic-link"
             model.link(source, kind, refs[key(name)])
 
+    _add_vendored(model, inp)
+    _add_toolchain(model, inp)
+    model.add_host_dependencies(inp.host_dependencies)
+    model.check_license_texts()
+    return model
+
+
+def _add_vendored(model: cm.ComponentModel, inp: SbomInput) -> None:
+    """Each vendored source component (the source's third_party/inventory.json), compiled into the binaries."""
     for entry in sorted(inp.vendored, key=lambda e: e["name"]):
+        purl = cm.canonical_purl(entry["purl"], where=f"third_party/inventory.json: {entry['name']}.purl")
         component = cm.Component(
-            ref=entry["purl"],
+            ref=purl,
             role="vendored-source",
             name=entry["name"],
             version=entry["version"],
             supplier=entry["supplier"],
-            purl=entry["purl"],
+            purl=purl,
             declared=entry["license"],
             concluded=entry["license"],
             copyright=entry.get("copyright"),
@@ -263,8 +270,11 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
             )),
         )
         model.add(component)
-        model.link(root.ref, "vendored", component.ref)
+        model.link(model.root.ref, "vendored", component.ref)
 
+
+def _add_toolchain(model: cm.ComponentModel, inp: SbomInput) -> None:
+    """The toolchain that built the binaries: the pinned wheels, else the CUDA toolkit the binaries' identity names."""
     wheels = inp.toolchain.get("wheels", [])
     for wheel in wheels:
         distribution = wheel["distribution"]
@@ -274,13 +284,13 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
             name=distribution,
             version=wheel["version"],
             supplier=cm.toolchain_supplier(distribution, inp.toolchain_authors) or "",
-            purl=PackageURL(type="pypi", name=distribution, version=wheel["version"]).to_string(),
+            purl=cm.purl("pypi", distribution, wheel["version"]),
             sha256=wheel["sha256"],
             description="build toolchain wheel (used to build the binaries, not shipped)",
             properties=(("role", "build-toolchain"), ("toolchain-kind", str(inp.toolchain.get("kind")))),
         )
         model.add(component)
-        model.link(root.ref, "build-tool", component.ref)
+        model.link(model.root.ref, "build-tool", component.ref)
     if not wheels and inp.cuda_toolkit:
         component = cm.Component(
             ref=f"toolchain:cuda-toolkit@{inp.cuda_toolkit}",
@@ -292,10 +302,7 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
             properties=(("role", "build-toolchain"), ("toolchain-kind", str(inp.toolchain.get("kind", "prebuilt")))),
         )
         model.add(component)
-        model.link(root.ref, "build-tool", component.ref)
-    model.add_host_dependencies(inp.host_dependencies)
-    model.check_license_texts()
-    return model
+        model.link(model.root.ref, "build-tool", component.ref)
 
 
 # -- SPDX ---------------------------------------------------------------------
@@ -408,13 +415,15 @@ def build_spdx(inp: SbomInput, model: cm.ComponentModel | None = None):
     ids = [_spdx_file_id(f.path) for f in inp.files]
     if len(set(ids)) != len(ids):
         raise IntegrityError("two payload paths map to one SPDX id", found=sorted(ids))
+    # A payload file that is a component (a binary, a bundled library) carries that component's licence.
+    licence_of = {c.path: c.concluded for c in model.all() if c.path}
     files = [
         File(
             name=f"./{item.path}",
             spdx_id=spdx_id,
             checksums=[Checksum(ChecksumAlgorithm.SHA1, item.sha1), Checksum(ChecksumAlgorithm.SHA256, item.sha256)],
             file_types=[_spdx_file_type(item.path)],
-            license_concluded=SpdxNoAssertion(),
+            license_concluded=_spdx_license(licence_of.get(item.path)),
             license_info_in_file=[SpdxNoAssertion()],
             copyright_text=SpdxNoAssertion(),
         )
@@ -702,6 +711,18 @@ _CDX_SCOPE = {
 }
 
 
+def _cdx_purl(component: cm.Component):
+    """The model's purl for the CycloneDX library, which writes it back as the exact bytes SPDX carries."""
+    from packageurl import PackageURL
+
+    if not component.purl:
+        return None
+    parsed = PackageURL.from_string(component.purl)
+    if parsed.to_string() != component.purl:
+        raise IntegrityError("the CycloneDX library would write another purl than the SPDX document", field=component.ref, found=parsed.to_string(), expected=component.purl)
+    return parsed
+
+
 def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
     from cyclonedx.model import ExternalReference, ExternalReferenceType, Property, XsUri
     from cyclonedx.model.bom import Bom, BomMetaData
@@ -709,7 +730,6 @@ def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
     from cyclonedx.model.contact import OrganizationalEntity
     from cyclonedx.model.lifecycle import LifecyclePhase, PredefinedLifecycle
     from cyclonedx.model.tool import ToolRepository
-    from packageurl import PackageURL
 
     model = model or component_model(inp)
     top = model.root
@@ -722,7 +742,7 @@ def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
         supplier=OrganizationalEntity(name=top.supplier),
         hashes=_hashes(top.sha256),
         licenses=_licenses(top.concluded, concluded=True),
-        purl=PackageURL.from_string(top.purl) if top.purl else None,
+        purl=_cdx_purl(top),
         external_references=[
             ExternalReference(type=ExternalReferenceType.DISTRIBUTION, url=XsUri(inp.download_url(inp.package_filename))),
             ExternalReference(type=ExternalReferenceType.VCS, url=XsUri(inp.component_repository)),
@@ -764,7 +784,7 @@ def build_cdx(inp: SbomInput, model: cm.ComponentModel | None = None):
             hashes=_hashes(item.sha256, item.sha1),
             licenses=_licenses(item.declared),
             copyright=item.copyright,
-            purl=PackageURL.from_string(item.purl) if item.purl else None,
+            purl=_cdx_purl(item),
             scope=ComponentScope[_CDX_SCOPE[item.role]],
             properties=[Property(name=f"{PROPERTY}:{name}", value=value) for name, value in item.properties],
         )
@@ -955,3 +975,255 @@ def _cdx_list(owner: dict[str, Any], name: str, path: Path, where: str) -> list[
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+# -- the image SBOM ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SetLicences:
+    """What the set's own SPDX document states about licences: the archive's concluded licence, each
+    payload file's (the component it is), the binaries' payload paths and the vendored sources' licences
+    (compiled into the binaries)."""
+
+    archive: str | None
+    files: dict[str, str]  # payload path -> concluded licence (absent: nothing is known)
+    binaries: frozenset[str]
+    vendored: tuple[str, ...]
+    texts: dict[str, tuple[str, str]] = field(default_factory=dict)  # LicenseRef-* -> (name, text), as the set's document carries them
+
+    def of_payload(self, paths: list[str]) -> str | None:
+        """The licence expression of these payload files together: each one's terms, and the vendored
+        sources' when a binary they are compiled into is among them."""
+        found = [self.files[path] for path in paths if path in self.files]
+        if any(path in self.binaries for path in paths):
+            found += self.vendored
+        return cm.conjunction(found)
+
+
+def _expression(value: Any) -> str | None:
+    return value if isinstance(value, str) and value not in ("NOASSERTION", "NONE") else None
+
+
+def set_licences(path: Path) -> SetLicences:
+    """The licences a set's SPDX document states (read strictly and bounded; the package stage wrote it)."""
+    document = _strict_sbom_json(path, _read_sbom(path))
+    try:
+        packages = {p["SPDXID"]: p for p in document["packages"]}
+        [root] = [packages[r["relatedSpdxElement"]] for r in document["relationships"] if r["spdxElementId"] == "SPDXRef-DOCUMENT" and r["relationshipType"] == "DESCRIBES"]
+        files = {f["fileName"].removeprefix("./"): _expression(f.get("licenseConcluded")) for f in document.get("files", [])}
+        binaries = frozenset(p["packageFileName"] for p in packages.values() if p.get("primaryPackagePurpose") == "APPLICATION" and p.get("packageFileName") and p is not root)
+        vendored = tuple(sorted({e for p in packages.values() if p.get("primaryPackagePurpose") == "SOURCE" and (e := _expression(p.get("licenseConcluded")))}))
+        texts = {e["licenseId"]: (e.get("name") or e["licenseId"], e["extractedText"]) for e in document.get("hasExtractedLicensingInfos", [])}
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        raise IntegrityError(f"is not a set SBOM this pipeline wrote ({type(error).__name__}: {error})", file=path, expected="an SPDX 2.3 document describing one archive") from None
+    return SetLicences(_expression(root.get("licenseConcluded")), {k: v for k, v in files.items() if v}, binaries, vendored, texts)
+
+
+@dataclass(frozen=True)
+class ImageFile:
+    path: str  # absolute in the image
+    source: Path  # the bytes
+    layer: str
+    layer_digest: str
+    payload_path: str | None  # the file's path in the binary archive's payload, if it comes from there
+    elf: bool = False
+
+
+@dataclass
+class ImageSbomInput:
+    """Everything the image SBOM says, gathered by the image stage from the real bytes."""
+
+    name: str  # the image's name (containers/<definition>.toml)
+    component_tag: str
+    component_repository: str
+    supplier: str  # the owner of the component repository
+    repository: str  # where the image is published
+    platform: str
+    manifest_digest: str
+    epoch: int
+    files: list[ImageFile]
+    layer_digests: list[str]  # every layer of the image, the base's first
+    base_repository: str  # registry/path
+    base_tag: str | None
+    base_digest: str
+    base_manifest_digest: str
+    base_layer_digests: list[str]
+    base_supplier: str
+    base_license: str | None  # the definition's base.license
+    base_license_name: str | None  # its LicenseRef-*, if any
+    base_license_text: str | None
+    archive_root: str
+    archive_filename: str
+    archive_sha256: str
+    archive_prefix: str
+    source_commit: str
+    licences: SetLicences
+
+    @property
+    def architecture(self) -> str:
+        return self.platform.split("/")[1]
+
+
+def image_licence_label(inp: ImageSbomInput) -> str | None:
+    """`org.opencontainers.image.licenses`: the terms of what the image's own layers carry (never the base's)."""
+    return inp.licences.of_payload([f.payload_path for f in inp.files if f.payload_path])
+
+
+def _image_files(inp: ImageSbomInput):
+    from spdx_tools.spdx.model import Checksum, ChecksumAlgorithm, File, FileType, SpdxNoAssertion
+
+    files = []
+    for number, item in enumerate(inp.files, 1):  # the stage's order: layer by layer, each sorted by path
+        sha256, sha1, _size = file_digests(item.source)
+        licence = inp.licences.files.get(item.payload_path or "")
+        files.append(File(
+            name="." + item.path,
+            spdx_id=f"SPDXRef-File-{number}",
+            checksums=[Checksum(ChecksumAlgorithm.SHA1, sha1), Checksum(ChecksumAlgorithm.SHA256, sha256)],
+            file_types=[FileType.BINARY if item.elf else FileType.TEXT],
+            license_concluded=_spdx_license(licence),
+            license_info_in_file=[SpdxNoAssertion()],
+            copyright_text=SpdxNoAssertion(),
+            comment=f"layer '{item.layer}' {item.layer_digest}" + (f"; {item.payload_path} of {inp.archive_filename}" if item.payload_path else ""),
+        ))
+    return files
+
+
+def build_image_spdx(inp: ImageSbomInput):
+    """The image's SPDX 2.3 document: the image (DESCRIBES), its base by digest with the base's terms as the
+    definition states them, the binary archive by hash with the set's concluded licence, and every file of
+    our layers with SHA-1, SHA-256 and the licence the set's SBOM states for it."""
+    from spdx_tools.spdx.model import (
+        Actor,
+        ActorType,
+        Checksum,
+        ChecksumAlgorithm,
+        CreationInfo,
+        Document,
+        ExternalPackageRef,
+        ExternalPackageRefCategory,
+        ExtractedLicensingInfo,
+        Package,
+        PackagePurpose,
+        Relationship,
+        RelationshipType,
+        SpdxNoAssertion,
+    )
+    from spdx_tools.spdx.spdx_element_utils import calculate_package_verification_code
+
+    created = datetime.fromtimestamp(inp.epoch, UTC).replace(tzinfo=None)
+    namespace_uuid = uuid.uuid5(uuid.NAMESPACE_URL, f"omp-ninfer:image:{inp.name}:{inp.manifest_digest}")
+    files = _image_files(inp)
+    label = image_licence_label(inp)
+    purl_of = {
+        "image": cm.purl("oci", inp.name, inp.manifest_digest, qualifiers={"arch": inp.architecture, "repository_url": inp.repository, "tag": inp.component_tag}),
+        "base": cm.purl("oci", inp.base_repository.rsplit("/", 1)[-1], inp.base_digest,
+                        qualifiers={"arch": inp.architecture, "repository_url": inp.base_repository, **({"tag": inp.base_tag} if inp.base_tag else {})}),
+    }
+    image = Package(
+        spdx_id="SPDXRef-Image",
+        name=inp.name,
+        version=inp.component_tag,
+        supplier=Actor(ActorType.ORGANIZATION, inp.supplier),
+        # SPDX wants a URL or VCS location here; an OCI reference is neither, so it goes into the purl.
+        download_location=SpdxNoAssertion(),
+        files_analyzed=True,
+        verification_code=calculate_package_verification_code(files),
+        checksums=[Checksum(ChecksumAlgorithm.SHA256, inp.manifest_digest.removeprefix("sha256:"))],
+        # An aggregate of the base and our layers, and the base's own layers are not inventoried here.
+        license_concluded=SpdxNoAssertion(),
+        license_declared=SpdxNoAssertion(),
+        license_comment=(
+            "The image declares no licence of its own: the base image states its terms on its package, and our layers "
+            f"carry {label or 'NOASSERTION'} (each file's licence below, from the binary archive's SBOM; the image label "
+            "org.opencontainers.image.licenses says the same)"
+        ),
+        copyright_text=SpdxNoAssertion(),
+        primary_package_purpose=PackagePurpose.CONTAINER,
+        built_date=created,
+        comment=f"OCI image {inp.platform}; checksum is the SHA-256 of the image manifest; layers: {', '.join(inp.layer_digests)}",
+        external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", purl_of["image"])],
+    )
+    base = Package(
+        spdx_id="SPDXRef-BaseImage",
+        name=inp.base_repository,
+        # The tag the digest was resolved from, else the digest itself: the base is pinned by digest.
+        version=inp.base_tag or inp.base_digest,
+        supplier=Actor(ActorType.ORGANIZATION, inp.base_supplier),
+        download_location=SpdxNoAssertion(),
+        files_analyzed=False,
+        checksums=[Checksum(ChecksumAlgorithm.SHA256, inp.base_digest.removeprefix("sha256:"))],
+        license_concluded=SpdxNoAssertion(),
+        license_declared=_spdx_license(inp.base_license),
+        license_comment=(
+            (f"declared: the terms the image definition states for the base ({inp.base_license}); " if inp.base_license else "")
+            + "concluded NOASSERTION: the base's own layers are not analysed here"
+        ),
+        copyright_text=SpdxNoAssertion(),
+        primary_package_purpose=PackagePurpose.CONTAINER,
+        comment=(
+            f"base image {inp.base_repository}@{inp.base_digest}; {inp.platform} manifest {inp.base_manifest_digest}; "
+            "its files are not analysed here (NOASSERTION, scoped to this package): layers " + ", ".join(inp.base_layer_digests)
+        ),
+        external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", purl_of["base"])],
+    )
+    archive = Package(
+        spdx_id="SPDXRef-BinaryArchive",
+        name=inp.archive_root,
+        version=inp.component_tag,
+        supplier=Actor(ActorType.ORGANIZATION, inp.supplier),
+        file_name=inp.archive_filename,
+        download_location=SpdxNoAssertion(),
+        files_analyzed=False,
+        checksums=[Checksum(ChecksumAlgorithm.SHA256, inp.archive_sha256)],
+        license_concluded=_spdx_license(inp.licences.archive),
+        license_declared=SpdxNoAssertion(),
+        license_comment="an aggregate (it declares none of its own): concluded from its binaries, libraries and vendored components, each with its licence in the archive's own SPDX document",
+        copyright_text=SpdxNoAssertion(),
+        primary_package_purpose=PackagePurpose.ARCHIVE,
+        source_info=f"built from {inp.source_commit}",
+        comment=f"unpacked into our layers under {inp.archive_prefix}",
+    )
+    # Every LicenseRef-* the document uses comes with its text: the set's (from its SBOM) and the base's (from the definition).
+    texts = dict(inp.licences.texts)
+    if inp.base_license_name:
+        texts[inp.base_license_name] = (inp.base_license_name.removeprefix("LicenseRef-"), inp.base_license_text or "")
+    used = cm.licence_refs(inp.licences.archive, inp.base_license, *(inp.licences.files.get(f.payload_path or "") for f in inp.files))
+    missing = sorted(used - set(texts))
+    if missing:
+        raise IntegrityError("the image SBOM would name a licence without its text", found=missing, fix="the set's SBOM or the image definition's base.license_file must carry it")
+    extracted = [ExtractedLicensingInfo(license_id=ref, extracted_text=texts[ref][1], license_name=texts[ref][0]) for ref in sorted(used)]
+    creation = CreationInfo(
+        spdx_version="SPDX-2.3",
+        spdx_id="SPDXRef-DOCUMENT",
+        name=f"{inp.name}-{inp.component_tag}-image-sbom",
+        data_license="CC0-1.0",
+        document_namespace=f"{inp.component_repository}/spdx/{inp.name}/{inp.component_tag}/image-{namespace_uuid}",
+        creators=[Actor(ActorType.TOOL, tool_creator()), Actor(ActorType.ORGANIZATION, inp.supplier)],
+        created=created,
+    )
+    relationships = [
+        Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, "SPDXRef-Image"),
+        # CONTAINS is what NTIA checkers follow: the image holds the base's layers byte for byte and
+        # the archive's files in ours; the exact lineage is stated beside it.
+        Relationship("SPDXRef-Image", RelationshipType.CONTAINS, "SPDXRef-BaseImage"),
+        Relationship("SPDXRef-Image", RelationshipType.CONTAINS, "SPDXRef-BinaryArchive"),
+        Relationship("SPDXRef-Image", RelationshipType.DESCENDANT_OF, "SPDXRef-BaseImage"),
+        Relationship("SPDXRef-Image", RelationshipType.GENERATED_FROM, "SPDXRef-BinaryArchive"),
+        *(Relationship("SPDXRef-Image", RelationshipType.CONTAINS, f.spdx_id) for f in files),
+    ]
+    return Document(creation_info=creation, packages=[image, base, archive], files=files, relationships=relationships, extracted_licensing_info=extracted)
+
+
+def write_image_spdx(target: Path, inp: ImageSbomInput) -> bytes:
+    """Write the image SBOM (validated, sorted keys, LF: the one SPDX serialisation), then parse it back and validate it again."""
+    from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
+
+    document = build_image_spdx(inp)
+    data = spdx_bytes(document)
+    atomic_write_bytes(target, data)
+    reparsed = _parse_spdx(target, data)
+    problems = validate_full_spdx_document(reparsed)
+    if problems or len(reparsed.files) != len(document.files):
+        raise IntegrityError("the written image SBOM does not parse back to a valid document", file=target, found=[p.validation_message for p in problems[:3]])
+    return data

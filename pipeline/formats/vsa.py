@@ -11,9 +11,11 @@
                           package member bit for bit, the source archive equal to the provenance's
       inputAttestations   [the provenance statement, by SHA-256]
       verificationResult  PASSED | FAILED
-      verifiedLevels      ["OMP_NINFER_BIT_FOR_BIT_REBUILD"] when PASSED, else []
+      verifiedLevels      ["OMP_NINFER_BIT_FOR_BIT_REBUILD"] when PASSED, else ["FAILED"] (as SLSA's VSA
+                          says when policy verification failed)
       slsaVersion         "1.0"
-      rebuild             per-check and per-file results, differing package members, diffoscope reports
+      rebuild             per-check and per-file results, differing package members, diffoscope reports;
+                          no local path: folders are named relative to the work folder, or left out
 
 docs/provenance.md describes the policy and every field.
 """
@@ -32,6 +34,7 @@ PREDICATE_TYPE = "https://slsa.dev/verification_summary/v1"
 VERIFIER_ID = f"{DOCS}#rebuild-verifier"
 POLICY_URI = f"{DOCS}#rebuild-policy-v1"
 PASSED_LEVEL = "OMP_NINFER_BIT_FOR_BIT_REBUILD"
+FAILED_LEVEL = "FAILED"  # SLSA VSA v1: the level a verifier states when policy verification failed
 SUFFIX = ".rebuild.vsa.intoto.json"
 
 
@@ -60,7 +63,7 @@ def summary(
             "policy": {"uri": POLICY_URI},
             "inputAttestations": [{"uri": provenance_name, "digest": {"sha256": provenance_sha256}}],
             "verificationResult": "PASSED" if passed else "FAILED",
-            "verifiedLevels": [PASSED_LEVEL] if passed else [],
+            "verifiedLevels": [PASSED_LEVEL if passed else FAILED_LEVEL],
             "slsaVersion": "1.0",
             "rebuild": rebuild,
         },

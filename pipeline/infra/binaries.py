@@ -141,6 +141,37 @@ def _inspect_pe(path: Path) -> BinaryInfo:
     return BinaryInfo(path, "pe", str(machine), tuple(needed))
 
 
+def pe_version_strings(path: Path) -> dict[str, str]:
+    """The version resource of a PE file (VS_VERSIONINFO's StringFileInfo: ProductVersion, FileVersion,
+    ProductName, CompanyName …), as the DLL's maker states it; empty when it has none."""
+    import pefile
+
+    try:
+        pe = pefile.PE(str(path), fast_load=True)
+        pe.parse_data_directories(directories=[pefile.DIRECTORY_ENTRY["IMAGE_DIRECTORY_ENTRY_RESOURCE"]])
+    except pefile.PEFormatError as exc:
+        raise IntegrityError(f"is not a readable PE file ({exc.value})", file=path) from None
+    found: dict[str, str] = {}
+    try:
+        for info in getattr(pe, "FileInfo", None) or []:
+            for block in info:
+                for table in getattr(block, "StringTable", []):
+                    for key, value in table.entries.items():
+                        name, text = key.decode("utf-8", "replace"), value.decode("utf-8", "replace").strip()
+                        if text:
+                            found.setdefault(name, text)
+    finally:
+        pe.close()
+    return found
+
+
+def pe_product_version(path: Path) -> str | None:
+    """The version a DLL states for the product it belongs to (ProductVersion, else FileVersion), e.g. FFmpeg's
+    7.1.2 in avformat-61.dll, curl's 8.17.0 in libcurl.dll; None when the file carries no version resource."""
+    strings = pe_version_strings(path)
+    return strings.get("ProductVersion") or strings.get("FileVersion")
+
+
 # -- the toolchain's libraries ----------------------------------------------
 
 @dataclass(frozen=True)
@@ -281,6 +312,24 @@ def _matches(name: str, patterns: Iterable[str], fold: bool) -> bool:
     return any(fnmatch.fnmatchcase(key, pattern.lower() if fold else pattern) for pattern in patterns)
 
 
+def _bundled_version(lane: Lane, redistributable: Redistributable, path: Path, wheel: tuple[str, str] | None, toolchain_version: str | None) -> str | None:
+    """A bundled library's version from its own bytes where it states one (a DLL's version resource), else from
+    the wheel that shipped it or the CUDA toolkit the binaries name; a version typed in the lane file is refused
+    for a DLL, whose bytes say it."""
+    stated = pe_product_version(path) if lane.is_windows else None
+    if redistributable.version is not None and lane.is_windows:
+        raise InputError(
+            f"types the version of {redistributable.name}, which the DLL's version resource states itself",
+            file=lane.file,
+            field=f"package.redistributables: {redistributable.name}.version",
+            found=redistributable.version,
+            expected=f"no version key (the DLL says {stated!r})" if stated else "no version key",
+            why="nothing that can be derived from the bytes is typed by hand: a typed version drifts from the DLL the job bundles",
+            fix="remove the version line; the SBOMs take the version from the DLL (ProductVersion)",
+        )
+    return stated or redistributable.version or (wheel[1] if wheel else None) or (toolchain_version if redistributable.origin == "cuda-toolkit" else None)
+
+
 def resolve_libraries(
     lane: Lane,
     binaries: Mapping[str, Path],
@@ -363,7 +412,7 @@ def resolve_libraries(
                     expected="the library in the --prebuilt folder or in the build's toolchain",
                     fix=f"put {wanted} beside the binaries in the prebuilt folder (the Windows build job copies it from its vcpkg, CUDA or DirectStorage tree) and build again",
                 )
-            version = redistributable.version or (wheel[1] if wheel else None) or (toolchain_version if redistributable.origin == "cuda-toolkit" else None)
+            version = _bundled_version(lane, redistributable, path, wheel, toolchain_version)
             add_bundled(importer, wanted, Library(
                 name=path.name,
                 provided_by="bundled",

@@ -27,13 +27,17 @@ cmd, env, port, user, labels).  No Docker engine is involved:
 5. **Config, manifest, index** as canonical JSON; labels and annotations
    include `org.opencontainers.image.created` = the source commit time, so two
    runs give the same manifest digest.
-6. **SPDX 2.3 SBOM** of the image: the image (DESCRIBES), its base by digest
-   (`pkg:oci/...@sha256:...`; its files are not inventoried here, stated as
-   NOASSERTION on the base package), the binary archive by hash, every file
-   of our layers with SHA-1 and SHA-256, each package with a supplier and a
-   version, linked by CONTAINS (the relationships NTIA checkers follow; the
-   exact DESCENDANT_OF / GENERATED_FROM are kept beside them).  Written with
-   spdx-tools, validated, parsed back and validated again.
+6. **SPDX 2.3 SBOM** of the image (written by `formats/sbom.py`, the one owner of SBOMs):
+   the image (DESCRIBES), its base by digest with the terms the definition states for it
+   (`base.license`, e.g. the NVIDIA CUDA EULA with its text; its own layers are not
+   analysed: concluded NOASSERTION), the binary archive by hash with the concluded licence
+   of the set's own SBOM, every file of our layers with SHA-1, SHA-256 and the licence the
+   set's SBOM states for it, linked by CONTAINS (the relationships NTIA checkers follow;
+   the exact DESCENDANT_OF / GENERATED_FROM are kept beside them).  The
+   `org.opencontainers.image.licenses` label is computed the same way: the terms of what
+   our layers carry, never the base's.
+
+The definition (`containers/*.toml`) is read by `formats/image_definition.py`.
 
 Outputs, under `<dist>/<lane>/image/`: `oci/` (the layout) and the SBOM;
 register entries `oci-layout` and `image-sbom`.
@@ -47,309 +51,39 @@ import os
 import re
 import shutil
 import stat
-import uuid
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError
-from pipeline.formats import provenance
+from pipeline.formats import provenance, sbom
 from pipeline.formats.assets import check_registered_set, parse_sums
 from pipeline.formats.components import repository_owner
-from pipeline.formats.image_reference import is_tag
+from pipeline.formats.image_definition import (
+    OCI_PREFIX,
+    BaseSpec,
+    ImageDefinition,
+    archive_prefix,
+    definition_for_lane,
+)
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
-from pipeline.formats.sbom import spdx_bytes, tool_creator
 from pipeline.infra import oci
 from pipeline.infra.binaries import elf_imports, is_elf
-from pipeline.infra.registry import RegistryClient, Repository, credentials_for, parse_repository
+from pipeline.infra.registry import RegistryClient, credentials_for
 from pipeline.infra.rootfs import RootFS
 from pipeline.infra.safetar import SafeTar
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, StageResult, execute
 from pipeline.util import ui
 from pipeline.util.fs import atomic_output_dir, atomic_write_bytes
-from pipeline.util.hashing import file_digests, sha256_bytes, sha256_file
-from pipeline.util.jsonio import loads_document, loads_object, read_toml
-from pipeline.util.safepath import relpath_problem
-from pipeline.util.schema import Field, matches, one_of, read_table
+from pipeline.util.hashing import sha256_file
+from pipeline.util.jsonio import loads_document, loads_object
 
-DEFINITIONS_DIR = REPO_ROOT / "containers"
 OCI_CACHE_ENV = "OMP_NINFER_OCI_CACHE"
 IDENTITY_FILE = "build-identity.json"
 SUMS_FILE = "SHA256SUMS.txt"
 
-# Labels the stage computes; a definition may not set them.
-OCI_PREFIX = "org.opencontainers.image."
-COMPUTED_LABELS = tuple(
-    OCI_PREFIX + key for key in ("created", "source", "revision", "version", "base.name", "base.digest", "ref.name")
-)
-
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-# -- the image definition ----------------------------------------------------
-
-_TOP = {
-    "schema_version": Field(int, check=lambda v: v == 1, expected="1"),
-    "name": Field(str, check=matches(r"[a-z0-9][a-z0-9._-]*"), expected="a lowercase image name, e.g. 'ninfer-runtime'"),
-    "lane": Field(str),
-    "title": Field(str),
-    "repository": Field(str, expected="the production repository, e.g. 'ghcr.io/alphastorm/ninfer-runtime'"),
-    "platform": Field(str, check=matches(r"linux/[a-z0-9]+(/[a-z0-9]+)?"), expected="os/architecture, e.g. 'linux/amd64'"),
-    "layer_compression": Field(str, check=one_of("gzip", "none"), expected="'gzip' or 'none'"),
-    "gzip_level": Field(int, required=False, default=9, check=lambda v: 1 <= v <= 9, expected="1..9"),
-    "label_namespace": Field(str, check=matches(r"[a-z0-9]+(\.[a-z0-9-]+)+"), expected="a reverse-DNS prefix, e.g. 'io.github.alphastorm.ninfer'"),
-    "archive_ignore": Field(list, items=str, required=False, default=[]),
-    "base": Field(dict),
-    "config": Field(dict),
-    "labels": Field(dict, required=False, default={}),
-    "layer": Field(list, items=dict, expected="one [[layer]] table per layer, in order"),
-}
-_BASE = {
-    "repository": Field(str),
-    "tag": Field(str, required=False, expected="the tag the digest was resolved from (for people; never used to pull)"),
-    "digest": Field(str, expected="'sha256:' + 64 hex digits"),
-    "note": Field(str, required=False),
-}
-_CONFIG = {
-    "entrypoint": Field(list, items=str),
-    "cmd": Field(list, items=str, required=False, default=[]),
-    "working_dir": Field(str, required=False, default="/"),
-    "user": Field(str, check=matches(r"[0-9]+(:[0-9]+)?"), expected="a numeric 'uid[:gid]' (names would need the base's /etc/passwd)"),
-    "exposed_ports": Field(list, items=str, required=False, default=[]),
-    "stop_signal": Field(str, required=False, check=matches(r"SIG[A-Z0-9]+"), expected="a signal name such as 'SIGTERM'"),
-    "env": Field(dict, required=False, default={}),
-}
-_LAYER = {
-    "name": Field(str, check=matches(r"[a-z0-9][a-z0-9-]*"), expected="a short lowercase name"),
-    "comment": Field(str, required=False, default=""),
-    "copy": Field(list, items=dict),
-}
-_COPY = {
-    "from": Field(str, expected="a path inside the archive's top folder; a trailing '/' copies a folder"),
-    "to": Field(str, expected="an absolute path in the image; ends with '/' when 'from' is a folder"),
-    "optional": Field(bool, required=False, default=False),
-}
-
-
-@dataclass(frozen=True)
-class CopyRule:
-    source: str  # relative to the archive's top folder; "bin/" means the folder's files
-    target: str  # absolute in the image
-    optional: bool
-
-    @property
-    def is_folder(self) -> bool:
-        return self.source.endswith("/")
-
-
-@dataclass(frozen=True)
-class LayerSpec:
-    name: str
-    comment: str
-    rules: tuple[CopyRule, ...]
-
-
-@dataclass(frozen=True)
-class BaseSpec:
-    repository: Repository
-    repository_text: str
-    tag: str | None
-    digest: str
-
-    @property
-    def reference(self) -> str:
-        return self.repository.at(self.digest)
-
-    @property
-    def display_name(self) -> str:
-        return f"{self.repository.name}:{self.tag}" if self.tag else self.repository.name
-
-
-@dataclass(frozen=True)
-class ImageDefinition:
-    file: Path
-    file_sha256: str
-    name: str
-    lane: str
-    title: str
-    repository: str
-    platform: str
-    compression: str
-    gzip_level: int
-    label_namespace: str
-    archive_ignore: tuple[str, ...]
-    base: BaseSpec
-    entrypoint: tuple[str, ...]
-    cmd: tuple[str, ...]
-    working_dir: str
-    user: str
-    exposed_ports: tuple[str, ...]
-    stop_signal: str | None
-    env: tuple[tuple[str, str], ...]
-    labels: tuple[tuple[str, str], ...]
-    layers: tuple[LayerSpec, ...]
-
-    @property
-    def os(self) -> str:
-        return self.platform.split("/")[0]
-
-    @property
-    def architecture(self) -> str:
-        return self.platform.split("/")[1]
-
-
-def _relative_archive_path(value: str, *, file: str, field_name: str) -> str:
-    path = PurePosixPath(value.rstrip("/"))
-    if not value or value.startswith("/") or any(p in ("..", ".") for p in path.parts) or "\\" in value or "//" in value \
-            or relpath_problem(value.removesuffix("/"), hidden=True, portable=False) is not None:  # the one gate of util/safepath
-        raise InputError(
-            "is not a clean path inside the archive's top folder",
-            file=file,
-            field=field_name,
-            found=value,
-            expected="a relative path such as 'bin/' or 'LICENSE'",
-        )
-    return value
-
-
-def load_definition(path: Path) -> ImageDefinition:
-    file = str(path)
-    data = read_toml(path)
-    top = read_table(data, _TOP, file=file)
-    base = read_table(top["base"], _BASE, file=file, prefix="base")
-    config = read_table(top["config"], _CONFIG, file=file, prefix="config")
-
-    base_repository = parse_repository(base["repository"], origin=file, field_name="base.repository")
-    if "@" in base["repository"] or ":" in base["repository"].split("/")[-1]:
-        raise InputError("names a tag or digest inside the repository", file=file, field="base.repository", found=base["repository"], expected="the repository alone; the digest goes into base.digest")
-    digest = base["digest"]
-    if not oci.is_digest(digest):
-        tag_note = f" (tag {base['tag']!r})" if base.get("tag") else ""
-        raise InputError(
-            f"the base image is not pinned by digest{tag_note}" if not digest else "base.digest is not a sha256 digest",
-            file=file,
-            field="base.digest",
-            found=digest,
-            expected="'sha256:' + 64 lowercase hex digits",
-            why="a tag can be moved to other bytes at any time; the image must say exactly which base it was built on, so a base given by tag alone is refused",
-            fix=(
-                f"resolve the tag once and pin the answer, e.g. 'skopeo inspect --format {{{{.Digest}}}} "
-                f"docker://{base['repository']}:{base.get('tag') or '<tag>'}', and write it into base.digest"
-            ),
-        )
-    if base.get("tag") is not None and not is_tag(base["tag"]):
-        raise InputError("is not a valid tag", file=file, field="base.tag", found=base["tag"])
-
-    platform_arch = top["platform"].split("/")[1]
-    if platform_arch not in ("amd64", "arm64"):
-        raise InputError("platform architecture is not supported", file=file, field="platform", found=top["platform"], expected="linux/amd64 or linux/arm64")
-
-    for index, arg in enumerate(config["entrypoint"]):
-        if not arg:
-            raise InputError("entrypoint arguments must not be empty", file=file, field=f"config.entrypoint[{index}]")
-    if not config["entrypoint"]:
-        raise InputError("entrypoint must name the program to run", file=file, field="config.entrypoint", expected="e.g. ['/opt/ninfer/bin/ninfer-serve']")
-    oci.image_path(config["working_dir"], origin=file, field_name="config.working_dir")
-    for index, port in enumerate(config["exposed_ports"]):
-        if not re.fullmatch(r"[0-9]{1,5}/(tcp|udp)", port) or not 0 < int(port.split("/")[0]) < 65536:
-            raise InputError("is not a port", file=file, field=f"config.exposed_ports[{index}]", found=port, expected="'<1-65535>/tcp' or '/udp'")
-    env: list[tuple[str, str]] = []
-    for name, value in config["env"].items():
-        if not _ENV_NAME.fullmatch(name) or not isinstance(value, str):
-            raise InputError("environment entries are NAME = \"value\" strings", file=file, field=f"config.env.{name}", found=value)
-        env.append((name, value))
-    labels: list[tuple[str, str]] = []
-    for name, value in top["labels"].items():
-        if not isinstance(value, str):
-            raise InputError("label values must be strings", file=file, field=f"labels.{name}", found=value)
-        if name in COMPUTED_LABELS or name.startswith(top["label_namespace"] + "."):
-            raise InputError(
-                "sets a label the pipeline computes",
-                file=file,
-                field=f"labels.{name}",
-                why="source, revision, version, created, base and lane labels come from the build identity and the base digest, so they cannot disagree with the bytes",
-                fix="remove the label",
-            )
-        labels.append((name, value))
-
-    layers: list[LayerSpec] = []
-    names: set[str] = set()
-    for index, raw in enumerate(top["layer"]):
-        spec = read_table(raw, _LAYER, file=file, prefix=f"layer[{index}]")
-        if spec["name"] in names:
-            raise InputError("two layers share one name", file=file, field=f"layer[{index}].name", found=spec["name"])
-        names.add(spec["name"])
-        rules = []
-        for number, item in enumerate(spec["copy"]):
-            where = f"layer[{index}].copy[{number}]"
-            rule = read_table(item, _COPY, file=file, prefix=where)
-            source = _relative_archive_path(rule["from"], file=file, field_name=f"{where}.from")
-            oci.image_path(rule["to"].rstrip("/") or "/", origin=file, field_name=f"{where}.to")
-            if source.endswith("/") != rule["to"].endswith("/"):
-                raise InputError(
-                    "a folder must be copied to a folder and a file to a file path",
-                    file=file,
-                    field=f"{where}.to",
-                    found=f"from {source!r} to {rule['to']!r}",
-                    expected="both ending with '/' (folder) or neither (file)",
-                )
-            rules.append(CopyRule(source, rule["to"], rule["optional"]))
-        if not rules:
-            raise InputError("a layer needs at least one copy rule", file=file, field=f"layer[{index}].copy")
-        layers.append(LayerSpec(spec["name"], spec["comment"], tuple(rules)))
-    if not layers:
-        raise InputError("the image adds no layer", file=file, field="layer", expected="at least one [[layer]]")
-    for index, item in enumerate(top["archive_ignore"]):
-        _relative_archive_path(item, file=file, field_name=f"archive_ignore[{index}]")
-
-    raw = path.read_bytes()
-    return ImageDefinition(
-        file=path,
-        file_sha256=sha256_bytes(raw),
-        name=top["name"],
-        lane=top["lane"],
-        title=top["title"],
-        repository=top["repository"],
-        platform=top["platform"],
-        compression=top["layer_compression"],
-        gzip_level=top["gzip_level"],
-        label_namespace=top["label_namespace"],
-        archive_ignore=tuple(top["archive_ignore"]),
-        base=BaseSpec(base_repository, base["repository"], base.get("tag"), digest),
-        entrypoint=tuple(config["entrypoint"]),
-        cmd=tuple(config["cmd"]),
-        working_dir=config["working_dir"],
-        user=config["user"],
-        exposed_ports=tuple(config["exposed_ports"]),
-        stop_signal=config.get("stop_signal"),
-        env=tuple(env),
-        labels=tuple(labels),
-        layers=tuple(layers),
-    )
-
-
-def definition_for_lane(lane: Lane, definition: Path | None = None) -> ImageDefinition:
-    if definition is not None:
-        loaded = load_definition(definition)
-        if loaded.lane != lane.id:
-            raise InputError("image definition belongs to another lane", file=definition, field="lane", found=loaded.lane, expected=repr(lane.id))
-        return loaded
-    found = []
-    for path in sorted(DEFINITIONS_DIR.glob("*.toml")):
-        loaded = load_definition(path)
-        if loaded.lane == lane.id:
-            found.append(loaded)
-    if len(found) != 1:
-        raise InputError(
-            f"found {len(found)} image definitions for lane {lane.id}",
-            file=DEFINITIONS_DIR,
-            expected="exactly one containers/*.toml with lane = " + repr(lane.id),
-            fix="pass --definition FILE",
-        )
-    return found[0]
 
 
 # -- the base image ------------------------------------------------------------
@@ -675,7 +409,8 @@ def merge_env(base_env: list[str], definition: ImageDefinition) -> list[str]:
     return [f"{name}={values[name]}" for name in order]
 
 
-def image_labels(definition: ImageDefinition, lane: Lane, archive: ArchiveContent, base: BaseImage) -> dict[str, str]:
+def image_labels(definition: ImageDefinition, lane: Lane, archive: ArchiveContent, base: BaseImage, licences: str | None) -> dict[str, str]:
+    """The labels (and manifest annotations) of the image; `licences` is what our layers carry (formats/sbom.py: SetLicences)."""
     identity = archive.identity
     source = identity.get("source") or {}
     location = source.get("location") if isinstance(source, dict) else None
@@ -688,6 +423,7 @@ def image_labels(definition: ImageDefinition, lane: Lane, archive: ArchiveConten
         OCI_PREFIX + "version": archive.component_tag,
         OCI_PREFIX + "base.name": base.spec.display_name,
         OCI_PREFIX + "base.digest": base.spec.digest,
+        **({OCI_PREFIX + "licenses": licences} if licences else {}),
         f"{ns}.lane": lane.id,
         f"{ns}.component-tag": archive.component_tag,
         f"{ns}.build-profile": str(identity.get("build_profile", "")),
@@ -793,15 +529,7 @@ def base_image_provider(lane: Lane, definition: ImageDefinition):
     return provider
 
 
-def archive_prefix(definition: ImageDefinition) -> str:
-    """The common folder our layers put the archive's files under (e.g. /opt/ninfer)."""
-    targets = [rule.target for layer in definition.layers for rule in layer.rules]
-    prefix = os.path.commonpath(targets) if targets else "/"
-    return prefix if prefix.startswith("/") else "/" + prefix
-
-
-def write_image_sbom(
-    target: Path,
+def image_sbom_input(
     *,
     definition: ImageDefinition,
     lane: Lane,
@@ -809,161 +537,42 @@ def write_image_sbom(
     base: BaseImage,
     layers: list[oci.BuiltLayer],
     manifest_digest: str,
-    epoch: int,
-) -> None:
-    from spdx_tools.spdx.model import (
-        Actor,
-        ActorType,
-        Checksum,
-        ChecksumAlgorithm,
-        CreationInfo,
-        Document,
-        ExternalPackageRef,
-        ExternalPackageRefCategory,
-        File,
-        FileType,
-        Package,
-        PackagePurpose,
-        Relationship,
-        RelationshipType,
-        SpdxNoAssertion,
-    )
-    from spdx_tools.spdx.parser.parse_anything import parse_file
-    from spdx_tools.spdx.spdx_element_utils import calculate_package_verification_code
-    from spdx_tools.spdx.validation.document_validator import validate_full_spdx_document
-
-    created = datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None)
-    owner = repository_owner(lane.component_repository)
-    base_provider = base_image_provider(lane, definition)
-    namespace_uuid = uuid.uuid5(uuid.NAMESPACE_URL, f"omp-ninfer:image:{definition.name}:{manifest_digest}")
-    repository = definition.repository
-    document = Document(
-        CreationInfo(
-            spdx_version="SPDX-2.3",
-            spdx_id="SPDXRef-DOCUMENT",
-            name=f"{definition.name}-{archive.component_tag}-image-sbom",
-            data_license="CC0-1.0",
-            document_namespace=f"https://github.com/alphastorm/ninfer/spdx/{definition.name}/{archive.component_tag}/image-{namespace_uuid}",
-            creators=[Actor(ActorType.TOOL, tool_creator()), Actor(ActorType.ORGANIZATION, owner)],
-            created=created,
-        )
-    )
-    files: list[File] = []
-    for layer in layers:
-        for item in sorted(layer.files, key=lambda f: f.path):
-            sha256, sha1, _size = file_digests(item.source)
-            is_binary = is_elf(item.source)
-            files.append(
-                File(
-                    name="." + item.path,
-                    spdx_id=f"SPDXRef-File-{len(files) + 1}",
-                    checksums=[Checksum(ChecksumAlgorithm.SHA1, sha1), Checksum(ChecksumAlgorithm.SHA256, sha256)],
-                    file_types=[FileType.BINARY if is_binary else FileType.TEXT],
-                    license_concluded=SpdxNoAssertion(),
-                    license_info_in_file=[SpdxNoAssertion()],
-                    copyright_text=SpdxNoAssertion(),
-                    comment=f"layer '{layer.name}' {layer.descriptor.digest}",
-                )
-            )
-    licenses = dict(definition.labels).get(OCI_PREFIX + "licenses")
-    quoted = manifest_digest.replace(":", "%3A")
-    image = Package(
-        spdx_id="SPDXRef-Image",
-        name=definition.name,
-        version=archive.component_tag,
-        supplier=Actor(ActorType.ORGANIZATION, owner),
-        # SPDX wants a URL or VCS location here; an OCI reference is neither, so it goes into the purl.
-        download_location=SpdxNoAssertion(),
-        files_analyzed=True,
-        verification_code=calculate_package_verification_code(files),
-        checksums=[Checksum(ChecksumAlgorithm.SHA256, oci.digest_hex(manifest_digest))],
-        # An aggregate of the base and our layers: no single licence covers it.
-        license_concluded=SpdxNoAssertion(),
-        license_declared=SpdxNoAssertion(),
-        license_comment=(
-            "The image declares no licence of its own: the base image's terms are NOASSERTION here, and the binary "
-            "archive's components state theirs in its package SBOM"
-            + (f"; the image label {OCI_PREFIX}licenses says {licenses!r} for our layers" if licenses else "")
-        ),
-        copyright_text=SpdxNoAssertion(),
-        primary_package_purpose=PackagePurpose.CONTAINER,
-        built_date=created,
-        comment=(
-            f"OCI image {definition.platform}; checksum is the SHA-256 of the image manifest; "
-            f"layers: {', '.join(d.digest for d in (*base.layers, *(built.descriptor for built in layers)))}"
-        ),
-        external_references=[
-            ExternalPackageRef(
-                ExternalPackageRefCategory.PACKAGE_MANAGER,
-                "purl",
-                f"pkg:oci/{definition.name}@{quoted}?arch={definition.architecture}&repository_url={repository}&tag={archive.component_tag}",
-            )
-        ],
-    )
-    base_name = base.spec.repository.path.rsplit("/", 1)[-1]
-    base_package = Package(
-        spdx_id="SPDXRef-BaseImage",
-        name=base.spec.repository.name,
-        # The tag the digest was resolved from, else the digest itself: the base is pinned by digest.
-        version=base.spec.tag or base.spec.digest,
-        supplier=Actor(ActorType.ORGANIZATION, base_provider.supplier),
-        download_location=SpdxNoAssertion(),
-        files_analyzed=False,
-        checksums=[Checksum(ChecksumAlgorithm.SHA256, oci.digest_hex(base.spec.digest))],
-        license_concluded=SpdxNoAssertion(),
-        license_declared=SpdxNoAssertion(),
-        license_comment="NOASSERTION for everything in the base image's own layers: this document does not inventory them",
-        copyright_text=SpdxNoAssertion(),
-        primary_package_purpose=PackagePurpose.CONTAINER,
-        comment=(
-            f"base image {base.spec.reference}; {definition.platform} manifest {base.manifest_digest}; "
-            f"its files are not analysed here (NOASSERTION, scoped to this package): layers "
-            + ", ".join(d.digest for d in base.layers)
-        ),
-        external_references=[
-            ExternalPackageRef(
-                ExternalPackageRefCategory.PACKAGE_MANAGER,
-                "purl",
-                f"pkg:oci/{base_name}@{base.spec.digest.replace(':', '%3A')}?arch={definition.architecture}&repository_url={base.spec.repository.name}"
-                + (f"&tag={base.spec.tag}" if base.spec.tag else ""),
-            )
-        ],
-    )
-    archive_package = Package(
-        spdx_id="SPDXRef-BinaryArchive",
-        name=archive.root,
-        version=archive.component_tag,
-        supplier=Actor(ActorType.ORGANIZATION, owner),
-        file_name=archive.path.name,
-        download_location=SpdxNoAssertion(),
-        files_analyzed=False,
-        checksums=[Checksum(ChecksumAlgorithm.SHA256, archive.artifact.sha256)],
-        license_concluded=SpdxNoAssertion(),
-        license_declared=SpdxNoAssertion(),
-        license_comment="an aggregate: its binaries, libraries and vendored components, each with its licence, are in the archive's own SPDX document",
-        copyright_text=SpdxNoAssertion(),
-        primary_package_purpose=PackagePurpose.ARCHIVE,
-        source_info=f"built from {archive.identity['patch_stack_sha']}",
-        comment=f"unpacked into our layers under {archive_prefix(definition)}",
-    )
-    document.packages = [image, base_package, archive_package]
-    document.files = files
-    document.relationships = [
-        Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, "SPDXRef-Image"),
-        # CONTAINS is what NTIA checkers follow: the image holds the base's layers byte for byte and
-        # the archive's files in ours; the exact lineage is stated beside it.
-        Relationship("SPDXRef-Image", RelationshipType.CONTAINS, "SPDXRef-BaseImage"),
-        Relationship("SPDXRef-Image", RelationshipType.CONTAINS, "SPDXRef-BinaryArchive"),
-        Relationship("SPDXRef-Image", RelationshipType.DESCENDANT_OF, "SPDXRef-BaseImage"),
-        Relationship("SPDXRef-Image", RelationshipType.GENERATED_FROM, "SPDXRef-BinaryArchive"),
-        *(Relationship("SPDXRef-Image", RelationshipType.CONTAINS, f.spdx_id) for f in files),
+    licences: sbom.SetLicences,
+) -> sbom.ImageSbomInput:
+    """What the image SBOM says (formats/sbom.py writes it), from the bytes this stage built and read."""
+    payload_of = {source: name for name, source in archive.files.items()}
+    files = [
+        sbom.ImageFile(item.path, item.source, layer.name, layer.descriptor.digest, payload_of.get(item.source), is_elf(item.source))
+        for layer in layers
+        for item in sorted(layer.files, key=lambda f: f.path)
     ]
-    # One serialisation for every SPDX document the pipeline writes: validated, sorted keys, LF.
-    atomic_write_bytes(target, spdx_bytes(document))
-    reparsed = parse_file(str(target))
-    problems = validate_full_spdx_document(reparsed)
-    if problems or len(reparsed.files) != len(files):
-        raise IntegrityError("the written image SBOM does not parse back to a valid document", file=target, found=[p.validation_message for p in problems[:3]])
+    return sbom.ImageSbomInput(
+        name=definition.name,
+        component_tag=archive.component_tag,
+        component_repository=lane.component_repository,
+        supplier=repository_owner(lane.component_repository),
+        repository=definition.repository,
+        platform=definition.platform,
+        manifest_digest=manifest_digest,
+        epoch=int(archive.identity["source_date_epoch"]),
+        files=files,
+        layer_digests=[d.digest for d in (*base.layers, *(built.descriptor for built in layers))],
+        base_repository=base.spec.repository.name,
+        base_tag=base.spec.tag,
+        base_digest=base.spec.digest,
+        base_manifest_digest=base.manifest_digest,
+        base_layer_digests=[d.digest for d in base.layers],
+        base_supplier=base_image_provider(lane, definition).supplier,
+        base_license=base.spec.license,
+        base_license_name=base.spec.license_name,
+        base_license_text=base.spec.license_text,
+        archive_root=archive.root,
+        archive_filename=archive.path.name,
+        archive_sha256=archive.artifact.sha256,
+        archive_prefix=archive_prefix(definition),
+        source_commit=archive.identity["patch_stack_sha"],
+        licences=licences,
+    )
 
 
 # -- the stage ----------------------------------------------------------------
@@ -986,6 +595,7 @@ class ImageStage(Stage):
         self.retries = retries
         self.definition: ImageDefinition | None = None
         self.archive_artifact: Artifact | None = None
+        self.set_sbom: Artifact | None = None
 
     @property
     def key(self) -> str:
@@ -1015,6 +625,9 @@ class ImageStage(Stage):
         base_image_provider(self.lane, self.definition)  # the SBOM needs it: refuse before any work
         self.archive_artifact = self.ctx.register.one("package-archive", lane=self.lane.id, needed_by="the image stage", produced_by="package")
         self.ctx.register.verified_path(self.archive_artifact)
+        # The licences of our layers' files are the ones the set's SBOM states for them.
+        self.set_sbom = self.ctx.register.one("spdx-sbom", lane=self.lane.id, needed_by="the image stage (its files' licences)", produced_by="package")
+        self.ctx.register.verified_path(self.set_sbom)
         # The package stage registers the archive with its whole set: bind it only if check-assets accepts that set.
         if check_registered_set(self.ctx.register, self.lane, needed_by="image") is None:
             ui.warn(f"the register holds no outer SHA256SUMS for lane {self.lane.id}: the archive is bound on its register hash alone")
@@ -1029,10 +642,12 @@ class ImageStage(Stage):
             "lane_file_sha256": self.lane.file_sha256,
             "definition_sha256": self.definition.file_sha256,
             "archive_sha256": self.archive_artifact.sha256,
+            "set_sbom_sha256": self.set_sbom.sha256,
             "base": self.definition.base.reference,
             "base_source": str(self.base_layout) if self.base_layout else "registry",
             "zlib": oci.zlib_version(),
-            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME)},
+            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME),
+                           "pipeline_lock": sha256_file(REPO_ROOT / provenance.PIPELINE_LOCK_NAME)},
         }
 
     def run(self) -> list[Artifact]:
@@ -1069,7 +684,9 @@ class ImageStage(Stage):
                 rootfs.add_layer_blob(scratch, annotated.media_type)
                 ui.info(f"layer {spec.name}: {len(files)} files, {annotated.digest} ({ui.human_bytes(annotated.size)})")
 
-            labels = image_labels(definition, lane, archive, base)
+            licences = sbom.set_licences(self.ctx.register.verified_path(self.set_sbom))
+            payload_of = {source: name for name, source in archive.files.items()}
+            labels = image_labels(definition, lane, archive, base, licences.of_payload([payload_of[f.source] for layer in built for f in layer.files if f.source in payload_of]))
             config = build_config(definition, base, built, labels, epoch)
             check_rootfs(rootfs, definition, lane, built, config)
             config_descriptor = blobs.put_bytes(oci.canonical_json(config), oci.CONFIG)
@@ -1088,16 +705,9 @@ class ImageStage(Stage):
             oci.write_layout(layout, ref)
 
             sbom_name = f"{definition.name}-{archive.component_tag}.image.spdx.json"
-            write_image_sbom(
-                staging / sbom_name,
-                definition=definition,
-                lane=lane,
-                archive=archive,
-                base=base,
-                layers=built,
-                manifest_digest=manifest_digest,
-                epoch=epoch,
-            )
+            sbom.write_image_spdx(staging / sbom_name, image_sbom_input(
+                definition=definition, lane=lane, archive=archive, base=base, layers=built, manifest_digest=manifest_digest, licences=licences,
+            ))
             for scratch_dir in (staging / ".layers", staging / ".archive"):
                 shutil.rmtree(scratch_dir, ignore_errors=True)
         ui.info(f"image {definition.name}:{archive.component_tag} manifest {manifest_digest}")
@@ -1167,7 +777,7 @@ class ImageStage(Stage):
             identity=archive.identity,
             subject_name=definition.repository or definition.name,
             manifest_digest=manifest_digest,
-            base_reference=base.spec.reference,
+            base_reference=base.spec.tagged_reference,
             base_manifest_digest=base.manifest_digest,
             archive_name=archive.path.name,
             archive_sha256=archive.artifact.sha256,

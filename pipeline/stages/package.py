@@ -337,7 +337,8 @@ class PackageStage(Stage):
             "zlib": zlib.ZLIB_RUNTIME_VERSION,
             "libraries": {name: metadata.version(name) for name in ("spdx-tools", "cyclonedx-python-lib", "pefile", "pyelftools")},
             # The provenance beside the set: who states it, and the lock its wheel URLs come from.
-            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME)},
+            "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME),
+                           "pipeline_lock": sha256_file(REPO_ROOT / provenance.PIPELINE_LOCK_NAME)},
         }
         if lane.is_windows:
             data["contract"] = {name: sha256_file(path) for name, path in [("server-config", _repo_path(lane.server_config or "")), ("release-spec", _repo_path(lane.release_spec or ""))]}

@@ -243,6 +243,14 @@ def _set_pins(lane: Lane, expected: assets.AssetSet, row: dict[str, Any], listed
     return pins
 
 
+def _relative_name(path: Path, work: Path) -> str | None:
+    """`path` relative to the work folder (a set downloaded into it), or None when it lies elsewhere."""
+    try:
+        return path.relative_to(work).as_posix() or "."
+    except ValueError:
+        return None
+
+
 # -- the stage ------------------------------------------------------------------------
 
 
@@ -325,7 +333,10 @@ class RebuildStage(Stage):
                     found=actual,
                     expected=recorded,
                     why="the rebuild would follow other instructions than the published set was made with",
-                    fix=f"check out the pipeline at the commit whose {name} has SHA-256 {recorded}, then run the rebuild again",
+                    fix=(f"check out the pipeline at the commit whose {name} has SHA-256 {recorded}, then run the rebuild again"
+                         if name == slsa.LOCK_NAME else
+                         f"pass --lanes-dir DIR, a folder holding the {lane.id}.toml whose SHA-256 is {recorded} (the one the set was built with; "
+                         f"its cut ledger in ../cuts/ beside it), or check out the pipeline at the commit that has that lane file"),
                 )
         self.published_hashes = {name: sha256_file(self.published / name) for name in self.expected.names() if (self.published / name).is_file()}
         self._check_published()
@@ -423,6 +434,7 @@ class RebuildStage(Stage):
         outcome = self._compare(rebuilt_dir if built else None)
         path = self.summary_path or work / (self.expected.package_root + vsa.SUFFIX)
         passed = all(c.ok for c in self.checks) and not outcome.differing and built
+        published_from = _relative_name(self.published, work)
         document = vsa.summary(
             subjects=self.published_hashes,
             resource_uri=self.resource_uri,
@@ -433,9 +445,8 @@ class RebuildStage(Stage):
                 "lane": lane.id,
                 "component_tag": self.expected.component_tag,
                 "cut": self.cut.to_json(),
-                "published_from": str(self.published),
-                "work_folder": str(work),
-                "checks": [c.to_json() for c in self.checks],
+                **({"published_from": published_from} if published_from else {}),  # a set downloaded into the work folder
+                "checks": [dict(c.to_json(), detail=self._without_local_paths(c.detail, work)) for c in self.checks],
                 "files": outcome.files,
                 "package_members": outcome.members,
                 "diffoscope": self._diffoscope(outcome, rebuilt_dir, path.parent) if built else [],
@@ -448,6 +459,17 @@ class RebuildStage(Stage):
         copy = dist / lane.id / "verification" / path.name
         atomic_write_bytes(copy, document)
         return [self.ctx.register.make("verification-summary", copy, stage=self.name, lane=lane.id, component_tag=self.expected.component_tag, result="PASSED" if passed else "FAILED")]
+
+    def _without_local_paths(self, text: str, work: Path) -> str:
+        """A check's detail as the summary states it: the folders of this machine named relative to the work
+        folder, or by what they are (the summary is shared; a home or work path is private and never the same twice)."""
+        names = {str(work): ".", str(self.published): _relative_name(self.published, work) or "<published set>"}
+        if self.prebuilt is not None:
+            names[str(self.prebuilt)] = "<--prebuilt folder>"
+        for local, name in sorted(names.items(), key=lambda item: -len(item[0])):  # the longest first: a folder inside another
+            text = text.replace(local + "/", "" if name == "." else name + "/").replace(local, name)
+        home = str(Path.home())
+        return text.replace(home + "/", "~/") if len(home) > 1 else text  # a home of "/" names nothing private
 
     def _compare(self, rebuilt_dir: Path | None) -> Outcome:
         outcome = Outcome(Path(), False)
@@ -510,7 +532,7 @@ class RebuildStage(Stage):
                 code = None
             entry: dict[str, Any] = {"file": name, "exit_code": code, "meaning": {0: "same", 1: "different", 2: "error"}.get(code, "timed out") if code is not None else "timed out"}
             if report.is_file():
-                entry["report"] = str(report)
+                entry["report"] = report.relative_to(out).as_posix()  # beside the summary, never an absolute path
                 entry["report_sha256"] = sha256_file(report)
             reports.append(entry)
         return reports
@@ -588,6 +610,8 @@ def print_outcome(outcome: Outcome) -> None:
 
 
 def register_cli(sub) -> None:
+    from pipeline.cli import LANES_DIR_HELP
+
     parser = sub.add_parser(
         "rebuild",
         help="rebuild a published set from its source archive and compare every file bit for bit (SLSA verification summary)",
@@ -603,7 +627,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--prebuilt", type=Path, metavar="DIR", help="the binaries a set packaged from prebuilt binaries holds (its provenance says build_route prebuilt: the Windows lanes)")
     parser.add_argument("--no-diffoscope", action="store_true", help="do not run diffoscope on differing files")
     parser.add_argument("--json", action="store_true", help="print the verification summary instead of OK/FAIL lines")
-    parser.add_argument("--lanes-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--lanes-dir", type=Path, default=None, metavar="DIR", help=LANES_DIR_HELP)
     parser.add_argument("--quiet", action="store_true", help="print only errors and results")
 
     def run(args: argparse.Namespace) -> int:

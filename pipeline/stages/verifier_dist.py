@@ -70,7 +70,7 @@ CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this pipeline run
 REQUIRED_DATA = {"pipeline/data/sigstore/*.json": True, "runtime/lanes/*.toml": True, "packaging/licenses/*.txt": True,
                  "runtime/cuts/*.json": False,
                  # rebuild --verify: what build and package read (setup.py's BUNDLED)
-                 "runtime/toolchain.lock.json": True, "runtime/launcher/*.py": True, "packaging/templates/*.in": True,
+                 "runtime/toolchain.lock.json": True, "requirements/release.txt": True, "runtime/launcher/*.py": True, "packaging/templates/*.in": True,
                  "packaging/windows/*.ps1": True, "packaging/windows/lanes/*/*.json": True}
 BUNDLE_PREFIX = "pipeline/data/repo/"
 BUILD_TIMEOUT = 600

@@ -108,6 +108,30 @@ def test_pe_imports_resolve_to_the_lane_redistributables(tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_a_bundled_dlls_version_is_read_from_its_version_resource_never_typed(tmp_path_factory, tmp_path):
+    """The versions come from each DLL's VS_VERSIONINFO (windres-made here, as the real DLLs carry one);
+    a lane that types one is refused, and a DLL without a version resource states none."""
+    import dataclasses
+
+    from winfixtures import VERSIONS
+
+    from pipeline.infra.binaries import pe_product_version, pe_version_strings
+
+    workspace = native_workspace(tmp_path_factory)
+    exes = {p.name: p for p in workspace.prebuilt.glob("*.exe")}
+    dlls = {p.name: p for p in workspace.prebuilt.glob("*.dll")}
+    by_name = {lib.name: lib for lib in resolve_libraries(workspace.lane, exes, candidates=dlls).bundled()}
+    assert {name: lib.version for name, lib in by_name.items()} == {name: VERSIONS[name][1] for name in EXPECTED_BUNDLE}
+    assert (by_name["avformat-61.dll"].version, by_name["libcurl.dll"].version) == ("7.1.2", "8.17.0")  # the pinned vcpkg baseline's
+    assert pe_version_strings(dlls["avformat-61.dll"])["FileVersion"] == "61.7.100"  # the library's own version, beside FFmpeg's
+    assert pe_product_version(exes["ninfer.exe"]) is None  # no version resource: none is invented
+    typed = tuple(dataclasses.replace(r, version="8.11.1") if r.name == "libcurl.dll" else r for r in workspace.lane.redistributables)
+    with pytest.raises(InputError, match="types the version of libcurl.dll") as caught:
+        resolve_libraries(workspace.lane.with_overrides(redistributables=typed), exes, candidates=dlls)
+    assert caught.value.found == "8.11.1" and "'8.17.0'" in caught.value.expected
+
+
+@pytest.mark.slow
 def test_a_missing_or_undeclared_dll_is_named(tmp_path_factory):
     workspace = native_workspace(tmp_path_factory)
     exes = {p.name: p for p in workspace.prebuilt.glob("*.exe")}

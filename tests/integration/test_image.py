@@ -21,10 +21,11 @@ from repokit import ROOT
 
 from pipeline.cli import main
 from pipeline.errors import ExitCode, InputError, IntegrityError
+from pipeline.formats.image_definition import load_definition
 from pipeline.formats.lanes import find_lane
 from pipeline.infra import oci
 from pipeline.register import Register
-from pipeline.stages.image import build_image, load_definition
+from pipeline.stages.image import build_image
 
 LANE = "rtx5090-container"
 
@@ -95,6 +96,11 @@ def test_shipped_definition_is_complete_once_a_digest_is_filled_in(tmp_path):
         ('{ from = "bin/", to = "/opt/ninfer/bin/" }', '{ from = "bin\\u0000x/", to = "/opt/ninfer/bin/" }', "layer[1].copy[0].from", "clean path"),
         ('{ from = "bin/", to = "/opt/ninfer/bin/" }', '{ from = "C:bin/", to = "/opt/ninfer/bin/" }', "layer[1].copy[0].from", "clean path"),
         ('{ from = "bin/", to = "/opt/ninfer/bin/" }', '{ from = "bin/", to = "/opt/ninfer/b\\nin/" }', "layer[1].copy[0].to", "clean absolute path"),
+        # The licences label is computed from the set's SBOM; the base's licence is an expression with its text.
+        ('"org.opencontainers.image.vendor" = "alphastorm"', '"org.opencontainers.image.licenses" = "Apache-2.0"', "labels.org.opencontainers.image.licenses", "computes"),
+        ('license = "LicenseRef-NVIDIA-CUDA-EULA"', 'license = "NVIDIA EULA"', "base.license", "not an SPDX licence expression"),
+        ('license_file = "packaging/licenses/LicenseRef-NVIDIA-CUDA-EULA.txt"', '', "base.license_file", "needs its text"),
+        ('license_file = "packaging/licenses/LicenseRef-NVIDIA-CUDA-EULA.txt"', 'license_file = "../../etc/passwd"', "base.license_file", "not a path inside the repository"),
     ],
 )
 def test_definition_errors_name_the_field(tmp_path, local_base, old, new, field, message):
@@ -215,9 +221,24 @@ def test_image_is_reproducible_and_carries_the_contract(tmp_path, lane, local_ba
     assert len(document.files) == 10 and all(f.name.startswith("./opt/ninfer/") for f in document.files)
     image_package = next(p for p in document.packages if p.spdx_id == "SPDXRef-Image")
     assert image_package.checksums[0].value == oci.digest_hex(digest)
-    assert digest.replace(":", "%3A") in image_package.external_references[0].locator
+    from packageurl import PackageURL
+
+    assert PackageURL.from_string(image_package.external_references[0].locator).version == digest
     base_package = next(p for p in document.packages if p.spdx_id == "SPDXRef-BaseImage")
     assert base_package.checksums[0].value == oci.digest_hex(local_base.index_digest)
+    # Licences: our files carry what the set's SBOM states for them; the base its declared EULA; the label our layers' terms.
+    raw = json.loads(register.verified_path(sbom_entry).read_bytes())
+    licences = {f["fileName"]: f["licenseConcluded"] for f in raw["files"]}
+    assert licences["./opt/ninfer/bin/ninfer-serve"] == licences["./opt/ninfer/bin/ninfer"] == "Apache-2.0"
+    assert licences["./opt/ninfer/README.md"] == "NOASSERTION"  # nothing is known about it: the set's SBOM states none
+    packages = {p["SPDXID"]: p for p in raw["packages"]}
+    assert packages["SPDXRef-BinaryArchive"]["licenseConcluded"] == "Apache-2.0 AND MIT AND Zlib" == labels["org.opencontainers.image.licenses"]
+    assert packages["SPDXRef-BaseImage"]["licenseDeclared"] == "LicenseRef-NVIDIA-CUDA-EULA"
+    assert packages["SPDXRef-BaseImage"]["licenseConcluded"] == "NOASSERTION"  # its layers are not analysed
+    [eula] = raw["hasExtractedLicensingInfos"]
+    assert eula["licenseId"] == "LicenseRef-NVIDIA-CUDA-EULA" and eula["extractedText"] == (ROOT / "packaging/licenses/LicenseRef-NVIDIA-CUDA-EULA.txt").read_text()
+    # The provenance's base-image URI names the tag the digest was resolved from, as docs/provenance.md states.
+    assert statement.dependency("base-image")["uri"] == f"oci://docker.io/nvidia/cuda:13.1-runtime-test@{local_base.index_digest}"
 
 
 def layer_members(layout: Path, digest: str) -> list[tarfile.TarInfo]:
@@ -289,7 +310,11 @@ def _repack(dist: Path, suffix: str, change) -> None:
     archive.write_bytes(gzip.compress(buffer.getvalue(), mtime=0))
     register = Register(dist)
     entry = register.one("package-archive", lane=LANE, needed_by="t", produced_by="t")
-    register.record_stage(f"package:{LANE}", "re-made", [register.make("package-archive", archive, stage="package", lane=LANE, name=entry.name, **entry.attrs)])
+    kept = [register.one(kind, lane=LANE, needed_by="t", produced_by="t") for kind in ("source-archive", "spdx-sbom")]
+    register.record_stage(f"package:{LANE}", "re-made", [
+        register.make("package-archive", archive, stage="package", lane=LANE, name=entry.name, **entry.attrs),
+        *(register.make(e.kind, register.path_of(e), stage="package", lane=LANE, name=e.name, **e.attrs) for e in kept),
+    ])
 
 
 @pytest.mark.parametrize(

@@ -298,6 +298,22 @@ def test_a_vendored_inventory_hash_that_differs_from_the_source_is_refused(tmp_p
     assert not (dist / NATIVE / "assets").exists()
 
 
+@pytest.mark.slow
+def test_a_mixed_case_purl_is_the_same_bytes_in_both_sboms_of_a_packaged_set(tmp_path_factory, tmp_path):
+    """A vendored component whose inventory spells its purl as upstream does (utf8proc's is
+    pkg:github/JuliaStrings/utf8proc): both SBOMs of the packaged set carry one canonical spelling,
+    and agree component by component (name, version, supplier, purl, licences, copyright, hashes)."""
+    workspace = native_workspace(tmp_path_factory)
+    lanes, dist = _build_with_inventory(workspace, tmp_path, lambda inventory: inventory["components"][1].update(purl="pkg:github/OMP-NInfer/TinyCRC@v1.2.0"))
+    package_module.package_lane("4090", dist=dist, lanes_dir=lanes)
+    assets = dist / NATIVE / "assets"
+    spdx_path, cdx_path = next(assets.glob("*.spdx.json")), next(assets.glob("*.cdx.json"))
+    assert sbomkit.compare_twins(spdx_path, cdx_path) == 17
+    spdx = [r["referenceLocator"] for p in json.loads(spdx_path.read_text())["packages"] if p["name"] == "tinycrc" for r in p["externalRefs"]]
+    cdx = [c["purl"] for c in json.loads(cdx_path.read_text())["components"] if c["name"] == "tinycrc"]
+    assert spdx == cdx == ["pkg:github/omp-ninfer/tinycrc@v1.2.0"]  # the github type's names are case-insensitive: lowercased
+
+
 # -- hostile lane files and inventories: package writes nothing outside dist ---------------------
 
 

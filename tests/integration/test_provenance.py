@@ -60,7 +60,19 @@ def test_the_native_sets_statement_binds_exactly_its_eleven_files_and_stays_outs
     names = [d["name"] for d in statement.dependencies()]
     assert names[:3] == ["source-commit", "source-tree", "source-tar"]
     assert "toolchain:prebuilt" in names  # built elsewhere: no wheel is claimed
+    # Each binary and DLL handed to --prebuilt is a resolved dependency by its bytes' SHA-256 (read here from the folder).
+    handed = {f"prebuilt:{p.name}": sha256_file(p) for p in sorted(workspace.prebuilt.iterdir())}
+    assert {d["name"]: d["digest"]["sha256"] for d in statement.dependencies() if d["name"].startswith("prebuilt:")} == handed
+    assert statement.dependency("prebuilt:ninfer-serve.exe")["annotations"] == {"role": "binary"}
+    assert statement.dependency("prebuilt:libcurl.dll")["annotations"] == {"role": "runtime-library"}
+    # The toolchain is the one the binaries' embedded identity names (winfixtures.native_identity compiled it in).
+    toolchain = statement.dependency("toolchain:prebuilt")
+    assert toolchain["uri"] == "pkg:generic/cuda-toolkit@13.3.73" and "digest" not in toolchain
+    assert {k: toolchain["annotations"][k] for k in ("cuda_toolkit", "cuda_compiler", "cxx_compiler", "build_type")} == {
+        "cuda_toolkit": "13.3.73", "cuda_compiler": "NVIDIA-13.3.73", "cxx_compiler": "MSVC-19.44.35217", "build_type": "Release"}
     assert not [n for n in names if n.startswith("build-host:")]  # not observed for --prebuilt binaries
+    # The hash-locked requirements the pipeline was installed from (the release workflow's), by SHA-256.
+    assert statement.dependency("requirements/release.txt")["digest"] == {"sha256": sha256_file(REPO_ROOT / "requirements" / "release.txt")}
     lane_item = statement.dependency(f"runtime/lanes/{NATIVE}.toml")
     assert lane_item is not None and lane_item["digest"]["sha256"] == lane.file_sha256
     register = json.loads((dist / "register.json").read_text())
@@ -196,6 +208,21 @@ def test_docs_define_the_build_types_and_every_external_parameter():
         assert f'<a id="{anchor}"></a>' in text, anchor
     for key in slsa.EXTERNAL_KEYS:
         assert f"`{key}`" in text
+
+
+def test_the_documented_outsider_rebuild_command_is_one_the_cli_accepts():
+    """docs/provenance.md's rebuild of a lane with host libraries: --lanes-dir and --pkg-config-path, parsed by the real parser."""
+    import shlex
+
+    from pipeline import cli
+
+    text = (REPO_ROOT / "docs" / "provenance.md").read_text()
+    [command] = [block for block in text.split("```sh\n")[1:] if "--pkg-config-path" in block.split("```")[0]]
+    line = next(c for c in command.split("```")[0].replace("\\\n", " ").splitlines() if c.startswith("python -m pipeline rebuild"))
+    words = shlex.split(line, comments=True)[3:]
+    args = cli.build_parser(["rebuild"]).parse_args(words)
+    assert args.lanes_dir == Path("./lanes") and args.pkg_config_path == ["/opt/ffmpeg-7.1/lib/pkgconfig:/opt/curl/lib/pkgconfig"]
+    assert (args.verify, args.lane) == ("./download", "5090")
 
 
 # -- every field has its type (issue 18: `annotations` of the wrong type was an AttributeError) --------------

@@ -156,7 +156,7 @@ def test_a_one_byte_change_in_the_source_archive_fails_naming_the_binaries(publi
     outcome = rebuild_verify(str(tampered), lane_name="5090", work=tmp_path / "rebuild")
     assert not outcome.passed
     summary = json.loads(outcome.summary_path.read_bytes())
-    assert summary["predicate"]["verificationResult"] == "FAILED" and summary["predicate"]["verifiedLevels"] == []
+    assert summary["predicate"]["verificationResult"] == "FAILED" and summary["predicate"]["verifiedLevels"] == ["FAILED"]
     root = _names(tampered).package_root
     assert f"{root}/bin/ninfer" in outcome.differing_members and f"{root}/bin/ninfer-serve" in outcome.differing_members
     assert _names(tampered).name_of("package") in outcome.differing
@@ -449,3 +449,71 @@ def test_a_row_that_binds_other_bytes_than_the_sums_is_refused_before_the_downlo
         assert {path for path, _range in server.log} == {"/manifest.json", prefix + "SHA256SUMS"}
     finally:
         server.close()
+
+
+# -- the summary of a set packaged from prebuilt binaries (no CUDA needed) ----------------------
+
+def _published_native_set(tmp_path_factory, tmp_path: Path):
+    """(workspace, folder): the 4090 set made from mingw binaries as it is published, its statement beside it."""
+    from winfixtures import packaged_native_set
+
+    workspace, dist = packaged_native_set(tmp_path_factory)
+    folder = tmp_path / "download"
+    shutil.copytree(dist / workspace.lane.id / "assets", folder)
+    for statement in (dist / workspace.lane.id / slsa.FOLDER).iterdir():
+        shutil.copyfile(statement, folder / statement.name)
+    return workspace, folder
+
+
+@pytest.mark.slow
+def test_a_failed_rebuild_states_the_failed_level_and_the_summary_names_no_local_folder(tmp_path_factory, tmp_path):
+    """The 4090 set made from mingw binaries, rebuilt from a copy of those binaries with one byte of a bundled
+    DLL changed: FAILED with SLSA's VSA level for it, and no folder of this machine in the summary."""
+    workspace, folder = _published_native_set(tmp_path_factory, tmp_path)
+    lane = workspace.lane
+    changed = tmp_path / "changed-prebuilt"
+    shutil.copytree(workspace.prebuilt, changed)
+    dll = changed / "libcurl.dll"
+    data = bytearray(dll.read_bytes())
+    data[-1] ^= 0x01  # the last byte of the last section's padding: still a valid PE, other bytes
+    dll.write_bytes(bytes(data))
+    outcome = rebuild_verify(str(folder), lane_name=lane.id, lanes_dir=workspace.lanes_dir, work=tmp_path / "work", prebuilt=changed, use_diffoscope=False)
+    raw = outcome.summary_path.read_bytes()
+    for local in (str(tmp_path), str(workspace.root), str(Path.home())):
+        assert local.encode() not in raw, f"the summary names the local folder {local}"
+    predicate = json.loads(raw)["predicate"]
+    assert (predicate["verificationResult"], predicate["verifiedLevels"]) == ("FAILED", [vsa.FAILED_LEVEL]) == ("FAILED", ["FAILED"])
+    assert any(m["name"].endswith("/bin/libcurl.dll") and m["result"] == "differs" for m in predicate["rebuild"]["package_members"])
+    # The published folder lies outside the work folder: left out, as the work folder itself.
+    assert "published_from" not in predicate["rebuild"] and "work_folder" not in predicate["rebuild"]
+    binaries = next(c for c in predicate["rebuild"]["checks"] if c["check"] == "binaries")
+    assert "--prebuilt folder" in binaries["detail"]
+
+
+def test_the_verification_summary_states_the_level_of_either_result():
+    levels = {passed: json.loads(vsa.summary(subjects={"a": "0" * 64}, resource_uri="https://x/", provenance_name="p", provenance_sha256="1" * 64,
+                                             passed=passed, rebuild={}, time_verified="2026-01-01T00:00:00Z"))["predicate"]["verifiedLevels"] for passed in (True, False)}
+    assert levels == {True: ["OMP_NINFER_BIT_FOR_BIT_REBUILD"], False: ["FAILED"]}
+
+
+@pytest.mark.slow
+def test_a_lane_file_other_than_the_provenances_is_refused_before_anything_is_built(tmp_path_factory, tmp_path, capsys):
+    """One comment line added to the 4090 lane file: another SHA-256 than the provenance names, refused in preflight
+    (exit 4, nothing built), naming both digests and --lanes-dir; `--help` documents --lanes-dir."""
+    from winfixtures import copy_lanes
+
+    workspace, folder = _published_native_set(tmp_path_factory, tmp_path)
+    lane = workspace.lane
+    lanes = copy_lanes(workspace, tmp_path / "other")
+    changed = lanes / f"{lane.id}.toml"
+    changed.write_text(changed.read_text() + "# a comment the set was not built with\n")
+    work = tmp_path / "work"
+    with pytest.raises(RefusedError) as caught:
+        rebuild_verify(str(folder), lane_name=lane.id, lanes_dir=lanes, work=work, prebuilt=workspace.prebuilt)
+    assert (caught.value.found, caught.value.expected) == (sha256_file(changed), lane.file_sha256)
+    assert "--lanes-dir DIR" in caught.value.fix and lane.file_sha256 in caught.value.fix
+    assert not (work / "dist" / lane.id / "assets").exists()
+    for command in ("build", "package", "rebuild"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        assert "--lanes-dir DIR" in capsys.readouterr().out, f"{command} --help does not document --lanes-dir"

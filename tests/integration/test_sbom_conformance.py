@@ -210,6 +210,8 @@ def test_native_sets_made_from_mingw_binaries_conform_and_agree(tmp_path_factory
     assert root["licenseDeclared"] == "NOASSERTION"
     assert root["licenseConcluded"] == "Apache-2.0 AND LGPL-2.1-or-later AND LicenseRef-Microsoft-DirectStorage AND LicenseRef-NVIDIA-CUDA-EULA AND MIT AND curl"
     assert packages["avformat-61.dll"]["licenseDeclared"] == "LGPL-2.1-or-later" and packages["avformat-61.dll"]["supplier"] == "Organization: FFmpeg project"
+    # Versions from the DLLs' own version resources (the lane types none): FFmpeg 7.1.2 and curl 8.17.0.
+    assert (packages["avformat-61.dll"]["versionInfo"], packages["libcurl.dll"]["versionInfo"]) == ("7.1.2", "8.17.0")
     assert packages["cudart64_13.dll"]["licenseConcluded"] == "LicenseRef-NVIDIA-CUDA-EULA" and packages["cudart64_13.dll"]["versionInfo"] == "13.3.73"
     assert packages["dstorage.dll"]["licenseDeclared"] == "LicenseRef-Microsoft-DirectStorage"
     assert packages["ninfer-serve.exe"]["licenseDeclared"] == "Apache-2.0"
@@ -251,8 +253,13 @@ def test_the_image_sbom_conforms(tmp_path, local_base, private_oci_cache):
     assert {("SPDXRef-Image", "CONTAINS", "SPDXRef-BaseImage"), ("SPDXRef-Image", "CONTAINS", "SPDXRef-BinaryArchive")} <= relations
     packages = {p["SPDXID"]: p for p in document["packages"]}
     base = packages["SPDXRef-BaseImage"]
-    assert base["filesAnalyzed"] is False and base["licenseDeclared"] == "NOASSERTION" and "not analysed" in base["comment"]
-    assert {r["referenceLocator"] for r in base["externalRefs"]} == {f"pkg:oci/cuda@{local_base.index_digest.replace(':', '%3A')}?arch=amd64&repository_url=docker.io/nvidia/cuda&tag=13.1-runtime-test"}
+    # The base: its name and digest, the terms the definition states for it, NOASSERTION only for what is not analysed.
+    assert base["filesAnalyzed"] is False and base["licenseDeclared"] == "LicenseRef-NVIDIA-CUDA-EULA" and base["licenseConcluded"] == "NOASSERTION"
+    assert "not analysed" in base["comment"]
+    # The one purl builder's spelling (packageurl's canonical string, as the CycloneDX library writes it).
+    assert {r["referenceLocator"] for r in base["externalRefs"]} == {f"pkg:oci/cuda@{local_base.index_digest}?arch=amd64&repository_url=docker.io/nvidia/cuda&tag=13.1-runtime-test"}
+    assert packages["SPDXRef-BinaryArchive"]["licenseConcluded"] == "Apache-2.0 AND MIT AND Zlib"
+    assert {f["licenseConcluded"] for f in document["files"]} == {"Apache-2.0", "NOASSERTION"}
     assert base["supplier"] == f"Organization: {lane.providers['base-image'].supplier}"
     assert packages["SPDXRef-Image"]["supplier"] == packages["SPDXRef-BinaryArchive"]["supplier"] == "Organization: alphastorm"
     assert document["creationInfo"]["creators"][0] == "Tool: " + sbom.tool_creator()
@@ -285,3 +292,16 @@ def test_without_node_ci_fails_and_a_local_run_skips_with_the_reason(monkeypatch
     monkeypatch.setattr(sbomkit, "NODE_TOOLS", tmp_path)
     with pytest.raises(pytest.fail.Exception, match="npm ci --prefix tools/node"):
         sbomkit.node_validator()
+
+
+def test_every_purl_of_the_model_is_in_the_one_canonical_spelling_and_a_broken_one_is_refused():
+    from pipeline.formats.components import Component, purl
+
+    root = Component(ref="package:x.tar.gz", role="package", name="x", version="1", supplier="s", purl="pkg:github/AlphaStorm/NInfer@v1")
+    model = ComponentModel(root=root)
+    assert model.root.purl == purl("github", "NInfer", "v1", namespace="AlphaStorm") == "pkg:github/alphastorm/ninfer@v1"
+    added = model.add(Component(ref="host:g++", role="host-build-dependency", name="g++", version="12", supplier="Debian", purl="pkg:deb/debian/g++-12@12.2.0-14+deb12u1"))
+    assert added.purl == "pkg:deb/debian/g%2B%2B-12@12.2.0-14%2Bdeb12u1"
+    with pytest.raises(InputError, match="is not a package URL") as caught:
+        model.add(Component(ref="vendored:y", role="vendored-source", name="y", version="1", supplier="s", purl="github/JuliaStrings/utf8proc"))
+    assert caught.value.field == "vendored:y"

@@ -296,8 +296,9 @@ def _wheel(path: Path, entries: dict[str, bytes], *, date=(2026, 11, 1, 12, 0, 0
     return path
 
 
-# What rebuild --verify reads from the installed verifier besides the lanes and licences (setup.py's BUNDLED).
-REBUILD_DATA = ("runtime/toolchain.lock.json", "runtime/launcher/nvcc_deterministic.py", "packaging/templates/README.md.in",
+# What rebuild --verify reads from the installed verifier besides the lanes and licences (setup.py's BUNDLED;
+# requirements/release.txt: the provenance a rebuild states names it by SHA-256).
+REBUILD_DATA = ("runtime/toolchain.lock.json", "requirements/release.txt", "runtime/launcher/nvcc_deterministic.py", "packaging/templates/README.md.in",
                 "packaging/windows/Install-Release.ps1", "packaging/windows/lanes/rtx4090/release-spec.json")
 REBUILD_ENTRIES = {"pipeline/data/repo/" + name: b"" for name in REBUILD_DATA}
 

@@ -240,6 +240,34 @@ def _downloads(job: dict) -> set[str]:
     return {step["with"]["name"] for step in job["steps"] if step.get("uses", "").startswith("actions/download-artifact@")}
 
 
+def test_every_release_job_installs_the_pipeline_from_the_hash_locked_requirements():
+    """No `pip install` in release.yml resolves or downloads anything unpinned: each is one of the commands
+    pipeline/dev/env.py runs for nox too, and the lock pins every distribution with its SHA-256."""
+    from pipeline.dev.env import locked_install_commands
+
+    expected = [" ".join(command) for command in locked_install_commands("python")]
+    installs = [line.strip() for job in load(RELEASE)["jobs"].values() for step in job["steps"]
+                for line in step.get("run", "").splitlines() if "pip install" in line or "pip check" in line]
+    assert installs and set(installs) == set(expected), sorted(set(installs) - set(expected))
+    assert len(installs) == len(expected) * (len(installs) // len(expected))  # the three lines always go together
+    lock = (ROOT / "requirements" / "release.txt").read_text()
+    entries = re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)(?: ;[^\\\n]*)? \\\n((?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+)", lock, re.M)
+    pinned = {name.lower().replace("_", "-"): version for name, version, _hashes in entries}
+    assert len(entries) == len(re.findall(r"^[A-Za-z0-9]", lock, re.M)), "a lock entry without a hash"
+    # Every direct dependency of pyproject.toml (and its extras) is pinned in the lock, within its range:
+    # a dependency added without `nox -s lock` fails here.
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for text in [*project["dependencies"], *(r for extra in project["optional-dependencies"].values() for r in extra)]:
+        requirement = Requirement(text)
+        name = requirement.name.lower().replace("_", "-")
+        assert name in pinned, f"{name} is in pyproject.toml but not in requirements/release.txt: run nox -s lock"
+        assert requirement.specifier.contains(pinned[name], prereleases=True), f"{name}=={pinned[name]} is outside {requirement.specifier}: run nox -s lock"
+
+
 def test_no_workflow_publishes_by_hand():
     for path in (RELEASE, CI):
         for job, index, step in steps(load(path)):
@@ -296,7 +324,7 @@ def test_the_product_publication_gets_the_receipt_the_verifier_and_the_bundles()
     upload = [s for s in jobs["tests"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert [(s["with"]["name"], s["with"]["path"]) for s in upload] == [("test-run-receipt", "dist/test-run-receipt.json")]
     _step(jobs["verifier"], "python -m pipeline verifier-dist --dist dist")
-    assert _step(jobs["verifier"], "pip install")[1]["run"] == 'python -m pip install -e ".[test]"'  # build + the pinned setuptools
+    assert "requirements/release.txt" in _step(jobs["verifier"], "pip install")[1]["run"]  # build + the pinned setuptools, hash-locked
     upload = [s for s in jobs["verifier"]["steps"] if s.get("uses", "").startswith("actions/upload-artifact@")]
     assert [(s["with"]["name"], s["with"]["path"]) for s in upload] == [("dist-verifier", "dist/")]
     assert _downloads(jobs["publish"]) == {"dist-signed", "test-run-receipt", "sigstore-bundles"}

@@ -283,13 +283,42 @@ def write_package(
         register = Register(dist)
         source = folder / expected.name_of("source")
         atomic_write_bytes(source, gzip.compress(b"source", mtime=0))
+        spdx = write_set_spdx(folder / expected.name_of("spdx"), lane, archive, payload, identity, beta)
         outputs = [
             register.make(assets.ROLE_KINDS[expected.role_of(path.name)], path, stage="package", lane=lane.id,
                           name=expected.entry_name(path.name), **expected.entry_attrs(path.name))
-            for path in (archive, source)
+            for path in (archive, source, spdx)
         ]
         register.record_stage(f"package:{lane.id}", "test-made", outputs)
     return archive
+
+
+# The vendored components the fake payload's licence texts stand for, with the licences those texts name.
+VENDORED = {"miniargs": "MIT", "tinycrc": "Zlib"}
+
+
+def write_set_spdx(path: Path, lane: Lane, archive: Path, payload: dict[str, tuple[bytes, int]], identity: dict, beta: int | None) -> Path:
+    """The set's SPDX document of the fake payload, made by the pipeline's own writer and validated with spdx-tools
+    once (the image stage reads its files' licences from it): the binaries under the runtime's Apache-2.0, the
+    vendored components' own terms.  The package stage's extra cross-checks against the payload are left out: cheap."""
+    from pipeline.formats import sbom
+    from pipeline.util.fs import atomic_write_bytes as write
+
+    expected = assets.asset_set(lane, beta)
+    files = [sbom.PayloadFile(name, hashlib.sha256(data).hexdigest(), hashlib.sha1(data).hexdigest(), len(data)) for name, (data, _mode) in sorted(payload.items())]
+    inp = sbom.SbomInput(
+        package_root=expected.package_root, package_filename=archive.name, package_sha256=hashlib.sha256(archive.read_bytes()).hexdigest(),
+        package_bytes=archive.stat().st_size, lane_id=lane.id, lane_title=lane.title, component_repository=lane.component_repository,
+        component_tag=lane.tag(beta), release_version=f"{lane.version}-beta.{beta or lane.beta}", runtime_license="Apache-2.0",
+        epoch=int(identity["source_date_epoch"]), identity_sha256=hashlib.sha256(payload["build-identity.json"][0]).hexdigest(),
+        source={"commit": identity["patch_stack_sha"], "tree": "b" * 40, "kind": "embedded-sample"}, files=files,
+        binaries={name.removeprefix(f"{assets.BIN_DIR}/"): name for name in payload if name.startswith(f"{assets.BIN_DIR}/")},
+        vendored=[{"name": name, "version": "1.0.0", "license": licence, "purl": f"pkg:generic/{name}@1.0.0", "supplier": "OMP NInfer sample authors",
+                   "path": f"third_party/{name}", "license_file": f"third_party/{name}/LICENSE", "files": []} for name, licence in VENDORED.items()],
+        cuda_toolkit="13.1.115",
+    )
+    write(path, sbom.spdx_bytes(sbom.build_spdx(inp)))
+    return path
 
 
 def _parents(name: str) -> list[str]:

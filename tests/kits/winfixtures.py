@@ -2,7 +2,8 @@
 
 `compile_windows_prebuilt` builds, from the C sources in tests/fixtures/windows/,
 small DLLs under the names the real runtime imports (cudart64_13.dll,
-dstorage.dll + dstoragecore.dll, avformat/avcodec/avutil/swscale, libcurl.dll)
+dstorage.dll + dstoragecore.dll, avformat/avcodec/avutil/swscale, libcurl.dll), each with
+a version resource (windres VERSIONINFO, `VERSIONS`) as the real DLLs carry one,
 and three executables that import them and embed the build identity string
 `NINFER-BUILD-IDENTITY:v1 <key=value ...>` exactly once.  The result is a
 folder that `python -m pipeline build --lane 4090 --prebuilt DIR` accepts.
@@ -36,6 +37,48 @@ DLLS = {
     "libcurl.dll": ("curl.c", "curl", ["ws2_32"]),
 }
 EXE_LIBS = ["cudart", "dstorage", "avformat", "curl"]
+WINDRES = "x86_64-w64-mingw32-windres"
+# Each DLL's version resource (VS_VERSIONINFO), as its maker writes one: (ProductName, ProductVersion,
+# FileVersion, CompanyName).  The FFmpeg and curl versions are the pinned vcpkg baseline's
+# (packaging/windows/vcpkg.toml: ffmpeg 7.1.2, curl 8.17.0); the SBOMs must read them from these bytes.
+VERSIONS = {
+    "avutil-59.dll": ("FFmpeg", "7.1.2", "59.39.100", "FFmpeg Project"),
+    "avcodec-61.dll": ("FFmpeg", "7.1.2", "61.19.101", "FFmpeg Project"),
+    "avformat-61.dll": ("FFmpeg", "7.1.2", "61.7.100", "FFmpeg Project"),
+    "swscale-8.dll": ("FFmpeg", "7.1.2", "8.3.100", "FFmpeg Project"),
+    "cudart64_13.dll": ("NVIDIA CUDA 13.3.73 Runtime", "13.3.73", "6.14.11.13030", "NVIDIA Corporation"),
+    "dstorage.dll": ("Microsoft DirectStorage", "1.3.0", "1.3.0.2501", "Microsoft Corporation"),
+    "dstoragecore.dll": ("Microsoft DirectStorage", "1.3.0", "1.3.0.2501", "Microsoft Corporation"),
+    "libcurl.dll": ("The curl library", "8.17.0", "8.17.0", "The curl library, https://curl.se/"),
+}
+
+
+def version_resource(product: str, product_version: str, file_version: str, company: str) -> str:
+    """A VERSIONINFO resource script for windres (the binary numbers padded to four parts)."""
+    def numbers(text: str) -> str:
+        parts = [p for p in text.split(".") if p.isdigit()][:4]
+        return ",".join(parts + ["0"] * (4 - len(parts)))
+
+    return f"""1 VERSIONINFO
+FILEVERSION {numbers(file_version)}
+PRODUCTVERSION {numbers(product_version)}
+BEGIN
+  BLOCK "StringFileInfo"
+  BEGIN
+    BLOCK "040904b0"
+    BEGIN
+      VALUE "CompanyName", "{company}"
+      VALUE "FileVersion", "{file_version}"
+      VALUE "ProductName", "{product}"
+      VALUE "ProductVersion", "{product_version}"
+    END
+  END
+  BLOCK "VarFileInfo"
+  BEGIN
+    VALUE "Translation", 0x409, 1200
+  END
+END
+"""
 
 
 def require_mingw() -> str:
@@ -91,7 +134,11 @@ def compile_windows_prebuilt(
             shutil.copyfile(import_libs / f"lib{stem}.dll.a", work / f"lib{stem}.dll.a")
     else:
         for dll, (source, stem, libs) in DLLS.items():
-            _cc([*COMMON, "-shared", "-o", dll, str(FIXTURES / source), f"-Wl,--out-implib,lib{stem}.dll.a", "-L.", *(f"-l{lib}" for lib in libs)], work)
+            (work / f"{stem}.rc").write_text(version_resource(*VERSIONS[dll]))
+            result = subprocess.run([WINDRES, f"{stem}.rc", "-O", "coff", "-o", f"{stem}.res.o"], cwd=work, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise AssertionError(f"{WINDRES} {stem}.rc failed:\n{result.stderr}")
+            _cc([*COMMON, "-shared", "-o", dll, str(FIXTURES / source), f"{stem}.res.o", f"-Wl,--out-implib,lib{stem}.dll.a", "-L.", *(f"-l{lib}" for lib in libs)], work)
         kept = out.parent / f"{out.name}-import-libs"
         kept.mkdir(exist_ok=True)
         for library in work.glob("lib*.dll.a"):

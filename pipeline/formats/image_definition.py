@@ -1,0 +1,348 @@
+"""The image definition, `containers/<name>.toml`: what the `image` stage builds (its owner: this module).
+
+Data, checked key by key (unknown keys refused): the image's name, lane, production repository and
+platform; the base image by repository, digest (a tag alone is refused) and, for people, the tag
+the digest was resolved from, and the base's licence (`base.license`, an SPDX expression or a
+`LicenseRef-*` whose text is `base.license_file` in the repository: the image SBOM records it on
+the base package); the layers we add as copy rules from the binary archive; entrypoint, cmd, env,
+port, user and the labels a person writes.  The labels the stage computes (created, source,
+revision, version, base, ref name, licences) may not be set here.
+
+The file is read once, bounded, and hashed before it is parsed (`ImageDefinition.file_sha256`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from pipeline.errors import InputError
+from pipeline.formats.components import is_licence_ref, licence_refs
+from pipeline.formats.image_reference import is_tag
+from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra import oci
+from pipeline.infra.registry import Repository, parse_repository
+from pipeline.util.fs import read_bytes_bounded
+from pipeline.util.hashing import sha256_bytes
+from pipeline.util.jsonio import MAX_TOML_BYTES, loads_toml
+from pipeline.util.safepath import relpath_problem
+from pipeline.util.schema import Field, matches, one_of, read_table
+
+DEFINITIONS_DIR = REPO_ROOT / "containers"
+MAX_LICENSE_TEXT = 1 << 20
+
+# Labels the stage computes; a definition may not set them.
+OCI_PREFIX = "org.opencontainers.image."
+COMPUTED_LABELS = tuple(
+    OCI_PREFIX + key for key in ("created", "source", "revision", "version", "base.name", "base.digest", "ref.name", "licenses")
+)
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+_TOP = {
+    "schema_version": Field(int, check=lambda v: v == 1, expected="1"),
+    "name": Field(str, check=matches(r"[a-z0-9][a-z0-9._-]*"), expected="a lowercase image name, e.g. 'ninfer-runtime'"),
+    "lane": Field(str),
+    "title": Field(str),
+    "repository": Field(str, expected="the production repository, e.g. 'ghcr.io/alphastorm/ninfer-runtime'"),
+    "platform": Field(str, check=matches(r"linux/[a-z0-9]+(/[a-z0-9]+)?"), expected="os/architecture, e.g. 'linux/amd64'"),
+    "layer_compression": Field(str, check=one_of("gzip", "none"), expected="'gzip' or 'none'"),
+    "gzip_level": Field(int, required=False, default=9, check=lambda v: 1 <= v <= 9, expected="1..9"),
+    "label_namespace": Field(str, check=matches(r"[a-z0-9]+(\.[a-z0-9-]+)+"), expected="a reverse-DNS prefix, e.g. 'io.github.alphastorm.ninfer'"),
+    "archive_ignore": Field(list, items=str, required=False, default=[]),
+    "base": Field(dict),
+    "config": Field(dict),
+    "labels": Field(dict, required=False, default={}),
+    "layer": Field(list, items=dict, expected="one [[layer]] table per layer, in order"),
+}
+_BASE = {
+    "repository": Field(str),
+    "tag": Field(str, required=False, expected="the tag the digest was resolved from (for people; never used to pull)"),
+    "digest": Field(str, expected="'sha256:' + 64 hex digits"),
+    "note": Field(str, required=False),
+    "license": Field(str, required=False, expected="the base image's terms as an SPDX expression, e.g. 'LicenseRef-NVIDIA-CUDA-EULA'"),
+    "license_file": Field(str, required=False, expected="the text of a LicenseRef-* licence, a path in the repository such as 'packaging/licenses/LicenseRef-NVIDIA-CUDA-EULA.txt'"),
+}
+_CONFIG = {
+    "entrypoint": Field(list, items=str),
+    "cmd": Field(list, items=str, required=False, default=[]),
+    "working_dir": Field(str, required=False, default="/"),
+    "user": Field(str, check=matches(r"[0-9]+(:[0-9]+)?"), expected="a numeric 'uid[:gid]' (names would need the base's /etc/passwd)"),
+    "exposed_ports": Field(list, items=str, required=False, default=[]),
+    "stop_signal": Field(str, required=False, check=matches(r"SIG[A-Z0-9]+"), expected="a signal name such as 'SIGTERM'"),
+    "env": Field(dict, required=False, default={}),
+}
+_LAYER = {
+    "name": Field(str, check=matches(r"[a-z0-9][a-z0-9-]*"), expected="a short lowercase name"),
+    "comment": Field(str, required=False, default=""),
+    "copy": Field(list, items=dict),
+}
+_COPY = {
+    "from": Field(str, expected="a path inside the archive's top folder; a trailing '/' copies a folder"),
+    "to": Field(str, expected="an absolute path in the image; ends with '/' when 'from' is a folder"),
+    "optional": Field(bool, required=False, default=False),
+}
+
+
+@dataclass(frozen=True)
+class CopyRule:
+    source: str  # relative to the archive's top folder; "bin/" means the folder's files
+    target: str  # absolute in the image
+    optional: bool
+
+    @property
+    def is_folder(self) -> bool:
+        return self.source.endswith("/")
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    name: str
+    comment: str
+    rules: tuple[CopyRule, ...]
+
+
+@dataclass(frozen=True)
+class BaseSpec:
+    repository: Repository
+    repository_text: str
+    tag: str | None
+    digest: str
+    license: str | None = None  # the base's terms as the definition states them (SPDX expression)
+    license_name: str | None = None  # the LicenseRef-* among them whose text comes with it
+    license_text: str | None = None
+
+    @property
+    def reference(self) -> str:
+        return self.repository.at(self.digest)
+
+    @property
+    def tagged_reference(self) -> str:
+        """`<repository>:<tag>@sha256:…` (the digest pulls; the tag says what it was resolved from), as
+        docs/provenance.md states the base-image dependency URI."""
+        return f"{self.repository.name}:{self.tag}@{self.digest}" if self.tag else self.reference
+
+    @property
+    def display_name(self) -> str:
+        return f"{self.repository.name}:{self.tag}" if self.tag else self.repository.name
+
+
+@dataclass(frozen=True)
+class ImageDefinition:
+    file: Path
+    file_sha256: str
+    name: str
+    lane: str
+    title: str
+    repository: str
+    platform: str
+    compression: str
+    gzip_level: int
+    label_namespace: str
+    archive_ignore: tuple[str, ...]
+    base: BaseSpec
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    working_dir: str
+    user: str
+    exposed_ports: tuple[str, ...]
+    stop_signal: str | None
+    env: tuple[tuple[str, str], ...]
+    labels: tuple[tuple[str, str], ...]
+    layers: tuple[LayerSpec, ...]
+
+    @property
+    def os(self) -> str:
+        return self.platform.split("/")[0]
+
+    @property
+    def architecture(self) -> str:
+        return self.platform.split("/")[1]
+
+
+def _relative_archive_path(value: str, *, file: str, field_name: str) -> str:
+    path = PurePosixPath(value.rstrip("/"))
+    if not value or value.startswith("/") or any(p in ("..", ".") for p in path.parts) or "\\" in value or "//" in value \
+            or relpath_problem(value.removesuffix("/"), hidden=True, portable=False) is not None:  # the one gate of util/safepath
+        raise InputError(
+            "is not a clean path inside the archive's top folder",
+            file=file,
+            field=field_name,
+            found=value,
+            expected="a relative path such as 'bin/' or 'LICENSE'",
+        )
+    return value
+
+
+def _base_license(base: dict, *, file: str) -> tuple[str | None, str | None, str | None]:
+    """(expression, LicenseRef name, its text) of the base image: a LicenseRef-* comes with its text from the repository."""
+    from license_expression import get_spdx_licensing
+
+    expression, text_file = base.get("license"), base.get("license_file")
+    if expression is None:
+        if text_file is not None:
+            raise InputError("names a licence text but no licence", file=file, field="base.license_file", fix="add base.license with the LicenseRef-* the text is")
+        return None, None, None
+    info = get_spdx_licensing().validate(expression)
+    unknown = [symbol for symbol in info.invalid_symbols if not is_licence_ref(str(symbol))]
+    if unknown or (info.errors and not info.invalid_symbols):
+        raise InputError("is not an SPDX licence expression", file=file, field="base.license", found=expression, why="; ".join(info.errors),
+                         expected="SPDX licence identifiers and LicenseRef-* names joined by AND / OR")
+    refs = sorted(licence_refs(expression))
+    if not refs:
+        return expression, None, None
+    if len(refs) > 1 or text_file is None:
+        raise InputError("a LicenseRef-* licence needs its text (one per base)", file=file, field="base.license_file", found=expression,
+                         fix="add base.license_file = \"packaging/licenses/<LicenseRef-...>.txt\"")
+    problem = relpath_problem(text_file, hidden=True, portable=True)
+    if problem is not None:
+        raise InputError(f"is not a path inside the repository ({problem})", file=file, field="base.license_file", found=text_file)
+    raw = read_bytes_bounded(REPO_ROOT / text_file, MAX_LICENSE_TEXT, what="licence text")
+    return expression, refs[0], raw.decode("utf-8")
+
+
+def load_definition(path: Path) -> ImageDefinition:
+    file = str(path)
+    definition_bytes = read_bytes_bounded(path, MAX_TOML_BYTES, what="image definition")
+    data = loads_toml(definition_bytes, source=path)  # the bytes hashed below are the bytes parsed
+    top = read_table(data, _TOP, file=file)
+    base = read_table(top["base"], _BASE, file=file, prefix="base")
+    config = read_table(top["config"], _CONFIG, file=file, prefix="config")
+
+    base_repository = parse_repository(base["repository"], origin=file, field_name="base.repository")
+    if "@" in base["repository"] or ":" in base["repository"].split("/")[-1]:
+        raise InputError("names a tag or digest inside the repository", file=file, field="base.repository", found=base["repository"], expected="the repository alone; the digest goes into base.digest")
+    digest = base["digest"]
+    if not oci.is_digest(digest):
+        tag_note = f" (tag {base['tag']!r})" if base.get("tag") else ""
+        raise InputError(
+            f"the base image is not pinned by digest{tag_note}" if not digest else "base.digest is not a sha256 digest",
+            file=file,
+            field="base.digest",
+            found=digest,
+            expected="'sha256:' + 64 lowercase hex digits",
+            why="a tag can be moved to other bytes at any time; the image must say exactly which base it was built on, so a base given by tag alone is refused",
+            fix=(
+                f"resolve the tag once and pin the answer, e.g. 'skopeo inspect --format {{{{.Digest}}}} "
+                f"docker://{base['repository']}:{base.get('tag') or '<tag>'}', and write it into base.digest"
+            ),
+        )
+    if base.get("tag") is not None and not is_tag(base["tag"]):
+        raise InputError("is not a valid tag", file=file, field="base.tag", found=base["tag"])
+
+    platform_arch = top["platform"].split("/")[1]
+    if platform_arch not in ("amd64", "arm64"):
+        raise InputError("platform architecture is not supported", file=file, field="platform", found=top["platform"], expected="linux/amd64 or linux/arm64")
+
+    for index, arg in enumerate(config["entrypoint"]):
+        if not arg:
+            raise InputError("entrypoint arguments must not be empty", file=file, field=f"config.entrypoint[{index}]")
+    if not config["entrypoint"]:
+        raise InputError("entrypoint must name the program to run", file=file, field="config.entrypoint", expected="e.g. ['/opt/ninfer/bin/ninfer-serve']")
+    oci.image_path(config["working_dir"], origin=file, field_name="config.working_dir")
+    for index, port in enumerate(config["exposed_ports"]):
+        if not re.fullmatch(r"[0-9]{1,5}/(tcp|udp)", port) or not 0 < int(port.split("/")[0]) < 65536:
+            raise InputError("is not a port", file=file, field=f"config.exposed_ports[{index}]", found=port, expected="'<1-65535>/tcp' or '/udp'")
+    env: list[tuple[str, str]] = []
+    for name, value in config["env"].items():
+        if not _ENV_NAME.fullmatch(name) or not isinstance(value, str):
+            raise InputError("environment entries are NAME = \"value\" strings", file=file, field=f"config.env.{name}", found=value)
+        env.append((name, value))
+    labels: list[tuple[str, str]] = []
+    for name, value in top["labels"].items():
+        if not isinstance(value, str):
+            raise InputError("label values must be strings", file=file, field=f"labels.{name}", found=value)
+        if name in COMPUTED_LABELS or name.startswith(top["label_namespace"] + "."):
+            raise InputError(
+                "sets a label the pipeline computes",
+                file=file,
+                field=f"labels.{name}",
+                why="source, revision, version, created, base and lane labels come from the build identity and the base digest, so they cannot disagree with the bytes",
+                fix="remove the label",
+            )
+        labels.append((name, value))
+
+    layers: list[LayerSpec] = []
+    names: set[str] = set()
+    for index, raw in enumerate(top["layer"]):
+        spec = read_table(raw, _LAYER, file=file, prefix=f"layer[{index}]")
+        if spec["name"] in names:
+            raise InputError("two layers share one name", file=file, field=f"layer[{index}].name", found=spec["name"])
+        names.add(spec["name"])
+        rules = []
+        for number, item in enumerate(spec["copy"]):
+            where = f"layer[{index}].copy[{number}]"
+            rule = read_table(item, _COPY, file=file, prefix=where)
+            source = _relative_archive_path(rule["from"], file=file, field_name=f"{where}.from")
+            oci.image_path(rule["to"].rstrip("/") or "/", origin=file, field_name=f"{where}.to")
+            if source.endswith("/") != rule["to"].endswith("/"):
+                raise InputError(
+                    "a folder must be copied to a folder and a file to a file path",
+                    file=file,
+                    field=f"{where}.to",
+                    found=f"from {source!r} to {rule['to']!r}",
+                    expected="both ending with '/' (folder) or neither (file)",
+                )
+            rules.append(CopyRule(source, rule["to"], rule["optional"]))
+        if not rules:
+            raise InputError("a layer needs at least one copy rule", file=file, field=f"layer[{index}].copy")
+        layers.append(LayerSpec(spec["name"], spec["comment"], tuple(rules)))
+    if not layers:
+        raise InputError("the image adds no layer", file=file, field="layer", expected="at least one [[layer]]")
+    for index, item in enumerate(top["archive_ignore"]):
+        _relative_archive_path(item, file=file, field_name=f"archive_ignore[{index}]")
+
+    license_expression, license_name, license_text = _base_license(base, file=file)
+    return ImageDefinition(
+        file=path,
+        file_sha256=sha256_bytes(definition_bytes),
+        name=top["name"],
+        lane=top["lane"],
+        title=top["title"],
+        repository=top["repository"],
+        platform=top["platform"],
+        compression=top["layer_compression"],
+        gzip_level=top["gzip_level"],
+        label_namespace=top["label_namespace"],
+        archive_ignore=tuple(top["archive_ignore"]),
+        base=BaseSpec(base_repository, base["repository"], base.get("tag"), digest, license_expression, license_name, license_text),
+        entrypoint=tuple(config["entrypoint"]),
+        cmd=tuple(config["cmd"]),
+        working_dir=config["working_dir"],
+        user=config["user"],
+        exposed_ports=tuple(config["exposed_ports"]),
+        stop_signal=config.get("stop_signal"),
+        env=tuple(env),
+        labels=tuple(labels),
+        layers=tuple(layers),
+    )
+
+
+def definition_for_lane(lane: Lane, definition: Path | None = None) -> ImageDefinition:
+    if definition is not None:
+        loaded = load_definition(definition)
+        if loaded.lane != lane.id:
+            raise InputError("image definition belongs to another lane", file=definition, field="lane", found=loaded.lane, expected=repr(lane.id))
+        return loaded
+    found = []
+    for path in sorted(DEFINITIONS_DIR.glob("*.toml")):
+        loaded = load_definition(path)
+        if loaded.lane == lane.id:
+            found.append(loaded)
+    if len(found) != 1:
+        raise InputError(
+            f"found {len(found)} image definitions for lane {lane.id}",
+            file=DEFINITIONS_DIR,
+            expected="exactly one containers/*.toml with lane = " + repr(lane.id),
+            fix="pass --definition FILE",
+        )
+    return found[0]
+
+
+def archive_prefix(definition: ImageDefinition) -> str:
+    """The common folder our layers put the archive's files under (e.g. /opt/ninfer)."""
+    targets = [rule.target for layer in definition.layers for rule in layer.rules]
+    prefix = os.path.commonpath(targets) if targets else "/"
+    return prefix if prefix.startswith("/") else "/" + prefix
