@@ -54,7 +54,10 @@ def test_one_changed_source_file_changes_one_binary_the_sets_hashes_and_the_prov
     roles = {c.path.split(".")[0] for c in grouped[(section, "assets")]}
     assert roles == {"package", "spdx", "cdx", "inner-sums", "receipt", "outer-sums"}  # the source archive and scripts are the same bytes
     provenance = {c.path.split(".")[0] for c in grouped[(section, "provenance inputs")]}
-    assert provenance == {"statement_sha256", "subjects"}  # the same inputs, other subjects
+    assert provenance == {"statement_sha256", "inputs", "subjects"}, provenance
+    # of the inputs, only the one prebuilt binary that changed (the provenance lists each by SHA-256)
+    inputs = [c for c in grouped[(section, "provenance inputs")] if c.path.startswith("inputs")]
+    assert [c.path for c in inputs] == ["inputs.prebuilt:ninfer_bench.exe.sha256"], [(c.path, c.change) for c in inputs]
 
 
 def _reseal(folder, lanes_dir, lane, beta):
