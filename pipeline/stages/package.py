@@ -138,7 +138,7 @@ class PackageStage(Stage):
         identity_entry = register.one("build-identity", lane=lane.id, needed_by="package", produced_by="build")
         self.identity = read_json_object(register.verified_path(identity_entry))
         self.inputs_used = {identity_entry.name: identity_entry}
-        from pipeline.stages.cut import check_binding_current
+        from pipeline.stages.cut import check_binding_current, check_build_binding
 
         build_beta = lane.beta_from_tag(self.identity["component_tag"])
         recorded_cut = identity_entry.attrs.get("cut") or {}
@@ -157,6 +157,7 @@ class PackageStage(Stage):
             self.cut = self.given_cut
         if self.cut.n != build_beta or self.identity.get("cut") != self.cut.to_json() or (not self.cut.rehearsal and self.cut.commit != self.identity["source"]["commit"]):
             raise IntegrityError("build-identity.json names another cut than its register entry", file=register.path_of(identity_entry), field="component_tag", found=self.identity["component_tag"], expected=self.cut.tag)
+        check_build_binding(lane, self.identity, self.cut, stage="package")
         self.beta = build_beta
         for entry in register.query("binary", lane=lane.id):
             self.binary_files[Path(entry.path).name] = register.verified_path(entry)

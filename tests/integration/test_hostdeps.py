@@ -22,6 +22,7 @@ from pipeline.infra import hostdeps
 from pipeline.infra.source import parse_source
 from pipeline.stage import Context, execute
 from pipeline.stages.build import BUILD_PATH, BuildStage
+from pipeline.util.hashing import sha256_file
 
 ABSENT = "omp-ninfer-absent-module"
 
@@ -96,15 +97,18 @@ def test_present_module_and_tools_are_recorded_with_the_versions_the_tools_print
     check = hostdeps.check(deps, host="linux-x86_64", declared_by="test", declaration_file="t.toml", path=list(BUILD_PATH))
     found = {item["name"]: item for item in check.dependencies_json()}
     assert found["zlib"]["version"] == _tool_output("pkg-config", "--modversion", "zlib")
-    pc_dir = _tool_output("pkg-config", "--variable=pcfiledir", "zlib")
-    assert found["zlib"]["path"] == f"{pc_dir}/zlib.pc"
-    owner = _tool_output("dpkg-query", "-S", found["zlib"]["path"]).split(":", 1)[0]
-    assert found["zlib"]["debian_package"] == owner == "zlib1g-dev"
+    pc_file = Path(_tool_output("pkg-config", "--variable=pcfiledir", "zlib")) / "zlib.pc"
+    assert found["zlib"]["file"] == "zlib.pc" and found["zlib"]["file_sha256"] == sha256_file(pc_file)  # by name and hash, never its folder
+    owner = _tool_output("dpkg-query", "-S", str(pc_file)).split(":", 1)[0]
+    assert found["zlib"]["debian_package"] == owner == "zlib1g-dev" and found["zlib"]["origin"] == "debian"
+    [libz] = found["zlib"]["libraries"]  # zlib.pc's Libs: -lz, in its libdir, with the soname the linker records
+    assert libz["soname"] == "libz.so.1" and libz["file"].startswith("libz.so.1.")
     assert found["zlib"]["debian_version"] == _tool_output("dpkg-query", "-W", "-f=${Version}", "zlib1g-dev")
     assert found["pkg-config"]["version"] == _tool_output("pkg-config", "--version")
+    assert found["c++"]["file"] == shutil.which("c++", path=":".join(BUILD_PATH)) and found["c++"]["origin"] == "debian"
     assert found["c++"]["version"] in _tool_output("c++", "--version").splitlines()[0]
     assert check.pkg_config == "/usr/bin/pkg-config"
-    assert check.environment_json()["PKG_CONFIG_PATH"] == [] and check.build_env() == {}
+    assert check.environment_json()["pkg_config_explicit_folders"] == 0 and check.build_env() == {}
     assert check.cmake_args() == ["-DPKG_CONFIG_EXECUTABLE=/usr/bin/pkg-config"]
 
 
