@@ -172,9 +172,21 @@ def self_reported_license(module: str, libraries: list[LibraryFile], env: Mappin
     return FFMPEG_LICENSES.get(text or "")
 
 
-def pc_file_digest(pc_file: str) -> str | None:
+RELOCATED_PREFIX = b"@PREFIX@"
+
+
+def pc_file_digest(pc_file: str, *, relocate: bool) -> str | None:
+    """SHA-256 of the `.pc` file; `relocate`d (a local build), of its bytes with its own `prefix=` folder written
+    `@PREFIX@`: a .pc names the folder it was installed under, so the same build under two prefixes has one digest
+    (and the digest says nothing about the private folder)."""
     data = read_bounded(pc_file, MAX_PC_BYTES)
-    return sha256_bytes(data) if data is not None else None
+    if data is None:
+        return None
+    if relocate:
+        match = re.search(rb"^prefix=(/[^\n]*?)/*$", data, re.MULTILINE)
+        if match and len(match.group(1)) > 1:
+            data = data.replace(match.group(1), RELOCATED_PREFIX)
+    return sha256_bytes(data)
 
 
 # -- vcpkg's installed status (Windows hosts) -----------------------------------------------
