@@ -86,7 +86,8 @@ def test_the_published_set_is_rebuilt_bit_for_bit_from_its_source_archive(publis
     binaries = [m["name"] for m in members if m["binary"]]
     assert binaries == [f"{expected.package_root}/bin/ninfer", f"{expected.package_root}/bin/ninfer-serve"]
     assert members and all(m["result"] == "same" for m in members)
-    assert {c["check"] for c in predicate["rebuild"]["checks"]} == {"published set", "provenance subjects", "source archive", "cut"}
+    assert {c["check"] for c in predicate["rebuild"]["checks"]} == {"published set", "provenance subjects", "source archive", "cut", "build host"}
+    assert predicate["rebuild"]["host_drift"] == [] and "likely_cause" not in predicate["rebuild"]
     # The rebuild really ran from the archive in the work folder, not from the published bytes.
     rebuilt = work / "dist" / LANE / "assets"
     assert sorted(p.name for p in rebuilt.iterdir()) == expected.names()
@@ -121,7 +122,7 @@ def test_the_sets_build_host_dependencies_are_in_its_identity_both_sboms_and_pro
     # CycloneDX: a build-only component (scope excluded), the version found, the owning Debian package as its purl.
     cdx = json.loads((published / expected.name_of("cdx")).read_bytes())
     [compiler] = [c for c in cdx["components"] if c["name"] == "c++"]
-    assert compiler["scope"] == "excluded" and compiler["description"] == "build host dependency (compiled against, not shipped)"
+    assert compiler["scope"] == "excluded" and compiler["description"] == "build host dependency (compiled against, not shipped); origin debian"
     assert compiler["version"] == recorded["version"] and compiler["supplier"]["name"] == supplier
     purl = compiler["purl"]
     parsed = PackageURL.from_string(purl)  # percent-encoded as the purl spec says (g++ is g%2B%2B)
@@ -449,3 +450,46 @@ def test_a_row_that_binds_other_bytes_than_the_sums_is_refused_before_the_downlo
         assert {path for path, _range in server.log} == {"/manifest.json", prefix + "SHA256SUMS"}
     finally:
         server.close()
+
+
+# -- this host against the recorded build host ---------------------------------------------
+
+
+def _statement_with_compiler(published: Path, into: Path, version: str) -> Path:
+    """A copy of the set's statement recording another host C++ compiler version (the subjects still bind the set)."""
+    source = published / slsa.set_statement_name(_names(published).package_root)
+    document = json.loads(source.read_bytes())
+    [compiler] = [d for d in document["predicate"]["buildDefinition"]["resolvedDependencies"] if d["name"] == "build-host:tool:c++"]
+    compiler["annotations"]["version"] = version
+    path = into / source.name
+    path.write_bytes(slsa.statement_bytes(document))
+    return path
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_a_statement_recording_another_compiler_is_refused_in_preflight_naming_the_difference(published, tmp_path, capsys):
+    import time
+
+    from pipeline.errors import EnvironmentProblem
+    from pipeline.stage import Context
+    from pipeline.stages.rebuild import RebuildStage
+
+    same = _preflight(published, tmp_path / "same")  # the host the set was built on: nothing differs
+    [check] = [c for c in same.checks if c.name == "build host"]
+    assert check.ok and same.host_drift == []
+    statement = _statement_with_compiler(published, tmp_path, "99.1.0")
+    started = time.monotonic()
+    code = main(["rebuild", "--verify", str(published), "--lane", "5090", "--provenance", str(statement), "--work", str(tmp_path / "w"), "--no-diffoscope"])
+    err = capsys.readouterr().err
+    assert code == 3 and time.monotonic() - started < 30
+    assert "differs from the one the set was built on in 1 build-host dependency" in err
+    assert "c++ (tool): recorded 99.1.0 (Debian package" in err and "apt-get install" in err and "--allow-host-drift" in err
+    assert not (tmp_path / "w" / "build").exists()  # nothing was compiled
+    # --allow-host-drift: the preflight lets it build and the stage records the drift for the summary.
+    stage = RebuildStage(Context.open(tmp_path / "d" / "dist"), find_lane("5090"), published=published, resource_uri=None, statement_path=statement, allow_host_drift=True)
+    stage.preflight()
+    [drift] = stage.host_drift
+    assert drift["dependency"] == "c++ (tool)" and drift["recorded"].startswith("99.1.0") and drift["differs_in"] == "version"
+    with pytest.raises(EnvironmentProblem):
+        RebuildStage(Context.open(tmp_path / "e" / "dist"), find_lane("5090"), published=published, resource_uri=None, statement_path=statement).preflight()
