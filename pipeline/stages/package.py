@@ -157,7 +157,6 @@ class PackageStage(Stage):
             self.cut = self.given_cut
         if self.cut.n != build_beta or self.identity.get("cut") != self.cut.to_json() or (not self.cut.rehearsal and self.cut.commit != self.identity["source"]["commit"]):
             raise IntegrityError("build-identity.json names another cut than its register entry", file=register.path_of(identity_entry), field="component_tag", found=self.identity["component_tag"], expected=self.cut.tag)
-        check_build_binding(lane, self.identity, self.cut, stage="package")
         self.beta = build_beta
         for entry in register.query("binary", lane=lane.id):
             self.binary_files[Path(entry.path).name] = register.verified_path(entry)
@@ -194,6 +193,8 @@ class PackageStage(Stage):
             ui.info(f"patchelf: {self.patchelf.path} ({self.patchelf.version}, from {where})")
         self.resolution = self._resolve()
         ui.info(f"source {self.identity['source']['commit']}, epoch {self.epoch}, {len(self.resolution.bundled())} bundled libraries, {len(self.resolution.provided())} provided by the target")
+        # Last, once the lane's own content was checked (its defects are named first): the whole cut binding.
+        check_build_binding(lane, self.identity, self.cut, stage="package")
 
     def _epoch(self) -> int:
         if self.requested_epoch is not None:
