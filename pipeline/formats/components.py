@@ -293,7 +293,7 @@ def host_purl(entry: Mapping[str, Any], distribution: str) -> str | None:
     """
     from packageurl import PackageURL
 
-    origin = entry.get("origin")
+    origin = _origin(entry)
     if origin == "debian" and entry.get("debian_package") and entry.get("debian_version"):
         return PackageURL(type="deb", namespace=distribution, name=entry["debian_package"], version=entry["debian_version"]).to_string()
     port = entry.get("vcpkg")
@@ -303,9 +303,15 @@ def host_purl(entry: Mapping[str, Any], distribution: str) -> str | None:
     return None
 
 
+def _origin(entry: Mapping[str, Any]) -> str:
+    """The recorded origin; a record from before origins were recorded is Debian's where a package owned it, else
+    local (its `vcpkg_port` was the lane's declaration, not where the library came from)."""
+    return str(entry.get("origin") or ("debian" if entry.get("debian_package") else "local"))
+
+
 def host_supplier(entry: Mapping[str, Any], distribution: str) -> str:
     """Who supplied a recorded host dependency: the distribution's package, the vcpkg port, or the build host itself."""
-    origin = entry.get("origin")
+    origin = _origin(entry)
     if origin == "debian" and entry.get("debian_package"):
         return f"{distribution.capitalize()} (package {entry['debian_package']})"
     port = entry.get("vcpkg")

@@ -367,13 +367,13 @@ class RebuildStage(Stage):
         from pipeline.infra import hostdeps
         from pipeline.stages.build import BUILD_PATH
 
-        if self.prebuilt is not None:
-            return  # the binaries are taken, not compiled: this host's compiler does not enter them
+        host = current_host_platform()
+        if self.prebuilt is not None or self.lane.build_host != host:
+            return  # the binaries are taken, not compiled here (or the build refuses this host itself, naming the right one)
         recorded = slsa.recorded_host(self.statement)
         wanted = [HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}") for e in recorded if e["kind"] in ("tool", "pkg-config")]
         # pkg-config itself is looked for first: the modules are probed with it.
         wanted.sort(key=lambda d: d.kind != "tool")
-        host = current_host_platform()
         path = os.environ.get("PATH", "").split(os.pathsep) if host.startswith("windows") else list(BUILD_PATH)
         check, missing = hostdeps.probe(wanted, host=host, declared_by="provenance", path=path, pkg_config_path=self.pkg_config_path,
                                         base_env=os.environ if host.startswith("windows") else {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")})
