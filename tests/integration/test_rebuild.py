@@ -170,7 +170,13 @@ def test_a_one_byte_change_in_the_source_archive_fails_naming_the_binaries(publi
     if shutil.which("diffoscope"):
         package_report = next(r for r in reports if r["file"] == _names(tampered).name_of("package"))
         assert package_report["exit_code"] == 1 and Path(package_report["report"]).read_text().count("bin/ninfer")
-    assert main(["rebuild", "--verify", str(tampered), "--lane", "5090", "--work", str(tmp_path / "again"), "--no-diffoscope"]) == 5
+    # Again with a statement recording another host compiler, built anyway: the FAILED summary names the drift as the likely cause.
+    drifted, again = _statement_with_compiler(tampered, tmp_path, "99.1.0"), tmp_path / "again.vsa.intoto.json"
+    assert main(["rebuild", "--verify", str(tampered), "--lane", "5090", "--work", str(tmp_path / "again"), "--no-diffoscope",
+                 "--provenance", str(drifted), "--allow-host-drift", "--summary", str(again)]) == 5
+    rebuild = json.loads(again.read_bytes())["predicate"]["rebuild"]
+    assert [(d["dependency"], d["differs_in"]) for d in rebuild["host_drift"]] == [("c++ (tool)", "version")]
+    assert rebuild["likely_cause"].startswith("the build host differs from the recorded one: c++ (tool) ") and "instead of 99.1.0" in rebuild["likely_cause"]
 
 
 @pytest.mark.cuda
