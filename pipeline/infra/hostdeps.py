@@ -5,9 +5,13 @@ the caller's `PKG_CONFIG_PATH` or `PATH`: the tools are looked up on the
 build's own PATH and pkg-config runs with the search path the build passes to
 CMake, so the preflight checks what the compile will see.  For each declared
 dependency it records the version (`pkg-config --modversion`, or the first
-dotted number of `<tool> --version`), the file it came from (the `.pc` file or
-the executable) and, on a Debian/Ubuntu host, the package that owns that file
-and its version (`dpkg-query -S`, `dpkg-query -W -f='${Version}'`).  Every
+dotted number of `<tool> --version`) and where it really came from: the
+Debian package that owns its `.pc` file or executable (`dpkg-query -S`,
+`dpkg-query -W -f='${Version}'`), on a Windows host the vcpkg port whose
+installed status lists it, else a local build (`origin: local`), with the
+files' SHA-256, the upstream release and the licence pipeline/infra/hostlibs.py
+finds.  No host folder outside the system's own is recorded: a module found
+through `--pkg-config-path` is named by its `.pc` file's name.  Every
 dependency that is missing or below its floor is reported in one error, with
 the one command that installs them all.
 """
@@ -75,6 +79,11 @@ ORIGINS = ("debian", "vcpkg", "local")
 PUBLIC_ROOTS = ("/usr/", "/bin/", "/lib/")
 
 
+def public_name(path: str) -> str:
+    """`path` where it is a system folder's (the same on every host), else the file's name alone."""
+    return path if path.startswith(PUBLIC_ROOTS) else Path(path).name
+
+
 @dataclass(frozen=True)
 class Found:
     """One declared dependency as the host provides it.
@@ -102,7 +111,7 @@ class Found:
 
     def to_json(self) -> dict[str, Any]:
         kind = self.dependency.kind
-        name = f"{self.dependency.name}.pc" if kind == "pkg-config" else (self.path if self.path.startswith(PUBLIC_ROOTS) else Path(self.path).name)
+        name = f"{self.dependency.name}.pc" if kind == "pkg-config" else public_name(self.path)
         return {
             "name": self.dependency.name,
             "kind": kind,
@@ -147,7 +156,7 @@ class HostCheck:
             "PATH": None if self.host.startswith("windows") else list(self.path),
             # How many explicit folders pkg-config searched first (their names are private; each module's origin says where it came from).
             "pkg_config_explicit_folders": len(self.pkg_config_path),
-            "pkg_config": self.pkg_config,
+            "pkg_config": public_name(self.pkg_config) if self.pkg_config else None,
             "pkg_config_default_path": self.pkg_config_default_path,
             "os_release": self.os_release,
             "build_environment": self.build_environment,
