@@ -15,6 +15,11 @@ Preflight: the provenance is parsed strictly and must describe exactly this
 lane, component tag and set; the lane file and the toolchain lock of this
 checkout must be the ones the provenance names by SHA-256 (else the rebuild
 would follow other instructions; check out the pipeline where they match).
+This host's C++ compiler and every build-host dependency the provenance
+records (`build-host:*`: version, origin, package, upstream release) must be
+this host's, else it stops before compiling (exit 3) naming each difference
+and what to install; `--allow-host-drift` builds anyway and the summary
+records the drift (`host_drift`, and `likely_cause` on a FAILED).
 
 The rebuild is made as the cut the set was made as, read from the
 provenance (`internalParameters.cut`, the build identity's `cut`): the same
