@@ -30,7 +30,6 @@ from typing import Any
 from pipeline.errors import EnvironmentProblem, UsageError
 from pipeline.formats.lanes import HostDependency
 from pipeline.infra import hostlibs
-from pipeline.util.hashing import sha256_bytes
 
 TIMEOUT = 30
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)+|[0-9]+")
@@ -294,11 +293,10 @@ def _probe_tools(tools: Sequence[HostDependency], result: HostCheck, env: dict[s
             problems.append((dependency, f"{dependency.name} {version} at {executable} is older than the floor {dependency.min_version}"))
             continue
         package, package_version = _owner(executable, env)
-        data = hostlibs.read_bounded(os.path.realpath(executable), hostlibs.MAX_LIBRARY_BYTES)
         result.found.append(Found(
             dependency, version, executable, package, package_version,
             origin="debian" if package else "local",
-            file_sha256=sha256_bytes(data) if data is not None else None,
+            file_sha256=hostlibs.file_digest(os.path.realpath(executable)),
             license=dependency.license,
             license_source="declared" if dependency.license else None,
         ))

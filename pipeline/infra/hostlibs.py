@@ -87,6 +87,14 @@ def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes | None:
     return data if len(data) <= limit else None
 
 
+def file_digest(path: str | os.PathLike[str]) -> str | None:
+    """SHA-256 of a host file (streamed), or None if it is unreadable or larger than a library may be."""
+    try:
+        return sha256_file(path) if os.path.getsize(path) <= MAX_LIBRARY_BYTES else None
+    except OSError:
+        return None
+
+
 def _run(argv: list[str], env: Mapping[str, str]) -> str | None:
     try:
         result = subprocess.run(argv, env=dict(env), capture_output=True, text=True, errors="replace", timeout=TIMEOUT, check=False)
