@@ -6,7 +6,10 @@ packages of the lane file's [[build.host_dependencies]] that apply to linux-x86_
 one line. `python .github/scripts/host_packages.py vcpkg-manifest <lane-id>...` prints
 the vcpkg.json (manifest mode) that installs the ports of all those lanes, features
 merged per port, with packaging/windows/vcpkg.toml's pinned `builtin-baseline`;
-`... vcpkg-baseline` prints that commit alone. Standard library only (it runs before
+`... vcpkg-baseline` prints that commit alone. `... build-environment` prints the Linux
+build environment's pin (packaging/linux/build-environment.toml) as `key=value` lines for
+`$GITHUB_OUTPUT`, checked by the pipeline's own reader (the one command here that needs the
+pipeline installed). Otherwise standard library only (it runs before
 the pipeline is installed); the pipeline's build preflight checks the same entries
 (pipeline/lanes.py), so a name that is malformed here stops the job instead of
 reaching the package manager.
@@ -23,7 +26,7 @@ from pathlib import Path
 HOSTS = {"debian": "linux-x86_64", "vcpkg": "windows-x86_64"}
 VCPKG_PIN = Path("packaging/windows/vcpkg.toml")
 LANE = re.compile(r"rtx[0-9]{4}-[a-z-]+")
-USAGE = "usage: host_packages.py <lane-id> debian|vcpkg | vcpkg-manifest <lane-id>... | vcpkg-baseline"
+USAGE = "usage: host_packages.py <lane-id> debian|vcpkg | vcpkg-manifest <lane-id>... | vcpkg-baseline | build-environment"
 NAMES = {"debian": re.compile(r"[a-z0-9][a-z0-9+.-]+"), "vcpkg": re.compile(r"[a-z0-9][a-z0-9-]*(\[[a-z0-9,-]+\])?")}
 
 
@@ -88,7 +91,25 @@ def main(lane: str, manager: str) -> int:
     return 0
 
 
+def build_environment() -> int:
+    """The pinned container and Debian snapshot, validated by pipeline/formats/build_environment.py (one reader)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from pipeline.errors import PipelineError
+    from pipeline.formats.build_environment import FILE, read_pin
+
+    try:
+        pin = read_pin()
+    except PipelineError as error:
+        print(f"::error file={FILE.name}::{error.render()}", file=sys.stderr)
+        return 1
+    for key in ("container", "debian_snapshot", "debian_suite"):
+        print(f"{key}={pin[key]}")
+    return 0
+
+
 def cli(argv: list[str]) -> int:
+    if argv == ["build-environment"]:
+        return build_environment()
     if argv[:1] == ["vcpkg-baseline"] and len(argv) == 1:
         pin = vcpkg_pin()
         if pin is None:

@@ -153,7 +153,8 @@ class ComponentModel:
                 purl=purl,
                 declared=entry.get("license") or None,
                 concluded=entry.get("license") or None,
-                description="build host dependency (compiled against, not shipped)",
+                description=_host_description(entry),
+                properties=tuple(sorted((str(k), str(v)) for k, v in (entry.get("properties") or {}).items())),
             ))
             self.link(self.root.ref, "build-dependency", component.ref)
             added.append(component)
@@ -276,6 +277,21 @@ def with_properties(component: Component, **values: Any) -> Component:
     return replace(component, properties=tuple(sorted({*component.properties, *extra})))
 
 
+def _host_description(entry: Mapping[str, Any]) -> str:
+    """What a host dependency is, in words both SBOMs carry (CycloneDX description, SPDX comment)."""
+    properties = entry.get("properties") or {}
+    text = "build host dependency (compiled against, not shipped)"
+    details = [f"origin {properties['origin']}"] if properties.get("origin") else []
+    if properties.get("release"):
+        details.append(f"release {properties['release']}")
+    if properties.get("license-source"):
+        details.append(f"licence {properties['license-source']}")
+    files = [f"{key.removeprefix('file-sha256:')} {value}" for key, value in sorted(properties.items()) if key.startswith("file-sha256:")]
+    if files:
+        details.append("files (SHA-256): " + ", ".join(files))
+    return text + (f"; {'; '.join(details)}" if details else "")
+
+
 def purl(kind: str, name: str, version: str | None = None, *, namespace: str | None = None, qualifiers: Mapping[str, str] | None = None) -> str:
     """The one purl builder of every SBOM (and of the provenance's dependency URIs): packageurl's canonical
     string, which is what the CycloneDX library writes, so SPDX and CycloneDX carry the same bytes
@@ -296,34 +312,66 @@ def canonical_purl(text: str, *, where: str = "purl") -> str:
 
 
 def host_purl(entry: Mapping[str, Any], distribution: str) -> str | None:
-    """The purl of a recorded host dependency: its owning Debian package, else its vcpkg port, else none."""
-    from packageurl import PackageURL
+    """The purl of a recorded host dependency, from where it really came from (its `origin`).
 
-    package, package_version, port = entry.get("debian_package"), entry.get("debian_version"), entry.get("vcpkg_port")
-    if package and package_version:
-        return PackageURL(type="deb", namespace=distribution, name=package, version=package_version).to_string()
-    if port:
-        return PackageURL(type="generic", namespace="vcpkg", name=port, version=entry.get("version")).to_string()
+    A Debian package: `pkg:deb/<distribution>/<package>@<version>`.  A vcpkg port (only ever recorded on a
+    Windows host, from vcpkg's installed status): `pkg:generic/vcpkg/<port>@<version>?port_version=N&triplet=T`
+    (purl has no vcpkg type; docs/provenance.md).  A local build (no package owns it): no purl at all; its
+    `.pc` file and libraries are recorded by SHA-256 instead.
+    """
+    origin = _origin(entry)
+    if origin == "debian" and entry.get("debian_package") and entry.get("debian_version"):
+        return purl("deb", entry["debian_package"], entry["debian_version"], namespace=distribution)
+    port = entry.get("vcpkg")
+    if origin == "vcpkg" and isinstance(port, Mapping):
+        qualifiers = {"port_version": str(port.get("port_version") or "0"), "triplet": str(port.get("triplet"))}
+        return purl("generic", str(port["port"]), str(port["version"]), namespace="vcpkg", qualifiers=qualifiers)
     return None
+
+
+def _origin(entry: Mapping[str, Any]) -> str:
+    """The recorded origin; a record from before origins were recorded is Debian's where a package owned it, else
+    local (its `vcpkg_port` was the lane's declaration, not where the library came from)."""
+    return str(entry.get("origin") or ("debian" if entry.get("debian_package") else "local"))
+
+
+def host_supplier(entry: Mapping[str, Any], distribution: str) -> str:
+    """Who supplied a recorded host dependency: the distribution's package, the vcpkg port, or the build host itself."""
+    origin = _origin(entry)
+    if origin == "debian" and entry.get("debian_package"):
+        return f"{distribution.capitalize()} (package {entry['debian_package']})"
+    port = entry.get("vcpkg")
+    if origin == "vcpkg" and isinstance(port, Mapping):
+        return f"vcpkg (port {port.get('port')})"
+    return "the build host (a local build: no package owns it)"
 
 
 def host_dependency_entries(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The build identity's `host_dependencies` (what the build's preflight found, pipeline/infra/hostdeps.py)
-    in the shape `ComponentModel.add_host_dependencies` takes: the supplier and purl are derived from the
-    package that owns each one (Debian, or a vcpkg port), never typed by hand.  A supplier is the
+    in the shape `ComponentModel.add_host_dependencies` takes: the supplier and purl are derived from where
+    each one came from (a Debian package, a vcpkg port, a local build), never typed by hand; the licence is
+    what the library reports or its declaration states (else none: NOASSERTION).  A supplier is the
     organisation's name alone: the SPDX writer adds the `Organization: ` actor prefix."""
     found = identity.get("host_dependencies") or []
     environment = identity.get("host_environment") or {}
     distro = str((environment.get("os_release") or {}).get("ID") or "debian").lower()
     entries = []
     for entry in found:
-        package, package_version, port = entry.get("debian_package"), entry.get("debian_version"), entry.get("vcpkg_port")
-        purl = host_purl(entry, distro)
-        if package and package_version:
-            supplier = f"{distro.capitalize()} (package {package})"
-        elif port:
-            supplier = f"vcpkg (port {port})"
-        else:
-            supplier = "the build host (no package owns it)"
-        entries.append({"name": entry.get("name"), "version": entry.get("version"), "purl": purl, "supplier": supplier, "license": None})
+        release = entry.get("release") or {}
+        properties = {
+            "origin": entry.get("origin"),
+            "release": f"{release['project']} {release['version']}" if release else None,
+            "license-source": entry.get("license_source"),
+            f"file-sha256:{entry.get('file')}": entry.get("file_sha256") if entry.get("origin") == "local" else None,
+        }
+        if entry.get("origin") == "local":
+            properties |= {f"file-sha256:{lib['file']}": lib["sha256"] for lib in entry.get("libraries") or []}
+        entries.append({
+            "name": entry.get("name"),
+            "version": entry.get("version"),
+            "purl": host_purl(entry, distro),
+            "supplier": host_supplier(entry, distro),
+            "license": entry.get("license"),
+            "properties": {k: v for k, v in properties.items() if v},
+        })
     return entries

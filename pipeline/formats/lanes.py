@@ -160,6 +160,7 @@ _BUILD = {
 }
 HOST_DEPENDENCY_KINDS = ("pkg-config", "tool")
 _VERSION = r"[0-9]+(\.[0-9]+)*"
+_LICENSE_EXPRESSION = r"[A-Za-z0-9.+-]+( (AND|OR|WITH) [A-Za-z0-9.+-]+)*"
 _HOST_DEPENDENCY = {
     # A pkg-config module name (libavformat) or a tool's executable name (pkg-config, c++).
     "name": Field(str, check=matches(r"[A-Za-z0-9][A-Za-z0-9+._-]*"), expected="a pkg-config module or executable name, e.g. 'libavformat'"),
@@ -171,10 +172,13 @@ _HOST_DEPENDENCY = {
     "vcpkg": Field(str, required=False, check=matches(r"[a-z0-9][a-z0-9-]*(\[[a-z0-9,-]+\])?"), expected="a vcpkg port with optional features, e.g. 'ffmpeg[avformat]'"),
     # The host platforms the entry applies to (default: every platform).
     "hosts": Field(list, items=str, required=False, check=lambda v: bool(v) and all(h in PLATFORMS for h in v), expected="a non-empty list of " + ", ".join(PLATFORMS)),
+    # Its licence as the declaration states it (SPDX expression): recorded with source `declared` where the
+    # library does not report its own (FFmpeg does: pipeline/infra/hostlibs.py).
+    "license": Field(str, required=False, check=matches(_LICENSE_EXPRESSION), expected="an SPDX licence expression, e.g. 'curl' or 'LGPL-2.1-or-later'"),
 }
 _PACKAGE = {
     "layout": Field(str, check=one_of("binary-archive", "native-asset-set"), expected="'binary-archive' (container lane) or 'native-asset-set' (Windows lanes)"),
-    "license": Field(str, check=matches(r"[A-Za-z0-9.+-]+( (AND|OR|WITH) [A-Za-z0-9.+-]+)*"), expected="the runtime's SPDX licence expression, e.g. 'Apache-2.0'"),
+    "license": Field(str, check=matches(_LICENSE_EXPRESSION), expected="the runtime's SPDX licence expression, e.g. 'Apache-2.0'"),
     "system_libraries": Field(list, items=str),
     "driver_libraries": Field(list, items=str),
     "base_image_libraries": Field(list, items=str, required=False, default=[]),
@@ -258,6 +262,7 @@ class HostDependency:
     vcpkg: str | None = None
     hosts: tuple[str, ...] = PLATFORMS
     declared_at: str = ""  # the key that declares it (for errors), e.g. build.host_dependencies[2]
+    license: str | None = None  # as declared (SPDX), where the library reports none itself
 
     def applies_to(self, host: str) -> bool:
         return host in self.hosts
@@ -277,6 +282,7 @@ class HostDependency:
             "debian": self.debian,
             "vcpkg": self.vcpkg,
             "hosts": list(self.hosts),
+            "license": self.license,
         }
 
 
@@ -300,6 +306,7 @@ def parse_host_dependencies(items: list[Any], *, file: str, prefix: str, build_h
             vcpkg=raw["vcpkg"],
             hosts=tuple(raw["hosts"]) if raw["hosts"] else PLATFORMS,
             declared_at=where,
+            license=raw["license"],
         )
         if any((d.kind, d.name) == (dependency.kind, dependency.name) for d in out):
             raise InputError("declares a host dependency twice", file=file, field=f"{where}.name", found=dependency.name, expected="each module or tool once")

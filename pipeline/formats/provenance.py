@@ -132,8 +132,25 @@ def source_descriptors(source: Mapping[str, Any], repository: str, source_tar_sh
     return out
 
 
+HOST_ANNOTATIONS = ("kind", "version", "min_version", "origin", "debian_package", "debian_version", "file", "file_sha256", "license", "license_source")
+# Annotations are scalars: a recorded vcpkg port and upstream release are spelled out flat (and read back by recorded_host).
+_VCPKG_KEYS = ("port", "version", "port_version", "triplet")
+_RELEASE_KEYS = ("project", "version", "source")
+
+
+def _host_annotations(entry: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: entry.get(k) for k in HOST_ANNOTATIONS}
+    vcpkg, release = entry.get("vcpkg") or {}, entry.get("release") or {}
+    out |= {f"vcpkg_{k}": vcpkg.get(k) for k in _VCPKG_KEYS}
+    out |= {f"release_{k}": release.get(k) for k in _RELEASE_KEYS}
+    libraries = entry.get("libraries") or []
+    out["libraries"] = ", ".join(f"{lib['file']} (soname {lib['soname']}, sha256 {lib['sha256']})" for lib in libraries) or None
+    return out
+
+
 def host_descriptors(host_dependencies: list[dict[str, Any]] | None, os_release: Mapping[str, str] | None) -> list[dict[str, Any]]:
-    """Each build-host dependency found by the preflight, with its version (a Debian package as a purl)."""
+    """Each build-host dependency found by the preflight: where it came from (a Debian package or vcpkg port as a
+    purl; a local build by its files' SHA-256), its version, upstream release and licence.  Never a host path."""
     from packageurl import PackageURL
 
     from pipeline.formats.components import host_purl
@@ -141,11 +158,26 @@ def host_descriptors(host_dependencies: list[dict[str, Any]] | None, os_release:
     out = []
     distribution = str((os_release or {}).get("ID") or "debian").lower()
     for entry in host_dependencies or []:
-        # The purl both SBOMs give the dependency (canonical, percent-encoded), else a generic one.
+        # The purl both SBOMs give the dependency (canonical, percent-encoded), else a generic one without a namespace.
         uri = host_purl(entry, distribution) or PackageURL(type="generic", name=entry["name"], version=entry["version"]).to_string()
-        annotations = {k: entry.get(k) for k in ("kind", "version", "min_version", "path", "debian_package", "debian_version", "vcpkg_port")}
-        out.append(descriptor(f"build-host:{entry['kind']}:{entry['name']}", uri=uri, annotations=annotations))
+        annotations = _host_annotations(entry)
+        out.append(descriptor(f"build-host:{entry['kind']}:{entry['name']}", uri=uri, sha256=entry.get("file_sha256") if entry.get("origin") == "local" else None, annotations=annotations))
     return out
+
+
+def environment_descriptors(environment: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The pinned build environment the build ran in (container by digest, Debian snapshot), where it says so."""
+    from pipeline.formats.build_environment import valid_recorded
+
+    recorded = environment.get("build_environment")
+    if recorded is None:
+        return []
+    if not valid_recorded(recorded):
+        raise InputError("the build identity's build environment is malformed", field="host_environment.build_environment", found=recorded)
+    return [
+        descriptor("build-environment:container", uri=f"oci://{recorded['container']}", sha256=recorded["digest"].removeprefix("sha256:"), annotations={"role": "job container of the build"}),
+        descriptor("build-environment:debian-snapshot", uri=recorded["debian_archive"], annotations={"date": recorded["debian_snapshot"], "role": "the archive every host package came from"}),
+    ]
 
 
 def statement(
@@ -500,6 +532,7 @@ def _common(identity: Mapping[str, Any], lane) -> tuple[dict[str, str], dict[str
     if identity.get("toolchain_lock_sha256"):
         dependencies.append(descriptor(LOCK_NAME, sha256=identity["toolchain_lock_sha256"]))
     dependencies += host_descriptors(identity.get("host_dependencies"), environment.get("os_release"))
+    dependencies += environment_descriptors(environment)
     dependencies.append(pipeline_lock_descriptor())
     return external, internal, dependencies
 
@@ -587,3 +620,23 @@ def archive_claim(statement_: Statement, *, origin: str, strict: bool = True):
         recorded=tuple(sorted(recorded.items())),
         strict=strict,
     )
+
+
+# -- this host against the one the provenance records ----------------------------------------------------------
+
+
+def recorded_host(statement_: Statement) -> list[dict[str, Any]]:
+    """The build-host dependencies a statement records (`build-host:<kind>:<name>`), as {name, kind, annotations}."""
+    out = []
+    for item in statement_.document["predicate"]["buildDefinition"]["resolvedDependencies"]:
+        name = item.get("name") if isinstance(item, dict) else None
+        if isinstance(name, str) and name.startswith("build-host:") and name.count(":") >= 2:
+            _, kind, module = name.split(":", 2)
+            annotations = item.get("annotations") if isinstance(item.get("annotations"), dict) else {}
+            entry = {"name": module, "kind": kind, **{k: annotations.get(k) for k in HOST_ANNOTATIONS if k != "kind"}}
+            vcpkg = {k: annotations.get(f"vcpkg_{k}") for k in _VCPKG_KEYS}
+            release = {k: annotations.get(f"release_{k}") for k in _RELEASE_KEYS}
+            entry["vcpkg"] = vcpkg if vcpkg["port"] else None
+            entry["release"] = release if release["version"] else None
+            out.append(entry)
+    return out

@@ -5,9 +5,13 @@ the caller's `PKG_CONFIG_PATH` or `PATH`: the tools are looked up on the
 build's own PATH and pkg-config runs with the search path the build passes to
 CMake, so the preflight checks what the compile will see.  For each declared
 dependency it records the version (`pkg-config --modversion`, or the first
-dotted number of `<tool> --version`), the file it came from (the `.pc` file or
-the executable) and, on a Debian/Ubuntu host, the package that owns that file
-and its version (`dpkg-query -S`, `dpkg-query -W -f='${Version}'`).  Every
+dotted number of `<tool> --version`) and where it really came from: the
+Debian package that owns its `.pc` file or executable (`dpkg-query -S`,
+`dpkg-query -W -f='${Version}'`), on a Windows host the vcpkg port whose
+installed status lists it, else a local build (`origin: local`), with the
+files' SHA-256, the upstream release and the licence pipeline/infra/hostlibs.py
+finds.  No host folder outside the system's own is recorded: a module found
+through `--pkg-config-path` is named by its `.pc` file's name.  Every
 dependency that is missing or below its floor is reported in one error, with
 the one command that installs them all.
 """
@@ -25,6 +29,7 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, UsageError
 from pipeline.formats.lanes import HostDependency
+from pipeline.infra import hostlibs
 
 TIMEOUT = 30
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)+|[0-9]+")
@@ -68,9 +73,23 @@ def parse_search_path(values: Sequence[str | os.PathLike[str]] | None) -> tuple[
     return tuple(out)
 
 
+ORIGINS = ("debian", "vcpkg", "local")
+# Folders whose names may be recorded: the system's own (the build's fixed PATH), the same on every host.
+PUBLIC_ROOTS = ("/usr/", "/bin/", "/lib/")
+
+
+def public_name(path: str) -> str:
+    """`path` where it is a system folder's (the same on every host), else the file's name alone."""
+    return path if path.startswith(PUBLIC_ROOTS) else Path(path).name
+
+
 @dataclass(frozen=True)
 class Found:
-    """One declared dependency as the host provides it."""
+    """One declared dependency as the host provides it.
+
+    `path` and `libdir` are where it is on this host: used to run and probe, never recorded
+    (a prefix given with --pkg-config-path is private; its files are recorded by name and SHA-256).
+    """
 
     dependency: HostDependency
     version: str
@@ -78,17 +97,36 @@ class Found:
     debian_package: str | None = None
     debian_version: str | None = None
     libdir: str | None = None  # a pkg-config module's library folder
+    origin: str = "local"  # ORIGINS
+    vcpkg: dict[str, str] | None = None  # the owning port, from vcpkg's installed status (Windows hosts)
+    file_sha256: str | None = None  # the .pc file's or the executable's
+    libraries: tuple[hostlibs.LibraryFile, ...] = ()
+    release: dict[str, str] | None = None  # the upstream release the library states
+    license: str | None = None
+    license_source: str | None = None  # "self-reported: <how>" | "declared"
+
+    def sonames(self) -> list[str]:
+        return [lib.soname or lib.file for lib in self.libraries]
 
     def to_json(self) -> dict[str, Any]:
+        kind = self.dependency.kind
+        name = f"{self.dependency.name}.pc" if kind == "pkg-config" else public_name(self.path)
         return {
             "name": self.dependency.name,
-            "kind": self.dependency.kind,
+            "kind": kind,
             "min_version": self.dependency.min_version,
             "version": self.version,
-            "path": self.path,
+            "origin": self.origin,
             "debian_package": self.debian_package,
             "debian_version": self.debian_version,
-            "vcpkg_port": self.dependency.vcpkg,
+            "vcpkg": dict(self.vcpkg) if self.vcpkg else None,
+            # The .pc file by module name, a tool by its system path (or its name alone): never a private folder.
+            "file": name,
+            "file_sha256": self.file_sha256,
+            "libraries": [lib.to_json() for lib in self.libraries],
+            "release": dict(self.release) if self.release else None,
+            "license": self.license,
+            "license_source": self.license_source,
         }
 
 
@@ -104,6 +142,7 @@ class HostCheck:
     pkg_config: str | None = None
     pkg_config_default_path: str | None = None
     os_release: dict[str, str] | None = None
+    build_environment: dict[str, Any] | None = None  # the pinned container and Debian snapshot (formats/build_environment.py)
 
     def dependencies_json(self) -> list[dict[str, Any]]:
         return [f.to_json() for f in sorted(self.found, key=lambda f: (f.dependency.kind, f.dependency.name))]
@@ -112,11 +151,14 @@ class HostCheck:
         return {
             "declared_by": self.declared_by,
             "host": self.host,
-            "PATH": list(self.path),
-            "PKG_CONFIG_PATH": list(self.pkg_config_path),
-            "pkg_config": self.pkg_config,
+            # The fixed system PATH of a Linux build; a Windows build's PATH is the caller's (private): not recorded.
+            "PATH": None if self.host.startswith("windows") else list(self.path),
+            # How many explicit folders pkg-config searched first (their names are private; each module's origin says where it came from).
+            "pkg_config_explicit_folders": len(self.pkg_config_path),
+            "pkg_config": public_name(self.pkg_config) if self.pkg_config else None,
             "pkg_config_default_path": self.pkg_config_default_path,
             "os_release": self.os_release,
+            "build_environment": self.build_environment,
         }
 
     def build_env(self) -> dict[str, str]:
@@ -197,6 +239,22 @@ def check(
     base_env: Mapping[str, str] | None = None,
 ) -> HostCheck:
     """Check every dependency that applies to `host`; raise one EnvironmentProblem naming all that are missing."""
+    result, problems = probe(dependencies, host=host, declared_by=declared_by, path=path, pkg_config_path=pkg_config_path, base_env=base_env)
+    if problems:
+        raise _missing(problems, host=host, declaration_file=declaration_file, pkg_config_path=pkg_config_path)
+    return result
+
+
+def probe(
+    dependencies: Sequence[HostDependency],
+    *,
+    host: str,
+    declared_by: str,
+    path: Sequence[str],
+    pkg_config_path: Sequence[str] = (),
+    base_env: Mapping[str, str] | None = None,
+) -> tuple[HostCheck, list[tuple[HostDependency, str]]]:
+    """What this host provides of `dependencies`, and (dependency, reason) for each it lacks or has below its floor."""
     env = dict(base_env or {})
     env["PATH"] = os.pathsep.join(path)
     env.pop("PKG_CONFIG_LIBDIR", None)
@@ -206,9 +264,23 @@ def check(
         env["PKG_CONFIG_PATH"] = os.pathsep.join(pkg_config_path)
     result = HostCheck(declared_by=declared_by, host=host, path=tuple(path), pkg_config_path=tuple(pkg_config_path), os_release=os_release())
     applicable = [d for d in dependencies if d.applies_to(host)]
-    problems: list[tuple[HostDependency, str]] = []
+    problems = _probe_tools([d for d in applicable if d.kind == "tool"], result, env)
+    modules = [d for d in applicable if d.kind == "pkg-config"]
+    if modules and result.pkg_config is None:
+        return result, problems + [(d, "not checked: the pkg-config tool is missing") for d in modules]
+    if result.pkg_config is not None:
+        default = _run([result.pkg_config, "--variable=pc_path", "pkg-config"], env)
+        searched = default.stdout.strip() if default is not None and default.returncode == 0 else ""
+        # pkg-config's built-in folders are the system's; one under a private root (a vcpkg checkout) is not recorded.
+        if searched and all(part.startswith(PUBLIC_ROOTS) for part in searched.split(os.pathsep)):
+            result.pkg_config_default_path = searched
+    problems += _probe_modules(modules, result, env)
+    return result, problems
 
-    for dependency in (d for d in applicable if d.kind == "tool"):
+
+def _probe_tools(tools: Sequence[HostDependency], result: HostCheck, env: dict[str, str]) -> list[tuple[HostDependency, str]]:
+    problems: list[tuple[HostDependency, str]] = []
+    for dependency in tools:
         executable = shutil.which(dependency.name, path=env["PATH"])
         if executable is None:
             problems.append((dependency, f"the tool {dependency.name} is not on the build's PATH ({env['PATH']})"))
@@ -221,17 +293,20 @@ def check(
             problems.append((dependency, f"{dependency.name} {version} at {executable} is older than the floor {dependency.min_version}"))
             continue
         package, package_version = _owner(executable, env)
-        result.found.append(Found(dependency, version, executable, package, package_version))
+        result.found.append(Found(
+            dependency, version, executable, package, package_version,
+            origin="debian" if package else "local",
+            file_sha256=hostlibs.file_digest(os.path.realpath(executable)),
+            license=dependency.license,
+            license_source="declared" if dependency.license else None,
+        ))
         if dependency.name in PKG_CONFIG_TOOLS and result.pkg_config is None:
             result.pkg_config = executable
+    return problems
 
-    modules = [d for d in applicable if d.kind == "pkg-config"]
-    if modules and result.pkg_config is None:
-        problems += [(d, "not checked: the pkg-config tool is missing") for d in modules]
-        modules = []
-    if result.pkg_config is not None:
-        default = _run([result.pkg_config, "--variable=pc_path", "pkg-config"], env)
-        result.pkg_config_default_path = default.stdout.strip() if default is not None and default.returncode == 0 else None
+
+def _probe_modules(modules: Sequence[HostDependency], result: HostCheck, env: dict[str, str]) -> list[tuple[HostDependency, str]]:
+    problems: list[tuple[HostDependency, str]] = []
     for dependency in modules:
         assert result.pkg_config is not None
         found = _run([result.pkg_config, "--modversion", dependency.name], env)
@@ -245,17 +320,35 @@ def check(
             if ok is None or ok.returncode != 0:
                 problems.append((dependency, f"{dependency.name} is {version}, older than the floor {dependency.min_version}"))
                 continue
-        pcdir = _run([result.pkg_config, "--variable=pcfiledir", dependency.name], env)
-        pc_file = str(Path(pcdir.stdout.strip()) / f"{dependency.name}.pc") if pcdir is not None and pcdir.returncode == 0 and pcdir.stdout.strip() else ""
-        libdir = _run([result.pkg_config, "--variable=libdir", dependency.name], env)
-        package, package_version = _owner(pc_file, env) if pc_file else (None, None)
-        result.found.append(
-            Found(dependency, version, pc_file, package, package_version, libdir.stdout.strip() if libdir is not None and libdir.returncode == 0 else None)
-        )
+        result.found.append(_inspect_module(dependency, version, result, env))
+    return problems
 
-    if problems:
-        raise _missing(problems, host=host, declaration_file=declaration_file, pkg_config_path=pkg_config_path)
-    return result
+
+def _inspect_module(dependency: HostDependency, version: str, result: HostCheck, env: dict[str, str]) -> Found:
+    """Where a found module really comes from (Debian, vcpkg, or a local build), its files, release and licence."""
+    assert result.pkg_config is not None
+    pcdir = hostlibs.variable(result.pkg_config, dependency.name, "pcfiledir", env)
+    pc_file = str(Path(pcdir) / f"{dependency.name}.pc") if pcdir else ""
+    libdir = hostlibs.variable(result.pkg_config, dependency.name, "libdir", env)
+    package, package_version = _owner(pc_file, env) if pc_file else (None, None)
+    vcpkg = hostlibs.vcpkg_owner(pc_file) if pc_file and result.host.startswith("windows") and package is None else None
+    libraries = tuple(hostlibs.library_files(result.pkg_config, dependency.name, env, libdir))
+    release = hostlibs.upstream_release(dependency.name, hostlibs.variable(result.pkg_config, dependency.name, "includedir", env))
+    reported = hostlibs.self_reported_license(dependency.name, list(libraries), env)
+    if reported:
+        license_, source = reported, f"self-reported: {dependency.name.removeprefix('lib')}_license()"
+    else:
+        license_, source = dependency.license, ("declared" if dependency.license else None)
+    return Found(
+        dependency, version, pc_file, package, package_version, libdir,
+        origin="debian" if package else "vcpkg" if vcpkg else "local",
+        vcpkg=vcpkg,
+        file_sha256=hostlibs.pc_file_digest(pc_file, relocate=not package and not vcpkg) if pc_file else None,
+        libraries=libraries,
+        release=release,
+        license=license_,
+        license_source=source,
+    )
 
 
 def install_command(dependencies: Sequence[HostDependency], host: str) -> str | None:
@@ -288,3 +381,83 @@ def _missing(problems: list[tuple[HostDependency, str]], *, host: str, declarati
         why="the build stops before any compile: CMake would fail (or, below a floor the source really needs, the compiler would) only after minutes",
         fix=fix,
     )
+
+
+def _stem(soname: str) -> str:
+    """libavformat.so.61 -> libavformat (the library, whatever its ABI number)."""
+    return soname.split(".so", 1)[0].lower()
+
+
+def soname_conflicts(check: HostCheck, named: Sequence[str]) -> list[tuple[Found, str, str]]:
+    """(module, soname the host's library gives, the lane's name for that library) for each that disagree.
+
+    The binaries will be linked against the DT_SONAME of the library each module's `Libs` names; a lane that
+    names the same library (same stem) with another soname describes another ABI than the build will have.
+    """
+    by_stem: dict[str, list[str]] = {}
+    for name in named:
+        by_stem.setdefault(_stem(name), []).append(name)
+    conflicts = []
+    for item in check.found:
+        for soname in item.sonames():
+            listed = by_stem.get(_stem(soname), [])
+            if listed and soname not in listed:
+                conflicts.append((item, soname, listed[0]))
+    return conflicts
+
+
+def _described(entry: Mapping[str, Any]) -> str:
+    origin = entry.get("origin")
+    text = f"{entry.get('version')}"
+    if entry.get("debian_package"):
+        text += f" (Debian package {entry['debian_package']} {entry.get('debian_version')})"
+    elif isinstance(entry.get("vcpkg"), Mapping):
+        text += f" (vcpkg port {entry['vcpkg'].get('port')} {entry['vcpkg'].get('version')}#{entry['vcpkg'].get('port_version')})"
+    elif origin:
+        text += f" ({origin})"
+    release = entry.get("release")
+    if isinstance(release, Mapping) and release.get("version"):
+        text += f", release {release.get('project')} {release['version']}"
+    return text
+
+
+def _install_hint(entry: Mapping[str, Any]) -> str:
+    if entry.get("origin") == "debian" and entry.get("debian_package"):
+        return f"apt-get install {entry['debian_package']}={entry.get('debian_version')}"
+    if isinstance(entry.get("vcpkg"), Mapping):
+        return f"vcpkg install {entry['vcpkg'].get('port')}:{entry['vcpkg'].get('triplet')} at version {entry['vcpkg'].get('version')}#{entry['vcpkg'].get('port_version')}"
+    release = entry.get("release")
+    what = f"{release.get('project')} {release.get('version')}" if isinstance(release, Mapping) else f"{entry.get('name')} {entry.get('version')}"
+    return f"build {what} under a prefix and pass --pkg-config-path <prefix>/lib/pkgconfig"
+
+
+def host_drift(recorded: Sequence[Mapping[str, Any]], check: HostCheck, missing: Sequence[tuple[HostDependency, str]]) -> list[dict[str, str]]:
+    """Each way this host differs from the recorded build host: {dependency, recorded, found, install}.
+
+    Compared: presence, version, origin, the owning package and its version (Debian, vcpkg) and the upstream
+    release, the things that decide the bytes a compile gives; a local build's file hashes are recorded, not
+    compared (the same release built twice differs in them and compiles alike).
+    """
+    here = {(f.dependency.kind, f.dependency.name): f.to_json() for f in check.found}
+    absent = {(d.kind, d.name): reason for d, reason in missing}
+    out = []
+    for entry in recorded:
+        key = (str(entry.get("kind")), str(entry.get("name")))
+        label = f"{key[1]} ({key[0]})"
+        found = here.get(key)
+        if found is None:
+            out.append({"dependency": label, "recorded": _described(entry), "found": absent.get(key, "absent"), "install": _install_hint(entry)})
+            continue
+        keys = ["version", "origin", "debian_package", "debian_version", "vcpkg", "release"]
+        differing = [k for k in keys if entry.get(k) is not None and _comparable(entry.get(k), k) != _comparable(found.get(k), k)]
+        if differing:
+            out.append({"dependency": label, "recorded": _described(entry), "found": _described(found), "install": _install_hint(entry), "differs_in": ", ".join(differing)})
+    return out
+
+
+def _comparable(value: Any, key: str) -> Any:
+    if key == "release" and isinstance(value, Mapping):
+        return (value.get("project"), value.get("version"))
+    if key == "vcpkg" and isinstance(value, Mapping):
+        return (value.get("port"), value.get("version"), value.get("port_version"), value.get("triplet"))
+    return value

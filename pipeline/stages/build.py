@@ -44,6 +44,7 @@ from typing import Any
 
 from pipeline.codedigest import code_digest
 from pipeline.errors import BuildFailure, EnvironmentProblem, InputError, IntegrityError, UsageError
+from pipeline.formats import build_environment
 from pipeline.formats import host_dependencies as host_declaration
 from pipeline.formats.identity import (
     BuildIdentity,
@@ -297,6 +298,8 @@ class BuildStage(Stage):
             ui.warn(f"source archive: {problem}; building it anyway, as rebuild --verify asked")
         if self.prebuilt is None:
             self.host_check = self._check_host_dependencies(host)
+            self._check_library_names(self.host_check)
+            self.host_check.build_environment = build_environment.observed()
 
     def host_declaration(self) -> tuple[tuple, str, str]:
         """(dependencies, declared_by, file for errors): the source's own declaration, else the lane's."""
@@ -336,6 +339,24 @@ class BuildStage(Stage):
                 fix="drop --cache (and unset PIPELINE_BUILD_CACHE)",
             )
         ccache.ccache_version(ccache.find_ccache(BUILD_PATH))
+
+    def _check_library_names(self, check: hostdeps.HostCheck) -> None:
+        """The sonames the host's libraries give must be the ones the lane names (else package refuses after the build)."""
+        lane = self.lane
+        conflicts = hostdeps.soname_conflicts(check, [*lane.base_image_libraries, *lane.system_libraries, *(r.name for r in lane.redistributables)])
+        if not conflicts:
+            return
+        found = "; ".join(f"{item.dependency.name} {item.version} gives {soname}, the lane names {named}" for item, soname, named in conflicts)
+        raise EnvironmentProblem(
+            f"the host's libraries are not the ones lane {lane.id} names ({len(conflicts)} differ)",
+            file=lane.file,
+            field="package.base_image_libraries",
+            found=found,
+            expected=", ".join(named for _, _, named in conflicts),
+            why="the binaries would link the host's sonames, and package would refuse them as missing libraries only after the whole compile",
+            fix="install the library release whose soname the lane names (or give its prefix with --pkg-config-path), "
+            "or change the lane's package.base_image_libraries to " + ", ".join(soname for _, soname, _ in conflicts) + " together with a base image that provides them",
+        )
 
     def _require_host_compilers(self) -> None:
         # The one prerequisite besides python and git: CMake's C/C++ compilers (nvcc's host compiler),

@@ -233,6 +233,49 @@ def check_binding_current(lane: Lane, recorded: dict[str, Any], *, file: Path, s
     return binding
 
 
+def check_build_binding(lane: Lane, identity: dict[str, Any], binding: CutBinding, *, stage: str) -> None:
+    """Package-time check of the whole binding, not only N and the commit: the build was made with this lane file and
+    this toolchain lock entry, and (a cut build) those are the ones the ledger's cut binds."""
+    recorded_lane = identity.get("lane_file_sha256")
+    fix = f"build the lane again with this checkout (python -m pipeline build --lane {lane.id} …), or {stage} from the checkout the build ran in"
+    if recorded_lane != lane.file_sha256:
+        raise RefusedError(
+            "the lane file is not the one the build was made with",
+            file=lane.file,
+            field="lane_file_sha256",
+            found=lane.file_sha256,
+            expected=f"{recorded_lane} (build-identity.json lane_file_sha256)",
+            why=f"{stage} takes names, libraries and licences from the lane file; another one would describe other bytes than the build's",
+            fix=fix,
+        )
+    toolchain = identity.get("toolchain") or {}
+    if toolchain.get("kind") == "pinned" and toolchain.get("lock_entry_sha256") != lock_digest(lane):
+        raise RefusedError(
+            "the toolchain lock entry is not the one the build was made with",
+            file="runtime/toolchain.lock.json",
+            field=f"toolkits.{lane.cuda_toolkit}.platforms.{lane.build_host}",
+            found=lock_digest(lane),
+            expected=f"{toolchain.get('lock_entry_sha256')} (build-identity.json toolchain.lock_entry_sha256)",
+            fix=fix,
+        )
+    if binding.rehearsal:
+        return
+    cut = lane.ledger().entry(lane.version, binding.n)
+    if cut is None:
+        raise RefusedError(f"the ledger records no cut {binding.tag}, which the build says it is", file=lane.ledger_file(), field=binding.tag, fix=fix)
+    for key, bound, actual in (("lane_file_sha256", cut.lane_file_sha256, lane.file_sha256), ("toolchain_lock_sha256", cut.toolchain_lock_sha256, lock_digest(lane) if toolchain.get("kind") == "pinned" else None)):
+        if bound is not None and actual is not None and bound != actual:
+            raise RefusedError(
+                f"{binding.tag} binds another {key.removesuffix('_sha256').replace('_', ' ')} than the build was made with",
+                file=lane.ledger_file(),
+                field=f"{binding.tag}.{key}",
+                found=actual,
+                expected=bound,
+                why="a cut binds its commit, lane file and toolchain lock entry; a set made with others is not that cut",
+                fix=f"cut again (python -m pipeline cut --lane {lane.id} …), or restore the lane file and lock the cut binds",
+            )
+
+
 # -- the stage ------------------------------------------------------------------------
 
 class CutStage(Stage):

@@ -138,7 +138,7 @@ class PackageStage(Stage):
         identity_entry = register.one("build-identity", lane=lane.id, needed_by="package", produced_by="build")
         self.identity = read_json_object(register.verified_path(identity_entry))
         self.inputs_used = {identity_entry.name: identity_entry}
-        from pipeline.stages.cut import check_binding_current
+        from pipeline.stages.cut import check_binding_current, check_build_binding
 
         build_beta = lane.beta_from_tag(self.identity["component_tag"])
         recorded_cut = identity_entry.attrs.get("cut") or {}
@@ -193,6 +193,8 @@ class PackageStage(Stage):
             ui.info(f"patchelf: {self.patchelf.path} ({self.patchelf.version}, from {where})")
         self.resolution = self._resolve()
         ui.info(f"source {self.identity['source']['commit']}, epoch {self.epoch}, {len(self.resolution.bundled())} bundled libraries, {len(self.resolution.provided())} provided by the target")
+        # Last, once the lane's own content was checked (its defects are named first): the whole cut binding.
+        check_build_binding(lane, self.identity, self.cut, stage="package")
 
     def _epoch(self) -> int:
         if self.requested_epoch is not None:

@@ -15,6 +15,11 @@ Preflight: the provenance is parsed strictly and must describe exactly this
 lane, component tag and set; the lane file and the toolchain lock of this
 checkout must be the ones the provenance names by SHA-256 (else the rebuild
 would follow other instructions; check out the pipeline where they match).
+This host's C++ compiler and every build-host dependency the provenance
+records (`build-host:*`: version, origin, package, upstream release) must be
+this host's, else it stops before compiling (exit 3) naming each difference
+and what to install; `--allow-host-drift` builds anyway and the summary
+records the drift (`host_drift`, and `likely_cause` on a FAILED).
 
 The rebuild is made as the cut the set was made as, read from the
 provenance (`internalParameters.cut`, the build identity's `cut`): the same
@@ -52,7 +57,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, UsageError
+from pipeline.errors import (
+    EnvironmentProblem,
+    InputError,
+    IntegrityError,
+    PipelineError,
+    RefusedError,
+    UsageError,
+)
 from pipeline.formats import assets, vsa
 from pipeline.formats import provenance as slsa
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
@@ -272,9 +284,12 @@ class RebuildStage(Stage):
         pkg_config_path: tuple[str, ...] = (),
         use_diffoscope: bool = True,
         prebuilt: Path | None = None,
+        allow_host_drift: bool = False,
     ) -> None:
         super().__init__(ctx)
         self.prebuilt = prebuilt
+        self.allow_host_drift = allow_host_drift
+        self.host_drift: list[dict[str, str]] = []
         self.lane = lane
         self.published = published
         self.resource_uri = resource_uri
@@ -338,6 +353,7 @@ class RebuildStage(Stage):
                          f"pass --lanes-dir DIR, a folder holding the {lane.id}.toml whose SHA-256 is {recorded} (the one the set was built with; "
                          f"its cut ledger in ../cuts/ beside it), or check out the pipeline at the commit that has that lane file"),
                 )
+        self._check_host()
         self.published_hashes = {name: sha256_file(self.published / name) for name in self.expected.names() if (self.published / name).is_file()}
         self._check_published()
         from pipeline.stages.build import archive_source
@@ -358,6 +374,44 @@ class RebuildStage(Stage):
                              fix="rebuild it without --prebuilt: the rebuild compiles the source archive")
         if self.prebuilt is not None:
             self.checks.append(Check("binaries", True, f"taken from --prebuilt {self.prebuilt} (build route prebuilt): the source archive and the packaging are rebuilt, not the compilation"))
+
+    def _check_host(self) -> None:
+        """This host's compiler and libraries against the ones the provenance records, before anything is compiled:
+        nvcc compiles host code with the host's g++ and the binaries link the host's libraries, so another host gives
+        other bytes after minutes of compiling. Refused (exit 3) unless --allow-host-drift, which the summary records."""
+        from pipeline.formats.lanes import HostDependency, current_host_platform
+        from pipeline.infra import hostdeps
+        from pipeline.stages.build import BUILD_PATH
+
+        host = current_host_platform()
+        if self.prebuilt is not None or self.lane.build_host != host:
+            return  # the binaries are taken, not compiled here (or the build refuses this host itself, naming the right one)
+        recorded = slsa.recorded_host(self.statement)
+        wanted = [HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}") for e in recorded if e["kind"] in ("tool", "pkg-config")]
+        # pkg-config itself is looked for first: the modules are probed with it.
+        wanted.sort(key=lambda d: d.kind != "tool")
+        path = os.environ.get("PATH", "").split(os.pathsep) if host.startswith("windows") else list(BUILD_PATH)
+        check, missing = hostdeps.probe(wanted, host=host, declared_by="provenance", path=path, pkg_config_path=self.pkg_config_path,
+                                        base_env=os.environ if host.startswith("windows") else {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")})
+        self.host_drift = hostdeps.host_drift(recorded, check, missing)
+        if not self.host_drift:
+            self.checks.append(Check("build host", True, f"the {len(recorded)} build-host dependencies the provenance records are this host's (version, origin, package)"))
+            return
+        listed = "; ".join(f"{d['dependency']}: recorded {d['recorded']}, this host {d['found']}" for d in self.host_drift)
+        environment = self.statement.dependency("build-environment:container")
+        where = f" or rebuild inside the build environment the set was made in ({environment.get('uri')}; the podman command in docs/provenance.md)" if environment else ""
+        if not self.allow_host_drift:
+            raise EnvironmentProblem(
+                f"this host differs from the one the set was built on in {len(self.host_drift)} build-host dependenc{'y' if len(self.host_drift) == 1 else 'ies'}",
+                file=self.statement_path,
+                field="predicate.buildDefinition.resolvedDependencies",
+                found=listed,
+                expected="the recorded compiler and libraries (name, version, origin)",
+                why="the compile's bytes depend on the host's C++ compiler and libraries: a rebuild here would run for minutes and then fail",
+                fix="install what the set was built with (" + "; ".join(d["install"] for d in self.host_drift) + ")" + where + ", or pass --allow-host-drift to build anyway (the summary records the drift)",
+            )
+        ui.warn(f"building anyway (--allow-host-drift): {listed}")
+        self.checks.append(Check("build host", True, f"differs from the recorded build host (--allow-host-drift): {listed}"))
 
     def _read_cut(self) -> None:
         """The cut (or rehearsal) the set was built as: the rebuild builds and packages as exactly that."""
@@ -450,6 +504,9 @@ class RebuildStage(Stage):
                 "files": outcome.files,
                 "package_members": outcome.members,
                 "diffoscope": self._diffoscope(outcome, rebuilt_dir, path.parent) if built else [],
+                "host_drift": self.host_drift,
+                **({"likely_cause": "the build host differs from the recorded one: " + "; ".join(f"{d['dependency']} {d['found']} instead of {d['recorded']}" for d in self.host_drift)}
+                   if self.host_drift and not passed else {}),
             },
         )
         atomic_write_bytes(path, document)
@@ -553,6 +610,7 @@ def rebuild_verify(
     pkg_config_path: list[str] | None = None,
     use_diffoscope: bool = True,
     prebuilt: Path | None = None,
+    allow_host_drift: bool = False,
 ) -> Outcome:
     from pipeline.infra import compile_cache
     from pipeline.infra.hostdeps import parse_search_path
@@ -585,6 +643,7 @@ def rebuild_verify(
         pkg_config_path=parse_search_path(pkg_config_path),
         use_diffoscope=use_diffoscope,
         prebuilt=prebuilt.resolve() if prebuilt is not None else None,
+        allow_host_drift=allow_host_drift,
     )
     ui.step("rebuild", f"{lane.id}: rebuilding {published} in {work}")
     execute(stage, force=True)
@@ -625,6 +684,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default; what releases use)")
     parser.add_argument("--pkg-config-path", action="append", metavar="DIR[:DIR]", help="folders pkg-config searches (as for build)")
     parser.add_argument("--prebuilt", type=Path, metavar="DIR", help="the binaries a set packaged from prebuilt binaries holds (its provenance says build_route prebuilt: the Windows lanes)")
+    parser.add_argument("--allow-host-drift", action="store_true", help="build even where this host's compiler or libraries differ from the recorded build host (the summary records the drift as the likely cause of a FAILED)")
     parser.add_argument("--no-diffoscope", action="store_true", help="do not run diffoscope on differing files")
     parser.add_argument("--json", action="store_true", help="print the verification summary instead of OK/FAIL lines")
     parser.add_argument("--lanes-dir", type=Path, default=None, metavar="DIR", help=LANES_DIR_HELP)
@@ -642,6 +702,7 @@ def register_cli(sub) -> None:
             pkg_config_path=args.pkg_config_path,
             use_diffoscope=not args.no_diffoscope,
             prebuilt=args.prebuilt,
+            allow_host_drift=args.allow_host_drift,
         )
         if args.json:
             print(json.dumps(json.loads(outcome.summary_path.read_bytes()), indent=2, sort_keys=True))

@@ -405,3 +405,18 @@ def test_a_hostile_vendored_inventory_is_refused_before_package_writes_anything(
     assert after.pop(f"dist/.locks/package_{NATIVE}.lock", b"") == b""
     assert after == before
     assert not (dist / NATIVE / "assets").exists()
+
+
+@pytest.mark.slow
+def test_package_refuses_a_lane_file_other_than_the_one_the_build_bound(native, tmp_path):
+    """Not only N and the commit: the build's lane file (and toolchain lock entry) must be the ones package reads."""
+    workspace, built = native
+    dist = tmp_path / "dist"
+    shutil.copytree(built, dist)
+    lanes = copy_lanes(workspace, tmp_path / "w")
+    lane_file = lanes / f"{NATIVE}.toml"
+    lane_file.write_text(lane_file.read_text() + "# one more comment: other bytes, another lane file\n")
+    with pytest.raises(RefusedError, match="the lane file is not the one the build was made with") as caught:
+        package_module.package_lane("4090", dist=dist, lanes_dir=lanes, force=True)
+    assert caught.value.field == "lane_file_sha256" and caught.value.file == str(lane_file)
+    assert caught.value.found == load_lane(lane_file).file_sha256 and "build-identity.json lane_file_sha256" in str(caught.value.expected)

@@ -86,7 +86,8 @@ def test_the_published_set_is_rebuilt_bit_for_bit_from_its_source_archive(publis
     binaries = [m["name"] for m in members if m["binary"]]
     assert binaries == [f"{expected.package_root}/bin/ninfer", f"{expected.package_root}/bin/ninfer-serve"]
     assert members and all(m["result"] == "same" for m in members)
-    assert {c["check"] for c in predicate["rebuild"]["checks"]} == {"published set", "provenance subjects", "source archive", "cut"}
+    assert {c["check"] for c in predicate["rebuild"]["checks"]} == {"published set", "provenance subjects", "source archive", "cut", "build host"}
+    assert predicate["rebuild"]["host_drift"] == [] and "likely_cause" not in predicate["rebuild"]
     # The rebuild really ran from the archive in the work folder, not from the published bytes.
     rebuilt = work / "dist" / LANE / "assets"
     assert sorted(p.name for p in rebuilt.iterdir()) == expected.names()
@@ -121,7 +122,7 @@ def test_the_sets_build_host_dependencies_are_in_its_identity_both_sboms_and_pro
     # CycloneDX: a build-only component (scope excluded), the version found, the owning Debian package as its purl.
     cdx = json.loads((published / expected.name_of("cdx")).read_bytes())
     [compiler] = [c for c in cdx["components"] if c["name"] == "c++"]
-    assert compiler["scope"] == "excluded" and compiler["description"] == "build host dependency (compiled against, not shipped)"
+    assert compiler["scope"] == "excluded" and compiler["description"] == "build host dependency (compiled against, not shipped); origin debian"
     assert compiler["version"] == recorded["version"] and compiler["supplier"]["name"] == supplier
     purl = compiler["purl"]
     parsed = PackageURL.from_string(purl)  # percent-encoded as the purl spec says (g++ is g%2B%2B)
@@ -169,7 +170,13 @@ def test_a_one_byte_change_in_the_source_archive_fails_naming_the_binaries(publi
     if shutil.which("diffoscope"):
         package_report = next(r for r in reports if r["file"] == _names(tampered).name_of("package"))
         assert package_report["exit_code"] == 1 and Path(package_report["report"]).read_text().count("bin/ninfer")
-    assert main(["rebuild", "--verify", str(tampered), "--lane", "5090", "--work", str(tmp_path / "again"), "--no-diffoscope"]) == 5
+    # Again with a statement recording another host compiler, built anyway: the FAILED summary names the drift as the likely cause.
+    drifted, again = _statement_with_compiler(tampered, tmp_path, "99.1.0"), tmp_path / "again.vsa.intoto.json"
+    assert main(["rebuild", "--verify", str(tampered), "--lane", "5090", "--work", str(tmp_path / "again"), "--no-diffoscope",
+                 "--provenance", str(drifted), "--allow-host-drift", "--summary", str(again)]) == 5
+    rebuild = json.loads(again.read_bytes())["predicate"]["rebuild"]
+    assert [(d["dependency"], d["differs_in"]) for d in rebuild["host_drift"]] == [("c++ (tool)", "version")]
+    assert rebuild["likely_cause"].startswith("the build host differs from the recorded one: c++ (tool) ") and "instead of 99.1.0" in rebuild["likely_cause"]
 
 
 @pytest.mark.cuda
@@ -517,3 +524,46 @@ def test_a_lane_file_other_than_the_provenances_is_refused_before_anything_is_bu
         with pytest.raises(SystemExit):
             main([command, "--help"])
         assert "--lanes-dir DIR" in capsys.readouterr().out, f"{command} --help does not document --lanes-dir"
+
+
+# -- this host against the recorded build host ---------------------------------------------
+
+
+def _statement_with_compiler(published: Path, into: Path, version: str) -> Path:
+    """A copy of the set's statement recording another host C++ compiler version (the subjects still bind the set)."""
+    source = published / slsa.set_statement_name(_names(published).package_root)
+    document = json.loads(source.read_bytes())
+    [compiler] = [d for d in document["predicate"]["buildDefinition"]["resolvedDependencies"] if d["name"] == "build-host:tool:c++"]
+    compiler["annotations"]["version"] = version
+    path = into / source.name
+    path.write_bytes(slsa.statement_bytes(document))
+    return path
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_a_statement_recording_another_compiler_is_refused_in_preflight_naming_the_difference(published, tmp_path, capsys):
+    import time
+
+    from pipeline.errors import EnvironmentProblem
+    from pipeline.stage import Context
+    from pipeline.stages.rebuild import RebuildStage
+
+    same = _preflight(published, tmp_path / "same")  # the host the set was built on: nothing differs
+    [check] = [c for c in same.checks if c.name == "build host"]
+    assert check.ok and same.host_drift == []
+    statement = _statement_with_compiler(published, tmp_path, "99.1.0")
+    started = time.monotonic()
+    code = main(["rebuild", "--verify", str(published), "--lane", "5090", "--provenance", str(statement), "--work", str(tmp_path / "w"), "--no-diffoscope"])
+    err = capsys.readouterr().err
+    assert code == 3 and time.monotonic() - started < 30
+    assert "differs from the one the set was built on in 1 build-host dependency" in err
+    assert "c++ (tool): recorded 99.1.0 (Debian package" in err and "apt-get install" in err and "--allow-host-drift" in err
+    assert not (tmp_path / "w" / "build").exists()  # nothing was compiled
+    # --allow-host-drift: the preflight lets it build and the stage records the drift for the summary.
+    stage = RebuildStage(Context.open(tmp_path / "d" / "dist"), find_lane("5090"), published=published, resource_uri=None, statement_path=statement, allow_host_drift=True)
+    stage.preflight()
+    [drift] = stage.host_drift
+    assert drift["dependency"] == "c++ (tool)" and drift["recorded"].startswith("99.1.0") and drift["differs_in"] == "version"
+    with pytest.raises(EnvironmentProblem):
+        RebuildStage(Context.open(tmp_path / "e" / "dist"), find_lane("5090"), published=published, resource_uri=None, statement_path=statement).preflight()

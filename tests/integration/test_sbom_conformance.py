@@ -65,18 +65,26 @@ def test_host_dependencies_join_the_model_with_one_call_and_both_documents(tmp_p
 
 
 def test_a_build_identitys_host_dependencies_give_both_documents_the_same_supplier_and_purl(tmp_path):
-    """From the identity's records (as the build's preflight writes them): Debian-owned, a vcpkg port, and unowned."""
+    """From the identity's records (as the build's preflight writes them): Debian-owned, a vcpkg port (Windows), and a local build."""
     from packageurl import PackageURL
 
     from pipeline.formats.components import host_dependency_entries
+
+    def record(name, kind, version, origin, **fields):
+        base = {"name": name, "kind": kind, "version": version, "min_version": None, "origin": origin, "debian_package": None, "debian_version": None,
+                "vcpkg": None, "file": f"{name}.pc", "file_sha256": "1" * 64, "libraries": [], "release": None, "license": None, "license_source": None}
+        return base | fields
 
     identity = {
         "host_environment": {"os_release": {"ID": "debian", "VERSION_ID": "12"}},
         "host_dependencies": [
             # '+' in a Debian name and version: the purl spec percent-encodes it, in both documents alike.
-            {"name": "c++", "kind": "tool", "version": "12.2.0", "min_version": None, "path": "/usr/bin/c++", "debian_package": "g++-12", "debian_version": "12.2.0-14+deb12u1", "vcpkg_port": None},
-            {"name": "libavcodec", "kind": "pkg-config", "version": "61.19.101", "min_version": "60.31", "path": "C:/vcpkg/lib/pkgconfig/libavcodec.pc", "debian_package": None, "debian_version": None, "vcpkg_port": "ffmpeg[avcodec]"},
-            {"name": "ompfake", "kind": "pkg-config", "version": "3.4.5", "min_version": None, "path": "/opt/ompfake/lib/pkgconfig/ompfake.pc", "debian_package": None, "debian_version": None, "vcpkg_port": None},
+            record("c++", "tool", "12.2.0", "debian", file="/usr/bin/c++", debian_package="g++-12", debian_version="12.2.0-14+deb12u1",
+                   license="GPL-3.0-or-later WITH GCC-exception-3.1", license_source="declared"),
+            record("libavcodec", "pkg-config", "61.19.101", "vcpkg", vcpkg={"port": "ffmpeg", "version": "7.1.2", "port_version": "5", "triplet": "x64-windows"},
+                   release={"project": "FFmpeg", "version": "7.1.2", "source": "libavutil/ffversion.h FFMPEG_VERSION"}, license="LGPL-2.1-or-later", license_source="self-reported: avcodec_license()"),
+            record("libavformat", "pkg-config", "61.7.100", "local", libraries=[{"file": "libavformat.so.61.7.100", "soname": "libavformat.so.61", "sha256": "2" * 64}],
+                   release={"project": "FFmpeg", "version": "7.1.5", "source": "libavutil/ffversion.h FFMPEG_VERSION"}, license="LGPL-2.1-or-later", license_source="self-reported: avformat_license()"),
         ],
     }
     payload = tmp_path / "payload"
@@ -84,19 +92,25 @@ def test_a_build_identitys_host_dependencies_give_both_documents_the_same_suppli
     spdx_path, cdx_path = tmp_path / "h.spdx.json", tmp_path / "h.cdx.json"
     sbom.write_spdx(spdx_path, inp, payload)
     sbom.write_cdx(cdx_path, inp, payload)
-    assert sbomkit.compare_twins(spdx_path, cdx_path) == 7
+    assert sbomkit.compare_twins(spdx_path, cdx_path) == 7  # supplier, purl and licences alike in both
     sbomkit.require_ntia(spdx_path)
     sbomkit.require_cdx_js(cdx_path)
     packages = {p["name"]: p for p in json.loads(spdx_path.read_text())["packages"]}
     components = {c["name"]: c for c in json.loads(cdx_path.read_text())["components"]}
     assert packages["c++"]["supplier"] == "Organization: Debian (package g++-12)" and components["c++"]["supplier"]["name"] == "Debian (package g++-12)"
+    assert packages["c++"]["licenseDeclared"] == "GPL-3.0-or-later WITH GCC-exception-3.1"
     compiler = PackageURL.from_string(components["c++"]["purl"])
     assert (compiler.type, compiler.namespace, compiler.name, compiler.version) == ("deb", "debian", "g++-12", "12.2.0-14+deb12u1")
     port = PackageURL.from_string(components["libavcodec"]["purl"])
-    assert (port.type, port.namespace, port.name, port.version) == ("generic", "vcpkg", "ffmpeg[avcodec]", "61.19.101")
-    assert packages["libavcodec"]["supplier"] == "Organization: vcpkg (port ffmpeg[avcodec])"
-    assert "purl" not in components["ompfake"] and not packages["ompfake"].get("externalRefs")
-    assert components["ompfake"]["supplier"]["name"] == "the build host (no package owns it)"
+    assert (port.type, port.namespace, port.name, port.version, port.qualifiers) == ("generic", "vcpkg", "ffmpeg", "7.1.2", {"port_version": "5", "triplet": "x64-windows"})
+    assert packages["libavcodec"]["supplier"] == "Organization: vcpkg (port ffmpeg)"
+    # The local FFmpeg: no purl, the build host as supplier, its release and licence, its files by SHA-256.
+    assert "purl" not in components["libavformat"] and not packages["libavformat"].get("externalRefs")
+    assert components["libavformat"]["supplier"]["name"] == "the build host (a local build: no package owns it)"
+    assert packages["libavformat"]["licenseDeclared"] == packages["libavformat"]["licenseConcluded"] == "LGPL-2.1-or-later"
+    assert "release FFmpeg 7.1.5" in packages["libavformat"]["comment"] and f"libavformat.so.61.7.100 {'2' * 64}" in packages["libavformat"]["comment"]
+    properties = {p["name"]: p["value"] for p in components["libavformat"]["properties"]}
+    assert {v for k, v in properties.items() if k.endswith(":origin")} == {"local"} and {v for k, v in properties.items() if k.endswith(":release")} == {"FFmpeg 7.1.5"}
 
 
 def _with(inp, **changes):

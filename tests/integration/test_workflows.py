@@ -483,11 +483,13 @@ def test_linux_build_job_installs_the_lanes_host_dependencies_before_building():
 
     steps_ = load(RELEASE)["jobs"]["build-linux"]["steps"]
     runs = [s.get("run", "") for s in steps_]
-    install = next(i for i, run in enumerate(runs) if "host_packages.py rtx5090-container debian" in run)
+    install = next(i for i, run in enumerate(runs) if "enter-build-environment.sh" in run)
     build = next(i for i, run in enumerate(runs) if "nox -s build-5090" in run)
     assert install < build
-    assert 'packages="$(python .github/scripts/host_packages.py rtx5090-container debian)"' in runs[install]
-    assert "apt-get install -y -qq --no-install-recommends $packages" in runs[install]
+    assert runs[install] == 'sh packaging/linux/enter-build-environment.sh "$OMP_NINFER_DEBIAN_SNAPSHOT" "$DEBIAN_SUITE" rtx5090-container'
+    script = (ROOT / "packaging" / "linux" / "enter-build-environment.sh").read_text()
+    assert 'packages="$(python3 .github/scripts/host_packages.py "$lane" debian)"' in script
+    assert "apt-get install -y -qq --no-install-recommends $packages" in script
     helper = ROOT / ".github" / "scripts" / "host_packages.py"
     printed = subprocess.run([sys.executable, str(helper), "rtx5090-container", "debian"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
     lane = find_lane("5090")
@@ -582,3 +584,34 @@ def test_the_vcpkg_manifest_turns_core_into_no_default_features_and_reports_unre
     for argv in (["vcpkg-manifest", "rtx9999-windows-native"], ["vcpkg-manifest", "rtx9998-missing"]):
         bad = subprocess.run([sys.executable, str(helper), *argv], cwd=tmp_path, capture_output=True, text=True)
         assert bad.returncode == 1 and bad.stdout == "" and bad.stderr.startswith("::error::") and "Traceback" not in bad.stderr, bad.stderr
+
+
+def test_the_linux_build_runs_in_the_pinned_container_with_packages_from_the_pinned_snapshot(tmp_path):
+    """The job container is the pin's by digest; the build is told the container and the snapshot (which it records)."""
+    import subprocess
+    import sys
+
+    from pipeline.formats.build_environment import read_pin
+
+    pin = read_pin()
+    jobs = load(RELEASE)["jobs"]
+    job = jobs["build-linux"]
+    assert job["container"]["image"] == pin["container"] and "@sha256:" in pin["container"]
+    assert job["env"]["OMP_NINFER_BUILD_CONTAINER"] == "${{ needs.preflight.outputs.linux_container }}"
+    assert job["env"]["OMP_NINFER_DEBIAN_SNAPSHOT"] == "${{ needs.preflight.outputs.debian_snapshot }}"
+    outputs = jobs["preflight"]["outputs"]
+    assert outputs["linux_container"] == "${{ steps.build-environment.outputs.container }}"
+    [step] = [s for s in jobs["preflight"]["steps"] if s.get("id") == "build-environment"]
+    assert step["run"] == 'python .github/scripts/host_packages.py build-environment >> "$GITHUB_OUTPUT"'
+    helper = ROOT / ".github" / "scripts" / "host_packages.py"
+    printed = subprocess.run([sys.executable, str(helper), "build-environment"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert printed == f"container={pin['container']}\ndebian_snapshot={pin['debian_snapshot']}\ndebian_suite={pin['debian_suite']}\n"
+    # The script refuses what is not a snapshot date, before it touches apt.
+    script = ROOT / "packaging" / "linux" / "enter-build-environment.sh"
+    refused = subprocess.run(["sh", str(script), "2025-12-29", "bookworm", "rtx5090-container"], cwd=tmp_path, capture_output=True, text=True)
+    assert refused.returncode == 2 and "not a snapshot.debian.org timestamp" in refused.stderr
+    # The outsider's command in docs/provenance.md is the same environment.
+    docs = (ROOT / "docs" / "provenance.md").read_text()
+    assert "podman run --rm" in docs and pin["container"] in docs
+    assert f"enter-build-environment.sh {pin['debian_snapshot']} {pin['debian_suite']} rtx5090-container" in docs
+    assert f"OMP_NINFER_DEBIAN_SNAPSHOT={pin['debian_snapshot']}" in docs and f"OMP_NINFER_BUILD_CONTAINER={pin['container']}" in docs

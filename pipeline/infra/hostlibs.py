@@ -1,0 +1,258 @@
+"""What one host library found through pkg-config really is: its files, sonames, release, licence and owner.
+
+`hostdeps.check` finds a declared module; this module inspects it without
+recording where it lives (a prefix under --pkg-config-path is a private path):
+
+- the `.pc` file by module name and SHA-256, and the library files its `Libs`
+  name (`-l<name>` found in its `-L` folders or `libdir`) by file name, DT_SONAME
+  (pyelftools) and SHA-256;
+- the upstream release where the library states it (FFmpeg's `FFMPEG_VERSION`
+  in `<includedir>/libavutil/ffversion.h`, libcurl's `LIBCURL_VERSION` in
+  `<includedir>/curl/curlver.h`);
+- the licence the library reports about itself where it can (FFmpeg's
+  `<lib>_license()`, called through ctypes in a child process with a timeout:
+  loading a library runs its constructors, which must not take the pipeline down);
+- on a Windows host, the vcpkg port that installed the `.pc` file, from vcpkg's
+  own installed status (`installed/vcpkg/status` and `installed/vcpkg/info/*.list`).
+
+Every read is bounded in size, every child process in time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pipeline.util.hashing import sha256_bytes, sha256_file
+
+TIMEOUT = 30
+MAX_PC_BYTES = 64 << 10
+MAX_HEADER_BYTES = 256 << 10
+MAX_LIBRARY_BYTES = 1 << 30
+MAX_STATUS_BYTES = 16 << 20
+MAX_LIST_FILES = 4096
+MAX_LIST_BYTES = 8 << 20
+_VERSION_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~:-]{0,63}")
+
+# module -> (project, header under includedir, macro): where a library states its upstream release.
+FFMPEG_LIBRARIES = ("libavcodec", "libavdevice", "libavfilter", "libavformat", "libavutil", "libpostproc", "libswresample", "libswscale")
+RELEASE_HEADERS: dict[str, tuple[str, str, str]] = {
+    **{name: ("FFmpeg", "libavutil/ffversion.h", "FFMPEG_VERSION") for name in FFMPEG_LIBRARIES},
+    "libcurl": ("curl", "curl/curlver.h", "LIBCURL_VERSION"),
+}
+# What FFmpeg's <lib>_license() returns (libavutil/utils.c: FFMPEG_LICENSE from configure) -> SPDX.
+FFMPEG_LICENSES = {
+    "LGPL version 2.1 or later": "LGPL-2.1-or-later",
+    "LGPL version 3 or later": "LGPL-3.0-or-later",
+    "GPL version 2 or later": "GPL-2.0-or-later",
+    "GPL version 3 or later": "GPL-3.0-or-later",
+}
+# Runs in a child: print what `<symbol>()` of the library returns (a C string), nothing else.
+_LICENSE_PROBE = (
+    "import ctypes, sys\n"
+    "library = ctypes.CDLL(sys.argv[1])\n"
+    "function = getattr(library, sys.argv[2])\n"
+    "function.restype = ctypes.c_char_p\n"
+    "sys.stdout.write((function() or b'')[:200].decode('ascii', 'replace'))\n"
+)
+
+
+@dataclass(frozen=True)
+class LibraryFile:
+    """One library a module's Libs names: its real file name, DT_SONAME and SHA-256 (never its folder)."""
+
+    link_name: str  # -l<name>
+    file: str  # the real file's name, e.g. libavformat.so.61.7.100
+    soname: str | None
+    sha256: str
+    path: str  # where it is on this host: to probe it, never recorded
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "soname": self.soname, "sha256": self.sha256}
+
+
+def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes | None:
+    """At most `limit` bytes of `path`, or None if it is missing, unreadable or larger."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(limit + 1)
+    except OSError:
+        return None
+    return data if len(data) <= limit else None
+
+
+def file_digest(path: str | os.PathLike[str]) -> str | None:
+    """SHA-256 of a host file (streamed), or None if it is unreadable or larger than a library may be."""
+    try:
+        return sha256_file(path) if os.path.getsize(path) <= MAX_LIBRARY_BYTES else None
+    except OSError:
+        return None
+
+
+def _run(argv: list[str], env: Mapping[str, str]) -> str | None:
+    try:
+        result = subprocess.run(argv, env=dict(env), capture_output=True, text=True, errors="replace", timeout=TIMEOUT, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def variable(pkg_config: str, module: str, name: str, env: Mapping[str, str]) -> str | None:
+    return _run([pkg_config, f"--variable={name}", module], env) or None
+
+
+def elf_soname(path: str | os.PathLike[str]) -> str | None:
+    """DT_SONAME of an ELF shared library, or None (not ELF, none set, unreadable, too large)."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.dynamic import DynamicSection
+    from elftools.elf.elffile import ELFFile
+
+    try:
+        if os.path.getsize(path) > MAX_LIBRARY_BYTES:
+            return None
+        with open(path, "rb") as handle:
+            if handle.read(4) != b"\x7fELF":
+                return None
+            handle.seek(0)
+            for section in ELFFile(handle).iter_sections():
+                if isinstance(section, DynamicSection):
+                    for tag in section.iter_tags("DT_SONAME"):
+                        return str(tag.soname)[:255]
+    except (OSError, ELFError, ValueError, KeyError):
+        return None
+    return None
+
+
+def library_files(pkg_config: str, module: str, env: Mapping[str, str], libdir: str | None) -> list[LibraryFile]:
+    """The shared libraries `pkg-config --libs <module>` names, found where the linker would find them."""
+    flags = (_run([pkg_config, "--libs", module], env) or "").split()
+    folders = [flag[2:] for flag in flags if flag.startswith("-L") and len(flag) > 2]
+    folders += [libdir] if libdir else []
+    out = []
+    for flag in flags:
+        if not flag.startswith("-l") or len(flag) <= 2:
+            continue
+        name = flag[2:]
+        for folder in folders:
+            candidate = Path(folder) / f"lib{name}.so"
+            if candidate.is_file():
+                real = Path(os.path.realpath(candidate))
+                if real.stat().st_size > MAX_LIBRARY_BYTES:
+                    break
+                out.append(LibraryFile(name, real.name, elf_soname(real), sha256_file(real), str(real)))
+                break
+    return out
+
+
+def upstream_release(module: str, includedir: str | None) -> dict[str, str] | None:
+    """{project, version, source} where the module's headers state its upstream release, else None."""
+    known = RELEASE_HEADERS.get(module)
+    if known is None or not includedir:
+        return None
+    project, header, macro = known
+    data = read_bounded(Path(includedir) / header, MAX_HEADER_BYTES)
+    if data is None:
+        return None
+    match = re.search(rb'^[ \t]*#[ \t]*define[ \t]+' + macro.encode() + rb'[ \t]+"([^"\n]{1,64})"', data, re.MULTILINE)
+    if match is None:
+        return None
+    version = match.group(1).decode("ascii", "replace")
+    if not _VERSION_TEXT.fullmatch(version):
+        return None
+    return {"project": project, "version": version, "source": f"{header} {macro}"}
+
+
+def self_reported_license(module: str, libraries: list[LibraryFile], env: Mapping[str, str]) -> str | None:
+    """The SPDX licence an FFmpeg library reports about itself (`<lib>_license()`), else None."""
+    if module not in FFMPEG_LIBRARIES or not libraries:
+        return None
+    library = libraries[0]
+    symbol = f"{module.removeprefix('lib')}_license"
+    # The library's own folder first: its NEEDED siblings (libavutil for libavformat) are in the same prefix.
+    search = os.pathsep.join([os.path.dirname(library.path), *filter(None, [env.get("LD_LIBRARY_PATH")])])
+    text = _run([sys.executable, "-I", "-S", "-c", _LICENSE_PROBE, library.path, symbol], {**env, "LC_ALL": "C", "LD_LIBRARY_PATH": search})
+    return FFMPEG_LICENSES.get(text or "")
+
+
+RELOCATED_PREFIX = b"@PREFIX@"
+
+
+def pc_file_digest(pc_file: str, *, relocate: bool) -> str | None:
+    """SHA-256 of the `.pc` file; `relocate`d (a local build), of its bytes with its own `prefix=` folder written
+    `@PREFIX@`: a .pc names the folder it was installed under, so the same build under two prefixes has one digest
+    (and the digest says nothing about the private folder)."""
+    data = read_bounded(pc_file, MAX_PC_BYTES)
+    if data is None:
+        return None
+    if relocate:
+        match = re.search(rb"^prefix=(/[^\n]*?)/*$", data, re.MULTILINE)
+        if match and len(match.group(1)) > 1:
+            data = data.replace(match.group(1), RELOCATED_PREFIX)
+    return sha256_bytes(data)
+
+
+# -- vcpkg's installed status (Windows hosts) -----------------------------------------------
+
+
+def _paragraphs(text: str) -> list[dict[str, str]]:
+    out, current = [], {}
+    for line in text.splitlines():
+        if not line.strip():
+            if current:
+                out.append(current)
+            current = {}
+            continue
+        key, sep, value = line.partition(":")
+        if sep and not line.startswith((" ", "\t")):
+            current[key.strip()] = value.strip()
+    if current:
+        out.append(current)
+    return out
+
+
+def vcpkg_owner(pc_file: str) -> dict[str, str] | None:
+    """{port, version, port_version, triplet} of the vcpkg port whose files list `pc_file`, from vcpkg's status.
+
+    `pc_file` is `<installed>/<triplet>/lib/pkgconfig/<module>.pc` (or under `debug/`); vcpkg records every file a
+    port installed in `<installed>/vcpkg/info/<port>_<version>_<triplet>.list` and each installed port's version
+    in `<installed>/vcpkg/status` (a Debian-control-like file).
+    """
+    path = Path(pc_file)
+    parts = path.parts
+    for depth in (3, 4):  # <triplet>/lib/pkgconfig/x.pc, <triplet>/debug/lib/pkgconfig/x.pc
+        if len(parts) <= depth + 1:
+            continue
+        installed = path.parents[depth]
+        triplet = path.parents[depth - 1].name
+        relative = "/".join(parts[len(installed.parts):])
+        status = read_bounded(installed / "vcpkg" / "status", MAX_STATUS_BYTES)
+        info = installed / "vcpkg" / "info"
+        if status is None or not info.is_dir():
+            continue
+        port = _listing_port(info, relative, triplet)
+        if port is None:
+            continue
+        for paragraph in _paragraphs(status.decode("utf-8", "replace")):
+            if (paragraph.get("Package"), paragraph.get("Architecture")) == (port, triplet) and "Feature" not in paragraph and paragraph.get("Status", "").endswith(" installed"):
+                version = paragraph.get("Version", "")
+                if _VERSION_TEXT.fullmatch(version):
+                    return {"port": port, "version": version, "port_version": paragraph.get("Port-Version", "0"), "triplet": triplet}
+    return None
+
+
+def _listing_port(info: Path, relative: str, triplet: str) -> str | None:
+    lists = sorted(info.glob(f"*_{triplet}.list"))[:MAX_LIST_FILES]
+    for listing in lists:
+        data = read_bounded(listing, MAX_LIST_BYTES)
+        if data is None:
+            continue
+        lines = {line.strip().replace("\\", "/").lower() for line in data.decode("utf-8", "replace").splitlines()}
+        if relative.lower() in lines:
+            return listing.name.split("_", 1)[0]
+    return None

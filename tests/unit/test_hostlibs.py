@@ -1,0 +1,108 @@
+"""What a host library is: vcpkg's installed status, the purl of each origin, the release headers, the build environment pin."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import EnvironmentProblem
+from pipeline.formats import build_environment
+from pipeline.formats.components import host_purl, host_supplier
+from pipeline.formats.provenance import environment_descriptors
+from pipeline.infra import hostlibs
+
+STATUS = """Package: ffmpeg
+Version: 7.1.2
+Port-Version: 5
+Depends: vcpkg-cmake
+Architecture: x64-windows
+Multi-Arch: same
+Abi: 0123
+Status: install ok installed
+
+Package: ffmpeg
+Feature: avformat
+Architecture: x64-windows
+Multi-Arch: same
+Status: install ok installed
+
+Package: curl
+Version: 8.17.0
+Architecture: x64-windows
+Multi-Arch: same
+Abi: 4567
+Status: deinstall ok not-installed
+"""
+
+
+def _vcpkg_tree(tmp_path):
+    installed = tmp_path / "vcpkg" / "installed"
+    pkgconfig = installed / "x64-windows" / "lib" / "pkgconfig"
+    pkgconfig.mkdir(parents=True)
+    for name in ("libavformat", "libcurl", "stray"):
+        (pkgconfig / f"{name}.pc").write_text("Name: x\nVersion: 1\n")
+    info = installed / "vcpkg" / "info"
+    info.mkdir(parents=True)
+    (installed / "vcpkg" / "status").write_text(STATUS)
+    (info / "ffmpeg_7.1.2_x64-windows.list").write_text("x64-windows/\nx64-windows/lib/pkgconfig/libavformat.pc\nx64-windows/bin/avformat-61.dll\n")
+    (info / "curl_8.17.0_x64-windows.list").write_text("x64-windows/lib/pkgconfig/libcurl.pc\n")
+    return pkgconfig
+
+
+def test_the_vcpkg_port_of_a_pc_file_comes_from_vcpkgs_installed_status(tmp_path):
+    pkgconfig = _vcpkg_tree(tmp_path)
+    assert hostlibs.vcpkg_owner(str(pkgconfig / "libavformat.pc")) == {"port": "ffmpeg", "version": "7.1.2", "port_version": "5", "triplet": "x64-windows"}
+    assert hostlibs.vcpkg_owner(str(pkgconfig / "libcurl.pc")) is None  # listed, but its status says not installed
+    assert hostlibs.vcpkg_owner(str(pkgconfig / "stray.pc")) is None  # no port lists it: a local file
+    assert hostlibs.vcpkg_owner(str(tmp_path / "elsewhere" / "lib" / "pkgconfig" / "x.pc")) is None
+
+
+def test_each_origin_has_its_own_purl_and_supplier_and_linux_never_says_vcpkg():
+    debian = {"origin": "debian", "debian_package": "libavformat-dev", "debian_version": "7:5.1.6-0+deb12u1"}
+    assert host_purl(debian, "debian") == "pkg:deb/debian/libavformat-dev@7:5.1.6-0%2Bdeb12u1"
+    assert host_supplier(debian, "debian") == "Debian (package libavformat-dev)"
+    vcpkg = {"origin": "vcpkg", "vcpkg": {"port": "ffmpeg", "version": "7.1.2", "port_version": "5", "triplet": "x64-windows"}}
+    assert host_purl(vcpkg, "debian") == "pkg:generic/vcpkg/ffmpeg@7.1.2?port_version=5&triplet=x64-windows"
+    assert host_supplier(vcpkg, "debian") == "vcpkg (port ffmpeg)"
+    # A local build: no package purl, the build host as supplier; a declared vcpkg port (the lane's) is no origin.
+    local = {"origin": "local", "vcpkg_port": "ffmpeg[avformat]", "version": "61.7.100"}
+    assert host_purl(local, "debian") is None and host_supplier(local, "debian").startswith("the build host")
+
+
+def test_the_upstream_release_is_read_from_the_header_the_library_installs_and_bounded(tmp_path):
+    include = tmp_path / "include"
+    (include / "curl").mkdir(parents=True)
+    (include / "curl" / "curlver.h").write_text('#ifndef CURLINC_CURLVER_H\n#define LIBCURL_COPYRIGHT "Daniel Stenberg"\n#define LIBCURL_VERSION "8.17.0"\n#define LIBCURL_VERSION_MAJOR 8\n')
+    assert hostlibs.upstream_release("libcurl", str(include)) == {"project": "curl", "version": "8.17.0", "source": "curl/curlver.h LIBCURL_VERSION"}
+    assert hostlibs.upstream_release("zlib", str(include)) is None  # no header known to state it
+    (include / "libavutil").mkdir()
+    (include / "libavutil" / "ffversion.h").write_text('#define FFMPEG_VERSION "7.1; rm -rf /"\n')
+    assert hostlibs.upstream_release("libavformat", str(include)) is None  # not a version
+    (include / "libavutil" / "ffversion.h").write_bytes(b"/*" + b" " * (hostlibs.MAX_HEADER_BYTES + 1) + b'*/\n#define FFMPEG_VERSION "7.1.5"\n')
+    assert hostlibs.upstream_release("libavformat", str(include)) is None  # over the bound: not read
+
+
+def test_a_local_pc_file_has_one_digest_under_any_prefix(tmp_path):
+    digests = set()
+    for prefix in ("/opt/ffmpeg-7.1.5", "/home/someone/prefixes/ff"):
+        path = tmp_path / f"{len(digests)}.pc"
+        path.write_text(f"prefix={prefix}\nlibdir=${{prefix}}/lib\nName: libavutil\nVersion: 59.39.100\nLibs: -L{prefix.rstrip('/')}/lib -lavutil\n")
+        digests.add(hostlibs.pc_file_digest(str(path), relocate=True))
+        assert hostlibs.pc_file_digest(str(path), relocate=False) not in digests
+    assert len(digests) == 1
+
+
+def test_the_build_environment_is_recorded_only_as_pinned(tmp_path):
+    pin = build_environment.read_pin()
+    env = {build_environment.CONTAINER_VARIABLE: pin["container"], build_environment.SNAPSHOT_VARIABLE: pin["debian_snapshot"]}
+    assert build_environment.observed({}) is None  # outside the pinned environment nothing is claimed
+    recorded = build_environment.observed(env)
+    assert recorded["digest"] == pin["container"].rsplit("@", 1)[1] and recorded["debian_archive"].endswith(f"/archive/debian/{pin['debian_snapshot']}/")
+    container, snapshot = environment_descriptors({"build_environment": recorded})
+    assert container["uri"] == f"oci://{pin['container']}" and container["digest"]["sha256"] == recorded["digest"].removeprefix("sha256:")
+    assert snapshot["annotations"]["date"] == pin["debian_snapshot"]
+    for variable, value in ((build_environment.SNAPSHOT_VARIABLE, "20990101T000000Z"), (build_environment.CONTAINER_VARIABLE, pin["container"][:-1] + "0")):
+        with pytest.raises(EnvironmentProblem, match="does not name the pinned build environment") as info:
+            build_environment.observed(dict(env, **{variable: value}))
+        assert info.value.found == value
+    with pytest.raises(EnvironmentProblem):
+        build_environment.observed({build_environment.CONTAINER_VARIABLE: pin["container"]})  # one without the other
