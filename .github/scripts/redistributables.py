@@ -4,7 +4,10 @@
 --toolchain-record FILE` copies every `[[package.redistributables]]` of the lane file into the folder the
 Windows job hands `build --prebuilt`, each from where its `origin` says it comes from:
 
-- `vcpkg`: `<DIR>/bin/<name>` (DIR: vcpkg's installed tree of the triplet, e.g. installed/x64-windows);
+- `vcpkg`: `<DIR>/bin/<name>` (DIR: vcpkg's installed tree of the triplet, e.g. installed/x64-windows),
+  which vcpkg's file list (`installed/vcpkg/info/<port>_*_<triplet>.list`) must give to the lane's
+  `vcpkg_port`, and whose version resource (ProductVersion, read by the pipeline's PE reader) must be
+  that port's installed version (`installed/vcpkg/status`: the pinned baseline's, e.g. ffmpeg 7.1.2#5);
 - `directstorage`: `<dll_folder>/<name>` of the NuGet package packaging/windows/directstorage.toml pins,
   whose SHA-256 is checked before the archive is opened; a `license_from_prebuilt` file (LICENSE.txt) is
   the package's own file of that name, copied unchanged;
@@ -12,7 +15,7 @@ Windows job hands `build --prebuilt`, each from where its `origin` says it comes
   SHA-256 checked against the record.
 
 `... directstorage-url` prints the pinned package's URL, which the job downloads.  Standard library only,
-like host_packages.py; each copy is bounded, and a name from the lane file is a
+like host_packages.py, but for the vcpkg DLLs' version check (the pipeline's PE reader); each copy is bounded, and a name from the lane file is a
 plain file name or the job stops (an ::error line, exit 1) before anything is copied.
 """
 
@@ -93,6 +96,42 @@ def toolchain_library(record_file: Path, name: str) -> Path:
     return path
 
 
+def installed_port(installed: Path, port: str) -> tuple[str, list[str]]:
+    """`<version>[#<port-version>]` of an installed vcpkg port (its status paragraph) and the files vcpkg lists for it."""
+    triplet, database = installed.name, installed.parent / "vcpkg"
+    status = database / "status"
+    if not status.is_file() or status.stat().st_size > 64 << 20:
+        raise Stop(f"::vcpkg's installed status {status} is missing or too large")
+    for paragraph in status.read_text(encoding="utf-8").split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in paragraph.splitlines() if ": " in line)
+        if fields.get("Package") == port and "Feature" not in fields and fields.get("Architecture") == triplet and fields.get("Status", "").endswith(" installed"):
+            version = fields.get("Version", "") + (f"#{fields['Port-Version']}" if fields.get("Port-Version", "0") != "0" else "")
+            break
+    else:
+        raise Stop(f"::vcpkg's status {status} has no installed {port}:{triplet}")
+    lists = sorted((database / "info").glob(f"{port}_*_{triplet}.list"))
+    if len(lists) != 1:
+        raise Stop(f"::vcpkg lists {len(lists)} file lists for {port}:{triplet} under {database / 'info'}, not one")
+    return version, lists[0].read_text(encoding="utf-8").splitlines()
+
+
+def check_vcpkg_dll(lane_file: Path, installed: Path, item: dict, dll: Path) -> str:
+    """The DLL is the lane's port's (vcpkg's own file list says so) and states that port's installed version."""
+    # The pipeline's one PE reader (the build step installed the pipeline before this one runs).
+    from pipeline.infra.binaries import pe_product_version
+
+    port, name = item.get("vcpkg_port"), item["name"]
+    if not isinstance(port, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", port):
+        raise Stop(f"file={lane_file}::{name}: vcpkg_port {port!r} is not a vcpkg port name")
+    version, files = installed_port(installed, port)
+    if f"{installed.name}/bin/{name}" not in files:
+        raise Stop(f"file={lane_file}::{name} is not a file of vcpkg's {port} (its list names no {installed.name}/bin/{name}): fix vcpkg_port")
+    stated = pe_product_version(dll)
+    if stated != version.partition("#")[0]:
+        raise Stop(f"file={lane_file}::{name} states ProductVersion {stated!r}, but vcpkg installed {port} {version} (the pinned baseline's): the DLL is not that port's build")
+    return f"{name}: vcpkg port {port} {version} ({installed.name}), ProductVersion {stated}"
+
+
 def gather(args: argparse.Namespace) -> list[str]:
     if not LANE.fullmatch(args.lane):
         raise Stop(f"::{args.lane!r} is not a lane id")
@@ -107,6 +146,7 @@ def gather(args: argparse.Namespace) -> list[str]:
             if not source.is_file() or source.stat().st_size > MAX_BYTES:
                 raise Stop(f"::vcpkg installed no {name} under {args.vcpkg / 'bin'} (the lane's {name} comes from vcpkg)")
             shutil.copyfile(source, target)
+            print(f"::notice::{check_vcpkg_dll(Path('runtime/lanes') / f'{args.lane}.toml', args.vcpkg, item, target)}", file=sys.stderr)
         elif origin == "directstorage" and archive is not None:
             copy_member(archive, f"{folder}/{name}", target)
             licence = item.get("license_from_prebuilt")

@@ -203,6 +203,9 @@ _REDISTRIBUTABLE = {
     # The licence file the redistributable's own package ships (DirectStorage's NuGet package: LICENSE.txt,
     # the terms of its native/bin/ DLLs), which the Windows job puts beside the DLLs it gives --prebuilt.
     "license_from_prebuilt": Field(str, required=False),
+    # The vcpkg port whose installed files hold the DLL (origin vcpkg): the Windows job checks the DLL's version
+    # resource against that port's installed version (vcpkg's status at the pinned baseline).
+    "vcpkg_port": Field(str, required=False, check=matches(r"[a-z0-9][a-z0-9-]*"), expected="a vcpkg port name, e.g. 'ffmpeg'"),
     # A library the runtime loads by name (LoadLibrary), so no import table names it:
     # it is bundled whenever the library named here is.
     "loaded_by": Field(str, required=False),
@@ -239,6 +242,7 @@ class Redistributable:
     loaded_by: str | None = None
     copyright: str | None = None
     license_from_prebuilt: str | None = None
+    vcpkg_port: str | None = None
 
 
 @dataclass(frozen=True)
@@ -586,6 +590,18 @@ def _read_redistributables(pkg: dict[str, Any], file: Path) -> tuple[Redistribut
     return redistributables
 
 
+def _check_vcpkg_ports(redistributables: tuple[Redistributable, ...], host_dependencies: tuple[HostDependency, ...], file: Path) -> None:
+    # A DLL from vcpkg names its port, one the lane's build-host dependencies install (host_packages.py vcpkg-manifest).
+    ports = sorted({d.vcpkg.partition("[")[0] for d in host_dependencies if d.vcpkg})
+    for index, item in enumerate(redistributables):
+        field = f"package.redistributables[{index}].vcpkg_port"
+        if item.origin == "vcpkg" and item.vcpkg_port not in ports:
+            raise InputError("a DLL from vcpkg must name the port that installs it, one of the lane's build-host dependencies", file=file, field=field,
+                             found=item.vcpkg_port, expected=" or ".join(repr(p) for p in ports) or "a [[build.host_dependencies]] entry with a vcpkg port")
+        if item.origin != "vcpkg" and item.vcpkg_port is not None:
+            raise InputError("names a vcpkg port for a DLL that does not come from vcpkg", file=file, field=field, found=item.vcpkg_port, expected=f"no vcpkg_port (origin {item.origin})")
+
+
 def _check_prebuilt_licence_name(name: str, redistributables: list[str], *, file: Path, field: str) -> None:
     # A plain file name of the --prebuilt folder, and no library's: build takes it as a licence text, not a DLL.
     safe_component(name, file=file, field=field, expected="a plain file name such as 'LICENSE.txt'")
@@ -685,6 +701,7 @@ def load_lane(path: Path) -> Lane:
                 fix=f"add [package.{key}] with supplier = \"...\" and version = \"...\"",
             )
     host_dependencies = parse_host_dependencies(build["host_dependencies"] or [], file=file, prefix="build.host_dependencies", build_host=plat["build_host"])
+    _check_vcpkg_ports(redistributables, host_dependencies, file)
     expected_layout = "binary-archive" if expected_kind == "container" else "native-asset-set"
     if pkg["layout"] != expected_layout:
         raise InputError("package layout does not fit the lane kind", file=file, field="package.layout", found=pkg["layout"], expected=repr(expected_layout))

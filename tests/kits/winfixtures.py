@@ -114,6 +114,22 @@ def _cc(args: list[str], cwd: Path) -> None:
         raise AssertionError(f"{MINGW} {' '.join(args)} failed:\n{result.stderr}")
 
 
+def compile_versioned_dll(out: Path, name: str) -> Path:
+    """One small DLL named `name` with that DLL's version resource (`VERSIONS`) and no imports: a stand-in
+    for a file of an installed vcpkg tree, where only its name and version resource matter."""
+    require_mingw()
+    work = out.parent / f".{name}-work"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "version.rc").write_text(version_resource(*VERSIONS[name]))
+    result = subprocess.run([WINDRES, "version.rc", "-O", "coff", "-o", "version.res.o"], cwd=work, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"{WINDRES} version.rc failed:\n{result.stderr}")
+    out.mkdir(parents=True, exist_ok=True)
+    _cc([*COMMON, "-shared", "-o", str(out / name), str(FIXTURES / "avutil.c"), "version.res.o"], work)
+    shutil.rmtree(work)
+    return out / name
+
+
 def compile_windows_prebuilt(
     out: Path,
     identity: dict[str, str],
