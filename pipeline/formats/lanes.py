@@ -610,6 +610,25 @@ def _check_prebuilt_licence_name(name: str, redistributables: list[str], *, file
                          expected="the licence file the redistributable's package ships, e.g. 'LICENSE.txt'")
 
 
+def _read_providers(pkg: dict[str, Any], gpu: dict[str, Any], file: Path) -> dict[str, Provider]:
+    """Who supplies the target-provided libraries, per kind (the SBOMs name a supplier and version for each)."""
+    # The driver libraries are the NVIDIA driver's, at least the lane's minimum version.
+    providers = {"driver": Provider(DRIVER_SUPPLIER, f"{gpu['minimum_driver_major']} or later")}
+    for kind, key, libraries in (("system", "system_provider", pkg["system_libraries"]), ("base-image", "base_image_provider", pkg["base_image_libraries"] or [])):
+        if pkg[key] is not None:
+            providers[kind] = Provider(**read_table(pkg[key], _PROVIDER, file=file, prefix=f"package.{key}"))
+        elif libraries:
+            raise InputError(
+                f"the lane lists {kind} libraries but not who provides them",
+                file=file,
+                field=f"package.{key}",
+                expected="a table with supplier and version",
+                why="every component of the SBOMs names its supplier and version, the target-provided ones too",
+                fix=f"add [package.{key}] with supplier = \"...\" and version = \"...\"",
+            )
+    return providers
+
+
 def load_lane(path: Path) -> Lane:
     data = read_toml(path)
     file = str(path)
@@ -686,20 +705,7 @@ def load_lane(path: Path) -> Lane:
                 fix="remove the argument; change cuda.architecture or component fields instead",
             )
     redistributables = _read_redistributables(pkg, file)
-    # The driver libraries are the NVIDIA driver's, at least the lane's minimum version.
-    providers = {"driver": Provider(DRIVER_SUPPLIER, f"{gpu['minimum_driver_major']} or later")}
-    for kind, key, libraries in (("system", "system_provider", pkg["system_libraries"]), ("base-image", "base_image_provider", pkg["base_image_libraries"] or [])):
-        if pkg[key] is not None:
-            providers[kind] = Provider(**read_table(pkg[key], _PROVIDER, file=file, prefix=f"package.{key}"))
-        elif libraries:
-            raise InputError(
-                f"the lane lists {kind} libraries but not who provides them",
-                file=file,
-                field=f"package.{key}",
-                expected="a table with supplier and version",
-                why="every component of the SBOMs names its supplier and version, the target-provided ones too",
-                fix=f"add [package.{key}] with supplier = \"...\" and version = \"...\"",
-            )
+    providers = _read_providers(pkg, gpu, file)
     host_dependencies = parse_host_dependencies(build["host_dependencies"] or [], file=file, prefix="build.host_dependencies", build_host=plat["build_host"])
     _check_vcpkg_ports(redistributables, host_dependencies, file)
     expected_layout = "binary-archive" if expected_kind == "container" else "native-asset-set"
