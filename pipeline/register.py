@@ -48,6 +48,8 @@ KINDS: dict[str, frozenset[str]] = {
     # what the build's toolchain gives later stages (pipeline/formats/toolchain_record.py)
     "toolchain": frozenset({"toolchain_kind", "toolchain_root", "library_dir"}),  # not "root": that names where an entry lives
     "runtime-library": frozenset({"library", "origin"}),
+    # a redistributable's own licence text given with it to build --prebuilt (DirectStorage's LICENSE.txt)
+    "licence-text": frozenset({"licence_file", "redistributables"}),
     "package-archive": frozenset({"component_tag"}),
     "source-archive": frozenset({"component_tag"}),
     "spdx-sbom": frozenset({"component_tag"}),

@@ -201,8 +201,15 @@ _REDISTRIBUTABLE = {
     "license": Field(str),
     "supplier": Field(str),
     "version": Field(str, required=False),
-    # The licence text shipped beside the library in the package (repository-relative path).
+    # The licence text shipped beside the library in the package (repository-relative path).  With
+    # license_from_prebuilt it is only the stand-in a rehearsal may ship (package refuses it otherwise).
     "license_file": Field(str),
+    # The licence file the redistributable's own package ships (DirectStorage's NuGet package: LICENSE.txt,
+    # the terms of its native/bin/ DLLs), which the Windows job puts beside the DLLs it gives --prebuilt.
+    "license_from_prebuilt": Field(str, required=False),
+    # The vcpkg port whose installed files hold the DLL (origin vcpkg): the Windows job checks the DLL's version
+    # resource against that port's installed version (vcpkg's status at the pinned baseline).
+    "vcpkg_port": Field(str, required=False, check=matches(r"[a-z0-9][a-z0-9-]*"), expected="a vcpkg port name, e.g. 'ffmpeg'"),
     # A library the runtime loads by name (LoadLibrary), so no import table names it:
     # it is bundled whenever the library named here is.
     "loaded_by": Field(str, required=False),
@@ -238,6 +245,8 @@ class Redistributable:
     version: str | None = None
     loaded_by: str | None = None
     copyright: str | None = None
+    license_from_prebuilt: str | None = None
+    vcpkg_port: str | None = None
 
 
 @dataclass(frozen=True)
@@ -445,6 +454,15 @@ class Lane:
         return self.target_platform.startswith("windows")
 
     @property
+    def prebuilt_licences(self) -> dict[str, tuple[str, ...]]:
+        """Licence file of the --prebuilt folder -> the redistributables whose terms it is (license_from_prebuilt)."""
+        found: dict[str, list[str]] = {}
+        for item in self.redistributables:
+            if item.license_from_prebuilt is not None:
+                found.setdefault(item.license_from_prebuilt, []).append(item.name)
+        return {name: tuple(users) for name, users in sorted(found.items())}
+
+    @property
     def executable_suffix(self) -> str:
         return ".exe" if self.is_windows else ""
 
@@ -532,6 +550,92 @@ def _check_rendered_names(file: Path, comp: dict[str, Any], asset_platform: str)
                            expected="a pattern that renders one plain name of at most 200 characters")
 
 
+def _read_redistributables(pkg: dict[str, Any], file: Path) -> tuple[Redistributable, ...]:
+    """The lane's [[package.redistributables]], each name, licence file and loader checked."""
+    redistributables = tuple(
+        Redistributable(**read_table(item, _REDISTRIBUTABLE, file=file, prefix=f"package.redistributables[{i}]"))
+        for i, item in enumerate(pkg["redistributables"])
+    )
+    names = [r.name.lower() for r in redistributables]
+    for index, item in enumerate(redistributables):
+        if names.count(item.name.lower()) > 1:
+            raise InputError("declares a redistributable twice", file=file, field=f"package.redistributables[{index}].name", found=item.name)
+        where = f"package.redistributables[{index}]"
+        safe_component(item.name, file=file, field=f"{where}.name", expected="a library file name such as 'libcurl.dll'")
+        # The text is bundled into the published package: only the repository's licence folder
+        # may provide it (an absolute or '..' path would publish any file of the host).
+        licence = safe_relative(item.license_file, REPO_ROOT, file=file, field=f"{where}.license_file", what="the repository",
+                                expected=f"a path relative to the repository root under {LICENSES_DIR}/, e.g. {LICENSES_DIR}/<licence>.txt")
+        licence_dir = REPO_ROOT / LICENSES_DIR
+        if licence.resolve().parent != licence_dir.resolve():
+            raise InputError(
+                f"licence file is not in the repository's {LICENSES_DIR}/ folder",
+                file=file,
+                field=f"{where}.license_file",
+                found=item.license_file,
+                expected=f"{LICENSES_DIR}/<licence>.txt",
+                why="the text ships in the published package; only the reviewed licence folder may provide it",
+            )
+        if not licence.is_file():
+            raise InputError(
+                "licence file does not exist",
+                file=file,
+                field=f"{where}.license_file",
+                found=item.license_file,
+                expected=f"a path relative to the repository root, e.g. {LICENSES_DIR}/<licence>.txt",
+            )
+        if item.license_from_prebuilt is not None:
+            _check_prebuilt_licence_name(item.license_from_prebuilt, names, file=file, field=f"{where}.license_from_prebuilt")
+        if item.loaded_by is not None and item.loaded_by.lower() not in names:
+            raise InputError(
+                "is loaded by a library the lane does not declare",
+                file=file,
+                field=f"package.redistributables[{index}].loaded_by",
+                found=item.loaded_by,
+                expected="the name of another [[package.redistributables]] entry",
+            )
+    return redistributables
+
+
+def _check_vcpkg_ports(redistributables: tuple[Redistributable, ...], host_dependencies: tuple[HostDependency, ...], file: Path) -> None:
+    # A DLL from vcpkg names its port, one the lane's build-host dependencies install (host_packages.py vcpkg-manifest).
+    ports = sorted({d.vcpkg.partition("[")[0] for d in host_dependencies if d.vcpkg})
+    for index, item in enumerate(redistributables):
+        field = f"package.redistributables[{index}].vcpkg_port"
+        if item.origin == "vcpkg" and item.vcpkg_port not in ports:
+            raise InputError("a DLL from vcpkg must name the port that installs it, one of the lane's build-host dependencies", file=file, field=field,
+                             found=item.vcpkg_port, expected=" or ".join(repr(p) for p in ports) or "a [[build.host_dependencies]] entry with a vcpkg port")
+        if item.origin != "vcpkg" and item.vcpkg_port is not None:
+            raise InputError("names a vcpkg port for a DLL that does not come from vcpkg", file=file, field=field, found=item.vcpkg_port, expected=f"no vcpkg_port (origin {item.origin})")
+
+
+def _check_prebuilt_licence_name(name: str, redistributables: list[str], *, file: Path, field: str) -> None:
+    # A plain file name of the --prebuilt folder, and no library's: build takes it as a licence text, not a DLL.
+    safe_component(name, file=file, field=field, expected="a plain file name such as 'LICENSE.txt'")
+    if name.lower() in redistributables or name.lower().endswith((".dll", ".so", ".exe")) or ".so." in name.lower():
+        raise InputError("names a library or program, not a licence text", file=file, field=field, found=name,
+                         expected="the licence file the redistributable's package ships, e.g. 'LICENSE.txt'")
+
+
+def _read_providers(pkg: dict[str, Any], gpu: dict[str, Any], file: Path) -> dict[str, Provider]:
+    """Who supplies the target-provided libraries, per kind (the SBOMs name a supplier and version for each)."""
+    # The driver libraries are the NVIDIA driver's, at least the lane's minimum version.
+    providers = {"driver": Provider(DRIVER_SUPPLIER, f"{gpu['minimum_driver_major']} or later")}
+    for kind, key, libraries in (("system", "system_provider", pkg["system_libraries"]), ("base-image", "base_image_provider", pkg["base_image_libraries"] or [])):
+        if pkg[key] is not None:
+            providers[kind] = Provider(**read_table(pkg[key], _PROVIDER, file=file, prefix=f"package.{key}"))
+        elif libraries:
+            raise InputError(
+                f"the lane lists {kind} libraries but not who provides them",
+                file=file,
+                field=f"package.{key}",
+                expected="a table with supplier and version",
+                why="every component of the SBOMs names its supplier and version, the target-provided ones too",
+                fix=f"add [package.{key}] with supplier = \"...\" and version = \"...\"",
+            )
+    return providers
+
+
 def load_lane(path: Path) -> Lane:
     data = read_toml(path)
     file = str(path)
@@ -607,61 +711,10 @@ def load_lane(path: Path) -> Lane:
                 why="architecture, build type, compiler and identity come from the lane's typed fields and the source commit",
                 fix="remove the argument; change cuda.architecture or component fields instead",
             )
-    redistributables = tuple(
-        Redistributable(**read_table(item, _REDISTRIBUTABLE, file=file, prefix=f"package.redistributables[{i}]"))
-        for i, item in enumerate(pkg["redistributables"])
-    )
-    names = [r.name.lower() for r in redistributables]
-    for index, item in enumerate(redistributables):
-        if names.count(item.name.lower()) > 1:
-            raise InputError("declares a redistributable twice", file=file, field=f"package.redistributables[{index}].name", found=item.name)
-        where = f"package.redistributables[{index}]"
-        safe_component(item.name, file=file, field=f"{where}.name", expected="a library file name such as 'libcurl.dll'")
-        # The text is bundled into the published package: only the repository's licence folder
-        # may provide it (an absolute or '..' path would publish any file of the host).
-        licence = safe_relative(item.license_file, REPO_ROOT, file=file, field=f"{where}.license_file", what="the repository",
-                                expected=f"a path relative to the repository root under {LICENSES_DIR}/, e.g. {LICENSES_DIR}/<licence>.txt")
-        licence_dir = REPO_ROOT / LICENSES_DIR
-        if licence.resolve().parent != licence_dir.resolve():
-            raise InputError(
-                f"licence file is not in the repository's {LICENSES_DIR}/ folder",
-                file=file,
-                field=f"{where}.license_file",
-                found=item.license_file,
-                expected=f"{LICENSES_DIR}/<licence>.txt",
-                why="the text ships in the published package; only the reviewed licence folder may provide it",
-            )
-        if not licence.is_file():
-            raise InputError(
-                "licence file does not exist",
-                file=file,
-                field=f"{where}.license_file",
-                found=item.license_file,
-                expected=f"a path relative to the repository root, e.g. {LICENSES_DIR}/<licence>.txt",
-            )
-        if item.loaded_by is not None and item.loaded_by.lower() not in names:
-            raise InputError(
-                "is loaded by a library the lane does not declare",
-                file=file,
-                field=f"package.redistributables[{index}].loaded_by",
-                found=item.loaded_by,
-                expected="the name of another [[package.redistributables]] entry",
-            )
-    # The driver libraries are the NVIDIA driver's, at least the lane's minimum version.
-    providers = {"driver": Provider(DRIVER_SUPPLIER, f"{gpu['minimum_driver_major']} or later")}
-    for kind, key, libraries in (("system", "system_provider", pkg["system_libraries"]), ("base-image", "base_image_provider", pkg["base_image_libraries"] or [])):
-        if pkg[key] is not None:
-            providers[kind] = Provider(**read_table(pkg[key], _PROVIDER, file=file, prefix=f"package.{key}"))
-        elif libraries:
-            raise InputError(
-                f"the lane lists {kind} libraries but not who provides them",
-                file=file,
-                field=f"package.{key}",
-                expected="a table with supplier and version",
-                why="every component of the SBOMs names its supplier and version, the target-provided ones too",
-                fix=f"add [package.{key}] with supplier = \"...\" and version = \"...\"",
-            )
+    redistributables = _read_redistributables(pkg, file)
+    providers = _read_providers(pkg, gpu, file)
     host_dependencies = parse_host_dependencies(build["host_dependencies"] or [], file=file, prefix="build.host_dependencies", build_host=plat["build_host"])
+    _check_vcpkg_ports(redistributables, host_dependencies, file)
     expected_layout = "binary-archive" if expected_kind == "container" else "native-asset-set"
     if pkg["layout"] != expected_layout:
         raise InputError("package layout does not fit the lane kind", file=file, field="package.layout", found=pkg["layout"], expected=repr(expected_layout))

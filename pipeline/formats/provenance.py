@@ -474,14 +474,14 @@ def toolchain_descriptors(identity: Mapping[str, Any], lane) -> list[dict[str, A
 
 
 def prebuilt_descriptors(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """A set packaged from binaries built elsewhere (--prebuilt): each binary and bundled library given, by
+    """A set packaged from binaries built elsewhere (--prebuilt): each binary, bundled library and licence text given, by
     SHA-256 (the build identity's record of the files it was handed), and the toolchain the binaries' own
     identity names (its compilers and CUDA toolkit: observed in the binaries, no digest of it exists here)."""
     from pipeline.formats.components import purl
 
     out = [
         descriptor(f"prebuilt:{name}", sha256=digest, annotations={"role": role})
-        for key, role in (("binaries", "binary"), ("runtime_dependencies", "runtime-library"))
+        for key, role in (("binaries", "binary"), ("runtime_dependencies", "runtime-library"), ("redistributable_licences", "licence-text"))
         for name, digest in sorted((identity.get(key) or {}).items())
     ]
     toolkit = identity.get("cuda_toolkit")

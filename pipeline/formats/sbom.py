@@ -209,7 +209,7 @@ def component_model(inp: SbomInput) -> cm.ComponentModel:
                 path=payload_path,
             ), path=payload_path, role="runtime-library", bundled="true", origin=library.origin,
                 wheel=f"{library.wheel[0]}=={library.wheel[1]}" if library.wheel else None,
-                license_text=f"licenses/{Path(library.license_file).name}" if library.license_file else None)
+                license_text=f"licenses/{library.license_name}" if library.license_name else None)
             model.add(component)
             model.link(root.ref, "contains", component.ref)
         else:

@@ -288,6 +288,17 @@ class Library:
     version: str | None = None
     imports: tuple[str, ...] = ()
     needed_by: set[str] = field(default_factory=set)
+    # The repository's stand-in text, where the lane takes the real one from the --prebuilt folder
+    # (license_from_prebuilt) and the build had none: only a rehearsal may ship it.
+    license_stand_in: bool = False
+
+    @property
+    def license_name(self) -> str | None:
+        """The licence text's file name in the package's licenses/: the lane's license_file name, also when the
+        text is the one the redistributable's package ships (DirectStorage's LICENSE.txt), so the set's names stay."""
+        if self.redistributable is not None:
+            return Path(self.redistributable.license_file).name
+        return self.license_file.name if self.license_file is not None else None
 
     @property
     def bundled(self) -> bool:
@@ -337,11 +348,13 @@ def resolve_libraries(
     candidates: Mapping[str, Path] | None = None,
     toolchain: Mapping[str, ToolchainLibrary] | None = None,
     toolchain_version: str | None = None,
+    licence_texts: Mapping[str, Path] | None = None,
 ) -> Resolution:
     """Resolve every import of `binaries` (file name -> path) and of the libraries they pull in.
 
     `candidates` are libraries that came with the build (the prebuilt folder);
-    `toolchain` the libraries of the toolchain that built it.
+    `toolchain` the libraries of the toolchain that built it; `licence_texts` the
+    redistributables' own licence files that came with the build (file name -> path).
     """
     fold = lane.is_windows
     key = (lambda n: n.lower()) if fold else (lambda n: n)
@@ -413,6 +426,7 @@ def resolve_libraries(
                     fix=f"put {wanted} beside the binaries in the prebuilt folder (the Windows build job copies it from its vcpkg, CUDA or DirectStorage tree) and build again",
                 )
             version = _bundled_version(lane, redistributable, path, wheel, toolchain_version)
+            given = (licence_texts or {}).get(redistributable.license_from_prebuilt or "")
             add_bundled(importer, wanted, Library(
                 name=path.name,
                 provided_by="bundled",
@@ -421,10 +435,11 @@ def resolve_libraries(
                 redistributable=redistributable,
                 wheel=wheel,
                 license=redistributable.license,
-                license_file=REPO_ROOT / redistributable.license_file,
+                license_file=given or REPO_ROOT / redistributable.license_file,
                 supplier=redistributable.supplier,
                 version=version,
                 needed_by={importer},
+                license_stand_in=redistributable.license_from_prebuilt is not None and given is None,
             ))
             continue
         tool_lib = toolchain_by_key.get(key(wanted))

@@ -82,6 +82,9 @@ LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
 # The system part of the compile's PATH (after the toolchain's folders): host compilers and tools are found here only.
 BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+# Where an imported redistributable's licence text is kept (beside bin/), and its bound (Microsoft's are ~10 KB).
+LICENCE_DIR = "licenses"
+MAX_LICENCE_BYTES = 256 << 10
 
 
 def build_root(lane: Lane) -> Path:
@@ -423,8 +426,9 @@ class BuildStage(Stage):
         source_tar = archive_tar(self.source)
         atomic_write_bytes(self.out_dir / "source.tar", source_tar)
         libraries: list[Path] = []
+        licences: list[Path] = []
         if self.prebuilt is not None:
-            identity, toolchain_description = self._import_prebuilt(bin_dir, libraries)
+            identity, toolchain_description = self._import_prebuilt(bin_dir, libraries, licences)
         else:
             identity, toolchain_description = self._compile(source_tar, bin_dir)
         binaries = {lane.binary_file(b): sha256_file(bin_dir / lane.binary_file(b)) for b in self._present_binaries(bin_dir)}
@@ -441,6 +445,8 @@ class BuildStage(Stage):
             **identity.values,
             "binaries": binaries,
             "runtime_dependencies": {p.name: sha256_file(p) for p in sorted(libraries)},
+            # The redistributables' own licence texts handed with them (--prebuilt), by name and SHA-256.
+            "redistributable_licences": {p.name: sha256_file(p) for p in sorted(licences)},
             "toolchain": toolchain_description,
             "source": self.source.to_json(),
             "source_tar_sha256": sha256_bytes(source_tar),
@@ -467,6 +473,11 @@ class BuildStage(Stage):
         artifacts += [
             register.make("runtime-library", lib, stage=self.name, lane=lane.id, name=f"{lane.id}/bin/{lib.name}", library=lib.name, origin="prebuilt-folder")
             for lib in sorted(libraries)
+        ]
+        artifacts += [
+            register.make("licence-text", path, stage=self.name, lane=lane.id, name=f"{lane.id}/{LICENCE_DIR}/{path.name}",
+                          licence_file=path.name, redistributables=list(lane.prebuilt_licences[path.name]))
+            for path in sorted(licences)
         ]
         assert self.cut is not None
         # Whether a compile cache served the objects: recorded here (the register stays on this machine), never in
@@ -635,7 +646,29 @@ class BuildStage(Stage):
             )
 
     # -- prebuilt -------------------------------------------------------------
-    def _import_prebuilt(self, bin_dir: Path, libraries: list[Path]) -> tuple[BuildIdentity, dict[str, Any]]:
+    def _import_licence(self, path: Path) -> Path:
+        """A redistributable's own licence text from the prebuilt folder (DirectStorage's LICENSE.txt), bounded
+        and checked to be text before it is copied; package ships it verbatim in licenses/ and the SBOMs."""
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_LICENCE_BYTES + 1)
+        if len(data) > MAX_LICENCE_BYTES or not data.strip() or b"\0" in data:
+            raise InputError(
+                "is not a licence text",
+                file=path,
+                found=f"{len(data)} bytes" + (" (more than the bound)" if len(data) > MAX_LICENCE_BYTES else ", empty or with NUL bytes"),
+                expected=f"a non-empty text of at most {MAX_LICENCE_BYTES} bytes: the licence file the redistributable's package ships",
+                fix="copy the package's licence file unchanged (DirectStorage's NuGet package: LICENSE.txt) beside the DLLs",
+            )
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError("is not UTF-8 text", file=path, found=f"byte {exc.start}", fix="copy the package's licence file unchanged beside the DLLs") from None
+        target = self.out_dir / LICENCE_DIR / path.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(target, data)
+        return target
+
+    def _import_prebuilt(self, bin_dir: Path, libraries: list[Path], licences: list[Path]) -> tuple[BuildIdentity, dict[str, Any]]:
         lane = self.lane
         assert self.prebuilt is not None
         identities: dict[str, BuildIdentity] = {}
@@ -669,13 +702,18 @@ class BuildStage(Stage):
                 target = bin_dir / path.name
                 copy_file(path, target, mode=0o755)
                 libraries.append(target)
+            elif path.name in lane.prebuilt_licences:
+                licences.append(self._import_licence(path))
             else:
                 raise InputError(
-                    "prebuilt folder holds a file that is neither a lane binary nor a runtime library",
+                    "prebuilt folder holds a file that is neither a lane binary, a runtime library nor a declared licence text",
                     file=path,
-                    expected="only " + ", ".join(sorted(wanted)) + " and .dll/.so libraries",
+                    expected="only " + ", ".join(sorted(wanted)) + ", .dll/.so libraries" + "".join(f" and {name}" for name in lane.prebuilt_licences),
                     fix="remove it; the prebuilt folder is taken whole, so stray files would be bundled by mistake",
                 )
+        for name, users in lane.prebuilt_licences.items():
+            if not (self.prebuilt / name).is_file():
+                ui.warn(f"the prebuilt folder has no {name} (the licence text of {', '.join(users)}): only a rehearsal can be packaged from this build")
         identity = require_identical(identities)
         toolkit = identity.values["cuda_toolkit"]
         if not toolkit.startswith(lane.cuda_toolkit + "."):

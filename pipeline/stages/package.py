@@ -103,6 +103,7 @@ class PackageStage(Stage):
         self.inputs_used: dict[str, Artifact] = {}
         self.binary_files: dict[str, Path] = {}
         self.library_files: dict[str, Path] = {}
+        self.licence_files: dict[str, Path] = {}  # a redistributable's own licence text from the build (--prebuilt)
         self.source_tar = b""
         self.source_members: dict[str, bytes] = {}
         self.vendored: list[dict[str, Any]] = []
@@ -170,6 +171,13 @@ class PackageStage(Stage):
         for entry in register.query("runtime-library", lane=lane.id):
             self.library_files[entry.attrs["library"]] = register.verified_path(entry)
             self.inputs_used[entry.name] = entry
+        for entry in register.query("licence-text", lane=lane.id):
+            self.licence_files[entry.attrs["licence_file"]] = register.verified_path(entry)
+            self.inputs_used[entry.name] = entry
+        recorded_licences = self.identity.get("redistributable_licences") or {}
+        if recorded_licences != {name: sha256_file(path) for name, path in self.licence_files.items()}:
+            raise IntegrityError("build-identity.json does not list the registered licence texts", file=register.path_of(identity_entry),
+                                 field="redistributable_licences", found=sorted(recorded_licences), expected=sorted(self.licence_files), fix="run the build stage again")
         # The build's toolchain as the build recorded it: its libraries, licence files and wheel authors.
         toolchain_entry = register.one("toolchain", lane=lane.id, needed_by="package", produced_by="build")
         self.toolchain_file = register.verified_path(toolchain_entry)
@@ -313,7 +321,9 @@ class PackageStage(Stage):
             candidates=self.library_files,
             toolchain=libraries,
             toolchain_version=self.identity.get("cuda_toolkit"),
+            licence_texts=self.licence_files,
         )
+        self._check_licence_texts(resolution)
         bundled = {lib.path for lib in resolution.bundled()}
         for library in libraries.values():
             if library.path in bundled:  # bundle only the bytes the toolchain that built the binaries had
@@ -321,6 +331,38 @@ class PackageStage(Stage):
         for name in binaries.unused_candidates(resolution, self.library_files, fold=lane.is_windows):
             ui.warn(f"{name} came with the build, but no binary imports or loads it: it is not bundled")
         return resolution
+
+    def _check_licence_texts(self, resolution: binaries.Resolution) -> None:
+        """A redistributable whose terms its own package ships (license_from_prebuilt) ships that text: the
+        repository's stand-in is refused unless the cut is a rehearsal, and so is a given text that is the stand-in."""
+        rehearsal = bool(self.cut and self.cut.rehearsal)
+        for library in resolution.bundled():
+            item = library.redistributable
+            if item is None or item.license_from_prebuilt is None:
+                continue
+            stand_in = REPO_ROOT / item.license_file
+            assert library.license_file is not None
+            if not library.license_stand_in and library.license_file.read_bytes() == stand_in.read_bytes():
+                raise InputError(
+                    f"the licence text given for {library.name} is the repository's stand-in, not the one its package ships",
+                    file=library.license_file,
+                    field="redistributable_licences",
+                    found=f"{item.license_from_prebuilt}: the bytes of {item.license_file}",
+                    expected=f"the {item.license_from_prebuilt} of the package {library.name} comes from",
+                    fix=f"copy {item.license_from_prebuilt} from the redistributable's package (not {item.license_file}) beside the DLLs and build again",
+                )
+            if library.license_stand_in and not rehearsal:
+                raise RefusedError(
+                    f"no licence text came with {library.name}: the set would ship the repository's stand-in {item.license_file}",
+                    file=self.lane.file,
+                    field=f"package.redistributables: {library.name}.license_from_prebuilt",
+                    found=f"no {item.license_from_prebuilt} in the build's --prebuilt folder",
+                    expected=f"{item.license_from_prebuilt}, the licence file the {item.origin} package ships, beside the DLLs given to build --prebuilt",
+                    why="a published set carries the redistributable's own licence terms; the stand-in only names them",
+                    fix=f"put the package's {item.license_from_prebuilt} beside {library.name} in the --prebuilt folder (the Windows job does) and build again",
+                )
+            if library.license_stand_in:
+                ui.warn(f"{library.name}: a rehearsal ships the stand-in licence text {item.license_file} (a release is refused without {item.license_from_prebuilt})")
 
     # -- inputs ----------------------------------------------------------------
     def inputs(self) -> dict[str, Any]:
@@ -474,7 +516,8 @@ class PackageStage(Stage):
         for library in self.resolution.bundled():
             if library.license_file is None:
                 raise InputError(f"no licence text for the bundled library {library.name}", file=lane.file, fix="declare it as a redistributable with license_file")
-            target = licenses / library.license_file.name
+            assert library.license_name is not None
+            target = licenses / library.license_name
             data = library.license_file.read_bytes()
             if target.exists() and target.read_bytes() != data:
                 raise InputError("two different licence texts share one file name", file=library.license_file, found=target.name)

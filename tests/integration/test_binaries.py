@@ -174,3 +174,30 @@ def test_elf_imports_reads_elf_files_and_passes_over_everything_else(elf_pair, t
         elf_imports(broken)
     with pytest.raises(InputError, match="is not a readable ELF file"):
         elf_imports(broken, error=InputError)
+
+
+@pytest.mark.slow
+def test_directstorage_takes_the_licence_text_its_package_ships_and_a_rehearsal_alone_may_ship_the_stand_in(tmp_path_factory, capsys):
+    from types import SimpleNamespace
+
+    from pipeline.errors import RefusedError
+    from pipeline.formats.lanes import REPO_ROOT
+    from pipeline.stages.package import PackageStage
+
+    workspace = native_workspace(tmp_path_factory)
+    exes = {p.name: p for p in workspace.prebuilt.glob("*.exe")}
+    dlls = {p.name: p for p in workspace.prebuilt.glob("*.dll")}
+    given = workspace.prebuilt / "LICENSE.txt"
+    stand_in = REPO_ROOT / "packaging/licenses/LicenseRef-Microsoft-DirectStorage.txt"
+    real = {lib.name: lib for lib in resolve_libraries(workspace.lane, exes, candidates=dlls, licence_texts={"LICENSE.txt": given}).bundled()}
+    for name in ("dstorage.dll", "dstoragecore.dll"):
+        # The package's own text, shipped under the lane's licence file name (the set's names do not change).
+        assert (real[name].license_file, real[name].license_stand_in, real[name].license_name) == (given, False, stand_in.name)
+    assert real["libcurl.dll"].license_file.name == "curl.txt" and not real["libcurl.dll"].license_stand_in
+    none_given = resolve_libraries(workspace.lane, exes, candidates=dlls)
+    assert {lib.name for lib in none_given.bundled() if lib.license_stand_in} == {"dstorage.dll", "dstoragecore.dll"}
+    check = PackageStage._check_licence_texts
+    check(SimpleNamespace(cut=SimpleNamespace(rehearsal=True), lane=workspace.lane), none_given)  # a rehearsal: warned, shipped
+    assert "a rehearsal ships the stand-in licence text" in capsys.readouterr().err
+    with pytest.raises(RefusedError, match="no licence text came with dstorage.dll"):
+        check(SimpleNamespace(cut=SimpleNamespace(rehearsal=False), lane=workspace.lane), none_given)

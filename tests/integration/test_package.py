@@ -24,7 +24,7 @@ from winfixtures import (
 from pipeline.cli import main
 from pipeline.errors import BuildFailure, InputError, IntegrityError, RefusedError
 from pipeline.formats.assets import asset_set, check_assets
-from pipeline.formats.lanes import find_lane, load_lane
+from pipeline.formats.lanes import REPO_ROOT, find_lane, load_lane
 from pipeline.infra.binaries import inspect_binary
 from pipeline.register import Register
 from pipeline.stages import package as package_module
@@ -67,7 +67,7 @@ def test_native_set_is_complete_and_its_payload_is_what_the_installer_expects(na
     for name in ("ninfer.exe", "ninfer-serve.exe", "ninfer_bench.exe", "LICENSE", "VERSION", "README.md", "RELEASE_NOTES.md",
                  "build-identity.json", "server-config.json", "release-spec.json", "Install-Release.ps1", "Control-Release.ps1",
                  "Control-GpuOwner.ps1", "Protect-StateRoot.ps1", "licenses/curl.txt", "licenses/LGPL-2.1-or-later.txt",
-                 "licenses/third_party/tinycrc/LICENSE", "licenses/LicenseRef-NVIDIA-CUDA-EULA.txt"):
+                 "licenses/third_party/tinycrc/LICENSE", "licenses/LicenseRef-NVIDIA-CUDA-EULA.txt", "licenses/LicenseRef-Microsoft-DirectStorage.txt"):
         path = root / name if "/" in name or not name.endswith(".exe") else root / "bin" / name
         assert path.is_file(), name
     assert (root / "server-config.json").read_bytes() == (workspace.contract / "server-config.json").read_bytes()
@@ -75,7 +75,11 @@ def test_native_set_is_complete_and_its_payload_is_what_the_installer_expects(na
     for script in expected.scripts():
         assert (root / script).read_bytes() == (assets_dir / script).read_bytes()
 
+    # DirectStorage's licence is the package's own LICENSE.txt the build was handed, recorded by SHA-256.
+    licence = (workspace.prebuilt / "LICENSE.txt").read_bytes()
+    assert (root / "licenses" / "LicenseRef-Microsoft-DirectStorage.txt").read_bytes() == licence
     identity = json.loads((root / "build-identity.json").read_text())
+    assert identity["redistributable_licences"] == {"LICENSE.txt": hashlib.sha256(licence).hexdigest()}
     assert identity["runtime_dependencies"]["cudart64_13.dll"] == hashlib.sha256((root / "bin" / "cudart64_13.dll").read_bytes()).hexdigest()
     assert identity["configuration_sha256"] == hashlib.sha256((root / "server-config.json").read_bytes()).hexdigest()
     assert identity["source_archive_sha256"] == hashlib.sha256((assets_dir / expected.name_of("source")).read_bytes()).hexdigest()
@@ -185,6 +189,37 @@ def test_a_missing_runtime_library_is_named_before_any_work(tmp_path_factory, tm
     with pytest.raises(BuildFailure, match="needs avutil-59.dll") as caught:
         workspace.package(dist)
     assert caught.value.found == "avutil-59.dll"
+    assert not (dist / NATIVE / "assets").exists()
+
+
+@pytest.mark.slow
+def test_a_release_refuses_the_directstorage_stand_in_licence_and_names_the_file_to_give(tmp_path_factory, tmp_path):
+    workspace = native_workspace(tmp_path_factory)
+    stand_in = REPO_ROOT / "packaging/licenses/LicenseRef-Microsoft-DirectStorage.txt"
+    prebuilt = tmp_path / "prebuilt"
+    shutil.copytree(workspace.prebuilt, prebuilt)
+    # A text that is not one (NUL bytes) is refused by the build, before anything is recorded.
+    (prebuilt / "LICENSE.txt").write_bytes(b"MICROSOFT\0")
+    with pytest.raises(InputError, match="is not a licence text") as caught:
+        workspace.build(tmp_path / "bad", prebuilt=prebuilt)
+    assert caught.value.file == str(prebuilt / "LICENSE.txt")
+    # No licence file beside the DLLs: the build records none, and a cut that is not a rehearsal is refused.
+    (prebuilt / "LICENSE.txt").unlink()
+    dist = tmp_path / "dist"
+    workspace.build(dist, prebuilt=prebuilt)
+    assert json.loads((dist / NATIVE / "build" / "build-identity.json").read_text())["redistributable_licences"] == {}
+    with pytest.raises(RefusedError, match="no licence text came with dstorage.dll") as caught:
+        workspace.package(dist)
+    assert caught.value.field == "package.redistributables: dstorage.dll.license_from_prebuilt"
+    assert "LICENSE.txt" in caught.value.found and "beside dstorage.dll in the --prebuilt folder" in caught.value.fix
+    assert caught.value.exit_code == RefusedError.exit_code
+    assert not (dist / NATIVE / "assets").exists()
+    # The stand-in copied in as LICENSE.txt is no licence text of the package either.
+    shutil.copyfile(stand_in, prebuilt / "LICENSE.txt")
+    workspace.build(dist, prebuilt=prebuilt)
+    with pytest.raises(InputError, match="is the repository's stand-in") as caught:
+        workspace.package(dist)
+    assert Path(caught.value.file).name == "LICENSE.txt"
     assert not (dist / NATIVE / "assets").exists()
 
 

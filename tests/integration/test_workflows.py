@@ -615,3 +615,87 @@ def test_the_linux_build_runs_in_the_pinned_container_with_packages_from_the_pin
     assert "podman run --rm" in docs and pin["container"] in docs
     assert f"enter-build-environment.sh {pin['debian_snapshot']} {pin['debian_suite']} rtx5090-container" in docs
     assert f"OMP_NINFER_DEBIAN_SNAPSHOT={pin['debian_snapshot']}" in docs and f"OMP_NINFER_BUILD_CONTAINER={pin['container']}" in docs
+
+
+def _windows_job_trees(tmp_path: Path) -> tuple[Path, Path, Path, dict[str, bytes]]:
+    """A checkout (lane files, DirectStorage pin), a vcpkg installed tree, a toolchain record and a NuGet
+    package shaped like Microsoft's (native/bin/x64/*.dll, LICENSE.txt for them, LICENSE-CODE.txt for the headers)."""
+    import hashlib
+    import zipfile
+
+    shutil.copytree(ROOT / "runtime" / "lanes", tmp_path / "runtime" / "lanes")
+    (tmp_path / "packaging" / "windows").mkdir(parents=True)
+    from winfixtures import compile_versioned_dll
+
+    # vcpkg's installed tree: real PE files with the version resources the pinned baseline's ports give
+    # (ffmpeg 7.1.2, curl 8.17.0), vcpkg's status database and each port's file list.
+    vcpkg = tmp_path / "vcpkg" / "installed" / "x64-windows"
+    ports = {"ffmpeg": ("7.1.2", "5", ["avformat-61.dll", "avcodec-61.dll", "avutil-59.dll", "swscale-8.dll"]), "curl": ("8.17.0", "0", ["libcurl.dll"])}
+    for dll in ("avformat-61.dll", "libcurl.dll"):
+        compile_versioned_dll(vcpkg / "bin", dll)
+    for dll in ("avcodec-61.dll", "avutil-59.dll", "swscale-8.dll"):
+        shutil.copyfile(vcpkg / "bin" / "avformat-61.dll", vcpkg / "bin" / dll)  # the same FFmpeg 7.1.2 resource
+    database = vcpkg.parent / "vcpkg"
+    (database / "info").mkdir(parents=True)
+    paragraphs = []
+    for port, (version, port_version, dlls) in ports.items():
+        paragraphs.append(f"Package: {port}\nVersion: {version}\nPort-Version: {port_version}\nArchitecture: x64-windows\nMulti-Arch: same\nStatus: install ok installed\n")
+        paragraphs.append(f"Package: {port}\nFeature: core\nArchitecture: x64-windows\nStatus: install ok installed\n")
+        (database / "info" / f"{port}_{version}_x64-windows.list").write_text("".join(f"x64-windows/bin/{d}\n" for d in dlls) + "x64-windows/include/\n")
+    (database / "status").write_text("\n".join(paragraphs))
+    files = {p.name: p.read_bytes() for p in (vcpkg / "bin").iterdir()} | {"cudart64_13.dll": b"cudart64_13.dll bytes"}
+    site = tmp_path / "toolchain" / "site" / "nvidia" / "cuda_runtime" / "bin"
+    site.mkdir(parents=True)
+    (site / "cudart64_13.dll").write_bytes(files["cudart64_13.dll"])
+    record = tmp_path / "toolchain.json"
+    record.write_text(json.dumps({"root": str(tmp_path / "toolchain"), "libraries": {"cudart64_13.dll": {
+        "path": "nvidia/cuda_runtime/bin/cudart64_13.dll", "sha256": hashlib.sha256(files["cudart64_13.dll"]).hexdigest()}}}))
+    nupkg = tmp_path / "microsoft.direct3d.directstorage.1.3.0.nupkg"
+    package = {"native/bin/x64/dstorage.dll": b"dstorage", "native/bin/x64/dstoragecore.dll": b"core", "LICENSE.txt": b"MICROSOFT SOFTWARE LICENSE TERMS (test)\r\n", "LICENSE-CODE.txt": b"MIT (headers)\n"}
+    with zipfile.ZipFile(nupkg, "w") as archive:
+        for name, data in package.items():
+            archive.writestr(name, data)
+    pin = (ROOT / "packaging" / "windows" / "directstorage.toml").read_text()
+    pinned = re.search(r'sha256 = "([0-9a-f]{64})"', pin).group(1)
+    (tmp_path / "packaging" / "windows" / "directstorage.toml").write_text(pin.replace(pinned, hashlib.sha256(nupkg.read_bytes()).hexdigest()))
+    files.update({"dstorage.dll": b"dstorage", "dstoragecore.dll": b"core", "LICENSE.txt": package["LICENSE.txt"]})
+    return vcpkg, nupkg, record, files
+
+
+def test_the_windows_job_puts_every_redistributable_and_directstorages_licence_beside_the_binaries(tmp_path):
+    helper = ROOT / ".github" / "scripts" / "redistributables.py"
+    vcpkg, nupkg, record, files = _windows_job_trees(tmp_path)
+    out = tmp_path / "dist" / "rtx4090-windows-native" / "build" / "bin"
+    argv = [sys.executable, str(helper), "rtx4090-windows-native", str(out), "--vcpkg", str(vcpkg), "--directstorage", str(nupkg), "--toolchain-record", str(record)]
+    done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, check=True)
+    # Each vcpkg DLL is its lane port's (vcpkg's file list) at that port's installed version (the DLL's own resource).
+    assert "::notice::avformat-61.dll: vcpkg port ffmpeg 7.1.2#5 (x64-windows), ProductVersion 7.1.2" in done.stderr
+    assert "::notice::libcurl.dll: vcpkg port curl 8.17.0 (x64-windows), ProductVersion 8.17.0" in done.stderr
+    # Every redistributable the lane declares, from its origin, and the package's own LICENSE.txt unchanged
+    # (not LICENSE-CODE.txt, the headers' terms): what build --prebuilt records and package ships.
+    assert done.stdout.split() == sorted(files)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files
+    # A package that is not the pinned one is refused before it is opened, and nothing is copied.
+    nupkg.write_bytes(nupkg.read_bytes() + b"\0")
+    shutil.rmtree(out)
+    bad = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 1 and "::error file=packaging/windows/directstorage.toml::" in bad.stderr and "not the pinned Microsoft.Direct3D.DirectStorage 1.3.0" in bad.stderr
+    assert not out.exists()
+    # A DLL whose version resource is not its port's installed version (another FFmpeg than the baseline's) stops the job.
+    nupkg.write_bytes(nupkg.read_bytes()[:-1])
+    (vcpkg.parent / "vcpkg" / "status").write_text((vcpkg.parent / "vcpkg" / "status").read_text().replace("Version: 7.1.2", "Version: 7.1.3"))
+    bad = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 1 and "avformat-61.dll states ProductVersion '7.1.2', but vcpkg installed ffmpeg 7.1.3#5" in bad.stderr
+    # The job downloads the pinned URL (NuGet's flat container for that version).
+    url = subprocess.run([sys.executable, str(helper), "directstorage-url"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    assert url.startswith("https://api.nuget.org/") and url.endswith("/microsoft.direct3d.directstorage.1.3.0.nupkg")
+
+
+def test_the_windows_job_gathers_the_redistributables_before_uploading_the_binaries():
+    jobs = load(WORKFLOWS / "release.yml")["jobs"]
+    steps = [step.get("name", "") for step in jobs["build-windows"]["steps"]]
+    gather = next(i for i, name in enumerate(steps) if "DirectStorage's LICENSE.txt beside" in name)
+    assert steps.index(next(n for n in steps if n.startswith("Build the native lanes"))) < gather < steps.index("Upload the Windows binaries")
+    script = jobs["build-windows"]["steps"][gather]["run"]
+    assert ".github/scripts/redistributables.py directstorage-url" in script and '--directstorage "$nupkg"' in script
+    assert '"dist/$lane/build/bin"' in script and "--proto '=https'" in script and "--max-filesize" in script

@@ -3,7 +3,8 @@
 `compile_windows_prebuilt` builds, from the C sources in tests/fixtures/windows/,
 small DLLs under the names the real runtime imports (cudart64_13.dll,
 dstorage.dll + dstoragecore.dll, avformat/avcodec/avutil/swscale, libcurl.dll), each with
-a version resource (windres VERSIONINFO, `VERSIONS`) as the real DLLs carry one,
+a version resource (windres VERSIONINFO, `VERSIONS`) as the real DLLs carry one, the
+DirectStorage package's `LICENSE.txt` beside its DLLs (a test text),
 and three executables that import them and embed the build identity string
 `NINFER-BUILD-IDENTITY:v1 <key=value ...>` exactly once.  The result is a
 folder that `python -m pipeline build --lane 4090 --prebuilt DIR` accepts.
@@ -37,6 +38,8 @@ DLLS = {
     "libcurl.dll": ("curl.c", "curl", ["ws2_32"]),
 }
 EXE_LIBS = ["cudart", "dstorage", "avformat", "curl"]
+# What the Windows job puts beside the DirectStorage DLLs: the package's LICENSE.txt (a test text here).
+DIRECTSTORAGE_LICENCE = FIXTURES / "directstorage-LICENSE.txt"
 WINDRES = "x86_64-w64-mingw32-windres"
 # Each DLL's version resource (VS_VERSIONINFO), as its maker writes one: (ProductName, ProductVersion,
 # FileVersion, CompanyName).  The FFmpeg and curl versions are the pinned vcpkg baseline's
@@ -111,6 +114,22 @@ def _cc(args: list[str], cwd: Path) -> None:
         raise AssertionError(f"{MINGW} {' '.join(args)} failed:\n{result.stderr}")
 
 
+def compile_versioned_dll(out: Path, name: str) -> Path:
+    """One small DLL named `name` with that DLL's version resource (`VERSIONS`) and no imports: a stand-in
+    for a file of an installed vcpkg tree, where only its name and version resource matter."""
+    require_mingw()
+    work = out.parent / f".{name}-work"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "version.rc").write_text(version_resource(*VERSIONS[name]))
+    result = subprocess.run([WINDRES, "version.rc", "-O", "coff", "-o", "version.res.o"], cwd=work, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise AssertionError(f"{WINDRES} version.rc failed:\n{result.stderr}")
+    out.mkdir(parents=True, exist_ok=True)
+    _cc([*COMMON, "-shared", "-o", str(out / name), str(FIXTURES / "avutil.c"), "version.res.o"], work)
+    shutil.rmtree(work)
+    return out / name
+
+
 def compile_windows_prebuilt(
     out: Path,
     identity: dict[str, str],
@@ -148,8 +167,11 @@ def compile_windows_prebuilt(
     for binary in binaries:
         _cc([*COMMON, f'-DNINFER_BINARY="{binary}"', "-I.", "-o", f"{binary}.exe", str(app_source or FIXTURES / "ninfer_app.c"), "-L.", *(f"-l{lib}" for lib in EXE_LIBS)], work)
         shutil.copyfile(work / f"{binary}.exe", out / f"{binary}.exe")
-    for dll in dlls if dlls is not None else tuple(DLLS):
+    shipped = dlls if dlls is not None else tuple(DLLS)
+    for dll in shipped:
         shutil.copyfile(work / dll, out / dll)
+    if "dstorage.dll" in shipped:  # the licence file the DirectStorage NuGet package ships, beside its DLLs
+        shutil.copyfile(DIRECTSTORAGE_LICENCE, out / "LICENSE.txt")
     shutil.rmtree(work)
     return out
 

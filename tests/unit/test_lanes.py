@@ -123,6 +123,13 @@ HOSTILE_LANE_EDITS = [
     ('license_file = "packaging/licenses/curl.txt"', 'license_file = "packaging/windows/Install-Release.ps1"', "package.redistributables[7].license_file", "not in the repository's packaging/licenses/ folder"),
     ('license_file = "packaging/licenses/curl.txt"', 'license_file = "pyproject.toml"', "package.redistributables[7].license_file", "not in the repository's packaging/licenses/ folder"),
     ('name = "libcurl.dll"', 'name = "../libcurl.dll"', "package.redistributables[7].name", "path separator"),
+    # The licence text build --prebuilt takes from the folder: a plain name, never a library's.
+    ('license_from_prebuilt = "LICENSE.txt"', 'license_from_prebuilt = "../LICENSE.txt"', "package.redistributables[1].license_from_prebuilt", "path separator"),
+    ('license_from_prebuilt = "LICENSE.txt"', 'license_from_prebuilt = "dstoragecore.dll"', "package.redistributables[1].license_from_prebuilt", "names a library or program"),
+    # Which vcpkg port a DLL comes from: one the lane's build-host dependencies install, and only for vcpkg DLLs.
+    ('vcpkg_port = "curl"\n', '', "package.redistributables[7].vcpkg_port", "must name the port that installs it"),
+    ('vcpkg_port = "curl"', 'vcpkg_port = "openssl"', "package.redistributables[7].vcpkg_port", "'curl' or 'ffmpeg' or 'pkgconf'"),
+    ('origin = "cuda-toolkit"', 'origin = "cuda-toolkit"\nvcpkg_port = "curl"', "package.redistributables[0].vcpkg_port", "does not come from vcpkg"),
     ('"packaging/windows/Install-Release.ps1"', '"/tmp/Install-Release.ps1"', "package.support_scripts[0]", "is an absolute path"),
     ('"packaging/windows/Install-Release.ps1"', '"packaging/windows/../../../tmp/Install-Release.ps1"', "package.support_scripts[0]", "'..' segment"),
     ('"packaging/windows/Install-Release.ps1"', '"runtime/lanes/rtx4090-windows-native.toml"', "package.support_scripts[0]", "not in the repository's packaging/windows/ folder"),
