@@ -14,8 +14,10 @@ re-run with unchanged inputs is a no-op.  Beside that one fingerprint a record
 keeps what `python -m pipeline status` needs to say why a stage is stale
 without running it: the digest of each input, the digest of each file of the
 stage's code, the entries it read (name -> SHA-256) and its lane.  The last
-refusal of a stage key (its error message, class and exit code) is kept under
-`refusals` until the key next succeeds.
+refusal of a stage key (its error message, class and exit code) is kept in the
+refusal log `refusals.json` beside the register until the key next succeeds: a
+refusal never changes the register itself, so "nothing written" stays true of
+every refused stage but for that one log.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from pipeline.util.jsonio import canonical_bytes, expect_list, expect_object, re
 from pipeline.util.safepath import relpath_problem, safe_relative
 
 REGISTER_FILE = "register.json"
+REFUSALS_FILE = "refusals.json"  # the refusal log (status shows each stage's last refusal)
+REFUSALS_TYPE = "omp_ninfer_refusal_log"
 LOCK_FILE = ".register.lock"
 REGISTER_TYPE = "omp_ninfer_artifact_register"
 MAX_REFUSAL_CHARS = 2000  # a refusal's message as the register keeps it (the full one was printed when it happened)
@@ -140,19 +144,28 @@ def _type_names(types: tuple[type, ...]) -> str:
     return " or ".join(names[t] for t in types)
 
 
+_REFUSALS_FIX = f"remove {REFUSALS_FILE} from the output folder (it only records refusals for `status`); the next refusal writes it again"
+
+
 class Register:
     def __init__(self, dist: Path, *, repo_root: Path | None = None) -> None:
         self.dist = dist
         self.repo_root = repo_root  # where entries with root "repository" live (None: such entries cannot be read)
         self.file = dist / REGISTER_FILE
+        self.refusals_file = dist / REFUSALS_FILE
         self.lock_file = dist / LOCK_FILE
         self.artifacts: dict[str, Artifact] = {}
         self.stages: dict[str, dict[str, Any]] = {}
         self.refusals: dict[str, dict[str, Any]] = {}
         # name -> SHA-256 of every entry handed out by one() or checked by verified_path() while a stage runs
         self.read_log: dict[str, str] = {}
+        self._load_all()
+
+    def _load_all(self) -> None:
         if self.file.exists():
             self._load()
+        if self.refusals_file.exists():
+            self._load_refusals()
 
     def _bad(self, what: str, field: str, found: Any, expected: str) -> InputError:
         return InputError(what, file=self.file, field=field, found=found, expected=expected, fix=_SHAPE_FIX)
@@ -201,18 +214,26 @@ class Register:
             if not isinstance(record.get("fingerprint"), str):
                 raise self._bad("has a stage record without a fingerprint", f"{where}.fingerprint", record.get("fingerprint"), "a string")
             self._check_facts(record, where)
-        refusals = expect_object(data.get("refusals", {}), source=self.file, field="refusals", expected="an object {stage key: {message, class, exit_code, lane}}", fix=_SHAPE_FIX)
-        for key, refusal in refusals.items():
-            expect_object(refusal, source=self.file, field=f"refusals.{key}", expected="an object {message, class, exit_code, lane}", fix=_SHAPE_FIX)
-            if not isinstance(refusal.get("message"), str) or not isinstance(refusal.get("class"), str):
-                raise self._bad("has a refusal without its message or class", f"refusals.{key}", refusal, "strings message and class")
-            code = refusal.get("exit_code")
-            if not isinstance(code, int) or isinstance(code, bool) or not 0 < code < 256:
-                raise self._bad("has a refusal with an impossible exit code", f"refusals.{key}.exit_code", code, "an integer 1..255")
-            if refusal.get("lane") is not None and not isinstance(refusal.get("lane"), str):
-                raise self._bad("has a refusal whose lane is not a string", f"refusals.{key}.lane", refusal.get("lane"), "a lane id or null")
         self.artifacts = artifacts
         self.stages = {key: dict(record) for key, record in stages.items()}
+
+    def _load_refusals(self) -> None:
+        data = read_json_object(self.refusals_file)
+        def bad(what: str, field: str, found: Any, expected: str) -> InputError:
+            return InputError(what, file=self.refusals_file, field=field, found=found, expected=expected, fix=_REFUSALS_FIX)
+
+        if data.get("artifact_type") != REFUSALS_TYPE or data.get("schema_version") != 1:
+            raise bad("is not a refusal log of schema 1", "artifact_type", data.get("artifact_type"), REFUSALS_TYPE)
+        refusals = expect_object(data.get("refusals", {}), source=self.refusals_file, field="refusals", expected="an object {stage key: {message, class, exit_code, lane}}", fix=_REFUSALS_FIX)
+        for key, refusal in refusals.items():
+            expect_object(refusal, source=self.refusals_file, field=f"refusals.{key}", expected="an object {message, class, exit_code, lane}", fix=_REFUSALS_FIX)
+            if not isinstance(refusal.get("message"), str) or not isinstance(refusal.get("class"), str):
+                raise bad("has a refusal without its message or class", f"refusals.{key}", refusal, "strings message and class")
+            code = refusal.get("exit_code")
+            if not isinstance(code, int) or isinstance(code, bool) or not 0 < code < 256:
+                raise bad("has a refusal with an impossible exit code", f"refusals.{key}.exit_code", code, "an integer 1..255")
+            if refusal.get("lane") is not None and not isinstance(refusal.get("lane"), str):
+                raise bad("has a refusal whose lane is not a string", f"refusals.{key}.lane", refusal.get("lane"), "a lane id or null")
         self.refusals = {key: dict(refusal) for key, refusal in refusals.items()}
 
     def _check_facts(self, record: dict[str, Any], where: str) -> None:
@@ -234,8 +255,7 @@ class Register:
     def reload(self) -> None:
         """Read the register from disk again (what other processes recorded meanwhile)."""
         self.artifacts, self.stages, self.refusals = {}, {}, {}
-        if self.file.exists():
-            self._load()
+        self._load_all()
 
     @contextmanager
     def locked(self) -> Iterator[None]:
@@ -287,9 +307,12 @@ class Register:
             # A success answers the refusals of its own key and of the same stage for the same lane under
             # another key (publish:component-<old tag>, push:<lane>:<other target>): status shows the last word.
             lane, kind = (facts or {}).get("lane"), key.split(":", 1)[0]
-            for refused in [k for k, r in self.refusals.items() if k == key or (lane and r.get("lane") == lane and k.split(":", 1)[0] == kind)]:
+            answered = [k for k, r in self.refusals.items() if k == key or (lane and r.get("lane") == lane and k.split(":", 1)[0] == kind)]
+            for refused in answered:
                 del self.refusals[refused]
             self._write()
+            if answered:
+                self._write_refusals()
 
     def record_refusal(self, key: str, *, message: str, label: str, exit_code: int, lane: str | None) -> None:
         """Remember that `key` refused (its last successful record, if any, is kept as it was).  The message is
@@ -300,7 +323,7 @@ class Register:
         with self.locked():
             self.reload()
             self.refusals[key] = {"class": label, "exit_code": exit_code, "lane": lane, "message": message}
-            self._write()
+            self._write_refusals()
 
     def save(self) -> None:
         with self.locked():
@@ -313,9 +336,14 @@ class Register:
             "artifacts": [self.artifacts[name].to_json() for name in sorted(self.artifacts)],
             "stages": self.stages,
         }
-        if self.refusals:
-            document["refusals"] = self.refusals
         write_json(self.file, document)
+
+    def _write_refusals(self) -> None:
+        """The refusal log, only while it holds a refusal (a dist whose stages all answered has none)."""
+        if not self.refusals:
+            self.refusals_file.unlink(missing_ok=True)
+            return
+        write_json(self.refusals_file, {"artifact_type": REFUSALS_TYPE, "schema_version": 1, "refusals": self.refusals})
 
     # -- reading ---------------------------------------------------------
     def query(self, kind: str, *, lane: str | None = None, **attrs: Any) -> list[Artifact]:

@@ -435,9 +435,13 @@ def test_a_hostile_vendored_inventory_is_refused_before_package_writes_anything(
     assert caught.value.file.endswith("source.tar!third_party/inventory.json")
     assert caught.value.field == field and reason in caught.value.render()
     after = _snapshot(tmp_path)
-    # The one new file: the stage's empty lock (stage.py takes it before preflight, so two runs cannot race; never removed,
-    # as deleting a lock file races too). Nothing else, inside dist or out.
+    # The new files: the stage's empty lock (stage.py takes it before preflight, so two runs cannot race; never removed,
+    # as deleting a lock file races too) and the refusal log naming this refusal (status shows it), with the register's
+    # lock. Nothing else, inside dist or out: the register itself is untouched.
     assert after.pop(f"dist/.locks/package_{NATIVE}.lock", b"") == b""
+    assert after.pop("dist/.register.lock", b"") == before.pop("dist/.register.lock", b"") == b""
+    refusals = json.loads(after.pop("dist/refusals.json"))["refusals"]
+    assert list(refusals) == [f"package:{NATIVE}"] and field in refusals[f"package:{NATIVE}"]["message"]
     assert after == before
     assert not (dist / NATIVE / "assets").exists()
 

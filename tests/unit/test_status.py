@@ -150,9 +150,9 @@ def test_hostile_text_is_escaped_in_the_page(road):
     ctx, lane = road
     with pytest.raises(EnvironmentProblem):
         execute(_Toy(ctx, "image", lane, "oci-layout", "<script>alert(1)</script>", refuse=True, manifest_digest="sha256:" + "1" * 64))
-    register = json.loads((ctx.dist / "register.json").read_text())
-    register["refusals"][f"image:{LANE}"]["message"] = "<script>alert(1)</script><img src=x>"
-    (ctx.dist / "register.json").write_text(json.dumps(register))
+    log = json.loads((ctx.dist / "refusals.json").read_text())
+    log["refusals"][f"image:{LANE}"]["message"] = "<script>alert(1)</script><img src=x>"
+    (ctx.dist / "refusals.json").write_text(json.dumps(log))
     page = render_page(collect(ctx.dist, ROOT, None))
     assert b"<script>" not in page and b"<img" not in page and b"&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x&gt;" in page
 
@@ -184,11 +184,11 @@ def test_a_refusal_with_a_malformed_exit_code_or_lane_is_refused(road, capsys):
     ctx, lane = road
     with pytest.raises(EnvironmentProblem):
         execute(_Toy(ctx, "image", lane, "oci-layout", "x", refuse=True))
-    register = json.loads((ctx.dist / "register.json").read_text())
+    log = json.loads((ctx.dist / "refusals.json").read_text())
     for field, value in (("exit_code", "3"), ("lane", {"id": LANE})):
-        bad = json.loads(json.dumps(register))
+        bad = json.loads(json.dumps(log))
         bad["refusals"][f"image:{LANE}"][field] = value
-        (ctx.dist / "register.json").write_text(json.dumps(bad))
+        (ctx.dist / "refusals.json").write_text(json.dumps(bad))
         assert main(["status", "--dist", str(ctx.dist)]) == 1
         assert f"refusals.image:{LANE}.{field}" in capsys.readouterr().err
 
@@ -203,7 +203,7 @@ def test_a_refusal_quoting_a_huge_value_is_kept_bounded(road):
     ctx, lane = road
     with pytest.raises(EnvironmentProblem):
         execute(_Huge(ctx, "image", lane, "oci-layout", "x"))
-    message = json.loads((ctx.dist / "register.json").read_text())["refusals"][f"image:{LANE}"]["message"]
+    message = json.loads((ctx.dist / "refusals.json").read_text())["refusals"][f"image:{LANE}"]["message"]
     assert len(message) == MAX_REFUSAL_CHARS and message.startswith("this host cannot do it (found 'xxx") and message.endswith("\u2026")
 
 
@@ -227,7 +227,8 @@ def test_a_success_under_another_key_of_the_same_stage_and_lane_ends_its_refusal
     assert _cells(ctx)["publish"].state == "refused"
     execute(_Publish(ctx, "publish", lane, "release-publication", "y", key_tag=lane.tag(), **attrs))
     assert _cells(ctx)["publish"].state == "done"
-    assert json.loads((ctx.dist / "register.json").read_text()).get("refusals", {}) == {}
+    assert not (ctx.dist / "refusals.json").exists()  # the log goes when its last refusal is answered
+    assert "refusals" not in json.loads((ctx.dist / "register.json").read_text())
 
 
 def test_a_stage_that_runs_another_records_only_what_it_read_itself(road):
@@ -269,8 +270,9 @@ def test_a_refusal_quoting_a_secret_keeps_it_out_of_the_register(road):
         register_secret("ghp_s3cr3tT0ken")
         with pytest.raises(EnvironmentProblem):
             execute(_Leaky(ctx, "image", lane, "oci-layout", "x"))
-    text = (ctx.dist / "register.json").read_text()
+    text = (ctx.dist / "refusals.json").read_text()
     assert "ghp_s3cr3tT0ken" not in text and "Bearer [REDACTED]" in text
+    assert "ghp_s3cr3tT0ken" not in (ctx.dist / "register.json").read_text()
 
 
 def test_a_page_that_cannot_be_written_is_a_usage_error(road, tmp_path, capsys):
