@@ -22,7 +22,7 @@ value found and the value expected.  The checks, in their groups (`GROUPS`):
   and of `require="installable"` / `require="ready"`;
 - `check_pins`: every pinned raw URL's bytes, re-hashed from local git history
   (`git show <commit>:<path>`), failing closed on a missing commit;
-- `require="ready"`: Sigstore bundles through `pipeline.stages.sign.verify_bundle`.
+- `require="ready"`: Sigstore bundles through `pipeline.infra.sigstore.verify_bundle`.
 
 `compose` runs the evidence checks on what it is about to bind
 (`evidence_problems`) and the whole contract before it stages a release from
@@ -912,7 +912,7 @@ class Verifier:
         identity = signing.get("certificate_identity")
         issuer = signing.get("certificate_oidc_issuer")
         try:
-            from pipeline.stages.sign import verify_bundle  # the release workflow's signatures
+            from pipeline.infra.sigstore import verify_bundle  # offline, pinned trust
         except ImportError:
             verify_bundle = None
         for rel in signing.get("signed_files") or []:
@@ -923,7 +923,7 @@ class Verifier:
                 self.warn("signatures", "not signed yet (the release workflow signs after the ready commit is tagged)", file=rel + BUNDLE_SUFFIX)
                 continue
             if verify_bundle is None:
-                self.warn("signatures", "bundle check not available: pipeline.stages.sign.verify_bundle is missing in this checkout", file=rel + BUNDLE_SUFFIX)
+                self.warn("signatures", "bundle check not available: the Sigstore verifier (pipeline.infra.sigstore) cannot be imported here", file=rel + BUNDLE_SUFFIX)
                 continue
             try:
                 verify_bundle(self.root / rel, bundle, identity=identity, issuer=issuer)

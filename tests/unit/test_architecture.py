@@ -1,0 +1,130 @@
+"""The house rules of docs/architecture.md, read from the source itself: no function over 150 lines, no
+import circle, no arrow from a lower layer up, and `pipeline/util/` on the standard library alone."""
+
+from __future__ import annotations
+
+import ast
+import sys
+
+from repokit import ROOT
+
+PACKAGE = ROOT / "pipeline"
+MAX_FUNCTION_LINES = 150
+# Which top-level folders of the package each layer may import (module-level or inside a function).
+# The top-level modules (stage, register, errors, ...) sit beside these layers; the rules here are the arrows
+# the map forbids: nothing below a stage imports one, formats and infra never reach up into tools or dev.
+FORBIDDEN = {
+    "util": {"formats", "infra", "stages", "tools", "dev", "harness"},
+    "formats": {"stages", "tools", "dev", "harness"},
+    "infra": {"stages", "tools", "dev", "harness"},
+    "harness": {"stages", "tools", "dev"},
+    "tools": {"stages", "dev"},
+    "stages": {"tools", "dev"},
+}
+
+
+def _modules() -> dict[str, ast.Module]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = ast.parse(path.read_bytes(), filename=str(path))
+    return found
+
+
+def _imports(module_name: str, tree: ast.Module, *, top_level_only: bool) -> set[str]:
+    """The pipeline modules (and outside top-level names) one module imports."""
+    names: set[str] = set()
+    nodes = tree.body if top_level_only else list(ast.walk(tree))
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against the importing package
+                base = module_name.split(".")[: -node.level] if not module_name.endswith("__init__") else module_name.split(".")
+                prefix = ".".join(base + ([node.module] if node.module else []))
+            else:
+                prefix = node.module or ""
+            names.add(prefix)
+            names.update(f"{prefix}.{alias.name}" for alias in node.names)
+    return names
+
+
+def test_no_function_is_longer_than_150_lines():
+    long = []
+    for name, tree in _modules().items():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, "split by job: " + "; ".join(long)
+
+
+def test_util_needs_only_the_standard_library():
+    outside = []
+    for name, tree in _modules().items():
+        if not name.startswith(("pipeline.util", "pipeline.errors", "pipeline.runcontext")):
+            continue
+        for imported in _imports(name, tree, top_level_only=False):
+            top = imported.split(".")[0]
+            if top in ("", "__future__") or top in sys.stdlib_module_names:
+                continue
+            # the package's errors (and the run context they read) are standard-library modules themselves
+            if top == "pipeline" and (imported in ("pipeline", "pipeline.errors", "pipeline.runcontext") or imported.startswith(("pipeline.util", "pipeline.errors.", "pipeline.runcontext."))):
+                continue
+            outside.append(f"{name} imports {imported}")
+    assert not outside, outside
+
+
+def test_no_arrow_from_a_lower_layer_up():
+    arrows = []
+    for name, tree in _modules().items():
+        parts = name.split(".")
+        layer = parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else None
+        forbidden = FORBIDDEN.get(layer or "", set())
+        for imported in _imports(name, tree, top_level_only=False):
+            target = imported.split(".")
+            if target[0] == "pipeline" and len(target) > 1 and target[1] in forbidden:
+                arrows.append(f"{name} imports {imported}")
+    assert not arrows, sorted(set(arrows))
+
+
+def test_no_import_circle_among_module_level_imports():
+    modules = _modules()
+    graph = {name: {m for m in _imports(name, tree, top_level_only=True) if m in modules and m != name} for name, tree in modules.items()}
+    # a package's own __init__ importing its submodules is not a circle through its children
+    for name in graph:
+        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                circles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    assert not circles, circles
+
+
+def test_the_rules_can_fail():
+    """The checks above see what they claim to: a long function and an upward import in a parsed module."""
+    body = "def f():\n" + "    x = 1\n" * 151
+    tree = ast.parse(body)
+    [function] = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    assert function.end_lineno - function.lineno + 1 > MAX_FUNCTION_LINES
+    upward = ast.parse("from pipeline.stages import build\n")
+    assert "pipeline.stages.build" in _imports("pipeline.formats.x", upward, top_level_only=True)
+    lazy = ast.parse("def g():\n    from pipeline.tools import status\n")
+    assert "pipeline.tools.status" in _imports("pipeline.infra.y", lazy, top_level_only=False)
+    assert "pipeline.tools.status" not in _imports("pipeline.infra.y", lazy, top_level_only=True)
