@@ -25,8 +25,8 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
   the prefix the single stream left (one of the full size, whose holes
   cannot be told from bytes, starts over);
 - a server that answers a ranged request with 200, a wrong or missing
-  `Content-Range`, a `Content-Length` other than the range's, or an encoded
-  body does not serve ranges faithfully: `RangesRefused`, and the caller
+  `Content-Range`, a `Content-Length` other than the range's, a body longer
+  than the range, or an encoded body does not serve ranges faithfully: `RangesRefused`, and the caller
   fetches the file as one stream; a `Content-Range` total other than the
   pinned size fails closed (`size_mismatch`) and the bytes are deleted.
 """
@@ -470,8 +470,9 @@ class _Ranges:
         import requests
 
         item = self.item
+        start = slot[0]
         try:
-            for chunk in net.iter_body(response, limit=asked_end - slot[0], deadline=lambda _count: item.soonest(), label=item.label,
+            for chunk in net.iter_body(response, limit=asked_end - start, deadline=lambda _count: item.soonest(), label=item.label,
                                        url=item.url, what="a range", pinned=True):
                 with self.cond:  # claim the bytes before writing them: a thief splits after slot[0]
                     position = slot[0]
@@ -496,3 +497,7 @@ class _Ranges:
                 raise error from None
         except net.DeadlinePassed as error:
             raise item.late(net.BODY) or error from None
+        except IntegrityError:
+            # iter_body's bound is the range, not the pin: a body longer than its Content-Range is a server
+            # that does not serve ranges faithfully (the one stream is bounded by the pin itself).
+            raise RangesRefused(f"the server sent more than the {asked_end - start} bytes of the range {start}-{asked_end - 1} it declared") from None

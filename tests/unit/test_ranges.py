@@ -13,6 +13,7 @@ import hashlib
 import json
 import random
 import threading
+import time
 
 import pytest
 from hostile_http import Route, hostile_server
@@ -76,12 +77,23 @@ def test_the_hashing_buffer_is_bounded_and_what_did_not_fit_is_read_back(server,
     assert peak[0] <= (256 << 10) + (1 << 20)  # the bound, plus at most the one chunk at the prefix
 
 
-@pytest.mark.parametrize("fault", ["ignore-range", "wrong-range", "no-content-range"])
+@pytest.mark.parametrize("fault", ["ignore-range", "wrong-range", "no-content-range", "long-body"])
 def test_a_server_that_does_not_serve_ranges_faithfully_gets_one_stream(server, tmp_path, fault):
     url = server.add(f"/{fault}.bin", Route("ranged", BODY, fault=fault))
     result = fetch(url, tmp_path / "asset")
     assert result.sha256 == DIGEST and result.connections == 1 and (tmp_path / "asset").read_bytes() == BODY
     assert sorted(p.name for p in tmp_path.iterdir()) == ["asset"]
+
+
+def test_a_range_answer_that_stalls_ends_by_the_deadline_and_keeps_what_arrived(server, tmp_path):
+    url = server.add("/stall.bin", Route("ranged", BODY, fault="stall"))
+    started = time.monotonic()
+    with pytest.raises(RemoteError):  # the deadline, or the idle timeout with no time left for a retry
+        fetch(url, tmp_path / "asset", timeout=0.5, deadline=1.0, retries=1)
+    assert time.monotonic() - started < 4, "every range's reads are bounded by the item's deadline"
+    state = range_state.read_state(tmp_path / "asset.part.ranges", size=len(BODY), sha256=DIGEST)
+    assert state is not None and state.received, "the halves that arrived are recorded, for the next run"
+    assert (tmp_path / "asset.part").read_bytes()[: state.received[0][1]] == BODY[: state.received[0][1]]
 
 
 def test_another_total_size_fails_closed_and_leaves_nothing(server, tmp_path):
