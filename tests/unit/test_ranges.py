@@ -164,6 +164,33 @@ def test_a_state_file_that_does_not_check_out_starts_the_file_over(server, tmp_p
     assert result.sha256 == DIGEST and result.resumed_from == 0
 
 
+def _state(part, received):
+    document = {"artifact_type": range_state.STATE_TYPE, "schema_version": 1, "size": len(BODY), "sha256": DIGEST, "received": received}
+    range_state.state_path(part).write_text(json.dumps(document))
+
+
+def test_bytes_a_valid_state_vouches_for_are_hashed_as_they_are_on_disk(server, tmp_path):
+    url = server.add("/altered.bin", Route("ranged", BODY))
+    part = tmp_path / "asset.part"
+    altered = bytearray(BODY)
+    altered[100] ^= 1  # inside a range the state calls received
+    part.write_bytes(bytes(altered))
+    _state(part, [[0, 1 << 20]])
+    result = fetch(url, tmp_path / "asset")
+    assert result.resumed_from == 1 << 20 and result.reread >= 1 << 20
+    assert result.sha256 == hashlib.sha256(bytes(altered)).hexdigest() != DIGEST, "the digest is the real bytes', so the pin check fails"
+
+
+def test_a_symlink_at_the_part_path_is_replaced_never_written_through(server, tmp_path):
+    url = server.add("/link.bin", Route("ranged", BODY))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    (tmp_path / "asset.part").symlink_to(victim)
+    _state(tmp_path / "asset.part", [[0, 1 << 20]])
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 0 and victim.read_bytes() == b"precious"
+
+
 def test_a_single_stream_prefix_is_kept_as_the_first_range(server, tmp_path):
     url = server.add("/prefix.bin", Route("ranged", BODY))
     (tmp_path / "asset.part").write_bytes(BODY[: 1 << 20])
