@@ -19,19 +19,31 @@ pipeline itself never enters the namespace: it writes the source into, and
 reads the outputs back from, the private folder.  Where no namespace can be
 made (no unshare, a container without CAP_SYS_ADMIN, user namespaces off),
 `Isolation.available` is false and the build takes the lane's lock instead.
+
+A build holds an flock on its private folder while it runs (`held`).  The
+folder of a build that failed is kept for its error to name; the next build
+of that lane removes the ones whose lock is free (`prune_finished`), so
+failed builds' trees (a full build each) do not pile up under the parent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 BIND_SCRIPT = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
 PROBE_TIMEOUT_S = 20
+# A folder younger than this may be one a build has just made and not yet locked: never pruned.
+PRUNE_AFTER_S = 60
 
 
 @dataclass(frozen=True)
@@ -86,3 +98,45 @@ def detect(probe_dir: Path) -> Isolation:
         return Isolation((), f"no private mount namespace can be made here ({last})")
     finally:
         shutil.rmtree(probe, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def held(folder: Path) -> Iterator[None]:
+    """Hold `folder`'s lock while its build runs (released when the process ends, however it ends)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def prune_finished(parent: Path, prefix: str) -> list[Path]:
+    """Remove the folders `parent/<prefix>*` of yours that no running build holds (failed builds' leftovers)."""
+    import fcntl
+
+    removed = []
+    for name in sorted(glob.glob(glob.escape(prefix) + "*", root_dir=parent)):
+        folder = parent / name
+        try:
+            info = folder.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or time.time() - info.st_mtime < PRUNE_AFTER_S:
+                continue
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone meanwhile, or not ours to open
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a build running now
+        try:
+            shutil.rmtree(folder)
+            removed.append(folder)
+        except OSError:
+            pass  # left for a later build; never the reason this one fails
+        finally:
+            os.close(fd)
+    return removed

@@ -3,6 +3,7 @@ stages/build.py: compile_place, lane_lock), without compiling: the real ccache, 
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import subprocess
@@ -132,3 +133,24 @@ def test_without_a_namespace_the_lane_lock_says_who_holds_it(canonical, monkeypa
     waiter.join(10)
     assert f"builds of lane-x take turns at {canonical.root}: unshare (util-linux) is not installed" in canonical.said
     assert any(re.fullmatch(r"waiting for another build of this lane: pid \d+ since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", line) for line in canonical.said), canonical.said
+
+
+def test_a_failed_builds_folder_is_kept_named_and_removed_by_the_next_build_of_its_lane(canonical, tmp_path, monkeypatch):
+    monkeypatch.setattr(buildns, "detect", lambda _parent: buildns.Isolation(("unshare",), ""))  # the folders only, no mount
+    warned: list[str] = []
+    monkeypatch.setattr(build.ui, "warn", warned.append)
+    with pytest.raises(RuntimeError), build.compile_place(canonical.lane, None) as place:
+        raise RuntimeError("the compile failed")
+    failed = place.private
+    assert failed.is_dir() and any(str(failed) in line for line in warned), "kept, and the warning names it"
+    work = failed.parent
+    running, other_lane, young = (work / "lane-x.running", work / "lane-y.old", work / "lane-x.young")
+    for folder in (running, other_lane, young):
+        folder.mkdir()
+    old = time.time() - 2 * buildns.PRUNE_AFTER_S
+    for folder in (failed, running, other_lane):
+        os.utime(folder, (old, old))
+    with buildns.held(running), build.compile_place(canonical.lane, None) as place:
+        assert not failed.exists() and any(f"removed {failed}" in line for line in canonical.said)
+        assert running.is_dir() and other_lane.is_dir() and young.is_dir(), "a running build's, another lane's and a new folder stay"
+    assert not place.private.exists()
