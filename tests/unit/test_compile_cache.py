@@ -91,6 +91,32 @@ def test_the_pipeline_writes_the_whole_configuration_and_keys_entries_on_the_too
     assert cache.cmake_args(["py", "launcher"])[-1] == f"-DCMAKE_CUDA_COMPILER_LAUNCHER=py;launcher;{cache.ccache}"
 
 
+def test_the_callers_ccache_variables_never_reach_the_compile(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from pipeline.formats.lanes import find_lane
+    from pipeline.infra.source import parse_source
+    from pipeline.stage import Context
+
+    # CCACHE_* variables override every configuration file: a CCACHE_PREFIX would run its program before every compiler.
+    hostile = {"CCACHE_PREFIX": "/bin/false", "CCACHE_DIR": str(tmp_path / "theirs"), "CCACHE_COMPILERCHECK": "none",
+               "CCACHE_SLOPPINESS": "time_macros", "CCACHE_REMOTE_STORAGE": "http://127.0.0.1:9/", "CCACHE_HARDLINK": "1"}
+    for name, value in hostile.items():
+        monkeypatch.setenv(name, value)
+    stage = build.BuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), source=parse_source(None), cache_dir=tmp_path / "cache")
+    stage.source = SimpleNamespace(commit_time=0)
+    tools = SimpleNamespace(nvcc=Path("/opt/cuda/bin/nvcc"), cmake=Path("/usr/bin/cmake"), ninja=Path("/usr/bin/ninja"))
+    env = stage._build_env(tools)
+    cache = cc.prepare(tmp_path / "cache", toolchain_description={"kind": "pinned", "lock_entry_sha256": "a" * 64}, cuda_home=tmp_path,
+                       path=build.BUILD_PATH, env=env, launcher=build.LAUNCHER)
+    env.update(cache.env())
+    assert not {name for name in env if name.startswith("CCACHE_")} - set(cache.env())
+    shown = dict(line.split(") ", 1)[1].split(" = ", 1) for line in subprocess.run(
+        [str(cache.ccache), "--show-config"], env=env, capture_output=True, text=True, check=True).stdout.splitlines() if " = " in line)
+    assert shown["prefix_command"] == "" and shown["compiler_check"] == "content" and shown["cache_dir"] == str(tmp_path / "cache")
+    assert shown["sloppiness"] == "" and shown["remote_storage"] == "" and shown["hard_link"] == "false"
+
+
 # -- each build's own canonical path -----------------------------------------------------------------------------
 
 @pytest.fixture
