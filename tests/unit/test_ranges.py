@@ -260,11 +260,12 @@ def test_progress_is_one_line_per_file_over_all_its_ranges_and_only_on_a_termina
         ui.set_quiet(False)
 
 
-def test_connections_below_one_is_a_usage_error(capsys):
+@pytest.mark.parametrize("count", ["0", str(ranges.MAX_CONNECTIONS + 1), "100000"])
+def test_connections_outside_their_bounds_is_a_usage_error(capsys, count):
     from pipeline.cli import main
 
-    assert main(["audit", "manifest.json", "--connections", "0"]) == 2
-    assert "--connections must be at least 1" in capsys.readouterr().err
+    assert main(["audit", "manifest.json", "--connections", count]) == 2
+    assert f"--connections must be from 1 to {ranges.MAX_CONNECTIONS}" in capsys.readouterr().err
 
 
 def test_free_connections_take_over_half_of_the_longest_piece_at_the_end(server, tmp_path, monkeypatch):
