@@ -9,7 +9,8 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
   `connections` threads fetch lowest offset first, one `Range: bytes=A-B`
   request per piece; once none is left, a free connection takes the second
   half of the piece with the most bytes to go (as aria2c splits), so the
-  connections finish together, every request through `Item.open` (the one redirect,
+  connections finish together, every request (`Accept-Encoding: identity`:
+  a range of a compressed representation counts its compressed bytes) through `Item.open` (the one redirect,
   scheme and host rule, `net.open_stream`) and its body through
   `net.iter_body` (bounded by the piece's length), inside the item's and the
   caller's deadlines;
@@ -417,7 +418,8 @@ class _Ranges:
             if error is not None:
                 raise error
             try:
-                response = item.open({"Range": f"bytes={position}-{end - 1}"})
+                # identity: a range of a compressed representation counts that representation's bytes.
+                response = item.open({"Range": f"bytes={position}-{end - 1}", "Accept-Encoding": "identity"})
             except requests.RequestException as exc:
                 error = item.late(net.HEADERS)
                 if error is not None:
@@ -452,6 +454,9 @@ class _Ranges:
         status, headers = response.status_code, response.headers
         if status != 206:
             raise RangesRefused(f"the server answered HTTP {status} to a ranged request")
+        if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+            # Before the total: the total of an encoded representation is not the file's size.
+            raise RangesRefused("the server encodes its ranged answers")
         span = net.content_range(response)
         if span is None:
             raise RangesRefused(f"the server's 206 answer has no valid Content-Range (found {headers.get('Content-Range', '')[:80]!r})")
@@ -462,8 +467,6 @@ class _Ranges:
         length = headers.get("Content-Length")
         if length is not None and length != str(end - start):
             raise RangesRefused(f"the server's answer for {end - start} bytes declares Content-Length {length[:40]!r}")
-        if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
-            raise RangesRefused("the server encodes its ranged answers")
 
     def _receive(self, response, slot: list[int], asked_end: int) -> None:
         """Write the body into place and hand it to the hasher, advancing slot[0]; it stops short on a

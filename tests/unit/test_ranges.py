@@ -96,6 +96,20 @@ def test_a_range_answer_that_stalls_ends_by_the_deadline_and_keeps_what_arrived(
     assert (tmp_path / "asset.part").read_bytes()[: state.received[0][1]] == BODY[: state.received[0][1]]
 
 
+def test_ranges_ask_for_the_identity_representation(server, tmp_path):
+    # A CDN that compresses when the client accepts gzip serves ranges of the compressed bytes, whose total is
+    # not the pinned size: asked for by requests' default Accept-Encoding, that read as a replaced file.
+    url = server.add("/cdn-gzip.bin", Route("ranged", BODY, fault="gzip-when-asked"))
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.connections > 1
+
+
+def test_an_encoded_range_answer_is_a_fallback_not_a_replaced_file(server, tmp_path):
+    url = server.add("/gzip-always.bin", Route("ranged", BODY, fault="gzip-always"))
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.connections == 1 and (tmp_path / "asset").read_bytes() == BODY
+
+
 def test_another_total_size_fails_closed_and_leaves_nothing(server, tmp_path):
     url = server.add("/other-total.bin", Route("ranged", BODY, fault="other-total"))
     with pytest.raises(IntegrityError, match=f"is {len(BODY) + 1} bytes, {len(BODY)} are pinned"):
