@@ -302,3 +302,10 @@ def test_a_single_stream_resume_checks_the_content_range_too(server, tmp_path):
     with pytest.raises(IntegrityError, match="are pinned"):
         fetch(url, tmp_path / "b", connections=1)
     assert not (tmp_path / "b.part").exists()
+
+
+def test_a_single_stream_resume_asks_for_the_identity_representation(server, tmp_path):
+    url = server.add("/resume-gzip.bin", Route("ranged", BODY, fault="gzip-when-asked"))
+    (tmp_path / "a.part").write_bytes(BODY[:1000])
+    result = fetch(url, tmp_path / "a", connections=1)
+    assert result.sha256 == DIGEST and result.resumed_from == 1000
