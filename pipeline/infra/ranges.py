@@ -89,8 +89,14 @@ def size_mismatch(item: Item, found: int, pinned: int) -> IntegrityError:
 
 
 def discard(part: Path) -> None:
-    part.unlink(missing_ok=True)
-    state_path(part).unlink(missing_ok=True)
+    for path in (part, state_path(part)):
+        try:
+            path.unlink(missing_ok=True)
+        except (IsADirectoryError, PermissionError):
+            if not path.is_dir() or path.is_symlink():
+                raise
+            raise EnvironmentProblem(f"{path.name} is a folder, where the download keeps its partial bytes", file=path,
+                                     fix="remove that folder (the download then starts the file over)") from None
 
 
 def piece_size(size: int, connections: int) -> int:

@@ -18,7 +18,7 @@ import time
 import pytest
 from hostile_http import Route, hostile_server
 
-from pipeline.errors import IntegrityError, RemoteError
+from pipeline.errors import EnvironmentProblem, IntegrityError, RemoteError
 from pipeline.formats import range_state
 from pipeline.infra import ranges, transfer
 
@@ -309,3 +309,14 @@ def test_a_single_stream_resume_asks_for_the_identity_representation(server, tmp
     (tmp_path / "a.part").write_bytes(BODY[:1000])
     result = fetch(url, tmp_path / "a", connections=1)
     assert result.sha256 == DIGEST and result.resumed_from == 1000
+
+
+@pytest.mark.parametrize("name", ["asset.part", "asset.part.ranges"])
+def test_a_folder_at_the_part_or_state_path_is_named_not_a_traceback(server, tmp_path, name):
+    url = server.add("/folder.bin", Route("ranged", BODY))
+    (tmp_path / name).mkdir()
+    if name == "asset.part":
+        _state(tmp_path / "asset.part", [[0, 1 << 20]])
+    with pytest.raises(EnvironmentProblem, match="is a folder") as caught:
+        fetch(url, tmp_path / "asset")
+    assert caught.value.file == str(tmp_path / name) and (tmp_path / name).is_dir()
