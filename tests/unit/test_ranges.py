@@ -91,6 +91,7 @@ def test_a_range_answer_that_stalls_ends_by_the_deadline_and_keeps_what_arrived(
     with pytest.raises(RemoteError):  # the deadline, or the idle timeout with no time left for a retry
         fetch(url, tmp_path / "asset", timeout=0.5, deadline=1.0, retries=1)
     assert time.monotonic() - started < 4, "every range's reads are bounded by the item's deadline"
+    assert not [t for t in threading.enumerate() if t.name.startswith("range-")], "no connection thread outlives the download"
     state = range_state.read_state(tmp_path / "asset.part.ranges", size=len(BODY), sha256=DIGEST)
     assert state is not None and state.received, "the halves that arrived are recorded, for the next run"
     assert (tmp_path / "asset.part").read_bytes()[: state.received[0][1]] == BODY[: state.received[0][1]]
