@@ -474,6 +474,16 @@ class _Ranges:
         if length is not None and length != str(end - start):
             raise RangesRefused(f"the server's answer for {end - start} bytes declares Content-Length {length[:40]!r}")
 
+    def _write(self, data: bytes, position: int) -> None:
+        """Into place in the .part; a failing disk is this machine's problem, never a broken connection to retry."""
+        written = 0
+        try:
+            while written < len(data):
+                written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
+        except OSError as exc:
+            raise EnvironmentProblem(f"cannot write {self.part.name}: {exc.strerror}", file=self.part,
+                                     fix="free disk space or pass --cache DIR on another disk; the bytes received so far are resumed") from None
+
     def _receive(self, response, slot: list[int], asked_end: int) -> None:
         """Write the body into place and hand it to the hasher, advancing slot[0]; it stops short on a
         broken connection, or where a thief took the rest of the piece over (the answer is dropped)."""
@@ -490,9 +500,7 @@ class _Ranges:
                     slot[0] = position + len(data)
                 if not data:
                     break
-                written = 0
-                while written < len(data):
-                    written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
+                self._write(data, position)
                 self.deposit(position, data)
                 item.earn(len(data))
                 if self.bar:

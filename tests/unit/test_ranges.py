@@ -321,3 +321,18 @@ def test_a_folder_at_the_part_or_state_path_is_named_not_a_traceback(server, tmp
     with pytest.raises(EnvironmentProblem, match="is a folder") as caught:
         fetch(url, tmp_path / "asset")
     assert caught.value.file == str(tmp_path / name) and (tmp_path / name).is_dir()
+
+
+def test_a_failing_disk_is_named_not_retried_as_a_broken_connection(server, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    url = server.add("/disk.bin", Route("ranged", BODY))
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ranges.os, "pwrite", full)
+    with pytest.raises(EnvironmentProblem, match="cannot write asset.part: No space left on device"):
+        fetch(url, tmp_path / "asset", retries=3)
+    assert range_state.state_path(tmp_path / "asset.part").exists(), "what arrived before stays resumable"
