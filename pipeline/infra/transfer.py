@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import IntegrityError, PipelineError, RemoteError
+from pipeline.errors import EnvironmentProblem, IntegrityError, PipelineError, RemoteError
 from pipeline.infra import net, ranges
 from pipeline.util import ui
 
@@ -170,6 +170,9 @@ class _Stream:
     def sync(self) -> None:
         """The digest continues across retries: only a .part left by an earlier run (or one whose
         size no longer matches what was hashed) is read back."""
+        if os.path.islink(self.part) or (os.path.lexists(self.part) and not self.part.is_file()):
+            ranges.discard(self.part)  # never read or written through (a folder there is named: EnvironmentProblem)
+            self.have = -1
         if not self.resume:
             self.restart()
         elif self.have < 0 or not self.part.exists() or self.part.stat().st_size != self.have:
@@ -252,7 +255,7 @@ class _Stream:
             with open(self.part, "ab" if self.have else "wb") as sink:
                 for chunk in net.iter_body(response, limit=self.limit - self.have, deadline=lambda _count: item.soonest(),
                                            label=item.label, url=item.url, what="a document of this kind", pinned=self.expected_size is not None):
-                    sink.write(chunk)
+                    _write(sink, chunk, self.part)
                     self.digest.update(chunk)
                     self.have += len(chunk)
                     item.held = self.have
@@ -270,12 +273,23 @@ class _Stream:
         except net.DeadlinePassed as error:
             # A valid prefix of a pinned file is resumed next time; the overall deadline is named first.
             raise self.give_up(item.late(net.BODY) or error, keep=True) from None
+        except EnvironmentProblem as error:
+            raise self.give_up(error, keep=True) from None  # the disk, not the bytes: resumed once there is room
         except PipelineError as error:
             raise self.give_up(error, keep=False) from None  # over the pin or the cap: these bytes are not the file
         finally:
             if bar:
                 bar.finish()
         return True
+
+
+def _write(sink, chunk: bytes, part: Path) -> None:
+    """A failing disk is this machine's problem, never a broken connection to retry."""
+    try:
+        sink.write(chunk)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot write {part.name}: {exc.strerror}", file=part,
+                                 fix="free disk space or pass --cache DIR on another disk; the bytes received so far are resumed") from None
 
 
 def _bar(progress, label: str, total: int | None, done: int):

@@ -336,3 +336,47 @@ def test_a_failing_disk_is_named_not_retried_as_a_broken_connection(server, tmp_
     with pytest.raises(EnvironmentProblem, match="cannot write asset.part: No space left on device"):
         fetch(url, tmp_path / "asset", retries=3)
     assert range_state.state_path(tmp_path / "asset.part").exists(), "what arrived before stays resumable"
+
+
+def test_a_single_stream_never_writes_through_a_symlink_at_the_part_path(server, tmp_path):
+    url = server.add("/stream-link.bin", Route("ranged", BODY))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    (tmp_path / "a.part").symlink_to(victim)
+    result = fetch(url, tmp_path / "a", connections=1)
+    assert result.sha256 == DIGEST and result.resumed_from == 0 and victim.read_bytes() == b"precious"
+    assert not (tmp_path / "a").is_symlink()
+
+
+def test_a_single_stream_names_a_failing_disk(server, tmp_path):
+    url = server.add("/stream-full.bin", Route("ranged", BODY))
+    (tmp_path / "a.part").write_bytes(BODY[:10])
+    real_open = open
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, _data):
+            raise OSError(28, "No space left on device")
+
+    def opening(path, mode="r", *args, **kwargs):
+        handle = real_open(path, mode, *args, **kwargs)
+        return Full(handle) if str(path).endswith("a.part") and "a" in mode else handle
+
+    import builtins
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(builtins, "open", opening)
+    try:
+        with pytest.raises(EnvironmentProblem, match="cannot write a.part: No space left on device"):
+            fetch(url, tmp_path / "a", connections=1, retries=3)
+    finally:
+        monkeypatch.undo()
+    assert (tmp_path / "a.part").read_bytes() == BODY[:10], "the prefix stays, to resume"
