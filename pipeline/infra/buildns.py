@@ -10,7 +10,7 @@ namespace of its own in which that folder is bind-mounted at
 `/var/tmp/omp-ninfer/build/<lane>`:
 
     unshare --mount --propagation private [--user --map-root-user] \
-        sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh PRIVATE CANONICAL COMMAND…
+        /bin/sh -c '"$0" --bind "$1" "$2" && shift 2 && exec "$@"' /bin/mount PRIVATE CANONICAL COMMAND…
 
 As root the mount namespace alone is enough; otherwise an unprivileged user
 namespace maps you to root inside it (where the kernel allows them: Debian
@@ -40,7 +40,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-BIND_SCRIPT = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+# `mount` and `sh` from the system's folders by absolute path: inside the namespace they run as (mapped)
+# root, before the compile, so neither comes from the caller's PATH nor from a toolchain folder put first on it.
+SYSTEM_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+BIND_SCRIPT = '"$0" --bind "$1" "$2" && shift 2 && exec "$@"'  # $0: the mount program
 PROBE_TIMEOUT_S = 20
 # A folder younger than this may be one a build has just made and not yet locked: never pruned.
 PRUNE_AFTER_S = 60
@@ -50,7 +53,7 @@ PRUNE_AFTER_S = 60
 class Isolation:
     """How (and whether) commands can run with a private folder at the canonical path."""
 
-    prefix: tuple[str, ...]  # the unshare command line, without the bind and the command
+    prefix: tuple[str, ...]  # the unshare command line, then the shell and mount programs (absolute)
     reason: str  # why there is no namespace, when there is none
 
     @property
@@ -59,15 +62,16 @@ class Isolation:
 
     def wrap(self, private: Path, canonical: Path, command: list[str]) -> list[str]:
         """`command` run with `private` bind-mounted at `canonical`, in a mount namespace of its own."""
-        return [*self.prefix, "sh", "-c", BIND_SCRIPT, "sh", str(private), str(canonical), *command]
+        *unshare, shell, mount = self.prefix
+        return [*unshare, shell, "-c", BIND_SCRIPT, mount, str(private), str(canonical), *command]
 
 
 def _candidates() -> list[tuple[str, ...]]:
-    unshare = shutil.which("unshare", path=os.pathsep.join(("/usr/bin", "/bin", "/usr/sbin", "/sbin")))
-    if unshare is None:
+    unshare, shell, mount = (shutil.which(name, path=os.pathsep.join(SYSTEM_DIRS)) for name in ("unshare", "sh", "mount"))
+    if unshare is None or shell is None or mount is None:
         return []
-    mount_only = (unshare, "--mount", "--propagation", "private")
-    with_user = (unshare, "--user", "--map-root-user", "--mount", "--propagation", "private")
+    mount_only = (unshare, "--mount", "--propagation", "private", shell, mount)
+    with_user = (unshare, "--user", "--map-root-user", "--mount", "--propagation", "private", shell, mount)
     return [mount_only, with_user] if os.geteuid() == 0 else [with_user]
 
 
@@ -77,7 +81,7 @@ def detect(probe_dir: Path) -> Isolation:
         return Isolation((), "this host has no Linux mount namespaces")
     candidates = _candidates()
     if not candidates:
-        return Isolation((), "unshare (util-linux) is not installed")
+        return Isolation((), f"unshare, sh or mount (util-linux) is not in {os.pathsep.join(SYSTEM_DIRS)}")
     probe = Path(tempfile.mkdtemp(prefix=".ns-probe.", dir=probe_dir))
     try:
         (probe / "source").mkdir()
@@ -85,7 +89,7 @@ def detect(probe_dir: Path) -> Isolation:
         (probe / "source" / "seen").write_bytes(b"")
         last = ""
         for prefix in candidates:
-            command = [*prefix, "sh", "-c", BIND_SCRIPT, "sh", str(probe / "source"), str(probe / "target"), "test", "-e", str(probe / "target" / "seen")]
+            command = Isolation(prefix, "").wrap(probe / "source", probe / "target", ["test", "-e", str(probe / "target" / "seen")])
             try:
                 result = subprocess.run(command, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
             except (OSError, subprocess.TimeoutExpired) as exc:

@@ -180,3 +180,22 @@ def test_a_failed_builds_folder_is_kept_named_and_removed_by_the_next_build_of_i
         assert not failed.exists() and any(f"removed {failed}" in line for line in canonical.said)
         assert running.is_dir() and other_lane.is_dir() and young.is_dir(), "a running build's, another lane's and a new folder stay"
     assert not place.private.exists()
+
+
+def test_the_namespace_runs_the_systems_mount_and_shell_never_ones_from_path(tmp_path, monkeypatch):
+    decoys = tmp_path / "decoys"
+    decoys.mkdir()
+    for name in ("mount", "sh"):
+        (decoys / name).write_text(f"#!/bin/sh\ntouch {tmp_path / ('ran-' + name)}\nexit 1\n")
+        (decoys / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{decoys}:{os.environ['PATH']}")
+    isolation = buildns.detect(tmp_path)
+    assert not list(tmp_path.glob("ran-*")), "the probe ran a program from PATH as the namespace's root"
+    if not isolation.available:
+        pytest.skip(f"no private mount namespace on this host: {isolation.reason}")
+    (tmp_path / "private").mkdir()
+    (tmp_path / "canonical").mkdir()
+    (tmp_path / "private" / "seen").write_text("")
+    command = isolation.wrap(tmp_path / "private", tmp_path / "canonical", ["/usr/bin/test", "-e", str(tmp_path / "canonical" / "seen")])
+    subprocess.run(command, env={"PATH": f"{decoys}:/usr/bin:/bin"}, check=True)
+    assert not list(tmp_path.glob("ran-*")), "a program from PATH ran as the namespace's root"
