@@ -187,7 +187,7 @@ def compile_place(lane: Lane, work_dir: Path | None):
         except BaseException:
             ui.warn(f"the failed build's folder is kept for inspection: {private} (the next build of {lane.id} removes it)")
             raise
-    shutil.rmtree(private)
+        shutil.rmtree(private)  # still locked: no other build's pruning removes it at the same time
 
 
 def host_compiler() -> str:
