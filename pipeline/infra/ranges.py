@@ -88,6 +88,12 @@ def size_mismatch(item: Item, found: int, pinned: int) -> IntegrityError:
     )
 
 
+def write_failed(part: Path, exc: OSError) -> EnvironmentProblem:
+    """A failing write into a download's .part (ENOSPC, EIO): this machine's problem, never a broken connection to retry."""
+    return EnvironmentProblem(f"cannot write {part.name}: {exc.strerror}", file=part,
+                              fix="free disk space or pass --cache DIR on another disk; the bytes received so far are resumed")
+
+
 def discard(part: Path) -> None:
     for path in (part, state_path(part)):
         try:
@@ -481,8 +487,7 @@ class _Ranges:
             while written < len(data):
                 written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
         except OSError as exc:
-            raise EnvironmentProblem(f"cannot write {self.part.name}: {exc.strerror}", file=self.part,
-                                     fix="free disk space or pass --cache DIR on another disk; the bytes received so far are resumed") from None
+            raise write_failed(self.part, exc) from None
 
     def _receive(self, response, slot: list[int], asked_end: int) -> None:
         """Write the body into place and hand it to the hasher, advancing slot[0]; it stops short on a

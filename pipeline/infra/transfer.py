@@ -284,12 +284,10 @@ class _Stream:
 
 
 def _write(sink, chunk: bytes, part: Path) -> None:
-    """A failing disk is this machine's problem, never a broken connection to retry."""
     try:
         sink.write(chunk)
     except OSError as exc:
-        raise EnvironmentProblem(f"cannot write {part.name}: {exc.strerror}", file=part,
-                                 fix="free disk space or pass --cache DIR on another disk; the bytes received so far are resumed") from None
+        raise ranges.write_failed(part, exc) from None
 
 
 def _bar(progress, label: str, total: int | None, done: int):
