@@ -265,7 +265,11 @@ def test_progress_is_one_line_per_file_over_all_its_ranges_and_only_on_a_termina
         assert tasks["model"].completed == 500 + 600 and tasks["all"].completed == 500 + 600
         line.finish()
         assert [task.description for task in bars.progress.tasks] == ["all"]
-        assert bars.file("model", 2000, done=500) and bars.progress.tasks[0].completed == 1100, "a retry's line does not count the bytes on disk twice"
+        retry = bars.file("model", 2000, done=1100)
+        assert bars.progress.tasks[0].completed == 1100, "a retry's line does not count the bytes on disk twice"
+        retry.finish()
+        bars.file("model", 2000, done=0)  # the ranges were discarded: one stream from the start
+        assert bars.progress.tasks[0].completed == 0, "discarded bytes leave the overall line"
     finally:
         bars.close()
     ui.set_quiet(True)
