@@ -10,7 +10,7 @@ namespace of its own in which that folder is bind-mounted at
 `/var/tmp/omp-ninfer/build/<lane>`:
 
     unshare --mount --propagation private [--user --map-root-user] \
-        sh -c 'mount --bind "$1" "$2" && shift 2 && exec "$@"' sh PRIVATE CANONICAL COMMAND…
+        /bin/sh -c '"$0" --bind "$1" "$2" && shift 2 && exec "$@"' /bin/mount PRIVATE CANONICAL COMMAND…
 
 As root the mount namespace alone is enough; otherwise an unprivileged user
 namespace maps you to root inside it (where the kernel allows them: Debian
@@ -19,26 +19,41 @@ pipeline itself never enters the namespace: it writes the source into, and
 reads the outputs back from, the private folder.  Where no namespace can be
 made (no unshare, a container without CAP_SYS_ADMIN, user namespaces off),
 `Isolation.available` is false and the build takes the lane's lock instead.
+
+A build holds an flock on its private folder while it runs (`held`).  The
+folder of a build that failed is kept for its error to name; the next build
+of that lane removes the ones whose lock is free (`prune_finished`), so
+failed builds' trees (a full build each) do not pile up under the parent.
 """
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import os
 import shutil
+import stat
 import subprocess
 import tempfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-BIND_SCRIPT = 'mount --bind "$1" "$2" && shift 2 && exec "$@"'
+# `mount` and `sh` from the system's folders by absolute path: inside the namespace they run as (mapped)
+# root, before the compile, so neither comes from the caller's PATH nor from a toolchain folder put first on it.
+SYSTEM_DIRS = ("/usr/bin", "/bin", "/usr/sbin", "/sbin")
+BIND_SCRIPT = '"$0" --bind "$1" "$2" && shift 2 && exec "$@"'  # $0: the mount program
 PROBE_TIMEOUT_S = 20
+# A folder younger than this may be one a build has just made and not yet locked: never pruned.
+PRUNE_AFTER_S = 60
 
 
 @dataclass(frozen=True)
 class Isolation:
     """How (and whether) commands can run with a private folder at the canonical path."""
 
-    prefix: tuple[str, ...]  # the unshare command line, without the bind and the command
+    prefix: tuple[str, ...]  # the unshare command line, then the shell and mount programs (absolute)
     reason: str  # why there is no namespace, when there is none
 
     @property
@@ -47,15 +62,16 @@ class Isolation:
 
     def wrap(self, private: Path, canonical: Path, command: list[str]) -> list[str]:
         """`command` run with `private` bind-mounted at `canonical`, in a mount namespace of its own."""
-        return [*self.prefix, "sh", "-c", BIND_SCRIPT, "sh", str(private), str(canonical), *command]
+        *unshare, shell, mount = self.prefix
+        return [*unshare, shell, "-c", BIND_SCRIPT, mount, str(private), str(canonical), *command]
 
 
 def _candidates() -> list[tuple[str, ...]]:
-    unshare = shutil.which("unshare", path=os.pathsep.join(("/usr/bin", "/bin", "/usr/sbin", "/sbin")))
-    if unshare is None:
+    unshare, shell, mount = (shutil.which(name, path=os.pathsep.join(SYSTEM_DIRS)) for name in ("unshare", "sh", "mount"))
+    if unshare is None or shell is None or mount is None:
         return []
-    mount_only = (unshare, "--mount", "--propagation", "private")
-    with_user = (unshare, "--user", "--map-root-user", "--mount", "--propagation", "private")
+    mount_only = (unshare, "--mount", "--propagation", "private", shell, mount)
+    with_user = (unshare, "--user", "--map-root-user", "--mount", "--propagation", "private", shell, mount)
     return [mount_only, with_user] if os.geteuid() == 0 else [with_user]
 
 
@@ -65,7 +81,7 @@ def detect(probe_dir: Path) -> Isolation:
         return Isolation((), "this host has no Linux mount namespaces")
     candidates = _candidates()
     if not candidates:
-        return Isolation((), "unshare (util-linux) is not installed")
+        return Isolation((), f"unshare, sh or mount (util-linux) is not in {os.pathsep.join(SYSTEM_DIRS)}")
     probe = Path(tempfile.mkdtemp(prefix=".ns-probe.", dir=probe_dir))
     try:
         (probe / "source").mkdir()
@@ -73,7 +89,7 @@ def detect(probe_dir: Path) -> Isolation:
         (probe / "source" / "seen").write_bytes(b"")
         last = ""
         for prefix in candidates:
-            command = [*prefix, "sh", "-c", BIND_SCRIPT, "sh", str(probe / "source"), str(probe / "target"), "test", "-e", str(probe / "target" / "seen")]
+            command = Isolation(prefix, "").wrap(probe / "source", probe / "target", ["test", "-e", str(probe / "target" / "seen")])
             try:
                 result = subprocess.run(command, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False)
             except (OSError, subprocess.TimeoutExpired) as exc:
@@ -86,3 +102,45 @@ def detect(probe_dir: Path) -> Isolation:
         return Isolation((), f"no private mount namespace can be made here ({last})")
     finally:
         shutil.rmtree(probe, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def held(folder: Path) -> Iterator[None]:
+    """Hold `folder`'s lock while its build runs (released when the process ends, however it ends)."""
+    import fcntl
+
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def prune_finished(parent: Path, prefix: str) -> list[Path]:
+    """Remove the folders `parent/<prefix>*` of yours that no running build holds (failed builds' leftovers)."""
+    import fcntl
+
+    removed = []
+    for name in sorted(glob.glob(glob.escape(prefix) + "*", root_dir=parent)):
+        folder = parent / name
+        try:
+            info = folder.lstat()
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or time.time() - info.st_mtime < PRUNE_AFTER_S:
+                continue
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue  # gone meanwhile, or not ours to open
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue  # a build running now
+        try:
+            shutil.rmtree(folder)
+            removed.append(folder)
+        except OSError:
+            pass  # left for a later build; never the reason this one fails
+        finally:
+            os.close(fd)
+    return removed

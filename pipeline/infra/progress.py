@@ -10,6 +10,7 @@ pipes and `--json` output stay free of it; a finished file's line is removed.
 from __future__ import annotations
 
 import sys
+import threading
 from typing import Any
 
 from pipeline.util import ui
@@ -43,14 +44,26 @@ class TransferProgress:
             refresh_per_second=4,
         )
         self.overall = self.progress.add_task(what, total=total)
-        self.seen: set[str] = set()  # files whose bytes on disk the overall line counted (a retry opens a new line)
+        # Each file's bytes on disk, as the overall line counts them: a retry's new line starts from what is on disk
+        # now (the same after a broken connection, nothing after ranges were discarded for one stream).
+        self.counted: dict[str, int] = {}
+        self.lock = threading.Lock()
         self.progress.start()
 
     def file(self, label: str, total: int | None, done: int = 0) -> _FileLine:
         """The line of one file (`done` bytes were on disk already); call it with each count of bytes."""
-        counted = 0 if label in self.seen else done
-        self.seen.add(label)
-        return _FileLine(self, self.progress.add_task(label, total=total, completed=done), counted)
+        with self.lock:
+            change = done - self.counted.get(label, 0)
+            self.counted[label] = done
+        if change:
+            self.progress.advance(self.overall, change)
+        return _FileLine(self, self.progress.add_task(label, total=total, completed=done), label)
+
+    def count(self, label: str, task, amount: int) -> None:
+        with self.lock:
+            self.counted[label] = self.counted.get(label, 0) + amount
+        self.progress.advance(task, amount)
+        self.progress.advance(self.overall, amount)
 
     def close(self) -> None:
         self.progress.stop()
@@ -63,14 +76,11 @@ class TransferProgress:
 
 
 class _FileLine:
-    def __init__(self, owner: TransferProgress, task, done: int) -> None:
-        self.owner, self.task = owner, task
-        if done:
-            owner.progress.advance(owner.overall, done)
+    def __init__(self, owner: TransferProgress, task, label: str) -> None:
+        self.owner, self.task, self.label = owner, task, label
 
     def __call__(self, count: int) -> None:
-        self.owner.progress.advance(self.task, count)
-        self.owner.progress.advance(self.owner.overall, count)
+        self.owner.count(self.label, self.task, count)
 
     def finish(self) -> None:
         self.owner.progress.remove_task(self.task)

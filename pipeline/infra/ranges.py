@@ -9,7 +9,8 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
   `connections` threads fetch lowest offset first, one `Range: bytes=A-B`
   request per piece; once none is left, a free connection takes the second
   half of the piece with the most bytes to go (as aria2c splits), so the
-  connections finish together, every request through `Item.open` (the one redirect,
+  connections finish together, every request (`Accept-Encoding: identity`:
+  a range of a compressed representation counts its compressed bytes) through `Item.open` (the one redirect,
   scheme and host rule, `net.open_stream`) and its body through
   `net.iter_body` (bounded by the piece's length), inside the item's and the
   caller's deadlines;
@@ -25,8 +26,8 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
   the prefix the single stream left (one of the full size, whose holes
   cannot be told from bytes, starts over);
 - a server that answers a ranged request with 200, a wrong or missing
-  `Content-Range`, a `Content-Length` other than the range's, or an encoded
-  body does not serve ranges faithfully: `RangesRefused`, and the caller
+  `Content-Range`, a `Content-Length` other than the range's, a body longer
+  than the range, or an encoded body does not serve ranges faithfully: `RangesRefused`, and the caller
   fetches the file as one stream; a `Content-Range` total other than the
   pinned size fails closed (`size_mismatch`) and the bytes are deleted.
 """
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 THRESHOLD = 64 << 20  # larger pinned files are fetched as parallel ranges
 DEFAULT_CONNECTIONS = 8
+MAX_CONNECTIONS = 64  # a thread and a connection each; aria2c stops at 16 per server, CDNs throttle clients that open hundreds
 PIECE = 16 << 20  # one request per piece: 50 ms to the first byte costs 7% at 25 MiB/s (less once stealing splits the tail)
 MIN_PIECE = 64 << 10
 HASH_BUFFER = 128 << 20  # bytes ahead of the hashed prefix held in memory, per file (up to connections x PIECE)
@@ -86,9 +88,21 @@ def size_mismatch(item: Item, found: int, pinned: int) -> IntegrityError:
     )
 
 
+def write_failed(part: Path, exc: OSError) -> EnvironmentProblem:
+    """A failing write into a download's .part (ENOSPC, EIO): this machine's problem, never a broken connection to retry."""
+    return EnvironmentProblem(f"cannot write {part.name}: {exc.strerror}", file=part,
+                              fix="free disk space or pass --cache DIR on another disk; the bytes received so far are resumed")
+
+
 def discard(part: Path) -> None:
-    part.unlink(missing_ok=True)
-    state_path(part).unlink(missing_ok=True)
+    for path in (part, state_path(part)):
+        try:
+            path.unlink(missing_ok=True)
+        except (IsADirectoryError, PermissionError):
+            if not path.is_dir() or path.is_symlink():
+                raise
+            raise EnvironmentProblem(f"{path.name} is a folder, where the download keeps its partial bytes", file=path,
+                                     fix="remove that folder (the download then starts the file over)") from None
 
 
 def piece_size(size: int, connections: int) -> int:
@@ -416,7 +430,8 @@ class _Ranges:
             if error is not None:
                 raise error
             try:
-                response = item.open({"Range": f"bytes={position}-{end - 1}"})
+                # identity: a range of a compressed representation counts that representation's bytes.
+                response = item.open({"Range": f"bytes={position}-{end - 1}", "Accept-Encoding": "identity"})
             except requests.RequestException as exc:
                 error = item.late(net.HEADERS)
                 if error is not None:
@@ -451,6 +466,9 @@ class _Ranges:
         status, headers = response.status_code, response.headers
         if status != 206:
             raise RangesRefused(f"the server answered HTTP {status} to a ranged request")
+        if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+            # Before the total: the total of an encoded representation is not the file's size.
+            raise RangesRefused("the server encodes its ranged answers")
         span = net.content_range(response)
         if span is None:
             raise RangesRefused(f"the server's 206 answer has no valid Content-Range (found {headers.get('Content-Range', '')[:80]!r})")
@@ -461,8 +479,15 @@ class _Ranges:
         length = headers.get("Content-Length")
         if length is not None and length != str(end - start):
             raise RangesRefused(f"the server's answer for {end - start} bytes declares Content-Length {length[:40]!r}")
-        if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
-            raise RangesRefused("the server encodes its ranged answers")
+
+    def _write(self, data: bytes, position: int) -> None:
+        """Into place in the .part; a failing disk is this machine's problem, never a broken connection to retry."""
+        written = 0
+        try:
+            while written < len(data):
+                written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
+        except OSError as exc:
+            raise write_failed(self.part, exc) from None
 
     def _receive(self, response, slot: list[int], asked_end: int) -> None:
         """Write the body into place and hand it to the hasher, advancing slot[0]; it stops short on a
@@ -470,8 +495,9 @@ class _Ranges:
         import requests
 
         item = self.item
+        start = slot[0]
         try:
-            for chunk in net.iter_body(response, limit=asked_end - slot[0], deadline=lambda _count: item.soonest(), label=item.label,
+            for chunk in net.iter_body(response, limit=asked_end - start, deadline=lambda _count: item.soonest(), label=item.label,
                                        url=item.url, what="a range", pinned=True):
                 with self.cond:  # claim the bytes before writing them: a thief splits after slot[0]
                     position = slot[0]
@@ -479,9 +505,7 @@ class _Ranges:
                     slot[0] = position + len(data)
                 if not data:
                     break
-                written = 0
-                while written < len(data):
-                    written += os.pwrite(self.fd, memoryview(data)[written:], position + written)
+                self._write(data, position)
                 self.deposit(position, data)
                 item.earn(len(data))
                 if self.bar:
@@ -496,3 +520,7 @@ class _Ranges:
                 raise error from None
         except net.DeadlinePassed as error:
             raise item.late(net.BODY) or error from None
+        except IntegrityError:
+            # iter_body's bound is the range, not the pin: a body longer than its Content-Range is a server
+            # that does not serve ranges faithfully (the one stream is bounded by the pin itself).
+            raise RangesRefused(f"the server sent more than the {asked_end - start} bytes of the range {start}-{asked_end - 1} it declared") from None

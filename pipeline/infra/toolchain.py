@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import csv
 import hashlib
 import hmac
@@ -34,6 +35,7 @@ import re
 import shutil
 import stat
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -579,6 +581,29 @@ def provision(spec: ToolchainSpec) -> Toolchain:
     """Make the pinned toolchain available at its canonical path (a no-op when already there)."""
     base = ensure_private_dir(toolchain_root(), what="the toolchain root", fix=_toolchain_fix(toolchain_root()))
     root = base / f"cuda-{spec.cuda_version}-{spec.platform}-{spec.digest[:12]}"
+    with _provisioning_lock(base / f".{root.name}.lock"):
+        return _provision_locked(spec, root)
+
+
+@contextlib.contextmanager
+def _provisioning_lock(path: Path) -> Iterator[None]:
+    """One process provisions a toolchain at a time (pytest-xdist workers, parallel builds): two at once wrote
+    into one wheel's .part, and the second's folder replaced (and deleted) the first's while it was in use."""
+    if ON_WINDOWS:  # one build at a time there (no parallel builds of a lane on Windows)
+        yield
+        return
+    import fcntl
+
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            ui.info(f"waiting for another process that is provisioning {path.name.removeprefix('.').removesuffix('.lock')}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _provision_locked(spec: ToolchainSpec, root: Path) -> Toolchain:
     marker = root / MARKER_FILE
     if os.path.lexists(root):  # nothing in a folder someone else made is read, let alone run
         check_private_dir(root, what="the pinned toolchain folder", fix=_toolchain_fix(root))

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipeline.errors import IntegrityError, PipelineError, RemoteError
+from pipeline.errors import EnvironmentProblem, IntegrityError, PipelineError, RemoteError
 from pipeline.infra import net, ranges
 from pipeline.util import ui
 
@@ -170,6 +170,9 @@ class _Stream:
     def sync(self) -> None:
         """The digest continues across retries: only a .part left by an earlier run (or one whose
         size no longer matches what was hashed) is read back."""
+        if os.path.islink(self.part) or (os.path.lexists(self.part) and not self.part.is_file()):
+            ranges.discard(self.part)  # never read or written through (a folder there is named: EnvironmentProblem)
+            self.have = -1
         if not self.resume:
             self.restart()
         elif self.have < 0 or not self.part.exists() or self.part.stat().st_size != self.have:
@@ -190,7 +193,8 @@ class _Stream:
             self.sync()
             if self.attempt == 0:
                 self.resumed_from = self.have
-            headers = {"Range": f"bytes={self.have}-"} if self.have else {}
+            # identity: a range of a compressed representation would count (and total) its compressed bytes.
+            headers = {"Range": f"bytes={self.have}-", "Accept-Encoding": "identity"} if self.have else {}
             if self.have:
                 self.resumed_at.append(self.have)
             try:
@@ -232,6 +236,8 @@ class _Stream:
 
     def _resumes_here(self, response) -> bool:
         """A 206 answer must continue at the bytes held; a pinned file's total must be the pin (else fail closed)."""
+        if response.headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+            return False  # ranges of an encoded representation: its total is not the file's size
         span = net.content_range(response)
         if span is not None and self.expected_size is not None and span[2] != self.expected_size:
             raise self.give_up(ranges.size_mismatch(self.item, span[2], self.expected_size), keep=False)
@@ -249,7 +255,7 @@ class _Stream:
             with open(self.part, "ab" if self.have else "wb") as sink:
                 for chunk in net.iter_body(response, limit=self.limit - self.have, deadline=lambda _count: item.soonest(),
                                            label=item.label, url=item.url, what="a document of this kind", pinned=self.expected_size is not None):
-                    sink.write(chunk)
+                    _write(sink, chunk, self.part)
                     self.digest.update(chunk)
                     self.have += len(chunk)
                     item.held = self.have
@@ -267,12 +273,21 @@ class _Stream:
         except net.DeadlinePassed as error:
             # A valid prefix of a pinned file is resumed next time; the overall deadline is named first.
             raise self.give_up(item.late(net.BODY) or error, keep=True) from None
+        except EnvironmentProblem as error:
+            raise self.give_up(error, keep=True) from None  # the disk, not the bytes: resumed once there is room
         except PipelineError as error:
             raise self.give_up(error, keep=False) from None  # over the pin or the cap: these bytes are not the file
         finally:
             if bar:
                 bar.finish()
         return True
+
+
+def _write(sink, chunk: bytes, part: Path) -> None:
+    try:
+        sink.write(chunk)
+    except OSError as exc:
+        raise ranges.write_failed(part, exc) from None
 
 
 def _bar(progress, label: str, total: int | None, done: int):

@@ -1619,10 +1619,11 @@ def run_audit(args: argparse.Namespace) -> int:
         from pipeline.errors import UsageError
 
         raise UsageError("--jobs must be at least 1", field="--jobs", found=args.jobs)
-    if args.connections < 1:
+    if not 1 <= args.connections <= ranges.MAX_CONNECTIONS:
         from pipeline.errors import UsageError
 
-        raise UsageError("--connections must be at least 1", field="--connections", found=args.connections, expected="e.g. 8 (1: one stream per file)")
+        raise UsageError(f"--connections must be from 1 to {ranges.MAX_CONNECTIONS}", field="--connections", found=args.connections,
+                         expected="e.g. 8 (1: one stream per file; each connection is a thread and a socket of its own)")
     if not args.timeout > 0 or args.timeout == float("inf"):
         from pipeline.errors import UsageError
 

@@ -173,14 +173,21 @@ def compile_place(lane: Lane, work_dir: Path | None):
                     shutil.rmtree(path)
             yield place
         return
+    for left in buildns.prune_finished(work_parent, f"{lane.id}."):
+        ui.info(f"removed {left}, the folder an earlier build of {lane.id} left when it failed")
     private = Path(tempfile.mkdtemp(prefix=f"{lane.id}.", dir=work_parent))
     build = work_dir or root / "build"
     real_build = private / build.relative_to(root) if build.is_relative_to(root) else build
     if real_build == build and build.exists():
         shutil.rmtree(build)
     ui.info(f"private build folder {private}, mounted at {root} for the compile only (a mount namespace of its own)")
-    yield CompilePlace(root / "src", build, private / "src", real_build, private, isolation)
-    shutil.rmtree(private)  # kept when the build failed: the error names it
+    with buildns.held(private):
+        try:
+            yield CompilePlace(root / "src", build, private / "src", real_build, private, isolation)
+        except BaseException:
+            ui.warn(f"the failed build's folder is kept for inspection: {private} (the next build of {lane.id} removes it)")
+            raise
+        shutil.rmtree(private)  # still locked: no other build's pruning removes it at the same time
 
 
 def host_compiler() -> str:

@@ -11,6 +11,7 @@ counts what it sent, and it stops when the test's `with` block ends.
 from __future__ import annotations
 
 import contextlib
+import gzip
 import http.server
 import re
 import threading
@@ -23,8 +24,13 @@ from loopback import LoopbackServer
 HARD_LIMIT = 512 * 1024 * 1024  # no behaviour sends more than this
 # How a `ranged` route misbehaves: answer 200 with the whole file, shift the range it sends, claim
 # another total size, send no Content-Range, hang up mid-range on the first `breaks` ranged
-# requests, or redirect ranged requests after the first to `location`.
-RANGE_FAULTS = ("", "ignore-range", "wrong-range", "other-total", "no-content-range", "break", "redirect-later")
+# requests, or redirect ranged requests after the first to `location`; `stall` sends half of every
+# range and then nothing (until TIME_LIMIT), `long-body` sends each range without a Content-Length and
+# with a kilobyte more than its Content-Range declares; `gzip-when-asked` serves ranges of the gzip
+# representation (its own size as the total, as a compressing CDN does) to a client whose
+# Accept-Encoding names gzip, `gzip-always` to every client.
+RANGE_FAULTS = ("", "ignore-range", "wrong-range", "other-total", "no-content-range", "break", "redirect-later", "stall", "long-body",
+                "gzip-when-asked", "gzip-always")
 TIME_LIMIT = 20.0  # no request is served longer than this
 
 
@@ -99,14 +105,28 @@ class HostileServer(LoopbackServer):
                     return
                 if route.fault == "redirect-later" and ranged_before > 0:
                     return self._head(302, 0, {"Location": route.location})
+                headers = dict(route.headers)
+                if route.fault == "gzip-always" or (route.fault == "gzip-when-asked" and "gzip" in self.headers.get("Accept-Encoding", "")):
+                    body = gzip.compress(body, mtime=0)
+                    size = len(body)
+                    headers["Content-Encoding"] = "gzip"
                 start = int(match.group(1))
                 end = min(size, int(match.group(2)) + 1) if match.group(2) else size
-                headers = dict(route.headers)
                 shown = (start + 1, end) if route.fault == "wrong-range" else (start, end)
                 total = size + 1 if route.fault == "other-total" else size
                 if route.fault != "no-content-range":
                     headers["Content-Range"] = f"bytes {shown[0]}-{shown[1] - 1}/{total}"
+                if route.fault == "long-body":
+                    self._head(206, None, headers)
+                    self._write(path, body[start:end] + b"x" * 1024)
+                    return
                 self._head(206, end - start, headers)
+                if route.fault == "stall":
+                    self._write(path, body[start:start + (end - start) // 2])
+                    stalled = time.monotonic()
+                    while time.monotonic() - stalled < TIME_LIMIT:
+                        time.sleep(0.05)
+                    return
                 if route.fault == "break" and ranged_before < route.breaks:
                     self._write(path, body[start:start + (end - start) // 2])
                     self.close_connection = True

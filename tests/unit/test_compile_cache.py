@@ -3,6 +3,7 @@ stages/build.py: compile_place, lane_lock), without compiling: the real ccache, 
 
 from __future__ import annotations
 
+import os
 import re
 import stat
 import subprocess
@@ -90,6 +91,32 @@ def test_the_pipeline_writes_the_whole_configuration_and_keys_entries_on_the_too
     assert cache.cmake_args(["py", "launcher"])[-1] == f"-DCMAKE_CUDA_COMPILER_LAUNCHER=py;launcher;{cache.ccache}"
 
 
+def test_the_callers_ccache_variables_never_reach_the_compile(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from pipeline.formats.lanes import find_lane
+    from pipeline.infra.source import parse_source
+    from pipeline.stage import Context
+
+    # CCACHE_* variables override every configuration file: a CCACHE_PREFIX would run its program before every compiler.
+    hostile = {"CCACHE_PREFIX": "/bin/false", "CCACHE_DIR": str(tmp_path / "theirs"), "CCACHE_COMPILERCHECK": "none",
+               "CCACHE_SLOPPINESS": "time_macros", "CCACHE_REMOTE_STORAGE": "http://127.0.0.1:9/", "CCACHE_HARDLINK": "1"}
+    for name, value in hostile.items():
+        monkeypatch.setenv(name, value)
+    stage = build.BuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), source=parse_source(None), cache_dir=tmp_path / "cache")
+    stage.source = SimpleNamespace(commit_time=0)
+    tools = SimpleNamespace(nvcc=Path("/opt/cuda/bin/nvcc"), cmake=Path("/usr/bin/cmake"), ninja=Path("/usr/bin/ninja"))
+    env = stage._build_env(tools)
+    cache = cc.prepare(tmp_path / "cache", toolchain_description={"kind": "pinned", "lock_entry_sha256": "a" * 64}, cuda_home=tmp_path,
+                       path=build.BUILD_PATH, env=env, launcher=build.LAUNCHER)
+    env.update(cache.env())
+    assert not {name for name in env if name.startswith("CCACHE_")} - set(cache.env())
+    shown = dict(line.split(") ", 1)[1].split(" = ", 1) for line in subprocess.run(
+        [str(cache.ccache), "--show-config"], env=env, capture_output=True, text=True, check=True).stdout.splitlines() if " = " in line)
+    assert shown["prefix_command"] == "" and shown["compiler_check"] == "content" and shown["cache_dir"] == str(tmp_path / "cache")
+    assert shown["sloppiness"] == "" and shown["remote_storage"] == "" and shown["hard_link"] == "false"
+
+
 # -- each build's own canonical path -----------------------------------------------------------------------------
 
 @pytest.fixture
@@ -132,3 +159,43 @@ def test_without_a_namespace_the_lane_lock_says_who_holds_it(canonical, monkeypa
     waiter.join(10)
     assert f"builds of lane-x take turns at {canonical.root}: unshare (util-linux) is not installed" in canonical.said
     assert any(re.fullmatch(r"waiting for another build of this lane: pid \d+ since \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", line) for line in canonical.said), canonical.said
+
+
+def test_a_failed_builds_folder_is_kept_named_and_removed_by_the_next_build_of_its_lane(canonical, tmp_path, monkeypatch):
+    monkeypatch.setattr(buildns, "detect", lambda _parent: buildns.Isolation(("unshare",), ""))  # the folders only, no mount
+    warned: list[str] = []
+    monkeypatch.setattr(build.ui, "warn", warned.append)
+    with pytest.raises(RuntimeError), build.compile_place(canonical.lane, None) as place:
+        raise RuntimeError("the compile failed")
+    failed = place.private
+    assert failed.is_dir() and any(str(failed) in line for line in warned), "kept, and the warning names it"
+    work = failed.parent
+    running, other_lane, young = (work / "lane-x.running", work / "lane-y.old", work / "lane-x.young")
+    for folder in (running, other_lane, young):
+        folder.mkdir()
+    old = time.time() - 2 * buildns.PRUNE_AFTER_S
+    for folder in (failed, running, other_lane):
+        os.utime(folder, (old, old))
+    with buildns.held(running), build.compile_place(canonical.lane, None) as place:
+        assert not failed.exists() and any(f"removed {failed}" in line for line in canonical.said)
+        assert running.is_dir() and other_lane.is_dir() and young.is_dir(), "a running build's, another lane's and a new folder stay"
+    assert not place.private.exists()
+
+
+def test_the_namespace_runs_the_systems_mount_and_shell_never_ones_from_path(tmp_path, monkeypatch):
+    decoys = tmp_path / "decoys"
+    decoys.mkdir()
+    for name in ("mount", "sh"):
+        (decoys / name).write_text(f"#!/bin/sh\ntouch {tmp_path / ('ran-' + name)}\nexit 1\n")
+        (decoys / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{decoys}:{os.environ['PATH']}")
+    isolation = buildns.detect(tmp_path)
+    assert not list(tmp_path.glob("ran-*")), "the probe ran a program from PATH as the namespace's root"
+    if not isolation.available:
+        pytest.skip(f"no private mount namespace on this host: {isolation.reason}")
+    (tmp_path / "private").mkdir()
+    (tmp_path / "canonical").mkdir()
+    (tmp_path / "private" / "seen").write_text("")
+    command = isolation.wrap(tmp_path / "private", tmp_path / "canonical", ["/usr/bin/test", "-e", str(tmp_path / "canonical" / "seen")])
+    subprocess.run(command, env={"PATH": f"{decoys}:/usr/bin:/bin"}, check=True)
+    assert not list(tmp_path.glob("ran-*")), "a program from PATH ran as the namespace's root"

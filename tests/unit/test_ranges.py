@@ -13,11 +13,12 @@ import hashlib
 import json
 import random
 import threading
+import time
 
 import pytest
 from hostile_http import Route, hostile_server
 
-from pipeline.errors import IntegrityError, RemoteError
+from pipeline.errors import EnvironmentProblem, IntegrityError, RemoteError
 from pipeline.formats import range_state
 from pipeline.infra import ranges, transfer
 
@@ -76,12 +77,38 @@ def test_the_hashing_buffer_is_bounded_and_what_did_not_fit_is_read_back(server,
     assert peak[0] <= (256 << 10) + (1 << 20)  # the bound, plus at most the one chunk at the prefix
 
 
-@pytest.mark.parametrize("fault", ["ignore-range", "wrong-range", "no-content-range"])
+@pytest.mark.parametrize("fault", ["ignore-range", "wrong-range", "no-content-range", "long-body"])
 def test_a_server_that_does_not_serve_ranges_faithfully_gets_one_stream(server, tmp_path, fault):
     url = server.add(f"/{fault}.bin", Route("ranged", BODY, fault=fault))
     result = fetch(url, tmp_path / "asset")
     assert result.sha256 == DIGEST and result.connections == 1 and (tmp_path / "asset").read_bytes() == BODY
     assert sorted(p.name for p in tmp_path.iterdir()) == ["asset"]
+
+
+def test_a_range_answer_that_stalls_ends_by_the_deadline_and_keeps_what_arrived(server, tmp_path):
+    url = server.add("/stall.bin", Route("ranged", BODY, fault="stall"))
+    started = time.monotonic()
+    with pytest.raises(RemoteError):  # the deadline, or the idle timeout with no time left for a retry
+        fetch(url, tmp_path / "asset", timeout=0.5, deadline=1.0, retries=1)
+    assert time.monotonic() - started < 4, "every range's reads are bounded by the item's deadline"
+    assert not [t for t in threading.enumerate() if t.name.startswith("range-")], "no connection thread outlives the download"
+    state = range_state.read_state(tmp_path / "asset.part.ranges", size=len(BODY), sha256=DIGEST)
+    assert state is not None and state.received, "the halves that arrived are recorded, for the next run"
+    assert (tmp_path / "asset.part").read_bytes()[: state.received[0][1]] == BODY[: state.received[0][1]]
+
+
+def test_ranges_ask_for_the_identity_representation(server, tmp_path):
+    # A CDN that compresses when the client accepts gzip serves ranges of the compressed bytes, whose total is
+    # not the pinned size: asked for by requests' default Accept-Encoding, that read as a replaced file.
+    url = server.add("/cdn-gzip.bin", Route("ranged", BODY, fault="gzip-when-asked"))
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.connections > 1
+
+
+def test_an_encoded_range_answer_is_a_fallback_not_a_replaced_file(server, tmp_path):
+    url = server.add("/gzip-always.bin", Route("ranged", BODY, fault="gzip-always"))
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.connections == 1 and (tmp_path / "asset").read_bytes() == BODY
 
 
 def test_another_total_size_fails_closed_and_leaves_nothing(server, tmp_path):
@@ -152,6 +179,33 @@ def test_a_state_file_that_does_not_check_out_starts_the_file_over(server, tmp_p
     assert result.sha256 == DIGEST and result.resumed_from == 0
 
 
+def _state(part, received):
+    document = {"artifact_type": range_state.STATE_TYPE, "schema_version": 1, "size": len(BODY), "sha256": DIGEST, "received": received}
+    range_state.state_path(part).write_text(json.dumps(document))
+
+
+def test_bytes_a_valid_state_vouches_for_are_hashed_as_they_are_on_disk(server, tmp_path):
+    url = server.add("/altered.bin", Route("ranged", BODY))
+    part = tmp_path / "asset.part"
+    altered = bytearray(BODY)
+    altered[100] ^= 1  # inside a range the state calls received
+    part.write_bytes(bytes(altered))
+    _state(part, [[0, 1 << 20]])
+    result = fetch(url, tmp_path / "asset")
+    assert result.resumed_from == 1 << 20 and result.reread >= 1 << 20
+    assert result.sha256 == hashlib.sha256(bytes(altered)).hexdigest() != DIGEST, "the digest is the real bytes', so the pin check fails"
+
+
+def test_a_symlink_at_the_part_path_is_replaced_never_written_through(server, tmp_path):
+    url = server.add("/link.bin", Route("ranged", BODY))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    (tmp_path / "asset.part").symlink_to(victim)
+    _state(tmp_path / "asset.part", [[0, 1 << 20]])
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 0 and victim.read_bytes() == b"precious"
+
+
 def test_a_single_stream_prefix_is_kept_as_the_first_range(server, tmp_path):
     url = server.add("/prefix.bin", Route("ranged", BODY))
     (tmp_path / "asset.part").write_bytes(BODY[: 1 << 20])
@@ -211,7 +265,11 @@ def test_progress_is_one_line_per_file_over_all_its_ranges_and_only_on_a_termina
         assert tasks["model"].completed == 500 + 600 and tasks["all"].completed == 500 + 600
         line.finish()
         assert [task.description for task in bars.progress.tasks] == ["all"]
-        assert bars.file("model", 2000, done=500) and bars.progress.tasks[0].completed == 1100, "a retry's line does not count the bytes on disk twice"
+        retry = bars.file("model", 2000, done=1100)
+        assert bars.progress.tasks[0].completed == 1100, "a retry's line does not count the bytes on disk twice"
+        retry.finish()
+        bars.file("model", 2000, done=0)  # the ranges were discarded: one stream from the start
+        assert bars.progress.tasks[0].completed == 0, "discarded bytes leave the overall line"
     finally:
         bars.close()
     ui.set_quiet(True)
@@ -221,11 +279,12 @@ def test_progress_is_one_line_per_file_over_all_its_ranges_and_only_on_a_termina
         ui.set_quiet(False)
 
 
-def test_connections_below_one_is_a_usage_error(capsys):
+@pytest.mark.parametrize("count", ["0", str(ranges.MAX_CONNECTIONS + 1), "100000"])
+def test_connections_outside_their_bounds_is_a_usage_error(capsys, count):
     from pipeline.cli import main
 
-    assert main(["audit", "manifest.json", "--connections", "0"]) == 2
-    assert "--connections must be at least 1" in capsys.readouterr().err
+    assert main(["audit", "manifest.json", "--connections", count]) == 2
+    assert f"--connections must be from 1 to {ranges.MAX_CONNECTIONS}" in capsys.readouterr().err
 
 
 def test_free_connections_take_over_half_of_the_longest_piece_at_the_end(server, tmp_path, monkeypatch):
@@ -248,3 +307,80 @@ def test_a_single_stream_resume_checks_the_content_range_too(server, tmp_path):
     with pytest.raises(IntegrityError, match="are pinned"):
         fetch(url, tmp_path / "b", connections=1)
     assert not (tmp_path / "b.part").exists()
+
+
+def test_a_single_stream_resume_asks_for_the_identity_representation(server, tmp_path):
+    url = server.add("/resume-gzip.bin", Route("ranged", BODY, fault="gzip-when-asked"))
+    (tmp_path / "a.part").write_bytes(BODY[:1000])
+    result = fetch(url, tmp_path / "a", connections=1)
+    assert result.sha256 == DIGEST and result.resumed_from == 1000
+
+
+@pytest.mark.parametrize("name", ["asset.part", "asset.part.ranges"])
+def test_a_folder_at_the_part_or_state_path_is_named_not_a_traceback(server, tmp_path, name):
+    url = server.add("/folder.bin", Route("ranged", BODY))
+    (tmp_path / name).mkdir()
+    if name == "asset.part":
+        _state(tmp_path / "asset.part", [[0, 1 << 20]])
+    with pytest.raises(EnvironmentProblem, match="is a folder") as caught:
+        fetch(url, tmp_path / "asset")
+    assert caught.value.file == str(tmp_path / name) and (tmp_path / name).is_dir()
+
+
+def test_a_failing_disk_is_named_not_retried_as_a_broken_connection(server, tmp_path, monkeypatch):
+    import errno
+    import os
+
+    url = server.add("/disk.bin", Route("ranged", BODY))
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ranges.os, "pwrite", full)
+    with pytest.raises(EnvironmentProblem, match="cannot write asset.part: No space left on device"):
+        fetch(url, tmp_path / "asset", retries=3)
+    assert range_state.state_path(tmp_path / "asset.part").exists(), "what arrived before stays resumable"
+
+
+def test_a_single_stream_never_writes_through_a_symlink_at_the_part_path(server, tmp_path):
+    url = server.add("/stream-link.bin", Route("ranged", BODY))
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    (tmp_path / "a.part").symlink_to(victim)
+    result = fetch(url, tmp_path / "a", connections=1)
+    assert result.sha256 == DIGEST and result.resumed_from == 0 and victim.read_bytes() == b"precious"
+    assert not (tmp_path / "a").is_symlink()
+
+
+def test_a_single_stream_names_a_failing_disk(server, tmp_path):
+    url = server.add("/stream-full.bin", Route("ranged", BODY))
+    (tmp_path / "a.part").write_bytes(BODY[:10])
+    real_open = open
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, _data):
+            raise OSError(28, "No space left on device")
+
+    def opening(path, mode="r", *args, **kwargs):
+        handle = real_open(path, mode, *args, **kwargs)
+        return Full(handle) if str(path).endswith("a.part") and "a" in mode else handle
+
+    import builtins
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(builtins, "open", opening)
+    try:
+        with pytest.raises(EnvironmentProblem, match="cannot write a.part: No space left on device"):
+            fetch(url, tmp_path / "a", connections=1, retries=3)
+    finally:
+        monkeypatch.undo()
+    assert (tmp_path / "a.part").read_bytes() == BODY[:10], "the prefix stays, to resume"

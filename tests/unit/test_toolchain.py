@@ -451,3 +451,35 @@ def test_a_build_root_owned_by_another_user_is_refused(build_root):
     with pytest.raises(RefusedError, match="canonical build root is not yours") as info, build.lane_lock(lane):
         pytest.fail("the lane lock was taken in a folder another user owns")
     assert info.value.file == str(canonical / "build" / "lane-x") and "uid 65534" in info.value.render()
+
+
+def test_two_processes_provisioning_one_toolchain_take_turns(fake, monkeypatch):
+    # pytest-xdist workers on a fresh machine: two at once wrote into one wheel's .part, and the second's
+    # folder replaced (and deleted) the first's while it was in use.
+    spec, base, root = fake
+    unpacked: list[str] = []
+    real = toolchain._extract_wheel
+    start = threading.Barrier(2)
+
+    def slow_extract(path, destination):
+        unpacked.append(path.name)
+        time.sleep(0.05)
+        return real(path, destination)
+
+    monkeypatch.setattr(toolchain, "_extract_wheel", slow_extract)
+    results: list[object] = []
+
+    def provision() -> None:
+        start.wait()
+        try:
+            results.append(toolchain.provision(spec).nvcc)
+        except Exception as exc:  # noqa: BLE001 - asserted below
+            results.append(exc)
+
+    threads = [threading.Thread(target=provision) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert results == [root / "site" / "nvidia" / "cu13" / "bin" / "nvcc"] * 2
+    assert sorted(unpacked) == sorted(w.filename for w in spec.wheels), "the second found the first's toolchain, and unpacked nothing"
