@@ -159,11 +159,12 @@ _BUILD = {
     "host_dependencies": Field(list, items=dict, required=False, default=[]),
 }
 HOST_DEPENDENCY_KINDS = ("pkg-config", "tool")
+# A pkg-config module name (libavformat) or a tool's executable name (pkg-config, c++): never a path, never an option.
+HOST_DEPENDENCY_NAME = r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"
 _VERSION = r"[0-9]+(\.[0-9]+)*"
 _LICENSE_EXPRESSION = r"[A-Za-z0-9.+-]+( (AND|OR|WITH) [A-Za-z0-9.+-]+)*"
 _HOST_DEPENDENCY = {
-    # A pkg-config module name (libavformat) or a tool's executable name (pkg-config, c++).
-    "name": Field(str, check=matches(r"[A-Za-z0-9][A-Za-z0-9+._-]*"), expected="a pkg-config module or executable name, e.g. 'libavformat'"),
+    "name": Field(str, check=matches(HOST_DEPENDENCY_NAME), expected="a pkg-config module or executable name, e.g. 'libavformat'"),
     "kind": Field(str, check=one_of(*HOST_DEPENDENCY_KINDS), expected=" or ".join(repr(k) for k in HOST_DEPENDENCY_KINDS)),
     # The floor checked before any compile (pkg-config's own 'module >= version' for modules).
     "min_version": Field(str, required=False, check=matches(_VERSION), expected="a dotted version such as '60' or '7.85'"),

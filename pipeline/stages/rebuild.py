@@ -386,7 +386,7 @@ class RebuildStage(Stage):
         host = current_host_platform()
         if self.prebuilt is not None or self.lane.build_host != host:
             return  # the binaries are taken, not compiled here (or the build refuses this host itself, naming the right one)
-        recorded = slsa.recorded_host(self.statement)
+        recorded = slsa.recorded_host(self.statement, origin=str(self.statement_path))
         wanted = [HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}") for e in recorded if e["kind"] in ("tool", "pkg-config")]
         # pkg-config itself is looked for first: the modules are probed with it.
         wanted.sort(key=lambda d: d.kind != "tool")

