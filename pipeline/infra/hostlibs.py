@@ -20,10 +20,13 @@ Every read is bounded in size, every child process in time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,7 @@ MAX_LIBRARY_BYTES = 1 << 30
 MAX_STATUS_BYTES = 16 << 20
 MAX_LIST_FILES = 4096
 MAX_LIST_BYTES = 8 << 20
+MAX_OUTPUT_BYTES = 1 << 20  # what pkg-config or a probe may print
 _VERSION_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~:-]{0,63}")
 
 # module -> (project, header under includedir, macro): where a library states its upstream release.
@@ -96,11 +100,28 @@ def file_digest(path: str | os.PathLike[str]) -> str | None:
 
 
 def _run(argv: list[str], env: Mapping[str, str]) -> str | None:
-    try:
-        result = subprocess.run(argv, env=dict(env), capture_output=True, text=True, errors="replace", timeout=TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    """What `argv` prints (at most MAX_OUTPUT_BYTES, else None) when it succeeds within TIMEOUT, else None.
+
+    It may run a host library's code (the licence probe): its output goes to a file, not a pipe held in memory,
+    and it runs in a session of its own, killed whole on timeout (a child it left behind cannot hold us)."""
+    with tempfile.TemporaryFile() as output:
+        try:
+            process = subprocess.Popen(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            return None
+        try:
+            code = process.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        output.seek(0)
+        data = output.read(MAX_OUTPUT_BYTES + 1)
+    if code != 0 or len(data) > MAX_OUTPUT_BYTES:
         return None
-    return result.stdout.strip() if result.returncode == 0 else None
+    return data.decode("utf-8", "replace").strip()
 
 
 def variable(pkg_config: str, module: str, name: str, env: Mapping[str, str]) -> str | None:

@@ -144,3 +144,23 @@ def test_two_local_pc_files_that_differ_beyond_their_prefix_never_share_a_digest
     assert digest("prefix=/opt/a\nincludedir=/opt/abc/include\n") != digest("prefix=/opt/x\nincludedir=/opt/xbc/include\n")
     # The same file under two prefixes still has one digest, with the prefix in flags and at a line's end.
     assert digest("prefix=/opt/a\nlibdir=/opt/a/lib\nLibs: -L/opt/a/lib -lz\nexec=/opt/a\n") == digest("prefix=/srv/b@1\nlibdir=/srv/b@1/lib\nLibs: -L/srv/b@1/lib -lz\nexec=/srv/b@1\n")
+
+
+def test_what_inspects_a_host_library_is_bounded_in_output_and_in_time_even_with_a_child_left_behind(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(hostlibs, "TIMEOUT", 1)
+    tool = tmp_path / "pkg-config"
+    env = {"PATH": "/usr/bin:/bin"}
+    # A child left holding the output (a library constructor can fork) must not keep the caller waiting.
+    tool.write_text("#!/bin/sh\nsleep 8 &\necho /opt/x/include\n")
+    tool.chmod(0o755)
+    started = time.monotonic()
+    assert hostlibs.variable(str(tool), "libavutil", "includedir", env) == "/opt/x/include"
+    assert time.monotonic() - started < 5
+    tool.write_text(f"#!/bin/sh\nhead -c {hostlibs.MAX_OUTPUT_BYTES + 1} /dev/zero\n")
+    assert hostlibs.variable(str(tool), "libavutil", "includedir", env) is None  # more than any answer: not read
+    tool.write_text("#!/bin/sh\nexec sleep 30\n")
+    started = time.monotonic()
+    assert hostlibs.variable(str(tool), "libavutil", "includedir", env) is None
+    assert time.monotonic() - started < 5
