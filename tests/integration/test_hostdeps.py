@@ -61,6 +61,8 @@ def test_shipped_lanes_declare_the_engines_pkg_config_modules_with_their_floors_
         ('min_version = "7.85"', 'min_version = "seven"', "build.host_dependencies[6].min_version", "invalid value"),
         ('name = "libcurl"', 'name = "libavutil"', "build.host_dependencies[6].name", "declares a host dependency twice"),
         ('name = "pkg-config"\nkind = "tool"', 'name = "pkgconfig-helper"\nkind = "tool"', "build.host_dependencies[2]", "not the pkg-config tool itself"),
+        # The compiler nvcc's host code goes through: without it nothing records (or compares on rebuild) its version.
+        ('name = "c++"\nkind = "tool"', 'name = "cc"\nkind = "tool"', "build.host_dependencies", "does not declare the build host's C++ compiler"),
     ],
 )
 def test_host_dependency_errors_name_file_key_found_and_expected(tmp_path, old, new, field, message):
