@@ -42,6 +42,7 @@ MAX_STATUS_BYTES = 16 << 20
 MAX_LIST_FILES = 4096
 MAX_LIST_BYTES = 8 << 20
 MAX_OUTPUT_BYTES = 1 << 20  # what pkg-config or a probe may print
+_LINK_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_+.-]{0,127}")
 _VERSION_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~:-]{0,63}")
 
 # module -> (project, header under includedir, macro): where a library states its upstream release.
@@ -160,13 +161,15 @@ def library_files(pkg_config: str, module: str, env: Mapping[str, str], libdir: 
         if not flag.startswith("-l") or len(flag) <= 2:
             continue
         name = flag[2:]
+        if not _LINK_NAME.fullmatch(name):  # a name from the .pc, joined to a folder below: never a path
+            continue
         for folder in folders:
             candidate = Path(folder) / f"lib{name}.so"
             if candidate.is_file():
                 real = Path(os.path.realpath(candidate))
-                if real.stat().st_size > MAX_LIBRARY_BYTES:
-                    break
-                out.append(LibraryFile(name, real.name, elf_soname(real), sha256_file(real), str(real)))
+                digest = file_digest(real)  # None: unreadable or larger than a library may be
+                if digest is not None:
+                    out.append(LibraryFile(name, real.name, elf_soname(real), digest, str(real)))
                 break
     return out
 

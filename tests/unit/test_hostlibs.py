@@ -164,3 +164,15 @@ def test_what_inspects_a_host_library_is_bounded_in_output_and_in_time_even_with
     started = time.monotonic()
     assert hostlibs.variable(str(tool), "libavutil", "includedir", env) is None
     assert time.monotonic() - started < 5
+
+
+def test_a_link_name_from_the_pc_file_never_becomes_a_path(tmp_path):
+    libs = tmp_path / "lib"
+    (libs / "lib..").mkdir(parents=True)  # lib../../evil.so would name lib/evil.so
+    (libs / "evil.so").write_bytes(b"\x7fELF not really")
+    (libs / "libok.so").write_bytes(b"\x7fELF not really either")
+    tool = tmp_path / "pkg-config"
+    tool.write_text(f"#!/bin/sh\necho '-L{libs} -l../../evil -lok'\n")
+    tool.chmod(0o755)
+    found = hostlibs.library_files(str(tool), "libx", {"PATH": "/usr/bin:/bin"}, None)
+    assert [(lib.link_name, lib.file) for lib in found] == [("ok", "libok.so")]
