@@ -116,7 +116,10 @@ def _run(argv: list[str], env: Mapping[str, str]) -> str | None:
             code = None
         finally:
             with contextlib.suppress(OSError):
-                os.killpg(process.pid, signal.SIGKILL)
+                if hasattr(os, "killpg"):
+                    os.killpg(process.pid, signal.SIGKILL)
+                else:  # Windows: no process groups of this kind; the child itself
+                    process.kill()
             process.wait()
         output.seek(0)
         data = output.read(MAX_OUTPUT_BYTES + 1)

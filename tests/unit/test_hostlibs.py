@@ -176,3 +176,12 @@ def test_a_link_name_from_the_pc_file_never_becomes_a_path(tmp_path):
     tool.chmod(0o755)
     found = hostlibs.library_files(str(tool), "libx", {"PATH": "/usr/bin:/bin"}, None)
     assert [(lib.link_name, lib.file) for lib in found] == [("ok", "libok.so")]
+
+
+def test_the_bounded_run_works_where_there_are_no_process_groups(tmp_path, monkeypatch):
+    """The Windows job inspects vcpkg's modules with the same runner: os.killpg is POSIX only."""
+    monkeypatch.delattr(hostlibs.os, "killpg")
+    tool = tmp_path / "pkg-config"
+    tool.write_text("#!/bin/sh\necho C:/vcpkg/installed/x64-windows/include\n")
+    tool.chmod(0o755)
+    assert hostlibs.variable(str(tool), "libavutil", "includedir", {"PATH": "/usr/bin:/bin"}) == "C:/vcpkg/installed/x64-windows/include"
