@@ -272,9 +272,10 @@ def vcpkg_owner(pc_file: str) -> dict[str, str] | None:
             continue
         for paragraph in _paragraphs(status.decode("utf-8", "replace")):
             if (paragraph.get("Package"), paragraph.get("Architecture")) == (port, triplet) and "Feature" not in paragraph and paragraph.get("Status", "").endswith(" installed"):
-                version = paragraph.get("Version", "")
-                if _VERSION_TEXT.fullmatch(version):
-                    return {"port": port, "version": version, "port_version": paragraph.get("Port-Version", "0"), "triplet": triplet}
+                version, port_version = paragraph.get("Version", ""), paragraph.get("Port-Version", "0")
+                # What the identity, both SBOMs' purls and rebuild's install hint carry: vcpkg's own shapes only.
+                if _VERSION_TEXT.fullmatch(version) and re.fullmatch(r"[0-9]{1,9}", port_version) and re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", triplet):
+                    return {"port": port, "version": version, "port_version": port_version, "triplet": triplet}
     return None
 
 

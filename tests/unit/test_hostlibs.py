@@ -54,6 +54,10 @@ def test_the_vcpkg_port_of_a_pc_file_comes_from_vcpkgs_installed_status(tmp_path
     assert hostlibs.vcpkg_owner(str(pkgconfig / "libcurl.pc")) is None  # listed, but its status says not installed
     assert hostlibs.vcpkg_owner(str(pkgconfig / "stray.pc")) is None  # no port lists it: a local file
     assert hostlibs.vcpkg_owner(str(tmp_path / "elsewhere" / "lib" / "pkgconfig" / "x.pc")) is None
+    # A status whose port version is not vcpkg's number is no origin to record (it would reach the purl).
+    status = pkgconfig.parents[2] / "vcpkg" / "status"
+    status.write_text(STATUS.replace("Port-Version: 5", "Port-Version: 5&triplet=evil"))
+    assert hostlibs.vcpkg_owner(str(pkgconfig / "libavformat.pc")) is None
 
 
 def test_each_origin_has_its_own_purl_and_supplier_and_linux_never_says_vcpkg():
