@@ -315,6 +315,9 @@ def _probe_modules(modules: Sequence[HostDependency], result: HostCheck, env: di
             problems.append((dependency, f"pkg-config finds no module {dependency.name} ({detail or 'not found'})"))
             continue
         version = found.stdout.strip()
+        if not hostlibs.is_version_text(version):  # the .pc's Version: line, recorded and put into purls
+            problems.append((dependency, f"{dependency.name}'s .pc states a Version that is not a version ({version[:80]!r})"))
+            continue
         if dependency.min_version:
             ok = _run([result.pkg_config, f"--atleast-version={dependency.min_version}", dependency.name], env)
             if ok is None or ok.returncode != 0:

@@ -68,6 +68,11 @@ _LICENSE_PROBE = (
 )
 
 
+def is_version_text(text: str) -> bool:
+    """Whether `text` is a version word (what the identity, the purls and the SBOMs may carry as a version)."""
+    return _VERSION_TEXT.fullmatch(text) is not None
+
+
 @dataclass(frozen=True)
 class LibraryFile:
     """One library a module's Libs names: its real file name, DT_SONAME and SHA-256 (never its folder)."""

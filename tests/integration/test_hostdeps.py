@@ -150,6 +150,10 @@ def test_modules_are_found_only_through_the_explicit_search_path_never_the_inher
     assert check.library_dirs() == ["/opt/ompfake/lib"]
     with pytest.raises(UsageError, match="existing absolute folder"):
         hostdeps.parse_search_path(["relative/dir"])
+    # A Version that is no version word is refused by name, not recorded into the identity and the purls.
+    (prefix / "ompfake.pc").write_text("prefix=/opt/ompfake\n\nName: ompfake\nDescription: test\nVersion: 3.4.5&qualifier=x/../y\n")
+    with pytest.raises(EnvironmentProblem, match="states a Version that is not a version"):
+        hostdeps.check(deps, host="linux-x86_64", declared_by="t", declaration_file="t", path=list(BUILD_PATH), pkg_config_path=hostdeps.parse_search_path([str(prefix)]))
 
 
 # -- the build preflight ---------------------------------------------------------------
@@ -245,7 +249,7 @@ def local_prefixes(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _declaring_lanes(root: Path, base_image_libraries: str) -> Path:
-    """A 5090 lane declaring pkg-config, zlib (Debian's) and libavutil (a local build), with those base image libraries."""
+    """A 5090 lane declaring the compiler, pkg-config, zlib (Debian's) and libavutil (a local build), with those base image libraries."""
     lanes = root / "lanes"
     lanes.mkdir()
     text = (DEFAULT_LANES_DIR / "rtx5090-container.toml").read_text()
@@ -255,6 +259,7 @@ def _declaring_lanes(root: Path, base_image_libraries: str) -> Path:
     (lanes / "rtx5090-container.toml").write_text(
         head
         + '[[build.host_dependencies]]\nname = "pkg-config"\nkind = "tool"\ndebian = "pkg-config"\nlicense = "GPL-2.0-or-later"\n\n'
+        + '[[build.host_dependencies]]\nname = "c++"\nkind = "tool"\ndebian = "g++"\nlicense = "GPL-3.0-or-later"\n\n'
         + '[[build.host_dependencies]]\nname = "zlib"\nkind = "pkg-config"\nmin_version = "1.2"\ndebian = "zlib1g-dev"\nlicense = "Zlib"\n\n'
         + '[[build.host_dependencies]]\nname = "libavutil"\nkind = "pkg-config"\nmin_version = "59"\ndebian = "libavutil-dev"\n'
         + tail
@@ -365,7 +370,7 @@ def test_the_sets_spdx_and_cyclonedx_name_the_declared_host_dependencies_alike(t
     spdx, cdx = json.loads(spdx_path.read_bytes()), json.loads(cdx_path.read_bytes())
     distribution = identity["host_environment"]["os_release"]["ID"]
     recorded = {d["name"]: d for d in identity["host_dependencies"]}
-    assert set(recorded) == {"pkg-config", "zlib", "libavutil"}
+    assert set(recorded) == {"c++", "pkg-config", "zlib", "libavutil"}
     packages = {p["name"]: p for p in spdx["packages"]}
     components = {c["name"]: c for c in cdx["components"]}
     relations = {(r["spdxElementId"], r["relationshipType"], r["relatedSpdxElement"]) for r in spdx["relationships"]}
