@@ -310,7 +310,7 @@ class BuildStage(Stage):
         data = source_file(self.source, host_declaration.FILE_NAME)
         if data is not None:
             origin = f"{self.source_spec.display}: {host_declaration.FILE_NAME}"
-            return host_declaration.parse(data, origin=origin), f"source:{host_declaration.FILE_NAME}", origin
+            return host_declaration.parse(data, origin=origin, build_host=self.lane.build_host), f"source:{host_declaration.FILE_NAME}", origin
         return self.lane.host_dependencies, f"lane:{self.lane.file.name}", str(self.lane.file)
 
     def _check_host_dependencies(self, host: str) -> hostdeps.HostCheck:

@@ -89,6 +89,10 @@ def test_the_sample_declares_only_its_host_compiler():
     assert info.value.field == "extra"
     with pytest.raises(InputError, match="LF line endings"):
         declaration.parse(b"schema_version = 1\r\nhost_dependencies = []\r\n", origin="x.toml")
+    # A source's declaration replaces the lane's for the lane's build host: a Linux build declares its compiler there too.
+    assert declaration.parse((SAMPLE / declaration.FILE_NAME).read_bytes(), origin="sample", build_host="linux-x86_64") == deps
+    with pytest.raises(InputError, match="does not declare the build host's C\\+\\+ compiler"):
+        declaration.parse(b"schema_version = 1\nhost_dependencies = []\n", origin="x.toml", build_host="linux-x86_64")
 
 
 # -- the probe (the host's real pkg-config and dpkg) ----------------------------------
