@@ -38,6 +38,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.errors import InputError, IntegrityError
+from pipeline.formats.components import VERSION_WORD, is_version_word
 from pipeline.formats.lanes import HOST_DEPENDENCY_KINDS, HOST_DEPENDENCY_NAME
 from pipeline.formats.release.names import PROVENANCE_SUFFIX
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
@@ -649,8 +650,6 @@ def recorded_host(statement_: Statement, origin: str = "provenance statement") -
     return out
 
 
-# What a rebuild's refusal puts into the command it tells the user to run (apt-get install <package>=<version>, ...).
-_INSTALL_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~:_-]{0,127}")
 
 
 def _check_install_words(entry: Mapping[str, Any], *, origin: str, name: str) -> None:
@@ -659,6 +658,6 @@ def _check_install_words(entry: Mapping[str, Any], *, origin: str, name: str) ->
     words = {k: entry.get(k) for k in ("version", "debian_package", "debian_version")}
     words |= {f"vcpkg_{k}": v for k, v in (entry.get("vcpkg") or {}).items()} | {f"release_{k}": v for k, v in (entry.get("release") or {}).items() if k != "source"}
     for key, value in words.items():
-        if value is not None and not (isinstance(value, str) and _INSTALL_WORD.fullmatch(value)):
+        if value is not None and not is_version_word(value):  # package names fit the same words
             raise InputError(f"records a build-host dependency {key} that is not a package or version word", file=origin,
-                             field=f"predicate.buildDefinition.resolvedDependencies[{name}].annotations.{key}", found=str(value)[:200], expected=f"text matching {_INSTALL_WORD.pattern}")
+                             field=f"predicate.buildDefinition.resolvedDependencies[{name}].annotations.{key}", found=str(value)[:200], expected=f"text matching {VERSION_WORD.pattern}")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import BuildFailure, InputError, IntegrityError, PipelineError
+from pipeline.formats.components import VERSION_WORD, is_version_word
 from pipeline.formats.lanes import REPO_ROOT, Lane, Redistributable
 from pipeline.formats.toolchain_record import ToolchainRecord
 from pipeline.util.hashing import sha256_file
@@ -166,9 +167,6 @@ def pe_version_strings(path: Path) -> dict[str, str]:
     return found
 
 
-PE_VERSION = r"[0-9A-Za-z][0-9A-Za-z.+~_-]{0,63}"
-
-
 def pe_product_version(path: Path) -> str | None:
     """The version a DLL states for the product it belongs to (ProductVersion, else FileVersion), e.g. FFmpeg's
     7.1.2 in avformat-61.dll, curl's 8.17.0 in libcurl.dll; None when the file carries no version resource."""
@@ -180,13 +178,13 @@ def pe_product_version(path: Path) -> str | None:
     if re.fullmatch(r"[0-9]+(?:, ?[0-9]+)+", text):  # the numeric form some resource scripts write: 1, 3, 0, 2501
         text = re.sub(r", ?", ".", text)
     # It becomes the SBOMs' version and the purl's: a version word, never free text from the file.
-    if not re.fullmatch(PE_VERSION, text):
+    if not is_version_word(text):
         raise IntegrityError(
             f"states a {key} that is not a version",
             file=path,
             field=f"VS_VERSIONINFO StringFileInfo {key}",
             found=text[:120],
-            expected=f"a version such as 7.1.2 (matching {PE_VERSION})",
+            expected=f"a version such as 7.1.2 (matching {VERSION_WORD.pattern})",
             why="the SBOMs and the vcpkg baseline check take the bundled library's version from its version resource",
             fix="bundle the DLL its port or package really ships, or report the maker's malformed version resource",
         )

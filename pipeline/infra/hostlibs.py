@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.formats.components import is_version_word
 from pipeline.util.hashing import sha256_bytes, sha256_file
 
 TIMEOUT = 30
@@ -43,7 +44,6 @@ MAX_LIST_FILES = 4096
 MAX_LIST_BYTES = 8 << 20
 MAX_OUTPUT_BYTES = 1 << 20  # what pkg-config or a probe may print
 _LINK_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_+.-]{0,127}")
-_VERSION_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~:-]{0,63}")
 
 # module -> (project, header under includedir, macro): where a library states its upstream release.
 FFMPEG_LIBRARIES = ("libavcodec", "libavdevice", "libavfilter", "libavformat", "libavutil", "libpostproc", "libswresample", "libswscale")
@@ -66,11 +66,6 @@ _LICENSE_PROBE = (
     "function.restype = ctypes.c_char_p\n"
     "sys.stdout.write((function() or b'')[:200].decode('ascii', 'replace'))\n"
 )
-
-
-def is_version_text(text: str) -> bool:
-    """Whether `text` is a version word (what the identity, the purls and the SBOMs may carry as a version)."""
-    return _VERSION_TEXT.fullmatch(text) is not None
 
 
 @dataclass(frozen=True)
@@ -195,7 +190,7 @@ def upstream_release(module: str, includedir: str | None) -> dict[str, str] | No
     if match is None:
         return None
     version = match.group(1).decode("ascii", "replace")
-    if not _VERSION_TEXT.fullmatch(version):
+    if not is_version_word(version):
         return None
     return {"project": project, "version": version, "source": f"{header} {macro}"}
 
@@ -279,7 +274,7 @@ def vcpkg_owner(pc_file: str) -> dict[str, str] | None:
             if (paragraph.get("Package"), paragraph.get("Architecture")) == (port, triplet) and "Feature" not in paragraph and paragraph.get("Status", "").endswith(" installed"):
                 version, port_version = paragraph.get("Version", ""), paragraph.get("Port-Version", "0")
                 # What the identity, both SBOMs' purls and rebuild's install hint carry: vcpkg's own shapes only.
-                if _VERSION_TEXT.fullmatch(version) and re.fullmatch(r"[0-9]{1,9}", port_version) and re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", triplet):
+                if is_version_word(version) and re.fullmatch(r"[0-9]{1,9}", port_version) and re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", triplet):
                     return {"port": port, "version": version, "port_version": port_version, "triplet": triplet}
     return None
 
