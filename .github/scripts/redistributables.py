@@ -161,6 +161,16 @@ def gather(args: argparse.Namespace) -> list[str]:
     return sorted(set(copied))
 
 
+def _pipeline_errors() -> tuple[type[Exception], ...]:
+    """The pipeline's own refusals (a DLL that is no readable PE, a version resource that is no version), as
+    one ::error line like the others, never a traceback; looked up only once one is raised."""
+    try:
+        from pipeline.errors import PipelineError
+    except ImportError:
+        return ()
+    return (PipelineError,)
+
+
 def main(argv: list[str]) -> int:
     if argv == ["directstorage-url"]:  # what the job downloads (it checks nothing: gather checks the SHA-256)
         print(tomllib.loads(PIN.read_text(encoding="utf-8"))["url"])
@@ -174,7 +184,7 @@ def main(argv: list[str]) -> int:
     try:
         for name in gather(parser.parse_args(argv)):
             print(name)
-    except (Stop, OSError, ValueError, zipfile.BadZipFile, tomllib.TOMLDecodeError) as exc:
+    except (Stop, OSError, ValueError, zipfile.BadZipFile, tomllib.TOMLDecodeError, *_pipeline_errors()) as exc:
         text = str(exc)
         print(f"::error {text}" if text.startswith("file=") else f"::error{text}" if text.startswith("::") else f"::error::{text}", file=sys.stderr)
         return 1

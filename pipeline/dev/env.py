@@ -82,7 +82,7 @@ def ensure_env(log=print) -> Path:
         log(f"creating the pipeline environment in {ENV_DIR}")
         venv.EnvBuilder(with_pip=True, clear=True).create(ENV_DIR)
     log("installing the pipeline and its pinned dependencies (pyproject.toml changed or first run)")
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+    # Only the locked commands: no unpinned `pip install --upgrade pip` (the venv's own pip installs the lock).
     for command in locked_install_commands(str(python)):
         subprocess.run(command, cwd=ROOT, check=True)
     stamp_file.write_text(_stamp())

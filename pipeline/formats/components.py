@@ -40,6 +40,14 @@ from typing import Any
 
 from pipeline.errors import InputError, IntegrityError
 
+# A version as a component may carry it (both SBOMs, its purl, the provenance): a version word read from bytes
+# (a .pc Version, a release header, vcpkg's status, a DLL's version resource), never free text from them.
+VERSION_WORD = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~:_-]{0,63}")
+
+
+def is_version_word(text: object) -> bool:
+    return isinstance(text, str) and VERSION_WORD.fullmatch(text) is not None
+
 ROLES = (
     "package",  # the archive (root)
     "binary",

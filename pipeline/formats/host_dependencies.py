@@ -37,8 +37,11 @@ _TOP = {
 }
 
 
-def parse(data: bytes, *, origin: str) -> tuple[HostDependency, ...]:
-    """The entries of a source's declaration; every defect names `origin` and the key."""
+def parse(data: bytes, *, origin: str, build_host: str | None = None) -> tuple[HostDependency, ...]:
+    """The entries of a source's declaration; every defect names `origin` and the key.
+
+    With the lane's `build_host`, the declaration is held to the lane file's rules for that host (each entry
+    says where it comes from there; a Linux build declares its C++ compiler): it replaces the lane's."""
     if len(data) > MAX_BYTES:
         raise InputError("is too large for a host dependency declaration", file=origin, found=f"{len(data)} bytes", expected=f"at most {MAX_BYTES} bytes")
     if data.startswith(b"\xef\xbb\xbf") or b"\r" in data:
@@ -48,4 +51,4 @@ def parse(data: bytes, *, origin: str) -> tuple[HostDependency, ...]:
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise InputError(f"is not valid UTF-8 TOML: {exc}", file=origin) from None
     top = read_table(document, _TOP, file=origin)
-    return parse_host_dependencies(top["host_dependencies"], file=origin, prefix="host_dependencies", build_host=None)
+    return parse_host_dependencies(top["host_dependencies"], file=origin, prefix="host_dependencies", build_host=build_host)

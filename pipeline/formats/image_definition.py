@@ -200,7 +200,10 @@ def _base_license(base: dict, *, file: str) -> tuple[str | None, str | None, str
     if problem is not None:
         raise InputError(f"is not a path inside the repository ({problem})", file=file, field="base.license_file", found=text_file)
     raw = read_bytes_bounded(REPO_ROOT / text_file, MAX_LICENSE_TEXT, what="licence text")
-    return expression, refs[0], raw.decode("utf-8")
+    try:
+        return expression, refs[0], raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError("is not UTF-8 text", file=text_file, found=f"byte {exc.start}", expected="the licence text as UTF-8 (it goes into the image SPDX)") from None
 
 
 def load_definition(path: Path) -> ImageDefinition:

@@ -159,11 +159,13 @@ _BUILD = {
     "host_dependencies": Field(list, items=dict, required=False, default=[]),
 }
 HOST_DEPENDENCY_KINDS = ("pkg-config", "tool")
+# A pkg-config module name (libavformat) or a tool's executable name (pkg-config, c++): never a path, never an option.
+HOST_DEPENDENCY_NAME = r"[A-Za-z0-9][A-Za-z0-9+._-]{0,127}"
+HOST_COMPILER = "c++"  # the tool nvcc's host compilation runs (a Linux lane declares it: its version decides the bytes)
 _VERSION = r"[0-9]+(\.[0-9]+)*"
 _LICENSE_EXPRESSION = r"[A-Za-z0-9.+-]+( (AND|OR|WITH) [A-Za-z0-9.+-]+)*"
 _HOST_DEPENDENCY = {
-    # A pkg-config module name (libavformat) or a tool's executable name (pkg-config, c++).
-    "name": Field(str, check=matches(r"[A-Za-z0-9][A-Za-z0-9+._-]*"), expected="a pkg-config module or executable name, e.g. 'libavformat'"),
+    "name": Field(str, check=matches(HOST_DEPENDENCY_NAME), expected="a pkg-config module or executable name, e.g. 'libavformat'"),
     "kind": Field(str, check=one_of(*HOST_DEPENDENCY_KINDS), expected=" or ".join(repr(k) for k in HOST_DEPENDENCY_KINDS)),
     # The floor checked before any compile (pkg-config's own 'module >= version' for modules).
     "min_version": Field(str, required=False, check=matches(_VERSION), expected="a dotted version such as '60' or '7.85'"),
@@ -341,6 +343,15 @@ def parse_host_dependencies(items: list[Any], *, file: str, prefix: str, build_h
                 expected=f"also an entry {{name = \"pkg-config\", kind = \"tool\"}} for {host}",
                 why="the modules are found and checked with pkg-config, which the build host must then provide",
             )
+    if build_host is not None and build_host.startswith("linux") and not any((d.kind, d.name) == ("tool", HOST_COMPILER) and d.applies_to(build_host) for d in out):
+        raise InputError(
+            "does not declare the build host's C++ compiler",
+            file=file,
+            field=prefix,
+            found=sorted(d.name for d in out),
+            expected=f"an entry {{name = \"{HOST_COMPILER}\", kind = \"tool\", debian = \"g++\"}} for {build_host}",
+            why="nvcc compiles host code with it, so the bytes depend on its version: the build records it and rebuild --verify compares it before compiling",
+        )
     return tuple(out)
 
 

@@ -38,6 +38,8 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.errors import InputError, IntegrityError
+from pipeline.formats.components import VERSION_WORD, is_version_word
+from pipeline.formats.lanes import HOST_DEPENDENCY_KINDS, HOST_DEPENDENCY_NAME
 from pipeline.formats.release.names import PROVENANCE_SUFFIX
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 from pipeline.util.jsonio import canonical_bytes, parse_strict
@@ -625,18 +627,45 @@ def archive_claim(statement_: Statement, *, origin: str, strict: bool = True):
 # -- this host against the one the provenance records ----------------------------------------------------------
 
 
-def recorded_host(statement_: Statement) -> list[dict[str, Any]]:
+MAX_HOST_DEPENDENCIES = 64
+
+
+def recorded_host(statement_: Statement, origin: str = "provenance statement") -> list[dict[str, Any]]:
     """The build-host dependencies a statement records (`build-host:<kind>:<name>`), as {name, kind, annotations}."""
     out = []
     for item in statement_.document["predicate"]["buildDefinition"]["resolvedDependencies"]:
         name = item.get("name") if isinstance(item, dict) else None
         if isinstance(name, str) and name.startswith("build-host:") and name.count(":") >= 2:
             _, kind, module = name.split(":", 2)
+            # The rebuild looks each one up on this host and runs it (`<tool> --version`, pkg-config <module>):
+            # a path or an option here would run what the statement names.
+            if kind not in HOST_DEPENDENCY_KINDS or not re.fullmatch(HOST_DEPENDENCY_NAME, module):
+                raise InputError("records a build-host dependency that is not a module or tool name", file=origin, field="predicate.buildDefinition.resolvedDependencies[].name",
+                                 found=name[:200], expected=f"build-host:<{'|'.join(HOST_DEPENDENCY_KINDS)}>:<name matching {HOST_DEPENDENCY_NAME}>")
             annotations = item.get("annotations") if isinstance(item.get("annotations"), dict) else {}
             entry = {"name": module, "kind": kind, **{k: annotations.get(k) for k in HOST_ANNOTATIONS if k != "kind"}}
             vcpkg = {k: annotations.get(f"vcpkg_{k}") for k in _VCPKG_KEYS}
             release = {k: annotations.get(f"release_{k}") for k in _RELEASE_KEYS}
             entry["vcpkg"] = vcpkg if vcpkg["port"] else None
             entry["release"] = release if release["version"] else None
+            _check_install_words(entry, origin=origin, name=name)
+            if any((e["kind"], e["name"]) == (kind, module) for e in out) or len(out) >= MAX_HOST_DEPENDENCIES:
+                # Each is probed on this host (processes, each with a timeout): a statement sets no unbounded work.
+                raise InputError("records a build-host dependency twice or more of them than a build declares", file=origin,
+                                 field="predicate.buildDefinition.resolvedDependencies[].name", found=name[:200],
+                                 expected=f"each build-host dependency once, at most {MAX_HOST_DEPENDENCIES}")
             out.append(entry)
     return out
+
+
+
+
+def _check_install_words(entry: Mapping[str, Any], *, origin: str, name: str) -> None:
+    """The recorded words that become part of an install command shown to the user are package-name and version
+    words: a statement's `foo; curl … | sh` is refused, never printed as a fix to paste."""
+    words = {k: entry.get(k) for k in ("version", "debian_package", "debian_version")}
+    words |= {f"vcpkg_{k}": v for k, v in (entry.get("vcpkg") or {}).items()} | {f"release_{k}": v for k, v in (entry.get("release") or {}).items() if k != "source"}
+    for key, value in words.items():
+        if value is not None and not is_version_word(value):  # package names fit the same words
+            raise InputError(f"records a build-host dependency {key} that is not a package or version word", file=origin,
+                             field=f"predicate.buildDefinition.resolvedDependencies[{name}].annotations.{key}", found=str(value)[:200], expected=f"text matching {VERSION_WORD.pattern}")

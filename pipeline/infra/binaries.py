@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pipeline.errors import BuildFailure, InputError, IntegrityError, PipelineError
+from pipeline.formats.components import VERSION_WORD, is_version_word
 from pipeline.formats.lanes import REPO_ROOT, Lane, Redistributable
 from pipeline.formats.toolchain_record import ToolchainRecord
 from pipeline.util.hashing import sha256_file
@@ -169,7 +171,24 @@ def pe_product_version(path: Path) -> str | None:
     """The version a DLL states for the product it belongs to (ProductVersion, else FileVersion), e.g. FFmpeg's
     7.1.2 in avformat-61.dll, curl's 8.17.0 in libcurl.dll; None when the file carries no version resource."""
     strings = pe_version_strings(path)
-    return strings.get("ProductVersion") or strings.get("FileVersion")
+    key = "ProductVersion" if strings.get("ProductVersion") else "FileVersion"
+    text = strings.get(key)
+    if text is None:
+        return None
+    if re.fullmatch(r"[0-9]+(?:, ?[0-9]+)+", text):  # the numeric form some resource scripts write: 1, 3, 0, 2501
+        text = re.sub(r", ?", ".", text)
+    # It becomes the SBOMs' version and the purl's: a version word, never free text from the file.
+    if not is_version_word(text):
+        raise IntegrityError(
+            f"states a {key} that is not a version",
+            file=path,
+            field=f"VS_VERSIONINFO StringFileInfo {key}",
+            found=text[:120],
+            expected=f"a version such as 7.1.2 (matching {VERSION_WORD.pattern})",
+            why="the SBOMs and the vcpkg baseline check take the bundled library's version from its version resource",
+            fix="bundle the DLL its port or package really ships, or report the maker's malformed version resource",
+        )
+    return text
 
 
 # -- the toolchain's libraries ----------------------------------------------

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EnvironmentProblem, UsageError
+from pipeline.formats.components import is_version_word
 from pipeline.formats.lanes import HostDependency
 from pipeline.infra import hostlibs
 
@@ -315,6 +316,9 @@ def _probe_modules(modules: Sequence[HostDependency], result: HostCheck, env: di
             problems.append((dependency, f"pkg-config finds no module {dependency.name} ({detail or 'not found'})"))
             continue
         version = found.stdout.strip()
+        if not is_version_word(version):  # the .pc's Version: line, recorded and put into purls
+            problems.append((dependency, f"{dependency.name}'s .pc states a Version that is not a version ({version[:80]!r})"))
+            continue
         if dependency.min_version:
             ok = _run([result.pkg_config, f"--atleast-version={dependency.min_version}", dependency.name], env)
             if ok is None or ok.returncode != 0:

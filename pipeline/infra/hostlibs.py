@@ -20,15 +20,19 @@ Every read is bounded in size, every child process in time.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipeline.formats.components import is_version_word
 from pipeline.util.hashing import sha256_bytes, sha256_file
 
 TIMEOUT = 30
@@ -38,7 +42,8 @@ MAX_LIBRARY_BYTES = 1 << 30
 MAX_STATUS_BYTES = 16 << 20
 MAX_LIST_FILES = 4096
 MAX_LIST_BYTES = 8 << 20
-_VERSION_TEXT = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+~:-]{0,63}")
+MAX_OUTPUT_BYTES = 1 << 20  # what pkg-config or a probe may print
+_LINK_NAME = re.compile(r"[A-Za-z0-9_+][A-Za-z0-9_+.-]{0,127}")
 
 # module -> (project, header under includedir, macro): where a library states its upstream release.
 FFMPEG_LIBRARIES = ("libavcodec", "libavdevice", "libavfilter", "libavformat", "libavutil", "libpostproc", "libswresample", "libswscale")
@@ -96,11 +101,31 @@ def file_digest(path: str | os.PathLike[str]) -> str | None:
 
 
 def _run(argv: list[str], env: Mapping[str, str]) -> str | None:
-    try:
-        result = subprocess.run(argv, env=dict(env), capture_output=True, text=True, errors="replace", timeout=TIMEOUT, check=False)
-    except (OSError, subprocess.TimeoutExpired):
+    """What `argv` prints (at most MAX_OUTPUT_BYTES, else None) when it succeeds within TIMEOUT, else None.
+
+    It may run a host library's code (the licence probe): its output goes to a file, not a pipe held in memory,
+    and it runs in a session of its own, killed whole on timeout (a child it left behind cannot hold us)."""
+    with tempfile.TemporaryFile() as output:
+        try:
+            process = subprocess.Popen(argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:
+            return None
+        try:
+            code = process.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            with contextlib.suppress(OSError):
+                if hasattr(os, "killpg"):
+                    os.killpg(process.pid, signal.SIGKILL)
+                else:  # Windows: no process groups of this kind; the child itself
+                    process.kill()
+            process.wait()
+        output.seek(0)
+        data = output.read(MAX_OUTPUT_BYTES + 1)
+    if code != 0 or len(data) > MAX_OUTPUT_BYTES:
         return None
-    return result.stdout.strip() if result.returncode == 0 else None
+    return data.decode("utf-8", "replace").strip()
 
 
 def variable(pkg_config: str, module: str, name: str, env: Mapping[str, str]) -> str | None:
@@ -139,13 +164,15 @@ def library_files(pkg_config: str, module: str, env: Mapping[str, str], libdir: 
         if not flag.startswith("-l") or len(flag) <= 2:
             continue
         name = flag[2:]
+        if not _LINK_NAME.fullmatch(name):  # a name from the .pc, joined to a folder below: never a path
+            continue
         for folder in folders:
             candidate = Path(folder) / f"lib{name}.so"
             if candidate.is_file():
                 real = Path(os.path.realpath(candidate))
-                if real.stat().st_size > MAX_LIBRARY_BYTES:
-                    break
-                out.append(LibraryFile(name, real.name, elf_soname(real), sha256_file(real), str(real)))
+                digest = file_digest(real)  # None: unreadable or larger than a library may be
+                if digest is not None:
+                    out.append(LibraryFile(name, real.name, elf_soname(real), digest, str(real)))
                 break
     return out
 
@@ -163,7 +190,7 @@ def upstream_release(module: str, includedir: str | None) -> dict[str, str] | No
     if match is None:
         return None
     version = match.group(1).decode("ascii", "replace")
-    if not _VERSION_TEXT.fullmatch(version):
+    if not is_version_word(version):
         return None
     return {"project": project, "version": version, "source": f"{header} {macro}"}
 
@@ -186,14 +213,19 @@ RELOCATED_PREFIX = b"@PREFIX@"
 def pc_file_digest(pc_file: str, *, relocate: bool) -> str | None:
     """SHA-256 of the `.pc` file; `relocate`d (a local build), of its bytes with its own `prefix=` folder written
     `@PREFIX@`: a .pc names the folder it was installed under, so the same build under two prefixes has one digest
-    (and the digest says nothing about the private folder)."""
+    (and the digest says nothing about the private folder).
+
+    The rewriting is reversible, so two .pc files that differ other than in their prefix never share a digest:
+    every `@` of the file is doubled first (a file's own literal `@PREFIX@` stays apart from the marker), and the
+    prefix is replaced only as a whole folder (`/opt/a` in `/opt/a/lib`, never in `/opt/abc`)."""
     data = read_bounded(pc_file, MAX_PC_BYTES)
     if data is None:
         return None
     if relocate:
         match = re.search(rb"^prefix=(/[^\n]*?)/*$", data, re.MULTILINE)
         if match and len(match.group(1)) > 1:
-            data = data.replace(match.group(1), RELOCATED_PREFIX)
+            prefix = match.group(1).replace(b"@", b"@@")
+            data = re.sub(re.escape(prefix) + rb"(?=[/\s\"':]|$)", RELOCATED_PREFIX, data.replace(b"@", b"@@"), flags=re.MULTILINE)
     return sha256_bytes(data)
 
 
@@ -240,9 +272,10 @@ def vcpkg_owner(pc_file: str) -> dict[str, str] | None:
             continue
         for paragraph in _paragraphs(status.decode("utf-8", "replace")):
             if (paragraph.get("Package"), paragraph.get("Architecture")) == (port, triplet) and "Feature" not in paragraph and paragraph.get("Status", "").endswith(" installed"):
-                version = paragraph.get("Version", "")
-                if _VERSION_TEXT.fullmatch(version):
-                    return {"port": port, "version": version, "port_version": paragraph.get("Port-Version", "0"), "triplet": triplet}
+                version, port_version = paragraph.get("Version", ""), paragraph.get("Port-Version", "0")
+                # What the identity, both SBOMs' purls and rebuild's install hint carry: vcpkg's own shapes only.
+                if is_version_word(version) and re.fullmatch(r"[0-9]{1,9}", port_version) and re.fullmatch(r"[a-z0-9][a-z0-9-]{0,63}", triplet):
+                    return {"port": port, "version": version, "port_version": port_version, "triplet": triplet}
     return None
 
 

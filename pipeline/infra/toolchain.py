@@ -676,7 +676,10 @@ def system_toolchain(lane: Lane) -> Toolchain:
             f"system nvcc is CUDA {toolchain.cuda_version}, the lane pins CUDA {lane.cuda_toolkit}: "
             "the build is recorded as a system-toolchain build and is not the pinned release toolchain"
         )
-    toolchain.description = {"kind": "system", "cuda_version": toolchain.cuda_version, "nvcc": str(toolchain.nvcc)}
+    from pipeline.infra.hostdeps import public_name
+
+    # The identity and the provenance ship this: a toolkit under a home or an opt folder is named, not placed.
+    toolchain.description = {"kind": "system", "cuda_version": toolchain.cuda_version, "nvcc": public_name(str(toolchain.nvcc))}
     _check_versions(toolchain, expected_cuda=None)
     return toolchain
 

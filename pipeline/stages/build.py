@@ -197,6 +197,15 @@ def host_compiler() -> str:
         return "unavailable"
 
 
+def shipped_toolchain_description(description: dict[str, Any]) -> dict[str, Any]:
+    """The toolchain as build-identity.json (shipped in the payload) states it: the pinned toolchain's folder only
+    where it is the canonical one, the same on every host; an OMP_NINFER_TOOLCHAIN_ROOT elsewhere is this machine's."""
+    out = dict(description)
+    if out.get("root") is not None and not Path(out["root"]).is_relative_to(CANONICAL_ROOT):
+        out["root"] = None
+    return out
+
+
 def _code_digest() -> str:
     # the stage's code closure is in every fingerprint (stage.execute); the launcher lives outside the package
     return code_digest(__name__, LAUNCHER)
@@ -317,7 +326,7 @@ class BuildStage(Stage):
         data = source_file(self.source, host_declaration.FILE_NAME)
         if data is not None:
             origin = f"{self.source_spec.display}: {host_declaration.FILE_NAME}"
-            return host_declaration.parse(data, origin=origin), f"source:{host_declaration.FILE_NAME}", origin
+            return host_declaration.parse(data, origin=origin, build_host=self.lane.build_host), f"source:{host_declaration.FILE_NAME}", origin
         return self.lane.host_dependencies, f"lane:{self.lane.file.name}", str(self.lane.file)
 
     def _check_host_dependencies(self, host: str) -> hostdeps.HostCheck:
@@ -541,7 +550,7 @@ class BuildStage(Stage):
                     continue
                 copy_file(produced, bin_dir / lane.binary_file(binary), mode=0o755)
         identity = self._identity_of_local(bin_dir, toolchain)
-        description = dict(toolchain.description)
+        description = shipped_toolchain_description(toolchain.description)
         description["host_cxx_compiler"] = host_compiler()
         description["launcher_sha256"] = sha256_file(LAUNCHER)
         return identity, description

@@ -255,6 +255,21 @@ def _set_pins(lane: Lane, expected: assets.AssetSet, row: dict[str, Any], listed
     return pins
 
 
+def _pkg_config_names(folders: tuple[str, ...]) -> dict[str, str]:
+    """What a summary calls each --pkg-config-path folder and the private prefix it lies in (a compiler's message
+    names the prefix's include folder): `<prefix>/lib/pkgconfig` -> <--pkg-config-path 1> and its prefix."""
+    from pipeline.infra.hostdeps import PUBLIC_ROOTS
+
+    names = {}
+    for index, folder in enumerate(folders, 1):
+        path = Path(folder)
+        names[str(path)] = f"<--pkg-config-path {index}>"
+        prefix = path.parent.parent if path.name == "pkgconfig" and path.parent.name in ("lib", "lib64", "share") else None
+        if prefix is not None and len(prefix.parts) > 1 and not (str(prefix) + "/").startswith(PUBLIC_ROOTS):
+            names[str(prefix)] = f"<--pkg-config-path {index} prefix>"
+    return names
+
+
 def _relative_name(path: Path, work: Path) -> str | None:
     """`path` relative to the work folder (a set downloaded into it), or None when it lies elsewhere."""
     try:
@@ -386,7 +401,7 @@ class RebuildStage(Stage):
         host = current_host_platform()
         if self.prebuilt is not None or self.lane.build_host != host:
             return  # the binaries are taken, not compiled here (or the build refuses this host itself, naming the right one)
-        recorded = slsa.recorded_host(self.statement)
+        recorded = slsa.recorded_host(self.statement, origin=str(self.statement_path))
         wanted = [HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}") for e in recorded if e["kind"] in ("tool", "pkg-config")]
         # pkg-config itself is looked for first: the modules are probed with it.
         wanted.sort(key=lambda d: d.kind != "tool")
@@ -523,6 +538,10 @@ class RebuildStage(Stage):
         names = {str(work): ".", str(self.published): _relative_name(self.published, work) or "<published set>"}
         if self.prebuilt is not None:
             names[str(self.prebuilt)] = "<--prebuilt folder>"
+        statement = getattr(self, "statement_path", None)  # set by the preflight
+        if statement is not None and _relative_name(statement, work) is None:
+            names[str(statement.parent)] = "<--provenance folder>"
+        names.update(_pkg_config_names(self.pkg_config_path))
         for local, name in sorted(names.items(), key=lambda item: -len(item[0])):  # the longest first: a folder inside another
             text = text.replace(local + "/", "" if name == "." else name + "/").replace(local, name)
         home = str(Path.home())

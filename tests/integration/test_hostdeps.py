@@ -61,6 +61,8 @@ def test_shipped_lanes_declare_the_engines_pkg_config_modules_with_their_floors_
         ('min_version = "7.85"', 'min_version = "seven"', "build.host_dependencies[6].min_version", "invalid value"),
         ('name = "libcurl"', 'name = "libavutil"', "build.host_dependencies[6].name", "declares a host dependency twice"),
         ('name = "pkg-config"\nkind = "tool"', 'name = "pkgconfig-helper"\nkind = "tool"', "build.host_dependencies[2]", "not the pkg-config tool itself"),
+        # The compiler nvcc's host code goes through: without it nothing records (or compares on rebuild) its version.
+        ('name = "c++"\nkind = "tool"', 'name = "cc"\nkind = "tool"', "build.host_dependencies", "does not declare the build host's C++ compiler"),
     ],
 )
 def test_host_dependency_errors_name_file_key_found_and_expected(tmp_path, old, new, field, message):
@@ -87,6 +89,10 @@ def test_the_sample_declares_only_its_host_compiler():
     assert info.value.field == "extra"
     with pytest.raises(InputError, match="LF line endings"):
         declaration.parse(b"schema_version = 1\r\nhost_dependencies = []\r\n", origin="x.toml")
+    # A source's declaration replaces the lane's for the lane's build host: a Linux build declares its compiler there too.
+    assert declaration.parse((SAMPLE / declaration.FILE_NAME).read_bytes(), origin="sample", build_host="linux-x86_64") == deps
+    with pytest.raises(InputError, match="does not declare the build host's C\\+\\+ compiler"):
+        declaration.parse(b"schema_version = 1\nhost_dependencies = []\n", origin="x.toml", build_host="linux-x86_64")
 
 
 # -- the probe (the host's real pkg-config and dpkg) ----------------------------------
@@ -148,6 +154,10 @@ def test_modules_are_found_only_through_the_explicit_search_path_never_the_inher
     assert check.library_dirs() == ["/opt/ompfake/lib"]
     with pytest.raises(UsageError, match="existing absolute folder"):
         hostdeps.parse_search_path(["relative/dir"])
+    # A Version that is no version word is refused by name, not recorded into the identity and the purls.
+    (prefix / "ompfake.pc").write_text("prefix=/opt/ompfake\n\nName: ompfake\nDescription: test\nVersion: 3.4.5&qualifier=x/../y\n")
+    with pytest.raises(EnvironmentProblem, match="states a Version that is not a version"):
+        hostdeps.check(deps, host="linux-x86_64", declared_by="t", declaration_file="t", path=list(BUILD_PATH), pkg_config_path=hostdeps.parse_search_path([str(prefix)]))
 
 
 # -- the build preflight ---------------------------------------------------------------
@@ -243,7 +253,7 @@ def local_prefixes(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def _declaring_lanes(root: Path, base_image_libraries: str) -> Path:
-    """A 5090 lane declaring pkg-config, zlib (Debian's) and libavutil (a local build), with those base image libraries."""
+    """A 5090 lane declaring the compiler, pkg-config, zlib (Debian's) and libavutil (a local build), with those base image libraries."""
     lanes = root / "lanes"
     lanes.mkdir()
     text = (DEFAULT_LANES_DIR / "rtx5090-container.toml").read_text()
@@ -253,6 +263,7 @@ def _declaring_lanes(root: Path, base_image_libraries: str) -> Path:
     (lanes / "rtx5090-container.toml").write_text(
         head
         + '[[build.host_dependencies]]\nname = "pkg-config"\nkind = "tool"\ndebian = "pkg-config"\nlicense = "GPL-2.0-or-later"\n\n'
+        + '[[build.host_dependencies]]\nname = "c++"\nkind = "tool"\ndebian = "g++"\nlicense = "GPL-3.0-or-later"\n\n'
         + '[[build.host_dependencies]]\nname = "zlib"\nkind = "pkg-config"\nmin_version = "1.2"\ndebian = "zlib1g-dev"\nlicense = "Zlib"\n\n'
         + '[[build.host_dependencies]]\nname = "libavutil"\nkind = "pkg-config"\nmin_version = "59"\ndebian = "libavutil-dev"\n'
         + tail
@@ -363,7 +374,7 @@ def test_the_sets_spdx_and_cyclonedx_name_the_declared_host_dependencies_alike(t
     spdx, cdx = json.loads(spdx_path.read_bytes()), json.loads(cdx_path.read_bytes())
     distribution = identity["host_environment"]["os_release"]["ID"]
     recorded = {d["name"]: d for d in identity["host_dependencies"]}
-    assert set(recorded) == {"pkg-config", "zlib", "libavutil"}
+    assert set(recorded) == {"c++", "pkg-config", "zlib", "libavutil"}
     packages = {p["name"]: p for p in spdx["packages"]}
     components = {c["name"]: c for c in cdx["components"]}
     relations = {(r["spdxElementId"], r["relationshipType"], r["relatedSpdxElement"]) for r in spdx["relationships"]}

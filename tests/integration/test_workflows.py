@@ -686,6 +686,11 @@ def test_the_windows_job_puts_every_redistributable_and_directstorages_licence_b
     (vcpkg.parent / "vcpkg" / "status").write_text((vcpkg.parent / "vcpkg" / "status").read_text().replace("Version: 7.1.2", "Version: 7.1.3"))
     bad = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
     assert bad.returncode == 1 and "avformat-61.dll states ProductVersion '7.1.2', but vcpkg installed ffmpeg 7.1.3#5" in bad.stderr
+    # A vcpkg "DLL" that is no PE file is one ::error line naming it, not a traceback.
+    (vcpkg.parent / "vcpkg" / "status").write_text((vcpkg.parent / "vcpkg" / "status").read_text().replace("Version: 7.1.3", "Version: 7.1.2"))
+    (vcpkg / "bin" / "libcurl.dll").write_bytes(b"MZ not a PE file")
+    bad = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 1 and "Traceback" not in bad.stderr and "libcurl.dll" in bad.stderr and "is not a readable PE file" in bad.stderr, bad.stderr
     # The job downloads the pinned URL (NuGet's flat container for that version).
     url = subprocess.run([sys.executable, str(helper), "directstorage-url"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     assert url.startswith("https://api.nuget.org/") and url.endswith("/microsoft.direct3d.directstorage.1.3.0.nupkg")

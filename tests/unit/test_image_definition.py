@@ -1,0 +1,21 @@
+"""The image definition's base licence text: read bounded, refused clearly when it is not text."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.errors import InputError
+from pipeline.formats import image_definition
+
+
+def test_a_base_licence_text_that_is_not_utf8_is_refused_by_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(image_definition, "REPO_ROOT", tmp_path)
+    (tmp_path / "packaging" / "licenses").mkdir(parents=True)
+    text = tmp_path / "packaging" / "licenses" / "LicenseRef-NVIDIA-Deep-Learning-Container-License.txt"
+    base = {"license": "LicenseRef-NVIDIA-Deep-Learning-Container-License", "license_file": "packaging/licenses/LicenseRef-NVIDIA-Deep-Learning-Container-License.txt"}
+    text.write_bytes(b"NVIDIA terms\n")
+    assert image_definition._base_license(base, file="containers/x.toml") == (base["license"], base["license"], "NVIDIA terms\n")
+    text.write_bytes(b"NVIDIA \xff terms\n")
+    with pytest.raises(InputError, match="is not UTF-8 text") as info:
+        image_definition._base_license(base, file="containers/x.toml")
+    assert info.value.file == base["license_file"] and info.value.found == "byte 7"
