@@ -37,6 +37,7 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -82,6 +83,15 @@ LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
 # The system part of the compile's PATH (after the toolchain's folders): host compilers and tools are found here only.
 BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+
+
+def host_probe_environment(windows: bool) -> tuple[list[str], Mapping[str, str]]:
+    """(PATH, base environment) the build-host dependencies are probed with: on Linux the fixed system PATH
+    and a C.UTF-8 locale (the build's own), on Windows the caller's (MSVC and vcpkg live on its PATH)."""
+    if windows:
+        return os.environ.get("PATH", "").split(os.pathsep), os.environ
+    return list(BUILD_PATH), {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")}
+
 # Where an imported redistributable's licence text is kept (beside bin/), and its bound (Microsoft's are ~10 KB).
 LICENCE_DIR = "licenses"
 MAX_LICENCE_BYTES = 256 << 10
@@ -331,7 +341,7 @@ class BuildStage(Stage):
 
     def _check_host_dependencies(self, host: str) -> hostdeps.HostCheck:
         dependencies, declared_by, origin = self.host_declaration()
-        path = os.environ.get("PATH", "").split(os.pathsep) if ON_WINDOWS else list(BUILD_PATH)
+        path, base_env = host_probe_environment(ON_WINDOWS)
         check = hostdeps.check(
             dependencies,
             host=host,
@@ -339,7 +349,7 @@ class BuildStage(Stage):
             declaration_file=origin,
             path=path,
             pkg_config_path=self.pkg_config_path,
-            base_env=os.environ if ON_WINDOWS else {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")},
+            base_env=base_env,
         )
         for item in check.found:
             package = f", {item.debian_package} {item.debian_version}" if item.debian_package else ""

@@ -396,7 +396,7 @@ class RebuildStage(Stage):
         other bytes after minutes of compiling. Refused (exit 3) unless --allow-host-drift, which the summary records."""
         from pipeline.formats.lanes import HostDependency, current_host_platform
         from pipeline.infra import hostdeps
-        from pipeline.stages.build import BUILD_PATH
+        from pipeline.stages.build import host_probe_environment
 
         host = current_host_platform()
         if self.prebuilt is not None or self.lane.build_host != host:
@@ -405,9 +405,8 @@ class RebuildStage(Stage):
         wanted = [HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}") for e in recorded if e["kind"] in ("tool", "pkg-config")]
         # pkg-config itself is looked for first: the modules are probed with it.
         wanted.sort(key=lambda d: d.kind != "tool")
-        path = os.environ.get("PATH", "").split(os.pathsep) if host.startswith("windows") else list(BUILD_PATH)
-        check, missing = hostdeps.probe(wanted, host=host, declared_by="provenance", path=path, pkg_config_path=self.pkg_config_path,
-                                        base_env=os.environ if host.startswith("windows") else {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")})
+        path, base_env = host_probe_environment(host.startswith("windows"))
+        check, missing = hostdeps.probe(wanted, host=host, declared_by="provenance", path=path, pkg_config_path=self.pkg_config_path, base_env=base_env)
         self.host_drift = hostdeps.host_drift(recorded, check, missing)
         if not self.host_drift:
             self.checks.append(Check("build host", True, f"the {len(recorded)} build-host dependencies the provenance records are this host's (version, origin, package)"))
