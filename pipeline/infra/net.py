@@ -439,8 +439,7 @@ def _over(limit: int, what: str, label: str, url: str, pinned: bool) -> Exceptio
 def check_length(response, limit: int | None, *, label: str, url: str, what: str = "it", pinned: bool = False) -> None:
     """Refuse before reading when the declared Content-Length already exceeds `limit`."""
     length = response.headers.get("Content-Length", "")
-    encoded = response.headers.get("Content-Encoding", "identity").lower() not in ("", "identity")
-    if limit is not None and length.isdigit() and not encoded and int(length) > limit:
+    if limit is not None and length.isdigit() and not is_encoded(response) and int(length) > limit:
         response.close()
         raise _over(limit, what, label, url, pinned)
 
@@ -494,6 +493,17 @@ def _read1(raw, amount: int) -> bytes:
 
 
 _CONTENT_RANGE = re.compile(r"bytes ([0-9]{1,20})-([0-9]{1,20})/([0-9]{1,20})")
+
+
+def is_encoded(response) -> bool:
+    """Whether the answer carries a Content-Encoding: its lengths and ranges count the encoded bytes, not the file's."""
+    return response.headers.get("Content-Encoding", "identity").lower() not in ("", "identity")
+
+
+def range_headers(start: int, end: int | None = None) -> dict[str, str]:
+    """The request headers of bytes START..END-1 (END None: to the end) of the file itself: `identity`, since a
+    range of a compressed representation would count (and total) its compressed bytes."""
+    return {"Range": f"bytes={start}-{'' if end is None else end - 1}", "Accept-Encoding": "identity"}
 
 
 def content_range(response) -> tuple[int, int, int] | None:

@@ -430,8 +430,7 @@ class _Ranges:
             if error is not None:
                 raise error
             try:
-                # identity: a range of a compressed representation counts that representation's bytes.
-                response = item.open({"Range": f"bytes={position}-{end - 1}", "Accept-Encoding": "identity"})
+                response = item.open(net.range_headers(position, end))
             except requests.RequestException as exc:
                 error = item.late(net.HEADERS)
                 if error is not None:
@@ -466,7 +465,7 @@ class _Ranges:
         status, headers = response.status_code, response.headers
         if status != 206:
             raise RangesRefused(f"the server answered HTTP {status} to a ranged request")
-        if headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+        if net.is_encoded(response):
             # Before the total: the total of an encoded representation is not the file's size.
             raise RangesRefused("the server encodes its ranged answers")
         span = net.content_range(response)

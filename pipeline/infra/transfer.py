@@ -193,8 +193,7 @@ class _Stream:
             self.sync()
             if self.attempt == 0:
                 self.resumed_from = self.have
-            # identity: a range of a compressed representation would count (and total) its compressed bytes.
-            headers = {"Range": f"bytes={self.have}-", "Accept-Encoding": "identity"} if self.have else {}
+            headers = net.range_headers(self.have) if self.have else {}
             if self.have:
                 self.resumed_at.append(self.have)
             try:
@@ -236,7 +235,7 @@ class _Stream:
 
     def _resumes_here(self, response) -> bool:
         """A 206 answer must continue at the bytes held; a pinned file's total must be the pin (else fail closed)."""
-        if response.headers.get("Content-Encoding", "identity").lower() not in ("", "identity"):
+        if net.is_encoded(response):
             return False  # ranges of an encoded representation: its total is not the file's size
         span = net.content_range(response)
         if span is not None and self.expected_size is not None and span[2] != self.expected_size:
