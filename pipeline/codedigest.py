@@ -71,19 +71,23 @@ def code_closure(module: str) -> tuple[tuple[str, Path], ...]:
     return tuple(sorted(seen.items()))
 
 
+def _code_bytes(module: str, extra_files: tuple[Path, ...]):
+    """(name, bytes) of every file in the module's code closure (its path under the package) and of `extra_files`."""
+    for _name, path in code_closure(module):
+        yield path.relative_to(PACKAGE_ROOT).as_posix(), path.read_bytes()
+    for path in extra_files:
+        yield path.name, path.read_bytes()
+
+
 def code_digest(module: str, *extra_files: Path) -> str:
     """SHA-256 over the relative path and bytes of every file in the module's code closure (and `extra_files`)."""
     digest = hashlib.sha256()
-    for _name, path in code_closure(module):
-        digest.update(path.relative_to(PACKAGE_ROOT).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    for path in extra_files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for name, data in _code_bytes(module, extra_files):
+        digest.update(name.encode() + b"\0" + data + b"\0")
     return digest.hexdigest()
 
 
 def code_files(module: str, *extra_files: Path) -> dict[str, str]:
     """The SHA-256 of each file of the module's code closure (and `extra_files`), by its path under the
     package: recorded with a stage's run so `status` can name the file whose change makes it stale."""
-    files = {path.relative_to(PACKAGE_ROOT).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest() for _name, path in code_closure(module)}
-    files.update({path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in extra_files})
-    return dict(sorted(files.items()))
+    return dict(sorted((name, hashlib.sha256(data).hexdigest()) for name, data in _code_bytes(module, extra_files)))
