@@ -22,6 +22,13 @@ KITS = Path(__file__).resolve().parent / "kits"
 if str(KITS) not in sys.path:
     sys.path.insert(0, str(KITS))
 
+# The release workflow's `tests` job runs this suite on a GitHub Actions runner: its ambient job environment
+# (GITHUB_ACTIONS, the workflow's identity, the workflow's own PIPELINE_* env) is removed here, before any
+# test or xdist worker starts, so every test sees only what it sets up itself (tests/kits/actions_env.py).
+from actions_env import scrub  # noqa: E402
+
+AMBIENT_REMOVED = scrub()
+
 from repokit import SAMPLE, make_repo  # noqa: E402
 
 # imagekit: the test base image (local_base, pushed_base, private_oci_cache); registry: a real

@@ -16,8 +16,8 @@ The sigstore library is imported only when a bundle is verified.
 
 The test seam: `PIPELINE_TEST_SIGSTORE=<folder>` names a folder written by the
 test kit `tests/kits/sigstore_standin.py` (a local CA, CT log and Rekor whose
-bundles the real verifier accepts).  `test_standin()` resolves it (refused on
-GitHub Actions and outside pytest; the folder's files are hashed before
+bundles the real verifier accepts).  `test_standin()` resolves it (refused
+unless the process that wrote the folder started this one; the folder's files are hashed before
 anything is parsed, and a trust configuration that is, or shares keys with,
 the pinned production or staging one is refused); `effective_trust_config(name)`
 is the kit's trust configuration under the seam and `name` otherwise.  The
@@ -138,7 +138,7 @@ def load_trust_config(spec: Any = "production"):
 TEST_STANDIN_ENV = "PIPELINE_TEST_SIGSTORE"
 STANDIN_DESCRIPTION = "standin.json"
 STANDIN_TYPE = "omp_ninfer_sigstore_standin"
-STANDIN_SCHEMA_VERSION = 1
+STANDIN_SCHEMA_VERSION = 2  # 2: the owner process (`owner`), without which the seam is refused
 STANDIN_KIT = Path(__file__).resolve().parents[2] / "tests" / "kits" / "sigstore_standin.py"
 _STANDIN_MAX_FILE = 1024 * 1024
 
@@ -229,12 +229,38 @@ def _trust_material(document: dict[str, Any]) -> set[str]:
     return found
 
 
+def _require_owner_lineage(description: dict[str, Any], description_file: Path) -> None:
+    """Refuse a stand-in whose owner process did not start this one.
+
+    The kit records the process that writes the folder (`util.proc.process_stamp`); the seam accepts the folder
+    only in that process and the processes it starts, directly or not: a pytest worker and its subprocesses,
+    a rehearsal driver and the Actions runner it starts.  An environment variable alone (a workflow step's
+    `env:`, an inherited shell, `PYTEST_CURRENT_TEST`) can never switch the seam on; where /proc cannot name
+    processes (not Linux) the seam is always refused."""
+    from pipeline.util.proc import is_ancestor_or_self
+
+    owner = description.get("owner")
+    if not is_ancestor_or_self(owner):
+        raise RefusedError(
+            f"{TEST_STANDIN_ENV} names a Sigstore test stand-in that this process's own test run did not make",
+            file=description_file,
+            field="owner",
+            found=owner if isinstance(owner, dict) else repr(owner)[:80],
+            expected="the process that wrote the stand-in (a test run or a rehearsal), or one it started",
+            why=(
+                "the stand-in signs with a local test CA; it is accepted only inside the process tree that made it, so no "
+                "environment (a workflow step's env:, an inherited shell) can make sign or publish trust it"
+            ),
+            fix=f"unset {TEST_STANDIN_ENV}",
+        )
+
+
 def test_standin(environ: Any = None) -> StandInKit | None:
     """The Sigstore test stand-in `PIPELINE_TEST_SIGSTORE` names, validated; None when it is not set.
 
-    Refused (RefusedError, exit 7) on GitHub Actions (`GITHUB_ACTIONS=true`) and
-    outside tests (no `PYTEST_CURRENT_TEST`, which pytest sets and subprocesses
-    inherit).  The folder's `standin.json` is read strictly; every file it lists
+    Refused (RefusedError, exit 7) unless the folder's owner process (`owner`) is this
+    process or one that started it: the test run or rehearsal that wrote it, never an
+    environment variable alone.  The folder's `standin.json` is read strictly; every file it lists
     is hashed against it before anything else is parsed; its trust
     configuration must be a ClientTrustConfig that is neither the pinned
     production nor staging file and shares no key or certificate with them.
@@ -247,26 +273,13 @@ def test_standin(environ: Any = None) -> StandInKit | None:
     value = env.get(TEST_STANDIN_ENV)
     if not value:
         return None
-    if env.get("GITHUB_ACTIONS") == "true":
-        raise RefusedError(
-            f"{TEST_STANDIN_ENV} is set on GitHub Actions",
-            found=value,
-            why="the Sigstore test stand-in signs with a local test CA; a release job must sign with its OIDC identity on the public-good instance",
-            fix=f"remove {TEST_STANDIN_ENV} from the workflow's environment",
-        )
-    if not env.get("PYTEST_CURRENT_TEST"):
-        raise RefusedError(
-            f"{TEST_STANDIN_ENV} is refused outside tests",
-            found=value,
-            why="the Sigstore test stand-in exists for the test suite (pytest sets PYTEST_CURRENT_TEST); anywhere else it would make signatures nobody can trust",
-            fix=f"unset {TEST_STANDIN_ENV}",
-        )
     directory = Path(value).resolve()
     description_file = directory / STANDIN_DESCRIPTION
     if not directory.is_dir() or not description_file.is_file():
         raise InputError("is not a Sigstore test stand-in folder", file=directory, field=TEST_STANDIN_ENV, expected=f"a folder with {STANDIN_DESCRIPTION}, written by tests/kits/sigstore_standin.py")
     description = loads_object(read_bytes_bounded(description_file, 64 * 1024, what="stand-in description"), source=description_file, strict_bytes=True)
     expect_document_type(description, STANDIN_TYPE, STANDIN_SCHEMA_VERSION, source=description_file, what="a Sigstore test stand-in description")
+    _require_owner_lineage(description, description_file)
     files = description.get("files")
     trust_name = description.get("trust_config")
     if not isinstance(files, dict) or not files or not isinstance(trust_name, str) or trust_name not in files:

@@ -39,7 +39,8 @@ Test seam: with `PIPELINE_TEST_SIGSTORE=<folder>` (a folder written by
 CA and transparency log instead of the ambient OIDC token and the public-good
 instance, verifies with the kit's trust configuration
 (`effective_trust_config`), and prints a loud warning line.  It is refused
-(exit 7) on GitHub Actions and outside pytest (docs/audit-and-sign.md).
+(exit 7) unless the process that wrote the folder started this one: a test run
+or a rehearsal, never an environment variable alone (docs/audit-and-sign.md).
 """
 
 from __future__ import annotations
@@ -609,7 +610,7 @@ class SignStage(Stage):
         return self.release or "newest release"
 
     def preflight(self) -> None:
-        self.standin = test_standin(self.environ)  # the test seam (refused on GitHub Actions and outside tests)
+        self.standin = test_standin(self.environ)  # the test seam (refused outside the process tree that made the kit)
         if self.standin is None:
             refuse_outside_ci(self.environ)  # before reading anything: a release is signed only in its workflow
         else:

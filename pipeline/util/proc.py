@@ -125,3 +125,63 @@ def run(
 
 def run_text(command: Sequence[str | os.PathLike[str]], **kwargs) -> str:
     return run(command, **kwargs).stdout.decode("utf-8", "replace")
+
+
+# -- who started whom (the Sigstore test seam's owner binding) ------------------------------------
+
+_PROC = Path("/proc")
+_MAX_LINEAGE = 256  # deeper than any real process tree; a loop in /proc cannot run forever
+
+
+def process_stamp(pid: int | str = "self") -> dict[str, object] | None:
+    """This boot's identity of process `pid`: {"boot_id", "pid", "start_ticks"}, or None where /proc cannot say.
+
+    A pid is reused; a pid with its start time (clock ticks since boot, /proc/PID/stat field 22)
+    and the kernel's boot id names one process for good (Linux only)."""
+    parsed = _stat(pid)
+    boot = _read_small(_PROC / "sys" / "kernel" / "random" / "boot_id")
+    if parsed is None or boot is None:
+        return None
+    number, _parent, start = parsed
+    return {"boot_id": boot, "pid": number, "start_ticks": start}
+
+
+def is_ancestor_or_self(stamp: object) -> bool:
+    """True only when `stamp` (a `process_stamp`) is this process or one that started it, directly or not."""
+    if not isinstance(stamp, dict) or set(stamp) != {"boot_id", "pid", "start_ticks"}:
+        return False
+    if _read_small(_PROC / "sys" / "kernel" / "random" / "boot_id") != stamp["boot_id"]:
+        return False
+    current: int | str = "self"
+    for _ in range(_MAX_LINEAGE):
+        parsed = _stat(current)
+        if parsed is None:
+            return False
+        number, parent, start = parsed
+        if number == stamp["pid"] and start == stamp["start_ticks"]:
+            return True
+        if parent <= 0:
+            return False
+        current = parent
+    return False
+
+
+def _stat(pid: int | str) -> tuple[int, int, int] | None:
+    """(pid, parent pid, start ticks) from /proc/PID/stat; the command name may hold spaces and ')'."""
+    text = _read_small(_PROC / str(pid) / "stat")
+    if text is None or ")" not in text:
+        return None
+    head, _, rest = text.rpartition(")")
+    fields = rest.split()
+    try:
+        return int(head.split("(", 1)[0]), int(fields[1]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _read_small(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(4096).decode("ascii", "replace").strip()
+    except OSError:
+        return None

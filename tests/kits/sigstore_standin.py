@@ -11,7 +11,7 @@ random per instance):
 | `rekor.key.pem` | the Rekor transparency-log key (ECDSA P-256, as rekor.sigstore.dev); log id likewise |
 | `trust-config.json` | ONE `ClientTrustConfig` (`application/vnd.dev.sigstore.clienttrustconfig.v0.1+json`): the trusted root naming the CA chain, the CT log and Rekor with validity windows, and a signing config with loopback URLs (never contacted) |
 | `rekor-log.json` | the log's state: the RFC 6962 leaf hashes of every entry (a few filler entries first, so proofs have hashes) |
-| `standin.json` | the description the pipeline's seam reads (`pipeline.infra.sigstore.test_standin`): artifact_type `omp_ninfer_sigstore_standin`, schema 1, `trust_config`, `files` {name: sha256} of every file above except the log state, `log_ids`, `identity`/`issuer` the stand-in's job signs as (optional), `rekor_log` |
+| `standin.json` | the description the pipeline's seam reads (`pipeline.infra.sigstore.test_standin`): artifact_type `omp_ninfer_sigstore_standin`, schema 2, `trust_config`, `files` {name: sha256} of every file above except the log state, `log_ids`, `identity`/`issuer` the stand-in's job signs as (optional), `rekor_log`, `owner` (the writing process: the seam accepts the folder only there and in the processes it starts) |
 
 Signing does what Fulcio and Rekor v1 do, with nothing relaxed on the verifying
 side (the REAL `sigstore.verify.Verifier` checks every piece):
@@ -82,8 +82,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from pipeline.infra.sigstore import STANDIN_SCHEMA_VERSION as SCHEMA_VERSION
+from pipeline.util.proc import process_stamp
+
 STANDIN_TYPE = "omp_ninfer_sigstore_standin"
-SCHEMA_VERSION = 1
 DESCRIPTION = "standin.json"
 TRUST_CONFIG = "trust-config.json"
 REKOR_LOG = "rekor-log.json"
@@ -426,6 +428,9 @@ class SigstoreStandIn:
             "identity": self.identity,
             "issuer": self.issuer,
             "kit": "tests/kits/sigstore_standin.py",
+            # The seam accepts this folder only in the process that writes it and those it starts (a test
+            # run's worker and its subprocesses, a rehearsal driver and its runner), never by a variable alone.
+            "owner": process_stamp(),  # None where /proc cannot say (not Linux): the seam then refuses the folder
         }
         self.description_path.write_bytes(json.dumps(description, indent=2, sort_keys=True).encode("utf-8") + b"\n")
         return self

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,7 @@ from pipeline.infra import sigstore as sg
 from pipeline.register import Register
 from pipeline.stages import sign as sig
 from pipeline.util.hashing import sha256_bytes
+from pipeline.util.proc import process_stamp
 
 IDENTITY = "https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/tags/v0.14.0"
 ISSUER = "https://token.actions.githubusercontent.com"
@@ -285,7 +287,15 @@ def test_sign_targets_with_the_kit_writes_bundles_that_verify(kit, tmp_path):
 
 
 def _env(kit_dir: Path, **extra: str) -> dict[str, str]:
-    return {"PIPELINE_TEST_SIGSTORE": str(kit_dir), "PYTEST_CURRENT_TEST": "t", **extra}
+    return {"PIPELINE_TEST_SIGSTORE": str(kit_dir), **extra}
+
+
+def _kit_made_by_another_process(folder: Path) -> Path:
+    """A stand-in written by a process that has exited: not this test run's own (its owner is no ancestor of ours)."""
+    kits = Path(__file__).resolve().parents[1] / "kits"
+    code = "import sys; sys.path.insert(0, sys.argv[1]); from sigstore_standin import SigstoreStandIn; SigstoreStandIn(sys.argv[2]).write()"
+    subprocess.run([sys.executable, "-c", code, str(kits), str(folder)], check=True, cwd=Path(__file__).resolve().parents[2])
+    return folder
 
 
 def test_the_seam_is_off_without_the_variable_and_resolves_the_kit_with_it(kit):
@@ -297,12 +307,34 @@ def test_the_seam_is_off_without_the_variable_and_resolves_the_kit_with_it(kit):
     assert "NOT the public-good Sigstore instance" in standin.warning()
 
 
-def test_the_seam_is_refused_on_github_actions_and_outside_tests(kit):
-    with pytest.raises(RefusedError, match="PIPELINE_TEST_SIGSTORE is set on GitHub Actions") as info:
-        sg.test_standin(_env(kit.directory, GITHUB_ACTIONS="true"))
-    assert info.value.exit_code == ExitCode.REFUSED == 7
-    with pytest.raises(RefusedError, match="PIPELINE_TEST_SIGSTORE is refused outside tests"):
-        sg.test_standin({"PIPELINE_TEST_SIGSTORE": str(kit.directory)})
+def test_the_seam_holds_inside_a_github_actions_job_for_the_kit_this_run_made(kit):
+    """The release workflow's `tests` job runs the suite with GITHUB_ACTIONS=true: its own stand-in still works there."""
+    runner = {"GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_WORKFLOW_REF": "o/r/.github/workflows/release.yml@refs/tags/v1.2.3"}
+    standin = sg.test_standin(_env(kit.directory, **runner))
+    assert standin is not None and standin.trust_config == kit.trust_config_path.resolve()
+
+
+def test_the_seam_is_refused_for_a_stand_in_that_no_ancestor_of_this_process_made(tmp_path, kit):
+    """No environment switches the seam on: not GITHUB_ACTIONS, not PYTEST_CURRENT_TEST, not the variable itself."""
+    foreign = _kit_made_by_another_process(tmp_path / "foreign")
+    for extra in ({}, {"PYTEST_CURRENT_TEST": "t"}, {"GITHUB_ACTIONS": "true"}):
+        with pytest.raises(RefusedError, match="names a Sigstore test stand-in that this process's own test run did not make") as info:
+            sg.test_standin(_env(foreign, **extra))
+        assert info.value.exit_code == ExitCode.REFUSED == 7
+        assert info.value.field == "owner"
+    # a live process that is not an ancestor (a sibling), or a description without an owner: refused as well
+    sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        description = json.loads((kit.directory / DESCRIPTION).read_bytes())
+        for owner in (process_stamp(sibling.pid), None, {"pid": os.getpid()}):
+            copy = tmp_path / f"copy-{len(list(tmp_path.iterdir()))}"
+            shutil.copytree(kit.directory, copy)
+            (copy / DESCRIPTION).write_text(json.dumps({**description, "owner": owner}, indent=2) + "\n")
+            with pytest.raises(RefusedError, match="this process's own test run did not make"):
+                sg.test_standin(_env(copy))
+    finally:
+        sibling.kill()
+        sibling.wait()
 
 
 def test_the_seam_refuses_a_changed_kit_file_and_a_public_trust_root(tmp_path):
@@ -373,18 +405,16 @@ def test_the_sign_command_signs_with_the_kit_under_the_seam(tmp_path, monkeypatc
 def test_the_sign_command_as_a_subprocess_under_the_seam_and_its_refusals(tmp_path):
     tree, dist, statement = _signable_release(tmp_path)
     kit = SigstoreStandIn(tmp_path / "kit").write()
-    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_ACTIONS", "ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN")}
-    env["PIPELINE_TEST_SIGSTORE"] = str(kit.directory)
-    assert env.get("PYTEST_CURRENT_TEST")  # pytest sets it; the subprocess inherits it
+    env = {k: v for k, v in os.environ.items() if k not in ("ACTIONS_ID_TOKEN_REQUEST_URL", "ACTIONS_ID_TOKEN_REQUEST_TOKEN", "PYTEST_CURRENT_TEST")}
     command = [sys.executable, "-m", "pipeline", "sign", "--release", "v0.1.2", "--dist", str(dist)]
 
-    refused = subprocess.run(command, cwd=tmp_path, env={**env, "GITHUB_ACTIONS": "true"}, capture_output=True, text=True)
-    assert refused.returncode == 7 and "PIPELINE_TEST_SIGSTORE is set on GitHub Actions" in refused.stderr
-    outside = subprocess.run(command, cwd=tmp_path, env={k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}, capture_output=True, text=True)
-    assert outside.returncode == 7 and "PIPELINE_TEST_SIGSTORE is refused outside tests" in outside.stderr
+    foreign = _kit_made_by_another_process(tmp_path / "foreign")
+    refused = subprocess.run(command, cwd=tmp_path, env={**env, "PIPELINE_TEST_SIGSTORE": str(foreign), "PYTEST_CURRENT_TEST": "t"}, capture_output=True, text=True)
+    assert refused.returncode == 7 and "this process's own test run did not make" in refused.stderr, refused.stderr
     assert not list(tmp_path.rglob("*.sigstore.json"))
 
-    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True)
+    # a child of the process that made the kit, as the release workflow's `tests` job runs it (GITHUB_ACTIONS=true)
+    done = subprocess.run(command, cwd=tmp_path, env={**env, "PIPELINE_TEST_SIGSTORE": str(kit.directory), "GITHUB_ACTIONS": "true"}, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert "WARNING: TEST STAND-IN SIGSTORE" in done.stderr
     _check_signed(tree, statement, kit.trust_config_path)

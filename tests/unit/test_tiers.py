@@ -26,7 +26,7 @@ from repokit import KITS, ROOT, TESTS
 TIERS = ("unit", "integration")
 FUZZ = TESTS / "fuzz"  # a tool with its own entry points, not a kit
 # Kits a unit test may use: plain Python on loopback (no compiler, registry, node, host libraries or GPU).
-UNIT_KITS = {"repokit", "loopback", "hostile_http", "github_standin", "testreceipt", "sigstore_standin"}
+UNIT_KITS = {"repokit", "loopback", "hostile_http", "github_standin", "testreceipt", "sigstore_standin", "actions_env"}
 # What only the integration tier may ask for: markers of real tools, and fixtures that start them.
 INTEGRATION_MARKERS = ("slow", "cuda", "registry", "network", "gpu")
 INTEGRATION_FIXTURES = {"registry_server", "auth_registry", "fault_proxy", "pushed_base", "local_base"}
