@@ -286,6 +286,11 @@ def test_sign_targets_with_the_kit_writes_bundles_that_verify(kit, tmp_path):
 # -- the seam: PIPELINE_TEST_SIGSTORE ----------------------------------------------------------
 
 
+# The seam binds a stand-in to the process that wrote it through /proc; where there is none (the Windows unit
+# tier) it is always refused, which test_without_proc_the_seam_is_always_refused shows on Linux.
+needs_proc = pytest.mark.skipif(process_stamp() is None, reason="the seam names its owner process through /proc (Linux only)")
+
+
 def _env(kit_dir: Path, **extra: str) -> dict[str, str]:
     return {"PIPELINE_TEST_SIGSTORE": str(kit_dir), **extra}
 
@@ -298,6 +303,7 @@ def _kit_made_by_another_process(folder: Path) -> Path:
     return folder
 
 
+@needs_proc
 def test_the_seam_is_off_without_the_variable_and_resolves_the_kit_with_it(kit):
     assert sg.test_standin({}) is None
     assert sg.effective_trust_config("production", {}) == "production"
@@ -307,6 +313,7 @@ def test_the_seam_is_off_without_the_variable_and_resolves_the_kit_with_it(kit):
     assert "NOT the public-good Sigstore instance" in standin.warning()
 
 
+@needs_proc
 def test_the_seam_holds_inside_a_github_actions_job_for_the_kit_this_run_made(kit):
     """The release workflow's `tests` job runs the suite with GITHUB_ACTIONS=true: its own stand-in still works there."""
     runner = {"GITHUB_ACTIONS": "true", "CI": "true", "GITHUB_WORKFLOW_REF": "o/r/.github/workflows/release.yml@refs/tags/v1.2.3"}
@@ -314,6 +321,7 @@ def test_the_seam_holds_inside_a_github_actions_job_for_the_kit_this_run_made(ki
     assert standin is not None and standin.trust_config == kit.trust_config_path.resolve()
 
 
+@needs_proc
 def test_the_seam_is_refused_for_a_stand_in_that_no_ancestor_of_this_process_made(tmp_path, kit):
     """No environment switches the seam on: not GITHUB_ACTIONS, not PYTEST_CURRENT_TEST, not the variable itself."""
     foreign = _kit_made_by_another_process(tmp_path / "foreign")
@@ -337,6 +345,17 @@ def test_the_seam_is_refused_for_a_stand_in_that_no_ancestor_of_this_process_mad
         sibling.wait()
 
 
+def test_without_proc_the_seam_is_always_refused(tmp_path, monkeypatch):
+    from pipeline.util import proc
+
+    monkeypatch.setattr(proc, "_PROC", tmp_path / "no-proc")
+    kit = SigstoreStandIn(tmp_path / "kit").write()
+    assert json.loads((kit.directory / DESCRIPTION).read_bytes())["owner"] is None
+    with pytest.raises(RefusedError, match="this process's own test run did not make"):
+        sg.test_standin(_env(kit.directory))
+
+
+@needs_proc
 def test_the_seam_refuses_a_changed_kit_file_and_a_public_trust_root(tmp_path):
     folder = tmp_path / "k"
     SigstoreStandIn(folder).write()
@@ -388,6 +407,7 @@ def _check_signed(tree: Path, statement: Path, trust: Path) -> None:
         sg.verify_bundle(tree / "manifest.json", sig.bundle_path_for(tree / "manifest.json"), identity=TREE_IDENTITY, issuer=ISSUER, trust_config="production")
 
 
+@needs_proc
 def test_the_sign_command_signs_with_the_kit_under_the_seam(tmp_path, monkeypatch, capsys):
     tree, dist, statement = _signable_release(tmp_path)
     kit = SigstoreStandIn(tmp_path / "kit").write()  # no identity: its job signs as the tree's expected signer
@@ -402,6 +422,7 @@ def test_the_sign_command_signs_with_the_kit_under_the_seam(tmp_path, monkeypatc
     assert len(Register(dist).query("signature-bundle")) == 3
 
 
+@needs_proc
 def test_the_sign_command_as_a_subprocess_under_the_seam_and_its_refusals(tmp_path):
     tree, dist, statement = _signable_release(tmp_path)
     kit = SigstoreStandIn(tmp_path / "kit").write()
