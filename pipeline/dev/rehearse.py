@@ -205,7 +205,7 @@ def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, co
     clone = prepare_clone(source, commit, release, work / "repository")
     committed = clone / relative if relative is not None else workflow
     original = load_workflow(committed)
-    rehearsed, substitutions = rehearsal_copy(original, supply)
+    rehearsed, substitutions = rehearsal_copy(original, supply or work / "supply")
     extra = unlisted_changes(original, rehearsed, substitutions)
     if extra:
         raise InputError(f"the rehearsal's copy differs from the committed workflow beyond its listed substitutions: {', '.join(extra)}",

@@ -141,10 +141,10 @@ def _supply_step(job_id: str, job: dict[str, Any], supply: Path) -> dict[str, An
                                fix="run the rehearsal on a runner of that kind")
     return {"name": f"rehearsal: supply {job_id}'s upload paths from {supply}", "shell": "bash",
             "env": {"SUPPLY": str(supply)},
-            "run": "set -eu\ntest -d \"$SUPPLY\" || { echo \"::error::no supply folder $SUPPLY\"; exit 1; }\n" + "\n".join(lines) + "\n"}
+            "run": "set -eu\ntest -d \"$SUPPLY\" || { echo \"::error::no supply folder $SUPPLY (rehearse --supply DIR)\"; exit 1; }\n" + "\n".join(lines) + "\n"}
 
 
-def rehearsal_copy(document: dict[str, Any], supply: Path | None) -> tuple[dict[str, Any], list[Substitution]]:
+def rehearsal_copy(document: dict[str, Any], supply: Path) -> tuple[dict[str, Any], list[Substitution]]:
     """The copy act runs in host mode, and every change it makes (each one listed, nothing else changed)."""
     rehearsed = copy.deepcopy(document)
     changes: list[Substitution] = []
