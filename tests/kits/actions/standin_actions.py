@@ -294,7 +294,7 @@ def upload_artifact() -> None:
         urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS).close()
     digest = hashlib.sha256(data).hexdigest()
     final = _twirp("FinalizeArtifact", {"workflowRunBackendId": run, "workflowJobRunBackendId": job, "name": name,
-                                        "size": str(len(data)), "hash": {"value": "sha256:" + digest}})
+                                        "size": str(len(data)), "hash": "sha256:" + digest})
     _append("GITHUB_OUTPUT", f"artifact-id={final.get('artifactId', '')}")
     _append("GITHUB_OUTPUT", f"artifact-digest={digest}")
     print(f"Artifact {name} has been successfully uploaded! Final size is {len(data)} bytes ({len(files)} files). Artifact digest: sha256:{digest}")
