@@ -136,9 +136,9 @@ def _supply_step(job_id: str, job: dict[str, Any], supply: Path) -> dict[str, An
             path = path.strip().rstrip("/")
             if path:
                 lines.append(f'mkdir -p "$(dirname "{path}")" && cp -R "$SUPPLY/{path}" "{path}"')
-    if not lines:
-        raise InputError(f"job {job_id} runs on {job.get('runs-on')} and uploads nothing the rehearsal could supply",
-                               fix="run the rehearsal on a runner of that kind")
+    if not lines:  # nothing another job reads: the job is not run, and the run's log says so
+        return {"name": f"rehearsal: {job_id} not run (no {job.get('runs-on')} runner here; it uploads nothing)", "shell": "bash",
+                "run": f"echo \"::warning::{job_id} was not run by the rehearsal: no {job.get('runs-on')} runner in host mode\"\n"}
     return {"name": f"rehearsal: supply {job_id}'s upload paths from {supply}", "shell": "bash",
             "env": {"SUPPLY": str(supply)},
             "run": "set -eu\ntest -d \"$SUPPLY\" || { echo \"::error::no supply folder $SUPPLY (rehearse --supply DIR)\"; exit 1; }\n" + "\n".join(lines) + "\n"}
@@ -162,8 +162,11 @@ def rehearsal_copy(document: dict[str, Any], supply: Path) -> tuple[dict[str, An
             job["steps"] = [_supply_step(job_id, job, supply), *_upload_steps(job)]
             job["runs-on"] = "ubuntu-latest"
             changes.append(Substitution(job_id, "runs-on", f"runs-on {runs_on} -> ubuntu-latest", "host mode cannot run a Windows runner"))
-            changes.append(Substitution(job_id, "steps", "supplied instead of run: its upload paths copied from the "
-                                        "supply folder, then its own upload-artifact steps as written", "no Windows runner here"))
+            if _upload_steps(document["jobs"][job_id]):
+                what = "supplied instead of run: its upload paths copied from the supply folder, then its own upload-artifact steps as written"
+            else:
+                what = "not run (it uploads nothing another job reads): one step that says so in the run's log"
+            changes.append(Substitution(job_id, "steps", what, "no Windows runner here"))
     return rehearsed, changes
 
 
