@@ -38,6 +38,7 @@ from pipeline.dev.rehearse_workflow import (
     dump_workflow,
     load_workflow,
     pinned_actions,
+    planned_jobs,
     rehearsal_copy,
     unlisted_changes,
     wiring_problems,
@@ -139,6 +140,10 @@ def act_environment(work: Path, extra: dict[str, str]) -> dict[str, str]:
     environment = {name: os.environ[name] for name in PASSED_VARIABLES if name in os.environ}
     home = work / "home"
     home.mkdir(parents=True, exist_ok=True)
+    pip_cache = Path.home() / ".cache" / "pip"
+    if pip_cache.is_dir():  # hash-checked downloads (the jobs install with --require-hashes): shared, not re-fetched per rehearsal
+        (home / ".cache").mkdir(exist_ok=True)
+        (home / ".cache" / "pip").symlink_to(pip_cache)
     environment.update({"HOME": str(home), "ACT_DISABLE_VERSION_CHECK": "1", "TMPDIR": str(work / "tmp")})
     (work / "tmp").mkdir(parents=True, exist_ok=True)
     environment.update(extra)
@@ -185,8 +190,22 @@ def run_act(command: list[str], cwd: Path, environment: dict[str, str], log: Pat
     return returncode, _job_results(lines)
 
 
+def _refuse_host_changes(document: dict, job: str | None, disposable_host: bool) -> None:
+    """A job whose container the copy drops runs its container's set-up as root on this host: only on a disposable one."""
+    _rehearsed, changes = rehearsal_copy(document, Path("supply"))
+    uncontained = sorted({change.job for change in changes if change.key == "container"} & planned_jobs(document, job))
+    if uncontained and not disposable_host:
+        raise EnvironmentProblem(
+            f"job {', '.join(uncontained)} would run, without its container, as this host's root user",
+            why="its steps set up the container they expect (release.yml's build-linux runs packaging/linux/enter-build-environment.sh, "
+            "which replaces the host's apt sources with the Debian snapshot); host mode gives them this machine",
+            fix="rehearse on a machine you can throw away (--disposable-host), or choose jobs that need no container "
+            "(--job preflight)")
+
+
 def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
-            supply: Path | None = None, check_wiring: bool = True) -> tuple[Rehearsal, Path, Path, list[str]]:
+            supply: Path | None = None, check_wiring: bool = True, job: str | None = None,
+            disposable_host: bool = False) -> tuple[Rehearsal, Path, Path, list[str]]:
     """Everything before act starts: the checks, the clone, the copy and its substitutions, the stand-ins, the event.
 
     `check_wiring=False` is for the stand-ins' own tests, which run workflows wired wrong on purpose."""
@@ -197,6 +216,7 @@ def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, co
                          fix="make every downloaded artifact have exactly one producer, every output read be set, "
                          "and each job's permissions the least its steps use")
     pins = pinned_actions(original)
+    _refuse_host_changes(original, job, disposable_host)
     commit = _git(source, "rev-parse", "--verify", f"{commit}^{{commit}}")
     relative = workflow.resolve().relative_to(source.resolve()) if workflow.resolve().is_relative_to(source.resolve()) else None
     if relative is not None and _git(source, "status", "--porcelain", "--", str(relative)):
@@ -226,9 +246,10 @@ def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, co
 
 def rehearse(workflow: Path, release: str, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
              supply: Path | None = None, job: str | None = None, environment: dict[str, str] | None = None,
-             check_wiring: bool = True) -> Rehearsal:
+             check_wiring: bool = True, disposable_host: bool = False) -> Rehearsal:
     started = time.monotonic()
-    prepared = prepare(workflow, release, work, source=source, commit=commit, supply=supply, check_wiring=check_wiring)
+    prepared = prepare(workflow, release, work, source=source, commit=commit, supply=supply, check_wiring=check_wiring,
+                       job=job, disposable_host=disposable_host)
     return run_prepared(*prepared, work, job=job, environment=environment, started=started)
 
 
@@ -252,7 +273,7 @@ def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list
 
 def run_rehearse_command(args) -> int:
     rehearsal = rehearse(args.workflow.resolve(), args.release, args.work.resolve(), commit=args.commit,
-                         supply=args.supply.resolve() if args.supply else None, job=args.job)
+                         supply=args.supply.resolve() if args.supply else None, job=args.job, disposable_host=args.disposable_host)
     if args.json:
         print(json.dumps({"workflow": str(args.workflow), "release": rehearsal.release, "commit": rehearsal.commit,
                           "substitutions": [change.line() for change in rehearsal.substitutions], "jobs": rehearsal.results,
@@ -268,6 +289,8 @@ def register_cli(sub) -> None:
     parser.add_argument("--workflow", type=Path, default=ROOT / ".github" / "workflows" / "release.yml", help="workflow file (default: release.yml)")
     parser.add_argument("--commit", default="HEAD", help="the commit to tag and rehearse (default: HEAD; uncommitted changes are not rehearsed)")
     parser.add_argument("--job", help="run this job and the jobs it needs (act's --job), not the whole workflow")
+    parser.add_argument("--disposable-host", action="store_true",
+                        help="this machine may be changed by jobs whose container the rehearsal drops (a CI VM, never a shared host)")
     parser.add_argument("--supply", type=Path, help="folder holding the Windows jobs' upload paths (e.g. the mingw --prebuilt fixture)")
     parser.add_argument("--work", type=Path, default=Path("rehearsal"), help="the rehearsal's folder, emptied first (default: rehearsal/)")
     add_common(parser, dist=False, json_output="print the jobs' results and the substitutions as JSON")

@@ -281,6 +281,21 @@ def wiring_problems(document: dict[str, Any], deliverables: dict[str, str] | Non
     return problems + _output_problems(document) + _permission_problems(document)
 
 
+def planned_jobs(document: dict[str, Any], job: str | None) -> set[str]:
+    """The jobs act runs for `--job JOB` (JOB and everything it needs, transitively) or for the whole workflow."""
+    if job is None:
+        return set(document["jobs"])
+    if job not in document["jobs"]:
+        raise InputError(f"the workflow has no job {job!r}", expected=", ".join(document["jobs"]), fix="name one of its jobs")
+    planned, todo = set(), [job]
+    while todo:
+        current = todo.pop()
+        if current not in planned:
+            planned.add(current)
+            todo.extend(_needs(document["jobs"][current]))
+    return planned
+
+
 def _upstream(document: dict[str, Any], job_id: str, wanted: set[str]) -> bool:
     seen: set[str] = set()
     todo = _needs(document["jobs"][job_id])

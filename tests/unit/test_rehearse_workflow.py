@@ -23,11 +23,12 @@ from pipeline.dev.rehearse_workflow import (
     dump_workflow,
     load_workflow,
     pinned_actions,
+    planned_jobs,
     rehearsal_copy,
     unlisted_changes,
     wiring_problems,
 )
-from pipeline.errors import InputError
+from pipeline.errors import EnvironmentProblem, InputError
 
 WORKFLOWS = ROOT / ".github" / "workflows"
 RELEASE = load_workflow(WORKFLOWS / "release.yml")
@@ -148,3 +149,17 @@ def test_an_action_the_kit_does_not_stand_in_for_is_refused():
     scratch["jobs"]["verify"]["steps"][-1] = {"uses": "actions/checkout@v7"}
     with pytest.raises(InputError, match="pinned by a full commit SHA"):
         pinned_actions(scratch)
+
+
+def test_a_job_brings_what_it_needs_and_a_job_without_its_container_is_refused_on_a_host_that_is_not_disposable(tmp_path):
+    assert planned_jobs(RELEASE, "preflight") == {"preflight"}
+    assert planned_jobs(RELEASE, "package") == {"package", "build-windows", "build-linux", "preflight"}
+    assert planned_jobs(RELEASE, None) == set(RELEASE["jobs"])
+    with pytest.raises(InputError, match="no job 'nope'"):
+        planned_jobs(RELEASE, "nope")
+    done = subprocess.run([sys.executable, "-m", "pipeline", "rehearse", "--release", "v0.13.1", "--job", "package",
+                           "--work", str(tmp_path / "work")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == EnvironmentProblem.exit_code
+    assert "job build-linux would run, without its container, as this host's root user" in done.stderr
+    assert "--disposable-host" in done.stderr
+    assert not (tmp_path / "work").exists()
