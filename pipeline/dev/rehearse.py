@@ -30,6 +30,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from pipeline.dev.rehearse_workflow import (
@@ -62,6 +63,7 @@ class Rehearsal:
     commit: str
     substitutions: list[Substitution]
     results: dict[str, str] = field(default_factory=dict)  # job -> success / failure (act's jobResult)
+    job_seconds: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     returncode: int = 0
     log: Path | None = None
@@ -150,16 +152,30 @@ def act_environment(work: Path, extra: dict[str, str]) -> dict[str, str]:
     return environment
 
 
-def _job_results(lines: list[str]) -> dict[str, str]:
+def _job_results(lines: list[str]) -> tuple[dict[str, str], dict[str, float]]:
+    """Each job's result (act's `jobResult`) and its seconds from its first log line to its result line."""
     results: dict[str, str] = {}
+    first: dict[str, datetime] = {}
+    seconds: dict[str, float] = {}
     for line in lines:
         try:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and record.get("jobResult") and record.get("jobID"):
-            results[str(record["jobID"])] = str(record["jobResult"])
-    return results
+        if not isinstance(record, dict) or not record.get("jobID"):
+            continue
+        job = str(record["jobID"])
+        try:
+            moment = datetime.fromisoformat(str(record.get("time", "")).replace("Z", "+00:00"))
+        except ValueError:
+            moment = None
+        if moment is not None:
+            first.setdefault(job, moment)
+        if record.get("jobResult"):
+            results[job] = str(record["jobResult"])
+            if moment is not None:
+                seconds[job] = (moment - first[job]).total_seconds()
+    return results, seconds
 
 
 def _show(line: str) -> str:
@@ -173,7 +189,7 @@ def _show(line: str) -> str:
     return f"[{record.get('jobID', '-')}] {str(record.get('msg', '')).rstrip()}"
 
 
-def run_act(command: list[str], cwd: Path, environment: dict[str, str], log: Path) -> tuple[int, dict[str, str]]:
+def run_act(command: list[str], cwd: Path, environment: dict[str, str], log: Path) -> tuple[int, tuple[dict[str, str], dict[str, float]]]:
     lines: list[str] = []
     with open(log, "w", encoding="utf-8") as sink:
         process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -263,10 +279,10 @@ def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list
         ui.info(f"substitution: {change.line()}")
     command = act_command(act_binary(), copy_path, event, work, flags, job)
     rehearsal.log = work / "act.log"
-    rehearsal.returncode, rehearsal.results = run_act(command, work / "repository", act_environment(work, environment or {}), rehearsal.log)
+    rehearsal.returncode, (rehearsal.results, rehearsal.job_seconds) = run_act(command, work / "repository", act_environment(work, environment or {}), rehearsal.log)
     rehearsal.seconds = time.monotonic() - started
     for job_id, result in rehearsal.results.items():
-        ui.info(f"job {job_id}: {result}")
+        ui.info(f"job {job_id}: {result} ({rehearsal.job_seconds.get(job_id, 0.0):.0f} s)")
     ui.info(f"rehearsal {'PASSED' if rehearsal.passed else 'FAILED'} in {rehearsal.seconds:.0f} s (act exit {rehearsal.returncode}; log {rehearsal.log})")
     return rehearsal
 
@@ -277,6 +293,7 @@ def run_rehearse_command(args) -> int:
     if args.json:
         print(json.dumps({"workflow": str(args.workflow), "release": rehearsal.release, "commit": rehearsal.commit,
                           "substitutions": [change.line() for change in rehearsal.substitutions], "jobs": rehearsal.results,
+                          "job_seconds": rehearsal.job_seconds,
                           "seconds": round(rehearsal.seconds, 1), "passed": rehearsal.passed}, indent=2, sort_keys=True))
     return 0 if rehearsal.passed else 1
 

@@ -31,6 +31,7 @@ def test_preflight_runs_as_committed_and_the_substitutions_are_listed(tmp_path):
     report = json.loads(done.stdout)
     assert report["jobs"] == {"preflight": "success"}
     assert report["passed"] is True
+    assert 0 < report["job_seconds"]["preflight"] <= report["seconds"]
     _, changes = rehearsal_copy(load_workflow(ROOT / ".github" / "workflows" / "release.yml"), work / "supply")
     assert report["substitutions"] == [change.line() for change in changes]
     assert len(report["substitutions"]) == 3
