@@ -22,12 +22,15 @@ it ran succeeded.  What it cannot show is in docs/RELEASING.md ("Rehearse before
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -206,21 +209,36 @@ def _show(line: str) -> str:
     return f"[{record.get('jobID', '-')}] {str(record.get('msg', '')).rstrip()}"
 
 
-def run_act(command: list[str], cwd: Path, environment: dict[str, str], log: Path) -> tuple[int, tuple[dict[str, str], dict[str, float]]]:
+def run_act(command: list[str], cwd: Path, environment: dict[str, str], log: Path,
+            timeout: float = ACT_TIMEOUT_SECONDS) -> tuple[int, tuple[dict[str, str], dict[str, float]]]:
+    """act in a session of its own, its log streamed; past `timeout` the whole session (act and every job's process) is killed."""
     lines: list[str] = []
-    with open(log, "w", encoding="utf-8") as sink:
-        process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with open(log, "w", encoding="utf-8", errors="replace") as sink:
+        process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True, errors="replace", start_new_session=True)
         assert process.stdout is not None
-        started = time.monotonic()
-        for line in process.stdout:
-            sink.write(line)
-            lines.append(line)
-            ui.info(_show(line.rstrip("\n")))
-            if time.monotonic() - started > ACT_TIMEOUT_SECONDS:
-                process.kill()
-                break
-        returncode = process.wait(timeout=60)
+        timer = threading.Timer(timeout, _kill_session, args=(process,))
+        timer.start()
+        try:
+            for line in process.stdout:
+                sink.write(line)
+                lines.append(line)
+                ui.info(_show(line.rstrip("\n")))
+            returncode = process.wait()
+        finally:
+            timer.cancel()
+            if process.poll() is None:  # interrupted: leave no job behind
+                _kill_session(process)
+                process.wait()
+        _kill_session(process)  # a job's process act left running (killed past the timeout) ends with the rehearsal
+    if returncode < 0:
+        ui.warn(f"act was killed (signal {-returncode}): past {timeout:.0f} s, or interrupted")
     return returncode, _job_results(lines)
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
 
 
 def _refuse_host_changes(document: dict, job: str | None, disposable_host: bool) -> None:

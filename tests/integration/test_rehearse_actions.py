@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -178,3 +179,23 @@ def test_the_jobs_see_the_github_urls_and_the_token_the_rehearsal_gives_and_noth
                           secrets={"GITHUB_TOKEN": token})
     assert result.results == {"seen": "success"}, log_text(result)
     assert "caller-secret-value" not in log_text(result)
+
+
+def test_a_rehearsal_past_its_time_is_killed_with_every_job_process(tmp_path, monkeypatch):
+    pid_file = tmp_path / "step.pid"
+    jobs = {"slow": job([run(f"echo $$ > {pid_file}; sleep 60")])}
+    repo, tagged, _ = repository(tmp_path, jobs)
+    work = tmp_path / "work"
+    prepared = rehearse.prepare(repo / ".github" / "workflows" / "standins.yml", TAG, work, source=repo, commit=tagged, check_wiring=False)
+    real_run_act = rehearse.run_act
+    monkeypatch.setattr(rehearse, "run_act", lambda *args: real_run_act(*args, timeout=3))
+    result = rehearse.run_prepared(*prepared, work)
+    assert result.returncode != 0 and result.passed is False
+    assert result.seconds < 30
+    step = int(pid_file.read_text())
+    for _ in range(50):  # the kill is asynchronous: give the kernel a moment to reap it
+        if not Path(f"/proc/{step}").exists() or "Z" in Path(f"/proc/{step}/stat").read_text().split(")")[-1][:3]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the job's step (pid {step}) outlived the rehearsal")
