@@ -237,8 +237,18 @@ def run_act(command: list[str], cwd: Path, environment: dict[str, str], log: Pat
 
 
 def _kill_session(process: subprocess.Popen) -> None:
+    """SIGKILL to every process of act's session: act itself and the steps it started in process groups of their own
+    (act's host mode gives a step without a terminal `Setpgid`, so killing act's group alone would miss it)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text(encoding="ascii", errors="replace").rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if len(fields) > 3 and fields[3] == str(process.pid):  # state, ppid, pgrp, session
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(stat.parent.name), signal.SIGKILL)
 
 
 def _refuse_host_changes(document: dict, job: str | None, disposable_host: bool) -> None:
