@@ -163,3 +163,17 @@ def test_a_job_brings_what_it_needs_and_a_job_without_its_container_is_refused_o
     assert "job build-linux would run, without its container, as this host's root user" in done.stderr
     assert "--disposable-host" in done.stderr
     assert not (tmp_path / "work").exists()
+
+
+def test_every_input_the_workflows_give_an_action_is_one_its_stand_in_declares():
+    kit = ROOT / "tests" / "kits" / "actions"
+    declared = {f"actions/{folder.name}": set(yaml.safe_load((folder / "action.yml").read_text())["inputs"])
+                for folder in kit.iterdir() if (folder / "action.yml").is_file()}
+    assert set(declared) == {"actions/checkout", "actions/setup-python", "actions/upload-artifact", "actions/download-artifact"}
+    for document in (RELEASE, CI):
+        for job_id, job in document["jobs"].items():
+            for step in job.get("steps", []):
+                if "uses" in step:
+                    action = step["uses"].split("@", 1)[0]
+                    unknown = set(step.get("with") or {}) - declared[action]
+                    assert not unknown, f"{job_id}: {action} is given {sorted(unknown)}, which its stand-in would ignore"
