@@ -370,3 +370,35 @@ def register_cli(sub) -> None:
     parser.add_argument("--work", type=Path, default=Path("rehearsal"), help="the rehearsal's folder, emptied first (default: rehearsal/)")
     add_common(parser, dist=False, json_output="print the jobs' results and the substitutions as JSON")
     parser.set_defaults(func=run_rehearse_command)
+
+
+# Issue 25 §3: the rehearsal's time, with each job's (`nox -s bench -- --only rehearse-release` is `bench --only …`).
+BENCH_GOAL_SECONDS = 480
+
+
+def measure_rehearse_release(work: Path, _payload: Path, _size: int, _level: int) -> dict:
+    """release.yml rehearsed on this checkout's HEAD as the push of the newest committed release tree; each job's time.
+
+    On a host that is not disposable only `preflight` can run (the Linux build job's container set-up would change
+    the host), and the result says which jobs ran."""
+    trees = sorted((path.parent.name for path in (ROOT / "manifests").glob("v*/manifest.json")),
+                   key=lambda name: tuple(int(part) for part in name[1:].split("-")[0].split(".")))
+    if not trees:
+        raise InputError("no committed release tree to rehearse", file=ROOT / "manifests", fix="commit a release tree first")
+    rehearsal = rehearse(ROOT / ".github" / "workflows" / "release.yml", trees[-1], work / "rehearsal", job="preflight")
+    seconds = round(rehearsal.seconds, 1)
+    return {
+        "name": "rehearse-release",
+        "what": f"release.yml rehearsed with act (host mode) as the push of {trees[-1]}: the jobs this host can run",
+        "ours": {"tool": "pipeline rehearse --job preflight", "seconds": seconds,
+                 "job_seconds": {job: round(value, 1) for job, value in rehearsal.job_seconds.items()}},
+        "jobs": rehearsal.results,
+        "substitutions": [change.line() for change in rehearsal.substitutions],
+        "goal": f"the rehearsal (tests on its declared subset) within {BENCH_GOAL_SECONDS} s on a 2-core machine",
+        "summary": f"{len(rehearsal.results)} job(s) in {seconds} s: "
+        + ", ".join(f"{job} {result} {rehearsal.job_seconds.get(job, 0.0):.0f} s" for job, result in rehearsal.results.items()),
+        "met": rehearsal.passed and seconds <= BENCH_GOAL_SECONDS,
+    }
+
+
+MEASUREMENTS = {"rehearse-release": measure_rehearse_release}

@@ -45,6 +45,7 @@ SERVICE = "twirp/github.actions.results.api.v1.ArtifactService"
 # upload-artifact refuses these in a name (@actions/artifact: path-and-artifact-name-validation.ts).
 INVALID_NAME_CHARACTERS = ('"', ":", "<", ">", "|", "*", "?", "\r", "\n", "\\", "/")
 MAX_ARTIFACT_BYTES = 4 * 1024**3  # far above what a release moves; a bound, not a quota
+MAX_UNPACKED_BYTES = 16 * 1024**3
 TIMEOUT_SECONDS = 300
 
 
@@ -323,6 +324,9 @@ def download_artifact() -> None:
     target.mkdir(parents=True, exist_ok=True)
     root = target.resolve()
     with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        unpacked = sum(member.file_size for member in archive.infolist())
+        if unpacked > MAX_UNPACKED_BYTES:
+            raise ActionFailed(f"artifact {name} unpacks to {unpacked} bytes, over the stand-in's bound of {MAX_UNPACKED_BYTES}")
         for member in archive.infolist():
             destination = (root / member.filename).resolve()
             if destination != root and root not in destination.parents:
