@@ -48,6 +48,7 @@ from pipeline.dev.rehearse_workflow import (
     wiring_problems,
 )
 from pipeline.errors import EnvironmentProblem, InputError, register_secret
+from pipeline.formats.release.names import RELEASE_RE, list_releases
 from pipeline.util import ui
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -270,6 +271,9 @@ def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, co
     """Everything before act starts: the checks, the clone, the copy and its substitutions, the stand-ins, the event.
 
     `check_wiring=False` is for the stand-ins' own tests, which run workflows wired wrong on purpose."""
+    if not RELEASE_RE.fullmatch(release):
+        raise InputError("is not a release name", field="--release", found=release, expected="vX.Y.Z or vX.Y.Z-beta.N",
+                         fix="name the release whose tree is committed in manifests/")
     original = load_workflow(workflow)
     problems = wiring_problems(original) if check_wiring else []
     if problems:
@@ -381,8 +385,7 @@ def measure_rehearse_release(work: Path, _payload: Path, _size: int, _level: int
 
     On a host that is not disposable only `preflight` can run (the Linux build job's container set-up would change
     the host), and the result says which jobs ran."""
-    trees = sorted((path.parent.name for path in (ROOT / "manifests").glob("v*/manifest.json")),
-                   key=lambda name: tuple(int(part) for part in name[1:].split("-")[0].split(".")))
+    trees = list_releases(ROOT)
     if not trees:
         raise InputError("no committed release tree to rehearse", file=ROOT / "manifests", fix="commit a release tree first")
     rehearsal = rehearse(ROOT / ".github" / "workflows" / "release.yml", trees[-1], work / "rehearsal", job="preflight")

@@ -177,3 +177,11 @@ def test_every_input_the_workflows_give_an_action_is_one_its_stand_in_declares()
                     action = step["uses"].split("@", 1)[0]
                     unknown = set(step.get("with") or {}) - declared[action]
                     assert not unknown, f"{job_id}: {action} is given {sorted(unknown)}, which its stand-in would ignore"
+
+
+def test_a_release_that_is_not_a_release_name_is_refused_before_anything_is_made(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "pipeline", "rehearse", "--release", "v1.0;touch x", "--job", "preflight",
+                           "--work", str(tmp_path / "work")], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == InputError.exit_code
+    assert "--release: is not a release name (found 'v1.0;touch x'; expected vX.Y.Z or vX.Y.Z-beta.N)" in done.stderr
+    assert not (tmp_path / "work").exists()
