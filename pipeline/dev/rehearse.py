@@ -71,6 +71,7 @@ class Rehearsal:
     seconds: float = 0.0
     returncode: int = 0
     log: Path | None = None
+    event_name: str = "push"
 
     @property
     def passed(self) -> bool:
@@ -125,19 +126,49 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def push_event(release: str, commit: str) -> dict:
+def _repository_payload() -> dict:
     owner, name = PRODUCT_REPOSITORY.split("/")
+    return {"full_name": PRODUCT_REPOSITORY, "name": name, "owner": {"login": owner, "name": owner}, "default_branch": "main"}
+
+
+def push_event(release: str, commit: str) -> dict:
     return {"ref": f"refs/tags/{release}", "after": commit, "before": "0" * 40, "created": True, "deleted": False,
-            "repository": {"full_name": PRODUCT_REPOSITORY, "name": name, "owner": {"login": owner, "name": owner},
-                           "default_branch": "main"},
-            "head_commit": {"id": commit}}
+            "repository": _repository_payload(), "head_commit": {"id": commit}}
 
 
-def act_command(act: Path, workflow: Path, event: Path, work: Path, action_flags: list[str], job: str | None) -> list[str]:
+PULL_REQUEST_NUMBER = 1
+
+
+def pull_request_event(commit: str, base: str) -> dict:
+    return {"action": "synchronize", "number": PULL_REQUEST_NUMBER, "repository": _repository_payload(),
+            "pull_request": {"number": PULL_REQUEST_NUMBER, "head": {"sha": commit, "ref": "rehearsal"},
+                             "base": {"sha": base, "ref": "main"}}}
+
+
+def prepare_pull_request(clone: Path, commit: str) -> tuple[str, str]:
+    """GitHub's refs of pull request 1 in the clone: `head` the commit, `merge` its merge into main (or into its parent,
+    when it is main's head); the clone checked out at the merge, which act takes as GITHUB_SHA.  (merge, base)"""
+    main = subprocess.run(["git", "-C", str(clone), "rev-parse", "--verify", "-q", "refs/remotes/origin/main^{commit}"],
+                          capture_output=True, text=True).stdout.strip()
+    base = main if main and main != commit else _git(clone, "rev-parse", "--verify", f"{commit}^^{{commit}}")
+    merged = subprocess.run(["git", "-C", str(clone), "merge-tree", "--write-tree", base, commit], capture_output=True, text=True)
+    if merged.returncode != 0:
+        raise InputError(f"{commit} does not merge cleanly into main ({base})", fix="rebase the commit on main first")
+    tree = merged.stdout.split()[0]
+    merge = _git(clone, "-c", "user.name=rehearsal", "-c", "user.email=rehearsal@localhost", "commit-tree", tree,
+                 "-p", base, "-p", commit, "-m", f"Merge {commit} into {base}")
+    _git(clone, "update-ref", f"refs/pull/{PULL_REQUEST_NUMBER}/head", commit)
+    _git(clone, "update-ref", f"refs/pull/{PULL_REQUEST_NUMBER}/merge", merge)
+    _git(clone, "checkout", "--quiet", "--detach", merge)
+    return merge, base
+
+
+def act_command(act: Path, workflow: Path, event: Path, work: Path, action_flags: list[str], job: str | None,
+                event_name: str = "push") -> list[str]:
     """act's command line; its env, secret and variable files are the rehearsal's own (act would read a clone's .env/.secrets)."""
     for name in ("env", "secrets", "vars"):
         (work / f"act.{name}").touch()
-    command = [str(act), "push", "--eventpath", str(event), "--workflows", str(workflow),
+    command = [str(act), event_name, "--eventpath", str(event), "--workflows", str(workflow),
                "--platform", "ubuntu-latest=-self-hosted", "--no-cache-server",
                "--artifact-server-path", str(work / "artifacts"), "--artifact-server-addr", "127.0.0.1",
                "--artifact-server-port", str(free_port()), "--no-skip-checkout",
@@ -265,23 +296,30 @@ def _refuse_host_changes(document: dict, job: str | None, disposable_host: bool)
             "(--job preflight)")
 
 
-def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
-            supply: Path | None = None, check_wiring: bool = True, job: str | None = None,
-            disposable_host: bool = False) -> tuple[Rehearsal, Path, Path, list[str]]:
-    """Everything before act starts: the checks, the clone, the copy and its substitutions, the stand-ins, the event.
-
-    `check_wiring=False` is for the stand-ins' own tests, which run workflows wired wrong on purpose."""
-    if not RELEASE_RE.fullmatch(release):
-        raise InputError("is not a release name", field="--release", found=release, expected="vX.Y.Z or vX.Y.Z-beta.N",
-                         fix="name the release whose tree is committed in manifests/")
-    original = load_workflow(workflow)
-    problems = wiring_problems(original) if check_wiring else []
+def _checked(workflow: Path, document: dict, check_wiring: bool) -> dict[str, str]:
+    """The wiring checks and the pinned actions of one workflow document (refused before anything runs)."""
+    problems = wiring_problems(document) if check_wiring else []
     if problems:
         raise InputError(f"the workflow's wiring is broken: {'; '.join(problems)}", file=workflow,
                          fix="make every downloaded artifact have exactly one producer, every output read be set, "
                          "and each job's permissions the least its steps use")
-    pins = pinned_actions(original)
-    _refuse_host_changes(original, job, disposable_host)
+    return pinned_actions(document)
+
+
+def prepare(workflow: Path, release: str | None, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
+            supply: Path | None = None, check_wiring: bool = True, job: str | None = None,
+            disposable_host: bool = False, event_name: str = "push") -> tuple[Rehearsal, Path, Path, list[str]]:
+    """Everything before act starts: the checks, the clone, the copy and its substitutions, the stand-ins, the event.
+
+    A `push` is the push of the release tag `release`; a `pull_request` is pull request 1 of the commit onto main.
+    `check_wiring=False` is for the stand-ins' own tests, which run workflows wired wrong on purpose."""
+    if event_name not in ("push", "pull_request"):
+        raise InputError("is not an event the rehearsal makes", field="--event", found=event_name, expected="push or pull_request")
+    if event_name == "push" and not (release and RELEASE_RE.fullmatch(release)):
+        raise InputError("is not a release name", field="--release", found=release, expected="vX.Y.Z or vX.Y.Z-beta.N",
+                         fix="name the release whose tree is committed in manifests/")
+    _checked(workflow, load_workflow(workflow), check_wiring)  # early, on the file named: nothing is made for a broken one
+    _refuse_host_changes(load_workflow(workflow), job, disposable_host)
     commit = _git(source, "rev-parse", "--verify", f"{commit}^{{commit}}")
     relative = workflow.resolve().relative_to(source.resolve()) if workflow.resolve().is_relative_to(source.resolve()) else None
     if relative is not None and _git(source, "status", "--porcelain", "--", str(relative)):
@@ -289,12 +327,14 @@ def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, co
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    clone = prepare_clone(source, commit, release, work / "repository")
+    clone = prepare_clone(source, commit, release or "rehearsal-unused", work / "repository")
     if (clone / ".actrc").exists():
         raise InputError("the commit holds an .actrc, which act would read as extra command-line flags", file=clone / ".actrc",
                          fix="remove .actrc from the repository: the rehearsal's flags are its own")
     committed = clone / relative if relative is not None else workflow
     original = load_workflow(committed)
+    pins = _checked(committed, original, check_wiring)  # the committed file is the one act runs
+    _refuse_host_changes(original, job, disposable_host)
     rehearsed, substitutions = rehearsal_copy(original, supply or work / "supply")
     extra = unlisted_changes(original, rehearsed, substitutions)
     if extra:
@@ -307,18 +347,23 @@ def prepare(workflow: Path, release: str, work: Path, *, source: Path = ROOT, co
     # act's ListArtifacts panics on a run with no artifact folder yet, where GitHub's service answers an empty list:
     # the run's folder (act numbers its one run 1) exists from the start, so "no artifact of that name" is an answer.
     (work / "artifacts" / "1").mkdir(parents=True)
+    if event_name == "push":
+        payload = push_event(str(release), commit)
+    else:
+        _merge, base = prepare_pull_request(clone, commit)
+        payload = pull_request_event(commit, base)
     event = work / "event.json"
-    event.write_text(json.dumps(push_event(release, commit), indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    return Rehearsal(committed, release, commit, substitutions), copy_path, event, flags
+    event.write_text(json.dumps(payload, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return Rehearsal(committed, release or "", commit, substitutions, event_name=event_name), copy_path, event, flags
 
 
-def rehearse(workflow: Path, release: str, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
+def rehearse(workflow: Path, release: str | None, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
              supply: Path | None = None, job: str | None = None, environment: dict[str, str] | None = None,
-             check_wiring: bool = True, disposable_host: bool = False,
+             check_wiring: bool = True, disposable_host: bool = False, event_name: str = "push",
              job_variables: dict[str, str] | None = None, secrets: dict[str, str] | None = None) -> Rehearsal:
     started = time.monotonic()
     prepared = prepare(workflow, release, work, source=source, commit=commit, supply=supply, check_wiring=check_wiring,
-                       job=job, disposable_host=disposable_host)
+                       job=job, disposable_host=disposable_host, event_name=event_name)
     return run_prepared(*prepared, work, job=job, environment=environment, started=started,
                         job_variables=job_variables, secrets=secrets)
 
@@ -329,10 +374,11 @@ def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list
     """act on what `prepare` made; each job's result, act's exit status and the log recorded in the rehearsal."""
     started = time.monotonic() if started is None else started
     workflow, release = rehearsal.workflow, rehearsal.release
-    ui.info(f"rehearsing {workflow.name} at {rehearsal.commit} as the push of {release} (act, host mode)")
+    what = f"the push of {release}" if rehearsal.event_name == "push" else f"pull request {PULL_REQUEST_NUMBER} onto main"
+    ui.info(f"rehearsing {workflow.name} at {rehearsal.commit} as {what} (act, host mode)")
     for change in rehearsal.substitutions:
         ui.info(f"substitution: {change.line()}")
-    command = act_command(act_binary(), copy_path, event, work, flags, job)
+    command = act_command(act_binary(), copy_path, event, work, flags, job, rehearsal.event_name)
     write_job_settings(work, job_variables or {}, secrets or {})
     rehearsal.log = work / "act.log"
     rehearsal.returncode, (rehearsal.results, rehearsal.job_seconds) = run_act(command, work / "repository", act_environment(work, environment or {}), rehearsal.log)
@@ -347,7 +393,7 @@ def run_rehearse_command(args) -> int:
     variables = {name: value for name, value in (("GITHUB_API_URL", args.github_api_url), ("GITHUB_SERVER_URL", args.github_server_url)) if value}
     token = os.environ.get("PIPELINE_REHEARSAL_TOKEN")
     register_secret(token)
-    rehearsal = rehearse(args.workflow.resolve(), args.release, args.work.resolve(), commit=args.commit,
+    rehearsal = rehearse(args.workflow.resolve(), args.release, args.work.resolve(), commit=args.commit, event_name=args.event,
                          job_variables=variables, secrets={"GITHUB_TOKEN": token} if token else {},
                          supply=args.supply.resolve() if args.supply else None, job=args.job, disposable_host=args.disposable_host)
     if args.json:
@@ -362,7 +408,9 @@ def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
     parser = sub.add_parser("rehearse", help="run a workflow as committed with act (host mode) on a release tag's push, stand-ins for the pinned actions")
-    parser.add_argument("--release", required=True, help="the release tag the push event carries, e.g. v0.13.1 (its tree must be committed)")
+    parser.add_argument("--release", help="the release tag the push event carries, e.g. v0.13.1 (its tree must be committed)")
+    parser.add_argument("--event", choices=("push", "pull_request"), default="push",
+                        help="push of the release tag (release.yml), or pull request 1 of the commit onto main (ci.yml)")
     parser.add_argument("--workflow", type=Path, default=ROOT / ".github" / "workflows" / "release.yml", help="workflow file (default: release.yml)")
     parser.add_argument("--commit", default="HEAD", help="the commit to tag and rehearse (default: HEAD; uncommitted changes are not rehearsed)")
     parser.add_argument("--job", help="run this job and the jobs it needs (act's --job), not the whole workflow")

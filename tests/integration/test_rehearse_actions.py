@@ -63,7 +63,7 @@ def repository(tmp_path: Path, jobs: dict) -> tuple[Path, str, str]:
     repo = tmp_path / "repo"
     (repo / ".github" / "workflows").mkdir(parents=True)
     git(tmp_path, "init", "-q", "-b", "main", str(repo))
-    document = {"name": "standins", "on": {"push": {"tags": ["v*"]}}, "permissions": {}, "jobs": jobs}
+    document = {"name": "standins", "on": {"push": {"tags": ["v*"]}, "pull_request": {}}, "permissions": {}, "jobs": jobs}
     (repo / ".github" / "workflows" / "standins.yml").write_text(json.dumps(document, indent=2) + "\n")
     (repo / "payload").mkdir()
     (repo / "payload" / "a.txt").write_text("first\n")
@@ -199,3 +199,16 @@ def test_a_rehearsal_past_its_time_is_killed_with_every_job_process(tmp_path, mo
         time.sleep(0.1)
     else:
         raise AssertionError(f"the job's step (pid {step}) outlived the rehearsal")
+
+
+def test_checkout_of_a_pull_request_gives_its_merge_commit_as_github_does(tmp_path):
+    check = ('test "$GITHUB_REF" = refs/pull/1/merge && test "$(git rev-parse HEAD)" = "$GITHUB_SHA" && '
+             'git cat-file -p HEAD | grep -q "^parent $PR_HEAD" && test "$(cat payload/a.txt)" = second')
+    jobs = {"merge": job([checkout(), {"shell": "bash", "env": {"PR_HEAD": "${{ github.event.pull_request.head.sha }}"}, "run": check}])}
+    repo, _tagged, head = repository(tmp_path, jobs)
+    work = tmp_path / "work"
+    prepared = rehearse.prepare(repo / ".github" / "workflows" / "standins.yml", None, work, source=repo, commit=head,
+                                check_wiring=False, event_name="pull_request")
+    result = rehearse.run_prepared(*prepared, work)
+    assert result.results == {"merge": "success"}, log_text(result)
+    assert "checked out refs/pull/1/merge at " in log_text(result)
