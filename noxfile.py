@@ -34,6 +34,9 @@ Options come from environment variables, because nox hands the same
                       PIPELINE_TOOLCHAIN, PIPELINE_REGISTRY and PIPELINE_RELEASE as above
 
   PIPELINE_FUZZ_SECONDS  seconds per target for `fuzz` (default 60)
+  PIPELINE_REHEARSE_JOB  `rehearse`: run this job of release.yml and what it needs (default: every job)
+  PIPELINE_REHEARSE_SUPPLY  `rehearse`: folder with the Windows jobs' upload paths (the mingw --prebuilt fixture)
+  PIPELINE_DISPOSABLE_HOST=1  `rehearse`: this machine may be changed by a job whose container host mode drops
 
 Posargs go to `tests`, `tests-unit` (pytest arguments, e.g. `nox -s tests -- -m "not slow"`) and
 `fuzz` (tests/fuzz/run.py arguments) only.
@@ -226,6 +229,16 @@ def bench(session: nox.Session) -> None:
     """Benchmark the hot paths (hashing, packaging, transfers) against openssl, GNU tar+gzip and curl; writes JSON."""
     ensure_debian_tools(session.log)
     _pipeline(session, "bench", dist=False)
+
+
+@nox.session(venv_backend="none")
+def rehearse(session: nox.Session) -> None:
+    """Run .github/workflows/release.yml as committed with act (host mode) on the push of the tag PIPELINE_RELEASE
+    (a local clone of HEAD, stand-ins for the pinned actions, the substitutions listed); docs/RELEASING.md."""
+    flags = _env_flags(("PIPELINE_REHEARSE_JOB", "--job"), ("PIPELINE_REHEARSE_SUPPLY", "--supply"))
+    if os.environ.get("PIPELINE_DISPOSABLE_HOST") == "1":
+        flags.append("--disposable-host")
+    _pipeline(session, "rehearse", "--release", _required(session, "PIPELINE_RELEASE", "v0.13.1"), *flags, dist=False)
 
 
 @nox.session(venv_backend="none")

@@ -60,6 +60,7 @@ TOOLS: dict[str, tuple[str, str]] = {
     "status": ("pipeline.tools.status", "where each lane and a release stand: a lane x stage table, blockers and the commands that clear them (text, --json, --html)"),
     "diff": ("pipeline.tools.diff", "what changed between two releases (trees, manifest URLs or asset-set folders): text, --json or --markdown"),
     "bench": ("pipeline.dev.bench", "benchmark the hot paths against openssl, tar+gzip/pigz and curl; JSON"),
+    "rehearse": ("pipeline.dev.rehearse", "run a workflow as committed with act (host mode) on a release tag's push; stand-ins for the pinned actions"),
 }
 
 

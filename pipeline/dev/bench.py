@@ -21,6 +21,9 @@ issues add entries there.  Results go to `bench-results/bench.json` unless
   compared with `curl | openssl dgst -sha256` at the same `--jobs`).
 * `recut-compile-cache`: issue 19's re-cut of an engine-shaped tree from the
   compile cache against a build without it (`pipeline/dev/bench_build.py`).
+* `rehearse-release`: issue 25's, in `pipeline/dev/rehearse.py`: release.yml rehearsed with act
+  (host mode) on HEAD as the push of the newest committed release tree, with each job's time; on a
+  host that is not disposable only `preflight` runs, and the result says so.
 * `audit-large-file-capped`: issue 19's, in `pipeline/dev/bench_transfer.py`:
   `audit --connections 8` of one file of 4x `--size` (4 GiB by default) from
   a loopback server capping each connection at 25 MiB/s with 50 ms to the
@@ -60,6 +63,7 @@ from pipeline.dev.bench_build import MEASUREMENTS as _BUILD_MEASUREMENTS
 from pipeline.dev.bench_transfer import MEASUREMENTS as _TRANSFER_MEASUREMENTS
 from pipeline.dev.bench_verify import MEASUREMENTS as _VERIFY_MEASUREMENTS
 from pipeline.dev.bench_verify import children_cpu
+from pipeline.dev.rehearse import MEASUREMENTS as _REHEARSE_MEASUREMENTS
 from pipeline.errors import BuildFailure, UsageError
 from pipeline.infra import archive
 from pipeline.util import ui
@@ -299,6 +303,7 @@ MEASUREMENTS.update(_VERIFY_MEASUREMENTS)
 MEASUREMENTS.update(_BUILD_MEASUREMENTS)  # issue 19: recut-compile-cache
 # Issue 19: a large file from a capped, CDN-shaped server (pipeline/dev/bench_transfer.py).
 MEASUREMENTS.update(_TRANSFER_MEASUREMENTS)
+MEASUREMENTS.update(_REHEARSE_MEASUREMENTS)  # issue 25: rehearse-release (pipeline/dev/rehearse.py)
 
 
 def _tool_version(command: list[str]) -> str | None:
