@@ -780,14 +780,14 @@ The route document the acceptance harness checks bundles against.
 
 ```parameters
 # a mirror, optional
-[OMP_NINFER_MIRROR]
+[OMP_NINFER_MIRROR]: mirrors
 ```
 
 ## Route `check`: check a clone
 
 ```parameters
-GIT_AUTHOR_NAME=fuzz
-OMP_NINFER_LANE
+GIT_AUTHOR_NAME: text = fuzz
+OMP_NINFER_LANE: lane
 ```
 
 ```sh

@@ -303,7 +303,7 @@ SMALL_ROUTES = b"""# Small
 over two lines -->
 
 ```parameters
-[OMP_NINFER_MIRROR]
+[OMP_NINFER_MIRROR]: mirrors
 ```
 
 ## Route `one`: one sh step
@@ -321,7 +321,7 @@ nvidia-smi
 ## Route `ps`: one powershell step
 
 ```parameters
-OMP_NINFER_LANE=rtx4090-windows-native
+OMP_NINFER_LANE: lane = rtx4090-windows-native
 ```
 
 ````powershell
