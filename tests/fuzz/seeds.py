@@ -296,7 +296,7 @@ def release_toml_seeds() -> dict[str, bytes]:
 # The route documents of the routes seeds, read from git at this commit (docs/QUICKSTART.md and docs/RELEASING.md
 # as they were): the seeds stay the same bytes when the documents change.  Without the commit (a shallow clone)
 # the committed seed is kept as it is.
-DOCS_COMMIT = "e9a746007631f465744a7aa7b4ff3089a332dd46"
+DOCS_COMMIT = "5217449f2e1cb7261320be1bf9132e99df57c6e6"
 SMALL_ROUTES = b"""# Small
 
 <!-- a comment
