@@ -1212,6 +1212,13 @@ def check_receipt_parameters(item: Loaded, document: Document) -> None:
             raise _refused(f"the required parameter {name} was not set", file=f, field=f"environment.parameters.{name}.source", found="unset", expected="set", why=why)
         if value["source"] != "unset" and (problem := parameter_value_problem(held.kind, value["value"])) is not None:
             raise _refused(f"parameter {name} ran with a value outside the grammar its declaration states ({held.kind})", file=f, field=f"environment.parameters.{name}.value", found=value["value"], expected=problem, why=why)
+    path = r["environment"]["path"]
+    if r["environment"]["shell"] == "sh" and not re.fullmatch(r"(?:/[^:\0]+:)?" + re.escape(DEFAULT_PATH), path):
+        raise _refused(
+            "the run's PATH is not the runner's own", file=f, field="environment.path", found=path,
+            expected=f"{DEFAULT_PATH}, after at most the bin folder of the runner's Python", why="a folder first on PATH decides what every command of the steps runs",
+            fix="run the route again with this runner (python3 -m pipeline.stages.accept run, from the virtual environment the steps should use)",
+        )
     allowed = RUNNER_VARIABLES | {name for name, value in params.items() if value["source"] != "unset"}
     extra = sorted(set(r["environment"]["variables"]) - allowed)
     if extra:

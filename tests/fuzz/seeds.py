@@ -388,7 +388,7 @@ def _acceptance_pair(route_id: str, *, release: str | None, status: str = "passe
         "document": {"path": harnesses.ROUTE_DOCUMENT_PATH, "sha256": bundle["document"]["sha256"], "sha256_in_clone": bundle["document"]["sha256"]},
         "clone": {"commit": COMMIT, "clean": True}, "status": status, "failed_step": None if status == "passed" else 1,
         "failure": None if status == "passed" else "exit status 1", "steps": steps,
-        "environment": {"variables": variables, "path": "/usr/bin:/bin", "parameters": parameters, "shell": route.shell},
+        "environment": {"variables": variables, "path": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "parameters": parameters, "shell": route.shell},
         "capabilities": {cap: {"available": True, "how": "granted", "command": None, "exit_status": None} for cap in sorted({c for s in route.steps for c in s.requires})},
         "host": {"os": "linux" if route.shell == "sh" else "windows", "os_release": "6.1", "arch": "x86_64", "python": "3.11.7", "shell_version": "GNU bash, 5.2", "gpus": []},
         "started_at": "2026-11-01T12:00:00Z", "finished_at": "2026-11-01T12:00:05Z",

@@ -853,6 +853,8 @@ def test_compose_refuses_a_record_of_anything_but_the_documented_text_and_parame
         (lambda b: None, lambda r: r["environment"]["parameters"].update(HOME={"source": "set", "value": "/tmp"}), InputError, "environment.parameters.HOME", "cannot be a parameter"),
         (lambda b: None, lambda r: r["environment"]["parameters"]["GREETING"].update(source="set", value="hi\u202e"), RefusedError, "environment.parameters.GREETING.value", "outside the grammar its declaration states"),
         (lambda b: None, lambda r: r["environment"]["variables"].append("BASH_ENV"), RefusedError, "environment.variables", "neither the runner's nor the route's parameters"),
+        # a folder before the runner's on PATH (what --path did) decides what every command runs
+        (lambda b: None, lambda r: r["environment"].update(path="/tmp/evil-bin:" + r["environment"]["path"]), RefusedError, "environment.path", "the run's PATH is not the runner's own"),
         (lambda b: None, lambda r: r["environment"]["parameters"]["GREETING"].update(value="bonjour"), RefusedError, "environment.parameters.GREETING.value", "a default the document does not declare"),
         (lambda b: None, lambda r: r["environment"].update(shell="powershell"), RefusedError, "environment.shell", "another shell"),
     ]
