@@ -257,6 +257,24 @@ def test_the_runner_refuses_a_dirty_clone_and_a_tampered_bundle(runbook):
     assert "duplicate key" in caught.value.render()
 
 
+def test_accept_bundle_refuses_a_step_that_shows_other_than_bash_reads_it(tmp_path):
+    """What a reviewer sees must be what bash runs: a right-to-left override makes `rm -rf ~` look like part of
+    a quoted string.  `accept bundle` names the route, step, line, column and the character by its code point."""
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "docs" / "RUNBOOK.md").write_text("# R\n\n## Route `install`: install\n\n```sh\necho one\n```\n\n```sh\necho 'done \u202e; rm -rf ~ #'\n```\n")
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    commit(repo, "r")
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "accept", "bundle", "--document", "docs/RUNBOOK.md", "--route", "install", "--root", str(repo), "--dist", str(tmp_path / "dist")],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "error[input]: docs/RUNBOOK.md: line 10: step 2 of route install holds U+202E RIGHT-TO-LEFT OVERRIDE at line 10, column 12" in result.stderr, result.stderr
+    assert "\u202e" not in result.stderr and "\\u202e" in result.stderr  # shown escaped, never as the character itself
+    assert not (tmp_path / "dist" / "acceptance").exists()
+
+
 def test_a_powershell_bundle_runs_on_windows_only(tmp_path):
     repo = tmp_path / "repo"
     (repo / "docs").mkdir(parents=True)
