@@ -159,10 +159,15 @@ def is_mirror_url(url: str) -> bool:
     return bool(_LOOPBACK_HTTP.match(url)) and not re.search(r"\s", url) and hidden_character(url, allowed="") is None
 
 
+# Besides letters and digits (any script): no quote, '$', '`', ';', '|', '&', '<', '>', '*', '?', '[', '\\' ...,
+# so that a path means the same to a step that forgets to quote it.
+_PATH_PUNCTUATION = frozenset("._+@=,:~/ -")
+
+
 def _is_path(value: str, *, absolute: bool) -> bool:
     """A relative path inside the clone (no '..', no '.', no empty segment); with `absolute`, also an absolute POSIX path
     without '..' segments.  Never an option ('-...'), never a hidden character."""
-    if not value or value.startswith("-") or len(value) > 4096 or hidden_character(value, allowed=""):
+    if not value or value.startswith("-") or len(value) > 4096 or not all(char.isalnum() or char in _PATH_PUNCTUATION for char in value):
         return False
     if value.startswith("/"):
         return absolute and ".." not in value.split("/")
@@ -226,8 +231,8 @@ PARAMETER_KINDS: dict[str, ParameterKind] = {
         ParameterKind("port", "a TCP port: 1 to 65535 in decimal", _port),
         ParameterKind("url", "an https:// URL, or an http:// URL on the loopback (127.0.0.1, localhost, [::1])", is_mirror_url),
         ParameterKind("mirrors", "URL_PREFIX=MIRROR_PREFIX pairs separated by single spaces, each prefix an https:// URL or an http:// URL on the loopback", _mirrors),
-        ParameterKind("clone-path", "a relative path inside the clone: no '..', '.' or empty segment, not starting with '-'", lambda v: _is_path(v, absolute=False)),
-        ParameterKind("path", "a relative path inside the clone, or an absolute path: no '..' segment, not starting with '-'", lambda v: _is_path(v, absolute=True)),
+        ParameterKind("clone-path", "a relative path inside the clone: no '..', '.' or empty segment, not starting with '-', of letters, digits, spaces and ._+@=,:~/-", lambda v: _is_path(v, absolute=False)),
+        ParameterKind("path", "a relative path inside the clone, or an absolute path: no '..' segment, not starting with '-', of letters, digits, spaces and ._+@=,:~/-", lambda v: _is_path(v, absolute=True)),
         ParameterKind("source", "URL@COMMIT (an https:// URL and a 40-hex commit) or a path (relative inside the clone, or absolute) with an optional @COMMIT", _source),
         ParameterKind("registry", "HOST[:PORT]/REPOSITORY (lower-case repository path components)", lambda v: bool(_REGISTRY.fullmatch(v))),
         ParameterKind("audit-options", "options of 'audit' separated by single spaces, only: --skip-larger-than SIZE (e.g. 4G), --jobs N, --connections N", lambda v: _options(v, {"--skip-larger-than": _SIZE.fullmatch, "--jobs": _COUNT.fullmatch, "--connections": _COUNT.fullmatch})),

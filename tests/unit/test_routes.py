@@ -212,7 +212,7 @@ KINDS = {
     "url": (["https://example.org/x", "http://127.0.0.1:8000/github.com/"], ["http://example.org/", "file:///etc/passwd", "https://a b/"]),
     "mirrors": (["https://github.com/=http://127.0.0.1:9/github.com/ https://huggingface.co/=https://m.example/hf/"], ["https://github.com/", "https://a/=http://evil.example/", "x=y"]),
     "clone-path": (["containers/ninfer-runtime.toml"], ["/etc/passwd", "../x", "a/../b", "-rf", "./x"]),
-    "path": (["containers/x.toml", "/home/me/accept.env"], ["../x", "/a/../b", "--registries-conf=/x", "a\x1bb"]),
+    "path": (["containers/x.toml", "/home/me/accept.env", "/home/José/my files/a.conf"], ["../x", "/a/../b", "--registries-conf=/x", "a\x1bb", "/tmp/$(touch x)", "/tmp/a;b", "/tmp/`id`", "/tmp/'q'", "/tmp/a\nb"]),
     "source": (["https://github.com/alphastorm/ninfer.git@" + "a" * 40, "/src/ninfer", "/src/ninfer@" + "b" * 40], ["git@github.com:x/y", "ssh://host/x", "-x"]),
     "registry": (["127.0.0.1:5000/alphastorm/ninfer-runtime", "ghcr.io/alphastorm/ninfer"], ["ghcr.io", "ghcr.io/UPPER", "a/b c", "a/b;x"]),
     "audit-options": (["--skip-larger-than 4G", "--jobs 2 --connections 4"], ["--cache /tmp", "--skip-larger-than", "--jobs x", "--dist /", "--skip-larger-than 4G --mirror https://x/=https://y/"]),
