@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.errors import InputError
@@ -56,6 +57,8 @@ CAPABILITIES = {
     "network": "public network access (PyPI, GitHub, Hugging Face), granted by the operator",
     "github": "GitHub API access with the maintainer's credentials, granted by the operator",
 }
+# Capabilities the runner cannot probe: the operator grants them (accept run --grant).
+GRANTABLE = ("network", "github")
 PARAMETERS_INFO = "parameters"
 MAX_DOCUMENT_BYTES = 1 << 20
 MAX_STEP_BYTES = 64 * 1024
@@ -143,8 +146,10 @@ def code_point(char: str) -> str:
 
 # -- value grammars of parameters ----------------------------------------------------------------
 
-_LOOPBACK_HTTP = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?/")
-_HTTPS_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?(/[A-Za-z0-9._~%!$&'()*+,;=:@/-]*)?")
+# URLs of parameters: no quote, '$', ';', '&', '=', '?', '#' or space (a mirror pair splits on '=').
+_URL_PATH = r"(/[A-Za-z0-9._~%+,:@/-]*)?"
+_LOOPBACK_HTTP = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?" + _URL_PATH)
+_HTTPS_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?" + _URL_PATH)
 _LANE = r"[a-z0-9][a-z0-9-]{0,62}"
 _COUNT = re.compile(r"[1-9][0-9]{0,3}")
 _SIZE = re.compile(r"[1-9][0-9]{0,12}[KMGT]?")
@@ -154,9 +159,7 @@ _REGISTRY = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[::
 
 def is_mirror_url(url: str) -> bool:
     """A mirror prefix (OMP_NINFER_MIRROR, pinned --mirrored): HTTPS, or plain HTTP on this host's loopback."""
-    if _HTTPS_URL.fullmatch(url):
-        return True
-    return bool(_LOOPBACK_HTTP.match(url)) and not re.search(r"\s", url) and hidden_character(url, allowed="") is None
+    return bool(_HTTPS_URL.fullmatch(url) or _LOOPBACK_HTTP.fullmatch(url))
 
 
 # Besides letters and digits (any script): no quote, '$', '`', ';', '|', '&', '<', '>', '*', '?', '[', '\\' ...,
@@ -174,12 +177,12 @@ def _is_path(value: str, *, absolute: bool) -> bool:
     return relpath_problem(value, portable=False) is None
 
 
-def _options(value: str, grammar: dict[str, object]) -> bool:
+def _options(value: str, grammar: dict[str, Callable[[str], object]]) -> bool:
     """Words separated by single spaces: each an option of `grammar` followed by one value its check accepts."""
     words = value.split(" ")
     if not value or len(words) % 2:
         return False
-    return all(option in grammar and grammar[option](word) for option, word in zip(words[::2], words[1::2], strict=True))  # type: ignore[operator]
+    return all(option in grammar and bool(grammar[option](word)) for option, word in zip(words[::2], words[1::2], strict=True))
 
 
 def _mirrors(value: str) -> bool:
@@ -214,7 +217,7 @@ def _text(value: str) -> bool:
 class ParameterKind:
     id: str
     grammar: str  # what a refusal and docs/release-tree.md name
-    matches: object  # (value: str) -> bool
+    matches: Callable[[str], bool]
 
 
 PARAMETER_KINDS: dict[str, ParameterKind] = {
@@ -238,7 +241,7 @@ PARAMETER_KINDS: dict[str, ParameterKind] = {
         ParameterKind("audit-options", "options of 'audit' separated by single spaces, only: --skip-larger-than SIZE (e.g. 4G), --jobs N, --connections N", lambda v: _options(v, {"--skip-larger-than": _SIZE.fullmatch, "--jobs": _COUNT.fullmatch, "--connections": _COUNT.fullmatch})),
         ParameterKind(
             "accept-run-options", "options of 'accept run' separated by single spaces, only: --parameters PATH, --grant network|github, --deny CAPABILITY, --step-timeout SECONDS",
-            lambda v: _options(v, {"--parameters": lambda w: _is_path(w, absolute=True), "--grant": ("network", "github").__contains__, "--deny": CAPABILITIES.__contains__, "--step-timeout": _SECONDS.fullmatch}),
+            lambda v: _options(v, {"--parameters": lambda w: _is_path(w, absolute=True), "--grant": GRANTABLE.__contains__, "--deny": CAPABILITIES.__contains__, "--step-timeout": _SECONDS.fullmatch}),
         ),
     )
 }
@@ -249,7 +252,7 @@ def parameter_value_problem(kind: str, value: object) -> str | None:
     grammar = PARAMETER_KINDS.get(kind)
     if grammar is None:
         return "has no known kind (one of " + ", ".join(PARAMETER_KINDS) + ")"
-    if not isinstance(value, str) or not grammar.matches(value):  # type: ignore[operator]
+    if not isinstance(value, str) or not grammar.matches(value):
         return grammar.grammar
     return None
 

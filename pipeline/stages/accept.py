@@ -71,6 +71,7 @@ from pipeline.errors import (
 from pipeline.formats import acceptance as fmt
 from pipeline.formats.routes import (
     CAPABILITIES,
+    GRANTABLE,
     MAX_DOCUMENT_BYTES,
     OWNED_FIX,
     PARAMETER_KINDS,
@@ -96,7 +97,6 @@ DEFAULT_STEP_TIMEOUT = 1800.0
 PROBE_TIMEOUT = 60.0
 OUTPUT_DIR = "acceptance"
 RUNNER = "pipeline.stages.accept"
-GRANTABLE = ("network", "github")
 # Every variable the runner itself may put in a route's environment besides the route's parameters
 # (formats/routes.py: RUNNER_ENVIRONMENT says why each is there).
 RUNNER_VARIABLES = frozenset(RUNNER_ENVIRONMENT)
