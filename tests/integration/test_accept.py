@@ -493,6 +493,34 @@ def test_a_hostile_variable_of_the_callers_environment_never_reaches_the_shell(r
     assert receipt["environment"]["path"] == f"{os.path.dirname(os.path.abspath(sys.executable))}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def test_home_and_tmpdir_are_fresh_on_every_run_even_in_a_work_folder_used_before(tmp_path):
+    """A --work folder is the operator's: a `.gitconfig` planted where an earlier run had its HOME would make git
+    run `core.fsmonitor` in the steps.  Each run makes new HOME and TMPDIR folders inside it."""
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "docs" / "RUNBOOK.md").write_text("# R\n\n## Route `status`: status\n\n```sh\ngit status --porcelain\nprintf '%s\\n' \"$HOME\" \"$TMPDIR\"\n```\n")
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    commit(repo, "r")
+    data = canonical(make_bundle(repo, release=None, route_id="status", document="docs/RUNBOOK.md"))
+    marker = tmp_path / "marker"
+    work = tmp_path / "work"
+    first = run_bundle(data, "b", RunOptions(clone=repo, work=work, keep_work=True))
+    assert first["status"] == "passed"
+    home, tmp = (work / "step-001.stdout").read_text().split()
+    assert Path(home).parent == work and Path(tmp).parent == work and home != tmp
+    hook = f"[core]\n\tfsmonitor = touch {marker}\n"
+    for planted in (Path(home), work / "home"):
+        planted.mkdir(exist_ok=True)
+        (planted / ".gitconfig").write_text(hook)
+    second = run_bundle(data, "b", RunOptions(clone=repo, work=work, keep_work=True))
+    assert second["status"] == "passed" and not marker.exists()
+    again_home, again_tmp = (work / "step-001.stdout").read_text().split()
+    assert again_home not in (home, str(work / "home")) and again_tmp != tmp and not any(Path(again_home).iterdir())
+    # the probe: git really runs the planted hook with that HOME, so the fresh folder is what kept it away
+    subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], env={"PATH": os.environ["PATH"], "HOME": home}, check=True, capture_output=True)
+    assert marker.exists()
+
+
 def test_a_declared_parameter_outside_its_grammar_is_refused_naming_parameter_value_and_grammar(runbook, tmp_path):
     bundle = tmp_path / "session.bundle.json"
     bundle.write_bytes(bundle_of(runbook, "session"))
