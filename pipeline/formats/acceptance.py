@@ -37,7 +37,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipeline.errors import InputError, IntegrityError
-from pipeline.formats.routes import CAPABILITIES, DENIED_FIX, Document, parameter_name_problem
+from pipeline.formats.routes import (
+    CAPABILITIES,
+    OWNED_FIX,
+    PARAMETER_KINDS,
+    Document,
+    is_mirror_url,
+    parameter_name_problem,
+    parameter_value_problem,
+)
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 from pipeline.util.jsonio import loads_object
 from pipeline.util.safepath import relpath_problem
@@ -141,9 +149,6 @@ def manifest_strings(document: Any) -> set[str]:
 
 # -- mirrors (OMP_NINFER_MIRROR="PREFIX=MIRROR ..."; audit --mirror has the same form) --------------
 
-_LOOPBACK = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?/")
-
-
 def parse_mirrors(value: str | None, *, source: str = "OMP_NINFER_MIRROR") -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for item in (value or "").split():
@@ -151,7 +156,7 @@ def parse_mirrors(value: str | None, *, source: str = "OMP_NINFER_MIRROR") -> li
         if not sep or not prefix or not target:
             raise InputError(f"{source} holds an entry that is not URL_PREFIX=MIRROR_PREFIX", field=source, found=item)
         for url in (prefix, target):
-            if not (url.startswith("https://") or _LOOPBACK.match(url)):
+            if not is_mirror_url(url):
                 raise InputError(f"{source} names a prefix that is neither HTTPS nor a loopback HTTP URL", field=source, found=url, expected="https://... or http://127.0.0.1:PORT/...")
         out.append((prefix, target))
     return out
@@ -201,7 +206,12 @@ BUNDLE_ROUTE = {
     "lane": Field((str, type(None))),
     "required": Field(bool),
 }
-BUNDLE_PARAMETER = {"name": Field(str, check=matches(r"[A-Z][A-Z0-9_]{0,63}")), "default": Field((str, type(None))), "required": Field(bool)}
+BUNDLE_PARAMETER = {
+    "name": Field(str, check=matches(r"[A-Z][A-Z0-9_]{0,63}")),
+    "kind": Field(str, check=lambda v: v in PARAMETER_KINDS, expected="one of " + ", ".join(PARAMETER_KINDS)),
+    "default": Field((str, type(None))),
+    "required": Field(bool),
+}
 BUNDLE_STEP = {
     "index": Field(int, check=lambda v: v > 0),
     "shell": Field(str, check=one_of("sh", "powershell")),
@@ -290,8 +300,8 @@ def check_parameter_name(name: Any, *, file: str, field: str) -> None:
     problem = parameter_name_problem(name)
     if problem is not None:
         raise InputError(
-            f"names a variable that cannot be a parameter: it {problem}", file=file, field=field, found=name, expected="a name the route document declares (never BASH_ENV, ENV, PATH, LD_*, PYTHON* ...)",
-            why="a route's parameters set values, never what the shell runs", fix=DENIED_FIX,
+            f"names a variable that cannot be a parameter: it {problem}", file=file, field=field, found=name, expected="a name the route document declares (never HOME, PATH, TMPDIR ... that the runner sets)",
+            why="the runner builds the shell's environment itself; a route's parameters only add values", fix=OWNED_FIX,
         )
 
 
@@ -315,6 +325,8 @@ def validate_bundle(doc: dict[str, Any], *, file: str) -> dict[str, Any]:
         read_table(parameter, BUNDLE_PARAMETER, file=file, prefix=f"parameters[{index}]")
         if parameter["name"] in names:
             raise InputError("declares a parameter twice", file=file, field=f"parameters[{index}].name", found=parameter["name"])
+        if parameter["default"] is not None and (problem := parameter_value_problem(parameter["kind"], parameter["default"])) is not None:
+            raise InputError(f"the default of {parameter['name']} is outside its grammar", file=file, field=f"parameters[{index}].default", found=parameter["default"], expected=problem)
         names.add(parameter["name"])
     if not top["steps"]:
         raise InputError("a bundle needs at least one step", file=file, field="steps")
@@ -417,10 +429,11 @@ def check_against_document(bundle: dict[str, Any], document: Document, *, file: 
                 f"the bundle sets a parameter route {route_id} does not declare", file=file, field=f"parameters[{index}].name", found=parameter["name"],
                 expected="one of " + (", ".join(sorted(declared)) or "(none: the route declares no parameters)") + f" ({path})", why=why, fix=fix,
             )
-        if (parameter["default"], parameter["required"]) != (held_parameter.default, held_parameter.required):
+        if (parameter["kind"], parameter["default"], parameter["required"]) != (held_parameter.kind, held_parameter.default, held_parameter.required):
             raise IntegrityError(
                 f"parameter {parameter['name']} differs from its declaration", file=path, field=f"line {held_parameter.line}",
-                found=f"default {parameter['default']!r}, required {parameter['required']}", expected=f"default {held_parameter.default!r}, required {held_parameter.required}", why=why, fix=fix,
+                found=f"kind {parameter['kind']}, default {parameter['default']!r}, required {parameter['required']}",
+                expected=f"kind {held_parameter.kind}, default {held_parameter.default!r}, required {held_parameter.required}", why=why, fix=fix,
             )
     if [p["name"] for p in bundle["parameters"]] != list(declared):
         raise IntegrityError(f"the bundle's parameters are not route {route_id}'s", file=file, field="parameters", found=[p["name"] for p in bundle["parameters"]], expected=list(declared), why=why, fix=fix)

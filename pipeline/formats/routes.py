@@ -16,14 +16,18 @@ are the executable truth.  The rules (docs/release-tree.md, "Route documents"):
 * A fence whose info string names no shell (``text``, ``console``, ``json``, none) is
   prose or example output, never a step.  Shell names other than ``sh`` and
   ``powershell`` (``bash``, ``pwsh``, ``ps1`` ...) are refused: they are ambiguous.
-* A ``parameters`` fence declares the variables the steps expect from the reader:
-  ``NAME=default`` (the runner sets the default unless ``--set NAME=VALUE``),
-  ``NAME`` alone (required) or ``[NAME]`` (optional: unset unless given).  Before
-  the first route it applies to every route.  A name the runner sets itself (``HOME``,
-  ``PATH``, ...) or one that makes the shell, the loader or an interpreter run code of its
-  own (``BASH_ENV``, ``ENV``, ``IFS``, ``LD_*``, ``PYTHON*``, ``GIT_*`` but the author's and
-  committer's identity; `DENIED_NAMES`, `DENIED_PREFIXES`) is refused: a parameter's value
-  is the operator's, but it can never change what the documented text does.
+* A ``parameters`` fence declares the variables the steps expect from the reader, each
+  with the grammar of its value (`PARAMETER_KINDS`): ``NAME: KIND = default`` (the runner
+  sets the default unless ``--set NAME=VALUE``), ``NAME: KIND`` (required) or
+  ``[NAME]: KIND`` (optional: unset unless given).  Before the first route it applies to
+  every route.  The declarations are the only names a run takes (an allow list: ``--set``
+  of any other name is refused, whatever it is), and every value, a default included,
+  must match its kind's grammar.  A name the runner sets itself (`RUNNER_ENVIRONMENT`) or
+  bash sets or reads itself (`SHELL_VARIABLES`) cannot be declared.
+* A step's text holds no character that shows other than bash reads it
+  (`hidden_character`): bidi overrides and isolates, zero-width characters, non-ASCII
+  spaces, line and paragraph separators, NEL, ESC and every other C0/C1 control but TAB
+  (LF ends lines); the refusal names the route, step, line, column and code point.
 * Strictness: UTF-8 without BOM, LF only, no tab or indented fences, no fence inside
   a blockquote or an HTML comment, no setext headings, no unclosed fence, no shell
   step outside a route, no empty step, no route without steps.
@@ -37,9 +41,12 @@ from __future__ import annotations
 
 import hashlib
 import re
+import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pipeline.errors import InputError
+from pipeline.util.safepath import relpath_problem
 
 SHELLS = {"sh": "bash", "powershell": "Windows PowerShell 5.1"}
 # Names a reader might use for a shell block; refused so that nothing is run by accident or skipped by accident.
@@ -50,6 +57,8 @@ CAPABILITIES = {
     "network": "public network access (PyPI, GitHub, Hugging Face), granted by the operator",
     "github": "GitHub API access with the maintainer's credentials, granted by the operator",
 }
+# Capabilities the runner cannot probe: the operator grants them (accept run --grant).
+GRANTABLE = ("network", "github")
 PARAMETERS_INFO = "parameters"
 MAX_DOCUMENT_BYTES = 1 << 20
 MAX_STEP_BYTES = 64 * 1024
@@ -60,48 +69,191 @@ FENCE = re.compile(r"(?P<fence>`{3,}|~{3,})(?P<info>.*)")
 INDENTED_FENCE = re.compile(r"[ \t]+(`{3,}|~{3,})")
 QUOTED_FENCE = re.compile(r"[ \t]*>[ \t>]*(`{3,}|~{3,})")
 SETEXT_UNDERLINE = re.compile(r"(=+|-+)[ \t]*")
-PARAMETER_LINE = re.compile(r"\[(?P<optional>[A-Z][A-Z0-9_]{0,63})\]|(?P<name>[A-Z][A-Z0-9_]{0,63})(?:=(?P<value>.*))?")
-# Set by the runner itself; a document cannot redefine them.
-RESERVED_NAMES = frozenset({"HOME", "PATH", "LANG", "LC_ALL", "TZ", "TMPDIR", "TERM", "PWD", "OLDPWD", "SHELL", "OMP_NINFER_RELEASE"})
-# Variables that make the shell, the loader or an interpreter run something other than the
-# documented text (BASH_ENV and ENV name a file bash sources before the first step; LD_PRELOAD
-# loads a library into every program; PYTHONSTARTUP, PYTHONPATH, GIT_SSH_COMMAND ... run code
-# of their own).  No route may declare them and no bundle, --set or receipt may carry them:
-# the values of parameters are the operator's, their names are the document's and never these.
-DENIED_NAMES: dict[str, str] = {
-    **dict.fromkeys(("ENV", "IFS", "SHELLOPTS", "BASHOPTS", "PS0", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND", "CDPATH", "GLOBIGNORE", "EXECIGNORE", "FIGNORE", "HISTFILE", "INPUTRC", "POSIXLY_CORRECT", "SHLVL", "TMOUT", "TIMEFORMAT", "OPTIND", "OPTARG", "OPTERR", "FUNCNEST", "HOSTFILE", "MAIL", "MAILPATH", "MAILCHECK", "UID", "EUID", "PPID", "GROUPS", "HOSTNAME", "HOSTTYPE", "MACHTYPE", "OSTYPE"), "changes how the shell starts or runs the steps"),
-    **dict.fromkeys(("GCONV_PATH", "LOCPATH", "NLSPATH", "GLIBC_TUNABLES", "HOSTALIASES", "LOCALDOMAIN", "RES_OPTIONS"), "makes the C library load or read files of its own"),
-    **dict.fromkeys(("PERL5LIB", "PERL5OPT", "PERLLIB", "PERL5DB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS", "NODE_PATH"), "makes an interpreter run code before the program it starts"),
-    **dict.fromkeys(("USERPROFILE", "TEMP", "TMP", "APPDATA", "LOCALAPPDATA", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC", "PATHEXT", "PSMODULEPATH", "PSEXECUTIONPOLICYPREFERENCE", "PROGRAMDATA", "PROGRAMFILES", "COMMONPROGRAMFILES"), "is set by the runner or Windows itself (Windows names ignore case)"),
-}
-DENIED_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("BASH", "changes how bash starts or runs the steps (BASH_ENV is sourced before the first step)"),
-    ("LD_", "changes what the dynamic loader loads into every program"),
-    ("DYLD_", "changes what the dynamic loader loads into every program"),
-    ("PYTHON", "makes Python run or import code of its own at start-up"),
-    ("LC_", "is set by the runner itself (LC_ALL=C.UTF-8)"),
-    ("COMP_", "changes how the shell runs the steps"),
-    ("READLINE_", "changes how the shell runs the steps"),
-)
-# git reads these for the author's identity only; every other GIT_* variable can make git run a program or read another repository.
-GIT_IDENTITY = frozenset({"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_AUTHOR_DATE", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "GIT_COMMITTER_DATE"})
 PARAMETER_NAME_RE = re.compile(r"[A-Z][A-Z0-9_]{0,63}")
-DENIED_FIX = "rename the parameter (e.g. OMP_NINFER_<NAME>) and read it in the block; the runner sets the shell's environment itself"
+PARAMETER_LINE = re.compile(r"(?:\[(?P<optional>[A-Z][A-Z0-9_]{0,63})\]|(?P<name>[A-Z][A-Z0-9_]{0,63})): (?P<kind>[a-z][a-z0-9-]{0,31})(?: = (?P<value>.*))?")
+PARAMETER_LINE_FORM = "NAME: KIND = default, NAME: KIND (required) or [NAME]: KIND (optional, unset unless given); NAME in capitals"
+
+# The one list of what the runner itself puts in a route's environment, and why: a route starts from
+# these and its declared parameters, never from the runner's own environment (docs/release-tree.md).
+WINDOWS_SYSTEM_VARIABLES = ("SystemRoot", "SystemDrive", "windir", "ComSpec", "PATHEXT", "ProgramData", "ProgramFiles", "ProgramFiles(x86)", "CommonProgramFiles", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE", "OS")
+RUNNER_ENVIRONMENT: dict[str, str] = {
+    "HOME": "a fresh folder inside the run's work folder: no configuration of the host's user (git, pip, podman ...) is read",
+    "TMPDIR": "a fresh folder inside the run's work folder",
+    "PATH": "the bin folder of the Python that runs the runner (its virtual environment), then the system folders",
+    "LANG": "C.UTF-8: the same messages and collation on every host",
+    "LC_ALL": "C.UTF-8: overrides every other LC_* variable",
+    "TZ": "UTC: the same times on every host",
+    "TERM": "dumb: no terminal escape sequences in a step's output",
+    "OMP_NINFER_RELEASE": "the bundle's release (release routes): the steps read the manifest of that release",
+    **dict.fromkeys(("USERPROFILE", "TEMP", "TMP", "APPDATA", "LOCALAPPDATA"), "Windows: fresh folders inside the run's work folder, as HOME and TMPDIR"),
+    **dict.fromkeys(WINDOWS_SYSTEM_VARIABLES, "Windows: PowerShell and .NET need it to start; a host fact, not a secret, copied from the runner's environment"),
+}
+# The shell's own variables (bash(1), "Shell Variables": those the Bourne shell and bash set or read
+# themselves).  Not a guess at what is dangerous: the steps run in bash, and a parameter of one of
+# these names would change how bash reads the documented text (IFS, CDPATH, BASH_ENV ...).
+SHELL_VARIABLES = frozenset({
+    "CDPATH", "IFS", "MAIL", "MAILPATH", "OPTARG", "OPTIND", "PS1", "PS2",  # Bourne shell
+    "BASH", "BASHOPTS", "BASHPID", "BASH_ALIASES", "BASH_ARGC", "BASH_ARGV", "BASH_ARGV0", "BASH_CMDS", "BASH_COMMAND", "BASH_COMPAT",
+    "BASH_ENV", "BASH_EXECUTION_STRING", "BASH_LINENO", "BASH_LOADABLES_PATH", "BASH_MONOSECONDS", "BASH_REMATCH", "BASH_SOURCE",
+    "BASH_SUBSHELL", "BASH_TRAPSIG", "BASH_VERSINFO", "BASH_VERSION", "BASH_XTRACEFD", "CHILD_MAX", "COLUMNS", "COMP_CWORD", "COMP_KEY",
+    "COMP_LINE", "COMP_POINT", "COMP_TYPE", "COMP_WORDBREAKS", "COMP_WORDS", "COMPREPLY", "COPROC", "DIRSTACK", "EMACS", "ENV",
+    "EPOCHREALTIME", "EPOCHSECONDS", "EUID", "EXECIGNORE", "FCEDIT", "FIGNORE", "FUNCNAME", "FUNCNEST", "GLOBIGNORE", "GLOBSORT", "GROUPS",
+    "HISTCMD", "HISTCONTROL", "HISTFILE", "HISTFILESIZE", "HISTIGNORE", "HISTSIZE", "HISTTIMEFORMAT", "HOSTFILE", "HOSTNAME", "HOSTTYPE",
+    "IGNOREEOF", "INPUTRC", "INSIDE_EMACS", "LINENO", "LINES", "MACHTYPE", "MAILCHECK", "MAPFILE", "OLDPWD", "OPTERR", "OSTYPE",
+    "PIPESTATUS", "POSIXLY_CORRECT", "PPID", "PROMPT_COMMAND", "PROMPT_DIRTRIM", "PS0", "PS3", "PS4", "PWD", "RANDOM", "READLINE_ARGUMENT",
+    "READLINE_LINE", "READLINE_MARK", "READLINE_POINT", "REPLY", "SECONDS", "SHELL", "SHELLOPTS", "SHLVL", "SRANDOM", "TIMEFORMAT", "TMOUT",
+    "UID", "_",
+})
+_OWNED = {name.upper() for name in (*RUNNER_ENVIRONMENT, *SHELL_VARIABLES)}  # Windows names ignore case
+OWNED_FIX = "rename the parameter (e.g. OMP_NINFER_<NAME>) and read it in the block; the runner sets the shell's environment itself"
 
 
 def parameter_name_problem(name: object) -> str | None:
-    """Why `name` cannot be a route parameter (a variable the runner sets, or one that runs code), or None."""
+    """Why `name` cannot be declared as a route parameter (not a name, or one the runner or the shell sets), or None.
+
+    This is not the gate of a run: a run takes only the names its route declares (an allow list)."""
     if not isinstance(name, str) or not PARAMETER_NAME_RE.fullmatch(name):
         return "is not a parameter name (capitals, digits and '_', starting with a capital)"
-    if name in RESERVED_NAMES:
-        return "is a variable the runner sets itself"
-    if name in DENIED_NAMES:
-        return DENIED_NAMES[name]
-    for prefix, why in DENIED_PREFIXES:
-        if name.startswith(prefix):
-            return why
-    if name.startswith("GIT_") and name not in GIT_IDENTITY:
-        return "can make git run another program or read another repository (only GIT_AUTHOR_* and GIT_COMMITTER_* are parameters)"
+    if name.upper() in _OWNED:
+        return "is a variable the runner sets itself or bash sets or reads itself (bash(1), Shell Variables)"
+    return None
+
+
+# -- characters a reader does not see as bash reads them -----------------------------------------
+
+# Unicode categories refused in step text and parameter values: controls (Cc; TAB and LF are the
+# only ones allowed, and only in step text), format characters (Cf: bidi embeddings, overrides and
+# isolates, zero-width characters, the BOM), spaces other than U+0020 (Zs: NBSP ...), line and
+# paragraph separators (Zl, Zp), private use (Co) and surrogates (Cs).
+HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp", "Co", "Cs"})
+
+
+def hidden_character(text: str, *, allowed: str = "\t\n") -> tuple[int, str] | None:
+    """(0-based index, character) of the first character of `text` that does not show as what it is, or None."""
+    for index, char in enumerate(text):
+        if char in allowed or char == " ":
+            continue
+        if unicodedata.category(char) in HIDDEN_CATEGORIES:
+            return index, char
+    return None
+
+
+def code_point(char: str) -> str:
+    """'U+202E RIGHT-TO-LEFT OVERRIDE': a character named so that a reader can find it."""
+    name = unicodedata.name(char, "") or {"\x1b": "ESCAPE", "\x00": "NULL", "\x7f": "DELETE", "\x85": "NEXT LINE (NEL)"}.get(char, "a control character")
+    return f"U+{ord(char):04X} {name}"
+
+
+# -- value grammars of parameters ----------------------------------------------------------------
+
+# URLs of parameters: no quote, '$', ';', '&', '=', '?', '#' or space (a mirror pair splits on '=').
+_URL_PATH = r"(/[A-Za-z0-9._~%+,:@/-]*)?"
+_LOOPBACK_HTTP = re.compile(r"http://(127\.0\.0\.1|localhost|\[::1\])(:[0-9]{1,5})?" + _URL_PATH)
+_HTTPS_URL = re.compile(r"https://[A-Za-z0-9.-]+(:[0-9]{1,5})?" + _URL_PATH)
+_LANE = r"[a-z0-9][a-z0-9-]{0,62}"
+_COUNT = re.compile(r"[1-9][0-9]{0,3}")
+_SIZE = re.compile(r"[1-9][0-9]{0,12}[KMGT]?")
+_SECONDS = re.compile(r"[1-9][0-9]{0,5}")
+_REGISTRY = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?|\[::1\])(?::[1-9][0-9]{0,4})?(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*){1,8}")
+
+
+def is_mirror_url(url: str) -> bool:
+    """A mirror prefix (OMP_NINFER_MIRROR, pinned --mirrored): HTTPS, or plain HTTP on this host's loopback."""
+    return bool(_HTTPS_URL.fullmatch(url) or _LOOPBACK_HTTP.fullmatch(url))
+
+
+# Besides letters and digits (any script): no quote, '$', '`', ';', '|', '&', '<', '>', '*', '?', '[', '\\' ...,
+# so that a path means the same to a step that forgets to quote it.
+_PATH_PUNCTUATION = frozenset("._+@=,:~/ -")
+
+
+def _is_path(value: str, *, absolute: bool) -> bool:
+    """A relative path inside the clone (no '..', no '.', no empty segment); with `absolute`, also an absolute POSIX path
+    without '..' segments.  Never an option ('-...'), never a hidden character."""
+    if not value or value.startswith("-") or len(value) > 4096 or not all(char.isalnum() or char in _PATH_PUNCTUATION for char in value):
+        return False
+    if value.startswith("/"):
+        return absolute and ".." not in value.split("/")
+    return relpath_problem(value, portable=False) is None
+
+
+def _options(value: str, grammar: dict[str, Callable[[str], object]]) -> bool:
+    """Words separated by single spaces: each an option of `grammar` followed by one value its check accepts."""
+    words = value.split(" ")
+    if not value or len(words) % 2:
+        return False
+    return all(option in grammar and bool(grammar[option](word)) for option, word in zip(words[::2], words[1::2], strict=True))
+
+
+def _mirrors(value: str) -> bool:
+    pairs = value.split(" ")
+    return bool(value) and all(len(pair.split("=")) == 2 and all(is_mirror_url(url) for url in pair.split("=")) for pair in pairs)
+
+
+def _source(value: str) -> bool:
+    base, at, commit = value.rpartition("@")
+    if at and re.fullmatch(r"[0-9a-f]{40}", commit):
+        value = base
+    return bool(_HTTPS_URL.fullmatch(value)) or _is_path(value, absolute=True)
+
+
+def _release(value: str) -> bool:
+    # The one release-name grammar, imported when used: the runner stays light.
+    from pipeline.formats.release.names import RELEASE_RE
+
+    return bool(RELEASE_RE.fullmatch(value))
+
+
+def _port(value: str) -> bool:
+    return bool(re.fullmatch(r"[1-9][0-9]{0,4}", value)) and int(value) <= 65535
+
+
+def _text(value: str) -> bool:
+    # Never option-like: options have kinds of their own that name each option they allow.
+    return 0 < len(value) <= 256 and not value.startswith("-") and hidden_character(value, allowed="") is None
+
+
+@dataclass(frozen=True)
+class ParameterKind:
+    id: str
+    grammar: str  # what a refusal and docs/release-tree.md name
+    matches: Callable[[str], bool]
+
+
+PARAMETER_KINDS: dict[str, ParameterKind] = {
+    kind.id: kind
+    for kind in (
+        ParameterKind("text", "printable text on one line, 1 to 256 characters, not starting with '-', without control, format or non-ASCII space characters", _text),
+        ParameterKind("email", "an e-mail address NAME@DOMAIN (letters, digits, '.', '_', '%', '+', '-')", lambda v: len(v) <= 254 and bool(re.fullmatch(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+", v))),
+        ParameterKind("release", "a product release name: vX.Y.Z or vX.Y.Z-beta.N", _release),
+        ParameterKind("lane", "a lane id: lower-case letters, digits and '-', e.g. rtx4090-windows-native", lambda v: bool(re.fullmatch(_LANE, v))),
+        ParameterKind("lanes", "lane ids separated by single spaces", lambda v: bool(re.fullmatch(f"{_LANE}(?: {_LANE})*", v))),
+        ParameterKind("sha256", "a SHA-256: 64 lower-case hex digits", lambda v: bool(re.fullmatch(r"[0-9a-f]{64}", v))),
+        ParameterKind("digest", "a digest sha256:<64 lower-case hex digits>", lambda v: bool(re.fullmatch(r"sha256:[0-9a-f]{64}", v))),
+        ParameterKind("commit", "a full commit: 40 lower-case hex digits", lambda v: bool(re.fullmatch(r"[0-9a-f]{40}", v))),
+        ParameterKind("port", "a TCP port: 1 to 65535 in decimal", _port),
+        ParameterKind("url", "an https:// URL, or an http:// URL on the loopback (127.0.0.1, localhost, [::1])", is_mirror_url),
+        ParameterKind("mirrors", "URL_PREFIX=MIRROR_PREFIX pairs separated by single spaces, each prefix an https:// URL or an http:// URL on the loopback", _mirrors),
+        ParameterKind("clone-path", "a relative path inside the clone: no '..', '.' or empty segment, not starting with '-', of letters, digits, spaces and ._+@=,:~/-", lambda v: _is_path(v, absolute=False)),
+        ParameterKind("path", "a relative path inside the clone, or an absolute path: no '..' segment, not starting with '-', of letters, digits, spaces and ._+@=,:~/-", lambda v: _is_path(v, absolute=True)),
+        ParameterKind("source", "URL@COMMIT (an https:// URL and a 40-hex commit) or a path (relative inside the clone, or absolute) with an optional @COMMIT", _source),
+        ParameterKind("registry", "HOST[:PORT]/REPOSITORY (lower-case repository path components)", lambda v: bool(_REGISTRY.fullmatch(v))),
+        ParameterKind("audit-options", "options of 'audit' separated by single spaces, only: --skip-larger-than SIZE (e.g. 4G), --jobs N, --connections N", lambda v: _options(v, {"--skip-larger-than": _SIZE.fullmatch, "--jobs": _COUNT.fullmatch, "--connections": _COUNT.fullmatch})),
+        ParameterKind(
+            "accept-run-options", "options of 'accept run' separated by single spaces, only: --parameters PATH, --grant network|github, --deny CAPABILITY, --step-timeout SECONDS",
+            lambda v: _options(v, {"--parameters": lambda w: _is_path(w, absolute=True), "--grant": GRANTABLE.__contains__, "--deny": CAPABILITIES.__contains__, "--step-timeout": _SECONDS.fullmatch}),
+        ),
+    )
+}
+
+
+def parameter_value_problem(kind: str, value: object) -> str | None:
+    """Why `value` is not a value of the parameter kind `kind` (its grammar, to be named in the refusal), or None."""
+    grammar = PARAMETER_KINDS.get(kind)
+    if grammar is None:
+        return "has no known kind (one of " + ", ".join(PARAMETER_KINDS) + ")"
+    if not isinstance(value, str) or not grammar.matches(value):
+        return grammar.grammar
     return None
 
 
@@ -110,7 +262,8 @@ class Parameter:
     name: str
     default: str | None  # the value the runner sets unless --set NAME=VALUE; None: unset
     line: int
-    required: bool = False  # NAME alone: the runner refuses to start without --set NAME=VALUE
+    kind: str  # PARAMETER_KINDS: the grammar every value (a default included) must match
+    required: bool = False  # NAME: KIND alone: the runner refuses to start without --set NAME=VALUE
 
 
 @dataclass(frozen=True)
@@ -217,7 +370,21 @@ def _markers(path: str, line: int, shell: str, tokens: list[str]) -> tuple[bool,
     return example, tuple(requires)
 
 
+def _refuse_hidden(path: str, first_line: int, lines: list[str], where: str, *, allowed: str) -> None:
+    """Refuse a block whose text holds a character that shows other than the shell reads it (hidden_character)."""
+    for offset, line in enumerate(lines):
+        found = hidden_character(line, allowed=allowed)
+        if found is not None:
+            column, char = found
+            raise _error(
+                path, first_line + offset, f"{where} holds {code_point(char)} at line {first_line + offset}, column {column + 1}",
+                found=line, expected="printable characters, spaces (U+0020)" + (" and tabs" if "\t" in allowed else "") + " only",
+                fix="delete the character or write it visibly (bash: $'\\uXXXX'); what a reviewer sees must be what the shell runs",
+            )
+
+
 def _parameters(path: str, start: int, lines: list[str]) -> list[Parameter]:
+    _refuse_hidden(path, start, lines, "the parameters block", allowed="")
     out: list[Parameter] = []
     for offset, raw in enumerate(lines):
         number = start + offset
@@ -226,14 +393,21 @@ def _parameters(path: str, start: int, lines: list[str]) -> list[Parameter]:
             continue
         match = PARAMETER_LINE.fullmatch(raw)
         if not match:
-            raise _error(path, number, "is not a parameter line", found=raw, expected="NAME=default, NAME (required) or [NAME] (optional, unset unless given); NAME in capitals")
+            raise _error(path, number, "is not a parameter line", found=raw, expected=PARAMETER_LINE_FORM + "; KIND one of " + ", ".join(PARAMETER_KINDS))
         name = match.group("name") or match.group("optional")
         problem = parameter_name_problem(name)
         if problem is not None:
-            raise _error(path, number, f"declares a parameter the runner refuses ({name} {problem})", found=name, expected="another name", fix=DENIED_FIX)
+            raise _error(path, number, f"declares a parameter the runner refuses ({name} {problem})", found=name, expected="another name", fix=OWNED_FIX)
         if name in {p.name for p in out}:
             raise _error(path, number, "declares a parameter twice", found=name)
-        out.append(Parameter(name, match.group("value"), number, required=match.group("name") is not None and match.group("value") is None))
+        kind, default = match.group("kind"), match.group("value")
+        if kind not in PARAMETER_KINDS:
+            raise _error(path, number, f"declares {name} of an unknown kind", found=kind, expected="one of " + ", ".join(PARAMETER_KINDS))
+        if default is not None and match.group("optional"):
+            raise _error(path, number, f"gives the optional parameter {name} a default", found=raw, expected=f"[{name}]: {kind} (unset unless given) or {name}: {kind} = DEFAULT")
+        if default is not None and (problem := parameter_value_problem(kind, default)) is not None:
+            raise _error(path, number, f"declares a default of {name} outside its grammar", found=default, expected=problem)
+        out.append(Parameter(name, default, number, kind, required=match.group("name") is not None and default is None))
     return out
 
 
@@ -341,6 +515,7 @@ def scan(data: bytes, path: str) -> Document:
                         raise _error(path, number, "is a shell step outside any route", found=line, expected="inside a '## Route `<id>`: <title>' section", fix="move it into a route, or mark it 'example' if it must not run")
                     if not body or not "".join(body).strip():
                         raise _error(path, number, "is an empty step", fix="write the commands, or remove the block")
+                    _refuse_hidden(path, number + 1, body, f"step {len(current['steps']) + 1} of route {current['id']}", allowed="\t")
                     step_text = "".join(item + "\n" for item in body)
                     encoded = step_text.encode("utf-8")
                     if len(encoded) > MAX_STEP_BYTES:

@@ -1,7 +1,7 @@
 """Stage `accept`: the documented routes, run exactly as written, bound to the candidate.
 
     python -m pipeline accept bundle --release vX.Y.Z --route ROUTE [--candidate REV] [--document-at REV]
-    python -m pipeline accept run BUNDLE [--clone DIR] [--set NAME=VALUE] [--path DIR] [--grant CAP]
+    python -m pipeline accept run BUNDLE [--clone DIR] [--set NAME=VALUE] [--parameters FILE] [--grant CAP]
     python -m pipeline accept compose --release vX.Y.Z RECEIPT... [--document-change ROUTE:STEP=WHY]
     python -m pipeline accept pinned FIELD [--release vX.Y.Z] [--mirrored]
     python -m pipeline accept routes DOCUMENT
@@ -20,8 +20,11 @@ document from the clone's git at the bundle's document commit (a regular file at
 relative path, at most 1 MiB, hashed before it is parsed), scans it with the reader
 `bundle` used, and refuses (IntegrityError, exit 5) a bundle whose steps or parameters are
 not byte for byte the document's: the bundle only says which route of which document runs.
-Parameter names the runner sets or that run code (BASH_ENV, ENV, PATH, IFS, LD_*,
-PYTHON* ...; formats/routes.py) are refused wherever they appear.  Host-only steps (`requires=CAP`) run
+The shell starts from an environment the runner builds (routes.RUNNER_ENVIRONMENT: fresh HOME
+and TMPDIR in the work folder, PATH = the runner's Python's bin folder and the system folders,
+C.UTF-8, UTC) plus the route's parameters: only the names its document declares (an allow list;
+`--set` of any other name is refused), each value matching the grammar its declaration states
+(routes.PARAMETER_KINDS).  Host-only steps (`requires=CAP`) run
 only where the host has the capability (probed, or granted with --grant) and are
 recorded as not run otherwise.  Each step's output is streamed to files in the work folder;
 the runner hashes them in chunks and keeps at most the last 64 KiB in memory (shown when a
@@ -68,10 +71,16 @@ from pipeline.errors import (
 from pipeline.formats import acceptance as fmt
 from pipeline.formats.routes import (
     CAPABILITIES,
-    DENIED_FIX,
+    GRANTABLE,
     MAX_DOCUMENT_BYTES,
+    OWNED_FIX,
+    PARAMETER_KINDS,
+    PARAMETER_NAME_RE,
+    RUNNER_ENVIRONMENT,
+    WINDOWS_SYSTEM_VARIABLES,
     Document,
     parameter_name_problem,
+    parameter_value_problem,
     scan,
 )
 from pipeline.infra.git import GIT
@@ -88,11 +97,10 @@ DEFAULT_STEP_TIMEOUT = 1800.0
 PROBE_TIMEOUT = 60.0
 OUTPUT_DIR = "acceptance"
 RUNNER = "pipeline.stages.accept"
-GRANTABLE = ("network", "github")
-# Windows needs these from the system for PowerShell and .NET to start; their values are host facts, not secrets.
-WINDOWS_SYSTEM_VARIABLES = ("SystemRoot", "SystemDrive", "windir", "ComSpec", "PATHEXT", "ProgramData", "ProgramFiles", "ProgramFiles(x86)", "CommonProgramFiles", "NUMBER_OF_PROCESSORS", "PROCESSOR_ARCHITECTURE", "OS")
-# Every variable the runner itself may put in a route's environment (besides the route's parameters).
-RUNNER_VARIABLES = frozenset({"HOME", "TMPDIR", "PATH", "LANG", "LC_ALL", "TZ", "TERM", "OMP_NINFER_RELEASE", "USERPROFILE", "TEMP", "TMP", "APPDATA", "LOCALAPPDATA", *WINDOWS_SYSTEM_VARIABLES})
+# Every variable the runner itself may put in a route's environment besides the route's parameters
+# (formats/routes.py: RUNNER_ENVIRONMENT says why each is there).
+RUNNER_VARIABLES = frozenset(RUNNER_ENVIRONMENT)
+MAX_PARAMETERS_FILE_BYTES = 64 * 1024
 OUTPUT_TAIL_BYTES = fmt.OUTPUT_TAIL_BYTES
 SHOWN_TAIL_BYTES = 4096  # of a failing step's stderr, printed with the failure
 
@@ -247,7 +255,6 @@ class RunOptions:
     clone: Path
     parameters: dict[str, str] = field(default_factory=dict)  # --set: every name must be declared by the route
     offered: dict[str, str] = field(default_factory=dict)  # --parameters FILE: the route takes the names it declares
-    path_dirs: list[str] = field(default_factory=list)
     grants: list[str] = field(default_factory=list)
     denies: list[str] = field(default_factory=list)
     step_timeout: float = DEFAULT_STEP_TIMEOUT
@@ -302,24 +309,70 @@ def probe_capabilities(needed: set[str], env: dict[str, str], cwd: Path, grants:
     return caps, gpus
 
 
-def run_environment(bundle: dict[str, Any], options: RunOptions, work: Path) -> tuple[dict[str, str], dict[str, str]]:
-    """The clean environment of a run: documented base variables, the release, the route's parameters."""
+def route_path() -> str:
+    """PATH of an sh route: the bin folder of the Python that runs the runner (a virtual environment's, where it
+    runs in one: `python3` and the pipeline's console scripts are that environment's), then the system folders.
+    Never the caller's PATH: a folder there could hold a `sha256sum` or `git` of its own."""
+    runner_bin = os.path.dirname(os.path.abspath(sys.executable)) if sys.executable else ""
+    system = DEFAULT_PATH.split(os.pathsep)
+    return os.pathsep.join(([runner_bin] if runner_bin and runner_bin not in system else []) + system)
+
+
+def route_parameters(bundle: dict[str, Any], options: RunOptions) -> tuple[dict[str, str], dict[str, str]]:
+    """The values and sources ('set', 'default', 'unset') of the route's declared parameters, before anything is made.
+
+    An allow list: a --set of a name the route does not declare is refused, whatever the name (TAR_OPTIONS,
+    XDG_CONFIG_HOME, HTTPS_PROXY ... would make a program run code the document does not hold); the
+    --parameters file offers names, of which the route takes only its own; every value must match the
+    grammar its declaration states (routes.PARAMETER_KINDS)."""
     declared = {p["name"]: p for p in bundle["parameters"]}
     for name in declared:
         problem = parameter_name_problem(name)
         if problem is not None:  # validate_bundle refused it already; never set one, whatever the caller checked
-            raise InputError(f"the route declares a parameter the runner refuses: {name} {problem}", field="parameters", found=name, fix=DENIED_FIX)
+            raise InputError(f"the route declares a parameter the runner refuses: {name} {problem}", field="parameters", found=name, fix=OWNED_FIX)
     for name in options.parameters:
         if name not in declared:
-            raise UsageError("--set names a variable the route does not declare", field="--set", found=name, expected="one of " + (", ".join(sorted(declared)) or "(the route declares no parameters)"), fix="declare it in the document's parameters block, or drop it")
-    home = work / "home"
-    tmp = work / "tmp"
-    home.mkdir(parents=True, exist_ok=True)
-    tmp.mkdir(parents=True, exist_ok=True)
-    base_path = DEFAULT_PATH if host_os() != "windows" else os.environ.get("PATH", "")
-    path = os.pathsep.join([*[str(Path(d).resolve()) for d in options.path_dirs], base_path])
+            raise UsageError(
+                "--set names a variable the route does not declare", field="--set", found=name, expected="one of " + (", ".join(sorted(declared)) or "(the route declares no parameters)"),
+                why="a run takes only the parameters its route document declares (an allow list); any other variable could make a program run something the document does not hold",
+                fix="declare it in the document's parameters block, or drop it",
+            )
+    given = {**{k: ("--parameters", v) for k, v in options.offered.items() if k in declared}, **{k: (f"--set {k}", v) for k, v in options.parameters.items()}}
+    values: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for name, parameter in declared.items():
+        if name in given:
+            flag, value = given[name]
+            problem = parameter_value_problem(parameter["kind"], value)
+            if problem is not None:
+                raise UsageError(
+                    f"the value of parameter {name} is not a {parameter['kind']}", field=flag, found=value, expected=problem,
+                    why="every parameter's value must match the grammar its route document declares", fix=f"give {name} a value of that form",
+                )
+            values[name], sources[name] = value, "set"
+        elif parameter["default"] is not None:
+            values[name], sources[name] = parameter["default"], "default"
+        elif parameter["required"]:
+            raise UsageError(f"the route needs the parameter {name}", field="--set", expected=f"--set {name}=VALUE ({PARAMETER_KINDS[parameter['kind']].grammar})", fix="see the route's parameters block in the document")
+        else:
+            sources[name] = "unset"
+    return values, sources
+
+
+def run_environment(bundle: dict[str, Any], options: RunOptions, work: Path) -> tuple[dict[str, str], dict[str, str]]:
+    """The environment a route starts from, built by the runner (routes.RUNNER_ENVIRONMENT) and never inherited:
+    fresh HOME and TMPDIR inside the work folder, the fixed PATH (route_path), C.UTF-8, UTC, the release
+    and the route's declared parameters (route_parameters)."""
+    values, sources = route_parameters(bundle, options)
+    work.mkdir(parents=True, exist_ok=True)
+    # Fresh each run, even in a --work folder used before: a planted .gitconfig (core.fsmonitor) never runs.
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=work))
+    tmp = Path(tempfile.mkdtemp(prefix="tmp-", dir=work))
+    windows = host_os() == "windows"
+    # Windows: PowerShell, .NET and the tools a Windows route names live in folders only the host's PATH lists.
+    path = os.environ.get("PATH", "") if windows else route_path()
     env = {"HOME": str(home), "TMPDIR": str(tmp), "PATH": path, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "TERM": "dumb"}
-    if host_os() == "windows":
+    if windows:
         env.update({"USERPROFILE": str(home), "TEMP": str(tmp), "TMP": str(tmp), "APPDATA": str(home / "AppData" / "Roaming"), "LOCALAPPDATA": str(home / "AppData" / "Local")})
         for name in WINDOWS_SYSTEM_VARIABLES:
             if name in os.environ:
@@ -328,19 +381,7 @@ def run_environment(bundle: dict[str, Any], options: RunOptions, work: Path) -> 
         env.pop("LC_ALL")
     if bundle.get("release"):
         env["OMP_NINFER_RELEASE"] = bundle["release"]
-    sources: dict[str, str] = {}
-    given = {**{k: v for k, v in options.offered.items() if k in declared}, **options.parameters}
-    for name, parameter in declared.items():
-        if name in given:
-            env[name] = given[name]
-            sources[name] = "set"
-        elif parameter["default"] is not None:
-            env[name] = parameter["default"]
-            sources[name] = "default"
-        elif parameter["required"]:
-            raise UsageError(f"the route needs the parameter {name}", field="--set", expected=f"--set {name}=VALUE", fix="see the route's parameters block in the document")
-        else:
-            sources[name] = "unset"
+    env.update(values)
     return env, sources
 
 
@@ -683,9 +724,9 @@ def run_bundle(bundle_bytes: bytes, bundle_file: str, options: RunOptions) -> di
     _check_host_and_options(route, options, bundle_file)
     clone, commit = _clean_clone(options, bundle)
     doc_in_clone = check_document_in_clone(clone, bundle, bundle_file)
+    route_parameters(bundle, options)  # refused before the work folder is made
 
     work = options.work or Path(tempfile.mkdtemp(prefix="omp-ninfer-accept-"))
-    work.mkdir(parents=True, exist_ok=True)
     env, sources = run_environment(bundle, options, work)
     steps = bundle["steps"]
     needed = {cap for step in steps for cap in step["requires"]}
@@ -943,7 +984,7 @@ def _bundle_document(kind, release, candidate, manifest, document, data, at, doc
         "manifest": manifest,
         "document": {"path": document, "sha256": sha256_bytes(data), "bytes": len(data), "commit": at},
         "route": {"id": route.id, "title": route.title, "heading_line": route.heading_line, "shell": route.shell, "host_kind": host, "lane": lane, "required": required},
-        "parameters": [{"name": p.name, "default": p.default, "required": p.required} for p in doc.parameters_of(route_id)],
+        "parameters": [{"name": p.name, "kind": p.kind, "default": p.default, "required": p.required} for p in doc.parameters_of(route_id)],
         "steps": [
             {"index": s.index, "shell": s.shell, "requires": list(s.requires), "line_start": s.line_start, "line_end": s.line_end, "sha256": s.sha256, "bytes": s.bytes, "text": s.text}
             for s in route.steps
@@ -1155,7 +1196,8 @@ def check_receipt(item: Loaded, host_kind: str) -> None:
 
 def check_receipt_parameters(item: Loaded, document: Document) -> None:
     """The receipt's parameters are exactly the route's declared ones (a default with the document's
-    value), and its environment holds nothing but the runner's own variables and those parameters."""
+    value, every value of its declared kind), and its environment holds nothing but the runner's own
+    variables and those parameters."""
     r, f, route_id = item.receipt, str(item.path), item.route
     declared = {p.name: p for p in document.parameters_of(route_id)}
     params = r["environment"]["parameters"]
@@ -1168,6 +1210,15 @@ def check_receipt_parameters(item: Loaded, document: Document) -> None:
             raise _refused(f"parameter {name} ran with a default the document does not declare", file=f, field=f"environment.parameters.{name}.value", found=value["value"], expected=held.default, why=why)
         if value["source"] == "unset" and held.required:
             raise _refused(f"the required parameter {name} was not set", file=f, field=f"environment.parameters.{name}.source", found="unset", expected="set", why=why)
+        if value["source"] != "unset" and (problem := parameter_value_problem(held.kind, value["value"])) is not None:
+            raise _refused(f"parameter {name} ran with a value outside the grammar its declaration states ({held.kind})", file=f, field=f"environment.parameters.{name}.value", found=value["value"], expected=problem, why=why)
+    path = r["environment"]["path"]
+    if r["environment"]["shell"] == "sh" and not re.fullmatch(r"(?:/[^:\0]+:)?" + re.escape(DEFAULT_PATH), path):
+        raise _refused(
+            "the run's PATH is not the runner's own", file=f, field="environment.path", found=path,
+            expected=f"{DEFAULT_PATH}, after at most the bin folder of the runner's Python", why="a folder first on PATH decides what every command of the steps runs",
+            fix="run the route again with this runner (python3 -m pipeline.stages.accept run, from the virtual environment the steps should use)",
+        )
     allowed = RUNNER_VARIABLES | {name for name, value in params.items() if value["source"] != "unset"}
     extra = sorted(set(r["environment"]["variables"]) - allowed)
     if extra:
@@ -1384,35 +1435,50 @@ def compose_record(root: Path, release: str, receipt_paths: list[Path], *, regis
 
 # -- CLI ---------------------------------------------------------------------------------------------
 
-def _parameters(values: list[str]) -> dict[str, str]:
+def _parameters(values: list[tuple[str, str]], *, file: Path | None = None) -> dict[str, str]:
+    """NAME=VALUE pairs of --set (`file` None) or of a --parameters file ((field, text) per line): names by their
+    syntax only (whether the route declares them is checked against its bundle), values without NUL."""
+    flag = "--set" if file is None else "--parameters"
     out: dict[str, str] = {}
-    for value in values:
+    for where, value in values:
         name, sep, content = value.partition("=")
-        if not sep or not re.fullmatch(r"[A-Z][A-Z0-9_]{0,63}", name):
-            raise UsageError("--set takes NAME=VALUE", field="--set", found=name or value, expected="e.g. --set OMP_NINFER_MIRROR=https://github.com/=http://127.0.0.1:8000/github.com/")
-        problem = parameter_name_problem(name)
-        if problem is not None:
-            raise UsageError(f"--set cannot set this variable: it {problem}", field="--set", found=name, expected="a parameter the route declares", fix="name a parameter of the route's parameters block; the runner sets the shell's environment itself")
+        if not sep or not PARAMETER_NAME_RE.fullmatch(name):
+            raise UsageError(f"{flag} takes NAME=VALUE", file=file, field=where, found=name or value, expected="e.g. --set OMP_NINFER_MIRROR=https://github.com/=http://127.0.0.1:8000/github.com/ (NAME: capitals, digits and '_')")
+        if "\0" in content:
+            raise UsageError(
+                f"the value of {name} holds a NUL character", file=file, field=where, found=content.replace("\0", "\\0"), expected="a value without NUL (no environment variable can hold one)",
+                fix=f"remove the NUL from the value of {name}",
+            )
         if name in out:
-            raise UsageError("--set names one variable twice", field="--set", found=name)
+            raise UsageError(f"{flag} names one variable twice", file=file, field=where, found=name)
         out[name] = content
     return out
+
+
+def _parameters_file(path: Path) -> dict[str, str]:
+    """The NAME=VALUE lines of a --parameters file (values may hold spaces; '#' starts a comment line): read bounded,
+    UTF-8, LF-separated (a value may not be cut at a character str.splitlines would take for a line end)."""
+    if not path.is_file():
+        raise InputError("the parameters file does not exist", file=path)
+    data = read_bytes_bounded(path, MAX_PARAMETERS_FILE_BYTES, what="parameters file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise InputError(f"is not UTF-8 ({exc.reason})", file=path, field=f"line {line}", fix="save the parameters file as UTF-8") from None
+    lines = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            lines.append((f"line {number}", line))
+    return _parameters(lines, file=path)
 
 
 def run_accept_run(args: argparse.Namespace) -> int:
     for cap in args.grant:
         if cap not in CAPABILITIES:
             raise UsageError("--grant names an unknown capability", field="--grant", found=cap, expected=" or ".join(GRANTABLE))
-    offered: list[str] = []
-    if args.parameters is not None:
-        if not args.parameters.is_file():
-            raise InputError("the parameters file does not exist", file=args.parameters)
-        for number, line in enumerate(args.parameters.read_text(encoding="utf-8").splitlines(), start=1):
-            if line.strip() and not line.lstrip().startswith("#"):
-                if "=" not in line:
-                    raise InputError("is not NAME=VALUE", file=args.parameters, field=f"line {number}")
-                offered.append(line)
-    options = RunOptions(clone=Path(args.clone or "."), parameters=_parameters(list(args.set)), offered=_parameters(offered), path_dirs=list(args.path), grants=list(args.grant), denies=list(args.deny), step_timeout=args.step_timeout, work=args.work, keep_work=args.keep_work)
+    offered = _parameters_file(args.parameters) if args.parameters is not None else {}
+    options = RunOptions(clone=Path(args.clone or "."), parameters=_parameters([("--set", value) for value in args.set]), offered=offered, grants=list(args.grant), denies=list(args.deny), step_timeout=args.step_timeout, work=args.work, keep_work=args.keep_work)
     ctx = Context.open(args.dist)
     stage = RunStage(ctx, Path(args.bundle), options, out=args.out)
     execute(stage, force=True)
@@ -1513,8 +1579,7 @@ def register_cli(sub) -> None:
     run = actions.add_parser("run", help="run a bundle in one shell session from a clean clone and write its receipt")
     run.add_argument("bundle", help="the bundle file (accept bundle wrote it)")
     run.add_argument("--clone", default=None, help="the clone to run in (default: the current folder's repository)")
-    run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a parameter the route declares (repeatable)")
-    run.add_argument("--path", action="append", default=[], metavar="DIR", help="prepend DIR to the run's PATH (repeatable), e.g. a virtual environment's bin")
+    run.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a parameter the route declares, with a value of its declared kind (repeatable); any other name is refused")
     run.add_argument("--grant", action="append", default=[], metavar="CAP", help="grant a capability the runner cannot probe: network, github (repeatable)")
     run.add_argument("--deny", action="append", default=[], metavar="CAP", help="treat a capability as absent without probing it (recorded as denied; repeatable)")
     run.add_argument("--parameters", type=Path, default=None, metavar="FILE", help="NAME=VALUE lines (values may hold spaces); the route takes the names it declares, --set wins")

@@ -163,6 +163,46 @@ class CompilePlace:
         return self.isolation.wrap(self.private, self.src.parent, argv)
 
 
+# Written inside a --work folder when the pipeline makes it: a build empties a folder only when it holds this
+# file naming the folder itself (device and inode), so that a marker copied or committed into another folder
+# (a clone's) claims nothing.  `--work .` once emptied the checkout.
+WORK_MARKER = ".omp-ninfer-build-work"
+
+
+def _marker_text(folder: Path) -> str:
+    identity = folder.stat()
+    return f"made by python -m pipeline build --work (folder {identity.st_dev}:{identity.st_ino}); a later build empties this folder\n"
+
+
+def _made_by_a_build(folder: Path) -> bool:
+    marker = folder / WORK_MARKER
+    if marker.is_symlink() or not marker.is_file() or marker.stat().st_size > 4096:
+        return False
+    return marker.read_text(encoding="utf-8", errors="replace") == _marker_text(folder)
+
+
+def check_work_dir(work_dir: Path) -> None:
+    """Refuse a --work that is not a folder the build may empty: a new or empty folder, or one a build made."""
+    if work_dir.is_symlink() or (work_dir.exists() and not work_dir.is_dir()):
+        raise UsageError("--work is not a folder", field="--work", found=str(work_dir), expected="a new or empty folder", fix="name a new folder, e.g. --work /var/tmp/my-ninfer-build")
+    if work_dir.is_dir() and any(work_dir.iterdir()) and not _made_by_a_build(work_dir):
+        raise UsageError(
+            "--work names a folder that holds files the pipeline did not make", field="--work", found=str(work_dir),
+            expected=f"a new or empty folder, or one an earlier build made (its {WORK_MARKER} names it)",
+            why="a build starts from an empty build folder, and it never deletes files it did not make",
+            fix="name a new folder (e.g. --work /var/tmp/my-ninfer-build), or leave --work out",
+        )
+
+
+def claim_work_dir(work_dir: Path) -> None:
+    """Make `work_dir` an empty build folder with its WORK_MARKER, emptying it only when a build made it."""
+    check_work_dir(work_dir)
+    if work_dir.is_dir() and any(work_dir.iterdir()):
+        shutil.rmtree(work_dir)  # a build's own folder (checked above); links inside are removed, never followed
+    work_dir.mkdir(parents=True, exist_ok=True)
+    (work_dir / WORK_MARKER).write_text(_marker_text(work_dir), encoding="utf-8")
+
+
 @contextmanager
 def compile_place(lane: Lane, work_dir: Path | None):
     """The build's own folder at the canonical path (a private mount namespace), else the canonical folder under the lane lock."""
@@ -179,17 +219,19 @@ def compile_place(lane: Lane, work_dir: Path | None):
             build = work_dir or root / "build"
             place = CompilePlace(root / "src", build, root / "src", build, None, isolation)
             for path in (place.src, place.build):
-                if path.exists():
+                if path == work_dir:
+                    claim_work_dir(work_dir)
+                elif path.exists():
                     shutil.rmtree(path)
             yield place
         return
+    build = work_dir or root / "build"
+    if not build.is_relative_to(root):  # a --work outside the canonical root
+        claim_work_dir(build)
     for left in buildns.prune_finished(work_parent, f"{lane.id}."):
         ui.info(f"removed {left}, the folder an earlier build of {lane.id} left when it failed")
     private = Path(tempfile.mkdtemp(prefix=f"{lane.id}.", dir=work_parent))
-    build = work_dir or root / "build"
     real_build = private / build.relative_to(root) if build.is_relative_to(root) else build
-    if real_build == build and build.exists():
-        shutil.rmtree(build)
     ui.info(f"private build folder {private}, mounted at {root} for the compile only (a mount namespace of its own)")
     with buildns.held(private):
         try:
@@ -243,6 +285,8 @@ class BuildStage(Stage):
         self.source_spec = source
         self.toolchain_mode = toolchain_mode
         self.prebuilt = prebuilt
+        if work_dir is not None:
+            check_work_dir(work_dir)  # before any work; compile_place claims it (claim_work_dir)
         self.work_dir = work_dir
         self.rehearsal = rehearsal
         # rebuild --verify: the CutBinding the published set was built as (not the lane's current cut).
@@ -847,7 +891,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--provenance", type=Path, help="the SLSA provenance naming the archive's SHA-256, commit and tree (with --source-archive)")
     parser.add_argument("--prebuilt", type=Path, help="folder of binaries built elsewhere (e.g. the Windows job) to check and record")
     parser.add_argument("--toolchain", choices=("pinned", "system"), default="pinned", help="pinned wheel toolchain (default) or the system nvcc")
-    parser.add_argument("--work", type=Path, help="build directory (default: /var/tmp/omp-ninfer/build/<lane>/build)")
+    parser.add_argument("--work", type=Path, help=f"build directory (default: /var/tmp/omp-ninfer/build/<lane>/build): a new or empty folder, or one an earlier build made ({WORK_MARKER} inside); a build empties no other")
     parser.add_argument("--rehearsal", action="store_true", help="build a commit that is not the lane's current cut under the cut's names (a test build: publish refuses it); the embedded sample always is one unless a cut binds its commit")
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
     parser.add_argument(

@@ -760,6 +760,9 @@ def fuzz_routes(data: bytes, work: Path) -> None:
             assert _sha256(step.text.encode()) == step.sha256 and len(step.text.encode()) == step.bytes
         declared = document.parameters_of(route_id)
         assert all(routes.parameter_name_problem(p.name) is None for p in declared)
+        # Every declaration states a known grammar that its default matches; no step holds a hidden character.
+        assert all(p.kind in routes.PARAMETER_KINDS and (p.default is None or routes.parameter_value_problem(p.kind, p.default) is None) for p in declared)
+        assert all(routes.hidden_character(step.text) is None for step in route.steps)
         # What `accept bundle` makes of the route (a runbook and a release route), `accept run` must read back
         # and find to be the document's own text.
         findings, fields = _accepted(lambda route_id=route_id: accept.static_findings(document, route_id, manifest=None, release=None), "static_findings")  # type: ignore[misc]
@@ -780,14 +783,14 @@ The route document the acceptance harness checks bundles against.
 
 ```parameters
 # a mirror, optional
-[OMP_NINFER_MIRROR]
+[OMP_NINFER_MIRROR]: mirrors
 ```
 
 ## Route `check`: check a clone
 
 ```parameters
-GIT_AUTHOR_NAME=fuzz
-OMP_NINFER_LANE
+GIT_AUTHOR_NAME: text = fuzz
+OMP_NINFER_LANE: lane
 ```
 
 ```sh

@@ -296,14 +296,14 @@ def release_toml_seeds() -> dict[str, bytes]:
 # The route documents of the routes seeds, read from git at this commit (docs/QUICKSTART.md and docs/RELEASING.md
 # as they were): the seeds stay the same bytes when the documents change.  Without the commit (a shallow clone)
 # the committed seed is kept as it is.
-DOCS_COMMIT = "e9a746007631f465744a7aa7b4ff3089a332dd46"
+DOCS_COMMIT = "5217449f2e1cb7261320be1bf9132e99df57c6e6"
 SMALL_ROUTES = b"""# Small
 
 <!-- a comment
 over two lines -->
 
 ```parameters
-[OMP_NINFER_MIRROR]
+[OMP_NINFER_MIRROR]: mirrors
 ```
 
 ## Route `one`: one sh step
@@ -321,7 +321,7 @@ nvidia-smi
 ## Route `ps`: one powershell step
 
 ```parameters
-OMP_NINFER_LANE=rtx4090-windows-native
+OMP_NINFER_LANE: lane = rtx4090-windows-native
 ```
 
 ````powershell
@@ -388,7 +388,7 @@ def _acceptance_pair(route_id: str, *, release: str | None, status: str = "passe
         "document": {"path": harnesses.ROUTE_DOCUMENT_PATH, "sha256": bundle["document"]["sha256"], "sha256_in_clone": bundle["document"]["sha256"]},
         "clone": {"commit": COMMIT, "clean": True}, "status": status, "failed_step": None if status == "passed" else 1,
         "failure": None if status == "passed" else "exit status 1", "steps": steps,
-        "environment": {"variables": variables, "path": "/usr/bin:/bin", "parameters": parameters, "shell": route.shell},
+        "environment": {"variables": variables, "path": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "parameters": parameters, "shell": route.shell},
         "capabilities": {cap: {"available": True, "how": "granted", "command": None, "exit_status": None} for cap in sorted({c for s in route.steps for c in s.requires})},
         "host": {"os": "linux" if route.shell == "sh" else "windows", "os_release": "6.1", "arch": "x86_64", "python": "3.11.7", "shell_version": "GNU bash, 5.2", "gpus": []},
         "started_at": "2026-11-01T12:00:00Z", "finished_at": "2026-11-01T12:00:05Z",

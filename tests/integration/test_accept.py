@@ -44,8 +44,8 @@ def sha(data: bytes) -> str:
 RUNBOOK = """# Runbook
 
 ```parameters
-GREETING=hello
-[TOKEN]
+GREETING: text = hello
+[TOKEN]: text
 ```
 
 ## Route `session`: one shell session
@@ -257,6 +257,24 @@ def test_the_runner_refuses_a_dirty_clone_and_a_tampered_bundle(runbook):
     assert "duplicate key" in caught.value.render()
 
 
+def test_accept_bundle_refuses_a_step_that_shows_other_than_bash_reads_it(tmp_path):
+    """What a reviewer sees must be what bash runs: a right-to-left override makes `rm -rf ~` look like part of
+    a quoted string.  `accept bundle` names the route, step, line, column and the character by its code point."""
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "docs" / "RUNBOOK.md").write_text("# R\n\n## Route `install`: install\n\n```sh\necho one\n```\n\n```sh\necho 'done \u202e; rm -rf ~ #'\n```\n")
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    commit(repo, "r")
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline", "accept", "bundle", "--document", "docs/RUNBOOK.md", "--route", "install", "--root", str(repo), "--dist", str(tmp_path / "dist")],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "error[input]: docs/RUNBOOK.md: line 10: step 2 of route install holds U+202E RIGHT-TO-LEFT OVERRIDE at line 10, column 12" in result.stderr, result.stderr
+    assert "\u202e" not in result.stderr and "\\u202e" in result.stderr  # shown escaped, never as the character itself
+    assert not (tmp_path / "dist" / "acceptance").exists()
+
+
 def test_a_powershell_bundle_runs_on_windows_only(tmp_path):
     repo = tmp_path / "repo"
     (repo / "docs").mkdir(parents=True)
@@ -355,24 +373,194 @@ def test_a_bundle_cannot_change_the_routes_parameters(runbook, tmp_path):
     # a changed default runs the forger's value; an undeclared name is not the route's
     error = refused_run(forge(data, lambda d: d["parameters"][0].update(default=f"$(touch {marker})")), runbook, tmp_path / "work", marker)
     assert isinstance(error, IntegrityError) and (error.file, error.field) == ("docs/RUNBOOK.md", "line 4") and "parameter GREETING differs from its declaration" in error.render()
-    error = refused_run(forge(data, lambda d: d["parameters"].append({"name": "EXTRA", "default": "x", "required": False})), runbook, tmp_path / "work", marker)
+    error = refused_run(forge(data, lambda d: d["parameters"].append({"name": "EXTRA", "kind": "text", "default": "x", "required": False})), runbook, tmp_path / "work", marker)
     assert isinstance(error, IntegrityError) and (error.file, error.field, error.found) == ("forged.bundle.json", "parameters[2].name", "EXTRA")
     assert "does not declare" in error.render() and "GREETING, TOKEN" in error.render()
-    # names that make the shell, the loader, Python or git run something else: refused by name, whatever the document says
-    for name in ("BASH_ENV", "ENV", "PATH", "IFS", "SHELLOPTS", "PS4", "PROMPT_COMMAND", "LD_PRELOAD", "DYLD_INSERT_LIBRARIES", "PYTHONSTARTUP", "PYTHONPATH", "GIT_SSH_COMMAND", "GIT_EXEC_PATH", "HOME"):
-        error = refused_run(forge(data, lambda d, n=name: d["parameters"].append({"name": n, "default": f"$(touch {marker})", "required": False})), runbook, tmp_path / "work", marker)
+    # a changed kind widens the grammar of a value: not the document's declaration either
+    error = refused_run(forge(data, lambda d: d["parameters"][1].update(kind="path")), runbook, tmp_path / "work", marker)
+    assert isinstance(error, IntegrityError) and "parameter TOKEN differs from its declaration" in error.render() and "kind path" in error.render()
+    # names the runner or bash owns: refused by the bundle's reader, whatever the document says
+    for name in ("BASH_ENV", "ENV", "PATH", "IFS", "SHELLOPTS", "PS4", "PROMPT_COMMAND", "HOME", "TMPDIR", "LC_ALL"):
+        error = refused_run(forge(data, lambda d, n=name: d["parameters"].append({"name": n, "kind": "text", "default": "x", "required": False})), runbook, tmp_path / "work", marker)
         assert isinstance(error, InputError) and error.exit_code == 1, (name, error.render())
         assert (error.field, error.found) == ("parameters[2].name", name) and "cannot be a parameter" in error.render() and "Fix: rename the parameter" in error.render(), error.render()
-    # ... and as --set, named or not by the route
-    for value in (f"BASH_ENV=$(touch {marker})", "PATH=/tmp", "LD_PRELOAD=/tmp/x.so"):
-        result = subprocess.run([sys.executable, "-m", "pipeline.stages.accept", "run", str(tmp_path / "none.json"), "--set", value, "--dist", str(tmp_path / "dist")], cwd=ROOT, capture_output=True, text=True)
-        assert result.returncode == 2 and "error[usage]: --set: --set cannot set this variable" in result.stderr and "Traceback" not in result.stderr, result.stderr
-    with pytest.raises(UsageError):
-        run_bundle(data, "b", RunOptions(clone=runbook, parameters={"BASH_ENV": f"$(touch {marker})"}))
-    assert not marker.exists()
     # BASH_ENV really is what it looks like: bash expands and sources it before the first step
     probe = subprocess.run(["bash", "--noprofile", "--norc", "-c", "true"], env={"PATH": os.environ["PATH"], "BASH_ENV": f"$(touch {marker})"}, check=False)
     assert probe.returncode == 0 and marker.exists()
+
+
+# The issue's names: each passed the old deny list, and each makes a program the steps start run code or
+# fetch from elsewhere (tar, git, pip, curl, cmake, the pipeline's Sigstore seam).
+UNDECLARED = {
+    "TAR_OPTIONS": "--checkpoint=1 --checkpoint-action=exec=touch {marker}",
+    "XDG_CONFIG_HOME": "{config}",
+    "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+    "HTTPS_PROXY": "http://127.0.0.1:9",
+    "CMAKE_CXX_COMPILER_LAUNCHER": "{launcher}",
+    "PIPELINE_TEST_SIGSTORE": "1",
+    "BASH_ENV": "{launcher}",
+    "LD_PRELOAD": "/tmp/x.so",
+}
+
+
+def test_a_run_takes_only_the_parameters_its_document_declares(runbook, tmp_path):
+    """An allow list: `--set` of any name the route does not declare is refused before anything runs,
+    whatever the name, with the route's declared names in the message; nothing ran, no receipt."""
+    marker = tmp_path / "marker"
+    config = tmp_path / "xdg"
+    (config / "git").mkdir(parents=True)
+    (config / "git" / "config").write_text(f"[core]\n\tfsmonitor = touch {marker}\n")
+    launcher = tmp_path / "launcher.sh"
+    launcher.write_text(f"touch {marker}\n")
+    bundle = tmp_path / "session.bundle.json"
+    bundle.write_bytes(bundle_of(runbook, "session"))
+    for name, value in UNDECLARED.items():
+        value = value.format(marker=marker, config=config, launcher=launcher)
+        with pytest.raises(UsageError) as caught:
+            run_bundle(bundle.read_bytes(), "b", RunOptions(clone=runbook, parameters={name: value}, work=tmp_path / "work"))
+        assert (caught.value.field, caught.value.found) == ("--set", name) and "does not declare" in caught.value.render() and "GREETING, TOKEN" in caught.value.render()
+        assert not (tmp_path / "work").exists() and not marker.exists(), name
+        result = subprocess.run(
+            [sys.executable, "-m", "pipeline.stages.accept", "run", str(bundle), "--clone", str(runbook), "--set", f"{name}={value}", "--dist", str(tmp_path / "dist")],
+            cwd=ROOT, capture_output=True, text=True,
+        )
+        assert result.returncode == 2 and f"error[usage]: --set: --set names a variable the route does not declare (found {name!r}" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and not marker.exists() and not (tmp_path / "dist" / "acceptance").exists(), name
+    # the same names in a --parameters file: offered, and not taken (the route takes only its own)
+    offered = tmp_path / "accept.env"
+    offered.write_text("".join(f"{name}={value.format(marker=marker, config=config, launcher=launcher)}\n" for name, value in UNDECLARED.items()) + "GREETING=hi\n")
+    out = tmp_path / "receipt.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.stages.accept", "run", str(bundle), "--clone", str(runbook), "--parameters", str(offered), "--dist", str(tmp_path / "dist"), "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    receipt = json.loads(out.read_bytes())
+    assert receipt["environment"]["parameters"]["GREETING"] == {"source": "set", "value": "hi"}
+    assert set(receipt["environment"]["variables"]) == {"GREETING", "HOME", "LANG", "LC_ALL", "PATH", "TERM", "TMPDIR", "TZ"}
+    assert not marker.exists()
+
+
+def test_a_document_declaring_a_programs_variable_still_takes_only_values_of_its_grammar(tmp_path):
+    """The issue's case on 5796fcc: a route declared [TAR_OPTIONS] (past the deny list), `--set
+    TAR_OPTIONS=--checkpoint-action=exec=...` made tar run code and the receipt passed.  A declaration now
+    states a grammar, and no kind but the options kinds (which name each option they allow) takes an option."""
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "docs" / "RUNBOOK.md").write_text("# R\n\n## Route `pack`: pack\n\n```parameters\n[TAR_OPTIONS]: text\n```\n\n```sh\ntar -cf \"$TMPDIR/x.tar\" docs\n```\n")
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    commit(repo, "r")
+    data = canonical(make_bundle(repo, release=None, route_id="pack", document="docs/RUNBOOK.md"))
+    marker = tmp_path / "marker"
+    script = tmp_path / "action.sh"
+    script.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    script.chmod(0o755)
+    hostile = f"--checkpoint=1 --checkpoint-action=exec={script}"
+    with pytest.raises(UsageError) as caught:
+        run_bundle(data, "b", RunOptions(clone=repo, parameters={"TAR_OPTIONS": hostile}, work=tmp_path / "work"))
+    assert caught.value.field == "--set TAR_OPTIONS" and caught.value.found == hostile and "not starting with '-'" in caught.value.render()
+    assert not marker.exists() and not (tmp_path / "work").exists()
+    # the probe: tar really runs the action it is given, so the refusal is what kept the marker away
+    subprocess.run(["tar", "-cf", str(tmp_path / "probe.tar"), "-C", str(repo), "docs"], env={"PATH": os.environ["PATH"], "TAR_OPTIONS": hostile}, check=True)
+    assert marker.exists()
+
+
+def test_a_hostile_variable_of_the_callers_environment_never_reaches_the_shell(runbook, tmp_path):
+    """The runner's own environment holds what would run code in the steps' programs; the shell starts from
+    the environment the runner builds (routes.RUNNER_ENVIRONMENT) and its PATH is fixed."""
+    marker = tmp_path / "marker"
+    launcher = tmp_path / "evil-bin"
+    launcher.mkdir()
+    (launcher / "wc").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (launcher / "wc").chmod(0o755)
+    (tmp_path / "bash-env.sh").write_text(f"touch {marker}\n")
+    bundle = tmp_path / "session.bundle.json"
+    bundle.write_bytes(bundle_of(runbook, "session"))
+    env = dict(os.environ, BASH_ENV=str(tmp_path / "bash-env.sh"), ENV=str(tmp_path / "bash-env.sh"), TAR_OPTIONS=f"--checkpoint-action=exec=touch {marker}",
+               XDG_CONFIG_HOME=str(tmp_path), PATH=f"{launcher}:{os.environ['PATH']}", GREETING="inherited", TOKEN="inherited")
+    out = tmp_path / "receipt.json"
+    work = tmp_path / "work"
+    result = subprocess.run(
+        [sys.executable, "-m", "pipeline.stages.accept", "run", str(bundle), "--clone", str(runbook), "--dist", str(tmp_path / "dist"), "--out", str(out), "--work", str(work), "--keep-work"],
+        cwd=ROOT, env=env, capture_output=True, text=True,
+    )
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists()
+    receipt = json.loads(out.read_bytes())
+    names = (work / "step-002.stdout").read_text().splitlines()[2:]
+    assert set(names) - {"PWD", "OLDPWD", "SHLVL", "_"} == {"GREETING", "HOME", "LANG", "LC_ALL", "PATH", "TERM", "TMPDIR", "TZ"}
+    assert receipt["environment"]["parameters"] == {"GREETING": {"source": "default", "value": "hello"}, "TOKEN": {"source": "unset", "value": None}}
+    assert receipt["environment"]["path"] == f"{os.path.dirname(os.path.abspath(sys.executable))}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def test_home_and_tmpdir_are_fresh_on_every_run_even_in_a_work_folder_used_before(tmp_path):
+    """A --work folder is the operator's: a `.gitconfig` planted where an earlier run had its HOME would make git
+    run `core.fsmonitor` in the steps.  Each run makes new HOME and TMPDIR folders inside it."""
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (repo / "docs" / "RUNBOOK.md").write_text("# R\n\n## Route `status`: status\n\n```sh\ngit status --porcelain\nprintf '%s\\n' \"$HOME\" \"$TMPDIR\"\n```\n")
+    git(tmp_path, "init", "-q", "-b", "main", str(repo))
+    commit(repo, "r")
+    data = canonical(make_bundle(repo, release=None, route_id="status", document="docs/RUNBOOK.md"))
+    marker = tmp_path / "marker"
+    work = tmp_path / "work"
+    first = run_bundle(data, "b", RunOptions(clone=repo, work=work, keep_work=True))
+    assert first["status"] == "passed"
+    home, tmp = (work / "step-001.stdout").read_text().split()
+    assert Path(home).parent == work and Path(tmp).parent == work and home != tmp
+    hook = f"[core]\n\tfsmonitor = touch {marker}\n"
+    for planted in (Path(home), work / "home"):
+        planted.mkdir(exist_ok=True)
+        (planted / ".gitconfig").write_text(hook)
+    second = run_bundle(data, "b", RunOptions(clone=repo, work=work, keep_work=True))
+    assert second["status"] == "passed" and not marker.exists()
+    again_home, again_tmp = (work / "step-001.stdout").read_text().split()
+    assert again_home not in (home, str(work / "home")) and again_tmp != tmp and not any(Path(again_home).iterdir())
+    # the probe: git really runs the planted hook with that HOME, so the fresh folder is what kept it away
+    subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], env={"PATH": os.environ["PATH"], "HOME": home}, check=True, capture_output=True)
+    assert marker.exists()
+
+
+def test_a_declared_parameter_outside_its_grammar_is_refused_naming_parameter_value_and_grammar(runbook, tmp_path):
+    bundle = tmp_path / "session.bundle.json"
+    bundle.write_bytes(bundle_of(runbook, "session"))
+    marker = tmp_path / "marker"
+    for value, shown in ((f"--checkpoint-action=exec=touch {marker}", repr(f"--checkpoint-action=exec=touch {marker}")), ("hi\u202e", "'hi\\u202e'"), ("a\x1b[2Kb", "'a\\x1b[2Kb'")):
+        with pytest.raises(UsageError) as caught:
+            run_bundle(bundle.read_bytes(), "b", RunOptions(clone=runbook, parameters={"GREETING": value}, work=tmp_path / "work"))
+        text = caught.value.render()
+        assert caught.value.field == "--set GREETING" and caught.value.found == value, text
+        assert "the value of parameter GREETING is not a text" in text and f"found {shown}" in text and "expected printable text on one line" in text, text
+        assert not (tmp_path / "work").exists()
+    # through the command, from a --parameters file: a clear error naming the file and line, never a traceback
+    params = tmp_path / "accept.env"
+    params.write_text("# values\nTOKEN=a-b\nGREETING=--version\n")
+    result = subprocess.run([sys.executable, "-m", "pipeline.stages.accept", "run", str(bundle), "--clone", str(runbook), "--parameters", str(params), "--dist", str(tmp_path / "dist")], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 2 and "error[usage]: --parameters: the value of parameter GREETING is not a text (found '--version'; expected printable text" in result.stderr, result.stderr
+    assert not marker.exists() and not (tmp_path / "dist" / "acceptance").exists()
+
+
+def test_a_nul_or_non_utf8_in_a_parameters_value_is_a_clear_error(runbook, tmp_path):
+    bundle = tmp_path / "session.bundle.json"
+    bundle.write_bytes(bundle_of(runbook, "session"))
+    for content, words, field in (
+        (b"GREETING=hi\x00there\n", "the value of GREETING holds a NUL character (found 'hi\\\\0there'", "line 1"),
+        (b"# ok\nTOKEN=\xff\n", "is not UTF-8", "line 2"),
+        (b"TOKEN\n", "--parameters takes NAME=VALUE", "line 1"),
+    ):
+        params = tmp_path / "accept.env"
+        params.write_bytes(content)
+        result = subprocess.run([sys.executable, "-m", "pipeline.stages.accept", "run", str(bundle), "--clone", str(runbook), "--parameters", str(params), "--dist", str(tmp_path / "dist")], cwd=ROOT, capture_output=True, text=True)
+        assert result.returncode in (1, 2) and f"{params}: {field}: {words}" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    # a NUL through the API (an argv cannot hold one): refused, not a ValueError of subprocess
+    from pipeline.stages.accept import _parameters
+
+    with pytest.raises(UsageError) as caught:
+        _parameters([("--set", "GREETING=a\0b")])
+    assert "holds a NUL character" in caught.value.render()
+    with pytest.raises(UsageError) as caught:
+        run_bundle(bundle.read_bytes(), "b", RunOptions(clone=runbook, parameters={"GREETING": "a\0b"}))
+    assert caught.value.field == "--set GREETING"
 
 
 def test_the_release_and_document_path_of_a_bundle_never_leave_dist_or_the_clone(runbook, tmp_path):
@@ -690,20 +878,29 @@ def test_compose_refuses_a_record_of_anything_but_the_documented_text_and_parame
 
         return tampered(first, change), bundle
 
-    bash_env = {"name": "BASH_ENV", "default": "$(touch /tmp/marker)", "required": False}
+    bash_env = {"name": "BASH_ENV", "kind": "path", "default": "/tmp/marker.sh", "required": False}
+    tar_options = {"name": "TAR_OPTIONS", "kind": "audit-options", "default": "--jobs 1", "required": False}
     cases = [
         # a replaced block, its hash recomputed in the bundle and the receipt
         (lambda b: b["steps"][1].update(text="touch /tmp/marker\n"), lambda r: None, IntegrityError, "line 15", "step 2 of route first is not the document's block"),
         (lambda b: b["steps"][1].update(text=b["steps"][1]["text"].replace("\n", " \n")), lambda r: None, IntegrityError, "line 15", "is not the document's block"),
         # a parameter the document does not declare, or a changed default
-        (lambda b: b["parameters"].append({"name": "EXTRA", "default": "x", "required": False}), lambda r: None, IntegrityError, "parameters[1].name", "does not declare"),
+        (lambda b: b["parameters"].append({"name": "EXTRA", "kind": "text", "default": "x", "required": False}), lambda r: None, IntegrityError, "parameters[1].name", "does not declare"),
         (lambda b: b["parameters"][0].update(default="bonjour"), lambda r: None, IntegrityError, "line 4", "parameter GREETING differs"),
-        # BASH_ENV in the bundle: refused by name
+        (lambda b: b["parameters"][0].update(kind="path"), lambda r: None, IntegrityError, "line 4", "parameter GREETING differs"),
+        # BASH_ENV in the bundle: bash's own variable, refused by name; TAR_OPTIONS: the document does not declare it
         (lambda b: b["parameters"].append(bash_env), lambda r: None, InputError, "parameters[1].name", "cannot be a parameter"),
+        (lambda b: b["parameters"].append(tar_options), lambda r: None, IntegrityError, "parameters[1].name", "does not declare"),
+        (lambda b: b["parameters"][0].update(default="esc\x1b[2K"), lambda r: None, InputError, "parameters[0].default", "outside its grammar"),
         # the bundle is the document's, the receipt says it ran with more
         (lambda b: None, lambda r: r["environment"]["parameters"].update(EXTRA={"source": "set", "value": "x"}), RefusedError, "environment.parameters", "not those route first declares"),
         (lambda b: None, lambda r: r["environment"]["parameters"].update(BASH_ENV={"source": "set", "value": "$(touch /tmp/marker)"}), InputError, "environment.parameters.BASH_ENV", "cannot be a parameter"),
+        (lambda b: None, lambda r: r["environment"]["parameters"].update(TAR_OPTIONS={"source": "set", "value": tar_options["default"]}), RefusedError, "environment.parameters", "not those route first declares"),
+        (lambda b: None, lambda r: r["environment"]["parameters"].update(HOME={"source": "set", "value": "/tmp"}), InputError, "environment.parameters.HOME", "cannot be a parameter"),
+        (lambda b: None, lambda r: r["environment"]["parameters"]["GREETING"].update(source="set", value="hi\u202e"), RefusedError, "environment.parameters.GREETING.value", "outside the grammar its declaration states"),
         (lambda b: None, lambda r: r["environment"]["variables"].append("BASH_ENV"), RefusedError, "environment.variables", "neither the runner's nor the route's parameters"),
+        # a folder before the runner's on PATH (what --path did) decides what every command runs
+        (lambda b: None, lambda r: r["environment"].update(path="/tmp/evil-bin:" + r["environment"]["path"]), RefusedError, "environment.path", "the run's PATH is not the runner's own"),
         (lambda b: None, lambda r: r["environment"]["parameters"]["GREETING"].update(value="bonjour"), RefusedError, "environment.parameters.GREETING.value", "a default the document does not declare"),
         (lambda b: None, lambda r: r["environment"].update(shell="powershell"), RefusedError, "environment.shell", "another shell"),
     ]

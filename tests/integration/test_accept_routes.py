@@ -71,8 +71,10 @@ def test_the_linux_routes_run_on_the_candidate_and_their_receipts_make_the_relea
     for route in ("verify", "audit", "rtx5090-linux"):
         assert main(["accept", "bundle", "--release", RELEASE, "--route", route, "--root", str(root), "--dist", str(dist), "--lanes-dir", str(candidate.lanes_dir), "--quiet"]) == 0
         entry = next(e for e in Register(dist).query("acceptance-bundle") if e.attrs["route"] == route)
-        receipt = run_bundle((dist / entry.path).read_bytes(), entry.path, RunOptions(clone=clone, offered=parameters, path_dirs=[VENV_BIN], denies=denies, work=tmp_path / f"work-{route}"))
+        receipt = run_bundle((dist / entry.path).read_bytes(), entry.path, RunOptions(clone=clone, offered=parameters, denies=denies, work=tmp_path / f"work-{route}"))
         assert receipt["status"] == "passed", (route, receipt["failed_step"], receipt["failure"], sorted((tmp_path / f"work-{route}").glob("*.stderr")))
+        # the steps' python3 is the runner's own (its virtual environment's bin first on the fixed PATH)
+        assert receipt["environment"]["path"].split(":")[0] == VENV_BIN
         path = tmp_path / f"{route}.receipt.json"
         path.write_bytes(canonical(receipt))
         receipts.append(path)

@@ -167,6 +167,6 @@ def test_the_crashes_the_issue_18_harnesses_found_are_refusals_naming_the_field(
     with pytest.raises(InputError, match="impossible time"):
         source.archive_facts(buffer.getvalue(), origin="source.tar")  # int(nan): ValueError
 
-    document = b"## Route `a`: a\n\n```parameters\nOMP_NINFER_X=1\n```\n\n```sh\necho a\n```\n\n## Later\n\n```parameters\nOMP_NINFER_X=2\n```\n"
+    document = b"## Route `a`: a\n\n```parameters\nOMP_NINFER_X: text = 1\n```\n\n```sh\necho a\n```\n\n## Later\n\n```parameters\nOMP_NINFER_X: text = 2\n```\n"
     with pytest.raises(InputError, match="line 13: declares a parameter that is already declared"):
         routes.scan(document, "docs/X.md")  # route a had OMP_NINFER_X twice: a bundle accept run refused

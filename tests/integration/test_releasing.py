@@ -33,7 +33,6 @@ from acceptkit import (
     PREVIEW_REASON,
     RELEASE,
     ROUTES,
-    VENV_BIN,
     AssetServer,
     acceptance_toml,
     commit,
@@ -113,7 +112,7 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
         print(f"\n    OCI engine: {'runs containers' if engine else 'cannot run containers here: ' + why}")
     accept_parameters = tmp_path / "accept.env"
     accept_parameters.write_text("".join(f"{k}={v}\n" for k, v in {"OMP_NINFER_MIRROR": server.mirror(), "OMP_NINFER_AUDIT_OPTIONS": "--skip-larger-than 1G", **containers}.items()))
-    accept_options = f"--path {VENV_BIN} --parameters {accept_parameters}" + ("" if engine else " --deny oci-engine")
+    accept_options = f"--parameters {accept_parameters}" + ("" if engine else " --deny oci-engine")
 
     routes = {
         "lane-native": {"LANE": NATIVE, "SOURCE": str(workspace.repo), "PREBUILT": str(workspace.prebuilt), "OWNER_RECEIPT": str(native.owner_receipt)},
@@ -126,7 +125,7 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
             bundle = make_bundle(root, release=None, route_id=route, document="docs/RELEASING.md")
             assert bundle["document"]["sha256"] == hashlib.sha256((root / "docs" / "RELEASING.md").read_bytes()).hexdigest()
             work = tmp_path / f"work-{route}"
-            receipt = run_bundle(canonical(bundle), f"{route}.bundle.json", RunOptions(clone=root, parameters={**IDENTITY, **parameters}, path_dirs=[VENV_BIN], work=work, step_timeout=900))
+            receipt = run_bundle(canonical(bundle), f"{route}.bundle.json", RunOptions(clone=root, parameters={**IDENTITY, **parameters}, work=work, step_timeout=900))
             failed = [(s["index"], s["reason"]) for s in receipt["steps"] if s["status"] == "failed"]
             stderr = (work / f"step-{receipt['failed_step']:03d}.stderr").read_text()[-3000:] if receipt["failed_step"] else ""
             assert receipt["status"] == "passed", (route, failed, stderr)

@@ -370,7 +370,7 @@ def container_candidate(tmp_path_factory, registry_host: str) -> ContainerCandid
 LIGHT_DOCUMENT = """# Sample routes
 
 ```parameters
-GREETING=hello
+GREETING: text = hello
 ```
 
 ## Route `first`: a first route

@@ -18,10 +18,9 @@ Intro prose with `inline code`.
 
 ```parameters
 # a comment
-GREETING=hello
-EMPTY=
-NEEDED
-[OPTIONAL]
+GREETING: text = hello
+NEEDED: release
+[OPTIONAL]: path
 ```
 
 ## Before you start
@@ -72,7 +71,7 @@ echo not a step
 ## Route `win`: a PowerShell route
 
 ```parameters
-LANE=rtx4090-windows-native
+LANE: lane = rtx4090-windows-native
 ```
 
 ```powershell
@@ -97,9 +96,9 @@ def test_a_document_scans_into_routes_steps_exact_bytes_and_lines():
         assert "\n".join(lines[step.line_start - 1: step.line_end]) + "\n" == step.text
     assert [s.index for s in one.steps] == [1, 2, 3]
     # document-level parameters apply to every route, route-level ones add to them
-    params = {p.name: (p.default, p.required) for p in doc.parameters_of("win")}
-    assert params == {"GREETING": ("hello", False), "EMPTY": ("", False), "NEEDED": (None, True), "OPTIONAL": (None, False), "LANE": ("rtx4090-windows-native", False)}
-    assert {p.name for p in doc.parameters_of("linux-one")} == {"GREETING", "EMPTY", "NEEDED", "OPTIONAL"}
+    params = {p.name: (p.kind, p.default, p.required) for p in doc.parameters_of("win")}
+    assert params == {"GREETING": ("text", "hello", False), "NEEDED": ("release", None, True), "OPTIONAL": ("path", None, False), "LANE": ("lane", "rtx4090-windows-native", False)}
+    assert {p.name for p in doc.parameters_of("linux-one")} == {"GREETING", "NEEDED", "OPTIONAL"}
     assert doc.routes["win"].shell == "powershell" and doc.routes["win"].steps[0].text == "Write-Output 'one'\n"
 
 
@@ -133,15 +132,22 @@ REFUSED = [
     (_route("```sh requires=quantum\necho\n```\n"), "line 5", "unknown capability"),
     (_route("```sh requires=gpu,gpu\necho\n```\n"), "line 5", "repeats a capability"),
     (_route("```sh example requires=gpu\necho\n```\n"), "line 5", "cannot require"),
-    (_route("```parameters\nHOME=/tmp\n```\n```sh\necho\n```\n"), "line 6", "runner sets itself"),
-    (_route("```parameters\nBASH_ENV=$(touch /tmp/x)\n```\n```sh\necho\n```\n"), "line 6", "BASH_ENV changes how bash starts"),
-    (_route("```parameters\n[ENV]\n```\n```sh\necho\n```\n"), "line 6", "ENV changes how the shell starts"),
-    (_route("```parameters\nLD_PRELOAD\n```\n```sh\necho\n```\n"), "line 6", "LD_PRELOAD changes what the dynamic loader loads"),
-    (_route("```parameters\nPYTHONSTARTUP=/tmp/x.py\n```\n```sh\necho\n```\n"), "line 6", "PYTHONSTARTUP makes Python run"),
-    (_route("```parameters\nGIT_SSH_COMMAND=sh\n```\n```sh\necho\n```\n"), "line 6", "can make git run another program"),
-    (_route("```parameters\nIFS=x\n```\n```sh\necho\n```\n"), "line 6", "declares a parameter the runner refuses"),
-    (_route("```parameters\nA=1\nA=2\n```\n```sh\necho\n```\n"), "line 7", "twice"),
-    (_route("```parameters\nlower=1\n```\n```sh\necho\n```\n"), "line 6", "not a parameter line"),
+    (_route("```parameters\nHOME: path = /tmp\n```\n```sh\necho\n```\n"), "line 6", "runner sets itself or bash sets or reads itself"),
+    (_route("```parameters\n[PWD]: path\n```\n```sh\necho\n```\n"), "line 6", "runner sets itself or bash sets or reads itself"),
+    (_route("```parameters\n[systemroot]: path\n```\n```sh\necho\n```\n"), "line 6", "not a parameter line"),
+    (_route("```parameters\nA: text = 1\nA: text = 2\n```\n```sh\necho\n```\n"), "line 7", "twice"),
+    (_route("```parameters\nlower: text = 1\n```\n```sh\necho\n```\n"), "line 6", "not a parameter line"),
+    # the declaration states the grammar of the value: the old forms without a kind are refused
+    (_route("```parameters\nGREETING=hello\n```\n```sh\necho\n```\n"), "line 6", "not a parameter line"),
+    (_route("```parameters\n[OPTIONAL]\n```\n```sh\necho\n```\n"), "line 6", "not a parameter line"),
+    (_route("```parameters\nPORT: number = 1\n```\n```sh\necho\n```\n"), "line 6", "unknown kind"),
+    (_route("```parameters\n[PORT]: port = 80\n```\n```sh\necho\n```\n"), "line 6", "gives the optional parameter PORT a default"),
+    (_route("```parameters\nPORT: port = 0\n```\n```sh\necho\n```\n"), "line 6", "default of PORT outside its grammar"),
+    (_route("```parameters\nDEF: path = ../outside\n```\n```sh\necho\n```\n"), "line 6", "default of DEF outside its grammar"),
+    # what a reviewer sees must be what bash runs: hidden characters in a step, named by code point
+    (_route("```sh\necho ok\necho 'safe'\u202e ;rm -rf ~\n```\n"), "line 7", "step 1 of route r holds U+202E RIGHT-TO-LEFT OVERRIDE at line 7, column 12"),
+    (_route("```sh\necho\n```\n\n```sh\ncurl\u00a0-o x\n```\n"), "line 10", "step 2 of route r holds U+00A0 NO-BREAK SPACE at line 10, column 5"),
+    (_route("```parameters\n# a \u2066comment\n```\n```sh\necho\n```\n"), "line 6", "the parameters block holds U+2066 LEFT-TO-RIGHT ISOLATE at line 6, column 5"),
     (b"# Doc\n\nNo routes at all.\n", None, "holds no route"),
 ]
 
@@ -156,13 +162,74 @@ def test_the_scanner_refuses_what_a_reader_could_misread(data, field, words):
         assert caught.value.field == field
 
 
-def test_parameter_names_are_refused_by_what_they_do_not_by_a_guess():
-    from pipeline.formats.routes import parameter_name_problem
+def test_a_parameter_name_is_refused_only_where_the_runner_or_the_shell_owns_it():
+    """No deny list: a run takes only the names its document declares; a declaration may not name a variable
+    the runner builds itself (routes.RUNNER_ENVIRONMENT, Windows names in any case) or bash's own (bash(1))."""
+    from pipeline.formats.routes import RUNNER_ENVIRONMENT, parameter_name_problem
 
-    for name in ("GREETING", "OMP_NINFER_MIRROR", "CONTAINERS_CONF", "GIT_AUTHOR_NAME", "GIT_COMMITTER_EMAIL", "LANE", "ENVIRONMENT", "PATHS_FILE"):
+    for name in ("GREETING", "OMP_NINFER_MIRROR", "CONTAINERS_CONF", "GIT_AUTHOR_NAME", "LANE", "ENVIRONMENT", "PATHS_FILE"):
         assert parameter_name_problem(name) is None, name
-    for name in ("PATH", "HOME", "BASH_ENV", "BASHOPTS", "ENV", "IFS", "PS4", "PROMPT_COMMAND", "SHELLOPTS", "LD_LIBRARY_PATH", "DYLD_LIBRARY_PATH", "PYTHONPATH", "PYTHONHOME", "GIT_DIR", "GIT_CONFIG_GLOBAL", "LC_CTYPE", "GCONV_PATH", "COMSPEC", "lower", "1X"):
+    for name in (*RUNNER_ENVIRONMENT, "SYSTEMROOT", "COMSPEC", "PWD", "OLDPWD", "SHLVL", "IFS", "CDPATH", "BASH_ENV", "ENV", "SHELLOPTS", "PS4", "lower", "1X", "A-B"):
         assert parameter_name_problem(name) is not None, name
+
+
+HIDDEN = [
+    ("\u202a", "U+202A LEFT-TO-RIGHT EMBEDDING"), ("\u202b", "U+202B"), ("\u202c", "U+202C"), ("\u202d", "U+202D"), ("\u202e", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+    ("\u2066", "U+2066"), ("\u2067", "U+2067"), ("\u2068", "U+2068"), ("\u2069", "U+2069 POP DIRECTIONAL ISOLATE"),
+    ("\u200b", "U+200B ZERO WIDTH SPACE"), ("\u200c", "U+200C"), ("\u200d", "U+200D"), ("\u2060", "U+2060 WORD JOINER"), ("\ufeff", "U+FEFF"),
+    ("\u00a0", "U+00A0 NO-BREAK SPACE"), ("\u2003", "U+2003 EM SPACE"), ("\u3000", "U+3000 IDEOGRAPHIC SPACE"), ("\u202f", "U+202F"),
+    ("\u2028", "U+2028 LINE SEPARATOR"), ("\u2029", "U+2029 PARAGRAPH SEPARATOR"), ("\x85", "U+0085 NEXT LINE (NEL)"),
+    ("\x1b", "U+001B ESCAPE"), ("\x07", "U+0007"), ("\x08", "U+0008"), ("\x0b", "U+000B"), ("\x0c", "U+000C"), ("\x7f", "U+007F DELETE"), ("\x9b", "U+009B"),
+]
+
+
+@pytest.mark.parametrize(("char", "named"), HIDDEN, ids=[n.split(" ", 1)[0] for _c, n in HIDDEN])
+def test_a_step_with_a_character_that_shows_other_than_bash_reads_it_is_refused(char, named):
+    data = _route(f"Prose may hold it: a{char}b.\n\n```sh\necho one\n```\n\n```sh requires=gpu\necho two\nprintf '%s' 'x{char}y'\n```\n")
+    with pytest.raises(InputError) as caught:
+        scan(data, "docs/X.md")
+    text = caught.value.render()
+    assert caught.value.field == "line 13" and "step 2 of route r holds " + named in text and "at line 13, column 15" in text, text
+    assert "\\x1b" not in text or char == "\x1b"  # shown escaped, never raw
+    assert char not in text
+
+
+def test_tab_and_plain_unicode_stay_allowed_in_a_step():
+    (step,) = scan(_route("```sh\nprintf '%s\\t%s\\n' caf\u00e9 \u00fcber\n\tindented\n```\n"), "d.md").routes["r"].steps
+    assert "\t" in step.text and "\u00e9" in step.text
+
+
+KINDS = {
+    "text": (["Release Maintainer", "a-b c"], ["", "x" * 257, "--checkpoint-action=exec=sh", "-v", "tab\there", "nbsp\u00a0x", "nul\0x", "esc\x1b[2K"]),
+    "email": (["maintainer@example.invalid"], ["no-at", "a b@c", "a@b\n"]),
+    "release": (["v0.13.2", "v1.0.0-beta.3"], ["0.13.2", "v1.0", "v1.0.0-rc.1", "v1.0.0\n"]),
+    "lane": (["rtx4090-windows-native"], ["RTX", "-x", "a/b", "a b"]),
+    "lanes": (["rtx5090-container rtx4090-windows-native", "one"], ["a  b", " a", "a;b"]),
+    "sha256": (["a" * 64], ["A" * 64, "a" * 63]),
+    "digest": (["sha256:" + "0" * 64], ["0" * 64, "sha512:" + "0" * 64]),
+    "commit": (["1" * 40], ["1" * 39, "HEAD"]),
+    "port": (["1", "8080", "65535"], ["0", "65536", "080", "-1", "80 "]),
+    "url": (["https://example.org/x", "http://127.0.0.1:8000/github.com/"], ["http://example.org/", "file:///etc/passwd", "https://a b/"]),
+    "mirrors": (["https://github.com/=http://127.0.0.1:9/github.com/ https://huggingface.co/=https://m.example/hf/"], ["https://github.com/", "https://a/=http://evil.example/", "x=y"]),
+    "clone-path": (["containers/ninfer-runtime.toml"], ["/etc/passwd", "../x", "a/../b", "-rf", "./x"]),
+    "path": (["containers/x.toml", "/home/me/accept.env", "/home/José/my files/a.conf"], ["../x", "/a/../b", "--registries-conf=/x", "a\x1bb", "/tmp/$(touch x)", "/tmp/a;b", "/tmp/`id`", "/tmp/'q'", "/tmp/a\nb"]),
+    "source": (["https://github.com/alphastorm/ninfer.git@" + "a" * 40, "/src/ninfer", "/src/ninfer@" + "b" * 40], ["git@github.com:x/y", "ssh://host/x", "-x"]),
+    "registry": (["127.0.0.1:5000/alphastorm/ninfer-runtime", "ghcr.io/alphastorm/ninfer"], ["ghcr.io", "ghcr.io/UPPER", "a/b c", "a/b;x"]),
+    "audit-options": (["--skip-larger-than 4G", "--jobs 2 --connections 4"], ["--cache /tmp", "--skip-larger-than", "--jobs x", "--dist /", "--skip-larger-than 4G --mirror https://x/=https://y/"]),
+    "accept-run-options": (["--parameters /home/me/accept.env --deny oci-engine", "--grant network --step-timeout 900"], ["--path /tmp/evil", "--set TAR_OPTIONS=x", "--grant gpu", "--work /"]),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_each_parameter_kind_is_a_grammar_that_refuses_what_is_not_its_form(kind):
+    from pipeline.formats.routes import PARAMETER_KINDS, parameter_value_problem
+
+    good, bad = KINDS[kind]
+    for value in good:
+        assert parameter_value_problem(kind, value) is None, (kind, value)
+    for value in bad:
+        assert parameter_value_problem(kind, value) == PARAMETER_KINDS[kind].grammar, (kind, value)
+    assert set(KINDS) == set(PARAMETER_KINDS)
 
 
 def test_a_longer_fence_holds_a_shorter_one_and_prose_fences_are_not_steps():
