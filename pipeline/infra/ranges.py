@@ -37,6 +37,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
+import stat
 import threading
 import time
 from collections import deque
@@ -62,6 +63,10 @@ HASH_BUFFER = 128 << 20  # bytes ahead of the hashed prefix held in memory, per 
 READ_BACK = 4 << 20  # what the hasher reads back from the .part at a time
 SAVE_SECONDS = 1.0  # the state file is rewritten at most this often
 STEAL = 2 << 20  # the least a connection takes over from another (a new request costs a first byte)
+
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_flush = getattr(os, "fdatasync", os.fsync)  # the data of a file, before a record that vouches for it
 
 
 class RangesRefused(Exception):
@@ -103,6 +108,26 @@ def discard(part: Path) -> None:
                 raise
             raise EnvironmentProblem(f"{path.name} is a folder, where the download keeps its partial bytes", file=path,
                                      fix="remove that folder (the download then starts the file over)") from None
+
+
+def open_part(path: Path, flags: int) -> int:
+    """A descriptor of a download's `.part`, never through a link: O_NOFOLLOW refuses a symbolic link, and
+    a file with more than one name (a hard link planted in the cache to a file elsewhere) is refused
+    before a byte is read or written, so no download ever changes a file outside its folder."""
+    try:
+        fd = os.open(path, flags | NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot open {path.name}: {exc.strerror or type(exc).__name__}", file=path,
+                                 why="a download's partial file is never opened through a symbolic link or as a folder",
+                                 fix=f"remove {path} (the download then starts the file over)") from None
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+        return fd
+    os.close(fd)
+    raise EnvironmentProblem(f"{path.name} is not a download's own partial file", file=path, field="st_nlink",
+                             found=f"{info.st_nlink} names" if stat.S_ISREG(info.st_mode) else "not a regular file", expected="a regular file with 1 name",
+                             why="a hard link planted in the cache would make the download write into a file outside it",
+                             fix=f"remove {path} (the download then starts the file over) and check who can write to the cache folder")
 
 
 def piece_size(size: int, connections: int) -> int:
@@ -147,8 +172,9 @@ class Intervals:
         return gaps + ([(position, size)] if position < size else [])
 
 
-def _prepare(part: Path, size: int, sha256: str | None) -> Intervals:
-    """What an earlier run left (checked), recorded before the .part is preallocated to `size`."""
+def _prepare(part: Path, size: int, sha256: str | None) -> tuple[Intervals, int]:
+    """What an earlier run left (checked), recorded before the .part is preallocated to `size`; and the
+    .part's descriptor (`open_part`: no link followed, one name only)."""
     state_file = state_path(part)
     try:
         state = read_state(state_file, size=size, sha256=sha256)
@@ -165,23 +191,26 @@ def _prepare(part: Path, size: int, sha256: str | None) -> Intervals:
     else:
         discard(part)
         received = Intervals()
-    write_state(state_file, RangeState(size, sha256, received.spans()))
-    with open(part, "ab") as handle:
+    fd = open_part(part, os.O_RDWR | os.O_CREAT)  # checked before the state vouches for anything in it
+    try:
+        write_state(state_file, RangeState(size, sha256, received.spans()))
         try:
-            os.posix_fallocate(handle.fileno(), 0, size)  # room for the whole file now, not at 90%
+            os.posix_fallocate(fd, 0, size)  # room for the whole file now, not at 90%
         except OSError as exc:
             if exc.errno == 28:  # ENOSPC
                 raise EnvironmentProblem(f"no room for {size} bytes of {part.name}", file=part, fix="free disk space or pass --cache DIR on a larger disk") from None
-            handle.truncate(size)  # a file system without fallocate
-    return received
+            os.ftruncate(fd, size)  # a file system without fallocate
+    except BaseException:
+        os.close(fd)
+        raise
+    return received, fd
 
 
 def fetch(item: Item, part: Path, *, size: int, sha256: str | None, connections: int, budget: threading.Semaphore | None,
           bar: Callable[[int], Any] | None = None, on_bytes: Callable[[int], None] | None = None,
           piece: int | None = None, memory: int = HASH_BUFFER) -> Fetched:
     """Fetch `item` into `part` as parallel ranges; its SHA-256 as the bytes arrive (see the module)."""
-    received = _prepare(part, size, sha256)
-    fd = os.open(part, os.O_RDWR)
+    received, fd = _prepare(part, size, sha256)
     try:
         job = _Ranges(item, fd, part, size=size, sha256=sha256, received=received, connections=connections, budget=budget,
                       piece=piece or piece_size(size, connections), memory=memory, on_bytes=on_bytes)
@@ -300,6 +329,9 @@ class _Ranges:
         with self.save_lock:
             with self.cond:
                 spans = self.received.spans()
+            # The bytes first, then the state that vouches for them: after a crash the state never
+            # names intervals whose data was still in the page cache (one flush per save, not per chunk).
+            _flush(self.fd)
             write_state(state_path(self.part), RangeState(self.size, self.sha256, spans))
             self.saved = now
 

@@ -77,6 +77,8 @@ import json
 import os
 import re
 import shutil
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -93,8 +95,8 @@ from pipeline.infra import progress as transfer_progress
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
-from pipeline.util.fs import read_bytes_bounded
-from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
+from pipeline.util.fs import exclusive_lock, read_bytes_bounded
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import dig, expect_list, expect_object, loads_document
 from pipeline.util.safepath import component_problem, safe_component, safe_relpath
 
@@ -667,16 +669,38 @@ class Auditor:
         Bounded by the pinned `size`, else by `cap` (unpinned documents), else
         by MAX_UNSIZED_ASSET_BYTES (hash-pinned files without a recorded size).
         """
-        from pipeline.infra import transfer
-
         binding = Binding(label=label, field="", url=url, sha256=sha256, size=size)
         url = self.fetch_url(url)
-        if target.is_file():
-            # A complete file from an earlier run is re-used only when the manifest pins its
-            # hash (read once, here); anything unpinned (signed files, bundles) is fetched anew.
-            if sha256 is not None and (size is None or target.stat().st_size == size) and sha256_file(target) == sha256:
-                return Fetched(binding, target, sha256, target.stat().st_size)
-            target.unlink()
+        try:
+            # One writer per cache file: the .part and the finished file are claimed under an exclusive
+            # lock, so a second audit sharing --cache waits, then re-uses (re-hashes) what the first made.
+            # The lock is a hidden name (no cached file's name starts with '.') that is never removed.
+            with exclusive_lock(target.with_name(f".{target.name}.lock"), waiting=f"{label}: another audit is fetching it into this cache; waiting for it",
+                                on_wait=ui.info, give_up=self._still_waiting(url)):
+                return self._fetch_claimed(binding, url, target, label=label, on_bytes=on_bytes, cap=cap, redirects=redirects)
+        except PipelineError as error:
+            return Fetched(binding, None, None, None, error=_short_remote(error), late=isinstance(error, net.DeadlinePassed))
+
+    def _still_waiting(self, url: str) -> Callable[[], None]:
+        """While another audit holds a cache file: raise the run's deadline error once it has passed."""
+        def check() -> None:
+            if self.deadline is not None and self.deadline.passed():
+                raise self.deadline.error(net.BEFORE, url)
+        return check
+
+    def _fetch_claimed(self, binding: Binding, url: str, target: Path, *, label: str, on_bytes, cap: int | None, redirects: str) -> Fetched:
+        """`_download` while this run holds the cache file's lock."""
+        from pipeline.infra import transfer
+
+        sha256, size = binding.sha256, binding.size
+        if os.path.lexists(target):
+            # A complete file from an earlier run is re-used only when the manifest pins its hash and
+            # its bytes hash to it now (never through a link); anything unpinned (signed files,
+            # bundles) is fetched anew.
+            cached = _hash_cached(target, size) if sha256 is not None else None
+            if cached is not None and cached[0] == sha256:
+                return Fetched(binding, target, sha256, cached[1])
+            _remove_cached(target)
         kwargs: dict[str, Any] = {}
         if self.retries is not None:
             kwargs["retries"] = self.retries
@@ -684,27 +708,24 @@ class Auditor:
             kwargs["max_size"] = cap if cap is not None else MAX_UNSIZED_ASSET_BYTES
             if cap is None:
                 kwargs["deadline"] = net.deadline_for(self.timeout, MAX_UNSIZED_ASSET_BYTES)
-        try:
-            result = transfer.download(
-                url,
-                target,
-                label=label,
-                session=self._http(),
-                expected_size=size,
-                expected_sha256=sha256,
-                timeout=self.timeout,
-                progress=self._bars,
-                on_bytes=on_bytes,
-                connections=self.connections,
-                range_threshold=self.range_threshold,
-                budget=self.budget,
-                redirects=redirects,
-                resume=sha256 is not None,  # unpinned bytes of an earlier run may be another version
-                overall=self.deadline,
-                **kwargs,
-            )
-        except PipelineError as error:
-            return Fetched(binding, None, None, None, error=_short_remote(error), late=isinstance(error, net.DeadlinePassed))
+        result = transfer.download(
+            url,
+            target,
+            label=label,
+            session=self._http(),
+            expected_size=size,
+            expected_sha256=sha256,
+            timeout=self.timeout,
+            progress=self._bars,
+            on_bytes=on_bytes,
+            connections=self.connections,
+            range_threshold=self.range_threshold,
+            budget=self.budget,
+            redirects=redirects,
+            resume=sha256 is not None,  # unpinned bytes of an earlier run may be another version
+            overall=self.deadline,
+            **kwargs,
+        )
         return Fetched(binding, result.path, result.sha256, result.size, resumed_at=tuple(getattr(result, "resumed_at", ())))
 
     # -- steps
@@ -714,8 +735,6 @@ class Auditor:
             if problem:
                 self.add(Item(f"manifest {self.source}", False, problem, "manifest"))
                 return None
-            import tempfile
-
             with tempfile.TemporaryDirectory(prefix="omp-ninfer-audit-") as tmp:
                 fetched = self._download(self.source, Path(tmp) / "manifest.json", sha256=None, size=None, label="manifest.json", cap=MAX_RELEASE_MANIFEST_BYTES, redirects="none")
                 if fetched.error or fetched.path is None:
@@ -928,16 +947,13 @@ class Auditor:
         for result in self._fetch_all(extra, cache):
             self.add(self._judge(result))
             bound[result.binding.name] = result
-        folder = cache / "sets" / lane
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        available = {}
         for name in [*sorted(listed), "SHA256SUMS"]:
             result = bound.get(name)
             if result is None or result.path is None or result.error or not self._matches(result):
                 problems.append(f"{name} is not available with the bytes SHA256SUMS records")
-                continue
-            _link(result.path, folder / name)
+            else:
+                available[name] = result.path
         if problems:
             self.add(Item(label, False, "; ".join(problems), "set"))
             return
@@ -948,7 +964,15 @@ class Auditor:
             lanes = load_lanes(self.lanes_dir)
             lane_obj = lanes.get(lane)
             beta = lane_obj.beta_from_tag(row.get("release_tag")) if lane_obj is not None else None
-            report = check_assets(folder, lane=lane_obj, beta=beta, lanes_dir=self.lanes_dir)
+            # The set is assembled in a folder of this run's own (another audit sharing --cache
+            # assembles its copy beside it), removed once it is checked.
+            (cache / "sets").mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=f".{lane}.", dir=cache / "sets") as staging:
+                folder = Path(staging) / lane
+                folder.mkdir()
+                for name, path in available.items():
+                    _link(path, folder / name)
+                report = check_assets(folder, lane=lane_obj, beta=beta, lanes_dir=self.lanes_dir)
         except PipelineError as error:
             self.add(Item(label, False, error.render(), "set"))
             return
@@ -1469,6 +1493,27 @@ def _tag_api(repository: Any) -> tuple[str | None, str | None, str | None]:
     if net.is_loopback(parts.hostname):
         return f"{parts.scheme}://{parts.netloc}", slug, None
     return None, slug, f"the repository {repository} is not on GitHub: the audit reads component tags through GitHub's REST API only"
+
+
+def _hash_cached(path: Path, size: int | None) -> tuple[str, int] | None:
+    """The SHA-256 and size of a cache file read now, never through a link; None when it is no regular file of `size` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | ranges.NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or (size is not None and info.st_size != size):
+            return None
+        return hashlib.file_digest(handle, "sha256").hexdigest(), info.st_size
+
+
+def _remove_cached(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except (IsADirectoryError, PermissionError):
+        raise EnvironmentProblem(f"{path.name} is a folder, where the audit keeps a downloaded file", file=path,
+                                 fix="remove that folder and run the audit again") from None
 
 
 def _link(source: Path, target: Path) -> None:

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import http.server
 import json
+import os
 import re
 import socket
 import subprocess
@@ -83,21 +84,23 @@ class ReleaseServer(LoopbackServer):
                 data = server.files.get(path)
                 if data is None:
                     return self._send(404, b"Not Found", "text/plain")
-                start = 0
+                start, end = 0, len(data)
                 status = 200
                 ranged = self.headers.get("Range")
                 if ranged:
-                    start = int(re.fullmatch(r"bytes=(\d+)-", ranged).group(1))
+                    asked = re.fullmatch(r"bytes=(\d+)-(\d*)", ranged)
+                    start = int(asked.group(1))
+                    end = min(end, int(asked.group(2)) + 1) if asked.group(2) else end
                     if start >= len(data):
                         return self._send(416, b"", "text/plain", {"Content-Range": f"bytes */{len(data)}"})
                     status = 206
-                body = data[start:]
+                body = data[start:end]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/octet-stream")
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Accept-Ranges", "bytes")
                 if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
                 self.end_headers()
                 cut = server.cut_once.pop(path, None)
                 if cut is not None and start < cut:
@@ -557,7 +560,9 @@ def test_a_hash_mismatch_leaves_no_bytes_in_the_cache(server, tmp_path):
     cache = tmp_path / "cache"
     report, lines = run_audit(tree.publish(), tmp_path, cache=cache)
     assert line_for(fails(lines), "FAIL: client windows-x64 omp-windows-x64.exe: SHA-256 mismatch")
-    assert sorted(p.name for p in (cache / RELEASE / "asset").iterdir()) == ["qwen3_8_27b.ninfer"]  # the good file stays, the rejected one is gone
+    kept = sorted(p.name for p in (cache / RELEASE / "asset").iterdir())
+    assert [name for name in kept if not name.endswith(".lock")] == ["qwen3_8_27b.ninfer"]  # the good file stays, the rejected one is gone
+    assert all((cache / RELEASE / "asset" / name).stat().st_size == 0 for name in kept if name.endswith(".lock"))  # locks hold no bytes
 
 
 def test_a_manifest_over_its_cap_is_refused_while_it_streams(server, tmp_path):
@@ -1467,3 +1472,76 @@ def test_parallel_downloads_start_with_the_largest_files_and_report_in_manifest_
     assert set(assets[:2]) == {tree.paths["model"], tree.paths["client"]}, assets  # the two largest go first
     order = [line[len("OK: "):].split(" (")[0] for line in lines if line.startswith(("OK: client", "OK: model"))]
     assert order == ["client windows-x64 omp-windows-x64.exe", "client linux-x64 omp-linux-x64", "client darwin-arm64 omp-darwin-arm64", "model qwen3_8_27b.ninfer"]
+
+
+# -- a cache shared by audits running at once -------------------------------------------------
+
+
+def _audit_processes(url: str, tmp_path: Path, count: int, *extra: str) -> list[subprocess.CompletedProcess]:
+    """`count` audit processes started together, sharing one --cache (each its own --dist)."""
+    import sys
+
+    from repokit import ROOT
+
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "audit", url, "--allow-unsigned", "--cache", str(tmp_path / "shared-cache"), "--dist", str(tmp_path / f"dist{index}"), *extra],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for index in range(count)
+    ]
+    results = []
+    for process in started:
+        out, err = process.communicate(timeout=120)
+        results.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    return results
+
+
+@pytest.mark.parametrize("mode", [("--range-threshold", "1M", "--connections", "4"), ("--connections", "1")], ids=["ranges", "one-stream"])
+def test_two_audits_sharing_one_cache_are_both_right(server, tmp_path, mode):
+    """Before: the second audit resumed the first one's .part and kept writing into it after it was
+    renamed into place (an OK for other bytes), or crashed with FileNotFoundError in os.replace."""
+    tree = Tree(server, None, None)
+    server.slow[tree.paths["model"]] = 0.02  # ~2.6 s: both audits are inside the model's download at once
+    url = tree.publish()
+    results = _audit_processes(url, tmp_path, 2, *mode)
+    for result in results:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr and "FileNotFoundError" not in result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1].startswith(f"AUDIT PASSED: {RELEASE}")
+    assert any("another audit is fetching it into this cache; waiting for it" in result.stderr for result in results), "the second audit said it waited"
+    folder = tmp_path / "shared-cache" / RELEASE / "asset"
+    assert (folder / "qwen3_8_27b.ninfer").read_bytes() == tree.model
+    assert not [p.name for p in folder.iterdir() if p.name.endswith((".part", ".ranges"))]
+
+
+def test_a_cached_file_altered_after_a_verified_audit_is_not_reported_ok(server, tmp_path):
+    tree = Tree(server, None, None)
+    url = tree.publish()
+    cache = tmp_path / "cache"
+    report, lines = run_audit(url, tmp_path, cache=cache)
+    assert report.passed, "\n".join(lines)
+    cached = cache / RELEASE / "asset" / "qwen3_8_27b.ninfer"
+    stat = cached.stat()
+    altered = bytearray(cached.read_bytes())
+    altered[4096] ^= 0x01
+    cached.write_bytes(bytes(altered))
+    os.utime(cached, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size and mtime: only its bytes tell
+    server.log.clear()
+    report, lines = run_audit(url, tmp_path, cache=cache)
+    assert report.passed and line_for(lines, "OK: model qwen3_8_27b.ninfer")
+    assert [rng for path, rng in server.log if path == tree.paths["model"]] == [None], "fetched again, not re-used"
+    assert cached.read_bytes() == tree.model
+
+
+def test_a_hard_link_planted_as_part_is_refused_and_its_target_unchanged(server, tmp_path):
+    tree = Tree(server, None, None)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"precious bytes outside the cache\n")
+    part = tmp_path / "cache" / RELEASE / "asset" / "qwen3_8_27b.ninfer.part"
+    part.parent.mkdir(parents=True)
+    os.link(outside, part)
+    report, lines = run_audit(tree.publish(), tmp_path, cache=tmp_path / "cache")
+    assert not report.passed
+    assert "qwen3_8_27b.ninfer.part is not a download's own partial file" in line_for(lines, "FAIL: model qwen3_8_27b.ninfer")
+    assert outside.read_bytes() == b"precious bytes outside the cache\n"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import threading
 import time
@@ -355,7 +356,9 @@ def test_a_single_stream_never_writes_through_a_symlink_at_the_part_path(server,
 def test_a_single_stream_names_a_failing_disk(server, tmp_path):
     url = server.add("/stream-full.bin", Route("ranged", BODY))
     (tmp_path / "a.part").write_bytes(BODY[:10])
-    real_open = open
+    from pipeline.infra import transfer
+
+    real_open = transfer._open_sink
 
     class Full:
         def __init__(self, handle):
@@ -370,17 +373,44 @@ def test_a_single_stream_names_a_failing_disk(server, tmp_path):
         def write(self, _data):
             raise OSError(28, "No space left on device")
 
-    def opening(path, mode="r", *args, **kwargs):
-        handle = real_open(path, mode, *args, **kwargs)
-        return Full(handle) if str(path).endswith("a.part") and "a" in mode else handle
-
-    import builtins
-
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setattr(builtins, "open", opening)
+    monkeypatch.setattr(transfer, "_open_sink", lambda part, *, append: Full(real_open(part, append=append)))
     try:
         with pytest.raises(EnvironmentProblem, match="cannot write a.part: No space left on device"):
             fetch(url, tmp_path / "a", connections=1, retries=3)
     finally:
         monkeypatch.undo()
     assert (tmp_path / "a.part").read_bytes() == BODY[:10], "the prefix stays, to resume"
+
+
+@pytest.mark.parametrize("connections", [4, 1], ids=["ranges", "one-stream"])
+@pytest.mark.parametrize("with_state", [False, True], ids=["prefix", "state"])
+def test_a_hard_link_planted_as_part_is_refused_and_its_target_unchanged(server, tmp_path, connections, with_state):
+    url = server.add("/hardlink.bin", Route("ranged", BODY))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_bytes(BODY[:4096] if not with_state else bytes(len(BODY)))
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    os.link(victim, folder / "asset.part")
+    if with_state:
+        _state(folder / "asset.part", [[0, 1 << 20]])
+    before = victim.read_bytes()
+    with pytest.raises(EnvironmentProblem, match="asset.part is not a download's own partial file .*found '2 names'"):
+        fetch(url, folder / "asset", connections=connections)
+    assert victim.read_bytes() == before and not (folder / "asset").exists()
+
+
+def test_the_part_is_flushed_before_each_state_that_vouches_for_it(server, tmp_path, monkeypatch):
+    url = server.add("/flushed.bin", Route("ranged", BODY))
+    events = []
+    real_write_state = ranges.write_state
+    monkeypatch.setattr(ranges, "_flush", lambda fd: events.append("flush"))
+    monkeypatch.setattr(ranges, "write_state", lambda path, state: (events.append(("state", state.received)), real_write_state(path, state)))
+    monkeypatch.setattr(ranges, "SAVE_SECONDS", 0.0)
+    assert fetch(url, tmp_path / "asset").sha256 == DIGEST
+    saves = [index for index, event in enumerate(events) if event != "flush"]
+    assert events[saves[0]] == ("state", ()) and len(saves) > 2, events  # the empty state before preallocation, then a save per piece
+    assert all(events[index - 1] == "flush" for index in saves[1:]), events
+    assert events.count("flush") == len(saves) - 1, "one flush per state write, none per chunk"
