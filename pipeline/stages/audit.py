@@ -88,7 +88,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RemoteError
+from pipeline.errors import (
+    EnvironmentProblem,
+    InputError,
+    IntegrityError,
+    PipelineError,
+    RemoteError,
+    redact_url_credentials,
+)
 from pipeline.formats.release.names import EVIDENCE, ROW_RECORDS
 from pipeline.infra import net, ranges
 from pipeline.infra import progress as transfer_progress
@@ -170,11 +177,12 @@ class Item:
     details: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
+        """One line whatever the data in it (`ui.printable`: no control character from a manifest or a server)."""
         if self.ok is None:
-            return f"SKIP: {self.name}: {self.reason}"
+            return ui.printable(f"SKIP: {self.name}: {self.reason}")
         if self.ok:
-            return f"OK: {self.name}" + (f" ({self.reason})" if self.reason else "")
-        return f"FAIL: {self.name}: {self.reason}"
+            return ui.printable(f"OK: {self.name}" + (f" ({self.reason})" if self.reason else ""))
+        return ui.printable(f"FAIL: {self.name}: {self.reason}")
 
     def to_json(self) -> dict[str, Any]:
         return {"item": self.name, "kind": self.kind, "result": {True: "ok", False: "fail", None: "skip"}[self.ok], "reason": self.reason, **self.details}
@@ -205,8 +213,8 @@ class AuditReport:
         tail = f"{ui.human_bytes(self.bytes_downloaded)} downloaded in {self.download_seconds:.1f} s ({rate}), audit took {self.seconds:.1f} s"
         extra = f", {skipped} skipped" if skipped else ""
         if self.passed:
-            return f"AUDIT PASSED: {self.release}: all {ok} items OK{extra}; {tail}"
-        return f"AUDIT FAILED: {self.release}: {len(self.failed)} of {len(self.items)} items failed{extra}; {tail}"
+            return f"AUDIT PASSED: {_word(self.release)}: all {ok} items OK{extra}; {tail}"
+        return f"AUDIT FAILED: {_word(self.release)}: {len(self.failed)} of {len(self.items)} items failed{extra}; {tail}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -234,6 +242,11 @@ def url_file_name(url: Any) -> str | None:
         return Path(urlsplit(url).path).name or None
     except ValueError:  # an unbalanced '[' of an IPv6 host: the location check reports it
         return None
+
+
+def _word(value: Any) -> str:
+    """A manifest value shown in a line: as it is when it is a bare word (a release name, a status), else quoted."""
+    return value if isinstance(value, str) and _BARE_NAME.fullmatch(value) else ui.quoted(value)
 
 
 def _items(value: Any) -> list[Any]:
@@ -593,6 +606,7 @@ class Auditor:
         certificate_oidc_issuer: str | None = None,
     ) -> None:
         self.source = source
+        self.shown_source = redact_url_credentials(source)  # what every record and line names (a URL's password never)
         # Who must have signed is the auditor's to say, never the manifest's (a manifest naming its own
         # signer proves nothing): the product repository's release workflow at the release tag by default.
         self.repository = repository
@@ -618,7 +632,7 @@ class Auditor:
         self.on_item = on_item
         self.mirrors = list(mirrors or [])
         self.skip_larger_than = skip_larger_than
-        self.report = AuditReport(manifest=source)
+        self.report = AuditReport(manifest=self.shown_source)
         self.deadline: net.Deadline | None = None  # the run's overall deadline, from the start of run()
         self._manifest: dict[str, Any] = {}
         self._rebound: dict[str, Any] = {}  # lane -> (first release, chain) or _Refused
@@ -733,12 +747,12 @@ class Auditor:
         if self.is_url:
             problem = check_scheme(self.source)
             if problem:
-                self.add(Item(f"manifest {self.source}", False, problem, "manifest"))
+                self.add(Item(f"manifest {self.shown_source}", False, problem, "manifest"))
                 return None
             with tempfile.TemporaryDirectory(prefix="omp-ninfer-audit-") as tmp:
                 fetched = self._download(self.source, Path(tmp) / "manifest.json", sha256=None, size=None, label="manifest.json", cap=MAX_RELEASE_MANIFEST_BYTES, redirects="none")
                 if fetched.error or fetched.path is None:
-                    self.add(Item(f"manifest {self.source}", False, fetched.error or "download failed", "manifest"))
+                    self.add(Item(f"manifest {self.shown_source}", False, fetched.error or "download failed", "manifest"))
                     return None
                 data = fetched.path.read_bytes()
         else:
@@ -749,10 +763,10 @@ class Auditor:
         try:
             manifest = loads_document(data, source=self.source, max_bytes=MAX_RELEASE_MANIFEST_BYTES)
         except InputError as exc:
-            self.add(Item(f"manifest {self.source}", False, exc.what, "manifest"))
+            self.add(Item(f"manifest {self.shown_source}", False, exc.what, "manifest"))
             return None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("release"), str):
-            self.add(Item(f"manifest {self.source}", False, "is not a release manifest (no 'release')", "manifest"))
+            self.add(Item(f"manifest {self.shown_source}", False, "is not a release manifest (no 'release')", "manifest"))
             return None
         return manifest, data
 
@@ -782,7 +796,7 @@ class Auditor:
             self.report.seconds = time.monotonic() - started
             return self.report
         where = _manifest_release_problem(self.source, release)
-        self.add(Item(label, where is None, where or f"release {release}, status {manifest.get('status')}, sha256 {sha256_bytes(data)}", "manifest"))
+        self.add(Item(label, where is None, where or f"release {_word(release)}, status {_word(manifest.get('status'))}, sha256 {sha256_bytes(data)}", "manifest"))
         if where is not None:  # a manifest outside its release tree binds nothing: fetch nothing it names
             self.report.seconds = time.monotonic() - started
             return self.report
@@ -1598,17 +1612,17 @@ class AuditStage(Stage):
 
     @property
     def key(self) -> str:
-        source = self.auditor.source
+        source = self.auditor.shown_source
         # One register record per audited manifest; a very long source is named by its hash (lock file names).
         return f"audit:{source}" if len(source) <= 160 else f"audit:sha256:{sha256_bytes(source.encode('utf-8'))}"
 
     def describe(self) -> str:
-        return self.auditor.source
+        return self.auditor.shown_source
 
     def inputs(self) -> dict[str, Any]:
         auditor = self.auditor
         return {
-            "manifest": auditor.source,
+            "manifest": auditor.shown_source,
             "allow_unsigned": auditor.allow_unsigned,
             "trust_config": auditor.trust_config,
             "mirrors": auditor.mirrors,
@@ -1652,13 +1666,9 @@ def run_audit(args: argparse.Namespace) -> int:
     as_json = args.json
 
     def emit(item: Item) -> None:
-        line = item.line()
-        if as_json:
-            import sys
+        import sys
 
-            sys.stderr.write(line + "\n")
-        else:
-            print(line, flush=True)
+        ui.result(item.line(), sys.stderr if as_json else None)
 
     if args.jobs < 1:
         from pipeline.errors import UsageError
@@ -1696,7 +1706,7 @@ def run_audit(args: argparse.Namespace) -> int:
     if as_json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
-        print(report.verdict())
+        ui.result(report.verdict())
     return 0 if report.passed else 1
 
 

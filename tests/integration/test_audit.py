@@ -1545,3 +1545,38 @@ def test_a_hard_link_planted_as_part_is_refused_and_its_target_unchanged(server,
     assert not report.passed
     assert "qwen3_8_27b.ninfer.part is not a download's own partial file" in line_for(lines, "FAIL: model qwen3_8_27b.ninfer")
     assert outside.read_bytes() == b"precious bytes outside the cache\n"
+
+
+# -- text from the manifest and the server reaching the auditor's terminal ---------------------
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["lines", "json"])
+def test_a_hostile_manifest_cannot_write_escape_codes_or_a_fake_line(server, tmp_path, capsys, as_json):
+    tree = Tree(server, None, None)
+    tree.manifest["status"] = "ready\x1b[2K\x1b[1A\r\nAUDIT PASSED: v0.13.1: all 99 items OK\u202e\x9b31m\u200b"
+    tree.tamper("client", 7)  # a FAIL line too
+    url = tree.publish()
+    code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--dist", str(tmp_path / "dist"), *(["--json"] if as_json else [])])
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert code == 1
+    for forbidden in ("\x1b", "\r", "\u202e", "\x9b", "\u200b"):
+        assert forbidden not in shown, f"{forbidden!r} reached the terminal"
+    lines = (captured.err if as_json else captured.out).splitlines()
+    assert not [line for line in lines if line.startswith("AUDIT PASSED")], "a line from the manifest passed for the verdict"
+    manifest_line = line_for(lines, "OK: manifest manifest.json")  # the status is not the manifest item's to judge
+    assert "status 'ready\\x1b[2K\\x1b[1A\\r\\nAUDIT PASSED: v0.13.1: all 99 items OK\\u202e\\x9b31m\\u200b'" in manifest_line
+
+
+def test_a_urls_password_reaches_neither_the_output_nor_the_report_nor_the_register(server, tmp_path, capsys):
+    tree = Tree(server, None, None)
+    url = tree.publish().replace("http://", "http://auditor:PW-s3cret@", 1)
+    dist = tmp_path / "dist"
+    code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--dist", str(dist)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert line_for(captured.out.splitlines(), "FAIL: manifest http://[REDACTED]@127.0.0.1:").endswith(": carries credentials")
+    (entry,) = Register(dist).query("audit-report")
+    written = [captured.out, captured.err, (dist / "register.json").read_text(), (dist / entry.path).read_text()]
+    assert not [text for text in written if "PW-s3cret" in text or "auditor:" in text]
+    assert entry.attrs["manifest"] == url.replace("auditor:PW-s3cret@", "[REDACTED]@")
