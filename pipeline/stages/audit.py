@@ -690,15 +690,25 @@ class Auditor:
             # lock, so a second audit sharing --cache waits, then re-uses (re-hashes) what the first made.
             # The lock is a hidden name (no cached file's name starts with '.') that is never removed.
             with exclusive_lock(target.with_name(f".{target.name}.lock"), waiting=f"{label}: another audit is fetching it into this cache; waiting for it",
-                                on_wait=ui.info, give_up=self._still_waiting(url)):
+                                on_wait=ui.info, give_up=self._still_waiting(url, target, sha256, size)):
                 return self._fetch_claimed(binding, url, target, label=label, on_bytes=on_bytes, cap=cap, redirects=redirects)
         except PipelineError as error:
             return Fetched(binding, None, None, None, error=_short_remote(error), late=isinstance(error, net.DeadlinePassed))
 
-    def _still_waiting(self, url: str) -> Callable[[], None]:
-        """While another audit holds a cache file: raise the run's deadline error once it has passed."""
+    def _still_waiting(self, url: str, target: Path, sha256: Any, size: Any) -> Callable[[], None]:
+        """While another audit holds a cache file: the bytes it writes into the file's .part earn this run's
+        deadline time, as bytes this run received would (at 256 KiB/s); raise its error once it has passed."""
+        part = target.with_name(target.name + ".part")
+        seen = [-1]
+
         def check() -> None:
-            if self.deadline is not None and self.deadline.passed():
+            if self.deadline is None:
+                return
+            held = _held_bytes(part, sha256, size)
+            if seen[0] >= 0 and held > seen[0]:
+                self.deadline.earn(held - seen[0])
+            seen[0] = max(seen[0], held)
+            if self.deadline.passed():
                 raise self.deadline.error(net.BEFORE, url)
         return check
 
@@ -1520,6 +1530,21 @@ def _hash_cached(path: Path, size: int | None) -> tuple[str, int] | None:
         if not stat.S_ISREG(info.st_mode) or (size is not None and info.st_size != size):
             return None
         return hashlib.file_digest(handle, "sha256").hexdigest(), info.st_size
+
+
+def _held_bytes(part: Path, sha256: Any, size: Any) -> int:
+    """How many bytes of a pinned file another audit's .part holds now: its range state's intervals (read as
+    hostile input, bound to the pin), else its length (a single stream's prefix); 0 when unknown."""
+    from pipeline.formats.range_state import read_state, state_path
+
+    try:
+        if isinstance(size, int) and os.path.lexists(state_path(part)):
+            state = read_state(state_path(part), size=size, sha256=sha256 if is_sha256_hex(sha256) else None)
+            return sum(end - start for start, end in state.received) if state is not None else 0
+        info = os.lstat(part)
+    except (OSError, PipelineError):
+        return 0
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
 
 
 def _remove_cached(path: Path) -> None:

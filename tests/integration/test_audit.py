@@ -1580,3 +1580,38 @@ def test_a_urls_password_reaches_neither_the_output_nor_the_report_nor_the_regis
     written = [captured.out, captured.err, (dist / "register.json").read_text(), (dist / entry.path).read_text()]
     assert not [text for text in written if "PW-s3cret" in text or "auditor:" in text]
     assert entry.attrs["manifest"] == url.replace("auditor:PW-s3cret@", "[REDACTED]@")
+
+
+@pytest.mark.parametrize("ranged", [False, True], ids=["one-stream", "ranges"])
+def test_waiting_for_another_audits_download_earns_time_from_the_bytes_it_writes(tmp_path, ranged):
+    """A run that waits for a cache file another audit is fetching is not cut by its own --timeout while that
+    download progresses: the bytes arriving in the .part earn it time, as its own would (256 KiB/s)."""
+    from pipeline.formats import range_state
+    from pipeline.infra import net
+
+    size = 64 << 20
+    target = tmp_path / "model.bin"
+    part = tmp_path / "model.bin.part"
+
+    def holding(count: int) -> None:
+        if ranged:
+            with part.open("ab") as handle:
+                handle.truncate(size)
+            range_state.write_state(range_state.state_path(part), range_state.RangeState(size, None, ((0, count),) if count else ()))
+        else:
+            part.write_bytes(bytes(count))
+
+    for grows in (False, True):
+        auditor = audit.Auditor("manifest.json", cache=tmp_path, progress=False)
+        auditor.deadline = net.Deadline(0.3, what="the audit's overall deadline of 0.3 s", paced=True)
+        check = auditor._still_waiting("http://127.0.0.1:9/model.bin", target, None, size)
+        holding(0)
+        check()
+        time.sleep(0.4)
+        holding(1 << 20 if grows else 0)  # 1 MiB earns 4 s
+        if grows:
+            check()
+            assert auditor.deadline.remaining() > 3
+        else:
+            with pytest.raises(net.DeadlinePassed):
+                check()
