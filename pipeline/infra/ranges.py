@@ -21,8 +21,11 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
   not fit, and what an earlier run left, is read back from the `.part`
   (`Fetched.reread`), so memory stays bounded whatever the file's size;
 - the intervals on disk are recorded in `<file>.part.ranges`
-  (`pipeline.formats.range_state`, read as hostile input) after each piece,
-  so an interrupted download resumes range by range; a `.part` without it is
+  (`pipeline.formats.range_state`, read as hostile input) once pieces have
+  landed, at most every `SAVE_SECONDS`, by a thread of its own, each time
+  after the `.part`'s data is flushed to the disk (one flush per state
+  write, none per chunk, none on a receiving thread), so an interrupted
+  download resumes range by range; a `.part` without it is
   the prefix the single stream left (one of the full size, whose holes
   cannot be told from bytes, starts over);
 - a server that answers a ranged request with 200, a wrong or missing
@@ -39,7 +42,6 @@ import hashlib
 import os
 import stat
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -248,8 +250,9 @@ class _Ranges:
         self.active = 0  # workers running
         self.holding = self.peak = 0  # connections held now, and the most at once
         self.probed = threading.Event()  # the first answer showed the server serves ranges
-        self.saved = 0.0
         self.save_lock = threading.Lock()
+        self.save_wanted = threading.Event()  # a piece landed since the last save
+        self.stopping = threading.Event()  # the saver's end
         self.bar = None
 
     @staticmethod
@@ -321,25 +324,33 @@ class _Ranges:
                 self.buffered += len(data)
             self.cond.notify_all()
 
-    def save(self, *, force: bool = False) -> None:
-        """Record the intervals on disk (after each piece, at most every SAVE_SECONDS; always when stopping)."""
-        now = time.monotonic()
-        if not force and now - self.saved < SAVE_SECONDS:
-            return
+    def save(self) -> None:
+        """Record the intervals on disk: the .part's data is flushed first, then the state that vouches for it is
+        replaced, so after a crash the state never names intervals whose data was still in the page cache."""
         with self.save_lock:
             with self.cond:
                 spans = self.received.spans()
-            # The bytes first, then the state that vouches for them: after a crash the state never
-            # names intervals whose data was still in the page cache (one flush per save, not per chunk).
             _flush(self.fd)
             write_state(state_path(self.part), RangeState(self.size, self.sha256, spans))
-            self.saved = now
+
+    def _saver(self) -> None:
+        """Saves off the receiving threads (a flush waits for the disk; a connection must not), at most every
+        SAVE_SECONDS and only after a piece landed: one flush per state write, none per chunk."""
+        while not self.stopping.wait(SAVE_SECONDS):
+            if self.save_wanted.is_set():
+                self.save_wanted.clear()
+                try:
+                    self.save()
+                except BaseException as error:  # noqa: BLE001 - a failing disk stops the download, named
+                    self.fail(write_failed(self.part, error) if isinstance(error, OSError) else error)
+                    return
 
     # -- the run
     def run(self) -> Fetched:
         threads = [threading.Thread(target=self._work, args=(index,), name=f"range-{index}", daemon=True) for index in range(self.connections)]
+        saver = threading.Thread(target=self._saver, name="range-state", daemon=True)
         self.active = len(threads)
-        for thread in threads:
+        for thread in [*threads, saver]:
             thread.start()
         try:
             digest = self._hash()
@@ -349,12 +360,14 @@ class _Ranges:
         finally:
             for thread in threads:
                 thread.join()
+            self.stopping.set()
+            saver.join()
         if digest is None or self.error is not None:
             error = self.error or RemoteError(f"download of {self.item.label} ended incomplete", file=self.item.url)
             if isinstance(error, IntegrityError | RangesRefused):
                 discard(self.part)  # not the pinned file's bytes, or to be fetched as one stream
             else:
-                self.save(force=True)  # resumed range by range next time
+                self.save()  # resumed range by range next time
             raise error
         state_path(self.part).unlink(missing_ok=True)
         return Fetched(digest.hexdigest(), self.resumed_from, self.reread, self.peak)
@@ -423,7 +436,7 @@ class _Ranges:
                     while (slot := self.take()) is not None:
                         self._fetch_piece(slot)
                         self.landed(slot)
-                        self.save()
+                        self.save_wanted.set()
                 finally:
                     with self.cond:
                         self.holding -= 1

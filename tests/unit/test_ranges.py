@@ -403,14 +403,16 @@ def test_a_hard_link_planted_as_part_is_refused_and_its_target_unchanged(server,
 
 
 def test_the_part_is_flushed_before_each_state_that_vouches_for_it(server, tmp_path, monkeypatch):
-    url = server.add("/flushed.bin", Route("ranged", BODY))
+    url = server.add("/flushed.bin", Route("ranged", BODY, interval=0.01))  # ~0.2 s: several saves at 10 ms
     events = []
     real_write_state = ranges.write_state
-    monkeypatch.setattr(ranges, "_flush", lambda fd: events.append("flush"))
+    flushing_threads = set()
+    monkeypatch.setattr(ranges, "_flush", lambda fd: (events.append("flush"), flushing_threads.add(threading.current_thread().name)))
     monkeypatch.setattr(ranges, "write_state", lambda path, state: (events.append(("state", state.received)), real_write_state(path, state)))
-    monkeypatch.setattr(ranges, "SAVE_SECONDS", 0.0)
+    monkeypatch.setattr(ranges, "SAVE_SECONDS", 0.01)
     assert fetch(url, tmp_path / "asset").sha256 == DIGEST
     saves = [index for index, event in enumerate(events) if event != "flush"]
-    assert events[saves[0]] == ("state", ()) and len(saves) > 2, events  # the empty state before preallocation, then a save per piece
+    assert events[saves[0]] == ("state", ()) and len(saves) > 2, events  # the empty state before preallocation, then saves as pieces land
     assert all(events[index - 1] == "flush" for index in saves[1:]), events
     assert events.count("flush") == len(saves) - 1, "one flush per state write, none per chunk"
+    assert flushing_threads == {"range-state"}, "no receiving connection waits for the disk"
