@@ -416,3 +416,18 @@ def test_the_part_is_flushed_before_each_state_that_vouches_for_it(server, tmp_p
     assert all(events[index - 1] == "flush" for index in saves[1:]), events
     assert events.count("flush") == len(saves) - 1, "one flush per state write, none per chunk"
     assert flushing_threads == {"range-state"}, "no receiving connection waits for the disk"
+
+
+def test_a_state_file_with_a_second_name_vouches_for_nothing(server, tmp_path):
+    url = server.add("/linked-state.bin", Route("ranged", BODY))
+    part = tmp_path / "cache" / "asset.part"
+    part.parent.mkdir()
+    part.write_bytes(bytes(len(BODY)))  # holes a planted state would call bytes
+    outside = tmp_path / "outside.json"
+    _state(outside.with_name("outside.json.part"), [[0, len(BODY) // 2]])  # a valid state, written elsewhere
+    range_state.state_path(outside.with_name("outside.json.part")).rename(outside)
+    before = outside.read_bytes()
+    os.link(outside, range_state.state_path(part))
+    result = fetch(url, tmp_path / "cache" / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 0, "the linked state was not trusted"
+    assert outside.read_bytes() == before
