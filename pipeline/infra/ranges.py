@@ -67,6 +67,7 @@ SAVE_SECONDS = 1.0  # the state file is rewritten at most this often
 STEAL = 2 << 20  # the least a connection takes over from another (a new request costs a first byte)
 
 
+# The flags of every open of a cache file: no symbolic link followed, not inherited by children, binary on Windows.
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _flush = getattr(os, "fdatasync", os.fsync)  # the data of a file, before a record that vouches for it
 
