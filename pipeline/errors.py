@@ -11,6 +11,7 @@ every rendered message.
 from __future__ import annotations
 
 import os
+import re
 from enum import IntEnum
 from pathlib import Path
 
@@ -38,17 +39,71 @@ def register_secret(value: str | None) -> None:
 
 
 def redact(text: str) -> str:
+    """`text` without a registered secret, and without the user information (`user:password@`) of any URL in it."""
     for secret in sorted(current().secrets, key=len, reverse=True):
         text = text.replace(secret, "[REDACTED]")
-    return text
+    return redact_url_credentials(text)
+
+
+# The authority's user information of every URL in a text: `scheme://` then anything up to the last '@'
+# before the host ends (no '/', '?', '#' or white space in between).
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@]*(?:@[^/?#\s@]*)*@")
+
+
+def redact_url_credentials(text: str) -> str:
+    """The one rule for a URL the pipeline records or prints: its user information (`user:password@`) is replaced by
+    `[REDACTED]@`, in a URL alone or anywhere in a text (a password in a URL is a secret nobody registered)."""
+    return _URL_USERINFO.sub(r"\1[REDACTED]@", text) if "@" in text else text
+
+
+def redact_document(value: object) -> object:
+    """A JSON document with `redact_url_credentials` applied to every string in it (keys included): what a record
+    the pipeline writes (the register, the refusal log, an audit report) may hold of a URL."""
+    if isinstance(value, str):
+        return redact_url_credentials(value)
+    if isinstance(value, dict):
+        return {redact_url_credentials(key) if isinstance(key, str) else key: redact_document(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_document(item) for item in value]
+    return value
+
+
+# -- text from documents and servers, as a person sees it
+
+QUOTE_LIMIT = 200  # characters of one quoted value a line shows (the rest is counted, never printed)
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """`text` with every character a terminal would act on or that a reader cannot see escaped as `\\xNN`, `\\uNNNN`:
+    C0 and C1 controls (ESC, CR, NEL, and LF and TAB unless `lines`), DEL, bidi overrides and isolates, zero-width
+    and other format characters, line and paragraph separators, and spaces other than U+0020.  Applied to every line
+    the pipeline prints (`ui`, rendered errors, OK:/FAIL: lines): data can never move the cursor, erase a line or
+    (in a one-line result) start one.  `lines` keeps LF and TAB, for a message that quotes a tool's output."""
+    if text.isprintable():
+        return text
+    keep = "\n\t" if lines else ""
+    return "".join(character if character.isprintable() or character in keep else _escape(character) for character in text)
+
+
+def _escape(character: str) -> str:
+    code = ord(character)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def quoted(value: object, limit: int = QUOTE_LIMIT) -> str:
+    """Text from a document or a server inside a message: in quotes (Python's repr: control and invisible characters
+    escaped, so it cannot pass for the pipeline's own words), at most `limit` characters, the rest counted."""
+    text = value if isinstance(value, str) else repr(value)
+    shown = repr(text[:limit]) if isinstance(value, str) else printable(text[:limit])
+    return shown + (f" (and {len(text) - limit} more characters)" if len(text) > limit else "")
 
 
 def _show(value: object) -> str:
     if isinstance(value, str):
-        return repr(value) if value else "an empty string"
+        return quoted(value) if value else "an empty string"
     if value is None:
         return "nothing (null)"
-    return repr(value)
+    return quoted(value)
 
 
 class PipelineError(Exception):
@@ -67,7 +122,7 @@ class PipelineError(Exception):
         fix: str | None = None,
     ) -> None:
         self.what = what
-        self.file = str(file) if file is not None else None
+        self.file = redact_url_credentials(str(file)) if file is not None else None  # recorded in refusals and reports too
         self.field = field
         self.found = found
         self.expected = expected
@@ -101,7 +156,7 @@ class PipelineError(Exception):
             text += f" {why[:1].upper()}{why[1:]}."
         if self.fix:
             text += f" Fix: {self.fix.rstrip('.')}."
-        return redact(text)
+        return printable(redact(text), lines=True)  # a tool's output (`why`) keeps its lines
 
     def as_dict(self) -> dict[str, object]:
         return {

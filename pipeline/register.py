@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError, IntegrityError, UsageError
+from pipeline.errors import InputError, IntegrityError, UsageError, redact_document
 from pipeline.util import ui
 from pipeline.util.fs import exclusive_lock, remove_leftovers
 from pipeline.util.hashing import is_sha256_hex, sha256_file
@@ -336,14 +336,14 @@ class Register:
             "artifacts": [self.artifacts[name].to_json() for name in sorted(self.artifacts)],
             "stages": self.stages,
         }
-        write_json(self.file, document)
+        write_json(self.file, redact_document(document))  # no URL's password in the record, whatever a stage named
 
     def _write_refusals(self) -> None:
         """The refusal log, only while it holds a refusal (a dist whose stages all answered has none)."""
         if not self.refusals:
             self.refusals_file.unlink(missing_ok=True)
             return
-        write_json(self.refusals_file, {"artifact_type": REFUSALS_TYPE, "schema_version": 1, "refusals": self.refusals})
+        write_json(self.refusals_file, redact_document({"artifact_type": REFUSALS_TYPE, "schema_version": 1, "refusals": self.refusals}))
 
     # -- reading ---------------------------------------------------------
     def query(self, kind: str, *, lane: str | None = None, **attrs: Any) -> list[Artifact]:

@@ -368,6 +368,8 @@ def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level:
             ui.step("bench", f"{result['name']}: {result['summary']}; goal {verdict}")
             continue
         figure = f"speedup {result['speedup']}x" if "speedup" in result else f"ratio {result['ratio']}x"
+        if "speedup_over_download_alone" in result:
+            figure += f", {result['speedup_over_download_alone']}x aria2c's download alone"
         baseline = f"; {result['baseline']['tool']} {result['baseline']['mib_per_s']} MiB/s" if "baseline" in result else ""
         if "machine_ceiling" in result:
             baseline += f"; the machine's own ceiling: {result['machine_ceiling']['ratio']}x"

@@ -158,6 +158,8 @@ def measure_audit_large_file_capped(work: Path, payload: Path, size: int, level:
         shutil.rmtree(source.parent, ignore_errors=True)
         shutil.rmtree(site, ignore_errors=True)
     speedup = round(aria["seconds"] / ours["seconds"], 3) if ours["seconds"] > 0 else 0.0
+    # Against aria2c's download alone: the hashing and the cache lock must cost nothing the user waits for.
+    over_download = round(aria["download_seconds"] / ours["seconds"], 3) if ours["seconds"] > 0 else 0.0
     over_curl = round(curl_seconds / ours["seconds"], 3) if ours["seconds"] > 0 else 0.0
     agree = ours["passed"] and aria.pop("digest") == digest and curl_digest == digest
     return {
@@ -184,8 +186,10 @@ def measure_audit_large_file_capped(work: Path, payload: Path, size: int, level:
         "digests_agree": agree,
         "speedup": speedup,
         "speedup_over_curl": over_curl,
-        "goal": "speedup >= 1.0 over aria2c -x8 -s8 && openssl dgst -sha256 and >= 5.0 over one curl stream, hashing included, digests equal",
-        "met": agree and speedup >= 1.0 and over_curl >= 5.0,
+        "speedup_over_download_alone": over_download,
+        "goal": ("speedup >= 1.0 over aria2c -x8 -s8 && openssl dgst -sha256, >= 0.95 over aria2c -x8 -s8 downloading alone and >= 5.0 over"
+                 " one curl stream, hashing included, digests equal"),
+        "met": agree and speedup >= 1.0 and over_download >= 0.95 and over_curl >= 5.0,
     }
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, redact_document
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import expect_document_type, read_json_object, write_json
 from pipeline.util.safepath import component_problem
@@ -35,7 +35,7 @@ def report_name(release: object, source: str) -> str:
 def write_report(dist: Path, report: dict[str, Any]) -> Path:
     """Write the report document (from `AuditReport.to_json()`) under `<dist>/audit/`, atomically."""
     path = dist / FOLDER / report_name(report.get("release"), str(report.get("manifest")))
-    write_json(path, {"artifact_type": REPORT_TYPE, "schema_version": SCHEMA_VERSION, **report})
+    write_json(path, redact_document({"artifact_type": REPORT_TYPE, "schema_version": SCHEMA_VERSION, **report}))  # no URL's password
     return path
 
 

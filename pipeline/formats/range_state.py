@@ -7,7 +7,9 @@ written so far, sorted, disjoint and merged.  It is written (atomically) before
 the `.part` is preallocated and after every piece, so a `.part` without one is
 the contiguous prefix of the single-stream download.
 
-Read as hostile input: bounded in size, strict JSON, every interval inside the
+Written only by replacing it atomically (a link planted in its place is
+replaced, never written through).  Read as hostile input: one name only (a
+hard link is refused), bounded in size, strict JSON, every interval inside the
 pinned size and in order, and bound to the same pin; anything else is an
 InputError and the caller starts the file over (it never trusts bytes a state
 file it cannot check vouches for).
@@ -65,6 +67,9 @@ def read_state(path: Path, *, size: int, sha256: str | None) -> RangeState | Non
         return None
     if path.is_symlink() or not path.is_file():
         raise InputError("the range state is not a regular file", file=path, fix=FIX)
+    if path.lstat().st_nlink > 1:
+        # A state is only ever written by replacing it (a file of one name): a second name is planted.
+        raise InputError("the range state has another name (a hard link)", file=path, field="st_nlink", found=path.lstat().st_nlink, expected=1, fix=FIX)
     document = expect_document_type(read_json_object(path, max_bytes=MAX_STATE_BYTES), STATE_TYPE, SCHEMA_VERSION, source=path, what="range download state", fix=FIX)
     if set(document) != KEYS:
         raise InputError("the range state has unexpected fields", file=path, found=sorted(set(document) ^ KEYS), expected=sorted(KEYS), fix=FIX)

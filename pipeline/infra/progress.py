@@ -20,6 +20,13 @@ def wanted(enabled: bool = True) -> bool:
     return enabled and not ui.is_quiet() and sys.stdout.isatty() and sys.stderr.isatty()
 
 
+def _shown(label: str) -> str:
+    """A file's label (a name from the manifest) as text, never as rich markup or terminal codes."""
+    from rich.markup import escape
+
+    return escape(ui.printable(label))
+
+
 class TransferProgress:
     """A live display with an overall line (`total` bytes, None: unknown) and a line per file."""
 
@@ -43,7 +50,7 @@ class TransferProgress:
             console=Console(stderr=True),
             refresh_per_second=4,
         )
-        self.overall = self.progress.add_task(what, total=total)
+        self.overall = self.progress.add_task(_shown(what), total=total)
         # Each file's bytes on disk, as the overall line counts them: a retry's new line starts from what is on disk
         # now (the same after a broken connection, nothing after ranges were discarded for one stream).
         self.counted: dict[str, int] = {}
@@ -57,7 +64,7 @@ class TransferProgress:
             self.counted[label] = done
         if change:
             self.progress.advance(self.overall, change)
-        return _FileLine(self, self.progress.add_task(label, total=total, completed=done), label)
+        return _FileLine(self, self.progress.add_task(_shown(label), total=total, completed=done), label)
 
     def count(self, label: str, task, amount: int) -> None:
         with self.lock:

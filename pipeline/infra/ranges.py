@@ -21,8 +21,11 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
   not fit, and what an earlier run left, is read back from the `.part`
   (`Fetched.reread`), so memory stays bounded whatever the file's size;
 - the intervals on disk are recorded in `<file>.part.ranges`
-  (`pipeline.formats.range_state`, read as hostile input) after each piece,
-  so an interrupted download resumes range by range; a `.part` without it is
+  (`pipeline.formats.range_state`, read as hostile input) once pieces have
+  landed, at most every `SAVE_SECONDS`, by a thread of its own, each time
+  after the `.part`'s data is flushed to the disk (one flush per state
+  write, none per chunk, none on a receiving thread), so an interrupted
+  download resumes range by range; a `.part` without it is
   the prefix the single stream left (one of the full size, whose holes
   cannot be told from bytes, starts over);
 - a server that answers a ranged request with 200, a wrong or missing
@@ -37,8 +40,8 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
+import stat
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,6 +65,11 @@ HASH_BUFFER = 128 << 20  # bytes ahead of the hashed prefix held in memory, per 
 READ_BACK = 4 << 20  # what the hasher reads back from the .part at a time
 SAVE_SECONDS = 1.0  # the state file is rewritten at most this often
 STEAL = 2 << 20  # the least a connection takes over from another (a new request costs a first byte)
+
+
+# The flags of every open of a cache file: no symbolic link followed, not inherited by children, binary on Windows.
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_flush = getattr(os, "fdatasync", os.fsync)  # the data of a file, before a record that vouches for it
 
 
 class RangesRefused(Exception):
@@ -103,6 +111,26 @@ def discard(part: Path) -> None:
                 raise
             raise EnvironmentProblem(f"{path.name} is a folder, where the download keeps its partial bytes", file=path,
                                      fix="remove that folder (the download then starts the file over)") from None
+
+
+def open_part(path: Path, flags: int) -> int:
+    """A descriptor of a download's `.part`, never through a link: O_NOFOLLOW refuses a symbolic link, and
+    a file with more than one name (a hard link planted in the cache to a file elsewhere) is refused
+    before a byte is read or written, so no download ever changes a file outside its folder."""
+    try:
+        fd = os.open(path, flags | NOFOLLOW, 0o644)
+    except OSError as exc:
+        raise EnvironmentProblem(f"cannot open {path.name}: {exc.strerror or type(exc).__name__}", file=path,
+                                 why="a download's partial file is never opened through a symbolic link or as a folder",
+                                 fix=f"remove {path} (the download then starts the file over)") from None
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
+        return fd
+    os.close(fd)
+    raise EnvironmentProblem(f"{path.name} is not a download's own partial file", file=path, field="st_nlink",
+                             found=f"{info.st_nlink} names" if stat.S_ISREG(info.st_mode) else "not a regular file", expected="a regular file with 1 name",
+                             why="a hard link planted in the cache would make the download write into a file outside it",
+                             fix=f"remove {path} (the download then starts the file over) and check who can write to the cache folder")
 
 
 def piece_size(size: int, connections: int) -> int:
@@ -147,8 +175,9 @@ class Intervals:
         return gaps + ([(position, size)] if position < size else [])
 
 
-def _prepare(part: Path, size: int, sha256: str | None) -> Intervals:
-    """What an earlier run left (checked), recorded before the .part is preallocated to `size`."""
+def _prepare(part: Path, size: int, sha256: str | None) -> tuple[Intervals, int]:
+    """What an earlier run left (checked), recorded before the .part is preallocated to `size`; and the
+    .part's descriptor (`open_part`: no link followed, one name only)."""
     state_file = state_path(part)
     try:
         state = read_state(state_file, size=size, sha256=sha256)
@@ -165,23 +194,26 @@ def _prepare(part: Path, size: int, sha256: str | None) -> Intervals:
     else:
         discard(part)
         received = Intervals()
-    write_state(state_file, RangeState(size, sha256, received.spans()))
-    with open(part, "ab") as handle:
+    fd = open_part(part, os.O_RDWR | os.O_CREAT)  # checked before the state vouches for anything in it
+    try:
+        write_state(state_file, RangeState(size, sha256, received.spans()))
         try:
-            os.posix_fallocate(handle.fileno(), 0, size)  # room for the whole file now, not at 90%
+            os.posix_fallocate(fd, 0, size)  # room for the whole file now, not at 90%
         except OSError as exc:
             if exc.errno == 28:  # ENOSPC
                 raise EnvironmentProblem(f"no room for {size} bytes of {part.name}", file=part, fix="free disk space or pass --cache DIR on a larger disk") from None
-            handle.truncate(size)  # a file system without fallocate
-    return received
+            os.ftruncate(fd, size)  # a file system without fallocate
+    except BaseException:
+        os.close(fd)
+        raise
+    return received, fd
 
 
 def fetch(item: Item, part: Path, *, size: int, sha256: str | None, connections: int, budget: threading.Semaphore | None,
           bar: Callable[[int], Any] | None = None, on_bytes: Callable[[int], None] | None = None,
           piece: int | None = None, memory: int = HASH_BUFFER) -> Fetched:
     """Fetch `item` into `part` as parallel ranges; its SHA-256 as the bytes arrive (see the module)."""
-    received = _prepare(part, size, sha256)
-    fd = os.open(part, os.O_RDWR)
+    received, fd = _prepare(part, size, sha256)
     try:
         job = _Ranges(item, fd, part, size=size, sha256=sha256, received=received, connections=connections, budget=budget,
                       piece=piece or piece_size(size, connections), memory=memory, on_bytes=on_bytes)
@@ -219,8 +251,9 @@ class _Ranges:
         self.active = 0  # workers running
         self.holding = self.peak = 0  # connections held now, and the most at once
         self.probed = threading.Event()  # the first answer showed the server serves ranges
-        self.saved = 0.0
         self.save_lock = threading.Lock()
+        self.save_wanted = threading.Event()  # a piece landed since the last save
+        self.stopping = threading.Event()  # the saver's end
         self.bar = None
 
     @staticmethod
@@ -292,22 +325,33 @@ class _Ranges:
                 self.buffered += len(data)
             self.cond.notify_all()
 
-    def save(self, *, force: bool = False) -> None:
-        """Record the intervals on disk (after each piece, at most every SAVE_SECONDS; always when stopping)."""
-        now = time.monotonic()
-        if not force and now - self.saved < SAVE_SECONDS:
-            return
+    def save(self) -> None:
+        """Record the intervals on disk: the .part's data is flushed first, then the state that vouches for it is
+        replaced, so after a crash the state never names intervals whose data was still in the page cache."""
         with self.save_lock:
             with self.cond:
                 spans = self.received.spans()
+            _flush(self.fd)
             write_state(state_path(self.part), RangeState(self.size, self.sha256, spans))
-            self.saved = now
+
+    def _saver(self) -> None:
+        """Saves off the receiving threads (a flush waits for the disk; a connection must not), at most every
+        SAVE_SECONDS and only after a piece landed: one flush per state write, none per chunk."""
+        while not self.stopping.wait(SAVE_SECONDS):
+            if self.save_wanted.is_set():
+                self.save_wanted.clear()
+                try:
+                    self.save()
+                except BaseException as error:  # noqa: BLE001 - a failing disk stops the download, named
+                    self.fail(write_failed(self.part, error) if isinstance(error, OSError) else error)
+                    return
 
     # -- the run
     def run(self) -> Fetched:
         threads = [threading.Thread(target=self._work, args=(index,), name=f"range-{index}", daemon=True) for index in range(self.connections)]
+        saver = threading.Thread(target=self._saver, name="range-state", daemon=True)
         self.active = len(threads)
-        for thread in threads:
+        for thread in [*threads, saver]:
             thread.start()
         try:
             digest = self._hash()
@@ -317,12 +361,14 @@ class _Ranges:
         finally:
             for thread in threads:
                 thread.join()
+            self.stopping.set()
+            saver.join()
         if digest is None or self.error is not None:
             error = self.error or RemoteError(f"download of {self.item.label} ended incomplete", file=self.item.url)
             if isinstance(error, IntegrityError | RangesRefused):
                 discard(self.part)  # not the pinned file's bytes, or to be fetched as one stream
             else:
-                self.save(force=True)  # resumed range by range next time
+                self.save()  # resumed range by range next time
             raise error
         state_path(self.part).unlink(missing_ok=True)
         return Fetched(digest.hexdigest(), self.resumed_from, self.reread, self.peak)
@@ -391,7 +437,7 @@ class _Ranges:
                     while (slot := self.take()) is not None:
                         self._fetch_piece(slot)
                         self.landed(slot)
-                        self.save()
+                        self.save_wanted.set()
                 finally:
                     with self.cond:
                         self.holding -= 1

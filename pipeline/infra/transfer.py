@@ -7,7 +7,10 @@ interrupted download resumes with an HTTP Range request from its `.part`
 file: within one call the running digest simply continues after a broken
 connection; only a `.part` left by an earlier run is read back, once.  Connection errors
 and 5xx answers are retried with exponential backoff; a 404 is final.  The
-file appears under its name only after size and hash match.  A pinned file
+file appears under its name only after size and hash match.  The `.part` is
+never opened through a link and one with a second name is refused
+(`ranges.open_part`); who may write it at all is the caller's lock (audit's
+cache: one writer per file, `pipeline.util.fs.exclusive_lock`).  A pinned file
 larger than `ranges.THRESHOLD` is fetched as parallel Range requests
 (`pipeline.infra.ranges`) when the caller allows more than one connection.
 
@@ -61,7 +64,7 @@ def _session(session=None):
 
 def _hash_existing(path: Path, digest) -> int:
     size = 0
-    with open(path, "rb") as handle:
+    with os.fdopen(ranges.open_part(path, os.O_RDONLY), "rb") as handle:
         while chunk := handle.read(CHUNK * 4):
             digest.update(chunk)
             size += len(chunk)
@@ -251,7 +254,7 @@ class _Stream:
         total = self.expected_size or (int(length) + self.have if length and length.isdigit() else None)
         bar = _bar(self.progress, item.label, total, self.have)
         try:
-            with open(self.part, "ab" if self.have else "wb") as sink:
+            with _open_sink(self.part, append=bool(self.have)) as sink:
                 for chunk in net.iter_body(response, limit=self.limit - self.have, deadline=lambda _count: item.soonest(),
                                            label=item.label, url=item.url, what="a document of this kind", pinned=self.expected_size is not None):
                     _write(sink, chunk, self.part)
@@ -280,6 +283,15 @@ class _Stream:
             if bar:
                 bar.finish()
         return True
+
+
+def _open_sink(part: Path, *, append: bool):
+    """The .part for writing (`ranges.open_part`: no link followed, one name only), emptied unless `append`:
+    checked before it is truncated, so a planted link's target is never changed."""
+    fd = ranges.open_part(part, os.O_WRONLY | os.O_CREAT | (os.O_APPEND if append else 0))
+    if not append:
+        os.ftruncate(fd, 0)
+    return os.fdopen(fd, "ab" if append else "wb")
 
 
 def _write(sink, chunk: bytes, part: Path) -> None:

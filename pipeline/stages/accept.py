@@ -1486,9 +1486,9 @@ def run_accept_run(args: argparse.Namespace) -> int:
     assert receipt is not None and stage.receipt_path is not None
     sys.stdout.write(json.dumps({"receipt": str(stage.receipt_path), "route": receipt["route"], "status": receipt["status"], "failed_step": receipt["failed_step"]}, sort_keys=True) + "\n")
     if receipt["status"] != "passed":
-        sys.stderr.write(f"FAIL: route {receipt['route']}: step {receipt['failed_step']}: {receipt['failure']}\n")
+        ui.result(f"FAIL: route {receipt['route']}: step {receipt['failed_step']}: {receipt['failure']}", sys.stderr)
         return 1
-    sys.stderr.write(f"OK: route {receipt['route']}: {sum(1 for s in receipt['steps'] if s['status'] == 'passed')} of {len(receipt['steps'])} steps passed, receipt {stage.receipt_path}\n")
+    ui.result(f"OK: route {receipt['route']}: {sum(1 for s in receipt['steps'] if s['status'] == 'passed')} of {len(receipt['steps'])} steps passed, receipt {stage.receipt_path}", sys.stderr)
     return 0
 
 

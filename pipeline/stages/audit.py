@@ -77,6 +77,8 @@ import json
 import os
 import re
 import shutil
+import stat
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -86,15 +88,22 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, PipelineError, RemoteError
+from pipeline.errors import (
+    EnvironmentProblem,
+    InputError,
+    IntegrityError,
+    PipelineError,
+    RemoteError,
+    redact_url_credentials,
+)
 from pipeline.formats.release.names import EVIDENCE, ROW_RECORDS
 from pipeline.infra import net, ranges
 from pipeline.infra import progress as transfer_progress
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
-from pipeline.util.fs import read_bytes_bounded
-from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes, sha256_file
+from pipeline.util.fs import exclusive_lock, read_bytes_bounded
+from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import dig, expect_list, expect_object, loads_document
 from pipeline.util.safepath import component_problem, safe_component, safe_relpath
 
@@ -168,11 +177,12 @@ class Item:
     details: dict[str, Any] = field(default_factory=dict)
 
     def line(self) -> str:
+        """One line whatever the data in it (`ui.printable`: no control character from a manifest or a server)."""
         if self.ok is None:
-            return f"SKIP: {self.name}: {self.reason}"
+            return ui.printable(f"SKIP: {self.name}: {self.reason}")
         if self.ok:
-            return f"OK: {self.name}" + (f" ({self.reason})" if self.reason else "")
-        return f"FAIL: {self.name}: {self.reason}"
+            return ui.printable(f"OK: {self.name}" + (f" ({self.reason})" if self.reason else ""))
+        return ui.printable(f"FAIL: {self.name}: {self.reason}")
 
     def to_json(self) -> dict[str, Any]:
         return {"item": self.name, "kind": self.kind, "result": {True: "ok", False: "fail", None: "skip"}[self.ok], "reason": self.reason, **self.details}
@@ -203,8 +213,8 @@ class AuditReport:
         tail = f"{ui.human_bytes(self.bytes_downloaded)} downloaded in {self.download_seconds:.1f} s ({rate}), audit took {self.seconds:.1f} s"
         extra = f", {skipped} skipped" if skipped else ""
         if self.passed:
-            return f"AUDIT PASSED: {self.release}: all {ok} items OK{extra}; {tail}"
-        return f"AUDIT FAILED: {self.release}: {len(self.failed)} of {len(self.items)} items failed{extra}; {tail}"
+            return f"AUDIT PASSED: {_word(self.release)}: all {ok} items OK{extra}; {tail}"
+        return f"AUDIT FAILED: {_word(self.release)}: {len(self.failed)} of {len(self.items)} items failed{extra}; {tail}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -232,6 +242,11 @@ def url_file_name(url: Any) -> str | None:
         return Path(urlsplit(url).path).name or None
     except ValueError:  # an unbalanced '[' of an IPv6 host: the location check reports it
         return None
+
+
+def _word(value: Any) -> str:
+    """A manifest value shown in a line: as it is when it is a bare word (a release name, a status), else quoted."""
+    return value if isinstance(value, str) and _BARE_NAME.fullmatch(value) else ui.quoted(value)
 
 
 def _items(value: Any) -> list[Any]:
@@ -591,6 +606,7 @@ class Auditor:
         certificate_oidc_issuer: str | None = None,
     ) -> None:
         self.source = source
+        self.shown_source = redact_url_credentials(source)  # what every record and line names (a URL's password never)
         # Who must have signed is the auditor's to say, never the manifest's (a manifest naming its own
         # signer proves nothing): the product repository's release workflow at the release tag by default.
         self.repository = repository
@@ -616,7 +632,7 @@ class Auditor:
         self.on_item = on_item
         self.mirrors = list(mirrors or [])
         self.skip_larger_than = skip_larger_than
-        self.report = AuditReport(manifest=source)
+        self.report = AuditReport(manifest=self.shown_source)
         self.deadline: net.Deadline | None = None  # the run's overall deadline, from the start of run()
         self._manifest: dict[str, Any] = {}
         self._rebound: dict[str, Any] = {}  # lane -> (first release, chain) or _Refused
@@ -667,16 +683,48 @@ class Auditor:
         Bounded by the pinned `size`, else by `cap` (unpinned documents), else
         by MAX_UNSIZED_ASSET_BYTES (hash-pinned files without a recorded size).
         """
-        from pipeline.infra import transfer
-
         binding = Binding(label=label, field="", url=url, sha256=sha256, size=size)
         url = self.fetch_url(url)
-        if target.is_file():
-            # A complete file from an earlier run is re-used only when the manifest pins its
-            # hash (read once, here); anything unpinned (signed files, bundles) is fetched anew.
-            if sha256 is not None and (size is None or target.stat().st_size == size) and sha256_file(target) == sha256:
-                return Fetched(binding, target, sha256, target.stat().st_size)
-            target.unlink()
+        try:
+            # One writer per cache file: the .part and the finished file are claimed under an exclusive
+            # lock, so a second audit sharing --cache waits, then re-uses (re-hashes) what the first made.
+            # The lock is a hidden name (no cached file's name starts with '.') that is never removed.
+            with exclusive_lock(target.with_name(f".{target.name}.lock"), waiting=f"{label}: another audit is fetching it into this cache; waiting for it",
+                                on_wait=ui.info, give_up=self._still_waiting(url, target, sha256, size)):
+                return self._fetch_claimed(binding, url, target, label=label, on_bytes=on_bytes, cap=cap, redirects=redirects)
+        except PipelineError as error:
+            return Fetched(binding, None, None, None, error=_short_remote(error), late=isinstance(error, net.DeadlinePassed))
+
+    def _still_waiting(self, url: str, target: Path, sha256: Any, size: Any) -> Callable[[], None]:
+        """While another audit holds a cache file: the bytes it writes into the file's .part earn this run's
+        deadline time, as bytes this run received would (at 256 KiB/s); raise its error once it has passed."""
+        part = target.with_name(target.name + ".part")
+        seen = [-1]
+
+        def check() -> None:
+            if self.deadline is None:
+                return
+            held = _held_bytes(part, sha256, size)
+            if seen[0] >= 0 and held > seen[0]:
+                self.deadline.earn(held - seen[0])
+            seen[0] = max(seen[0], held)
+            if self.deadline.passed():
+                raise self.deadline.error(net.BEFORE, url)
+        return check
+
+    def _fetch_claimed(self, binding: Binding, url: str, target: Path, *, label: str, on_bytes, cap: int | None, redirects: str) -> Fetched:
+        """`_download` while this run holds the cache file's lock."""
+        from pipeline.infra import transfer
+
+        sha256, size = binding.sha256, binding.size
+        if os.path.lexists(target):
+            # A complete file from an earlier run is re-used only when the manifest pins its hash and
+            # its bytes hash to it now (never through a link); anything unpinned (signed files,
+            # bundles) is fetched anew.
+            cached = _hash_cached(target, size) if sha256 is not None else None
+            if cached is not None and cached[0] == sha256:
+                return Fetched(binding, target, sha256, cached[1])
+            _remove_cached(target)
         kwargs: dict[str, Any] = {}
         if self.retries is not None:
             kwargs["retries"] = self.retries
@@ -684,27 +732,24 @@ class Auditor:
             kwargs["max_size"] = cap if cap is not None else MAX_UNSIZED_ASSET_BYTES
             if cap is None:
                 kwargs["deadline"] = net.deadline_for(self.timeout, MAX_UNSIZED_ASSET_BYTES)
-        try:
-            result = transfer.download(
-                url,
-                target,
-                label=label,
-                session=self._http(),
-                expected_size=size,
-                expected_sha256=sha256,
-                timeout=self.timeout,
-                progress=self._bars,
-                on_bytes=on_bytes,
-                connections=self.connections,
-                range_threshold=self.range_threshold,
-                budget=self.budget,
-                redirects=redirects,
-                resume=sha256 is not None,  # unpinned bytes of an earlier run may be another version
-                overall=self.deadline,
-                **kwargs,
-            )
-        except PipelineError as error:
-            return Fetched(binding, None, None, None, error=_short_remote(error), late=isinstance(error, net.DeadlinePassed))
+        result = transfer.download(
+            url,
+            target,
+            label=label,
+            session=self._http(),
+            expected_size=size,
+            expected_sha256=sha256,
+            timeout=self.timeout,
+            progress=self._bars,
+            on_bytes=on_bytes,
+            connections=self.connections,
+            range_threshold=self.range_threshold,
+            budget=self.budget,
+            redirects=redirects,
+            resume=sha256 is not None,  # unpinned bytes of an earlier run may be another version
+            overall=self.deadline,
+            **kwargs,
+        )
         return Fetched(binding, result.path, result.sha256, result.size, resumed_at=tuple(getattr(result, "resumed_at", ())))
 
     # -- steps
@@ -712,14 +757,12 @@ class Auditor:
         if self.is_url:
             problem = check_scheme(self.source)
             if problem:
-                self.add(Item(f"manifest {self.source}", False, problem, "manifest"))
+                self.add(Item(f"manifest {self.shown_source}", False, problem, "manifest"))
                 return None
-            import tempfile
-
             with tempfile.TemporaryDirectory(prefix="omp-ninfer-audit-") as tmp:
                 fetched = self._download(self.source, Path(tmp) / "manifest.json", sha256=None, size=None, label="manifest.json", cap=MAX_RELEASE_MANIFEST_BYTES, redirects="none")
                 if fetched.error or fetched.path is None:
-                    self.add(Item(f"manifest {self.source}", False, fetched.error or "download failed", "manifest"))
+                    self.add(Item(f"manifest {self.shown_source}", False, fetched.error or "download failed", "manifest"))
                     return None
                 data = fetched.path.read_bytes()
         else:
@@ -730,10 +773,10 @@ class Auditor:
         try:
             manifest = loads_document(data, source=self.source, max_bytes=MAX_RELEASE_MANIFEST_BYTES)
         except InputError as exc:
-            self.add(Item(f"manifest {self.source}", False, exc.what, "manifest"))
+            self.add(Item(f"manifest {self.shown_source}", False, exc.what, "manifest"))
             return None
         if not isinstance(manifest, dict) or not isinstance(manifest.get("release"), str):
-            self.add(Item(f"manifest {self.source}", False, "is not a release manifest (no 'release')", "manifest"))
+            self.add(Item(f"manifest {self.shown_source}", False, "is not a release manifest (no 'release')", "manifest"))
             return None
         return manifest, data
 
@@ -763,7 +806,7 @@ class Auditor:
             self.report.seconds = time.monotonic() - started
             return self.report
         where = _manifest_release_problem(self.source, release)
-        self.add(Item(label, where is None, where or f"release {release}, status {manifest.get('status')}, sha256 {sha256_bytes(data)}", "manifest"))
+        self.add(Item(label, where is None, where or f"release {_word(release)}, status {_word(manifest.get('status'))}, sha256 {sha256_bytes(data)}", "manifest"))
         if where is not None:  # a manifest outside its release tree binds nothing: fetch nothing it names
             self.report.seconds = time.monotonic() - started
             return self.report
@@ -928,16 +971,13 @@ class Auditor:
         for result in self._fetch_all(extra, cache):
             self.add(self._judge(result))
             bound[result.binding.name] = result
-        folder = cache / "sets" / lane
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
+        available = {}
         for name in [*sorted(listed), "SHA256SUMS"]:
             result = bound.get(name)
             if result is None or result.path is None or result.error or not self._matches(result):
                 problems.append(f"{name} is not available with the bytes SHA256SUMS records")
-                continue
-            _link(result.path, folder / name)
+            else:
+                available[name] = result.path
         if problems:
             self.add(Item(label, False, "; ".join(problems), "set"))
             return
@@ -948,7 +988,15 @@ class Auditor:
             lanes = load_lanes(self.lanes_dir)
             lane_obj = lanes.get(lane)
             beta = lane_obj.beta_from_tag(row.get("release_tag")) if lane_obj is not None else None
-            report = check_assets(folder, lane=lane_obj, beta=beta, lanes_dir=self.lanes_dir)
+            # The set is assembled in a folder of this run's own (another audit sharing --cache
+            # assembles its copy beside it), removed once it is checked.
+            (cache / "sets").mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix=f".{lane}.", dir=cache / "sets") as staging:
+                folder = Path(staging) / lane
+                folder.mkdir()
+                for name, path in available.items():
+                    _link(path, folder / name)
+                report = check_assets(folder, lane=lane_obj, beta=beta, lanes_dir=self.lanes_dir)
         except PipelineError as error:
             self.add(Item(label, False, error.render(), "set"))
             return
@@ -1471,6 +1519,42 @@ def _tag_api(repository: Any) -> tuple[str | None, str | None, str | None]:
     return None, slug, f"the repository {repository} is not on GitHub: the audit reads component tags through GitHub's REST API only"
 
 
+def _hash_cached(path: Path, size: int | None) -> tuple[str, int] | None:
+    """The SHA-256 and size of a cache file read now, never through a link; None when it is no regular file of `size` bytes."""
+    try:
+        fd = os.open(path, os.O_RDONLY | ranges.NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or (size is not None and info.st_size != size):
+            return None
+        return hashlib.file_digest(handle, "sha256").hexdigest(), info.st_size
+
+
+def _held_bytes(part: Path, sha256: Any, size: Any) -> int:
+    """How many bytes of a pinned file another audit's .part holds now: its range state's intervals (read as
+    hostile input, bound to the pin), else its length (a single stream's prefix); 0 when unknown."""
+    from pipeline.formats.range_state import read_state, state_path
+
+    try:
+        if isinstance(size, int) and os.path.lexists(state_path(part)):
+            state = read_state(state_path(part), size=size, sha256=sha256 if is_sha256_hex(sha256) else None)
+            return sum(end - start for start, end in state.received) if state is not None else 0
+        info = os.lstat(part)
+    except (OSError, PipelineError):
+        return 0
+    return info.st_size if stat.S_ISREG(info.st_mode) else 0
+
+
+def _remove_cached(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except (IsADirectoryError, PermissionError):
+        raise EnvironmentProblem(f"{path.name} is a folder, where the audit keeps a downloaded file", file=path,
+                                 fix="remove that folder and run the audit again") from None
+
+
 def _link(source: Path, target: Path) -> None:
     try:
         os.link(source, target)
@@ -1553,17 +1637,17 @@ class AuditStage(Stage):
 
     @property
     def key(self) -> str:
-        source = self.auditor.source
+        source = self.auditor.shown_source
         # One register record per audited manifest; a very long source is named by its hash (lock file names).
         return f"audit:{source}" if len(source) <= 160 else f"audit:sha256:{sha256_bytes(source.encode('utf-8'))}"
 
     def describe(self) -> str:
-        return self.auditor.source
+        return self.auditor.shown_source
 
     def inputs(self) -> dict[str, Any]:
         auditor = self.auditor
         return {
-            "manifest": auditor.source,
+            "manifest": auditor.shown_source,
             "allow_unsigned": auditor.allow_unsigned,
             "trust_config": auditor.trust_config,
             "mirrors": auditor.mirrors,
@@ -1607,13 +1691,9 @@ def run_audit(args: argparse.Namespace) -> int:
     as_json = args.json
 
     def emit(item: Item) -> None:
-        line = item.line()
-        if as_json:
-            import sys
+        import sys
 
-            sys.stderr.write(line + "\n")
-        else:
-            print(line, flush=True)
+        ui.result(item.line(), sys.stderr if as_json else None)
 
     if args.jobs < 1:
         from pipeline.errors import UsageError
@@ -1651,7 +1731,7 @@ def run_audit(args: argparse.Namespace) -> int:
     if as_json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
-        print(report.verdict())
+        ui.result(report.verdict())
     return 0 if report.passed else 1
 
 

@@ -807,9 +807,9 @@ def run_check_assets(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2, sort_keys=True))
     else:
-        print(f"{report.directory}: {report.component_tag} ({report.lane}) is a complete, intact asset set")
+        ui.result(f"{report.directory}: {report.component_tag} ({report.lane}) is a complete, intact asset set")
         for line in report.checks:
-            print(f"  ok  {line}")
+            ui.result(f"  ok  {line}")
     return 0
 
 

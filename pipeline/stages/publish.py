@@ -392,14 +392,14 @@ def run_gates(gates: list[tuple[str, Callable[[], str]]]) -> None:
             detail = check()
         except RefusedError as exc:
             failures.append((name, exc))
-            sys.stderr.write(f"FAIL: gate {name}: {exc.render()}\n")
+            ui.result(f"FAIL: gate {name}: {exc.render()}", sys.stderr)
             continue
         except PipelineError as exc:  # a gate that cannot be checked refuses too
             refused = RefusedError(f"gate {name} could not be checked: {exc.what}", file=exc.file, field=exc.field, fix=exc.fix)
             failures.append((name, refused))
-            sys.stderr.write(f"FAIL: gate {name}: {refused.render()}\n")
+            ui.result(f"FAIL: gate {name}: {refused.render()}", sys.stderr)
             continue
-        sys.stderr.write(f"OK:   gate {name}: {detail}\n")
+        ui.result(f"OK:   gate {name}: {detail}", sys.stderr)
     if failures:
         name, first = failures[0]
         first.what = f"gate {name} refused: {first.what}"

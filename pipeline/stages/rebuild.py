@@ -413,7 +413,10 @@ class RebuildStage(Stage):
             return
         listed = "; ".join(f"{d['dependency']}: recorded {d['recorded']}, this host {d['found']}" for d in self.host_drift)
         environment = self.statement.dependency("build-environment:container")
-        where = f" or rebuild inside the build environment the set was made in ({environment.get('uri')}; the podman command in docs/provenance.md)" if environment else ""
+        # A fix line holds no text of the statement (only validated package and version words): its environment is
+        # named by the field that records it, never by the URI it holds.
+        where = (" or rebuild inside the build environment the set was made in (the uri of its build-environment:container dependency;"
+                 " the podman command in docs/provenance.md)") if environment else ""
         if not self.allow_host_drift:
             raise EnvironmentProblem(
                 f"this host differs from the one the set was built on in {len(self.host_drift)} build-host dependenc{'y' if len(self.host_drift) == 1 else 'ies'}",
@@ -671,19 +674,19 @@ def rebuild_verify(
 
 def print_outcome(outcome: Outcome) -> None:
     for check in outcome.checks:
-        print(f"{'OK' if check.ok else 'FAIL'}: {check.name}: {check.detail}")
+        ui.result(f"{'OK' if check.ok else 'FAIL'}: {check.name}: {check.detail}")
     for item in outcome.files:
         if item["result"] == "same":
-            print(f"OK: {item['name']}: rebuilt bit for bit (sha256 {item['published_sha256']})")
+            ui.result(f"OK: {item['name']}: rebuilt bit for bit (sha256 {item['published_sha256']})")
         else:
-            print(f"FAIL: {item['name']}: {item['result']} (published {item['published_sha256']}, rebuilt {item['rebuilt_sha256']})")
+            ui.result(f"FAIL: {item['name']}: {item['result']} (published {item['published_sha256']}, rebuilt {item['rebuilt_sha256']})")
     for member in outcome.members:
         if member["result"] != "same":
-            print(f"FAIL: package member {member['name']}{' (binary)' if member['binary'] else ''}: {member['result']}")
+            ui.result(f"FAIL: package member {member['name']}{' (binary)' if member['binary'] else ''}: {member['result']}")
     same_members = sum(1 for m in outcome.members if m["result"] == "same")
     if outcome.members:
-        print(f"{'OK' if not outcome.differing_members else 'FAIL'}: package members: {same_members} of {len(outcome.members)} identical")
-    print(f"{'PASSED' if outcome.passed else 'FAILED'}: verification summary {outcome.summary_path}")
+        ui.result(f"{'OK' if not outcome.differing_members else 'FAIL'}: package members: {same_members} of {len(outcome.members)} identical")
+    ui.result(f"{'PASSED' if outcome.passed else 'FAILED'}: verification summary {outcome.summary_path}")
 
 
 def register_cli(sub) -> None:

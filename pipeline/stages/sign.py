@@ -722,7 +722,7 @@ def run_sign(args: argparse.Namespace) -> int:
     assert report is not None and not result.skipped  # sign always runs
     for entry in report.verified:
         for name in entry["files"]:
-            print(f"OK: {name}: signed by {entry['identity']} (log index {entry['log_index']})")
+            ui.result(f"OK: {name}: signed by {entry['identity']} (log index {entry['log_index']})")
     ui.step("sign", f"{len(report.signed)} signed, {len(report.kept)} already signed and verified, {len(report.bundles)} bundles")
     return 0
 

@@ -418,7 +418,7 @@ def run_verifier_dist(args: argparse.Namespace) -> int:
     """`verifier-dist`: the command line's front door to `build_verifier_dist`; one OK line per file."""
     result = build_verifier_dist(dist=args.dist, source=args.source, force=args.force)
     for artifact in result.outputs:
-        print(f"OK: {artifact.kind} {artifact.path} sha256 {artifact.sha256} ({artifact.size} bytes)")
+        ui.result(f"OK: {artifact.kind} {artifact.path} sha256 {artifact.sha256} ({artifact.size} bytes)")
     return 0
 
 

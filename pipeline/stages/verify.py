@@ -36,6 +36,7 @@ from pipeline.formats.release.contract import (
 from pipeline.register import Artifact
 from pipeline.runcontext import run_context
 from pipeline.stage import Context, Skip, Stage, StageResult, execute
+from pipeline.util import ui
 from pipeline.util.jsonio import write_json
 
 REPORTS_DIR = "verify"  # under the dist: one report per release
@@ -91,23 +92,23 @@ def print_report(report: Report, stream=None) -> None:
         by_group.setdefault(problem.check, []).append(problem)
     titles = dict(GROUPS)
     shown = [g for g, _ in GROUPS if g in report.groups or g in by_group]
-    stream.write(f"verify {report.release} ({report.status or 'unknown status'})\n")
+    ui.result(f"verify {report.release} ({report.status or 'unknown status'})", stream)
     for group in shown:
         problems = by_group.get(group, [])
         if problems:
-            stream.write(f"FAIL: {titles[group]} ({len(problems)} error{'s' if len(problems) != 1 else ''})\n")
+            ui.result(f"FAIL: {titles[group]} ({len(problems)} error{'s' if len(problems) != 1 else ''})", stream)
             for problem in problems:
-                stream.write(f"      error: {problem.message()}\n")
+                ui.result(f"      error: {problem.message()}", stream)
         else:
-            stream.write(f"OK:   {titles[group]}\n")
+            ui.result(f"OK:   {titles[group]}", stream)
     for warning in report.problems.warnings:
-        stream.write(f"warning: {warning.message()}\n")
+        ui.result(f"warning: {warning.message()}", stream)
     errors = len(report.problems.items)
     if report.valid:
         note = f"; {report.blockers} blocker(s) remain, --require-ready lists them" if report.blockers else ""
-        stream.write(f"VALID: {report.release} is a valid {report.status} release tree ({len(report.problems.warnings)} warnings{note})\n")
+        ui.result(f"VALID: {report.release} is a valid {report.status} release tree ({len(report.problems.warnings)} warnings{note})", stream)
     else:
-        stream.write(f"INVALID: {report.release}: {errors} error{'s' if errors != 1 else ''} ({len(report.problems.warnings)} warnings)\n")
+        ui.result(f"INVALID: {report.release}: {errors} error{'s' if errors != 1 else ''} ({len(report.problems.warnings)} warnings)", stream)
 
 
 def verify(ctx: Context, release: str | None, *, require: str | None = None, check_pins: bool = False, lanes_dir: Path | None = None) -> tuple[Report, StageResult]:

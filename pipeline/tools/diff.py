@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.errors import ExitCode, PipelineError
+from pipeline.errors import ExitCode, PipelineError, printable
 from pipeline.road import TOOLS
 
 LANE_GROUPS = (
@@ -103,12 +103,7 @@ def compare(a: dict[str, Any], b: dict[str, Any]) -> list[Change]:
 
 # -- rendering ------------------------------------------------------------------------------------
 
-MAX_SHOWN = 300  # characters of one value in the text and Markdown forms (--json keeps every value whole)
-# C0/C1 controls, DEL and the Unicode line and paragraph separators: data must not move a terminal's cursor,
-# start a Markdown block (CR is a line ending there) or hide text; each is shown as its escape.
-_CONTROLS = {c: f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}" for c in [*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029]}
-
-
+MAX_SHOWN = 300  # characters of one value in the text form (--json and --markdown keep every value whole)
 def _value(value: Any) -> str:
     from pipeline.formats.release.rules import abbreviate
 
@@ -116,8 +111,9 @@ def _value(value: Any) -> str:
         return "(none)"
     shown = abbreviate(value)
     text = shown if isinstance(shown, str) else json.dumps(shown, sort_keys=True)
-    text = text if len(text) <= MAX_SHOWN else text[: MAX_SHOWN - 3] + "..."
-    return text.translate(_CONTROLS)
+    if len(text) > MAX_SHOWN:  # a terminal's line, said to be cut: --json and --markdown show every value whole
+        text = text[: MAX_SHOWN - 3] + f"... ({len(text) - MAX_SHOWN + 3} more characters: --json or --markdown shows all)"
+    return printable(text)  # the one rule: no control or invisible character from data reaches a terminal
 
 
 def _where(change: Change) -> str:
@@ -149,24 +145,34 @@ def render_text(a: str, b: str, changes: list[Change]) -> str:
     return "\n".join(lines) + "\n"
 
 
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._+-]*")  # what Markdown and GitHub leave as it is (no @mention, #ref, emphasis, link)
-
-
-def _md(text: str) -> str:
-    """Data for release notes, which GitHub renders: plain words as they are, anything else as a code span
-    (no HTML, link, image, emphasis, @mention or #reference is made inside one; a backtick cannot close it)."""
-    text = _value(text)
-    if _PLAIN.fullmatch(text):
-        return text
-    return f"`{text.replace('`', chr(0x2BC))}`"
+def _code(text: str) -> str:
+    """Data for release notes, which GitHub renders, as one code span holding all of it: no HTML, link (bare `www.`
+    ones included), image, emphasis, @mention or #reference is made inside one.  The fence is one backtick longer
+    than the longest run of backticks inside (a backtick in the data cannot close it), padded with a space where
+    CommonMark strips one; controls, invisible characters and line separators are escaped (`printable`: a line break
+    would end the span's block)."""
+    text = printable(text)
+    fence = "`" * (max((len(run) for run in re.findall(r"`+", text)), default=0) + 1)
+    edge = text.startswith("`") or text.endswith("`") or (text.startswith(" ") and text.endswith(" ") and text.strip(" ") != "")
+    pad = " " if edge else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 def _md_value(value: Any) -> str:
-    return "(none)" if value is None else _md(value) if _value(value) else "(empty)"
+    """A value in full (no cut: release notes keep the whole of it), as a code span."""
+    if value is None:
+        return "(none)"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return _code(text) if text else "(empty)"
+
+
+def _md_section(section: str) -> str:
+    """A section title: the report's own words as they are; a lane's id, which is data, as a code span."""
+    return f"lane {_code(section.removeprefix('lane '))}" if section.startswith("lane ") else section
 
 
 def _md_line(change: Change) -> str:
-    path = f"`{_value(change.path).replace('`', chr(0x2BC))}`" if change.path else ""  # a field path from data (a purl, a key)
+    path = _code(change.path) if change.path else ""  # a field path from data (a purl, a key)
     where = " ".join(p for p in (change.group, path) if p) or "lane"
     if change.change == "added":
         return f"{where}: added {_md_value(change.new)}"
@@ -176,11 +182,11 @@ def _md_line(change: Change) -> str:
 
 
 def render_markdown(a_name: str, changes: list[Change]) -> str:
-    lines = [f"## Changes since {_md(a_name)}", ""]
+    lines = [f"## Changes since {_md_value(a_name)}", ""]
     if not changes:
         return "\n".join([*lines, "No differences.", ""])
     for section, items in _sections(changes):
-        lines += [f"### {_md(section)}", ""]
+        lines += [f"### {_md_section(section)}", ""]
         lines += [f"- {_md_line(item)}" for item in items]
         lines.append("")
     return "\n".join(lines)

@@ -198,11 +198,28 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
                     "audience": manifest.get("audience"), "status": manifest.get("status"), "predecessor": manifest.get("predecessor")},
         "lanes": lanes,
         "model": components.get("model"),
-        "qualification": {"manifest": qualification, "lanes": lane_qualification, "summary": _without(summary, ("release", "artifact_type"))},
+        "qualification": {"manifest": qualification, "lanes": lane_qualification, "summary": _summary_facts(summary, manifest)},
         "compatibility": _without(authority, ("authority_id", "product_release", "artifact_type")),
         "acceptance": acceptance,
         "other": other,
     })
+
+
+def _summary_facts(summary: dict[str, Any] | None, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The qualification summary less its own release, and its `remaining_release_gates` less the manifest's
+    publication blockers it copies (derived from them): each blocker change is listed once, under
+    publication.blockers.  A gate the blockers do not hold is kept, so that a disagreement is a difference too."""
+    shown = _without(summary, ("release", "artifact_type"))
+    publication = manifest.get("publication") if isinstance(manifest.get("publication"), dict) else {}
+    blockers = publication.get("blockers") if isinstance(publication.get("blockers"), list) else []
+    gates = shown.get("remaining_release_gates") if shown is not None else None
+    if shown is not None and isinstance(gates, list):
+        kept = [gate for gate in gates if gate not in blockers]
+        if kept:
+            shown["remaining_release_gates"] = kept
+        else:
+            del shown["remaining_release_gates"]
+    return shown
 
 
 def _row_lane(row: dict[str, Any], index: int) -> str:

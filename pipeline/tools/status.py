@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import PipelineError, UsageError
+from pipeline.errors import PipelineError, UsageError, printable, redact
 from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
 from pipeline.register import Artifact, Register, fingerprint
 from pipeline.road import TOOLS
@@ -398,7 +398,7 @@ def run_status(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(status.to_json(), indent=2, sort_keys=True) + "\n")
     elif not args.html:
-        sys.stdout.write(render_text(status))
+        sys.stdout.write(printable(redact(render_text(status)), lines=True))  # refusal messages are read from a file
     return 0
 
 

@@ -8,9 +8,16 @@ sorted input, LF).
 
 from __future__ import annotations
 
-from html import escape
+import html
 
+from pipeline.errors import redact
 from pipeline.tools.status import COLUMNS, Cell, ReleaseStatus, Status
+
+
+def escape(text: str) -> str:
+    """Text from data on the page: without a secret or a URL's password (`redact`), then HTML-escaped."""
+    return html.escape(redact(text))
+
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;color:#1d232a;margin:24px;background:#fff}

@@ -112,17 +112,20 @@ def read_bytes_bounded(path: str | os.PathLike[str], limit: int, *, what: str = 
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: str | os.PathLike[str], *, waiting: str | None = None, on_wait=None) -> Iterator[None]:
+def exclusive_lock(path: str | os.PathLike[str], *, waiting: str | None = None, on_wait=None, give_up=None) -> Iterator[None]:
     """Hold an exclusive advisory lock on the file `path` (made if absent) for the block.
 
     fcntl.flock on POSIX, msvcrt.locking on Windows.  The operating system
     drops the lock when its holder dies (kill -9 included), so a held lock
     always means a live holder.  `on_wait(waiting)` is called once if another
-    process holds it.
+    process holds it.  With `give_up` the wait polls and calls `give_up()`
+    between tries: it raises to stop waiting (a deadline), else the wait blocks.
+    The lock file is never opened through a symbolic link (on POSIX), and
+    never written.
     """
     lock_path = Path(path)
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a+b") as handle:
+    with _open_lock_file(lock_path) as handle:
         if os.name == "nt":
             import msvcrt
 
@@ -136,6 +139,8 @@ def exclusive_lock(path: str | os.PathLike[str], *, waiting: str | None = None, 
                     if not told and on_wait and waiting:
                         on_wait(waiting)
                         told = True
+                    if give_up is not None:
+                        give_up()
                     time.sleep(0.05)
             try:
                 yield
@@ -150,11 +155,42 @@ def exclusive_lock(path: str | os.PathLike[str], *, waiting: str | None = None, 
         except BlockingIOError:
             if on_wait and waiting:
                 on_wait(waiting)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            _wait_for_flock(handle, give_up)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _open_lock_file(lock_path: Path):
+    """The lock file, opened without following a link planted in its place (O_NOFOLLOW on POSIX)."""
+    if os.name == "nt":
+        return open(lock_path, "a+b")
+    from pipeline.errors import EnvironmentProblem
+
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise EnvironmentProblem(f"cannot open the lock file {lock_path.name}: {error.strerror or type(error).__name__}", file=lock_path,
+                                 why="a lock file is never opened through a symbolic link or as a folder",
+                                 fix=f"remove {lock_path} and run the command again") from None
+    return os.fdopen(fd, "a+b")
+
+
+def _wait_for_flock(handle, give_up) -> None:
+    import fcntl
+
+    if give_up is None:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        return
+    while True:
+        give_up()
+        time.sleep(0.1)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            continue
 
 
 def remove_leftovers(folder: Path, patterns: tuple[str, ...] | list[str]) -> list[Path]:

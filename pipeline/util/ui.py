@@ -4,7 +4,12 @@ Everything goes to stderr so stdout stays free for results (`--json`).  Long
 steps show progress: a byte counter with rate for downloads and hashing, an
 `[n/N]` counter for compile steps.  On a terminal the bar redraws in place; in
 CI logs it prints a line every ten percent, so logs stay short.  Every line
-passes through `redact`, so a registered secret can never be printed.
+passes through `redact`, so a registered secret (or a URL's password) can
+never be printed, and through `printable`, so text from a document or a server
+(a file name, a status, an answer) can never drive the terminal: control and
+invisible characters are escaped.  A value from outside inside a message is
+`quoted` (in quotes, escaped, bounded); results (`OK:`/`FAIL:` lines) go
+through `result`.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 import sys
 import time
 
-from pipeline.errors import redact
+from pipeline.errors import printable, quoted, redact
 from pipeline.runcontext import current
+
+__all__ = ["quoted", "printable", "result", "step", "info", "warn", "human_bytes", "ByteProgress", "set_quiet", "is_quiet"]
 
 
 def set_quiet(quiet: bool) -> None:
@@ -27,8 +34,16 @@ def is_quiet() -> bool:
 
 def _emit(line: str) -> None:
     if not current().quiet:
-        sys.stderr.write(redact(line) + "\n")
+        sys.stderr.write(printable(redact(line), lines=True) + "\n")
         sys.stderr.flush()
+
+
+def result(line: str, stream=None) -> None:
+    """One result line (`OK: …`, `FAIL: …`, a verdict) on stdout (or `stream`), printed even when quiet: one line
+    whatever the data in it (line breaks escaped too), without secrets."""
+    target = stream or sys.stdout
+    target.write(printable(redact(line)) + "\n")
+    target.flush()
 
 
 def step(stage: str, message: str) -> None:
@@ -69,7 +84,7 @@ class ByteProgress:
         if self._tty:
             if now - self._last_draw >= 0.2:
                 self._last_draw = now
-                sys.stderr.write("\r" + redact(self._line(now)) + "\x1b[K")
+                sys.stderr.write("\r" + printable(redact(self._line(now))) + "\x1b[K")
                 sys.stderr.flush()
         elif self.total:
             decile = int(10 * self.done / self.total)

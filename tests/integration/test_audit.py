@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import http.server
 import json
+import os
 import re
 import socket
 import subprocess
@@ -83,21 +84,23 @@ class ReleaseServer(LoopbackServer):
                 data = server.files.get(path)
                 if data is None:
                     return self._send(404, b"Not Found", "text/plain")
-                start = 0
+                start, end = 0, len(data)
                 status = 200
                 ranged = self.headers.get("Range")
                 if ranged:
-                    start = int(re.fullmatch(r"bytes=(\d+)-", ranged).group(1))
+                    asked = re.fullmatch(r"bytes=(\d+)-(\d*)", ranged)
+                    start = int(asked.group(1))
+                    end = min(end, int(asked.group(2)) + 1) if asked.group(2) else end
                     if start >= len(data):
                         return self._send(416, b"", "text/plain", {"Content-Range": f"bytes */{len(data)}"})
                     status = 206
-                body = data[start:]
+                body = data[start:end]
                 self.send_response(status)
                 self.send_header("Content-Type", "application/octet-stream")
                 self.send_header("Content-Length", str(len(body)))
                 self.send_header("Accept-Ranges", "bytes")
                 if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                    self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
                 self.end_headers()
                 cut = server.cut_once.pop(path, None)
                 if cut is not None and start < cut:
@@ -557,7 +560,9 @@ def test_a_hash_mismatch_leaves_no_bytes_in_the_cache(server, tmp_path):
     cache = tmp_path / "cache"
     report, lines = run_audit(tree.publish(), tmp_path, cache=cache)
     assert line_for(fails(lines), "FAIL: client windows-x64 omp-windows-x64.exe: SHA-256 mismatch")
-    assert sorted(p.name for p in (cache / RELEASE / "asset").iterdir()) == ["qwen3_8_27b.ninfer"]  # the good file stays, the rejected one is gone
+    kept = sorted(p.name for p in (cache / RELEASE / "asset").iterdir())
+    assert [name for name in kept if not name.endswith(".lock")] == ["qwen3_8_27b.ninfer"]  # the good file stays, the rejected one is gone
+    assert all((cache / RELEASE / "asset" / name).stat().st_size == 0 for name in kept if name.endswith(".lock"))  # locks hold no bytes
 
 
 def test_a_manifest_over_its_cap_is_refused_while_it_streams(server, tmp_path):
@@ -1467,3 +1472,146 @@ def test_parallel_downloads_start_with_the_largest_files_and_report_in_manifest_
     assert set(assets[:2]) == {tree.paths["model"], tree.paths["client"]}, assets  # the two largest go first
     order = [line[len("OK: "):].split(" (")[0] for line in lines if line.startswith(("OK: client", "OK: model"))]
     assert order == ["client windows-x64 omp-windows-x64.exe", "client linux-x64 omp-linux-x64", "client darwin-arm64 omp-darwin-arm64", "model qwen3_8_27b.ninfer"]
+
+
+# -- a cache shared by audits running at once -------------------------------------------------
+
+
+def _audit_processes(url: str, tmp_path: Path, count: int, *extra: str) -> list[subprocess.CompletedProcess]:
+    """`count` audit processes started together, sharing one --cache (each its own --dist)."""
+    import sys
+
+    from repokit import ROOT
+
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "pipeline", "audit", url, "--allow-unsigned", "--cache", str(tmp_path / "shared-cache"), "--dist", str(tmp_path / f"dist{index}"), *extra],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for index in range(count)
+    ]
+    results = []
+    for process in started:
+        out, err = process.communicate(timeout=120)
+        results.append(subprocess.CompletedProcess(process.args, process.returncode, out, err))
+    return results
+
+
+@pytest.mark.parametrize("mode", [("--range-threshold", "1M", "--connections", "4"), ("--connections", "1")], ids=["ranges", "one-stream"])
+def test_two_audits_sharing_one_cache_are_both_right(server, tmp_path, mode):
+    """Before: the second audit resumed the first one's .part and kept writing into it after it was
+    renamed into place (an OK for other bytes), or crashed with FileNotFoundError in os.replace."""
+    tree = Tree(server, None, None)
+    server.slow[tree.paths["model"]] = 0.02  # ~2.6 s: both audits are inside the model's download at once
+    url = tree.publish()
+    results = _audit_processes(url, tmp_path, 2, *mode)
+    for result in results:
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr and "FileNotFoundError" not in result.stdout + result.stderr
+        assert result.stdout.splitlines()[-1].startswith(f"AUDIT PASSED: {RELEASE}")
+    assert any("another audit is fetching it into this cache; waiting for it" in result.stderr for result in results), "the second audit said it waited"
+    folder = tmp_path / "shared-cache" / RELEASE / "asset"
+    assert (folder / "qwen3_8_27b.ninfer").read_bytes() == tree.model
+    assert not [p.name for p in folder.iterdir() if p.name.endswith((".part", ".ranges"))]
+
+
+def test_a_cached_file_altered_after_a_verified_audit_is_not_reported_ok(server, tmp_path):
+    tree = Tree(server, None, None)
+    url = tree.publish()
+    cache = tmp_path / "cache"
+    report, lines = run_audit(url, tmp_path, cache=cache)
+    assert report.passed, "\n".join(lines)
+    cached = cache / RELEASE / "asset" / "qwen3_8_27b.ninfer"
+    stat = cached.stat()
+    altered = bytearray(cached.read_bytes())
+    altered[4096] ^= 0x01
+    cached.write_bytes(bytes(altered))
+    os.utime(cached, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same size and mtime: only its bytes tell
+    server.log.clear()
+    report, lines = run_audit(url, tmp_path, cache=cache)
+    assert report.passed and line_for(lines, "OK: model qwen3_8_27b.ninfer")
+    assert [rng for path, rng in server.log if path == tree.paths["model"]] == [None], "fetched again, not re-used"
+    assert cached.read_bytes() == tree.model
+
+
+def test_a_hard_link_planted_as_part_is_refused_and_its_target_unchanged(server, tmp_path):
+    tree = Tree(server, None, None)
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"precious bytes outside the cache\n")
+    part = tmp_path / "cache" / RELEASE / "asset" / "qwen3_8_27b.ninfer.part"
+    part.parent.mkdir(parents=True)
+    os.link(outside, part)
+    report, lines = run_audit(tree.publish(), tmp_path, cache=tmp_path / "cache")
+    assert not report.passed
+    assert "qwen3_8_27b.ninfer.part is not a download's own partial file" in line_for(lines, "FAIL: model qwen3_8_27b.ninfer")
+    assert outside.read_bytes() == b"precious bytes outside the cache\n"
+
+
+# -- text from the manifest and the server reaching the auditor's terminal ---------------------
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["lines", "json"])
+def test_a_hostile_manifest_cannot_write_escape_codes_or_a_fake_line(server, tmp_path, capsys, as_json):
+    tree = Tree(server, None, None)
+    tree.manifest["status"] = "ready\x1b[2K\x1b[1A\r\nAUDIT PASSED: v0.13.1: all 99 items OK\u202e\x9b31m\u200b"
+    tree.tamper("client", 7)  # a FAIL line too
+    url = tree.publish()
+    code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--dist", str(tmp_path / "dist"), *(["--json"] if as_json else [])])
+    captured = capsys.readouterr()
+    shown = captured.out + captured.err
+    assert code == 1
+    for forbidden in ("\x1b", "\r", "\u202e", "\x9b", "\u200b"):
+        assert forbidden not in shown, f"{forbidden!r} reached the terminal"
+    lines = (captured.err if as_json else captured.out).splitlines()
+    assert not [line for line in lines if line.startswith("AUDIT PASSED")], "a line from the manifest passed for the verdict"
+    manifest_line = line_for(lines, "OK: manifest manifest.json")  # the status is not the manifest item's to judge
+    assert "status 'ready\\x1b[2K\\x1b[1A\\r\\nAUDIT PASSED: v0.13.1: all 99 items OK\\u202e\\x9b31m\\u200b'" in manifest_line
+
+
+def test_a_urls_password_reaches_neither_the_output_nor_the_report_nor_the_register(server, tmp_path, capsys):
+    tree = Tree(server, None, None)
+    url = tree.publish().replace("http://", "http://auditor:PW-s3cret@", 1)
+    dist = tmp_path / "dist"
+    code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--dist", str(dist)])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert line_for(captured.out.splitlines(), "FAIL: manifest http://[REDACTED]@127.0.0.1:").endswith(": carries credentials")
+    (entry,) = Register(dist).query("audit-report")
+    written = [captured.out, captured.err, (dist / "register.json").read_text(), (dist / entry.path).read_text()]
+    assert not [text for text in written if "PW-s3cret" in text or "auditor:" in text]
+    assert entry.attrs["manifest"] == url.replace("auditor:PW-s3cret@", "[REDACTED]@")
+
+
+@pytest.mark.parametrize("ranged", [False, True], ids=["one-stream", "ranges"])
+def test_waiting_for_another_audits_download_earns_time_from_the_bytes_it_writes(tmp_path, ranged):
+    """A run that waits for a cache file another audit is fetching is not cut by its own --timeout while that
+    download progresses: the bytes arriving in the .part earn it time, as its own would (256 KiB/s)."""
+    from pipeline.formats import range_state
+    from pipeline.infra import net
+
+    size = 64 << 20
+    target = tmp_path / "model.bin"
+    part = tmp_path / "model.bin.part"
+
+    def holding(count: int) -> None:
+        if ranged:
+            with part.open("ab") as handle:
+                handle.truncate(size)
+            range_state.write_state(range_state.state_path(part), range_state.RangeState(size, None, ((0, count),) if count else ()))
+        else:
+            part.write_bytes(bytes(count))
+
+    for grows in (False, True):
+        auditor = audit.Auditor("manifest.json", cache=tmp_path, progress=False)
+        auditor.deadline = net.Deadline(0.3, what="the audit's overall deadline of 0.3 s", paced=True)
+        check = auditor._still_waiting("http://127.0.0.1:9/model.bin", target, None, size)
+        holding(0)
+        check()
+        time.sleep(0.4)
+        holding(1 << 20 if grows else 0)  # 1 MiB earns 4 s
+        if grows:
+            check()
+            assert auditor.deadline.remaining() > 3
+        else:
+            with pytest.raises(net.DeadlinePassed):
+                check()

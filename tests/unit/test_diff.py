@@ -36,8 +36,11 @@ def test_the_seeded_trees_differ_by_the_rebound_5090_lane_and_the_qualification_
     qualification = {(c.path, c.change) for c in by_section["qualification results and gates"]}
     assert ("summary.lanes.rtx5090-container.rebound_from", "changed") in qualification
     assert ("summary.lanes.rtx4090-windows-native", "added") in qualification
-    gates = [c for c in by_section["qualification results and gates"] if c.path == "summary.remaining_release_gates"]
-    assert any(c.change == "removed" and c.old.startswith("reconstruction:") for c in gates)  # one item, not a shifted list
+    blockers = [c for c in changes if c.path in ("summary.remaining_release_gates", "publication.blockers")]
+    removed = [c for c in blockers if c.change == "removed" and c.old.startswith("reconstruction:")]
+    # One item, not a shifted list; and listed once: the summary's remaining gates copy the manifest's blockers.
+    assert [(c.section, c.path) for c in removed] == [("other manifest fields", "publication.blockers")]
+    assert not [c for c in blockers if c.path == "summary.remaining_release_gates"]
     assert [c.path for c in by_section["product and channel"]] == ["predecessor", "release", "title"]
 
 
@@ -57,8 +60,8 @@ def test_differences_exit_1_in_every_form(capsys):
     assert {"section": "lane rtx5090-container", "group": "component tag and cut", "path": "rebound_from", "change": "changed", "old": None, "new": "v0.13.0"} in document["differences"]
     assert main(["diff", V0, V1, "--markdown"]) == 1
     markdown = capsys.readouterr().out
-    assert markdown.startswith("## Changes since v0.13.0\n\n### product and channel\n")
-    assert "### lane rtx5090-container\n\n- component tag and cut `rebound_from`: (none) -> v0.13.0\n" in markdown
+    assert markdown.startswith("## Changes since `v0.13.0`\n\n### product and channel\n")
+    assert "### lane `rtx5090-container`\n\n- component tag and cut `rebound_from`: (none) -> `v0.13.0`\n" in markdown
     outputs = []
     for _ in range(2):  # the same trees give the same bytes
         main(["diff", V0, V1, "--markdown"])
@@ -98,8 +101,8 @@ def test_hostile_text_cannot_become_markup_in_the_markdown():
     assert "<h1>" not in html  # a carriage return in data cannot start a block
     assert "\r" not in markdown and "\x1b" not in markdown and "\u2028" not in markdown
     # every piece of data sits inside a code span: no @mention or #reference, no emphasis
-    assert "<code>&lt;img src=x onerror=alert(1)&gt; [link](http://evil) ʼcodeʼ @org/team #12 *em*\\x0d# heading\\u2028\\x1b[31m</code>" in html
-    assert "<code>pkg:npm/@evil/&lt;b&gt;x&lt;/b&gt;ʼ</code>" in html and "<h2>Changes since <code>v1 &lt;i&gt;@x&lt;/i&gt;</code></h2>" in html
+    assert "<code>&lt;img src=x onerror=alert(1)&gt; [link](http://evil) `code` @org/team #12 *em*\\x0d# heading\\u2028\\x1b[31m</code>" in html
+    assert "<code>pkg:npm/@evil/&lt;b&gt;x&lt;/b&gt;`</code>" in html and "<h2>Changes since <code>v1 &lt;i&gt;@x&lt;/i&gt;</code></h2>" in html
 
 
 @pytest.fixture()
@@ -236,3 +239,26 @@ def test_two_versions_of_one_package_in_an_sbom_are_two_components(tmp_path):
                                                {"name": "crc", "version": "1", "purl": "pkg:generic/crc@1"}]}))
     found = cdx_components(path)
     assert sorted(found) == ["pkg:generic/crc", "pkg:generic/zlib@1.2", "pkg:generic/zlib@1.3"]
+
+
+def test_every_value_from_data_is_one_whole_code_span_in_the_markdown():
+    """Before: plain-looking values were left bare (`www.` became a link on GitHub, `a_b_` or `*x*` emphasis),
+    values over 300 characters were cut with '...', and a backtick in data was replaced by another character."""
+    from markdown_it import MarkdownIt
+
+    from pipeline.tools.diff import Change
+
+    long = "notes " + "z" * 5000 + " end"
+    values = ["www.evil.example", "_emphasis_", "*strong*", "`edge`", "a `` b", " padded ", long, "v1.2.3"]
+    changes = [Change("lane www.lane.example", "other row fields", f"field{index}", "changed", "old", value) for index, value in enumerate(values)]
+    markdown = render_markdown("www.a.example", changes)
+    tokens = MarkdownIt("commonmark").parse(markdown)
+    spans = [child.content for token in tokens if token.type == "inline" for child in token.children or [] if child.type == "code_inline"]
+    for value in values:
+        assert value in spans, f"{value!r} is not one whole code span"  # in full, exactly, backticks and spaces included
+    assert "..." not in markdown and long in markdown
+    assert "lane www.lane.example" not in markdown and "### lane `www.lane.example`" in markdown
+    # Outside the code spans only the report's own words remain: nothing a renderer could link or emphasize.
+    html = MarkdownIt("commonmark").render(markdown)
+    outside = re.sub(r"<code>.*?</code>", "", html, flags=re.DOTALL)
+    assert "www." not in outside and "<em>" not in html and "<strong>" not in html and "<a " not in html

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import random
 import threading
 import time
@@ -355,7 +356,9 @@ def test_a_single_stream_never_writes_through_a_symlink_at_the_part_path(server,
 def test_a_single_stream_names_a_failing_disk(server, tmp_path):
     url = server.add("/stream-full.bin", Route("ranged", BODY))
     (tmp_path / "a.part").write_bytes(BODY[:10])
-    real_open = open
+    from pipeline.infra import transfer
+
+    real_open = transfer._open_sink
 
     class Full:
         def __init__(self, handle):
@@ -370,17 +373,61 @@ def test_a_single_stream_names_a_failing_disk(server, tmp_path):
         def write(self, _data):
             raise OSError(28, "No space left on device")
 
-    def opening(path, mode="r", *args, **kwargs):
-        handle = real_open(path, mode, *args, **kwargs)
-        return Full(handle) if str(path).endswith("a.part") and "a" in mode else handle
-
-    import builtins
-
     monkeypatch = pytest.MonkeyPatch()
-    monkeypatch.setattr(builtins, "open", opening)
+    monkeypatch.setattr(transfer, "_open_sink", lambda part, *, append: Full(real_open(part, append=append)))
     try:
         with pytest.raises(EnvironmentProblem, match="cannot write a.part: No space left on device"):
             fetch(url, tmp_path / "a", connections=1, retries=3)
     finally:
         monkeypatch.undo()
     assert (tmp_path / "a.part").read_bytes() == BODY[:10], "the prefix stays, to resume"
+
+
+@pytest.mark.parametrize("connections", [4, 1], ids=["ranges", "one-stream"])
+@pytest.mark.parametrize("with_state", [False, True], ids=["prefix", "state"])
+def test_a_hard_link_planted_as_part_is_refused_and_its_target_unchanged(server, tmp_path, connections, with_state):
+    url = server.add("/hardlink.bin", Route("ranged", BODY))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    victim = outside / "victim"
+    victim.write_bytes(BODY[:4096] if not with_state else bytes(len(BODY)))
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    os.link(victim, folder / "asset.part")
+    if with_state:
+        _state(folder / "asset.part", [[0, 1 << 20]])
+    before = victim.read_bytes()
+    with pytest.raises(EnvironmentProblem, match="asset.part is not a download's own partial file .*found '2 names'"):
+        fetch(url, folder / "asset", connections=connections)
+    assert victim.read_bytes() == before and not (folder / "asset").exists()
+
+
+def test_the_part_is_flushed_before_each_state_that_vouches_for_it(server, tmp_path, monkeypatch):
+    url = server.add("/flushed.bin", Route("ranged", BODY, interval=0.01))  # ~0.2 s: several saves at 10 ms
+    events = []
+    real_write_state = ranges.write_state
+    flushing_threads = set()
+    monkeypatch.setattr(ranges, "_flush", lambda fd: (events.append("flush"), flushing_threads.add(threading.current_thread().name)))
+    monkeypatch.setattr(ranges, "write_state", lambda path, state: (events.append(("state", state.received)), real_write_state(path, state)))
+    monkeypatch.setattr(ranges, "SAVE_SECONDS", 0.01)
+    assert fetch(url, tmp_path / "asset").sha256 == DIGEST
+    saves = [index for index, event in enumerate(events) if event != "flush"]
+    assert events[saves[0]] == ("state", ()) and len(saves) > 2, events  # the empty state before preallocation, then saves as pieces land
+    assert all(events[index - 1] == "flush" for index in saves[1:]), events
+    assert events.count("flush") == len(saves) - 1, "one flush per state write, none per chunk"
+    assert flushing_threads == {"range-state"}, "no receiving connection waits for the disk"
+
+
+def test_a_state_file_with_a_second_name_vouches_for_nothing(server, tmp_path):
+    url = server.add("/linked-state.bin", Route("ranged", BODY))
+    part = tmp_path / "cache" / "asset.part"
+    part.parent.mkdir()
+    part.write_bytes(bytes(len(BODY)))  # holes a planted state would call bytes
+    outside = tmp_path / "outside.json"
+    _state(outside.with_name("outside.json.part"), [[0, len(BODY) // 2]])  # a valid state, written elsewhere
+    range_state.state_path(outside.with_name("outside.json.part")).rename(outside)
+    before = outside.read_bytes()
+    os.link(outside, range_state.state_path(part))
+    result = fetch(url, tmp_path / "cache" / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 0, "the linked state was not trusted"
+    assert outside.read_bytes() == before

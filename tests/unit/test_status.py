@@ -198,13 +198,15 @@ def test_a_refusal_quoting_a_huge_value_is_kept_bounded(road):
 
     class _Huge(_Toy):
         def preflight(self):
-            raise EnvironmentProblem("this host cannot do it", found="x" * 1_000_000)
+            raise EnvironmentProblem("this host cannot do it: " + "y" * 1_000_000, found="x" * 1_000_000)
 
     ctx, lane = road
     with pytest.raises(EnvironmentProblem):
         execute(_Huge(ctx, "image", lane, "oci-layout", "x"))
     message = json.loads((ctx.dist / "refusals.json").read_text())["refusals"][f"image:{LANE}"]["message"]
-    assert len(message) == MAX_REFUSAL_CHARS and message.startswith("this host cannot do it (found 'xxx") and message.endswith("\u2026")
+    assert len(message) == MAX_REFUSAL_CHARS and message.startswith("this host cannot do it: yyy") and message.endswith("\u2026")
+    # A found value is bounded where the error is rendered (`errors.quoted`), before any record.
+    assert "(and 999800 more characters)" in EnvironmentProblem("x", found="x" * 1_000_000).render()
 
 
 def test_a_success_under_another_key_of_the_same_stage_and_lane_ends_its_refusal(road):
@@ -295,3 +297,27 @@ def test_a_stage_that_reads_its_own_earlier_output_is_not_stale_by_it(road):
     execute(_Again(ctx, "qualify", lane, "lane-receipt", "second", status="passed", component_tag=lane.tag()))
     cell = _cells(ctx)["qualify"]
     assert cell.state == "done" and cell.detail == "passed", cell.text
+
+
+def test_a_urls_password_reaches_neither_the_refusal_log_nor_the_register_nor_the_page(road):
+    from pipeline.errors import RemoteError
+    from pipeline.tools.status_page import render_page
+
+    class _Fetching(_Toy):
+        def preflight(self):
+            raise RemoteError("cannot download http://user:PW-one@mirror.test/x.json", file="https://user:PW-two@mirror.test/x.json", found="https://a:PW-three@h.test/")
+
+    ctx, lane = road
+    with pytest.raises(RemoteError):
+        execute(_Fetching(ctx, "image", lane, "oci-layout", "x"))
+    refusals = (ctx.dist / "refusals.json").read_text()
+    assert "PW-" not in refusals and "https://[REDACTED]@mirror.test/x.json" in refusals
+    log = json.loads(refusals)
+    log["refusals"][f"image:{LANE}"]["message"] = "planted http://u:PW-five@h.test/ in the log"
+    (ctx.dist / "refusals.json").write_text(json.dumps(log))
+    page = render_page(collect(ctx.dist, ROOT, None))
+    assert b"PW-" not in page and b"http://[REDACTED]@h.test/" in page
+    # A stage's record that names a URL: its password never reaches register.json.
+    execute(_Toy(ctx, "image", lane, "oci-layout", "x", manifest_digest="sha256:" + "1" * 64, source_url="https://u:PW-four@mirror.test/y"))
+    register = (ctx.dist / "register.json").read_text()
+    assert "PW-" not in register and "https://[REDACTED]@mirror.test/y" in register
