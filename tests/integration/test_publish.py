@@ -835,3 +835,24 @@ def test_the_write_spacing_is_slept_before_the_last_check_not_inside_the_window(
     assert trace[last_check][1].endswith("/assets"), trace[last_check - 2:publish_at + 1]
     assert not [t for t in trace[last_check:publish_at] if t[0] == "sleep"], trace[last_check - 3:publish_at + 1]
     assert any(t[0] == "sleep" for t in trace[publish_at - 4:last_check]), "the spacing is still kept, before the check"
+
+
+def test_a_public_release_without_the_planned_bytes_is_never_called_unpublished(tmp_path):
+    """complete() after a publish: the refusal says the release is public, never that nothing is published."""
+    from pipeline.formats import publication_plan as fmt
+    from pipeline.stages.publish import Publisher
+
+    plan = fmt.make_plan(kind="component", subject=LANE, repository=REPO, tag=TAG, commit="a" * 40, name=TAG, body="notes", prerelease=True, make_latest=False,
+                         assets=[{"name": "SHA256SUMS", "size": 3, "sha256": "c" * 64, "source": {"root": "dist", "path": "SHA256SUMS"}}], gates=[],
+                         observed={"read": True, "tag": None, "immutable_releases": False, "releases": []})
+
+    class Listing:
+        def assets(self, release_id: int) -> list[dict]:
+            return [{"id": 1, "name": "SHA256SUMS", "size": 3, "state": "uploaded", "digest": "sha256:" + "d" * 64}]
+
+    publisher = Publisher(Listing(), plan, "e" * 64, {}, fmt.Journal(tmp_path / "journal", "e" * 64), tmp_path)
+    with pytest.raises(IntegrityError) as caught:
+        publisher.complete({"id": 7, "draft": False})
+    assert "release 7 is already public" in str(caught.value) and "nothing is published" not in str(caught.value).lower()
+    with pytest.raises(IntegrityError, match="Nothing is published before every planned asset is in place"):  # a draft: true
+        publisher.complete({"id": 7, "draft": True})
