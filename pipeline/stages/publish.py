@@ -1186,12 +1186,13 @@ class Publisher:
 
     def complete(self, release: dict[str, Any]) -> list[dict[str, Any]]:
         remote = self._listing(release)
+        public = f"the release {release['id']} is already public: GitHub now holds other bytes than the plan"
         if self.strays:
             stray = sorted(self.strays)[0]
             raise IntegrityError(f"the release holds {stray}, this plan's own upload of {self.strays[stray]} under another name", field=stray,
-                                 why="nothing is published while it holds an asset the plan does not name", fix="run the same command again: it renames or deletes it")
-        why = ("nothing is published before every planned asset is in place" if release.get("draft")
-               else f"the release {release['id']} is already public: GitHub now holds other bytes than the plan under a planned name")
+                                 why="nothing is published while it holds an asset the plan does not name" if release.get("draft") else public,
+                                 fix="run the same command again: it renames or deletes it")
+        why = "nothing is published before every planned asset is in place" if release.get("draft") else public
         for planned in self.plan["assets"]:
             if not _uploaded(remote.get(planned["name"]), planned):
                 raise IntegrityError(f"{planned['name']} is not uploaded with its planned digest", field=planned["name"], found=remote.get(planned["name"]), expected=f"uploaded, sha256:{planned['sha256']}", why=why)
