@@ -853,6 +853,6 @@ def test_a_public_release_without_the_planned_bytes_is_never_called_unpublished(
     publisher = Publisher(Listing(), plan, "e" * 64, {}, fmt.Journal(tmp_path / "journal", "e" * 64), tmp_path)
     with pytest.raises(IntegrityError) as caught:
         publisher.complete({"id": 7, "draft": False})
-    assert "the release 7 is already public" in str(caught.value) and "nothing is published" not in str(caught.value).lower()
+    assert "release 7 is already public" in str(caught.value) and "nothing is published" not in str(caught.value).lower()
     with pytest.raises(IntegrityError, match="Nothing is published before every planned asset is in place"):  # a draft: true
         publisher.complete({"id": 7, "draft": True})
