@@ -785,27 +785,49 @@ def test_an_upload_renamed_by_github_with_its_answer_lost_is_reclaimed_and_conve
         assert any(e["detail"].get("action") == "rename-stray" and e["event"] == "op-done" for e in events)
 
 
+@pytest.mark.slow
+def test_a_renamed_upload_github_will_not_rename_back_is_replaced_and_converges(packaged, tmp_path, sigstore_kit):
+    with StandIn(REPO) as gh:
+        s = Setup(packaged, tmp_path, gh)
+        s.sign(sigstore_kit)
+        sha = s.plan_sha()
+        name = next(n for n in s.names if "x86_64" in n)
+        gh.faults["rename_upload"] = {name: name.replace("x86_64", "x86.64")}
+        _kill_at_write(s, sha, s.names.index(name) + 2, applied=True)
+        del gh.faults["rename_upload"]
+        gh.faults["rename_asset"] = {name: name.replace("x86_64", "x86-64")}  # GitHub keeps neither name on a rename
+        s.apply(sha)
+        s.converged()
+        events = read_journal(s.folder / "journal" / f"{sha}.jsonl")
+        assert any(e["detail"].get("action") == "delete-stray" and e["event"] == "op-done" for e in events), "replaced: deleted, then uploaded"
+
+
 # -- e4-e6, e8: the last window before the publish call ---------------------------------------
 
+# (what the stranger does between publish's last listing and its PATCH, which asset, immutable releases on)
+LAST_WINDOW = [("replace", "bundle", False), ("replace", "sums-bundle", False), ("replace", "statement", False), ("add", "extra.bin", False), ("replace", "bundle", True)]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("immutable", [False, True], ids=["mutable", "immutable"])
-def test_an_asset_replaced_right_before_the_publish_call_is_caught_at_once(setup, immutable, capsys):
+@pytest.mark.parametrize(("act", "which", "immutable"), LAST_WINDOW, ids=[f"{a}-{w}-{'immutable' if i else 'mutable'}" for a, w, i in LAST_WINDOW])
+def test_an_asset_replaced_right_before_the_publish_call_is_caught_at_once(setup, act, which, immutable):
     setup.gh.immutable_enabled = immutable
-    evidence = setup.statement.name + ".sigstore.json"
+    name = {"bundle": setup.statement.name + ".sigstore.json", "sums-bundle": "SHA256SUMS.sigstore.json", "statement": setup.statement.name}.get(which, which)
 
     def stranger(gh):  # between publish's last listing and its PATCH
         draft = gh.releases_for(TAG)[0]
-        [old] = [a for a in gh.assets_of(draft) if a.name == evidence]
-        del gh.assets[old.id]
-        draft.asset_ids.remove(old.id)
-        gh.add_asset(draft, evidence, b'{"a": "forged bundle"}')
+        for old in [a for a in gh.assets_of(draft) if a.name == name]:
+            del gh.assets[old.id]
+            draft.asset_ids.remove(old.id)
+        gh.add_asset(draft, name, b'{"a": "forged bundle"}')
 
     setup.gh.faults["on_write"] = (WRITES, stranger)
     with pytest.raises(IntegrityError) as caught:
         setup.apply()
     message = str(caught.value)
     [release] = setup.gh.releases_for(TAG)
-    assert f"{TAG} was published with assets the plan did not name: {evidence} (22 bytes, sha256:" in message
+    assert f"{TAG} was published with assets the plan did not name: {name} (22 bytes, sha256:" in message
+    assert ("not in the plan" in message) is (act == "add")
     assert "wrote nothing" not in message and "Nothing is published" not in message
     if immutable:
         assert not release.draft and "STAYS PUBLIC" in message and "IS PUBLIC" in message and "tell users not to use" in message

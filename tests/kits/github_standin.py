@@ -37,6 +37,7 @@ applied), `publish_5xx` (5xx on the publish call, applied or not),
 `x-ratelimit-reset`), `hang_on_write` (the k-th write is applied or not, then
 the answer is held until the client is killed: kill -9 tests), `rename_upload`
 ({requested name: stored name}: GitHub keeps the upload under another name),
+`rename_asset` (the same for an asset's rename by PATCH),
 `reject_release` (the next create-release answers 422 with these `errors[]`,
 each with its `message`, as GitHub's custom validation errors do),
 `enable_immutable_after_publish` (the repository switches immutable releases on
@@ -589,6 +590,7 @@ class _Handler(BaseHTTPRequestHandler):
                 data = json.loads(body or b"{}")
                 if "name" in data:
                     name = re.sub(r"[^A-Za-z0-9._+-]", ".", str(data["name"]))
+                    name = s.faults.get("rename_asset", {}).get(name, name)
                     if any(a.name == name and a.id != asset.id for a in s.assets_of(release)):
                         return self._send(422, _validation("ReleaseAsset", "name"))
                     asset.name = name
