@@ -9,14 +9,20 @@ same bytes and the same SHA-256:
      "tag": ..., "commit": <40 hex>,
      "release": {"name", "body", "prerelease", "make_latest": "true" | "false"},
      "assets": [{"name", "size", "sha256", "content_type", "source": {"root", "path"}}],
-     "observed": {"read": true, "tag": <commit> | null, "immutable_releases": bool,
-                  "releases": [{"id", "name", "draft", "prerelease", "immutable",
+     "observed": {"read": true, "tag": <commit> | null, "immutable_releases": bool | null,
+                  "releases": [{"id", "name", "body_sha256", "draft", "prerelease", "immutable",
                                 "assets": [{"name", "size", "digest", "state"}]}]}
                  | {"read": false, "why": "..."},
      "operations": [{"op": "create-draft", ...}, {"op": "upload-asset", "name", "size", "sha256", "content_type"}...,
                     {"op": "create-tag", ...}, {"op": "publish", ...}],
      "after": ["re-read-by-tag", "immutable-if-enabled", "audit-published-assets"],
      "gates": [gate names, in the order they are checked]}
+
+`immutable_releases` is null when the token may not read the setting (GitHub
+answers 403 to a token without admin read access, which an Actions
+`github.token` never has): unknown, not false.  `body_sha256` is the SHA-256 of
+a release's body text (UTF-8), so a release whose notes differ is told apart
+without copying anyone's text into the plan.
 
 The tag is the only write that can never be undone, so it comes last but one:
 after the draft holds every planned asset with its planned digest, immediately
@@ -39,9 +45,11 @@ before the next append; any other bad line is an error.
 
 Receipt (`omp_ninfer_release_publication_receipt`, schema 1): plan hash,
 repository, release id, tag -> commit, and each published asset's id, name,
-size, SHA-256 and GitHub digest; `immutable` and, where the repository enables
-immutable releases but this release is not immutable (it was published before
-the setting was switched on), `immutable_reason`; no token, no time.
+size, SHA-256 and GitHub digest; `immutable` (the published release's own
+field), `immutable_releases_enabled` (true, false, or null when the token may
+not read the setting) and, where the repository enables immutable releases
+but this release is not immutable (it was published before the setting was
+switched on) or the setting is unknown, `immutable_reason`; no token, no time.
 """
 
 from __future__ import annotations
@@ -188,7 +196,7 @@ def check_observed(observed: Any, *, file: str) -> None:
         return
     if set(observed) != {"read", "tag", "immutable_releases", "releases"} or not (observed["tag"] is None or is_commit_hex(observed["tag"])):
         raise InputError("is not an observed GitHub state", file=file, field="observed", found=sorted(observed))
-    if not isinstance(observed["immutable_releases"], bool) or not isinstance(observed["releases"], list):
+    if not (observed["immutable_releases"] is None or isinstance(observed["immutable_releases"], bool)) or not isinstance(observed["releases"], list):
         raise InputError("is not an observed GitHub state", file=file, field="observed.releases")
     for index, release in enumerate(observed["releases"]):
         if not isinstance(release, dict) or not isinstance(release.get("id"), int) or not isinstance(release.get("assets"), list):
@@ -251,7 +259,7 @@ def read_journal(path: Path) -> list[dict[str, Any]]:
 
 # -- the receipt -----------------------------------------------------------------------
 
-def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], assets: list[dict[str, Any]], *, immutable_enabled: bool, immutable_reason: str | None = None) -> dict[str, Any]:
+def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], assets: list[dict[str, Any]], *, immutable_enabled: bool | None, immutable_reason: str | None = None) -> dict[str, Any]:
     by_name = {a["name"]: a for a in assets}
     rows = []
     for planned in plan["assets"]:

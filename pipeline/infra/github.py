@@ -42,7 +42,7 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 from pipeline.errors import RefusedError, RemoteError, UsageError, redact, register_secret
-from pipeline.util.hashing import sha256_file
+from pipeline.util.hashing import sha256_bytes, sha256_file
 
 API = "https://api.github.com"
 UPLOADS = "https://uploads.github.com"
@@ -204,8 +204,13 @@ def _shaped(reply: Reply, endpoint: str, *, keys: dict[str, type] | None = None)
     return _shaped_value(reply.body, endpoint, keys=keys)
 
 
+def body_sha256(body: str | None) -> str:
+    """The SHA-256 of a release body's UTF-8 text; GitHub answers an empty body as null, so null is the empty text."""
+    return sha256_bytes((body or "").encode("utf-8"))
+
+
 def _release_shape(body: Any, endpoint: str) -> dict[str, Any]:
-    release = _shaped_value(body, endpoint, keys={"id": int, "tag_name": str, "name": str, "draft": bool, "prerelease": bool, "immutable": bool, "upload_url": str, "assets": list})
+    release = _shaped_value(body, endpoint, keys={"id": int, "tag_name": str, "name": str, "body": str, "draft": bool, "prerelease": bool, "immutable": bool, "upload_url": str, "assets": list})
     if not isinstance(release.get("id"), int) or release["id"] <= 0:
         raise RemoteError(f"{endpoint}: GitHub answered a release without a numeric id", field="id", found=_clip(release.get("id"), 80), expected="a positive integer")
     return release
@@ -260,6 +265,7 @@ class GitHub:
         self.waited = 0.0
         self.requests = 0
         self.scopes: set[str] | None = None  # from x-oauth-scopes (classic tokens only)
+        self.immutable_unknown: str | None = None  # why the immutable-releases setting could not be read (a 403), once seen
         self._write_lock = threading.Lock()
         self._last_write = -1e18
         self._session = requests.Session()
@@ -277,6 +283,15 @@ class GitHub:
             headers["Authorization"] = f"Bearer {self.token}"
         headers.update(extra or {})
         return headers
+
+    def wait_for_write_slot(self) -> None:
+        """Sleep out the spacing the next content-creating call would sleep, now: a caller that checks GitHub's
+        state right before a write spends the spacing before its check, so nothing but the check's own round trip
+        lies between what it saw and the write (publish: GitHub has no conditional publish)."""
+        with self._write_lock:
+            gap = self.clock.now() - self._last_write
+            if gap < self.write_interval:
+                self.clock.sleep(self.write_interval - gap)
 
     def _wait(self, seconds: float, why: str) -> None:
         seconds = max(0.0, seconds)
@@ -445,8 +460,21 @@ class GitHub:
             _shaped_value(entry, f"{path} files[{index}]", keys={"filename": str})
         return commit
 
-    def immutable_releases(self) -> bool:
-        reply = self.request("GET", f"{self._repo}/immutable-releases", expect=(200, 404))
+    def immutable_releases(self) -> bool | None:
+        """Whether the repository enables immutable releases: True, False (GitHub's 404), or None when the token may
+        not read the setting.  GitHub documents the endpoint as needing admin read access, which an Actions
+        `github.token` never has (there is no `administration` permission to give a job): its 403 is an unknown
+        setting, not a refusal.  The reason is kept in `immutable_unknown` and warned once per client; the caller
+        then reads immutability from the published release's own `immutable` field."""
+        path = f"{self._repo}/immutable-releases"
+        reply = self.request("GET", path, expect=(200, 403, 404))
+        if reply.status == 403:
+            if self.immutable_unknown is None:
+                self.immutable_unknown = f"the token may not read {path} (GitHub answered 403{error_text(reply.body)}; it needs admin read access)"
+                from pipeline.util import ui
+
+                ui.warn(f"immutable-releases setting unknown: {self.immutable_unknown}; immutability is read from the published release's own `immutable` field")
+            return None
         return reply.status == 200 and isinstance(reply.body, dict) and reply.body.get("enabled") is True
 
     # -- tags -------------------------------------------------------------------------
@@ -481,6 +509,12 @@ class GitHub:
         reply = self.request("GET", path, expect=(200, 404))
         return _release_shape(reply.body, path) if reply.status == 200 else None
 
+    def latest_release_id(self) -> int | None:
+        """The id of the release GitHub marks latest (`make_latest`), or None when there is none."""
+        path = f"{self._repo}/releases/latest"
+        reply = self.request("GET", path, expect=(200, 404))
+        return _release_shape(reply.body, path)["id"] if reply.status == 200 else None
+
     def release(self, release_id: int) -> dict[str, Any] | None:
         path = f"{self._repo}/releases/{int(release_id)}"
         reply = self.request("GET", path, expect=(200, 404))
@@ -503,6 +537,13 @@ class GitHub:
         shape = {"id": int, "name": str, "size": int, "state": str, "digest": str, "browser_download_url": str}
         return [_shaped_value(a, path, keys=shape, required=("id", "name", "size")) for a in self.paginate(path)]
 
+    def rename_asset(self, asset_id: int, name: str) -> Reply:
+        """PATCH a release asset's name (GitHub's "update a release asset"); the answer names what GitHub kept."""
+        path = f"{self._repo}/releases/assets/{int(asset_id)}"
+        reply = self.request("PATCH", path, json_body={"name": name}, expect=(200,))
+        _shaped(reply, path, keys={"id": int, "name": str, "size": int, "state": str, "digest": str})
+        return reply
+
     def delete_asset(self, asset_id: int) -> Reply:
         return self.request("DELETE", f"{self._repo}/releases/assets/{int(asset_id)}", expect=(204, 404))
 
@@ -522,8 +563,8 @@ class GitHub:
 
     def tag_state(self, tag: str) -> dict[str, Any]:
         """What GitHub holds for `tag`, normalized (the facts a publication plan binds, docs/cuts-and-publication.md):
-        the tag ref's commit (or None), every release and draft of the tag with its assets, and the repository's
-        immutable-releases setting.  A malformed answer is a RemoteError, never a traceback."""
+        the tag ref's commit (or None), every release and draft of the tag with its assets and the SHA-256 of its
+        body, and the repository's immutable-releases setting (None when the token may not read it).  A malformed answer is a RemoteError, never a traceback."""
         releases = []
         for release in self.releases():  # every entry shaped as a release (an id), or a RemoteError
             if release.get("tag_name") != tag:
@@ -539,6 +580,7 @@ class GitHub:
             releases.append({
                 "id": rid,
                 "name": release.get("name") if isinstance(release.get("name"), str) else None,
+                "body_sha256": body_sha256(release.get("body")),
                 "draft": release.get("draft") is True,
                 "prerelease": release.get("prerelease") is True,
                 "immutable": release.get("immutable") is True,

@@ -22,7 +22,10 @@ creates the tag ref on the exact commit (never relying on
 returns a draft), uploads each asset reconciling by digest (absent -> upload,
 same size and digest -> skip, `starter`/`open`/empty -> delete and re-upload,
 other bytes or an asset the plan does not name -> stop), checks completeness,
-publishes, re-reads the release by tag, checks `immutable` where the
+publishes (the write spacing slept before that last check, the assets listed
+again the moment the publish answers; a release public with bytes the plan did
+not name is made a draft again where GitHub allows, and the run stops saying
+exactly what is public), re-reads the release by tag, checks `immutable` where the
 repository enables it, downloads every published asset and re-hashes it, and
 records the publication receipt (and, for a component, marks the cut
 published in its ledger).
@@ -38,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -53,7 +57,7 @@ from pipeline.formats.assets import OUTER_SUMS
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.infra.git import GIT
-from pipeline.infra.github import Ambiguous, GitHub, GitHubError, repository_of, token_from_env
+from pipeline.infra.github import Ambiguous, GitHub, GitHubError, body_sha256, repository_of, token_from_env
 from pipeline.infra.sigstore import BUNDLE_SUFFIX, effective_trust_config
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
@@ -139,8 +143,15 @@ class Remote:
         self._need()
         observed = self.observe()
         if not observed["read"]:
-            raise RemoteError(observed["why"], fix="check the token and GitHub's status, then run again")
+            raise RemoteError(observed["why"], fix=self.read_fix())
         return observed["releases"]
+
+    def read_fix(self) -> str:
+        """What to do when GitHub's state was not read: set a token only when none is set."""
+        if self.github is None or not self.github.token:
+            return "export GITHUB_TOKEN (in the release workflow: env GITHUB_TOKEN: ${{ github.token }}) and run the dry run again"
+        return (f"GITHUB_TOKEN is set: check that it may read {self.target.repository}'s releases, tags and commits "
+                "(contents: read; contents: write to publish) and GitHub's status, then run the dry run again")
 
     def token(self) -> str:
         t = self.target
@@ -241,6 +252,17 @@ class Remote:
                     why="a published release is never changed: no asset is added, replaced or deleted",
                     fix="cut a new beta.N" if t.kind == "component" else "release a new version",
                 )
+            differences = planned_release_differences(release, release_block(t), self._need().latest_release_id())
+            if differences:
+                raise _refuse(
+                    f"{t.tag} is already published with the planned assets, but not as planned: {'; '.join(differences)}",
+                    field=t.tag,
+                    found=differences,
+                    expected="the planned name, body, prerelease and make_latest",
+                    why="a release with the planned bytes under other notes or flags is not this plan's publication: someone else published it",
+                    fix="look at the release on GitHub: if it is meant to be this one, edit its fields to the plan's; otherwise "
+                        + ("cut a new beta.N" if t.kind == "component" else "release a new version"),
+                )
             return f"{t.tag} is already published exactly as planned (release {release['id']}): apply only re-checks it"
         return f"one draft of {t.tag} to reuse (release {drafts[0]['id']})" if drafts else f"no release of {t.tag} yet"
 
@@ -252,9 +274,12 @@ class Remote:
         if not drafts:
             return "no draft: every asset is uploaded fresh"
         wanted = {a["name"]: a for a in t.assets}
+        strays = own_strays(drafts[0]["assets"], t.assets, started_ops(self.events), _ops(t.assets))
         kept = 0
         for asset in drafts[0]["assets"]:
             planned = wanted.get(asset["name"])
+            if planned is None and asset["name"] in strays:
+                continue  # this plan's own upload, stored under another name with its answer lost: apply renames it
             if planned is None:
                 raise _refuse(
                     f"the draft {drafts[0]['id']} holds the asset {asset['name']}, which the plan does not name",
@@ -283,11 +308,11 @@ class Remote:
         if not now["read"]:
             raise _refuse(f"GitHub's state for {self.target.tag} was not read ({now['why']})", field="observed",
                           why="a plan is reviewed against what GitHub holds; without reading it, nothing binds the writes to it",
-                          fix="export GITHUB_TOKEN and run the dry run again")
+                          fix=self.read_fix())
         reviewed = self.reviewed if self.reviewed is not None else now
         if not reviewed["read"]:
             raise _refuse("the reviewed plan did not read GitHub's state", field="observed.read", found=False, expected=True,
-                          why=reviewed.get("why"), fix="run the dry run again with GITHUB_TOKEN set, review the plan, and apply its hash")
+                          why=reviewed.get("why"), fix="run the dry run again where it can read GitHub's state, review the plan, and apply its hash")
         changes = world_changes(reviewed, now, self.target, self.events)
         if changes:
             raise _refuse(
@@ -299,6 +324,82 @@ class Remote:
             )
         mine = "" if now == reviewed else " (apart from this plan's own journalled writes)"
         return f"GitHub holds what the reviewed plan observed{mine}"
+
+
+def release_block(target: Target) -> dict[str, Any]:
+    """The plan's `release` block for a target (publication_plan.make_plan's): what the publish call sets."""
+    return {"name": target.name, "body": target.body, "prerelease": target.prerelease, "make_latest": "true" if target.make_latest else "false"}
+
+
+def planned_release_differences(release: dict[str, Any], planned: dict[str, Any], latest_id: int | None) -> list[str]:
+    """Every planned field a published release does not carry (`release` as `GitHub.tag_state` shapes it, with
+    `body_sha256`): its name, its body, prerelease, and make_latest as GitHub shows it (the release marked latest).
+    `make_latest: true` also holds when a release made later than this one is latest now."""
+    differences = []
+    if release.get("name") != planned["name"]:
+        differences.append(f"its name is {release.get('name')!r}, the plan's {planned['name']!r}")
+    if release.get("body_sha256") != body_sha256(planned["body"]):
+        differences.append(f"its body has SHA-256 {release.get('body_sha256')}, the plan's {body_sha256(planned['body'])}")
+    if release.get("prerelease") is not planned["prerelease"]:
+        differences.append(f"prerelease is {release.get('prerelease')}, the plan's {planned['prerelease']}")
+    latest = latest_id == release["id"]
+    if planned["make_latest"] == "false" and latest:
+        differences.append("GitHub marks it the latest release; the plan says make_latest false")
+    if planned["make_latest"] == "true" and not latest and (latest_id is None or latest_id < release["id"]):
+        differences.append(f"GitHub does not mark it the latest release (latest: {latest_id}); the plan says make_latest true")
+    return differences
+
+
+DRAFT_MARKER = "<!-- omp-ninfer publication draft {nonce} -->"
+
+
+def draft_body(body: str, nonce: str) -> str:
+    """The body a create-draft sends: the planned body and a marker whose random nonce the journal records before the
+    call, so a draft is recognised as this plan's own only when it carries a nonce only this plan's journal holds
+    (the publish call sets the planned body again)."""
+    return f"{body}\n\n{DRAFT_MARKER.format(nonce=nonce)}\n"
+
+
+def own_draft_digests(events: list[dict[str, Any]], body: str) -> set[str]:
+    """The body digests a draft created by this plan can have: one per journalled create-draft attempt."""
+    return {body_sha256(draft_body(body, e["detail"]["marker"])) for e in events
+            if e.get("event") == "op-start" and e.get("op") == 0 and isinstance((e.get("detail") or {}).get("marker"), str)}
+
+
+def own_release_ids(events: list[dict[str, Any]], ops: dict[str, int]) -> set[int]:
+    """Releases this plan's journal names as its own: the draft it created (answer received), the draft it adopted by
+    the adoption rule (`Publisher.draft`), and the release whose publish it started."""
+    ids = set()
+    for e in events:
+        detail = e.get("detail") or {}
+        created = e.get("event") == "op-done" and e.get("op") == ops["create-draft"]
+        adopted = e.get("event") == "op-skip" and e.get("op") == ops["create-draft"] and detail.get("reason") == ADOPTED
+        publishing = e.get("event") == "op-start" and e.get("op") == ops["publish"]
+        if (created or adopted or publishing) and isinstance(detail.get("release_id"), int):
+            ids.add(detail["release_id"])
+    return ids
+
+
+ADOPTED = "draft found by listing, this plan's own"
+
+
+def own_strays(assets: list[dict[str, Any]], planned: list[dict[str, Any]], started: set[int], ops: dict[str, int]) -> dict[str, str]:
+    """Unplanned names holding exactly a planned asset's size and digest, whose upload this plan's journal shows started
+    while the planned name holds no finished upload: GitHub stored this plan's own upload under another name and the
+    answer that said so was lost.  {stray name: planned name}; a stray two planned assets could explain is nobody's."""
+    names = {a["name"]: a for a in assets}
+    wanted = {a["name"] for a in planned}
+    strays: dict[str, str] = {}
+    for asset in assets:
+        if asset["name"] in wanted or asset.get("state") != "uploaded":
+            continue
+        candidates = [p["name"] for p in planned if ops[f"upload-asset:{p['name']}"] in started and _uploaded({**asset, "name": p["name"]}, p)
+                      and not _uploaded(names.get(p["name"]), p)]
+        if len(candidates) == 1:
+            strays[asset["name"]] = candidates[0]
+    if len(set(strays.values())) != len(strays):  # two strays for one planned name: not a lost answer
+        return {}
+    return strays
 
 
 def _ops(target_assets: list[dict[str, Any]]) -> dict[str, int]:
@@ -321,54 +422,68 @@ def started_ops(events: list[dict[str, Any]]) -> set[int]:
 
 def world_changes(reviewed: dict[str, Any], now: dict[str, Any], target: Target, events: list[dict[str, Any]]) -> list[str]:
     """Every difference between the reviewed plan's observed GitHub state and `now` that is not this plan's
-    own progress, as recorded in its journal (`events`): a draft it created, assets it started uploading,
-    the tag it started creating on the planned commit, the publish it started."""
+    own progress, as recorded in its journal (`events`): a draft it created (its id journalled, or its body carrying
+    a marker only this plan's journal holds), assets it started uploading (under their names, or under another
+    name GitHub gave one whose answer was lost: `own_strays`), the tag it started creating on the planned commit,
+    the publish it started."""
     ops = _ops(target.assets)
     started = started_ops(events)
-    created = {e["detail"].get("release_id") for e in events if e.get("event") == "op-done" and e.get("op") == ops["create-draft"]}
+    created = own_release_ids(events, ops)
+    markers = own_draft_digests(events, target.body)
     planned = {a["name"]: a for a in target.assets}
     changes: list[str] = []
     if now["tag"] != reviewed["tag"]:
         own = reviewed["tag"] is None and now["tag"] == target.commit and ops["create-tag"] in started
         if not own:
             changes.append(f"the tag {target.tag} is now {'at ' + now['tag'] if now['tag'] else 'absent'}; the reviewed plan saw it {'at ' + reviewed['tag'] if reviewed['tag'] else 'absent'}")
-    if reviewed["immutable_releases"] and not now["immutable_releases"]:
+    if reviewed["immutable_releases"] is True and now["immutable_releases"] is False:
         changes.append("the repository no longer enables immutable releases; the reviewed plan saw them enabled")
+    elif reviewed["immutable_releases"] is True and now["immutable_releases"] is None:
+        changes.append("the repository's immutable-releases setting can no longer be read; the reviewed plan saw it enabled")
 
-    def own_asset(asset: dict[str, Any]) -> bool:
+    def own_asset(asset: dict[str, Any], strays: dict[str, str]) -> bool:
+        if asset["name"] in strays:
+            return True
         wanted = planned.get(asset["name"])
         return wanted is not None and ops[f"upload-asset:{asset['name']}"] in started and (_uploaded(asset, wanted) or asset["state"] != "uploaded" or not asset["size"])
 
     def own_release_fields(release: dict[str, Any]) -> bool:  # what the publish call sets, once it was started
-        return ops["publish"] in started and release["name"] == target.name and release["prerelease"] == target.prerelease
+        return (ops["publish"] in started and release["name"] == target.name and release["prerelease"] == target.prerelease
+                and release.get("body_sha256") == body_sha256(target.body))
 
     before = {r["id"]: r for r in reviewed["releases"]}
     for release in now["releases"]:
         old = before.pop(release["id"], None)
         if old is None:
-            mine = release["id"] in created or (ops["create-draft"] in started and not created and release["name"] == target.name and release["prerelease"] == target.prerelease)
+            mine = release["id"] in created or release.get("body_sha256") in markers
             if not mine or (not release["draft"] and ops["publish"] not in started):
                 changes.append(f"GitHub now holds {_describe(release)} that the reviewed plan did not see")
                 continue
             old = {**release, "draft": True, "immutable": False, "assets": []}
         if release["draft"] != old["draft"] and (release["draft"] or ops["publish"] not in started):
             changes.append(f"{_describe(old)} is now {'a draft' if release['draft'] else 'published'}; the reviewed plan saw it {'a draft' if old['draft'] else 'published'}")
-        for key in ("name", "prerelease"):  # `immutable` follows publishing and the setting: not a change of its own
-            if release[key] != old[key] and not own_release_fields(release):
-                changes.append(f"{_describe(old)}: its {key} is now {release[key]!r}; the reviewed plan saw {old[key]!r}")
+        for key in ("name", "prerelease", "body_sha256"):  # `immutable` follows publishing and the setting: not a change of its own
+            if release.get(key) != old.get(key) and not own_release_fields(release):
+                changes.append(f"{_describe(old)}: its {key} is now {release.get(key)!r}; the reviewed plan saw {old.get(key)!r}")
         then = {a["name"]: a for a in old["assets"]}
+        strays = own_strays(release["assets"], target.assets, started, ops)
         for asset in release["assets"]:
             seen = then.pop(asset["name"], None)
-            if seen != asset and not own_asset(asset):
+            if seen != asset and not own_asset(asset, strays):
                 was = "did not see it" if seen is None else f"saw {seen['size']} bytes, {seen['digest']}, {seen['state']}"
                 changes.append(f"{_describe(release)} now holds the asset {asset['name']} ({asset['size']} bytes, {asset['digest']}, {asset['state']}); the reviewed plan {was}")
         for name, asset in sorted(then.items()):
-            deleted_own = name in planned and ops[f"upload-asset:{name}"] in started and (asset["state"] != "uploaded" or not asset["size"])
+            deleted_own = (name in planned and ops[f"upload-asset:{name}"] in started and (asset["state"] != "uploaded" or not asset["size"])) or name in _renamed_by_plan(events)
             if not deleted_own:
                 changes.append(f"{_describe(release)} no longer holds the asset {name} that the reviewed plan saw")
     for release in before.values():
         changes.append(f"the {_describe(release)} that the reviewed plan saw is gone")
     return changes
+
+
+def _renamed_by_plan(events: list[dict[str, Any]]) -> set[str]:
+    """Stray names this plan's journal shows it started renaming or deleting (its own uploads under another name)."""
+    return {e["detail"].get("stray") for e in events if e.get("event") == "op-start" and (e.get("detail") or {}).get("action") in ("rename-stray", "delete-stray")}
 
 
 def remote_gates(remote: Remote) -> list[tuple[str, Callable[[], str]]]:
@@ -855,6 +970,8 @@ class Publisher:
         self.wrote: list[str] = []  # what this run changed on GitHub, for a refusal after a write
         self.published_here = False
         self.tagged = False
+        self.strays: dict[str, str] = {}  # {name GitHub gave: planned name} of this plan's own uploads (own_strays)
+        self.public: dict[str, Any] | None = None  # the release, once it is known to be public (published here or found so)
 
     # Each step lists GitHub's state first; after an ambiguous failure the loop lists again.
     def tag(self) -> None:
@@ -893,15 +1010,20 @@ class Publisher:
             published = [r for r in rels if not r.get("draft")]
             drafts = [r for r in rels if r.get("draft")]
             if published:
+                self._published_as_planned(published[0])
                 self.journal.event("op-skip", op=0, release_id=published[0]["id"], reason="already published")
+                self.public = published[0]
                 return published[0]
             if len(drafts) > 1:
                 raise RefusedError(f"GitHub holds {len(drafts)} drafts for {tag}", field=tag, found=sorted(r["id"] for r in drafts), fix="delete the stray draft by hand, then run again")
             if drafts:
-                self.journal.event("op-skip", op=0, release_id=drafts[0]["id"], reason="draft found by listing")
+                self._adoptable(drafts[0])
+                self.journal.event("op-skip", op=0, release_id=drafts[0]["id"], reason=ADOPTED)
                 return drafts[0]
-            self.journal.event("op-start", op=0, tag=tag)
-            payload = {"tag_name": tag, "target_commitish": self.plan["commit"], "name": self.plan["release"]["name"], "body": self.plan["release"]["body"], "draft": True, "prerelease": self.plan["release"]["prerelease"]}
+            nonce = secrets.token_hex(16)  # journalled before the call: the marker only this plan can have written
+            self.journal.event("op-start", op=0, tag=tag, marker=nonce)
+            payload = {"tag_name": tag, "target_commitish": self.plan["commit"], "name": self.plan["release"]["name"],
+                       "body": draft_body(self.plan["release"]["body"], nonce), "draft": True, "prerelease": self.plan["release"]["prerelease"]}
             try:
                 reply = self.gh.create_release(payload)
             except Ambiguous as exc:
@@ -913,11 +1035,40 @@ class Publisher:
             return reply.body
         raise RemoteError(f"could not create the draft of {tag} after {ATTEMPTS} attempts", fix="run the same command again")
 
+    def _adoptable(self, draft: dict[str, Any]) -> None:
+        """A listed draft is this plan's only when its id is journalled, its body carries a marker this plan's journal
+        holds, or the reviewed plan saw it (a person reviewed reusing it): never a stranger's draft that merely has
+        the planned name, e.g. after a kill before create-draft was answered."""
+        events = fmt.read_journal(self.journal.path)
+        observed = self.plan["observed"]
+        reviewed = {r["id"] for r in observed["releases"]} if observed.get("read") else set()
+        if draft["id"] in own_release_ids(events, self.ops) | reviewed or body_sha256(draft.get("body")) in own_draft_digests(events, self.plan["release"]["body"]):
+            return
+        raise RefusedError(
+            f"GitHub holds draft {draft['id']} {draft.get('name')!r} for {self.plan['tag']}, which this plan did not create and the reviewed plan did not see",
+            field=self.plan["tag"],
+            found=draft["id"],
+            why="a draft is this plan's own only when its id is journalled or it carries the marker this plan's create-draft wrote; "
+                "a draft with the planned name alone may be anyone's, and publishing it would ship what they put in it",
+            fix="look at the draft on GitHub; delete it by hand if it is not yours, then run the dry run again and review it",
+        )
+
+    def _published_as_planned(self, release: dict[str, Any]) -> None:
+        shaped = {"id": release["id"], "name": release.get("name"), "prerelease": release.get("prerelease") is True, "body_sha256": body_sha256(release.get("body"))}
+        differences = planned_release_differences(shaped, self.plan["release"], self.gh.latest_release_id())
+        if differences:
+            raise RefusedError(f"{self.plan['tag']} is already published, but not as planned: {'; '.join(differences)}", field=self.plan["tag"], found=differences,
+                               why="a release with the planned bytes under other notes or flags is not this plan's publication",
+                               fix="look at the release on GitHub; this plan never changes a published release")
+
     def _listing(self, release: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        """The release's assets by name; an unplanned name refuses unless it is this plan's own upload stored under
+        another name (`own_strays`, kept in `self.strays` for `uploads` to rename)."""
         remote: dict[str, dict[str, Any]] = {}
         for asset in self.gh.assets(release["id"]):
             remote[asset.get("name")] = asset
-        extra = sorted(set(remote) - {a["name"] for a in self.plan["assets"]})
+        self.strays = own_strays(list(remote.values()), self.plan["assets"], started_ops(fmt.read_journal(self.journal.path)), self.ops)
+        extra = sorted(set(remote) - {a["name"] for a in self.plan["assets"]} - set(self.strays))
         if extra:
             raise RefusedError(
                 f"the release holds an asset the plan does not name: {extra[0]}",
@@ -929,8 +1080,34 @@ class Publisher:
             )
         return remote
 
+    def _reclaim(self, remote: dict[str, dict[str, Any]]) -> None:
+        """This plan's own uploads that GitHub stored under another name (the answer lost): rename each to its planned
+        name; where GitHub does not keep that name, delete it so the upload runs again (and is checked as any upload)."""
+        by_name = {a["name"]: a for a in self.plan["assets"]}
+        for stray, name in sorted(self.strays.items()):
+            asset, index = remote.pop(stray), self.ops[f"upload-asset:{name}"]
+            self.journal.event("op-start", op=index, name=name, action="rename-stray", stray=stray, asset_id=asset["id"])
+            try:
+                reply = self.gh.rename_asset(asset["id"], name)
+                body = reply.body if isinstance(reply.body, dict) else {}
+            except (Ambiguous, GitHubError) as exc:
+                self.journal.event("op-ambiguous", op=index, name=name, action="rename-stray", status=getattr(exc, "status", None))
+                body = {}
+            if body.get("name") == name and _uploaded(body, by_name[name]):
+                self.journal.event("op-done", op=index, name=name, action="rename-stray", asset_id=asset["id"], request_id=reply.request_id)
+                self.wrote.append(f"renamed this plan's upload {stray} to {name}")
+                remote[name] = body
+                continue
+            self.journal.event("op-start", op=index, name=name, action="delete-stray", stray=stray, asset_id=asset["id"])
+            reply = self.gh.delete_asset(asset["id"])
+            self.journal.event("op-done", op=index, name=name, action="delete-stray", asset_id=asset["id"], request_id=reply.request_id)
+            self.wrote.append(f"deleted this plan's upload {stray} (GitHub did not keep the name {name})")
+        self.strays = {}
+
     def uploads(self, release: dict[str, Any]) -> None:
         remote = self._listing(release)
+        if self.strays and release.get("draft"):
+            self._reclaim(remote)
         for planned in self.plan["assets"]:
             name = planned["name"]
             index = self.ops[f"upload-asset:{name}"]
@@ -1009,9 +1186,16 @@ class Publisher:
 
     def complete(self, release: dict[str, Any]) -> list[dict[str, Any]]:
         remote = self._listing(release)
+        public = f"the release {release['id']} is already public: GitHub now holds other bytes than the plan"
+        if self.strays:
+            stray = sorted(self.strays)[0]
+            raise IntegrityError(f"the release holds {stray}, this plan's own upload of {self.strays[stray]} under another name", field=stray,
+                                 why="nothing is published while it holds an asset the plan does not name" if release.get("draft") else public,
+                                 fix="run the same command again: it renames or deletes it")
+        why = "nothing is published before every planned asset is in place" if release.get("draft") else public
         for planned in self.plan["assets"]:
             if not _uploaded(remote.get(planned["name"]), planned):
-                raise IntegrityError(f"{planned['name']} is not uploaded with its planned digest", field=planned["name"], found=remote.get(planned["name"]), expected=f"uploaded, sha256:{planned['sha256']}", why="nothing is published before every planned asset is in place")
+                raise IntegrityError(f"{planned['name']} is not uploaded with its planned digest", field=planned["name"], found=remote.get(planned["name"]), expected=f"uploaded, sha256:{planned['sha256']}", why=why)
         self.journal.event("check", name="complete", assets=len(remote))
         return list(remote.values())
 
@@ -1019,11 +1203,16 @@ class Publisher:
         op = len(self.plan["operations"]) - 1
         meta = self.plan["release"]
         for _ in range(ATTEMPTS):
+            # GitHub has no conditional publish: the write spacing is slept now, before the check, so only the check's
+            # own round trips lie between what it saw and the PATCH (docs/cuts-and-publication.md, "the last window").
+            self.gh.wait_for_write_slot()
             current = self.gh.release(release["id"])
             if current is None:
                 raise RemoteError(f"the draft {release['id']} disappeared", fix="run again; a new draft is made")
             if not current.get("draft"):
                 self.journal.event("op-skip", op=op, release_id=current["id"], reason="already published")
+                self.public = current
+                self.check_public(current)
                 return current
             self.complete(current)
             self.journal.event("op-start", op=op, release_id=current["id"])
@@ -1036,9 +1225,76 @@ class Publisher:
             self.journal.event("op-done", op=op, request_id=reply.request_id)
             self.wrote.append(f"published the release {current['id']}")
             self.published_here = True
+            self.public = reply.body
+            self.check_public(reply.body)  # re-listed at once: what went public is looked at, not assumed
             ui.info(f"published {self.plan['tag']} (release {current['id']}, make_latest {meta['make_latest']})")
             return reply.body
         raise RemoteError(f"could not publish {self.plan['tag']} after {ATTEMPTS} attempts", fix="run the same command again")
+
+    def check_public(self, release: dict[str, Any]) -> None:
+        """Right after publishing: the public release holds exactly the planned bytes.  When it holds anything else
+        (an asset replaced or added between the last check and the PATCH), make it a draft again where GitHub allows
+        (not immutable), then stop, saying exactly what is (or was) public and what to do."""
+        listed = {a.get("name"): a for a in self.gh.assets(release["id"])}
+        planned = {a["name"]: a for a in self.plan["assets"]}
+        wrong = [a for name, a in sorted(listed.items()) if name not in planned or not _uploaded(a, planned[name])]
+        missing = sorted(name for name in planned if name not in listed)
+        if not wrong and not missing:
+            self.journal.event("check", name="public-equals-plan", release_id=release["id"], assets=len(listed))
+            return
+        public = [f"{a.get('name')} ({a.get('size')} bytes, {a.get('digest')})" + ("" if a.get("name") in planned else ", not in the plan") for a in wrong]
+        public += [f"{name} missing" for name in missing]
+        reverted, why_not = self._unpublish(release)
+        self.journal.event("check", name="public-equals-plan", release_id=release["id"], failed=public, reverted=reverted)
+        tag, rid = self.plan["tag"], release["id"]
+        if reverted:
+            self.public = None
+            state = f"it was public for a moment and is a draft again (release {rid}, not immutable)"
+            fix = (f"look at the draft {rid} on GitHub: whoever changed {', '.join(str(a.get('name')) for a in wrong) or ', '.join(missing)} "
+                   "has push access; delete what the plan does not name, then run the dry run again and review it (the tag stays on the planned commit)")
+        else:
+            state = f"it STAYS PUBLIC (release {rid}): {why_not}"
+            fix = (f"tell users not to use {tag} (edit its notes on GitHub to say so), find out who has push access and changed it, "
+                   + ("cut a new beta.N" if self.plan["kind"] == "component" else "and release a new version") + "; a published immutable release is never changed")
+        raise IntegrityError(
+            f"{tag} was published with assets the plan did not name: {'; '.join(public)}; {state}",
+            field="assets",
+            found=public,
+            expected=[f"{a['name']} ({a['size']} bytes, sha256:{a['sha256']})" for a in self.plan["assets"]],
+            why="someone changed the draft's assets between the last listing and the publish call; GitHub has no conditional publish",
+            fix=fix,
+        )
+
+    def _unpublish(self, release: dict[str, Any]) -> tuple[bool, str]:
+        """Make a just-published release a draft again; (done, why not).  An immutable release cannot be."""
+        if release.get("immutable") is True:
+            return False, "it is immutable, and GitHub never makes an immutable release a draft again"
+        try:
+            reply = self.gh.update_release(release["id"], {"draft": True})
+        except PipelineError as exc:
+            return False, f"making it a draft again failed ({exc.what[:200]})"
+        if not (isinstance(reply.body, dict) and reply.body.get("draft") is True):
+            return False, "GitHub did not make it a draft again"
+        self.wrote.append(f"made the release {release['id']} a draft again")
+        return True, ""
+
+    def immutability(self, final: dict[str, Any]) -> tuple[bool | None, str | None]:
+        """The repository's immutable-releases setting (None: the token may not read it) and, where the release's own
+        `immutable` field needs one, the reason recorded in the receipt."""
+        tag, immutable = self.plan["tag"], final.get("immutable") is True
+        enabled = self.gh.immutable_releases()
+        reason = None
+        if enabled is None:  # an Actions github.token: the release's own field is what GitHub says about this release
+            reason = (f"the repository's immutable-releases setting is unknown ({self.gh.immutable_unknown}); "
+                      f"the published release's own immutable field is {str(immutable).lower()}")
+        elif enabled and not immutable:
+            if self.published_here and self.plan["observed"].get("immutable_releases") is True:
+                raise IntegrityError(f"{tag} is published but not immutable, although the repository enables immutable releases", field="immutable", found=final.get("immutable"), expected=True,
+                                     why="the reviewed plan saw immutable releases enabled, so GitHub should have made this release immutable when it was published")
+            reason = "published before the repository enabled immutable releases; GitHub applies immutability only to releases published after it is enabled"
+            ui.warn(f"{tag} is not immutable: {reason}")
+        self.journal.event("check", name="immutable-if-enabled", enabled=enabled, immutable=final.get("immutable"), reason=reason)
+        return enabled, reason
 
     def after(self, release_id: int) -> tuple[dict[str, Any], list[dict[str, Any]], bool, str | None]:
         tag = self.plan["tag"]
@@ -1049,15 +1305,7 @@ class Publisher:
             raise IntegrityError(f"the tag {tag} does not name the planned commit after publishing", expected=self.plan["commit"])
         assets = self.complete(final)
         self.journal.event("check", name="re-read-by-tag", release_id=release_id)
-        enabled = self.gh.immutable_releases()
-        reason = None
-        if enabled and final.get("immutable") is not True:
-            if self.published_here and self.plan["observed"].get("immutable_releases") is True:
-                raise IntegrityError(f"{tag} is published but not immutable, although the repository enables immutable releases", field="immutable", found=final.get("immutable"), expected=True,
-                                     why="the reviewed plan saw immutable releases enabled, so GitHub should have made this release immutable when it was published")
-            reason = "published before the repository enabled immutable releases; GitHub applies immutability only to releases published after it is enabled"
-            ui.warn(f"{tag} is not immutable: {reason}")
-        self.journal.event("check", name="immutable-if-enabled", enabled=enabled, immutable=final.get("immutable"), reason=reason)
+        enabled, reason = self.immutability(final)
         # Audit: every published URL, downloaded again and re-hashed.
         folder = self.work / "published"
         if folder.exists():
@@ -1159,7 +1407,7 @@ class PublishStage(Stage):
             final, assets, enabled, reason = publisher.after(release["id"])
         except PipelineError as exc:
             journal.event("run-failed", error=exc.label, what=exc.what[:300], wrote=publisher.wrote)
-            _say_what_was_written(exc, publisher.wrote, tagged=publisher.tagged or self.remote.observe().get("tag") == self.target.commit)
+            _say_what_was_written(exc, publisher.wrote, tagged=publisher.tagged or self.remote.observe().get("tag") == self.target.commit, public=publisher.public)
             raise
         receipt = fmt.make_receipt(self.plan, self.plan_sha, final, assets, immutable_enabled=enabled, immutable_reason=reason)
         receipt_path = self.folder / "receipt.json"
@@ -1207,8 +1455,11 @@ class PublishStage(Stage):
             ui.warn(f"{self.target.tag} is {cut.state} in the ledger with another publication record; the ledger is left as it is")
 
 
-def _say_what_was_written(exc: PipelineError, wrote: list[str], *, tagged: bool) -> None:
-    """A refusal after a write names what this run wrote and how the next run reconciles it."""
+def _say_what_was_written(exc: PipelineError, wrote: list[str], *, tagged: bool, public: dict[str, Any] | None = None) -> None:
+    """A refusal after a write names what this run wrote and how the next run reconciles it; once the release is
+    public it says so first (never "nothing" after a publish)."""
+    if public is not None:
+        exc.what += f"; the release {public.get('id')} of {public.get('tag_name')} IS PUBLIC"
     if not wrote:
         exc.what += "; this run wrote nothing to GitHub"
     else:

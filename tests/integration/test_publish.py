@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from github_standin import FakeClock, StandIn, Token
+from github_standin import IMMUTABLE_RELEASES_DOCS, FakeClock, StandIn, Token, documented_token_permissions
 from repokit import ROOT
 from sigstore_standin import SigstoreStandIn, record_statement_bundle
 from winfixtures import copy_lanes, packaged_native_set
 
-from pipeline.errors import PipelineError, RefusedError, RemoteError
+from pipeline.errors import IntegrityError, PipelineError, RefusedError, RemoteError
 from pipeline.formats.assets import asset_set
 from pipeline.formats.lanes import load_lane
 from pipeline.formats.publication_plan import Journal, read_journal, read_receipt
@@ -624,3 +624,257 @@ def test_the_journal_survives_a_torn_last_line(tmp_path):
     journal.path.write_bytes(b'not json\n{"seq":1,"event":"run-start"}\n')
     with pytest.raises(PipelineError, match="line 1 is not a journal entry"):
         read_journal(journal.path)
+
+
+def _kill_at_write(s: Setup, sha: str, k: int, applied: bool) -> None:
+    """Run `publish --apply` in a child process and kill -9 it while GitHub holds write k (applied or not)."""
+    s.gh.faults["hang_on_write"] = (k, applied)
+    env = dict(os.environ, **s.gh.env(TOKEN), PIPELINE_GITHUB_WRITE_INTERVAL="0", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pipeline", "publish", "--component", "4090", "--apply", "--plan-sha256", sha,
+         "--dist", str(s.dist), "--lanes-dir", str(s.lanes), "--quiet"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    try:
+        if not s.gh.hold_event.wait(120):
+            proc.kill()
+            pytest.fail(f"the publish never reached write {k}: {proc.communicate()[1].decode()[-2000:]}")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == -signal.SIGKILL and s.gh.writes == k
+
+
+# -- the token in hand (#25): the component job's RUNTIME_RELEASE_TOKEN -----------------------------
+
+RUNTIME_TOKEN = "github_pat_runtimeReleaseToken0123456789"
+
+
+@pytest.mark.slow
+def test_the_runtime_release_token_as_documented_publishes_the_component(setup, capsys):
+    """RUNTIME_RELEASE_TOKEN carries exactly what docs/cuts-and-publication.md declares for it (no administration):
+    GitHub's 403 on the immutable-releases setting makes it unknown, and the component is published."""
+    permissions = documented_token_permissions(ROOT / "docs" / "cuts-and-publication.md", "RUNTIME_RELEASE_TOKEN")
+    assert "administration" not in permissions
+    setup.gh.tokens[RUNTIME_TOKEN] = Token(permissions=permissions)
+    client = setup.client(RUNTIME_TOKEN)
+    forbidden = client.request("GET", f"/repos/{REPO}/immutable-releases", expect=(403,))
+    assert forbidden.body == {"message": "Resource not accessible by integration", "documentation_url": IMMUTABLE_RELEASES_DOCS, "status": "403"}
+    setup.dry(github=client)
+    err = capsys.readouterr().err
+    assert "apply with:" in err and err.count("immutable-releases setting unknown") == 1, err
+    plan = json.loads((setup.folder / "plan.json").read_bytes())
+    assert plan["observed"]["immutable_releases"] is None, "unknown, not false"
+    setup.apply(fmt_sha(setup), github=setup.client(RUNTIME_TOKEN))
+    setup.converged()
+    receipt = read_receipt(setup.folder / "receipt.json")
+    assert receipt["immutable_releases_enabled"] is None and receipt["immutable"] is False
+    assert "setting is unknown" in receipt["immutable_reason"] and "own immutable field is false" in receipt["immutable_reason"]
+    assert capsys.readouterr().err.count("immutable-releases setting unknown") == 1, "warned once in the apply run"
+
+
+def fmt_sha(setup) -> str:
+    return sha256_file(setup.folder / "plan.json")
+
+
+def test_the_standin_answers_for_the_token_in_hand():
+    """A token carrying permissions may use exactly the endpoints they cover; anything else is GitHub's 403 body."""
+    with StandIn(REPO) as gh:
+        gh.tokens["read-only"] = Token(permissions={"contents": "read"})
+        gh.add_commit("a" * 40)
+        client = GitHub(REPO, "read-only", api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
+        assert client.repo()["permissions"]["push"] is False, "metadata: read is every token's"
+        assert client.commit("a" * 40) is not None and client.releases() == []
+        assert client.immutable_releases() is None and "403 (Resource not accessible by integration)" in client.immutable_unknown
+        with pytest.raises(GitHubError) as caught:
+            client.create_tag("v1", "a" * 40)
+        assert caught.value.status == 403 and caught.value.body["message"] == "Resource not accessible by integration"
+        assert set(caught.value.body) == {"message", "documentation_url", "status"} and "v1" not in gh.refs
+        gh.tokens["admin"] = Token(permissions={"contents": "write", "administration": "read"})
+        admin = GitHub(REPO, "admin", api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
+        assert admin.immutable_releases() is False and admin.immutable_unknown is None  # 404: not enabled, known
+
+
+# -- s5b, a4, r1/r2: lookalikes and lost answers ---------------------------------------------------
+
+def _planned_body(setup) -> str:
+    setup.dry()
+    return json.loads((setup.folder / "plan.json").read_bytes())["release"]["body"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("differs", ["name", "prerelease", "body", "latest"])
+def test_a_strangers_release_with_our_bytes_but_other_fields_is_not_ours(setup, differs):
+    body = _planned_body(setup)
+    fields = {"name": TAG, "prerelease": True, "body": body}
+    fields.update({"name": {"name": "not the plan's"}, "prerelease": {"prerelease": False}, "body": {"body": body + "edited\n"}}.get(differs, {}))
+    release = setup.gh.add_release(TAG, draft=False, prerelease=fields["prerelease"], name=fields["name"])
+    release.body = fields["body"]
+    for name in setup.names:
+        setup.gh.add_asset(release, name, setup.local(name).read_bytes())
+    setup.gh.set_ref(TAG, setup.workspace.commit)
+    if differs == "latest":
+        release.prerelease = False  # a stranger published it as a full release marked latest; the plan's component never is
+        setup.gh.latest_id = release.id
+    with pytest.raises(RefusedError, match="is already published with the planned assets, but not as planned") as caught:
+        setup.dry()
+    assert caught.value.exit_code == 7
+    if differs == "latest":
+        assert "marks it the latest release" in str(caught.value)
+    assert setup.gh.writes == 0
+
+
+@pytest.mark.slow
+def test_a_release_published_exactly_as_planned_is_accepted(setup, capsys):
+    body = _planned_body(setup)
+    release = setup.gh.add_release(TAG, draft=False, prerelease=True, name=TAG)
+    release.body = body
+    for name in setup.names:
+        setup.gh.add_asset(release, name, setup.local(name).read_bytes())
+    setup.gh.set_ref(TAG, setup.workspace.commit)
+    setup.dry()
+    assert "already published exactly as planned" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_strangers_draft_after_a_kill_before_create_draft_landed_is_not_adopted(packaged, tmp_path, sigstore_kit):
+    with StandIn(REPO) as gh:
+        s = Setup(packaged, tmp_path, gh)
+        s.sign(sigstore_kit)
+        sha = s.plan_sha()
+        _kill_at_write(s, sha, 1, applied=False)  # the journal says create-draft started; GitHub never saw it
+        stranger = gh.add_release(TAG, draft=True, prerelease=True, name=TAG)  # the planned name and flags, not ours
+        gh.add_asset(stranger, s.names[0], s.local(s.names[0]).read_bytes())
+        with pytest.raises(RefusedError, match=f"GitHub now holds draft {stranger.id} '{TAG}' that the reviewed plan did not see"):
+            s.apply(sha)
+        assert stranger.draft and gh.writes == 1 and TAG not in gh.refs, "nothing written on a stranger's draft"
+
+
+@pytest.mark.slow
+def test_a_draft_created_by_the_killed_run_is_recognised_by_its_marker(packaged, tmp_path, sigstore_kit):
+    with StandIn(REPO) as gh:
+        s = Setup(packaged, tmp_path, gh)
+        s.sign(sigstore_kit)
+        sha = s.plan_sha()
+        _kill_at_write(s, sha, 1, applied=True)  # the draft landed; its answer (and id) never reached the journal
+        [draft] = gh.releases_for(TAG)
+        started = [e for e in read_journal(s.folder / "journal" / f"{sha}.jsonl") if e["event"] == "op-start" and e["op"] == 0]
+        assert started[0]["detail"]["marker"] in draft.body, "the draft carries the journalled marker"
+        s.apply(sha)
+        s.converged()
+        assert gh.releases_for(TAG)[0].body == json.loads((s.folder / "plan.json").read_bytes())["release"]["body"], "publishing sets the planned body"
+
+
+@pytest.mark.slow
+def test_an_upload_renamed_by_github_with_its_answer_lost_is_reclaimed_and_converges(packaged, tmp_path, sigstore_kit):
+    with StandIn(REPO) as gh:
+        s = Setup(packaged, tmp_path, gh)
+        s.sign(sigstore_kit)
+        sha = s.plan_sha()
+        name = next(n for n in s.names if "x86_64" in n)
+        renamed = name.replace("x86_64", "x86.64")
+        gh.faults["rename_upload"] = {name: renamed}
+        _kill_at_write(s, sha, s.names.index(name) + 2, applied=True)  # write 1 is the draft
+        [draft] = gh.releases_for(TAG)
+        assert renamed in [a.name for a in gh.assets_of(draft)], "GitHub kept the upload under another name"
+        s.apply(sha)  # the same reviewed plan: the stray is this plan's own upload, renamed to its planned name
+        s.converged()
+        events = read_journal(s.folder / "journal" / f"{sha}.jsonl")
+        assert any(e["detail"].get("action") == "rename-stray" and e["event"] == "op-done" for e in events)
+
+
+@pytest.mark.slow
+def test_a_renamed_upload_github_will_not_rename_back_is_replaced_and_converges(packaged, tmp_path, sigstore_kit):
+    with StandIn(REPO) as gh:
+        s = Setup(packaged, tmp_path, gh)
+        s.sign(sigstore_kit)
+        sha = s.plan_sha()
+        name = next(n for n in s.names if "x86_64" in n)
+        gh.faults["rename_upload"] = {name: name.replace("x86_64", "x86.64")}
+        _kill_at_write(s, sha, s.names.index(name) + 2, applied=True)
+        del gh.faults["rename_upload"]
+        gh.faults["rename_asset"] = {name: name.replace("x86_64", "x86-64")}  # GitHub keeps neither name on a rename
+        s.apply(sha)
+        s.converged()
+        events = read_journal(s.folder / "journal" / f"{sha}.jsonl")
+        assert any(e["detail"].get("action") == "delete-stray" and e["event"] == "op-done" for e in events), "replaced: deleted, then uploaded"
+
+
+# -- e4-e6, e8: the last window before the publish call ---------------------------------------
+
+# (what the stranger does between publish's last listing and its PATCH, which asset, immutable releases on)
+LAST_WINDOW = [("replace", "bundle", False), ("replace", "sums-bundle", False), ("replace", "statement", False), ("add", "extra.bin", False), ("replace", "bundle", True)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("act", "which", "immutable"), LAST_WINDOW, ids=[f"{a}-{w}-{'immutable' if i else 'mutable'}" for a, w, i in LAST_WINDOW])
+def test_an_asset_replaced_right_before_the_publish_call_is_caught_at_once(setup, act, which, immutable):
+    setup.gh.immutable_enabled = immutable
+    name = {"bundle": setup.statement.name + ".sigstore.json", "sums-bundle": "SHA256SUMS.sigstore.json", "statement": setup.statement.name}.get(which, which)
+
+    def stranger(gh):  # between publish's last listing and its PATCH
+        draft = gh.releases_for(TAG)[0]
+        for old in [a for a in gh.assets_of(draft) if a.name == name]:
+            del gh.assets[old.id]
+            draft.asset_ids.remove(old.id)
+        gh.add_asset(draft, name, b'{"a": "forged bundle"}')
+
+    setup.gh.faults["on_write"] = (WRITES, stranger)
+    with pytest.raises(IntegrityError) as caught:
+        setup.apply()
+    message = str(caught.value)
+    [release] = setup.gh.releases_for(TAG)
+    assert f"{TAG} was published with assets the plan did not name: {name} (22 bytes, sha256:" in message
+    assert ("not in the plan" in message) is (act == "add")
+    assert "wrote nothing" not in message and "Nothing is published" not in message
+    if immutable:
+        assert not release.draft and "STAYS PUBLIC" in message and "IS PUBLIC" in message and "tell users not to use" in message
+    else:
+        assert release.draft, "a mutable release is made a draft again at once"
+        assert "is a draft again" in message and "made the release" in message and "IS PUBLIC" not in message
+        assert setup.gh.refs[TAG] == setup.workspace.commit, "the tag stays; it is never moved or deleted"
+    assert not (setup.folder / "receipt.json").exists()
+
+
+@pytest.mark.slow
+def test_the_write_spacing_is_slept_before_the_last_check_not_inside_the_window(setup):
+    """Between the listing publish checks and its PATCH nothing sleeps: the spacing was spent before the check."""
+    trace: list[tuple] = []
+
+    class Clock(FakeClock):
+        def sleep(self, seconds: float) -> None:
+            trace.append(("sleep", seconds))
+            super().sleep(seconds)
+
+    client = GitHub(REPO, TOKEN, api=setup.gh.url, uploads=setup.gh.uploads, clock=Clock(), write_interval=0.75,
+                    on_reply=lambda method, path, reply: trace.append((method, path)))
+    setup.apply(github=client)
+    setup.converged()
+    publish_at = max(i for i, t in enumerate(trace) if t[0] == "PATCH")
+    last_check = max(i for i, t in enumerate(trace[:publish_at]) if t[0] == "GET")
+    assert trace[last_check][1].endswith("/assets"), trace[last_check - 2:publish_at + 1]
+    assert not [t for t in trace[last_check:publish_at] if t[0] == "sleep"], trace[last_check - 3:publish_at + 1]
+    assert any(t[0] == "sleep" for t in trace[publish_at - 4:last_check]), "the spacing is still kept, before the check"
+
+
+def test_a_public_release_without_the_planned_bytes_is_never_called_unpublished(tmp_path):
+    """complete() after a publish: the refusal says the release is public, never that nothing is published."""
+    from pipeline.formats import publication_plan as fmt
+    from pipeline.stages.publish import Publisher
+
+    plan = fmt.make_plan(kind="component", subject=LANE, repository=REPO, tag=TAG, commit="a" * 40, name=TAG, body="notes", prerelease=True, make_latest=False,
+                         assets=[{"name": "SHA256SUMS", "size": 3, "sha256": "c" * 64, "source": {"root": "dist", "path": "SHA256SUMS"}}], gates=[],
+                         observed={"read": True, "tag": None, "immutable_releases": False, "releases": []})
+
+    class Listing:
+        def assets(self, release_id: int) -> list[dict]:
+            return [{"id": 1, "name": "SHA256SUMS", "size": 3, "state": "uploaded", "digest": "sha256:" + "d" * 64}]
+
+    publisher = Publisher(Listing(), plan, "e" * 64, {}, fmt.Journal(tmp_path / "journal", "e" * 64), tmp_path)
+    with pytest.raises(IntegrityError) as caught:
+        publisher.complete({"id": 7, "draft": False})
+    assert "release 7 is already public" in str(caught.value) and "nothing is published" not in str(caught.value).lower()
+    with pytest.raises(IntegrityError, match="Nothing is published before every planned asset is in place"):  # a draft: true
+        publisher.complete({"id": 7, "draft": True})

@@ -13,13 +13,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from github_standin import FakeClock, StandIn, Token
+from github_standin import FakeClock, StandIn, Token, workflow_job_permissions
 from releasekit import RELEASE, sample_release
 from repokit import ROOT, SHARED, git
 from sigstore_standin import SigstoreStandIn, record_statement_bundle
 
 from pipeline.cli import main
-from pipeline.errors import RefusedError
+from pipeline.errors import PipelineError, RefusedError
 from pipeline.formats.publication_plan import read_receipt
 from pipeline.formats.test_receipt import make_test_receipt, write_test_receipt
 from pipeline.infra.github import GitHub
@@ -29,6 +29,8 @@ from pipeline.stages.verifier_dist import build_verifier_dist
 from pipeline.util.hashing import sha256_bytes
 
 TOKEN = "ghp_productStandinToken0123456789abcdef"
+JOB_TOKEN = "ghs_publishJobGithubToken0123456789abcd"  # an installation token: the publish job's github.token
+WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 REPO = "alphastorm/omp-ninfer"
 TREE = f"manifests/{RELEASE}"
 SIGNED = ["manifest.json", "qualification/rtx4090-windows-native.SHA256SUMS"]
@@ -111,8 +113,8 @@ class Product:
             shutil.copyfile(template / entry.path, self.dist / entry.path)
         Register(self.dist).record_stage("verifier-dist", "0" * 64, entries)
 
-    def client(self) -> GitHub:
-        return GitHub(REPO, TOKEN, api=self.gh.url, uploads=self.gh.uploads, clock=FakeClock(), write_interval=0)
+    def client(self, token: str = TOKEN) -> GitHub:
+        return GitHub(REPO, token, api=self.gh.url, uploads=self.gh.uploads, clock=FakeClock(), write_interval=0)
 
     def publish(self, **kwargs):
         return publish_release(RELEASE, root=self.root, dist=self.dist, lanes_dir=self.release.lanes_dir, github=kwargs.pop("github", None) or self.client(), **kwargs)
@@ -344,3 +346,52 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
     register.save()
     with pytest.raises(IntegrityError, match=f"published other bytes for {doc['assets'][0]['name']}"):
         compose_release(root, RELEASE, dist=dist, lanes_dir=lanes)
+
+
+# -- the token in hand: release.yml's product publish job runs with github.token -------------------
+
+def _dry_run_sha(product: Product, token: str) -> str:
+    with contextlib.suppress(RefusedError):
+        product.publish(github=product.client(token))
+    return sha256_bytes((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
+
+
+@pytest.mark.slow
+def test_the_publish_jobs_own_token_publishes_with_the_immutable_setting_unknown(product, capsys):
+    """`github.token` carries exactly the job's `permissions:` (read from release.yml): no administration, so
+    GitHub answers GET /immutable-releases with 403.  That is an unknown setting, recorded and warned once, and
+    immutability is read from the published release's own field; the publication goes through."""
+    product.gh.tokens[JOB_TOKEN] = Token(permissions=workflow_job_permissions(WORKFLOW, "publish"))
+    product.gh.immutable_enabled = True
+    sha = _dry_run_sha(product, JOB_TOKEN)
+    err = capsys.readouterr().err
+    assert "apply with:" in err, err
+    assert err.count("immutable-releases setting unknown") == 1 and "Resource not accessible by integration" in err
+    plan = json.loads((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
+    assert plan["observed"]["immutable_releases"] is None, "unknown, not false"
+    assert ("GET", f"/repos/{REPO}/immutable-releases", 403) in product.gh.log
+    product.publish(apply=True, plan_sha256=sha, github=product.client(JOB_TOKEN))
+    assert capsys.readouterr().err.count("immutable-releases setting unknown") == 1, "warned once per run"
+    [published] = product.gh.releases_for(RELEASE)
+    assert not published.draft and published.immutable and product.gh.refs[RELEASE] == product.commit
+    receipt = read_receipt(product.dist / "publish" / f"product-{RELEASE}" / "receipt.json")
+    assert receipt["immutable"] is True and receipt["immutable_releases_enabled"] is None
+    assert "setting is unknown" in receipt["immutable_reason"] and "own immutable field is true" in receipt["immutable_reason"]
+    assert "Resource not accessible by integration" in receipt["immutable_reason"] and JOB_TOKEN not in json.dumps(receipt)
+    writes = product.gh.writes
+    product.publish(apply=True, plan_sha256=sha, github=product.client(JOB_TOKEN))  # converged: the re-run writes nothing
+    assert product.gh.writes == writes
+
+
+@pytest.mark.slow
+def test_a_token_that_cannot_read_releases_is_told_what_it_lacks_not_to_export_it(product, capsys):
+    """A set token GitHub refuses (a job with `permissions: {}`: metadata only): every gate that reads GitHub says so,
+    and no fix line tells the user to export a token that is already set."""
+    product.gh.tokens[JOB_TOKEN] = Token(permissions={})
+    with pytest.raises(PipelineError) as caught:
+        product.publish(github=product.client(JOB_TOKEN))
+    err = capsys.readouterr().err
+    assert caught.value.exit_code == 7 and "apply with:" not in err
+    assert "export GITHUB_TOKEN" not in err + str(caught.value), err
+    assert "may not write" in err or "Resource not accessible by integration" in err, err
+    assert product.gh.writes == 0

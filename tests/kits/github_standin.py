@@ -15,7 +15,18 @@ every answer and 403 secondary limits with `retry-after`; immutable releases
 (once published, assets cannot be added or deleted: 422 "Cannot upload assets
 to an immutable release", and the tag cannot move); a token without the
 workflow scope answered 404 on a write whose commit changes
-`.github/workflows/`; request ids in `x-github-request-id`.
+`.github/workflows/`; request ids in `x-github-request-id`; an asset renamed by
+`PATCH` (special characters renamed as on upload); a published release made a
+draft again when it is not immutable (422 when it is).
+
+It answers for the token in hand: a `Token(permissions={...})` is an Actions
+`github.token` or a fine-grained token carrying exactly those permissions (and
+`metadata: read`); an endpoint it may not use answers GitHub's 403 body
+`Resource not accessible by integration` (`_PERMISSIONS`: the immutable-releases
+setting needs `administration: read`, which no Actions job can be given).
+`workflow_job_permissions` reads a job's `permissions:` from a workflow file and
+`documented_token_permissions` a secret's declared permissions from the docs, so
+tests never type them a second time.
 
 Fault switches (`StandIn.faults`), each consumed when it fires:
 `upload_502_starter` (a 502 mid-upload that leaves an empty `starter` asset),
@@ -26,6 +37,7 @@ applied), `publish_5xx` (5xx on the publish call, applied or not),
 `x-ratelimit-reset`), `hang_on_write` (the k-th write is applied or not, then
 the answer is held until the client is killed: kill -9 tests), `rename_upload`
 ({requested name: stored name}: GitHub keeps the upload under another name),
+`rename_asset` (the same for an asset's rename by PATCH),
 `reject_release` (the next create-release answers 422 with these `errors[]`,
 each with its `message`, as GitHub's custom validation errors do),
 `enable_immutable_after_publish` (the repository switches immutable releases on
@@ -53,6 +65,7 @@ import struct
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
@@ -97,11 +110,64 @@ class Release:
     asset_ids: list[int] = field(default_factory=list)
 
 
+LEVELS = {"none": 0, "read": 1, "write": 2}
+
+
 @dataclass
 class Token:
+    """A token and what it may do.  `permissions=None` is a broad classic token (its `scopes`, `push`);
+    `permissions={name: "read" | "write"}` is a token that carries exactly those permissions, named as a
+    workflow's `permissions:` or a fine-grained token's repository permissions name them (`contents`,
+    `actions`, `administration`, `workflows`, ...): an Actions `github.token` or a fine-grained token.  Such a
+    token always has `metadata: read` (GitHub grants it to every one), never reports `x-oauth-scopes`, and an
+    endpoint it may not use answers GitHub's 403 `Resource not accessible by integration`."""
+
     scopes: tuple[str, ...] = ("repo", "workflow")
     push: bool = True
     classic: bool = True  # classic tokens report x-oauth-scopes; installation tokens do not
+    permissions: dict[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.permissions is not None:
+            unknown = {k: v for k, v in self.permissions.items() if v not in LEVELS}
+            assert not unknown, f"a permission is read, write or none: {unknown}"
+            self.permissions = {"metadata": "read", **self.permissions}
+            self.push = self.permissions.get("contents") == "write"
+            self.classic = False
+
+    def may(self, permission: str, level: str) -> bool:
+        if self.permissions is None:
+            return True
+        return LEVELS[self.permissions.get(permission, "none")] >= LEVELS[level]
+
+    def may_change_workflows(self) -> bool:
+        """A write on a commit that changes .github/workflows/ needs the classic `workflow` scope, or the
+        `workflows: write` permission (which an Actions `github.token` can never carry)."""
+        if self.permissions is not None:
+            return self.may("workflows", "write")
+        return "workflow" in self.scopes
+
+
+def workflow_job_permissions(workflow: Path, job: str) -> dict[str, str]:
+    """A job's `permissions:` as the workflow file declares them (the job's own, else the workflow's), so a test
+    gives the stand-in's token exactly what `github.token` carries in that job; never typed a second time."""
+    import yaml
+
+    doc = yaml.safe_load(workflow.read_text(encoding="utf-8"))
+    declared = doc["jobs"][job].get("permissions", doc.get("permissions"))
+    if declared is None or isinstance(declared, str):  # read-all / write-all / the repository default: not what a job here declares
+        raise AssertionError(f"{workflow.name} job {job} declares no explicit permissions map: {declared!r}")
+    return {str(k): str(v) for k, v in declared.items()}
+
+
+def documented_token_permissions(document: Path, secret: str) -> dict[str, str]:
+    """The permissions a document declares for a secret's fine-grained token, from its one line
+    "`SECRET` carries exactly `{name: level, ...}`" (docs/cuts-and-publication.md)."""
+    found = re.findall(rf"`{re.escape(secret)}` carries exactly `\{{([^}}]*)\}}`", document.read_text(encoding="utf-8"))
+    if len(found) != 1:
+        raise AssertionError(f"{document.name} must declare {secret}'s permissions exactly once, found {len(found)}")
+    pairs = [item.split(":") for item in found[0].split(",") if item.strip()]
+    return {name.strip(): level.strip() for name, level in pairs}
 
 
 class FakeClock:
@@ -275,6 +341,44 @@ def _validation(resource: str, field_name: str, code: str = "already_exists") ->
     return {"message": "Validation Failed", "errors": [{"resource": resource, "code": code, "field": field_name}], "documentation_url": f"{DOCS}/releases/releases#create-a-release", "status": "422"}
 
 
+def forbidden(documentation_url: str) -> dict[str, Any]:
+    """GitHub's answer to a token that may not use an endpoint (an Actions `github.token` or a fine-grained token
+    without the permission): 403 with exactly these three keys."""
+    return {"message": "Resource not accessible by integration", "documentation_url": documentation_url, "status": "403"}
+
+
+IMMUTABLE_RELEASES_DOCS = f"{DOCS}/repos/repos#check-if-immutable-releases-are-enabled-for-a-repository"
+
+# (method, path under /repos/{owner}/{repo}) -> the permission and level GitHub's REST reference names for it, and its page.
+# `metadata: read` covers the repository itself; every release, tag and commit endpoint is `contents`; the
+# immutable-releases setting is `administration: read` ("admin read access to the repository").
+_PERMISSIONS: tuple[tuple[str, str, str, str, str], ...] = (
+    ("GET", r"", "metadata", "read", f"{DOCS}/repos/repos#get-a-repository"),
+    ("GET", r"/immutable-releases", "administration", "read", IMMUTABLE_RELEASES_DOCS),
+    ("GET", r"/commits/[^/]+", "contents", "read", f"{DOCS}/commits/commits#get-a-commit"),
+    ("GET", r"/git/(ref/tags/.+|matching-refs/tags/.*|tags/[^/]+)", "contents", "read", f"{DOCS}/git/refs#get-a-reference"),
+    ("POST", r"/git/refs", "contents", "write", f"{DOCS}/git/refs#create-a-reference"),
+    ("GET", r"/releases(/latest|/tags/.+|/\d+|/\d+/assets|/assets/\d+)?", "contents", "read", f"{DOCS}/releases/releases#list-releases"),
+    ("POST", r"/releases", "contents", "write", f"{DOCS}/releases/releases#create-a-release"),
+    ("PATCH", r"/releases/\d+", "contents", "write", f"{DOCS}/releases/releases#update-a-release"),
+    ("PATCH", r"/releases/assets/\d+", "contents", "write", f"{DOCS}/releases/assets#update-a-release-asset"),
+    ("DELETE", r"/releases/assets/\d+", "contents", "write", f"{DOCS}/releases/assets#delete-a-release-asset"),
+)
+
+
+def _permission_for(method: str, path: str, repo: str) -> tuple[str, str, str] | None:
+    """What a permission-carrying token needs for this request; None for what needs none (/rate_limit, downloads)."""
+    if path.startswith(f"/uploads{repo}/releases/"):
+        return ("contents", "write", f"{DOCS}/releases/assets#upload-a-release-asset")
+    if not path.startswith(repo):
+        return None
+    rest = path[len(repo):]
+    for verb, pattern, permission, level, docs in _PERMISSIONS:
+        if verb == method and re.fullmatch(pattern, rest):
+            return (permission, level, docs)
+    return ("contents", "write" if method != "GET" else "read", DOCS)  # anything else under the repository
+
+
 def _not_found() -> dict[str, Any]:
     return {"message": "Not Found", "documentation_url": DOCS, "status": "404"}
 
@@ -371,6 +475,9 @@ class _Handler(BaseHTTPRequestHandler):
             token = Token(scopes=(), push=False, classic=False)  # a public repository's tags: GitHub answers them without a token
         if token is None:
             return self._send(401, {"message": "Bad credentials", "documentation_url": DOCS, "status": "401"})
+        needed = _permission_for(self.command, path, repo)
+        if needed is not None and not token.may(needed[0], needed[1]):
+            return self._send(403, forbidden(needed[2]))
         write = self.command != "GET"
         if write and self._secondary_limit():
             return
@@ -474,12 +581,28 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(404, _not_found())
             if method == "GET":
                 return self._send(200, s.asset_json(asset))
+            if method == "PATCH":  # "update a release asset": its name (special characters renamed, as on upload) or label
+                release = s.releases[asset.release_id]
+                if release.immutable and not release.draft:
+                    return self._send(422, {"message": "Cannot modify an asset of an immutable release.", "documentation_url": DOCS, "status": "422"})
+                if not token.push:
+                    return self._send(403, forbidden(f"{DOCS}/releases/assets#update-a-release-asset"))
+                data = json.loads(body or b"{}")
+                if "name" in data:
+                    name = re.sub(r"[^A-Za-z0-9._+-]", ".", str(data["name"]))
+                    name = s.faults.get("rename_asset", {}).get(name, name)
+                    if any(a.name == name and a.id != asset.id for a in s.assets_of(release)):
+                        return self._send(422, _validation("ReleaseAsset", "name"))
+                    asset.name = name
+                if "label" in data:
+                    asset.label = data["label"]
+                return self._send(200, s.asset_json(asset))
             if method == "DELETE":
                 release = s.releases[asset.release_id]
                 if release.immutable and not release.draft:
                     return self._send(422, {"message": "Cannot delete asset from an immutable release.", "documentation_url": DOCS, "status": "422"})
                 if not token.push:
-                    return self._send(403, {"message": "Resource not accessible by integration", "status": "403"})
+                    return self._send(403, forbidden(f"{DOCS}/releases/releases"))
                 del s.assets[asset.id]
                 release.asset_ids.remove(asset.id)
                 return self._send(204)
@@ -498,13 +621,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _needs_workflow_scope(self, sha: str | None, token: Token) -> bool:
         files = self.standin.commits.get(sha or "", [])
-        return "workflow" not in token.scopes and any(f.startswith(".github/workflows/") for f in files)
+        return not token.may_change_workflows() and any(f.startswith(".github/workflows/") for f in files)
 
     def _create_ref(self, data: dict[str, Any], token: Token) -> None:
         s = self.standin
         ref, sha = str(data.get("ref", "")), data.get("sha")
         if not token.push:
-            return self._send(403, {"message": "Resource not accessible by integration", "status": "403"})
+            return self._send(403, forbidden(f"{DOCS}/releases/releases"))
         if self._needs_workflow_scope(sha, token):
             return self._send(404, _not_found())
         if not ref.startswith("refs/") or ref.count("/") < 2:
@@ -540,7 +663,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _create_release(self, data: dict[str, Any], token: Token) -> None:
         s = self.standin
         if not token.push:
-            return self._send(403, {"message": "Resource not accessible by integration", "status": "403"})
+            return self._send(403, forbidden(f"{DOCS}/releases/releases"))
         tag = data.get("tag_name")
         if not isinstance(tag, str) or not tag:
             return self._send(422, _validation("Release", "tag_name", "missing_field"))
@@ -566,7 +689,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _update_release(self, release: Release, data: dict[str, Any], token: Token) -> None:
         s = self.standin
         if not token.push:
-            return self._send(403, {"message": "Resource not accessible by integration", "status": "403"})
+            return self._send(403, forbidden(f"{DOCS}/releases/releases"))
         published = not release.draft
         if "tag_name" in data and data["tag_name"] != release.tag_name and published and release.immutable:
             return self._send(422, {"message": "Cannot change the tag of an immutable release.", "status": "422"})
@@ -593,7 +716,11 @@ class _Handler(BaseHTTPRequestHandler):
                 s.faults.pop("publish_5xx")
                 return self._send(fault[0], raw=b"<html><body><h1>Server Error</h1></body></html>", content_type="text/html")
         elif data.get("draft") is True and published:
-            return self._send(422, {"message": "Cannot convert a published release back to a draft.", "status": "422"})
+            if release.immutable:  # a mutable release can be made a draft again (its tag stays); an immutable one never
+                return self._send(422, {"message": "Cannot convert an immutable release back to a draft.", "documentation_url": f"{DOCS}/releases/releases#update-a-release", "status": "422"})
+            release.draft, release.published_at = True, None
+            if s.latest_id == release.id:
+                s.latest_id = None
         self._send(200, s.release_json(release))
 
     def _upload(self, release_id: int, body: bytes, token: Token) -> None:
@@ -602,7 +729,7 @@ class _Handler(BaseHTTPRequestHandler):
         if release is None:
             return self._send(404, _not_found())
         if not token.push:
-            return self._send(403, {"message": "Resource not accessible by integration", "status": "403"})
+            return self._send(403, forbidden(f"{DOCS}/releases/releases"))
         if release.immutable and not release.draft:
             return self._send(422, {"message": "Cannot upload assets to an immutable release.", "documentation_url": f"{DOCS}/releases/assets#upload-a-release-asset", "status": "422"})
         name = self.query.get("name")
