@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from github_standin import FakeClock, StandIn, Token
 from releasekit import RELEASE, sample_release
-from repokit import ROOT, SHARED, git
+from repokit import ROOT, SIGSTORE_VECTORS, git
 from sigstore_standin import SigstoreStandIn, record_statement_bundle
 
 from pipeline.cli import main
@@ -225,12 +225,8 @@ def test_the_signature_gate_needs_a_verifying_bundle_for_every_signed_file(produ
     product.refused("signatures", "qualification/rtx4090-windows-native.SHA256SUMS has no Sigstore bundle")
     product.settle()
     # A real Sigstore bundle of another file, checked by the real verifier: it must not pass.
-    vector = SHARED / "sigstore-vectors" / "bundle_v3_github.whl.sigstore"
     manifest_bundle = product.root / TREE / "manifest.json.sigstore.json"
-    if vector.exists():
-        shutil.copyfile(vector, manifest_bundle)
-    else:
-        manifest_bundle.write_text("{}\n")
+    shutil.copyfile(SIGSTORE_VECTORS / "bundle_v3_github.whl.sigstore", manifest_bundle)
     product.refused("signatures", f"the Sigstore bundle of {TREE}/manifest.json does not verify")
     # A stand-in bundle of these bytes, but signed by another workflow (a branch run, not the release tag).
     data = (product.root / TREE / "manifest.json").read_bytes()

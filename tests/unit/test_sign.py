@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from repokit import shared_or_skip
+from repokit import SIGSTORE_VECTORS
 
 from pipeline import cli
 from pipeline.errors import ExitCode, InputError, RefusedError
@@ -30,7 +30,7 @@ GH_OAUTH = "https://github.com/login/oauth"
 
 @pytest.fixture(scope="module")
 def vectors() -> Path:
-    return shared_or_skip("sigstore-vectors")
+    return SIGSTORE_VECTORS
 
 
 # -- the pinned trust configurations ---------------------------------------------
