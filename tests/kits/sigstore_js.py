@@ -22,12 +22,15 @@ LIBRARIES = ("@sigstore/verify", "@sigstore/bundle", "@sigstore/protobuf-specs",
 
 
 def verify_js(bundle: Path, trust_root: Path, *, artifact: Path | None = None, identity: str | None = None,
-              issuer: str | None = None) -> dict[str, Any]:
+              issuer: str | None = None, tlog_threshold: int | None = None, ctlog_threshold: int | None = None) -> dict[str, Any]:
     command = node_command("verify-sigstore-bundle.cjs", *LIBRARIES, purpose="the sigstore-js cross-check of Sigstore bundles")
     command += ["--bundle", os.fspath(bundle), "--trust-root", os.fspath(trust_root)]
     for option, value in (("--artifact", artifact), ("--identity", identity), ("--issuer", issuer)):
         if value is not None:
             command += [option, os.fspath(value)]
+    for option, count in (("--tlog-threshold", tlog_threshold), ("--ctlog-threshold", ctlog_threshold)):
+        if count is not None:
+            command += [option, str(count)]
     result = subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
     lines = result.stdout.splitlines()
     if result.returncode not in (0, 1) or len(lines) != 1:

@@ -5,12 +5,14 @@
 // shape only one implementation accepts.
 //
 // usage: node verify-sigstore-bundle.cjs --bundle FILE --trust-root FILE
-//            [--artifact FILE] [--identity SAN] [--issuer URL]
+//            [--artifact FILE] [--identity SAN] [--issuer URL] [--tlog-threshold N] [--ctlog-threshold N]
 //
 // --trust-root takes a ClientTrustConfig (application/vnd.dev.sigstore.clienttrustconfig.v0.1+json,
 // its `trustedRoot` is used) or a bare trusted root. --artifact is the signed file of a
 // message-signature bundle (a DSSE bundle carries its payload). --identity / --issuer pin the
-// signer (the certificate's SAN and the OIDC issuer extension), exactly.
+// signer (the certificate's SAN and the OIDC issuer extension), exactly. The thresholds (default 1
+// each, sigstore-js's) say how many transparency-log entries and SCTs must verify: 0 and 0 for a
+// bundle of an instance without logs (GitHub's release attestations: an RFC 3161 timestamp only).
 //
 // Prints one JSON line and exits 0 when the bundle verifies ({"ok": true, "identity": SAN, "issuer": URL}), 1 when it does
 // not ({"ok": false, "code": ..., "message": ...}), 2 for bad usage or an unreadable file.
@@ -24,7 +26,7 @@ const { Verifier, toSignedEntity, toTrustMaterial } = require('@sigstore/verify'
 
 const MAX_INPUT_BYTES = 64 * 1024 * 1024; // bounded reads: bundles and roots are kilobytes
 const CLIENT_TRUST_CONFIG = 'application/vnd.dev.sigstore.clienttrustconfig.v0.1+json';
-const OPTIONS = new Set(['--bundle', '--trust-root', '--artifact', '--identity', '--issuer']);
+const OPTIONS = new Set(['--bundle', '--trust-root', '--artifact', '--identity', '--issuer', '--tlog-threshold', '--ctlog-threshold']);
 
 function usage(message) {
   process.stdout.write(JSON.stringify({ ok: false, code: 'USAGE', message }) + '\n');
@@ -68,6 +70,13 @@ function trustedRootOf(document) {
   return TrustedRoot.fromJSON(root);
 }
 
+function threshold(options, name) {
+  const value = options[name];
+  if (value === undefined) return undefined;
+  if (!/^[0-9]$/.test(value)) usage(`${name} must be a digit, not ${JSON.stringify(value)}`);
+  return Number(value);
+}
+
 function main() {
   const options = parseArguments(process.argv.slice(2));
   const trustMaterial = toTrustMaterial(trustedRootOf(readJSON(options['--trust-root'])));
@@ -77,7 +86,8 @@ function main() {
   if (options['--issuer']) policy.extensions = { issuer: options['--issuer'] };
   try {
     const entity = toSignedEntity(bundleFromJSON(readJSON(options['--bundle'])), artifact);
-    const signer = new Verifier(trustMaterial).verify(entity, policy);
+    const verifierOptions = { tlogThreshold: threshold(options, '--tlog-threshold'), ctlogThreshold: threshold(options, '--ctlog-threshold') };
+    const signer = new Verifier(trustMaterial, verifierOptions).verify(entity, policy);
     const identity = signer.identity || {};
     const issuer = (identity.extensions || {}).issuer ?? null;
     process.stdout.write(JSON.stringify({ ok: true, identity: identity.subjectAlternativeName ?? null, issuer }) + '\n');
