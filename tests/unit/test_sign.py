@@ -1,7 +1,7 @@
 """Sigstore: offline verification of real bundles, and the signing path.
 
-Verification runs against the real bundles in the workplace's
-`shared/sigstore-vectors/` (made on the live Sigstore services by others) and
+Verification runs against the real bundles the repository carries in
+`tests/fixtures/sigstore-vectors/` (made on the live Sigstore services by others) and
 the pinned trust configurations vendored under `pipeline/data/sigstore/`.
 Each negative case asserts the reason sigstore gives, so a test cannot pass
 because verification failed for some other cause.
