@@ -260,12 +260,26 @@ def release_asset_groups(files: list[tuple[str, Path]]) -> dict[tuple[str, str],
     return groups
 
 
+def immutability(answer: Any, problem: str | None, *, tag: str) -> tuple[bool | None, str | None]:
+    """(immutable, why unknown) from GitHub's answer to GET /repos/{o}/{r}/releases/tags/{tag} (`problem`: '404' or why it is unusable)."""
+    if problem == "404":
+        return None, f"GitHub has no published release {tag}"
+    if problem:
+        return None, problem
+    value = answer.get("immutable") if isinstance(answer, dict) else None
+    if not isinstance(value, bool):
+        return None, "GitHub's answer for the release has no immutable field"
+    return value, None
+
+
 def audit_release(files: dict[str, Path], *, repository: str, tag: str, immutable: bool | None, gh: str | None,
-                  trusted_root: Path | None = None, environ: Any = None) -> list[tuple[str, bool | None, str]]:
-    """The audit's lines for one GitHub release: (item, True/False/None for SKIP, reason), one per file, or one SKIP."""
+                  trusted_root: Path | None = None, environ: Any = None, unread: str | None = None) -> list[tuple[str, bool | None, str]]:
+    """The audit's lines for one GitHub release: (item, True/False/None for SKIP, reason), one per file, or one SKIP.
+
+    `unread`: why the release's `immutable` field could not be read (then `immutable` is None)."""
     reason = skip_reason(gh=gh, immutable=immutable, environ=environ)
     if reason is not None:
-        return [(f"GitHub attestation {repository} {tag}", None, reason)]
+        return [(f"GitHub attestation {repository} {tag}", None, reason + (f" ({unread})" if immutable is None and unread else ""))]
     assert gh is not None
     lines: list[tuple[str, bool | None, str]] = []
     for name, path in sorted(files.items()):

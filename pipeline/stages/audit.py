@@ -832,9 +832,9 @@ class Auditor:
         groups = attestations.release_asset_groups([(r.binding.url, r.path) for r in fetched if r.path is not None])
         for (slug, tag), files in sorted(groups.items()):
             answer, problem = self._api_json(f"{GITHUB_API}/repos/{slug}/releases/tags/{quote(tag, safe='')}", cache / "api", what=f"release {tag}")
-            immutable = answer.get("immutable") if problem is None and isinstance(answer, dict) and isinstance(answer.get("immutable"), bool) else None
+            immutable, unread = attestations.immutability(answer, problem, tag=tag)
             for name, ok, reason in attestations.audit_release(files, repository=slug, tag=tag, immutable=immutable, gh=attestations.find_gh(),
-                                                               trusted_root=self.github_trusted_root):
+                                                               trusted_root=self.github_trusted_root, unread=unread):
                 self.add(Item(name, ok, reason, "github-attestation", {"repository": slug, "tag": tag}))
 
     def _fetch_all(self, bindings: list[Binding], cache: Path) -> list[Fetched]:

@@ -208,6 +208,12 @@ def test_skip_reasons_name_what_is_missing():
     assert "not immutable" in att.skip_reason(gh="/usr/bin/gh", immutable=False, environ=token)
     assert "unknown" in att.skip_reason(gh="/usr/bin/gh", immutable=None, environ=token)
     assert att.find_gh() in (str(Path(sys.executable).parent / "gh"), shutil.which("gh"))  # beside this Python first
+    assert att.immutability({"immutable": True}, None, tag=TAG) == (True, None)
+    assert att.immutability({"immutable": False}, None, tag=TAG) == (False, None)
+    assert att.immutability({"immutable": "yes"}, None, tag=TAG) == (None, "GitHub's answer for the release has no immutable field")
+    assert att.immutability(None, "404", tag=TAG) == (None, f"GitHub has no published release {TAG}")
+    assert att.audit_release({}, repository=REPOSITORY, tag=TAG, immutable=None, gh="gh", environ=token, unread="HTTP 401") == [
+        (f"GitHub attestation {REPOSITORY} {TAG}", None, "whether the release is immutable is unknown, so a missing attestation proves nothing (HTTP 401)")]
 
 
 def test_release_asset_groups_take_only_github_release_downloads(tmp_path):
