@@ -97,7 +97,7 @@ from pipeline.errors import (
     redact_url_credentials,
 )
 from pipeline.formats.release.names import EVIDENCE, ROW_RECORDS
-from pipeline.infra import net, ranges
+from pipeline.infra import attestations, net, ranges
 from pipeline.infra import progress as transfer_progress
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
@@ -604,9 +604,11 @@ class Auditor:
         repository: str | None = None,
         certificate_identity: str | None = None,
         certificate_oidc_issuer: str | None = None,
+        github_trusted_root: Path | None = None,
     ) -> None:
         self.source = source
         self.shown_source = redact_url_credentials(source)  # what every record and line names (a URL's password never)
+        self.github_trusted_root = github_trusted_root  # gh --custom-trusted-root for GitHub's release attestations
         # Who must have signed is the auditor's to say, never the manifest's (a manifest naming its own
         # signer proves nothing): the product repository's release workflow at the release tag by default.
         self.repository = repository
@@ -859,12 +861,24 @@ class Auditor:
             if result.binding.role in ("spdx", "cdx") and result.error is None and self._matches(result):
                 self._validate_sbom(result)
         self._audit_signatures(manifest, data)
+        self._audit_github_attestations([r for r in fetched if r.error is None and r.path is not None and self._matches(r)], cache)
         container = dig(manifest, "components.ninfer")
         if isinstance(container, dict) and "oci_reference" in container:
             self._audit_image(container)
             self._audit_image_provenance(container, cache)
         self.report.seconds = time.monotonic() - started
         return self.report
+
+    def _audit_github_attestations(self, fetched: list[Fetched], cache: Path) -> None:
+        """GitHub's own attestation of each file this audit hashed that is a GitHub release asset
+        (pipeline/infra/attestations.py: the real gh verifies it; SKIP where gh, a token or immutability is missing)."""
+        groups = attestations.release_asset_groups([(r.binding.url, r.path) for r in fetched if r.path is not None])
+        for (slug, tag), files in sorted(groups.items()):
+            answer, problem = self._api_json(f"{GITHUB_API}/repos/{slug}/releases/tags/{quote(tag, safe='')}", cache / "api", what=f"release {tag}")
+            immutable, unread = attestations.immutability(answer, problem, tag=tag)
+            for name, ok, reason in attestations.audit_release(files, repository=slug, tag=tag, immutable=immutable, gh=attestations.find_gh(),
+                                                               trusted_root=self.github_trusted_root, unread=unread):
+                self.add(Item(name, ok, reason, "github-attestation", {"repository": slug, "tag": tag}))
 
     def _fetch_all(self, bindings: list[Binding], cache: Path) -> list[Fetched]:
         if not bindings:
@@ -1726,6 +1740,7 @@ def run_audit(args: argparse.Namespace) -> int:
         repository=args.repository,
         certificate_identity=args.certificate_identity,
         certificate_oidc_issuer=args.certificate_oidc_issuer,
+        github_trusted_root=args.github_trusted_root,
     )
     report = audit_release(auditor, dist=args.dist)
     if as_json:
@@ -1757,6 +1772,7 @@ def register_cli(sub) -> None:
     parser.add_argument("--trust-config", default=None, help="Sigstore trust config: 'production' (default), 'staging' or a file; the manifest cannot choose it")
     parser.add_argument("--repository", default=None, metavar="OWNER/NAME", type=_repository_slug, help="the product repository whose release workflow must have signed (default alphastorm/omp-ninfer): the expected signer is its .github/workflows/release.yml at refs/tags/<release>")
     parser.add_argument("--certificate-identity", default=None, metavar="SAN", help="the exact certificate identity that must have signed (replaces --repository's)")
+    parser.add_argument("--github-trusted-root", default=None, type=Path, metavar="FILE", help="a trusted_root.jsonl for GitHub's release attestations (gh --custom-trusted-root); default: the root gh fetches and verifies through its TUF client")
     parser.add_argument("--certificate-oidc-issuer", default=None, metavar="URL", help="the OIDC issuer of that identity (default https://token.actions.githubusercontent.com)")
     parser.add_argument("--allow-unsigned", action="store_true", help="report missing Sigstore bundles as SKIP instead of FAIL (pre-signing audits only)")
     parser.add_argument("--quiet", action="store_true", help="no progress output")

@@ -56,6 +56,7 @@ from pipeline.formats import publication_plan as fmt
 from pipeline.formats.assets import OUTER_SUMS
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.infra import attestations
 from pipeline.infra.git import GIT
 from pipeline.infra.github import Ambiguous, GitHub, GitHubError, body_sha256, repository_of, token_from_env
 from pipeline.infra.sigstore import BUNDLE_SUFFIX, effective_trust_config
@@ -1414,6 +1415,9 @@ class PublishStage(Stage):
         receipt_bytes = canonical_bytes(receipt)
         atomic_write_bytes(receipt_path, receipt_bytes)
         journal.event("run-done", release_id=final["id"], receipt_sha256=sha256_bytes(receipt_bytes))
+        fine, line = attestations.record_after_publishing(github, repository=self.target.repository, tag=self.target.tag, commit=self.target.commit,
+                                                          assets={a["name"]: a["sha256"] for a in self.plan["assets"]}, immutable=final.get("immutable"), folder=self.folder)
+        (ui.info if fine else ui.warn)(line)
         if self.target.lane is not None:
             self._mark_published(final["id"], sha256_bytes(receipt_bytes))
         ui.info(f"published {self.target.tag}: {final.get('html_url')} ({len(assets)} assets); receipt {receipt_path}")

@@ -60,7 +60,7 @@ from pipeline.formats.release import evidence as release_evidence
 from pipeline.formats.release import problems as release_problems
 from pipeline.formats.release import rules as release_rules
 from pipeline.formats.release import spec as release_spec
-from pipeline.infra import github, oci, safetar
+from pipeline.infra import attestations, github, oci, safetar
 from pipeline.infra import registry as oci_registry
 from pipeline.infra import source as source_reader
 from pipeline.infra.archive import read_tar_gz
@@ -1033,3 +1033,33 @@ def fuzz_github(data: bytes, work: Path) -> None:
         parsed = _refused(lambda body=body: jsonio.loads_document(body or b"null", source="answer"))
         assert isinstance(github.error_text(parsed), str)
 
+
+
+# -- GitHub's release attestations (issue #30 §3) -----------------------------------------------------
+
+ATTESTATION_REPOSITORY = "alphastorm/omp-ninfer"
+ATTESTATION_TAG = "v0.13.2"
+ATTESTATION_ASSETS = {"SHA256SUMS": "5" * 64, "ninfer.tar.gz": "6" * 64}
+ATTESTATION_TOKENS = JSON_TOKENS + (b'"attestations"', b'"bundle"', b'"dsseEnvelope"', b'"payload"', b'"payloadType"', b'"application/vnd.in-toto+json"',
+                                    b'"subject"', b'"digest"', b'"sha256"', b'"sha1"', b'"predicateType"', b'"predicate"', b'"repository"', b'"tag"', b'"uri"')
+
+
+@target("release_attestation", max_len=32768, tokens=ATTESTATION_TOKENS, structure="json")
+def fuzz_release_attestation(data: bytes, work: Path) -> None:
+    """GitHub's release attestations (infra/attestations.py): the attestations API answer publish reads, each bundle's statement, and the pins."""
+    client = github.GitHub(ATTESTATION_REPOSITORY, "fuzz-token-0123456789", api="https://api.github.com", uploads="https://uploads.github.com",
+                           clock=_FuzzClock(), max_attempts=2, max_wait=30.0, write_interval=0.0)
+    client._session.mount("https://", _Scripted(lambda request: (200, {"Content-Type": "application/json"}, data), limit=8))
+    found = _refused(lambda: attestations.fetch_release_attestations(client, ATTESTATION_ASSETS))
+    for attestation in found or []:
+        assert attestation.statement.get("predicateType") in attestations.RELEASE_PREDICATE_TYPES
+        _refused(lambda a=attestation: attestations.check_release_statement(a.statement, repository=ATTESTATION_REPOSITORY, tag=ATTESTATION_TAG,
+                                                                            commit=None, assets=ATTESTATION_ASSETS, origin="fuzz"))
+    fine, line = attestations.record_after_publishing(client, repository=ATTESTATION_REPOSITORY, tag=ATTESTATION_TAG, commit="7" * 40,
+                                                      assets=ATTESTATION_ASSETS, immutable=True, folder=work / "publish")
+    assert isinstance(fine, bool) and isinstance(line, str)
+    # The same bytes as one bundle on its own (what audit's gh output carries).
+    statement = _refused(lambda: attestations.statement_of(data, origin="fuzz.sigstore.json"))
+    if isinstance(statement, dict):
+        _refused(lambda: attestations.check_release_statement(statement, repository=ATTESTATION_REPOSITORY, tag=ATTESTATION_TAG, commit="7" * 40,
+                                                              assets=ATTESTATION_ASSETS, origin="fuzz"))

@@ -13,6 +13,7 @@ here): they are replayed with the rest by tests/integration/test_fuzz.py.
 from __future__ import annotations
 
 import argparse
+import base64
 import gzip
 import hashlib
 import io
@@ -489,6 +490,28 @@ def github_seeds() -> dict[str, bytes]:
     }
 
 
+def release_attestation_seeds() -> dict[str, bytes]:
+    """A bundle shaped like GitHub's release attestation (no real signature: the harness checks statements, not crypto)."""
+    repository, tag = harnesses.ATTESTATION_REPOSITORY, harnesses.ATTESTATION_TAG
+    statement = {"_type": "https://in-toto.io/Statement/v1",
+                 "subject": [{"uri": f"pkg:github/{repository}@{tag}", "digest": {"sha1": COMMIT}}]
+                 + [{"name": name, "digest": {"sha256": digest}} for name, digest in sorted(harnesses.ATTESTATION_ASSETS.items())],
+                 "predicateType": "https://in-toto.io/attestation/release/v0.1",
+                 "predicate": {"ownerId": "1", "purl": f"pkg:github/{repository}@{tag}", "releaseId": "7", "repository": repository, "repositoryId": "2", "tag": tag}}
+    payload = json.dumps(statement, sort_keys=True, separators=(",", ":")).encode()
+    bundle = {"mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+              "verificationMaterial": {"certificate": {"rawBytes": "MAA="}, "timestampVerificationData": {"rfc3161Timestamps": [{"signedTimestamp": "MAA="}]}},
+              "dsseEnvelope": {"payload": base64.b64encode(payload).decode(), "payloadType": "application/vnd.in-toto+json", "signatures": [{"sig": "MAA="}]}}
+
+    def dumps(value: object) -> bytes:
+        return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+    return {
+        "bundle.sigstore.json": dumps(bundle),
+        "api-answer.json": dumps({"attestations": [{"bundle": bundle, "bundle_url": None, "initiator": "github", "repository_id": 2}]}),
+    }
+
+
 SEEDS = {
     "json": json_seeds,
     "lane": lane_seeds,
@@ -510,6 +533,7 @@ SEEDS = {
     "provenance": provenance_seeds,
     "source_archive": source_archive_seeds,
     "github": github_seeds,
+    "release_attestation": release_attestation_seeds,
 }
 
 

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from loopback import LoopbackServer, https_urls
-from repokit import shared_or_skip
+from repokit import SIGSTORE_VECTORS
 
 from pipeline import cli
 from pipeline.errors import ExitCode
@@ -859,7 +859,7 @@ def test_a_manifest_field_of_the_wrong_type_fails_its_item_instead_of_a_tracebac
 
 def test_signed_files_are_verified_offline_with_the_real_bundles(server, tmp_path):
     """The tree's signer is the GitHub release workflow of the vectors; one signed file is the real wheel."""
-    vectors = shared_or_skip("sigstore-vectors")
+    vectors = SIGSTORE_VECTORS
     tree = Tree(server, None, None)
     tree.manifest["signing"]["certificate_identity"] = GH_SAN
     wheel = f"manifests/{RELEASE}/bundle_v3_github.whl"
@@ -878,7 +878,7 @@ def test_signed_files_are_verified_offline_with_the_real_bundles(server, tmp_pat
 
 def test_a_manifest_cannot_name_its_own_signer(server, tmp_path):
     """A manifest that declares another signer than the auditor expects binds nothing: no URL it names is fetched."""
-    vectors = shared_or_skip("sigstore-vectors")
+    vectors = SIGSTORE_VECTORS
     tree = Tree(server, None, None)
     tree.manifest["signing"]["certificate_identity"] = GH_SAN  # a valid signer, of another repository
     wheel = f"manifests/{RELEASE}/bundle_v3_github.whl"
@@ -906,7 +906,7 @@ def test_a_manifest_cannot_name_its_own_signer(server, tmp_path):
 
 def test_the_manifest_itself_must_be_among_the_signed_files(server, tmp_path):
     """A manifest that lists only some other, genuinely signed file authenticates nothing it binds."""
-    vectors = shared_or_skip("sigstore-vectors")
+    vectors = SIGSTORE_VECTORS
     tree = Tree(server, None, None)
     wheel = f"manifests/{RELEASE}/bundle_v3_github.whl"
     tree.manifest["signing"]["signed_files"] = [wheel]
@@ -931,7 +931,7 @@ def test_a_manifest_cannot_choose_the_sigstore_instance(server, tmp_path):
 
 
 def test_a_signature_by_another_identity_fails(server, tmp_path):
-    vectors = shared_or_skip("sigstore-vectors")
+    vectors = SIGSTORE_VECTORS
     tree = Tree(server, None, None)  # expects alphastorm/omp-ninfer's release workflow
     wheel = f"manifests/{RELEASE}/bundle_v3_github.whl"
     tree.manifest["signing"]["signed_files"].append(wheel)
@@ -1273,6 +1273,11 @@ def test_the_ready_release_made_by_the_pipeline_audits_ok(server, tmp_path, pipe
     # The raw records were fetched at the commits the pin dance wrote, through the mirror only.
     assert any(path.startswith("/raw.githubusercontent.com/") for path, _ in server.log)
     assert all(not path.startswith("/https") for path, _ in server.log)
+    # GitHub's own release attestations: this mirror does not say the releases are immutable, so each is SKIP, not OK
+    attested = [line for line in lines if "GitHub attestation" in line]
+    assert attested and all(line.startswith("SKIP: GitHub attestation ") and "whether the release is immutable is unknown" in line for line in attested)
+    assert any(line.startswith("SKIP: GitHub attestation alphastorm/ninfer ") for line in attested)
+    assert any(path.startswith("/api.github.com/repos/alphastorm/ninfer/releases/tags/") for path, _ in server.log)
 
 
 @pytest.mark.slow

@@ -28,6 +28,8 @@ READERS = {
     "registry_manifest", "token", "token_answer", "registry_client", "sbom", "release_toml",
     # issue #18 §4: the acceptance bundle and receipt, route documents, provenance statements, source archives, publish's GitHub answers
     "acceptance", "routes", "provenance", "source_archive", "github",
+    # issue #30 §3: GitHub's release attestations (the API answer publish reads, the statement audit pins)
+    "release_attestation",
 }
 FUZZ_SECONDS = 3
 BUDGET_RUNS = 150  # inputs per harness in the suite's fixed budget

@@ -493,6 +493,11 @@ def test_an_immutable_published_release_refuses_added_assets(setup):
     with pytest.raises(GitHubError, match="Cannot delete asset from an immutable release"):
         client.request("DELETE", f"/repos/{REPO}/releases/assets/{release.asset_ids[0]}", expect=(204,))
     assert sorted(a.name for a in setup.gh.assets_of(release)) == setup.names
+    # After publishing an immutable release, publish asked GitHub for its release attestation by each asset's digest
+    # (pipeline/infra/attestations.py; this stand-in has none, so nothing is recorded and a warning says so).
+    asked = {path for method, path, _status in setup.gh.log if method == "GET" and "/attestations/" in path}
+    planned = read_receipt(setup.folder / "receipt.json")["assets"]
+    assert asked == {f"/repos/{REPO}/attestations/sha256:{a['sha256']}" for a in planned}
 
 
 # -- kill -9 between any two writes ---------------------------------------------------------

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 from github_standin import FakeClock, StandIn, Token, workflow_job_permissions
 from releasekit import RELEASE, sample_release
-from repokit import ROOT, SHARED, git
+from repokit import ROOT, SIGSTORE_VECTORS, git
 from sigstore_standin import SigstoreStandIn, record_statement_bundle
 
 from pipeline.cli import main
 from pipeline.errors import PipelineError, RefusedError
 from pipeline.formats.publication_plan import read_receipt
-from pipeline.formats.test_receipt import make_test_receipt, write_test_receipt
+from pipeline.formats.test_receipt import SKIPS_ALLOWED_FOR_PUBLICATION, make_test_receipt, write_test_receipt
 from pipeline.infra.github import GitHub
 from pipeline.register import Register
 from pipeline.stages.publish import VERIFIER_KINDS, publish_release
@@ -79,7 +79,7 @@ class Product:
         self.verifier(commit)
         self.gh.add_commit(commit, [f"{TREE}/manifest.json"])
         tree = git(self.root, "rev-parse", f"{commit}^{{tree}}")
-        write_test_receipt(self.dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped=3))
+        write_test_receipt(self.dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped_tests=SKIPS_ALLOWED_FOR_PUBLICATION))
         manifest = json.loads(git(self.root, "show", f"{commit}:{TREE}/manifest.json"))
         identity = manifest["signing"]["certificate_identity"]
         for rel in SIGNED:
@@ -212,10 +212,14 @@ def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypat
 def test_the_test_run_gate_needs_a_green_run_of_this_commit(product):
     dist_receipt = product.dist / "test-run-receipt.json"
     tree = git(product.root, "rev-parse", "HEAD^{tree}")
-    write_test_receipt(dist_receipt, make_test_receipt(commit="0" * 40, tree=tree, passed=812, failed=0, errors=0, skipped=0))
+    write_test_receipt(dist_receipt, make_test_receipt(commit="0" * 40, tree=tree, passed=812, failed=0, errors=0))
     product.refused("test-run", "the test-run receipt is for another commit")
-    write_test_receipt(dist_receipt, make_test_receipt(commit=product.commit, tree=tree, passed=810, failed=2, errors=0, skipped=0))
+    write_test_receipt(dist_receipt, make_test_receipt(commit=product.commit, tree=tree, passed=810, failed=2, errors=0))
     product.refused("test-run", "did not pass (2 failed, 0 errors)")
+    # green, but a test of the real Sigstore verifier did not run (a clone without its vectors): not tested
+    write_test_receipt(dist_receipt, make_test_receipt(commit=product.commit, tree=tree, passed=812, failed=0, errors=0,
+                                                       skipped_tests=["tests/unit/test_sign.py::test_bundle_without_a_log_entry_fails"]))
+    product.refused("test-run", "skipped 1 tests that publication does not allow")
     dist_receipt.unlink()
     product.refused("test-run", "there is no test-run receipt")
 
@@ -227,12 +231,8 @@ def test_the_signature_gate_needs_a_verifying_bundle_for_every_signed_file(produ
     product.refused("signatures", "qualification/rtx4090-windows-native.SHA256SUMS has no Sigstore bundle")
     product.settle()
     # A real Sigstore bundle of another file, checked by the real verifier: it must not pass.
-    vector = SHARED / "sigstore-vectors" / "bundle_v3_github.whl.sigstore"
     manifest_bundle = product.root / TREE / "manifest.json.sigstore.json"
-    if vector.exists():
-        shutil.copyfile(vector, manifest_bundle)
-    else:
-        manifest_bundle.write_text("{}\n")
+    shutil.copyfile(SIGSTORE_VECTORS / "bundle_v3_github.whl.sigstore", manifest_bundle)
     product.refused("signatures", f"the Sigstore bundle of {TREE}/manifest.json does not verify")
     # A stand-in bundle of these bytes, but signed by another workflow (a branch run, not the release tag).
     data = (product.root / TREE / "manifest.json").read_bytes()

@@ -296,7 +296,9 @@ def test_a_lane_without_its_providers_is_refused(tmp_path):
 
 
 def test_without_node_ci_fails_and_a_local_run_skips_with_the_reason(monkeypatch, tmp_path):
-    monkeypatch.setattr(sbomkit.shutil, "which", lambda name: None)
+    import nodekit
+
+    monkeypatch.setattr(nodekit.shutil, "which", lambda name: None)
     monkeypatch.setenv("CI", "true")
     with pytest.raises(pytest.fail.Exception, match="CI must have it"):
         sbomkit.node_validator()
@@ -304,8 +306,8 @@ def test_without_node_ci_fails_and_a_local_run_skips_with_the_reason(monkeypatch
     with pytest.raises(pytest.skip.Exception, match="apt-get install nodejs npm"):
         sbomkit.node_validator()
     # node present but the pinned package missing: a failure naming the fix, in CI or not.
-    monkeypatch.setattr(sbomkit.shutil, "which", lambda name: "/usr/bin/node")
-    monkeypatch.setattr(sbomkit, "NODE_TOOLS", tmp_path)
+    monkeypatch.setattr(nodekit.shutil, "which", lambda name: "/usr/bin/node")
+    monkeypatch.setattr(nodekit, "NODE_TOOLS", tmp_path)
     with pytest.raises(pytest.fail.Exception, match="npm ci --prefix tools/node"):
         sbomkit.node_validator()
 

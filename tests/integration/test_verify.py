@@ -390,9 +390,9 @@ def test_acceptance_must_bind_this_candidate(release, ready):
 
 
 def test_sigstore_bundles_are_checked_through_pipeline_sign(release, ready):
-    from repokit import shared_or_skip
+    from repokit import SIGSTORE_VECTORS
 
-    vector = shared_or_skip("sigstore-vectors", "bundle_v3_github.whl.sigstore")
+    vector = SIGSTORE_VECTORS / "bundle_v3_github.whl.sigstore"
     bundle = ready / "manifests" / RELEASE / "manifest.json.sigstore.json"
     bundle.write_bytes(vector.read_bytes())  # a real bundle, but for another file and signer
     report = run(ready, release, require="ready")

@@ -20,6 +20,9 @@ KITS = TESTS / "kits"
 FIXTURES = TESTS / "fixtures"  # data files of the kits (C sources of the Windows PE fixtures)
 SAMPLE = ROOT / "runtime" / "sample"
 SHARED = ROOT.parent / "shared"
+# Real Sigstore bundles and the public-good trust roots (public test data, carried by the repository: its README
+# names their origin and licence), so that a plain clone runs the tests of the real verifier.
+SIGSTORE_VECTORS = FIXTURES / "sigstore-vectors"
 
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Sample Author",

@@ -12,27 +12,18 @@
   the same components with the same versions, suppliers, purls, licences,
   copyright texts and hashes, and the same runtime dependency graph.
 
-Node policy: in CI (`CI` set, as `.ci/run` runs) a missing node or a missing
-package fails the test, since `.ci/run` installs both.  Locally, a machine
-without node skips with the reason and the install command (node is not a
-Python dependency, so a developer may lack it); a machine with node but
-without the pinned package fails, naming the one command that fixes it.
+Node policy: tests/kits/nodekit.py (skip without node locally, fail in CI or with another version).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
-import pytest
-from repokit import ROOT
+from nodekit import node_command
 
-NODE_TOOLS = ROOT / "tools" / "node"
-CDX_SCRIPT = NODE_TOOLS / "validate-cyclonedx.cjs"
 CDX_LIBRARY = "@cyclonedx/cyclonedx-library"
 
 
@@ -63,28 +54,9 @@ def require_ntia(path: Path) -> dict[str, Any]:
 
 # -- CycloneDX with the JavaScript library ----------------------------------------------
 
-def _pinned_library_version() -> str:
-    lock = json.loads((NODE_TOOLS / "package-lock.json").read_text())
-    return lock["packages"][f"node_modules/{CDX_LIBRARY}"]["version"]
-
-
 def node_validator() -> list[str]:
-    """The command that validates CycloneDX files, or skip/fail per the node policy above."""
-    node = shutil.which("node")
-    in_ci = bool(os.environ.get("CI"))
-    if node is None:
-        message = "node is not installed: the CycloneDX cross-check with @cyclonedx/cyclonedx-library needs it (Debian: apt-get install nodejs npm; then npm ci --prefix tools/node)"
-        if in_ci:
-            pytest.fail(message + "; .ci/run installs it, so CI must have it")
-        pytest.skip(message)
-    installed = NODE_TOOLS / "node_modules" / CDX_LIBRARY / "package.json"
-    if not installed.is_file():
-        pytest.fail(f"{CDX_LIBRARY} is not installed in tools/node: run 'npm ci --prefix tools/node' (nox -s tests and .ci/run do)")
-    version = json.loads(installed.read_text())["version"]
-    pinned = _pinned_library_version()
-    if version != pinned:
-        pytest.fail(f"tools/node has {CDX_LIBRARY} {version}, but package-lock.json pins {pinned}: run 'npm ci --prefix tools/node'")
-    return [node, str(CDX_SCRIPT)]
+    """The command that validates CycloneDX files, or skip/fail per the node policy (tests/kits/nodekit.py)."""
+    return node_command("validate-cyclonedx.cjs", CDX_LIBRARY, purpose="the CycloneDX cross-check with @cyclonedx/cyclonedx-library")
 
 
 def validate_cdx_js(*paths: Path) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ random per instance):
 | `fulcio-intermediate.pem`, `fulcio-intermediate.key.pem` | the issuing intermediate (P-384), like `sigstore-intermediate` |
 | `ctlog.key.pem` | the CT log key (ECDSA P-256); its log id is SHA-256 of its DER SubjectPublicKeyInfo |
 | `rekor.key.pem` | the Rekor transparency-log key (ECDSA P-256, as rekor.sigstore.dev); log id likewise |
-| `trust-config.json` | ONE `ClientTrustConfig` (`application/vnd.dev.sigstore.clienttrustconfig.v0.1+json`): the trusted root naming the CA chain, the CT log and Rekor with validity windows, and a signing config with loopback URLs (never contacted) |
+| `trust-config.json` | ONE `ClientTrustConfig` (`application/vnd.dev.sigstore.clienttrustconfig.v0.1+json`): the trusted root naming the CA chain, the CT log and Rekor with validity windows, and a signing config with loopback URLs (never contacted); Rekor's base URL is `https://rekor.standin.test` (a reserved name, never resolved), whose host is the checkpoint's signer name, as for rekor.sigstore.dev |
 | `rekor-log.json` | the log's state: the RFC 6962 leaf hashes of every entry (a few filler entries first, so proofs have hashes) |
 | `standin.json` | the description the pipeline's seam reads (`pipeline.infra.sigstore.test_standin`): artifact_type `omp_ninfer_sigstore_standin`, schema 2, `trust_config`, `files` {name: sha256} of every file above except the log state, `log_ids`, `identity`/`issuer` the stand-in's job signs as (optional), `rekor_log`, `owner` (the writing process: the seam accepts the folder only there and in the processes it starts) |
 
@@ -44,7 +44,9 @@ side (the REAL `sigstore.verify.Verifier` checks every piece):
   8785 JSON {body, integratedTime, logID, logIndex}; its inclusion proof: an
   RFC 6962 audit path in a real Merkle tree over the log's entries, the root
   hash and tree size, and a signed checkpoint in Rekor's signed-note format
-  (`<origin>\\n<size>\\n<base64 root>\\n\\n— <name> base64(keyhint[4] || sig)\\n`).
+  (`<origin>\\n<size>\\n<base64 root>\\n\\n— <name> base64(keyhint[4] || sig)\\n`), where
+  origin is `<name> - <tree id>` and name is the host of the log's `baseUrl` in the trusted root, as
+  Rekor derives it (sigstore-js refuses a checkpoint whose signer name the log's base URL does not match).
 * a Sigstore bundle v0.3 JSON (`application/vnd.dev.sigstore.bundle.v0.3+json`).
 
 What is NOT like the live services (none of it is checked by a verifier):
@@ -73,6 +75,7 @@ import json
 import os
 import struct
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -103,7 +106,11 @@ TRUST_CONFIG_MEDIA_TYPE = "application/vnd.dev.sigstore.clienttrustconfig.v0.1+j
 TRUSTED_ROOT_MEDIA_TYPE = "application/vnd.dev.sigstore.trustedroot+json;version=0.1"
 SIGNING_CONFIG_MEDIA_TYPE = "application/vnd.dev.sigstore.signingconfig.v0.2+json"
 LOOPBACK = "http://127.0.0.1:9"  # discard port: never contacted (verification is offline)
-REKOR_NAME = "rekor.standin.test"
+# The log's base URL in the trusted root.  A reserved `.test` name (RFC 2606): never resolved, never contacted.
+# Rekor signs its checkpoints as the host of its base URL (rekor.sigstore.dev for https://rekor.sigstore.dev),
+# and sigstore-js only takes a checkpoint signature from a log whose baseUrl matches the signer's name.
+REKOR_URL = "https://rekor.standin.test"
+REKOR_NAME = urllib.parse.urlsplit(REKOR_URL).hostname
 LEAF_LIFETIME = dt.timedelta(minutes=10)  # Fulcio's
 FILLER_ENTRIES = 5
 
@@ -438,9 +445,9 @@ class SigstoreStandIn:
     def _trust_config_document(self, chain: list[x509.Certificate], start: dt.datetime) -> dict[str, Any]:
         valid = {"start": _rfc3339(start)}
 
-        def log(name: str, key) -> dict[str, Any]:
+        def log(base_url: str, key) -> dict[str, Any]:
             return {
-                "baseUrl": f"{LOOPBACK}/{name}",
+                "baseUrl": base_url,
                 "hashAlgorithm": "SHA2_256",
                 "logId": {"keyId": _b64(log_id(key.public_key()))},
                 "publicKey": {"keyDetails": "PKIX_ECDSA_P256_SHA_256", "rawBytes": _b64(_spki(key.public_key())), "validFor": valid},
@@ -461,15 +468,15 @@ class SigstoreStandIn:
                         "validFor": valid,
                     }
                 ],
-                "ctlogs": [log("ctfe", self._keys["ctlog"])],
-                "tlogs": [log("rekor", self._keys["rekor"])],
+                "ctlogs": [log(f"{LOOPBACK}/ctfe", self._keys["ctlog"])],
+                "tlogs": [log(REKOR_URL, self._keys["rekor"])],
                 "timestampAuthorities": [],
             },
             "signingConfig": {
                 "mediaType": SIGNING_CONFIG_MEDIA_TYPE,
                 "caUrls": [service("fulcio")],
                 "oidcUrls": [service("oauth2")],
-                "rekorTlogUrls": [service("rekor")],
+                "rekorTlogUrls": [{**service("rekor"), "url": REKOR_URL}],
                 "rekorTlogConfig": {"selector": "ANY"},
                 "tsaUrls": [],
                 "tsaConfig": {"selector": "ANY"},

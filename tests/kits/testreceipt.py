@@ -3,7 +3,7 @@
 Active only when PIPELINE_TEST_RECEIPT names an output path (the nox `tests`
 session sets it to `<dist>/test-run-receipt.json`); a plain `pytest` run
 writes nothing.  The counts are pytest's own report categories, as the
-terminal summary shows them.  A receipt is written only for a finished run of
+terminal summary shows them; each skipped test is named by its node id.  A receipt is written only for a finished run of
 the whole suite: a run given explicit paths, `--ignore`, or one that
 deselected anything (`-k`, `-m`, `--lf`, `--sw`), an interrupted run and a
 collect-only run leave no receipt, and a stale one at that path is removed
@@ -35,6 +35,7 @@ class TestReceiptPlugin:
         self.config = config
         self.path = path
         self.counts: Counter[str] = Counter()
+        self.skipped_tests: set[str] = set()  # node ids: publication refuses a skip it does not allow
         self.deselected = 0
         self.start: tuple[str, str, bool] | None = None
         self.problem: str | None = None
@@ -67,11 +68,14 @@ class TestReceiptPlugin:
             self.counts["errors"] += 1
         elif report.skipped:
             self.counts["skipped"] += 1
+            self.skipped_tests.add(report.nodeid)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         category = self.config.hook.pytest_report_teststatus(report=report, config=self.config)[0]
         if category in _CATEGORY:
             self.counts[_CATEGORY[category]] += 1
+            if category == "skipped":
+                self.skipped_tests.add(report.nodeid)
         elif category:  # e.g. a plugin's "rerun": the receipt cannot say what it means
             self.problem = f"pytest reported a test outcome the receipt has no field for: {category!r}"
 
@@ -105,7 +109,8 @@ class TestReceiptPlugin:
         commit, tree, dirty = self.start
         try:
             receipt = TestRunReceipt(commit=commit, tree=tree, dirty=dirty or end[2],
-                                     **{name: self.counts[name] for name in _CATEGORY.values()})
+                                     **{name: self.counts[name] for name in _CATEGORY.values()},
+                                     skipped_tests=tuple(sorted(self.skipped_tests)))
             write_test_receipt(self.path, receipt)
         except (OSError, PipelineError) as error:  # the receipt never changes the run's own outcome
             self._say(f"test-run receipt: not written ({error})")

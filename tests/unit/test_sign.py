@@ -1,7 +1,7 @@
 """Sigstore: offline verification of real bundles, and the signing path.
 
-Verification runs against the real bundles in the workplace's
-`shared/sigstore-vectors/` (made on the live Sigstore services by others) and
+Verification runs against the real bundles the repository carries in
+`tests/fixtures/sigstore-vectors/` (made on the live Sigstore services by others) and
 the pinned trust configurations vendored under `pipeline/data/sigstore/`.
 Each negative case asserts the reason sigstore gives, so a test cannot pass
 because verification failed for some other cause.
@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from repokit import shared_or_skip
+from repokit import SIGSTORE_VECTORS
 
 from pipeline import cli
 from pipeline.errors import ExitCode, InputError, RefusedError
@@ -30,7 +30,7 @@ GH_OAUTH = "https://github.com/login/oauth"
 
 @pytest.fixture(scope="module")
 def vectors() -> Path:
-    return shared_or_skip("sigstore-vectors")
+    return SIGSTORE_VECTORS
 
 
 # -- the pinned trust configurations ---------------------------------------------

@@ -19,6 +19,7 @@ from repokit import KITS, git, make_repo
 from pipeline.errors import InputError, RefusedError
 from pipeline.formats.test_receipt import (
     ENV_VAR,
+    SKIPS_ALLOWED_FOR_PUBLICATION,
     TestRunReceipt,
     default_path,
     make_test_receipt,
@@ -32,12 +33,14 @@ from pipeline.util.jsonio import canonical_bytes
 
 COMMIT = "a" * 40
 TREE = "b" * 40
+GPU_TEST = "tests/integration/test_qualify.py::test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu"
 
 
 def good_document(**changes):
     document = {
-        "artifact_type": "omp_ninfer_test_run_receipt", "schema_version": 1, "commit": COMMIT, "tree": TREE,
-        "dirty": False, "passed": 10, "failed": 0, "errors": 0, "skipped": 2, "xfailed": 1, "xpassed": 0,
+        "artifact_type": "omp_ninfer_test_run_receipt", "schema_version": 2, "commit": COMMIT, "tree": TREE,
+        "dirty": False, "passed": 10, "failed": 0, "errors": 0, "skipped": 1, "xfailed": 1, "xpassed": 0,
+        "skipped_tests": [GPU_TEST],
     }
     document.update(changes)
     return document
@@ -58,7 +61,8 @@ def test_round_trip_is_canonical_json(tmp_path):
     ("change", "field"),
     [
         ({"artifact_type": "omp_ninfer_lane_receipt"}, "artifact_type"),
-        ({"schema_version": 2}, "schema_version"),
+        ({"schema_version": 1}, "schema_version"),
+        ({"schema_version": 3}, "schema_version"),
         ({"schema_version": True}, "schema_version"),
         ({"commit": "A" * 40}, "commit"),
         ({"commit": "a" * 39}, "commit"),
@@ -70,6 +74,15 @@ def test_round_trip_is_canonical_json(tmp_path):
         ({"skipped": "0"}, "skipped"),
         ({"xfailed": 10**12}, "xfailed"),
         ({"surprise": 1}, "surprise"),
+        ({"skipped_tests": GPU_TEST}, "skipped_tests"),
+        ({"skipped_tests": [1]}, "skipped_tests"),
+        ({"skipped_tests": [""]}, "skipped_tests"),
+        ({"skipped_tests": ["tests/a.py::t\x1b[2K"]}, "skipped_tests"),
+        ({"skipped_tests": ["t" * 513]}, "skipped_tests"),
+        ({"skipped": 2, "skipped_tests": ["tests/b.py::t", "tests/a.py::t"]}, "skipped_tests"),
+        ({"skipped": 2, "skipped_tests": [GPU_TEST, GPU_TEST]}, "skipped_tests"),
+        ({"skipped": 2}, "skipped_tests"),
+        ({"skipped": 0}, "skipped_tests"),
     ],
 )
 def test_every_bad_field_is_refused_by_name(change, field):
@@ -80,7 +93,7 @@ def test_every_bad_field_is_refused_by_name(change, field):
         assert "is not a test count" in str(caught.value)
 
 
-@pytest.mark.parametrize("missing", ["xpassed", "dirty", "commit"])
+@pytest.mark.parametrize("missing", ["xpassed", "dirty", "commit", "skipped_tests"])
 def test_a_missing_field_is_named(missing):
     document = good_document()
     del document[missing]
@@ -96,7 +109,7 @@ def test_a_missing_field_is_named(missing):
         (b'{"passed": NaN}', "non-finite number NaN"),
         (b"\xef\xbb\xbf{}", "byte-order mark"),
         (b'{"passed": 1}\r\n', "carriage return"),
-        (b"[" * 40000 + b"]" * 40000, "is larger than"),
+        (b"[" * 1_100_000 + b"]" * 1_100_000, "is larger than"),
         (b"[" * 30000 + b"]" * 30000, "deeper than"),
         (b'{"a": ' * 65 + b"1" + b"}" * 65, "deeper than"),
         (b"\xff", "not valid UTF-8"),
@@ -137,10 +150,41 @@ def test_gate_refuses_another_commit_tree_a_dirty_tree_failures_errors_and_no_pa
         assert caught.value.field == field and int(caught.value.exit_code) == 7
     with pytest.raises(InputError, match="commit"):
         TestRunReceipt(commit="HEAD", tree=TREE, dirty=False, passed=0, failed=0, errors=0, skipped=0, xfailed=0, xpassed=0)
-    # The keyword constructor defaults what an older producer did not count.
-    made = make_test_receipt(commit=COMMIT, tree=TREE, passed=1, failed=0, errors=0, skipped=0)
-    assert (made.dirty, made.xfailed, made.xpassed) == (False, 0, 0)
+    # The keyword constructor defaults what an older producer did not count, and counts the skips it names.
+    made = make_test_receipt(commit=COMMIT, tree=TREE, passed=1, failed=0, errors=0)
+    assert (made.dirty, made.xfailed, made.xpassed, made.skipped, made.skipped_tests) == (False, 0, 0, 0, ())
     assert made.to_bytes() == canonical_bytes(made.to_json())
+
+
+def test_gate_refuses_a_skip_publication_does_not_allow_and_names_it():
+    allowed = make_test_receipt(commit=COMMIT, tree=TREE, passed=5, failed=0, errors=0, skipped_tests=[GPU_TEST])
+    require_green_for(allowed, commit=COMMIT, tree=TREE)
+    assert allowed.skipped == 1 and allowed.skips_not_allowed == []
+    vectors = "tests/unit/test_sign.py::test_github_release_workflow_bundle_verifies_with_its_repository_and_ref"
+    skipped = make_test_receipt(commit=COMMIT, tree=TREE, passed=5, failed=0, errors=0, skipped_tests=[GPU_TEST, vectors])
+    assert skipped.skips_not_allowed == [vectors]
+    with pytest.raises(RefusedError, match="skipped 1 tests that publication does not allow") as caught:
+        require_green_for(skipped, commit=COMMIT, tree=TREE, file="r.json")
+    assert caught.value.field == "skipped_tests" and caught.value.found == vectors and int(caught.value.exit_code) == 7
+    many = make_test_receipt(commit=COMMIT, tree=TREE, passed=5, failed=0, errors=0, skipped_tests=[f"tests/t.py::t{i}" for i in range(7)])
+    with pytest.raises(RefusedError, match="skipped 7 tests") as caught:
+        require_green_for(many, commit=COMMIT)
+    assert caught.value.found.endswith("and 2 more")
+
+
+def test_each_allowed_skip_names_a_test_of_this_suite_with_its_reason():
+    """The allow list cannot go stale: every node id is a test function that exists, and says why it may skip."""
+    import ast
+
+    from repokit import ROOT
+
+    assert SKIPS_ALLOWED_FOR_PUBLICATION, "the GPU test is the one skip CI cannot avoid"
+    for node_id, reason in SKIPS_ALLOWED_FOR_PUBLICATION.items():
+        path, name = node_id.split("::")
+        tree = ast.parse((ROOT / path).read_text("utf-8"))
+        functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+        assert name in functions, f"{node_id}: no such test"
+        assert len(reason) > 40
 
 
 # --- the plugin, on a suite of its own ---------------------------------------------------------------
@@ -169,6 +213,7 @@ SUITE = {
     "tests/test_skipped_module.py": "import pytest\n\npytest.skip('whole module', allow_module_level=True)\n",
 }
 EXPECTED = {"passed": 3, "failed": 1, "errors": 1, "skipped": 2, "xfailed": 1, "xpassed": 1}
+EXPECTED_SKIPS = ("tests/test_mixed.py::test_skipped", "tests/test_skipped_module.py")
 
 
 @pytest.fixture
@@ -195,6 +240,7 @@ def test_plugin_writes_pytest_counts_for_the_exact_commit(suite, tmp_path):
     assert result.returncode == 1, result.stdout + result.stderr  # one test fails, by design
     receipt = read_test_receipt(receipt_path)
     assert {name: getattr(receipt, name) for name in EXPECTED} == EXPECTED
+    assert receipt.skipped_tests == EXPECTED_SKIPS
     assert receipt.commit == git(suite, "rev-parse", "HEAD")
     assert receipt.tree == git(suite, "rev-parse", "HEAD^{tree}")
     assert receipt.dirty is False
@@ -210,7 +256,16 @@ def test_plugin_writes_pytest_counts_for_the_exact_commit(suite, tmp_path):
     git(suite, "commit", "-q", "-am", "only passing tests")
     assert run_suite(suite, receipt_path).returncode == 0
     receipt = read_test_receipt(receipt_path)
-    assert (receipt.passed, receipt.failed, receipt.skipped) == (1, 0, 1)
+    assert (receipt.passed, receipt.failed, receipt.skipped, receipt.skipped_tests) == (1, 0, 1, ("tests/test_skipped_module.py",))
+    # Green but for a skip: the skipped module did not run, so publication refuses the receipt, naming it.
+    with pytest.raises(RefusedError, match="skipped 1 tests that publication does not allow") as caught:
+        require_green_for(receipt, commit=git(suite, "rev-parse", "HEAD"), tree=git(suite, "rev-parse", "HEAD^{tree}"))
+    assert caught.value.found == "tests/test_skipped_module.py"
+    (suite / "tests" / "test_skipped_module.py").unlink()
+    git(suite, "commit", "-q", "-am", "no skipped module")
+    assert run_suite(suite, receipt_path).returncode == 0
+    receipt = read_test_receipt(receipt_path)
+    assert (receipt.passed, receipt.skipped, receipt.skipped_tests) == (1, 0, ())
     require_green_for(receipt, commit=git(suite, "rev-parse", "HEAD"), tree=git(suite, "rev-parse", "HEAD^{tree}"))
     (suite / "tests" / "notes.txt").write_text("not committed\n")
     assert run_suite(suite, receipt_path).returncode == 0
@@ -247,6 +302,7 @@ def test_under_xdist_workers_the_controller_counts_and_a_workers_deselection_is_
     assert result.returncode == 1, result.stdout + result.stderr
     receipt = read_test_receipt(receipt_path)
     assert {name: getattr(receipt, name) for name in EXPECTED} == EXPECTED
+    assert receipt.skipped_tests == EXPECTED_SKIPS
     result = run_suite(suite, receipt_path, "-n", "2", "-k", "pass")
     assert not receipt_path.exists(), result.stdout
     assert "test-run receipt: not written (4 tests were deselected" in result.stdout, result.stdout
