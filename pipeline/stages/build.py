@@ -57,7 +57,7 @@ from pipeline.formats.identity import (
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
 from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
 from pipeline.formats.toolchain_record import write_record
-from pipeline.infra import buildns, hostdeps
+from pipeline.infra import binaries, buildns, hostdeps
 from pipeline.infra import compile_cache as ccache
 from pipeline.infra.cubin import cubin_architectures
 from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
@@ -83,6 +83,16 @@ LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
 # The system part of the compile's PATH (after the toolchain's folders): host compilers and tools are found here only.
 BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+# Every ELF is linked with its final RUNPATH, $ORIGIN, and nothing else: CMake would otherwise link the build tree's
+# binaries with the folders of their libraries (the toolchain's, a --pkg-config-path prefix's), and the GNU build-id
+# the linker computes over those bytes would keep the prefix even after a RUNPATH rewrite. Given on the configure
+# line so that a source setting none of these (the NInfer engine) gets them; one that sets them must set $ORIGIN only.
+RPATH_CMAKE_ARGS = (
+    "-DCMAKE_SKIP_BUILD_RPATH=OFF",
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+    "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+    "-DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF",
+)
 
 
 def host_probe_environment(windows: bool) -> tuple[list[str], Mapping[str, str]]:
@@ -542,6 +552,7 @@ class BuildStage(Stage):
                 f"-DCUDAToolkit_ROOT={toolchain.cuda_home}",
                 *(cache.cmake_args([sys.executable, str(LAUNCHER)]) if cache else [f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{LAUNCHER}"]),
                 *(self.host_check.cmake_args() if self.host_check is not None else []),
+                *(() if ON_WINDOWS else RPATH_CMAKE_ARGS),
                 *self._identity_cache_args(),
                 *lane.cmake_args,
             ]
@@ -559,11 +570,35 @@ class BuildStage(Stage):
                         raise BuildFailure(f"the build did not produce {binary}", file=place.real_build, fix=f"check that the CMake target {binary!r} exists in the source")
                     continue
                 copy_file(produced, bin_dir / lane.binary_file(binary), mode=0o755)
+                self._refuse_host_paths(bin_dir / lane.binary_file(binary), place)
         identity = self._identity_of_local(bin_dir, toolchain)
         description = shipped_toolchain_description(toolchain.description)
         description["host_cxx_compiler"] = host_compiler()
         description["launcher_sha256"] = sha256_file(LAUNCHER)
         return identity, description
+
+    def _refuse_host_paths(self, binary: Path, place: CompilePlace) -> None:
+        """A built binary is linked with RUNPATH=$ORIGIN and holds no path of this host in any section (infra/binaries)."""
+        binaries.require_linked_origin_runpath(binary)
+        binaries.refuse_host_paths(binary, self.host_paths(place))
+
+    def host_paths(self, place: CompilePlace) -> list[str]:
+        """Where this host keeps what the build used and another host need not: each --pkg-config-path folder, the
+        prefix above it, the library folders found through it, and the build's private folder."""
+        paths: list[str] = []
+        for folder in self.pkg_config_path:
+            paths.append(folder)
+            # <prefix>/lib/pkgconfig, <prefix>/lib/x86_64-linux-gnu/pkgconfig, <prefix>/share/pkgconfig: the prefix too
+            above = next((a for a in Path(folder).parents if a.name in ("lib", "lib64", "share")), None)
+            if Path(folder).name == "pkgconfig" and above is not None:
+                paths.append(str(above.parent))
+        if self.host_check is not None:
+            paths += self.host_check.library_dirs()
+        if place.private is not None:
+            paths.append(str(place.private))
+        if self.work_dir is not None:
+            paths.append(str(self.work_dir))
+        return [p for p in paths if len(Path(p).parts) > 2]  # never "/" or a top folder such as /usr
 
     def _prepare_cache(self, toolchain: Toolchain, env: dict[str, str]) -> ccache.CompileCache | None:
         """The compile cache (--cache), keyed on this toolchain; None without one."""

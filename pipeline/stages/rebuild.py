@@ -402,30 +402,51 @@ class RebuildStage(Stage):
         if self.prebuilt is not None or self.lane.build_host != host:
             return  # the binaries are taken, not compiled here (or the build refuses this host itself, naming the right one)
         recorded = slsa.recorded_host(self.statement, origin=str(self.statement_path))
+        self._refuse_undeclared_tools(recorded)
         wanted = [HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}") for e in recorded if e["kind"] in ("tool", "pkg-config")]
         # pkg-config itself is looked for first: the modules are probed with it.
         wanted.sort(key=lambda d: d.kind != "tool")
         path, base_env = host_probe_environment(host.startswith("windows"))
         check, missing = hostdeps.probe(wanted, host=host, declared_by="provenance", path=path, pkg_config_path=self.pkg_config_path, base_env=base_env)
-        self.host_drift = hostdeps.host_drift(recorded, check, missing)
+        self.host_drift = hostdeps.host_drift(recorded, check, missing, annotate=slsa.host_annotations)
         if not self.host_drift:
-            self.checks.append(Check("build host", True, f"the {len(recorded)} build-host dependencies the provenance records are this host's (version, origin, package)"))
+            self.checks.append(Check("build host", True, f"the {len(recorded)} build-host dependencies the provenance records are this host's (every recorded field: version, origin, package, "
+                                     "release, the SHA-256 of each .pc file, tool and library link interface)"))
             return
         listed = "; ".join(f"{d['dependency']}: recorded {d['recorded']}, this host {d['found']}" for d in self.host_drift)
         environment = self.statement.dependency("build-environment:container")
-        where = f" or rebuild inside the build environment the set was made in ({environment.get('uri')}; the podman command in docs/provenance.md)" if environment else ""
+        where = (f" or rebuild inside the build environment the set was made in ({environment.get('uri')}; the podman command in docs/provenance.md: "
+                 "its packaged libraries give the same bytes by construction)") if environment else ""
         if not self.allow_host_drift:
+            installs = list(dict.fromkeys(d["install"] for d in self.host_drift))  # one line per fix, however many libraries share it
             raise EnvironmentProblem(
                 f"this host differs from the one the set was built on in {len(self.host_drift)} build-host dependenc{'y' if len(self.host_drift) == 1 else 'ies'}",
                 file=self.statement_path,
                 field="predicate.buildDefinition.resolvedDependencies",
                 found=listed,
-                expected="the recorded compiler and libraries (name, version, origin)",
-                why="the compile's bytes depend on the host's C++ compiler and libraries: a rebuild here would run for minutes and then fail",
-                fix="install what the set was built with (" + "; ".join(d["install"] for d in self.host_drift) + ")" + where + ", or pass --allow-host-drift to build anyway (the summary records the drift)",
+                expected="every field the statement records for each (name, version, origin, package, release, the SHA-256 of each .pc file, tool and library link interface)",
+                why="the set's build-identity.json, both SBOMs and the statement record these fields, and the compile's bytes depend on the host's "
+                "compiler and libraries: a rebuild here would run for minutes and then fail",
+                fix="install what the set was built with (" + "; ".join(installs) + ")" + where + ", or pass --allow-host-drift to build anyway (the summary records the drift)",
             )
         ui.warn(f"building anyway (--allow-host-drift): {listed}")
         self.checks.append(Check("build host", True, f"differs from the recorded build host (--allow-host-drift): {listed}"))
+
+    def _refuse_undeclared_tools(self, recorded: list[dict[str, Any]]) -> None:
+        """The rebuild runs `<tool> --version` for each recorded tool: only tools this pipeline's lane file declares
+        (its digest is the one the statement names), never a program a statement alone names."""
+        declared = {d.name for d in self.lane.host_dependencies if d.kind == "tool"}
+        strangers = [e["name"] for e in recorded if e["kind"] == "tool" and e["name"] not in declared]
+        if strangers:
+            raise InputError(
+                f"records {len(strangers)} build-host tool{'s' if len(strangers) > 1 else ''} the lane file does not declare",
+                file=self.statement_path,
+                field="predicate.buildDefinition.resolvedDependencies[].name",
+                found=", ".join(f"build-host:tool:{name}" for name in strangers),
+                expected="tools among " + (", ".join(sorted(declared)) or "none") + f" ({self.lane.file.name}: build.host_dependencies)",
+                why="each recorded tool is run on this host (`<tool> --version`): only the lane file decides which programs those are",
+                fix="rebuild with the pipeline checkout whose lane file the statement names, or obtain the set's real statement",
+            )
 
     def _read_cut(self) -> None:
         """The cut (or rehearsal) the set was built as: the rebuild builds and packages as exactly that."""
