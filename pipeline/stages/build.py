@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -229,6 +231,31 @@ def shipped_toolchain_description(description: dict[str, Any]) -> dict[str, Any]
 def _code_digest() -> str:
     # the stage's code closure is in every fingerprint (stage.execute); the launcher lives outside the package
     return code_digest(__name__, LAUNCHER)
+
+
+_NINJA_STEP = re.compile(r"\[(\d+)/(\d+)\]")
+# The exit statuses of a program stopped by SIGINT, SIGTERM or SIGHUP, as a shell or a wrapper script reports them.
+# (POSIX numbers: 128 + 2, 15, 1; spelled out because Windows' signal module has no SIGHUP.)
+_SIGNAL_EXITS = {130: "SIGINT", 143: "SIGTERM", 129: "SIGHUP"}
+
+
+def ninja_interruption(code: int, lines: list[str]) -> str | None:
+    """How ninja was interrupted before it finished (a signal, its own "interrupted by user", or an exit without error
+    after step k of N, k < N), or None when it finished or failed on its own (a compile error)."""
+    if code < 0:
+        try:
+            return f"ninja was stopped by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"ninja was stopped by signal {-code}"
+    if code in _SIGNAL_EXITS:
+        return f"ninja exited with status {code} ({_SIGNAL_EXITS[code]})"
+    stopped = next((line.strip() for line in reversed(lines) if "interrupted by user" in line), None)
+    if stopped is not None:
+        return stopped[:200]
+    steps = [(int(a), int(b)) for line in lines for a, b in _NINJA_STEP.findall(line[:24])]
+    if code == 0 and steps and steps[-1][0] < steps[-1][1]:
+        return f"ninja exited without an error after step {steps[-1][0]} of {steps[-1][1]}"
+    return None
 
 
 class BuildStage(Stage):
@@ -655,6 +682,14 @@ class BuildStage(Stage):
                     counter, _, rest = line.partition("]")
                     ui.info(f"compile {counter}] {rest.strip()[:110]}")
             code = proc.wait()
+        interrupted = ninja_interruption(code, list(last))
+        if interrupted is not None:
+            raise BuildFailure(
+                f"compiling {self.lane.id} was interrupted: {interrupted}",
+                why="ninja stopped before it finished the targets, not because a compile failed (Ctrl-C, a CI job's cancel, "
+                "a signal to the build); nothing is known to be wrong with the source",
+                fix="run the same build again; the interrupted build's folder is kept at " + str(place.real_build) + " until then",
+            )
         if code != 0:
             output = "\n".join(last)
             raise BuildFailure(

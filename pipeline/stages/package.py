@@ -589,7 +589,11 @@ class PackageStage(Stage):
                 [f"| `{lib.name}` | bundled (`bin/`) | {lib.origin}{' ' + lib.version if lib.version else ''} | `{runtime[lib.name]}` |" for lib in bundled]
                 + [f"| `{lib.name}` | {lib.provided_by} | not bundled | — |" for lib in self.resolution.provided()]
             ),
-            "vendored_rows": "\n".join(f"| {c['name']} | {c['version']} | {c['license']} | `{c['purl']}` |" for c in self.vendored) or "| — | | | |",
+            # The purl as both SBOMs spell it (the one builder's canonical form: a github name lowercased).
+            "vendored_rows": "\n".join(
+                f"| {c['name']} | {c['version']} | {c['license']} | `{bom_model.canonical_purl(c['purl'], where='third_party/inventory.json: ' + c['name'] + '.purl')}` |"
+                for c in self.vendored
+            ) or "| — | | | |",
         }
         for template, name in (("README.md.in", "README.md"), ("RELEASE_NOTES.md.in", "RELEASE_NOTES.md")):
             text = string.Template((TEMPLATES / template).read_text("utf-8")).substitute(values)
