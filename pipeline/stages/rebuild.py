@@ -403,7 +403,13 @@ class RebuildStage(Stage):
             return  # the binaries are taken, not compiled here (or the build refuses this host itself, naming the right one)
         recorded = slsa.recorded_host(self.statement, origin=str(self.statement_path))
         self._refuse_undeclared_tools(recorded)
-        wanted = [HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}") for e in recorded if e["kind"] in ("tool", "pkg-config")]
+        # A declared licence is the declaration's (bound by the lane file's or the source's digest), not the host's:
+        # handed back, so that this host's record is compared on what the host itself provides.
+        wanted = [
+            HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}",
+                           license=str(e["license"]) if e.get("license_source") == "declared" and e.get("license") else None)
+            for e in recorded if e["kind"] in ("tool", "pkg-config")
+        ]
         # pkg-config itself is looked for first: the modules are probed with it.
         wanted.sort(key=lambda d: d.kind != "tool")
         path, base_env = host_probe_environment(host.startswith("windows"))

@@ -484,3 +484,45 @@ def test_the_same_local_library_under_two_prefixes_gives_byte_identical_sets_and
     identities = [(d / lane / "build" / "build-identity.json").read_bytes() for d in two_prefix_sets]
     assert identities[0] == identities[1]
     assert not [p for p in local_prefixes if str(p.parent.parent).encode() in identities[0]] and b"local-ffmpeg" not in identities[0]
+
+
+def _published(dist: Path, into: Path) -> Path:
+    """The set of `dist` as a maintainer publishes it: its files and the statement beside them."""
+    from pipeline.formats import provenance as slsa
+
+    lane = "rtx5090-container"
+    shutil.copytree(dist / lane / "assets", into)
+    for statement in (dist / lane / slsa.FOLDER).iterdir():
+        shutil.copyfile(statement, into / statement.name)
+    return into
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+def test_a_set_built_against_one_prefix_is_rebuilt_bit_for_bit_against_the_same_release_under_another(two_prefix_sets, local_prefixes, lane_declared_build, tmp_path):
+    """An outsider with the same libavutil release under another prefix of another length: PASSED; with another build of
+    it (one more exported function: another link interface) refused in the preflight, in seconds, before any compile."""
+    import time
+
+    from repokit import have_nvcc
+
+    from pipeline.stages.rebuild import rebuild_verify
+
+    first, _second = two_prefix_sets
+    lanes = lane_declared_build[2]
+    published = _published(first, tmp_path / "download")
+    toolchain = "system" if have_nvcc() else "pinned"
+    outcome = rebuild_verify(str(published), lane_name="5090", lanes_dir=lanes, work=tmp_path / "w", toolchain=toolchain,
+                             pkg_config_path=[str(local_prefixes[1])], use_diffoscope=False)
+    assert outcome.passed, [c.detail for c in outcome.checks if not c.ok] + outcome.differing + outcome.differing_members
+    other = hostlibkit.install_avutil(tmp_path / "p", tmp_path / "other-build", extra_source='extern "C" int av_other(void) { return 1; }\n')
+    started = time.monotonic()
+    with pytest.raises(EnvironmentProblem) as refused:
+        rebuild_verify(str(published), lane_name="5090", lanes_dir=lanes, work=tmp_path / "w2", toolchain=toolchain, pkg_config_path=[str(other)], use_diffoscope=False)
+    assert time.monotonic() - started < 60 and not (tmp_path / "w2" / "dist" / "rtx5090-container" / "build" / "bin").exists()
+    error = refused.value
+    recorded = hostlibs.link_digest(local_prefixes[0].parent / hostlibkit.REAL_NAME)
+    here = hostlibs.link_digest(other.parent / hostlibkit.REAL_NAME)
+    assert recorded != here and f"libavutil (pkg-config): recorded libraries {hostlibkit.REAL_NAME}" in str(error.found)
+    assert recorded in str(error.found) and here in str(error.found) and "build-identity.json" in error.why
+    assert error.fix.count("--pkg-config-path") == 1

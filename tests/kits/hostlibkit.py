@@ -47,13 +47,14 @@ def configure_line(prefix: Path) -> str:
     return f"--prefix={prefix} --enable-shared --disable-static --disable-doc"
 
 
-def install_avutil(prefix: Path, work: Path) -> Path:
-    """Build and install libavutil into `prefix`; the pkgconfig folder (for --pkg-config-path)."""
+def install_avutil(prefix: Path, work: Path, *, extra_source: str = "") -> Path:
+    """Build and install libavutil into `prefix` (with `extra_source` appended: another build of the same release,
+    e.g. one more exported function); the pkgconfig folder (for --pkg-config-path)."""
     lib, include, pc = prefix / "lib", prefix / "include" / "libavutil", prefix / "lib" / "pkgconfig"
     for folder in (lib, include, pc, work):
         folder.mkdir(parents=True, exist_ok=True)
     source = work / "utils.cpp"
-    source.write_text(_SOURCE % {"configure": configure_line(prefix)})
+    source.write_text(_SOURCE % {"configure": configure_line(prefix)} + extra_source)
     real = lib / REAL_NAME
     subprocess.run(["g++", "-shared", "-fPIC", "-O2", f"-Wl,-soname,{SONAME}", "-o", str(real), str(source)], check=True, cwd=work, capture_output=True)
     (lib / SONAME).symlink_to(real.name)
