@@ -198,10 +198,11 @@ def link_interface(path: str | os.PathLike[str]) -> dict[str, Any] | None:
 
 
 def link_digest(path: str | os.PathLike[str]) -> str | None:
-    """SHA-256 of the canonical JSON of `link_interface(path)` (sorted keys, no spaces), or None."""
+    """SHA-256 of the canonical JSON of `link_interface(path)` (sorted keys, no spaces); for a file that is no readable
+    ELF library (a GNU ld script such as libc.so), which the linker reads whole, the file's SHA-256; None when unreadable."""
     interface = link_interface(path)
     if interface is None:
-        return None
+        return file_digest(path)
     return sha256_bytes(json.dumps(interface, sort_keys=True, separators=(",", ":")).encode())
 
 

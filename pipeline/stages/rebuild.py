@@ -47,11 +47,14 @@ file gets a text report.  The result is a SLSA verification summary
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -546,8 +549,7 @@ class RebuildStage(Stage):
                 "package_members": outcome.members,
                 "diffoscope": self._diffoscope(outcome, rebuilt_dir, path.parent) if built else [],
                 "host_drift": self.host_drift,
-                **({"likely_cause": "the build host differs from the recorded one: " + "; ".join(f"{d['dependency']} {d['found']} instead of {d['recorded']}" for d in self.host_drift)}
-                   if self.host_drift and not passed else {}),
+                **({"likely_cause": likely} if (likely := None if passed else self._likely_cause(outcome)) else {}),
             },
         )
         atomic_write_bytes(path, document)
@@ -557,6 +559,25 @@ class RebuildStage(Stage):
         copy = dist / lane.id / "verification" / path.name
         atomic_write_bytes(copy, document)
         return [self.ctx.register.make("verification-summary", copy, stage=self.name, lane=lane.id, component_tag=self.expected.component_tag, result="PASSED" if passed else "FAILED")]
+
+    def _likely_cause(self, outcome: Outcome) -> str | None:
+        """Why a FAILED rebuild likely failed, where the differences say: a drifted build host, or differences only in
+        what the compiler, a host library or a host path can reach (the binaries and the files that record their hashes)."""
+        if self.host_drift:
+            return "the build host differs from the recorded one: " + "; ".join(f"{d['dependency']} {d['found']} instead of {d['recorded']}" for d in self.host_drift)
+        if not all(c.ok for c in self.checks) or not outcome.differing_members:
+            return None
+        root = self.expected.package_root + "/"
+        # The payload files whose bytes follow from the binaries' hashes (they list them); everything else is the source's.
+        recording = {f"{root}build-identity.json", f"{root}{assets.PAYLOAD_SUMS}"}
+        binaries = [m["name"] for m in outcome.members if m["binary"] and m["result"] != "same"]
+        others = [name for name in outcome.differing_members if name not in recording and name not in binaries]
+        if not binaries or others:
+            return None
+        return ("only the binaries differ (" + ", ".join(n.removeprefix(root) for n in binaries) + ", and the files that record their hashes), and the "
+                "source archive and every recorded build-host dependency are the provenance's: what reaches only the binaries is the compiler and "
+                "toolchain, a host library's headers, and a path of the build host (a RUNPATH, debug or line information); compare them with the "
+                "build identity's toolchain and host_environment, or rebuild in the pinned build environment the statement names")
 
     def _without_local_paths(self, text: str, work: Path) -> str:
         """A check's detail as the summary states it: the folders of this machine named relative to the work
@@ -622,22 +643,50 @@ class RebuildStage(Stage):
                 continue
             report = folder / f"{name}.txt"
             ui.step(self.name, f"diffoscope {name}")
-            try:
-                result = subprocess.run(
-                    [tool, "--no-progress", "--text", str(report), "--max-report-size", str(DIFFOSCOPE_MAX_REPORT), str(self.published / name), str(rebuilt_dir / name)],
-                    capture_output=True,
-                    timeout=DIFFOSCOPE_TIMEOUT,
-                    check=False,
-                )
-                code = result.returncode
-            except subprocess.TimeoutExpired:
-                code = None
-            entry: dict[str, Any] = {"file": name, "exit_code": code, "meaning": {0: "same", 1: "different", 2: "error"}.get(code, "timed out") if code is not None else "timed out"}
+            argv = [tool, "--no-progress", "--text", str(report), "--max-report-size", str(DIFFOSCOPE_MAX_REPORT), str(self.published / name), str(rebuilt_dir / name)]
+            code, stopped = run_bounded_report(argv, report, max_bytes=DIFFOSCOPE_MAX_REPORT, timeout=DIFFOSCOPE_TIMEOUT)
+            meaning = stopped or {0: "same", 1: "different", 2: "error"}.get(code, f"exit status {code}")
+            entry: dict[str, Any] = {"file": name, "exit_code": code, "meaning": meaning}
             if report.is_file():
                 entry["report"] = report.relative_to(out).as_posix()  # beside the summary, never an absolute path
                 entry["report_sha256"] = sha256_file(report)
             reports.append(entry)
         return reports
+
+
+def run_bounded_report(argv: list[str], report: Path, *, max_bytes: int, timeout: float, poll: float = 0.2) -> tuple[int | None, str | None]:
+    """Run a report writer (diffoscope) with its size and time enforced here, not only asked of it: (exit status, None)
+    when it finished within both, else (None, why it was stopped). Its whole process group is killed the moment the
+    report passes `max_bytes` or `timeout` seconds pass; the report is then cut to `max_bytes` and says so. Its own
+    output is discarded (never held in memory)."""
+    started = time.monotonic()
+    stopped = None
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True) as process:
+        while True:
+            try:
+                code = process.wait(timeout=poll)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            size = report.stat().st_size if report.is_file() else 0
+            if size > max_bytes:
+                stopped = f"stopped: its report passed {max_bytes} bytes"
+            elif time.monotonic() - started > timeout:
+                stopped = f"stopped: it ran past {int(timeout)} s"
+            if stopped:
+                with contextlib.suppress(OSError):
+                    if hasattr(os, "killpg"):
+                        os.killpg(process.pid, signal.SIGKILL)  # its children (the tools it runs) too
+                    else:
+                        process.kill()
+                process.wait()
+                break
+    if report.is_file() and report.stat().st_size > max_bytes:
+        with open(report, "r+b") as handle:
+            handle.truncate(max_bytes)
+            handle.seek(max_bytes)
+            handle.write(f"\n[cut at {max_bytes} bytes by rebuild --verify]\n".encode())
+    return (None, stopped) if stopped else (code, None)
 
 
 # -- front door --------------------------------------------------------------------

@@ -3,6 +3,7 @@ tools, and says each fix once."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -81,3 +82,62 @@ def test_a_statement_naming_a_tool_the_lane_file_does_not_declare_is_refused_bef
         stage._check_host()
     assert probed == [] and "build-host:tool:evil" in str(refused.value.found)
     assert "c++" in str(refused.value.expected) and "pkg-config" in str(refused.value.expected)
+
+
+# -- diffoscope's report, bounded by the pipeline ------------------------------------------------
+
+_ENDLESS_WRITER = "import sys, time\nwith open(sys.argv[1], 'w') as out:\n    while True:\n        out.write('x' * 65536)\n        out.flush()\n        time.sleep(0.001)\n"
+_SLEEPER = "import sys, time\nopen(sys.argv[1], 'w').write('started\\n')\ntime.sleep(600)\n"
+
+
+def test_a_report_writer_that_ignores_its_size_limit_is_stopped_and_its_report_cut(tmp_path):
+    import sys
+    import time
+
+    from pipeline.stages.rebuild import run_bounded_report
+
+    report = tmp_path / "report.txt"
+    started = time.monotonic()
+    code, stopped = run_bounded_report([sys.executable, "-c", _ENDLESS_WRITER, str(report)], report, max_bytes=1 << 20, timeout=60)
+    assert code is None and stopped == f"stopped: its report passed {1 << 20} bytes" and time.monotonic() - started < 30
+    data = report.read_bytes()
+    assert data.endswith(b"[cut at 1048576 bytes by rebuild --verify]\n") and len(data) < (1 << 20) + 100
+
+
+def test_a_report_writer_past_its_time_is_stopped(tmp_path):
+    import sys
+    import time
+
+    from pipeline.stages.rebuild import run_bounded_report
+
+    report = tmp_path / "report.txt"
+    started = time.monotonic()
+    code, stopped = run_bounded_report([sys.executable, "-c", _SLEEPER, str(report)], report, max_bytes=1 << 20, timeout=1)
+    assert (code, stopped) == (None, "stopped: it ran past 1 s") and time.monotonic() - started < 20
+    assert run_bounded_report([sys.executable, "-c", "raise SystemExit(1)"], report, max_bytes=1 << 20, timeout=30) == (1, None)
+
+
+# -- a FAILED summary's likely cause -------------------------------------------------------------
+
+
+def _outcome(root: str, differing: dict[str, bool]):
+    from pipeline.stages.rebuild import Outcome
+
+    outcome = Outcome(Path(), False)
+    outcome.members = [{"name": f"{root}/{name}", "binary": binary, "result": "differs"} for name, binary in differing.items()]
+    outcome.members.append({"name": f"{root}/LICENSE", "binary": False, "result": "same"})
+    return outcome
+
+
+def test_a_failed_rebuild_differing_only_where_the_host_reaches_names_that_as_the_likely_cause(tmp_path):
+    from pipeline.formats.assets import asset_set
+
+    stage = RebuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), published=tmp_path / "set", resource_uri=None)
+    stage.expected = asset_set(find_lane("5090"))
+    root = stage.expected.package_root
+    only_binaries = _outcome(root, {"bin/ninfer": True, "bin/ninfer-serve": True, "build-identity.json": False, "SHA256SUMS.txt": False})
+    cause = stage._likely_cause(only_binaries)
+    assert cause is not None and cause.startswith("only the binaries differ (bin/ninfer, bin/ninfer-serve, and the files that record their hashes)")
+    assert "a path of the build host" in cause and "pinned build environment" in cause
+    # A difference the host cannot explain (a document of the source): no guess.
+    assert stage._likely_cause(_outcome(root, {"bin/ninfer": True, "README.md": False})) is None
