@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -233,15 +232,14 @@ def _code_digest() -> str:
     return code_digest(__name__, LAUNCHER)
 
 
-_NINJA_STEP = re.compile(r"\[(\d+)/(\d+)\]")
 # The exit statuses of a program stopped by SIGINT, SIGTERM or SIGHUP, as a shell or a wrapper script reports them.
 # (POSIX numbers: 128 + 2, 15, 1; spelled out because Windows' signal module has no SIGHUP.)
 _SIGNAL_EXITS = {130: "SIGINT", 143: "SIGTERM", 129: "SIGHUP"}
 
 
 def ninja_interruption(code: int, lines: list[str]) -> str | None:
-    """How ninja was interrupted before it finished (a signal, its own "interrupted by user", or an exit without error
-    after step k of N, k < N), or None when it finished or failed on its own (a compile error)."""
+    """How ninja was interrupted before it finished (a signal, or its own "interrupted by user"), or None when it
+    finished or failed on its own (a compile error)."""
     if code < 0:
         try:
             return f"ninja was stopped by {signal.Signals(-code).name}"
@@ -249,13 +247,9 @@ def ninja_interruption(code: int, lines: list[str]) -> str | None:
             return f"ninja was stopped by signal {-code}"
     if code in _SIGNAL_EXITS:
         return f"ninja exited with status {code} ({_SIGNAL_EXITS[code]})"
+    # (Not a last step k < N: ninja skips planned steps whose outputs a restat rule left unchanged and ends below N.)
     stopped = next((line.strip() for line in reversed(lines) if "interrupted by user" in line), None)
-    if stopped is not None:
-        return stopped[:200]
-    steps = [(int(a), int(b)) for line in lines for a, b in _NINJA_STEP.findall(line[:24])]
-    if code == 0 and steps and steps[-1][0] < steps[-1][1]:
-        return f"ninja exited without an error after step {steps[-1][0]} of {steps[-1][1]}"
-    return None
+    return stopped[:200] if stopped is not None else None
 
 
 class BuildStage(Stage):
@@ -594,7 +588,9 @@ class BuildStage(Stage):
                 produced = self._find_binary(place.real_build, lane.binary_file(binary))
                 if produced is None:
                     if binary in lane.binaries:
-                        raise BuildFailure(f"the build did not produce {binary}", file=place.real_build, fix=f"check that the CMake target {binary!r} exists in the source")
+                        raise BuildFailure(f"the build did not produce {binary}", file=place.real_build,
+                                           why="ninja finished without an error and without it, so no step builds it (an interrupted compile is reported as such)",
+                                           fix=f"check that the CMake target {binary!r} exists in the source and is built by the lane's targets")
                     continue
                 copy_file(produced, bin_dir / lane.binary_file(binary), mode=0o755)
                 self._refuse_host_paths(bin_dir / lane.binary_file(binary), place)
