@@ -154,6 +154,20 @@ def test_warm_cache_recut_has_clean_bytes_and_two_builds_of_a_lane_run_at_once(t
     hits, misses = map(int, re.search(r"compile cache: (\d+) hits, (\d+) misses", warm_text).groups())
     assert misses == 2 and hits >= 10, warm_text  # the changed probe.cu, and identity.cpp (it compiles the commit in)
     assert "compile cache" not in clean_text
+    # The set published from the warm-cache re-cut is rebuilt bit for bit by an outsider's clean rebuild.
+    import shutil
+
+    from pipeline.formats import provenance as slsa
+    from pipeline.stages.package import package_lane
+    from pipeline.stages.rebuild import rebuild_verify
+
+    package_lane("5090", dist=tmp_path / "dist-warm")
+    published = tmp_path / "published"
+    shutil.copytree(tmp_path / "dist-warm" / "rtx5090-container" / "assets", published)
+    for statement in (tmp_path / "dist-warm" / "rtx5090-container" / slsa.FOLDER).iterdir():
+        shutil.copyfile(statement, published / statement.name)
+    outcome = rebuild_verify(str(published), lane_name="5090", work=tmp_path / "rebuild", use_diffoscope=False)
+    assert outcome.passed, [c.detail for c in outcome.checks if not c.ok] + outcome.differing + outcome.differing_members
 
     isolation = buildns.detect(CANONICAL_ROOT / "work")
     if isolation.available:
