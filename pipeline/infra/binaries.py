@@ -22,9 +22,12 @@ Bundled libraries are resolved the same way (their own imports), and a
 redistributable the runtime loads by name (`loaded_by`) comes with the library
 that loads it.  PE names compare case-insensitively, as Windows does.
 
-Linux binaries and bundled libraries get exactly `RUNPATH=$ORIGIN` with
-patchelf (deterministic: the same input bytes give the same output bytes), so
-no build-machine path reaches a package.
+Built Linux binaries are never rewritten: the build links them with their final
+`RUNPATH=$ORIGIN`, and a binary with another RUNPATH, or with a path of the build
+host in any section, is refused naming the file and the section
+(`require_linked_origin_runpath`, `refuse_host_paths`). Bundled libraries (the
+pinned toolchain's bytes) get exactly `RUNPATH=$ORIGIN` with patchelf
+(deterministic: the same input bytes give the same output bytes).
 """
 
 from __future__ import annotations
