@@ -621,7 +621,8 @@ class BuildStage(Stage):
             paths.append(str(place.private))
         if self.work_dir is not None:
             paths.append(str(self.work_dir))
-        return [p for p in paths if len(Path(p).parts) > 2]  # never "/" or a top folder such as /usr
+        # Never "/" or a top folder, nor a system folder (the same on every host: /usr/lib/x86_64-linux-gnu/pkgconfig).
+        return [p for p in paths if len(Path(p).parts) > 2 and not (p.rstrip("/") + "/").startswith(hostdeps.PUBLIC_ROOTS)]
 
     def _prepare_cache(self, toolchain: Toolchain, env: dict[str, str]) -> ccache.CompileCache | None:
         """The compile cache (--cache), keyed on this toolchain; None without one."""
