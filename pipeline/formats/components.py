@@ -297,6 +297,9 @@ def _host_description(entry: Mapping[str, Any]) -> str:
     files = [f"{key.removeprefix('file-sha256:')} {value}" for key, value in sorted(properties.items()) if key.startswith("file-sha256:")]
     if files:
         details.append("files (SHA-256): " + ", ".join(files))
+    links = [f"{key.removeprefix('link-sha256:')} {value}" for key, value in sorted(properties.items()) if key.startswith("link-sha256:")]
+    if links:
+        details.append("libraries (SHA-256 of the link interface: soname and exported symbols): " + ", ".join(links))
     return text + (f"; {'; '.join(details)}" if details else "")
 
 
@@ -373,7 +376,8 @@ def host_dependency_entries(identity: Mapping[str, Any]) -> list[dict[str, Any]]
             f"file-sha256:{entry.get('file')}": entry.get("file_sha256") if entry.get("origin") == "local" else None,
         }
         if entry.get("origin") == "local":
-            properties |= {f"file-sha256:{lib['file']}": lib["sha256"] for lib in entry.get("libraries") or []}
+            # A library by the SHA-256 of its link interface (infra/hostlibs.link_interface), the same under any prefix.
+            properties |= {f"link-sha256:{lib['file']}": lib["link_sha256"] for lib in entry.get("libraries") or []}
         entries.append({
             "name": entry.get("name"),
             "version": entry.get("version"),

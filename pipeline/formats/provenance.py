@@ -140,13 +140,15 @@ _VCPKG_KEYS = ("port", "version", "port_version", "triplet")
 _RELEASE_KEYS = ("project", "version", "source")
 
 
-def _host_annotations(entry: Mapping[str, Any]) -> dict[str, Any]:
+def host_annotations(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A build-host dependency record (build-identity.json's `host_dependencies`) as the statement annotates it: every
+    recorded field as a scalar, so `rebuild --verify` compares this host's record with the statement's key by key."""
     out = {k: entry.get(k) for k in HOST_ANNOTATIONS}
     vcpkg, release = entry.get("vcpkg") or {}, entry.get("release") or {}
     out |= {f"vcpkg_{k}": vcpkg.get(k) for k in _VCPKG_KEYS}
     out |= {f"release_{k}": release.get(k) for k in _RELEASE_KEYS}
     libraries = entry.get("libraries") or []
-    out["libraries"] = ", ".join(f"{lib['file']} (soname {lib['soname']}, sha256 {lib['sha256']})" for lib in libraries) or None
+    out["libraries"] = ", ".join(f"{lib['file']} (soname {lib['soname']}, link interface sha256 {lib['link_sha256']})" for lib in libraries) or None
     return out
 
 
@@ -162,7 +164,7 @@ def host_descriptors(host_dependencies: list[dict[str, Any]] | None, os_release:
     for entry in host_dependencies or []:
         # The purl both SBOMs give the dependency (canonical, percent-encoded), else a generic one without a namespace.
         uri = host_purl(entry, distribution) or PackageURL(type="generic", name=entry["name"], version=entry["version"]).to_string()
-        annotations = _host_annotations(entry)
+        annotations = host_annotations(entry)
         out.append(descriptor(f"build-host:{entry['kind']}:{entry['name']}", uri=uri, sha256=entry.get("file_sha256") if entry.get("origin") == "local" else None, annotations=annotations))
     return out
 
@@ -648,6 +650,8 @@ def recorded_host(statement_: Statement, origin: str = "provenance statement") -
             release = {k: annotations.get(f"release_{k}") for k in _RELEASE_KEYS}
             entry["vcpkg"] = vcpkg if vcpkg["port"] else None
             entry["release"] = release if release["version"] else None
+            # Every field as recorded (what the payload's build-identity.json and the SBOMs carry): compared in full.
+            entry["annotations"] = {k: annotations.get(k) for k in host_annotations({})}
             _check_install_words(entry, origin=origin, name=name)
             if any((e["kind"], e["name"]) == (kind, module) for e in out) or len(out) >= MAX_HOST_DEPENDENCIES:
                 # Each is probed on this host (processes, each with a timeout): a statement sets no unbounded work.

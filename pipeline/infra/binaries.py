@@ -22,9 +22,12 @@ Bundled libraries are resolved the same way (their own imports), and a
 redistributable the runtime loads by name (`loaded_by`) comes with the library
 that loads it.  PE names compare case-insensitively, as Windows does.
 
-Linux binaries and bundled libraries get exactly `RUNPATH=$ORIGIN` with
-patchelf (deterministic: the same input bytes give the same output bytes), so
-no build-machine path reaches a package.
+Built Linux binaries are never rewritten: the build links them with their final
+`RUNPATH=$ORIGIN`, and a binary with another RUNPATH, or with a path of the build
+host in any section, is refused naming the file and the section
+(`require_linked_origin_runpath`, `refuse_host_paths`). Bundled libraries (the
+pinned toolchain's bytes) get exactly `RUNPATH=$ORIGIN` with patchelf
+(deterministic: the same input bytes give the same output bytes).
 """
 
 from __future__ import annotations
@@ -527,3 +530,85 @@ def set_origin_runpath(path: Path) -> bool:
         )
     os.chmod(path, 0o755)
     return True
+
+
+# What a host path would break: the binaries' bytes, the linker's GNU build-id (computed over every byte the
+# link writes) included, must be the same wherever the build host keeps its libraries.
+HOST_PATH_WHY = (
+    "a path of the build host in a shipped binary makes its bytes (and the GNU build-id the linker computes over "
+    "them) depend on where that host keeps its libraries: a rebuild with the same libraries elsewhere differs"
+)
+LINKED_ORIGIN_FIX = (
+    "link with RUNPATH=$ORIGIN from the start: the build passes CMake -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON "
+    "-DCMAKE_INSTALL_RPATH=$ORIGIN -DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF (stages/build.py: RPATH_CMAKE_ARGS); a source "
+    "that sets its own RPATH (CMAKE_BUILD_RPATH, CMAKE_INSTALL_RPATH, -Wl,-rpath) must set only $ORIGIN; then build again"
+)
+
+
+def require_linked_origin_runpath(path: Path) -> None:
+    """A built binary must already carry exactly RUNPATH=$ORIGIN and no RPATH (a PE file has none).
+
+    Never rewritten here: patchelf writes the new RUNPATH over the old string in place, so `.dynstr` keeps the old
+    length and the build-id the linker computed over the host's path stays; only a link with the final RUNPATH
+    gives the same bytes under any prefix.
+    """
+    info = inspect_binary(path)
+    if info.format != "elf" or (info.runpath == (ORIGIN,) and not info.rpath):
+        return
+    raise BuildFailure(
+        "the binary was not linked with RUNPATH=$ORIGIN",
+        file=path,
+        field=".dynamic DT_RUNPATH/DT_RPATH (strings in .dynstr)",
+        found=f"RUNPATH={':'.join(info.runpath) or '(none)'} RPATH={':'.join(info.rpath) or '(none)'}",
+        expected="RUNPATH=$ORIGIN and no RPATH, written by the link itself",
+        why=HOST_PATH_WHY,
+        fix=LINKED_ORIGIN_FIX,
+    )
+
+
+def host_paths_in_elf(path: Path, host_paths: Iterable[str], *, max_bytes: int = 1 << 30) -> list[tuple[str, str]]:
+    """(section, host path) for each of `host_paths` found in a section of the ELF file `path`, sections in file order.
+
+    Every section with file contents is read (.dynstr, .comment, .rodata, the debug sections, device code's line
+    tables inside .nv_fatbin): a path in any of them is in the bytes the build-id is computed over.
+    """
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+
+    needles = sorted({p.rstrip("/") for p in host_paths if p and p.rstrip("/")}, key=len, reverse=True)
+    if not needles or not is_elf(path):
+        return []
+    if path.stat().st_size > max_bytes:
+        raise BuildFailure("is larger than the bound for a shipped binary", file=path, found=f"{path.stat().st_size} bytes", expected=f"at most {max_bytes}")
+    found: list[tuple[str, str]] = []
+    try:
+        with open(path, "rb") as handle:
+            elf = ELFFile(handle)
+            for section in elf.iter_sections():
+                if section["sh_type"] == "SHT_NOBITS":
+                    continue
+                data = section.data()
+                for needle in needles:
+                    if needle.encode() in data:
+                        found.append((section.name or f"section {section['sh_name']}", needle))
+                        break
+    except (ELFError, OSError, ValueError) as exc:
+        raise IntegrityError(f"is not a readable ELF file ({exc})", file=path) from None
+    return found
+
+
+def refuse_host_paths(path: Path, host_paths: Iterable[str]) -> None:
+    """Stop when a host path is anywhere in the ELF file `path`, naming the file, each section and the path."""
+    found = host_paths_in_elf(path, host_paths)
+    if not found:
+        return
+    raise BuildFailure(
+        f"a path of this build host is in {len(found)} section{'s' if len(found) > 1 else ''} of the binary",
+        file=path,
+        field=", ".join(section for section, _ in found),
+        found="; ".join(f"{section}: {host}" for section, host in found),
+        expected="no path of the build host (its libraries' prefixes, --pkg-config-path folders, the private build folder) in any section",
+        why=HOST_PATH_WHY,
+        fix="find what puts the path there (a RUNPATH: " + LINKED_ORIGIN_FIX + "; debug or line information: map it with "
+        "-ffile-prefix-map or build without it; a string: do not compile the prefix into the source) and build again",
+    )

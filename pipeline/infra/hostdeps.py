@@ -22,7 +22,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -435,12 +435,21 @@ def _install_hint(entry: Mapping[str, Any]) -> str:
     return f"build {what} under a prefix and pass --pkg-config-path <prefix>/lib/pkgconfig"
 
 
-def host_drift(recorded: Sequence[Mapping[str, Any]], check: HostCheck, missing: Sequence[tuple[HostDependency, str]]) -> list[dict[str, str]]:
-    """Each way this host differs from the recorded build host: {dependency, recorded, found, install}.
+def host_drift(
+    recorded: Sequence[Mapping[str, Any]],
+    check: HostCheck,
+    missing: Sequence[tuple[HostDependency, str]],
+    *,
+    annotate: Callable[[Mapping[str, Any]], Mapping[str, Any]] | None = None,
+) -> list[dict[str, str]]:
+    """Each way this host differs from the recorded build host: {dependency, recorded, found, install, differs_in}.
 
     Compared: presence, version, origin, the owning package and its version (Debian, vcpkg) and the upstream
-    release, the things that decide the bytes a compile gives; a local build's file hashes are recorded, not
-    compared (the same release built twice differs in them and compiles alike).
+    release, then, with `annotate` (the statement's annotation of a record) and the entry's recorded `annotations`,
+    every other field the set's documents record: the `.pc` file's and each library's link interface's SHA-256
+    (hostlibs.link_interface), a tool's file's SHA-256, the licence. Exactly what the payload's build-identity.json,
+    the SBOMs and the statement will carry, so a host that passes gives the same documents. Not `min_version`:
+    the declaration's floor, bound by the lane file's or the source's digest.
     """
     here = {(f.dependency.kind, f.dependency.name): f.to_json() for f in check.found}
     absent = {(d.kind, d.name): reason for d, reason in missing}
@@ -456,6 +465,19 @@ def host_drift(recorded: Sequence[Mapping[str, Any]], check: HostCheck, missing:
         differing = [k for k in keys if entry.get(k) is not None and _comparable(entry.get(k), k) != _comparable(found.get(k), k)]
         if differing:
             out.append({"dependency": label, "recorded": _described(entry), "found": _described(found), "install": _install_hint(entry), "differs_in": ", ".join(differing)})
+            continue
+        if annotate is None or not isinstance(entry.get("annotations"), Mapping):
+            continue
+        theirs, ours = entry["annotations"], annotate(found)
+        fields = [k for k in sorted(theirs) if k != "min_version" and theirs.get(k) != ours.get(k)]
+        if fields:
+            out.append({
+                "dependency": label,
+                "recorded": "; ".join(f"{k} {theirs.get(k)}" for k in fields),
+                "found": "; ".join(f"{k} {ours.get(k)}" for k in fields),
+                "install": _install_hint(entry),
+                "differs_in": ", ".join(fields),
+            })
     return out
 
 

@@ -4,8 +4,11 @@
 recording where it lives (a prefix under --pkg-config-path is a private path):
 
 - the `.pc` file by module name and SHA-256, and the library files its `Libs`
-  name (`-l<name>` found in its `-L` folders or `libdir`) by file name, DT_SONAME
-  (pyelftools) and SHA-256;
+  name (`-l<name>` found in its `-L` folders or `libdir`; a relative `-L` is resolved
+  against the `.pc` file's own prefix and must stay inside it) by file name, DT_SONAME
+  (pyelftools) and the SHA-256 of their link interface (`link_interface`: what a link
+  reads from a shared library and the binaries can depend on, never its code or the
+  configure line, prefix included, that FFmpeg's libraries embed; docs/provenance.md);
 - the upstream release where the library states it (FFmpeg's `FFMPEG_VERSION`
   in `<includedir>/libavutil/ffversion.h`, libcurl's `LIBCURL_VERSION` in
   `<includedir>/curl/curlver.h`);
@@ -21,6 +24,7 @@ Every read is bounded in size, every child process in time.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -70,16 +74,16 @@ _LICENSE_PROBE = (
 
 @dataclass(frozen=True)
 class LibraryFile:
-    """One library a module's Libs names: its real file name, DT_SONAME and SHA-256 (never its folder)."""
+    """One library a module's Libs names: its real file name, DT_SONAME and link interface's SHA-256 (never its folder)."""
 
     link_name: str  # -l<name>
     file: str  # the real file's name, e.g. libavformat.so.61.7.100
     soname: str | None
-    sha256: str
+    link_sha256: str  # the link interface's (link_interface), the same under any prefix
     path: str  # where it is on this host: to probe it, never recorded
 
     def to_json(self) -> dict[str, Any]:
-        return {"file": self.file, "soname": self.soname, "sha256": self.sha256}
+        return {"file": self.file, "soname": self.soname, "link_sha256": self.link_sha256}
 
 
 def read_bounded(path: str | os.PathLike[str], limit: int) -> bytes | None:
@@ -154,11 +158,77 @@ def elf_soname(path: str | os.PathLike[str]) -> str | None:
     return None
 
 
+def link_interface(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """What a link reads from a shared library and a dynamically linked binary can depend on: its DT_SONAME and each
+    symbol it exports (name, version, type, binding; the size of a data object, which a copy relocation takes).
+
+    Not its code, addresses or strings: a library's self-describing text (FFmpeg's avutil_configuration(), its
+    configure line with `--prefix`) differs under another prefix, and with it the length of .rodata and every
+    later offset, while the binaries linked against it are the same. None when it is not a readable ELF library."""
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
+
+    try:
+        if os.path.getsize(path) > MAX_LIBRARY_BYTES:
+            return None
+        with open(path, "rb") as handle:
+            if handle.read(4) != b"\x7fELF":
+                return None
+            handle.seek(0)
+            elf = ELFFile(handle)
+            dynsym = elf.get_section_by_name(".dynsym")
+            if dynsym is None:
+                return None
+            versym = next((s for s in elf.iter_sections() if isinstance(s, GNUVerSymSection)), None)
+            verdef = next((s for s in elf.iter_sections() if isinstance(s, GNUVerDefSection)), None)
+            names = {int(entry["vd_ndx"]): next(aux).name for entry, aux in verdef.iter_versions()} if verdef is not None else {}
+            symbols = []
+            for index, symbol in enumerate(dynsym.iter_symbols()):
+                info = symbol["st_info"]
+                if symbol["st_shndx"] == "SHN_UNDEF" or not symbol.name or info["bind"] == "STB_LOCAL":
+                    continue
+                ndx = versym.get_symbol(index).entry["ndx"] if versym is not None else None
+                version = names.get(ndx & 0x7FFF) if isinstance(ndx, int) else None
+                size = int(symbol["st_size"]) if info["type"] in ("STT_OBJECT", "STT_TLS") else None
+                symbols.append([symbol.name, version, info["type"], info["bind"], size])
+    except (OSError, ELFError, ValueError, KeyError, StopIteration):
+        return None
+    return {"soname": elf_soname(path), "symbols": sorted(symbols, key=lambda s: (s[0], s[1] or ""))}
+
+
+def link_digest(path: str | os.PathLike[str]) -> str | None:
+    """SHA-256 of the canonical JSON of `link_interface(path)` (sorted keys, no spaces); for a file that is no readable
+    ELF library (a GNU ld script such as libc.so), which the linker reads whole, the file's SHA-256; None when unreadable."""
+    interface = link_interface(path)
+    if interface is None:
+        return file_digest(path)
+    return sha256_bytes(json.dumps(interface, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _link_folders(flags: list[str], prefix: str | None, libdir: str | None) -> list[str]:
+    """The `-L` folders of a module's Libs, then its libdir: an absolute folder as written, a relative one (`-L./evil`)
+    against the `.pc` file's own prefix only, and only when it stays inside it (never this process's current folder)."""
+    folders = []
+    for flag in flags:
+        if not flag.startswith("-L") or len(flag) <= 2:
+            continue
+        folder = flag[2:]
+        if not os.path.isabs(folder):
+            if not prefix or not os.path.isabs(prefix):
+                continue
+            root = os.path.realpath(prefix)
+            folder = os.path.realpath(os.path.join(root, folder))
+            if os.path.commonpath([root, folder]) != root:
+                continue
+        folders.append(folder)
+    return folders + ([libdir] if libdir and os.path.isabs(libdir) else [])
+
+
 def library_files(pkg_config: str, module: str, env: Mapping[str, str], libdir: str | None) -> list[LibraryFile]:
     """The shared libraries `pkg-config --libs <module>` names, found where the linker would find them."""
     flags = (_run([pkg_config, "--libs", module], env) or "").split()
-    folders = [flag[2:] for flag in flags if flag.startswith("-L") and len(flag) > 2]
-    folders += [libdir] if libdir else []
+    folders = _link_folders(flags, variable(pkg_config, module, "prefix", env), libdir)
     out = []
     for flag in flags:
         if not flag.startswith("-l") or len(flag) <= 2:
@@ -170,7 +240,7 @@ def library_files(pkg_config: str, module: str, env: Mapping[str, str], libdir: 
             candidate = Path(folder) / f"lib{name}.so"
             if candidate.is_file():
                 real = Path(os.path.realpath(candidate))
-                digest = file_digest(real)  # None: unreadable or larger than a library may be
+                digest = link_digest(real)  # None: unreadable, not an ELF library or larger than a library may be
                 if digest is not None:
                     out.append(LibraryFile(name, real.name, elf_soname(real), digest, str(real)))
                 break

@@ -269,11 +269,28 @@ def set_tar_mtimes(data: bytes, mtime: int) -> bytes:
     return bytes(out)
 
 
+# The one time every exported source file and folder carries, whatever the commit's time: nvcc's -lineinfo line
+# tables record each source and header file's mtime in the device code, and a compile-cache hit (keyed on content)
+# returns the object another commit's export stamped, so a time from the commit would make a cached re-cut differ
+# from a clean build of the same commit. 2000-01-01T00:00:00Z: fixed, and older than anything a build writes.
+EXPORT_MTIME = 946684800
+
+
 def export_tree(tar_bytes: bytes, destination: Path) -> None:
+    """Write the source's files under `destination`, every file and folder (not links) at EXPORT_MTIME."""
     destination.mkdir(parents=True, exist_ok=True)
     # Bounded reader (names, headers, counts) plus the data filter's rules (no links out, no devices), on every Python.
     with SafeTar(tar_bytes, compression=None, label="the runtime source's git archive", error=InputError) as archive:
         archive.extract_all(destination)
+    folders = [destination]
+    for folder, subfolders, files in os.walk(destination):
+        for name in files:
+            path = os.path.join(folder, name)
+            if not os.path.islink(path):
+                os.utime(path, (EXPORT_MTIME, EXPORT_MTIME))
+        folders += [Path(folder, name) for name in subfolders if not os.path.islink(os.path.join(folder, name))]
+    for folder in sorted(folders, key=lambda f: -len(f.parts)):  # deepest first: a folder's time outlives its children's
+        os.utime(folder, (EXPORT_MTIME, EXPORT_MTIME))
 
 
 def describe_commit(repo: str, commit: str) -> str:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -57,7 +58,7 @@ from pipeline.formats.identity import (
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
 from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
 from pipeline.formats.toolchain_record import write_record
-from pipeline.infra import buildns, hostdeps
+from pipeline.infra import binaries, buildns, hostdeps
 from pipeline.infra import compile_cache as ccache
 from pipeline.infra.cubin import cubin_architectures
 from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
@@ -83,6 +84,16 @@ LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
 IDENTITY_TYPE = "ninfer_release_build_identity"
 # The system part of the compile's PATH (after the toolchain's folders): host compilers and tools are found here only.
 BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+# Every ELF is linked with its final RUNPATH, $ORIGIN, and nothing else: CMake would otherwise link the build tree's
+# binaries with the folders of their libraries (the toolchain's, a --pkg-config-path prefix's), and the GNU build-id
+# the linker computes over those bytes would keep the prefix even after a RUNPATH rewrite. Given on the configure
+# line so that a source setting none of these (the NInfer engine) gets them; one that sets them must set $ORIGIN only.
+RPATH_CMAKE_ARGS = (
+    "-DCMAKE_SKIP_BUILD_RPATH=OFF",
+    "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+    "-DCMAKE_INSTALL_RPATH=$ORIGIN",
+    "-DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF",
+)
 
 
 def host_probe_environment(windows: bool) -> tuple[list[str], Mapping[str, str]]:
@@ -261,6 +272,26 @@ def shipped_toolchain_description(description: dict[str, Any]) -> dict[str, Any]
 def _code_digest() -> str:
     # the stage's code closure is in every fingerprint (stage.execute); the launcher lives outside the package
     return code_digest(__name__, LAUNCHER)
+
+
+# The exit statuses of a program stopped by SIGINT, SIGTERM or SIGHUP, as a shell or a wrapper script reports them.
+# (POSIX numbers: 128 + 2, 15, 1; spelled out because Windows' signal module has no SIGHUP.)
+_SIGNAL_EXITS = {130: "SIGINT", 143: "SIGTERM", 129: "SIGHUP"}
+
+
+def ninja_interruption(code: int, lines: list[str]) -> str | None:
+    """How ninja was interrupted before it finished (a signal, or its own "interrupted by user"), or None when it
+    finished or failed on its own (a compile error)."""
+    if code < 0:
+        try:
+            return f"ninja was stopped by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"ninja was stopped by signal {-code}"
+    if code in _SIGNAL_EXITS:
+        return f"ninja exited with status {code} ({_SIGNAL_EXITS[code]})"
+    # (Not a last step k < N: ninja skips planned steps whose outputs a restat rule left unchanged and ends below N.)
+    stopped = next((line.strip() for line in reversed(lines) if "interrupted by user" in line), None)
+    return stopped[:200] if stopped is not None else None
 
 
 class BuildStage(Stage):
@@ -586,6 +617,7 @@ class BuildStage(Stage):
                 f"-DCUDAToolkit_ROOT={toolchain.cuda_home}",
                 *(cache.cmake_args([sys.executable, str(LAUNCHER)]) if cache else [f"-DCMAKE_CUDA_COMPILER_LAUNCHER={sys.executable};{LAUNCHER}"]),
                 *(self.host_check.cmake_args() if self.host_check is not None else []),
+                *(() if ON_WINDOWS else RPATH_CMAKE_ARGS),
                 *self._identity_cache_args(),
                 *lane.cmake_args,
             ]
@@ -600,14 +632,41 @@ class BuildStage(Stage):
                 produced = self._find_binary(place.real_build, lane.binary_file(binary))
                 if produced is None:
                     if binary in lane.binaries:
-                        raise BuildFailure(f"the build did not produce {binary}", file=place.real_build, fix=f"check that the CMake target {binary!r} exists in the source")
+                        raise BuildFailure(f"the build did not produce {binary}", file=place.real_build,
+                                           why="ninja finished without an error and without it, so no step builds it (an interrupted compile is reported as such)",
+                                           fix=f"check that the CMake target {binary!r} exists in the source and is built by the lane's targets")
                     continue
                 copy_file(produced, bin_dir / lane.binary_file(binary), mode=0o755)
+                self._refuse_host_paths(bin_dir / lane.binary_file(binary), place)
         identity = self._identity_of_local(bin_dir, toolchain)
         description = shipped_toolchain_description(toolchain.description)
         description["host_cxx_compiler"] = host_compiler()
         description["launcher_sha256"] = sha256_file(LAUNCHER)
         return identity, description
+
+    def _refuse_host_paths(self, binary: Path, place: CompilePlace) -> None:
+        """A built binary is linked with RUNPATH=$ORIGIN and holds no path of this host in any section (infra/binaries)."""
+        binaries.require_linked_origin_runpath(binary)
+        binaries.refuse_host_paths(binary, self.host_paths(place))
+
+    def host_paths(self, place: CompilePlace) -> list[str]:
+        """Where this host keeps what the build used and another host need not: each --pkg-config-path folder, the
+        prefix above it, the library folders found through it, and the build's private folder."""
+        paths: list[str] = []
+        for folder in self.pkg_config_path:
+            paths.append(folder)
+            # <prefix>/lib/pkgconfig, <prefix>/lib/x86_64-linux-gnu/pkgconfig, <prefix>/share/pkgconfig: the prefix too
+            above = next((a for a in Path(folder).parents if a.name in ("lib", "lib64", "share")), None)
+            if Path(folder).name == "pkgconfig" and above is not None:
+                paths.append(str(above.parent))
+        if self.host_check is not None:
+            paths += self.host_check.library_dirs()
+        if place.private is not None:
+            paths.append(str(place.private))
+        if self.work_dir is not None:
+            paths.append(str(self.work_dir))
+        # Never "/" or a top folder, nor a system folder (the same on every host: /usr/lib/x86_64-linux-gnu/pkgconfig).
+        return [p for p in paths if len(Path(p).parts) > 2 and not (p.rstrip("/") + "/").startswith(hostdeps.PUBLIC_ROOTS)]
 
     def _prepare_cache(self, toolchain: Toolchain, env: dict[str, str]) -> ccache.CompileCache | None:
         """The compile cache (--cache), keyed on this toolchain; None without one."""
@@ -664,6 +723,14 @@ class BuildStage(Stage):
                     counter, _, rest = line.partition("]")
                     ui.info(f"compile {counter}] {rest.strip()[:110]}")
             code = proc.wait()
+        interrupted = ninja_interruption(code, list(last))
+        if interrupted is not None:
+            raise BuildFailure(
+                f"compiling {self.lane.id} was interrupted: {interrupted}",
+                why="ninja stopped before it finished the targets, not because a compile failed (Ctrl-C, a CI job's cancel, "
+                "a signal to the build); nothing is known to be wrong with the source",
+                fix="run the same build again; the interrupted build's folder is kept at " + str(place.real_build) + " until then",
+            )
         if code != 0:
             output = "\n".join(last)
             raise BuildFailure(

@@ -492,18 +492,20 @@ class PackageStage(Stage):
         bin_dir = payload / assets.BIN_DIR
         bin_dir.mkdir(parents=True)
         packaged: dict[str, str] = {}
-        built: dict[str, str] = {}
         for name, source in sorted(self.binary_files.items()):
             target = bin_dir / name
             copy_file(source, target, mode=0o755)
-            binaries.set_origin_runpath(target)
+            # Checked, never rewritten: the build linked them with RUNPATH=$ORIGIN (a rewrite in place would keep the
+            # host path's length and the build-id computed over it).
+            binaries.require_linked_origin_runpath(target)
             packaged[name] = sha256_file(target)
-            built[name] = sha256_file(source)
         runtime: dict[str, str] = {}
         for library in self.resolution.bundled():
             assert library.path is not None
             target = bin_dir / library.name
             copy_file(library.path, target, mode=0o755)
+            # A bundled library comes from the pinned toolchain's bytes (no host path): giving it RUNPATH=$ORIGIN is
+            # deterministic.
             binaries.set_origin_runpath(target)
             runtime[library.name] = sha256_file(target)
 
@@ -538,11 +540,6 @@ class PackageStage(Stage):
         identity["runtime_dependencies"] = runtime
         identity["package"] = {"name": expected.package_root, "component_tag": expected.component_tag, "layout": lane.package_layout}
         identity["source_archive_sha256"] = None  # filled below, once the source archive exists
-        if built != packaged:
-            identity["built_binaries"] = built
-            identity["runpath"] = binaries.ORIGIN
-            if self.patchelf is not None:
-                identity["runpath_tool"] = self.patchelf.provenance()
         if lane.is_windows:
             identity["configuration_sha256"] = sha256_file(payload / "server-config.json")
         self._payload_identity = identity
@@ -592,7 +589,11 @@ class PackageStage(Stage):
                 [f"| `{lib.name}` | bundled (`bin/`) | {lib.origin}{' ' + lib.version if lib.version else ''} | `{runtime[lib.name]}` |" for lib in bundled]
                 + [f"| `{lib.name}` | {lib.provided_by} | not bundled | — |" for lib in self.resolution.provided()]
             ),
-            "vendored_rows": "\n".join(f"| {c['name']} | {c['version']} | {c['license']} | `{c['purl']}` |" for c in self.vendored) or "| — | | | |",
+            # The purl as both SBOMs spell it (the one builder's canonical form: a github name lowercased).
+            "vendored_rows": "\n".join(
+                f"| {c['name']} | {c['version']} | {c['license']} | `{bom_model.canonical_purl(c['purl'], where='third_party/inventory.json: ' + c['name'] + '.purl')}` |"
+                for c in self.vendored
+            ) or "| — | | | |",
         }
         for template, name in (("README.md.in", "README.md"), ("RELEASE_NOTES.md.in", "RELEASE_NOTES.md")):
             text = string.Template((TEMPLATES / template).read_text("utf-8")).substitute(values)

@@ -47,11 +47,14 @@ file gets a text report.  The result is a SLSA verification summary
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -402,33 +405,59 @@ class RebuildStage(Stage):
         if self.prebuilt is not None or self.lane.build_host != host:
             return  # the binaries are taken, not compiled here (or the build refuses this host itself, naming the right one)
         recorded = slsa.recorded_host(self.statement, origin=str(self.statement_path))
-        wanted = [HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}") for e in recorded if e["kind"] in ("tool", "pkg-config")]
+        self._refuse_undeclared_tools(recorded)
+        # A declared licence is the declaration's (bound by the lane file's or the source's digest), not the host's:
+        # handed back, so that this host's record is compared on what the host itself provides.
+        wanted = [
+            HostDependency(str(e["name"]), str(e["kind"]), declared_at=f"build-host:{e['kind']}:{e['name']}",
+                           license=str(e["license"]) if e.get("license_source") == "declared" and e.get("license") else None)
+            for e in recorded if e["kind"] in ("tool", "pkg-config")
+        ]
         # pkg-config itself is looked for first: the modules are probed with it.
         wanted.sort(key=lambda d: d.kind != "tool")
         path, base_env = host_probe_environment(host.startswith("windows"))
         check, missing = hostdeps.probe(wanted, host=host, declared_by="provenance", path=path, pkg_config_path=self.pkg_config_path, base_env=base_env)
-        self.host_drift = hostdeps.host_drift(recorded, check, missing)
+        self.host_drift = hostdeps.host_drift(recorded, check, missing, annotate=slsa.host_annotations)
         if not self.host_drift:
-            self.checks.append(Check("build host", True, f"the {len(recorded)} build-host dependencies the provenance records are this host's (version, origin, package)"))
+            self.checks.append(Check("build host", True, f"the {len(recorded)} build-host dependencies the provenance records are this host's (every recorded field: version, origin, package, "
+                                     "release, the SHA-256 of each .pc file, tool and library link interface)"))
             return
         listed = "; ".join(f"{d['dependency']}: recorded {d['recorded']}, this host {d['found']}" for d in self.host_drift)
         environment = self.statement.dependency("build-environment:container")
         # A fix line holds no text of the statement (only validated package and version words): its environment is
         # named by the field that records it, never by the URI it holds.
         where = (" or rebuild inside the build environment the set was made in (the uri of its build-environment:container dependency;"
-                 " the podman command in docs/provenance.md)") if environment else ""
+                 " the podman command in docs/provenance.md: its packaged libraries give the same bytes by construction)") if environment else ""
         if not self.allow_host_drift:
+            installs = list(dict.fromkeys(d["install"] for d in self.host_drift))  # one line per fix, however many libraries share it
             raise EnvironmentProblem(
                 f"this host differs from the one the set was built on in {len(self.host_drift)} build-host dependenc{'y' if len(self.host_drift) == 1 else 'ies'}",
                 file=self.statement_path,
                 field="predicate.buildDefinition.resolvedDependencies",
                 found=listed,
-                expected="the recorded compiler and libraries (name, version, origin)",
-                why="the compile's bytes depend on the host's C++ compiler and libraries: a rebuild here would run for minutes and then fail",
-                fix="install what the set was built with (" + "; ".join(d["install"] for d in self.host_drift) + ")" + where + ", or pass --allow-host-drift to build anyway (the summary records the drift)",
+                expected="every field the statement records for each (name, version, origin, package, release, the SHA-256 of each .pc file, tool and library link interface)",
+                why="the set's build-identity.json, both SBOMs and the statement record these fields, and the compile's bytes depend on the host's "
+                "compiler and libraries: a rebuild here would run for minutes and then fail",
+                fix="install what the set was built with (" + "; ".join(installs) + ")" + where + ", or pass --allow-host-drift to build anyway (the summary records the drift)",
             )
         ui.warn(f"building anyway (--allow-host-drift): {listed}")
         self.checks.append(Check("build host", True, f"differs from the recorded build host (--allow-host-drift): {listed}"))
+
+    def _refuse_undeclared_tools(self, recorded: list[dict[str, Any]]) -> None:
+        """The rebuild runs `<tool> --version` for each recorded tool: only tools this pipeline's lane file declares
+        (its digest is the one the statement names), never a program a statement alone names."""
+        declared = {d.name for d in self.lane.host_dependencies if d.kind == "tool"}
+        strangers = [e["name"] for e in recorded if e["kind"] == "tool" and e["name"] not in declared]
+        if strangers:
+            raise InputError(
+                f"records {len(strangers)} build-host tool{'s' if len(strangers) > 1 else ''} the lane file does not declare",
+                file=self.statement_path,
+                field="predicate.buildDefinition.resolvedDependencies[].name",
+                found=", ".join(f"build-host:tool:{name}" for name in strangers),
+                expected="tools among " + (", ".join(sorted(declared)) or "none") + f" ({self.lane.file.name}: build.host_dependencies)",
+                why="each recorded tool is run on this host (`<tool> --version`): only the lane file decides which programs those are",
+                fix="rebuild with the pipeline checkout whose lane file the statement names, or obtain the set's real statement",
+            )
 
     def _read_cut(self) -> None:
         """The cut (or rehearsal) the set was built as: the rebuild builds and packages as exactly that."""
@@ -522,8 +551,7 @@ class RebuildStage(Stage):
                 "package_members": outcome.members,
                 "diffoscope": self._diffoscope(outcome, rebuilt_dir, path.parent) if built else [],
                 "host_drift": self.host_drift,
-                **({"likely_cause": "the build host differs from the recorded one: " + "; ".join(f"{d['dependency']} {d['found']} instead of {d['recorded']}" for d in self.host_drift)}
-                   if self.host_drift and not passed else {}),
+                **({"likely_cause": likely} if (likely := None if passed else self._likely_cause(outcome)) else {}),
             },
         )
         atomic_write_bytes(path, document)
@@ -533,6 +561,25 @@ class RebuildStage(Stage):
         copy = dist / lane.id / "verification" / path.name
         atomic_write_bytes(copy, document)
         return [self.ctx.register.make("verification-summary", copy, stage=self.name, lane=lane.id, component_tag=self.expected.component_tag, result="PASSED" if passed else "FAILED")]
+
+    def _likely_cause(self, outcome: Outcome) -> str | None:
+        """Why a FAILED rebuild likely failed, where the differences say: a drifted build host, or differences only in
+        what the compiler, a host library or a host path can reach (the binaries and the files that record their hashes)."""
+        if self.host_drift:
+            return "the build host differs from the recorded one: " + "; ".join(f"{d['dependency']} {d['found']} instead of {d['recorded']}" for d in self.host_drift)
+        if not all(c.ok for c in self.checks) or not outcome.differing_members:
+            return None
+        root = self.expected.package_root + "/"
+        # The payload files whose bytes follow from the binaries' hashes (they list them); everything else is the source's.
+        recording = {f"{root}build-identity.json", f"{root}{assets.PAYLOAD_SUMS}"}
+        binaries = [m["name"] for m in outcome.members if m["binary"] and m["result"] != "same"]
+        others = [name for name in outcome.differing_members if name not in recording and name not in binaries]
+        if not binaries or others:
+            return None
+        return ("only the binaries differ (" + ", ".join(n.removeprefix(root) for n in binaries) + ", and the files that record their hashes), and the "
+                "source archive and every recorded build-host dependency are the provenance's: what reaches only the binaries is the compiler and "
+                "toolchain, a host library's headers, and a path of the build host (a RUNPATH, debug or line information); compare them with the "
+                "build identity's toolchain and host_environment, or rebuild in the pinned build environment the statement names")
 
     def _without_local_paths(self, text: str, work: Path) -> str:
         """A check's detail as the summary states it: the folders of this machine named relative to the work
@@ -598,22 +645,50 @@ class RebuildStage(Stage):
                 continue
             report = folder / f"{name}.txt"
             ui.step(self.name, f"diffoscope {name}")
-            try:
-                result = subprocess.run(
-                    [tool, "--no-progress", "--text", str(report), "--max-report-size", str(DIFFOSCOPE_MAX_REPORT), str(self.published / name), str(rebuilt_dir / name)],
-                    capture_output=True,
-                    timeout=DIFFOSCOPE_TIMEOUT,
-                    check=False,
-                )
-                code = result.returncode
-            except subprocess.TimeoutExpired:
-                code = None
-            entry: dict[str, Any] = {"file": name, "exit_code": code, "meaning": {0: "same", 1: "different", 2: "error"}.get(code, "timed out") if code is not None else "timed out"}
+            argv = [tool, "--no-progress", "--text", str(report), "--max-report-size", str(DIFFOSCOPE_MAX_REPORT), str(self.published / name), str(rebuilt_dir / name)]
+            code, stopped = run_bounded_report(argv, report, max_bytes=DIFFOSCOPE_MAX_REPORT, timeout=DIFFOSCOPE_TIMEOUT)
+            meaning = stopped or {0: "same", 1: "different", 2: "error"}.get(code, f"exit status {code}")
+            entry: dict[str, Any] = {"file": name, "exit_code": code, "meaning": meaning}
             if report.is_file():
                 entry["report"] = report.relative_to(out).as_posix()  # beside the summary, never an absolute path
                 entry["report_sha256"] = sha256_file(report)
             reports.append(entry)
         return reports
+
+
+def run_bounded_report(argv: list[str], report: Path, *, max_bytes: int, timeout: float, poll: float = 0.2) -> tuple[int | None, str | None]:
+    """Run a report writer (diffoscope) with its size and time enforced here, not only asked of it: (exit status, None)
+    when it finished within both, else (None, why it was stopped). Its whole process group is killed the moment the
+    report passes `max_bytes` or `timeout` seconds pass; the report is then cut to `max_bytes` and says so. Its own
+    output is discarded (never held in memory)."""
+    started = time.monotonic()
+    stopped = None
+    with subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True) as process:
+        while True:
+            try:
+                code = process.wait(timeout=poll)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            size = report.stat().st_size if report.is_file() else 0
+            if size > max_bytes:
+                stopped = f"stopped: its report passed {max_bytes} bytes"
+            elif time.monotonic() - started > timeout:
+                stopped = f"stopped: it ran past {int(timeout)} s"
+            if stopped:
+                with contextlib.suppress(OSError):
+                    if hasattr(os, "killpg"):
+                        os.killpg(process.pid, signal.SIGKILL)  # its children (the tools it runs) too
+                    else:
+                        process.kill()
+                process.wait()
+                break
+    if report.is_file() and report.stat().st_size > max_bytes:
+        with open(report, "r+b") as handle:
+            handle.truncate(max_bytes)
+            handle.seek(max_bytes)
+            handle.write(f"\n[cut at {max_bytes} bytes by rebuild --verify]\n".encode())
+    return (None, stopped) if stopped else (code, None)
 
 
 # -- front door --------------------------------------------------------------------

@@ -80,6 +80,49 @@ def test_a_cached_object_follows_source_date_epoch_where_the_source_uses_date(tm
     assert (hits, misses) == (1, 2)
 
 
+_DEVICE_HEADER = "__device__ inline float twice(float x) { return 2.0f * x; }\n"
+_DEVICE_SOURCE = '#include "twice.cuh"\n__global__ void kern(float *y) { y[threadIdx.x] = twice(y[threadIdx.x]); }\nvoid launch(float *y) { kern<<<1, 32>>>(y); }\n'
+
+
+@pytest.mark.cuda
+def test_one_cu_exported_from_commits_made_an_hour_apart_compiles_to_the_same_object(tmp_path):
+    """-lineinfo records each source and header file's mtime in the device code: the export gives every file one fixed
+    time (source.EXPORT_MTIME), so an object compiled from one commit's export (what a cache hit returns) is the
+    object a clean compile of a later commit's export gives, as the sample's lane compiles it (relocatable, launcher)."""
+    import io
+    import tarfile
+
+    from pipeline.infra import source
+    from pipeline.stages.build import LAUNCHER
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "twice.cuh").write_text(_DEVICE_HEADER)
+    (repo / "k.cu").write_text(_DEVICE_SOURCE)
+    git(repo, "init", "-q", "-b", "main")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "kernel", date="2026-11-01T12:00:00+00:00")
+    (repo / "NOTES.txt").write_text("a later commit that leaves the kernel alone\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "notes", date="2026-11-01T13:00:00+00:00")
+    export = tmp_path / "export"  # one path for both, as the canonical source path is
+    objects, times = [], []
+    for commit in ("HEAD~1", "HEAD"):
+        raw = subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit], capture_output=True, check=True).stdout
+        with tarfile.open(fileobj=io.BytesIO(raw)) as archive:
+            times.append(archive.getmember("k.cu").mtime)
+        if export.exists():
+            import shutil
+
+            shutil.rmtree(export)
+        source.export_tree(raw, export)
+        command = [sys.executable, str(LAUNCHER), "nvcc", "-c", "-rdc=true", "-lineinfo", "-arch=sm_120a", "-o", "k.o", "k.cu"]
+        subprocess.run(command, cwd=export, check=True, capture_output=True)
+        objects.append((export / "k.o").read_bytes())
+    assert times[1] - times[0] == 3600, "the two commits must carry different times, or the test shows nothing"
+    assert objects[0] == objects[1], "the device code carries the commit's time: a cached object would differ from a clean one"
+
+
 @pytest.mark.cuda
 @pytest.mark.slow
 @pytest.mark.network
@@ -92,7 +135,7 @@ def test_warm_cache_recut_has_clean_bytes_and_two_builds_of_a_lane_run_at_once(t
     one = _clone(repo, tmp_path / "clone-one")
     with open(one / "src" / "kernels" / "probe.cu", "a") as handle:
         handle.write(CHANGE)
-    git(one, "commit", "-q", "-am", "one .cu file changed")
+    git(one, "commit", "-q", "-am", "one .cu file changed", date="2026-11-01T13:00:00+00:00")  # an hour after the primed commit
     changed = git(one, "rev-parse", "HEAD")
     two = _clone(one, tmp_path / "clone-two")
     assert git(two, "rev-parse", "HEAD") == changed != first
@@ -111,6 +154,20 @@ def test_warm_cache_recut_has_clean_bytes_and_two_builds_of_a_lane_run_at_once(t
     hits, misses = map(int, re.search(r"compile cache: (\d+) hits, (\d+) misses", warm_text).groups())
     assert misses == 2 and hits >= 10, warm_text  # the changed probe.cu, and identity.cpp (it compiles the commit in)
     assert "compile cache" not in clean_text
+    # The set published from the warm-cache re-cut is rebuilt bit for bit by an outsider's clean rebuild.
+    import shutil
+
+    from pipeline.formats import provenance as slsa
+    from pipeline.stages.package import package_lane
+    from pipeline.stages.rebuild import rebuild_verify
+
+    package_lane("5090", dist=tmp_path / "dist-warm")
+    published = tmp_path / "published"
+    shutil.copytree(tmp_path / "dist-warm" / "rtx5090-container" / "assets", published)
+    for statement in (tmp_path / "dist-warm" / "rtx5090-container" / slsa.FOLDER).iterdir():
+        shutil.copyfile(statement, published / statement.name)
+    outcome = rebuild_verify(str(published), lane_name="5090", work=tmp_path / "rebuild", use_diffoscope=False)
+    assert outcome.passed, [c.detail for c in outcome.checks if not c.ok] + outcome.differing + outcome.differing_members
 
     isolation = buildns.detect(CANONICAL_ROOT / "work")
     if isolation.available:

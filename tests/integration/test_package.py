@@ -347,6 +347,14 @@ def test_a_mixed_case_purl_is_the_same_bytes_in_both_sboms_of_a_packaged_set(tmp
     spdx = [r["referenceLocator"] for p in json.loads(spdx_path.read_text())["packages"] if p["name"] == "tinycrc" for r in p["externalRefs"]]
     cdx = [c["purl"] for c in json.loads(cdx_path.read_text())["components"] if c["name"] == "tinycrc"]
     assert spdx == cdx == ["pkg:github/omp-ninfer/tinycrc@v1.2.0"]  # the github type's names are case-insensitive: lowercased
+    # The payload's RELEASE_NOTES.md spells it as both SBOMs do (the one purl builder), not as the inventory typed it.
+    import tarfile
+
+    [package] = [p for p in assets.iterdir() if p.name.endswith(".tar.gz") and "source" not in p.name]
+    with tarfile.open(package, "r:gz") as archive:
+        member = next(m for m in archive if m.name.endswith("/RELEASE_NOTES.md"))
+        notes = archive.extractfile(member).read().decode()
+    assert "`pkg:github/omp-ninfer/tinycrc@v1.2.0`" in notes and "OMP-NInfer/TinyCRC" not in notes
 
 
 # -- hostile lane files and inventories: package writes nothing outside dist ---------------------

@@ -83,7 +83,7 @@ def test_a_build_identitys_host_dependencies_give_both_documents_the_same_suppli
                    license="GPL-3.0-or-later WITH GCC-exception-3.1", license_source="declared"),
             record("libavcodec", "pkg-config", "61.19.101", "vcpkg", vcpkg={"port": "ffmpeg", "version": "7.1.2", "port_version": "5", "triplet": "x64-windows"},
                    release={"project": "FFmpeg", "version": "7.1.2", "source": "libavutil/ffversion.h FFMPEG_VERSION"}, license="LGPL-2.1-or-later", license_source="self-reported: avcodec_license()"),
-            record("libavformat", "pkg-config", "61.7.100", "local", libraries=[{"file": "libavformat.so.61.7.100", "soname": "libavformat.so.61", "sha256": "2" * 64}],
+            record("libavformat", "pkg-config", "61.7.100", "local", libraries=[{"file": "libavformat.so.61.7.100", "soname": "libavformat.so.61", "link_sha256": "2" * 64}],
                    release={"project": "FFmpeg", "version": "7.1.5", "source": "libavutil/ffversion.h FFMPEG_VERSION"}, license="LGPL-2.1-or-later", license_source="self-reported: avformat_license()"),
         ],
     }

@@ -48,8 +48,11 @@ def edited_lane(tmp_path: Path, lane_id: str, old: str, new: str) -> Path:
     return target
 
 
-def git(repo: Path, *args: str) -> str:
+def git(repo: Path, *args: str, date: str | None = None) -> str:
+    """git in `repo` with the fixed identity; every commit at GIT_ENV's date unless `date` (ISO 8601) says another."""
     env = dict(os.environ, **GIT_ENV, HOME=str(repo.parent))
+    if date is not None:
+        env.update(GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
     result = subprocess.run(["git", "-C", str(repo), *args], env=env, capture_output=True, text=True, check=True)
     return result.stdout.strip()
 

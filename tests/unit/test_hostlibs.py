@@ -198,3 +198,22 @@ def test_the_bounded_run_works_where_there_are_no_process_groups(tmp_path, monke
     tool.write_text("#!/bin/sh\necho C:/vcpkg/installed/x64-windows/include\n")
     tool.chmod(0o755)
     assert hostlibs.variable(str(tool), "libavutil", "includedir", {"PATH": "/usr/bin:/bin"}) == "C:/vcpkg/installed/x64-windows/include"
+
+
+def test_a_relative_link_folder_in_a_pc_file_is_resolved_against_its_prefix_never_the_current_folder(tmp_path, monkeypatch):
+    """`Libs: -L./evil -lx` must not make the probe (which loads the library for its licence) take ./evil/libx.so
+    from wherever the pipeline runs; inside the module's own prefix, the same relative folder is found."""
+    here = tmp_path / "here"
+    (here / "evil").mkdir(parents=True)
+    (here / "evil" / "libx.so").write_bytes(b"planted in the current folder")
+    prefix = tmp_path / "prefix"
+    (prefix / "lib").mkdir(parents=True)
+    tool = tmp_path / "pkg-config"
+    tool.write_text(f'#!/bin/sh\ncase "$1" in --variable=prefix) echo {prefix} ;; *) echo "-L./evil -L../../outside -lx" ;; esac\n')
+    tool.chmod(0o755)
+    monkeypatch.chdir(here)
+    assert hostlibs.library_files(str(tool), "libx", {"PATH": "/usr/bin:/bin"}, None) == []
+    (prefix / "evil").mkdir()
+    (prefix / "evil" / "libx.so").write_bytes(b"the module's own")
+    [found] = hostlibs.library_files(str(tool), "libx", {"PATH": "/usr/bin:/bin"}, None)
+    assert found.path == str(prefix / "evil" / "libx.so")
