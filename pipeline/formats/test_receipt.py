@@ -146,7 +146,7 @@ def _check_document(document: Any, *, file: str | os.PathLike[str] | None) -> No
     for name in FIELDS:
         if name not in document:
             raise InputError("lacks a required key", file=file, field=name,
-                             expected="every key of schema 1: " + ", ".join(FIELDS),
+                             expected=f"every key of schema {SCHEMA_VERSION}: " + ", ".join(FIELDS),
                              fix="write the receipt again with 'nox -s tests'")
 
 

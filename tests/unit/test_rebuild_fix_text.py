@@ -32,7 +32,7 @@ def test_a_host_drift_fix_names_the_field_never_the_statements_text(monkeypatch,
     monkeypatch.setattr(lanes_module, "current_host_platform", lambda: lane.build_host)
     monkeypatch.setattr(rebuild.slsa, "recorded_host", lambda statement, origin: [{"name": "c++", "kind": "tool"}])
     monkeypatch.setattr(hostdeps, "probe", lambda *args, **kwargs: (None, []))
-    monkeypatch.setattr(hostdeps, "host_drift", lambda *args: [{"dependency": "c++ (tool)", "recorded": "99.1.0", "found": "12.2.0", "install": "apt-get install g++-12=12.2.0-14"}])
+    monkeypatch.setattr(hostdeps, "host_drift", lambda *args, **kwargs: [{"dependency": "c++ (tool)", "recorded": "99.1.0", "found": "12.2.0", "install": "apt-get install g++-12=12.2.0-14"}])
     with pytest.raises(EnvironmentProblem) as caught:
         stage._check_host()
     fix = caught.value.fix or ""
