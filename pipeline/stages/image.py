@@ -56,7 +56,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError
-from pipeline.formats import provenance, sbom
+from pipeline.formats import apt_lock, provenance, sbom
 from pipeline.formats.assets import check_registered_set, parse_sums
 from pipeline.formats.components import repository_owner
 from pipeline.formats.image_definition import (
@@ -67,7 +67,7 @@ from pipeline.formats.image_definition import (
     definition_for_lane,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
-from pipeline.infra import oci
+from pipeline.infra import apt, oci
 from pipeline.infra.binaries import elf_imports, is_elf
 from pipeline.infra.registry import RegistryClient, credentials_for
 from pipeline.infra.rootfs import RootFS
@@ -76,7 +76,7 @@ from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, StageResult, execute
 from pipeline.util import ui
 from pipeline.util.fs import atomic_output_dir, atomic_write_bytes
-from pipeline.util.hashing import sha256_file
+from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import loads_document, loads_object
 
 OCI_CACHE_ENV = "OMP_NINFER_OCI_CACHE"
@@ -622,6 +622,13 @@ class ImageStage(Stage):
                 expected="'container' (the Windows lanes ship native asset sets)",
             )
         self.definition = definition_for_lane(self.lane, self.definition_path)
+        if self.definition.base is None:
+            raise InputError(
+                "declares a package base, which this stage cannot assemble yet",
+                file=self.definition.file, field="base.kind", found="packages",
+                why="the package lock is written ('python -m pipeline image lock'), but the layer made from it is not built by this version",
+                fix="use a registry base pinned by digest for the image until the package layer lands",
+            )
         base_image_provider(self.lane, self.definition)  # the SBOM needs it: refuse before any work
         self.archive_artifact = self.ctx.register.one("package-archive", lane=self.lane.id, needed_by="the image stage", produced_by="package")
         self.ctx.register.verified_path(self.archive_artifact)
@@ -838,10 +845,30 @@ def _print_result(result: StageResult, as_json: bool) -> int:
     return 0
 
 
+def lock_packages(lane_name: str, *, definition: Path | None = None, lanes_dir: Path | None = None, as_json: bool = False) -> int:
+    """`image lock`: the package base's lock, fetched, verified and resolved (infra/apt.py), written beside the definition."""
+    loaded = definition_for_lane(find_lane(lane_name, lanes_dir), definition)
+    if loaded.package_base is None:
+        raise InputError("has no package base to lock", file=loaded.file, field="base.kind", found="registry",
+                         expected="'packages'", fix="a registry base is pinned by digest in the definition itself; it needs no lock")
+    document = apt.make_lock(loaded.file, loaded.package_base, loaded.architecture)
+    path = apt_lock.lock_path(loaded.file)
+    data = apt_lock.write_lock(path, document)
+    summary = {"lock": str(path), "sha256": sha256_bytes(data), "packages": len(document["packages"]),
+               "bytes": sum(p["size"] for p in document["packages"])}
+    if as_json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        print(f"{path}: {summary['packages']} packages, {ui.human_bytes(summary['bytes'])} of .deb files, sha256 {summary['sha256']}")
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
     parser = sub.add_parser("image", help="assemble the container lane's OCI image layout from its binary archive (no Docker engine)")
+    parser.add_argument("action", nargs="?", choices=["lock"], default=None,
+                        help="'lock': resolve the definition's package base against its signed archives into containers/<definition>.lock.json (online)")
     parser.add_argument("--lane", default=None, help="container lane id or short name (default: the one lane of kind 'container' in runtime/lanes/)")
     parser.add_argument(
         "--definition",
@@ -861,6 +888,8 @@ def register_cli(sub) -> None:
 
     def run(args: argparse.Namespace) -> int:
         lane = args.lane or container_lane(args.lanes_dir).id
+        if args.action == "lock":
+            return lock_packages(lane, definition=args.definition, lanes_dir=args.lanes_dir, as_json=args.json)
         result = build_image(lane, dist=args.dist, definition=args.definition, base_layout=args.base_layout, lanes_dir=args.lanes_dir, force=args.force)
         return _print_result(result, args.json)
 
@@ -873,11 +902,13 @@ STAGE = ImageStage
 def _unpinned_base(lane: Lane) -> str | None:
     """Why the lane's production image cannot be built yet (a base pinned by tag only), or None."""
     try:
-        definition_for_lane(lane)
+        definition = definition_for_lane(lane)
     except InputError as problem:
         if problem.field == "base.digest":
             return "its image definition pins no base image digest yet ('python -m pipeline image' says how to pin it)"
         raise
+    if definition.base is None:
+        return "its image definition declares a package base, which the image stage does not assemble yet"
     return None
 
 

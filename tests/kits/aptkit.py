@@ -1,0 +1,143 @@
+"""A self-made, really signed Debian repository for the package-base tests (no network).
+
+`SigningKey.make()` generates an OpenPGP key with GnuPG in a private home folder (ed25519, no
+passphrase) and exports it as a binary keyring, as Debian ships theirs; `MiniRepo` writes
+`dists/<suite>/main/binary-<arch>/Packages{,.xz}`, a `Release` file with their SHA-256 and sizes
+and `InRelease` clearsigned by a key, exactly the layout apt and `image lock` read, and serves
+the folder on a loopback HTTP server.  Packages are given as control stanzas (dicts);
+`Filename`, `Size` and `SHA256` are filled in from a real file when one is given.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import lzma
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from tests.kits.loopback import LoopbackServer
+
+
+@dataclass
+class SigningKey:
+    home: Path
+    fingerprint: str
+    keyring: bytes
+
+    @classmethod
+    def make(cls, name: str = "Test Archive Signing Key") -> SigningKey:
+        home = Path(tempfile.mkdtemp(prefix="gk"))  # short: gpg-agent's socket path is bounded
+        gpg = ["gpg", "--homedir", str(home), "--batch", "--pinentry-mode", "loopback", "--passphrase", ""]
+        subprocess.run([*gpg, "--quick-gen-key", f"{name} <archive@example.invalid>", "ed25519", "sign", "never"], check=True, capture_output=True)
+        listing = subprocess.run(["gpg", "--homedir", str(home), "--with-colons", "--list-keys"], check=True, capture_output=True, text=True).stdout
+        fingerprint = next(line.split(":")[9] for line in listing.splitlines() if line.startswith("fpr:"))
+        keyring = subprocess.run(["gpg", "--homedir", str(home), "--export", fingerprint], check=True, capture_output=True).stdout
+        return cls(home, fingerprint, keyring)
+
+    def clearsign(self, text: bytes) -> bytes:
+        gpg = ["gpg", "--homedir", str(self.home), "--batch", "--pinentry-mode", "loopback", "--passphrase", "", "--local-user", self.fingerprint]
+        return subprocess.run([*gpg, "--clearsign", "--output", "-"], input=text, check=True, capture_output=True).stdout
+
+    def close(self) -> None:
+        subprocess.run(["gpgconf", "--homedir", str(self.home), "--kill", "gpg-agent"], capture_output=True)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def stanza(fields: dict[str, str]) -> str:
+    return "".join(f"{key}: {value}\n" for key, value in fields.items())
+
+
+def package(name: str, version: str = "1.0-1", *, arch: str = "amd64", deb: Path | None = None, **fields: str) -> dict[str, str]:
+    """A Packages stanza; extra fields by keyword ('Pre_Depends' → 'Pre-Depends')."""
+    data = deb.read_bytes() if deb is not None else f"{name} {version} {arch}".encode()
+    entry = {"Package": name, "Version": version, "Architecture": arch}
+    entry.update({key.replace("_", "-"): value for key, value in fields.items()})
+    entry.update({"Filename": f"pool/main/{name[0]}/{name}/{name}_{version.split(':')[-1]}_{arch}.deb", "Size": str(len(data)),
+                  "SHA256": hashlib.sha256(data).hexdigest()})
+    return entry
+
+
+class MiniRepo:
+    def __init__(self, root: Path, key: SigningKey, *, suite: str = "testing", arch: str = "amd64") -> None:
+        self.root, self.key, self.suite, self.arch = root, key, suite, arch
+        self.server: LoopbackServer | None = None
+
+    @property
+    def dists(self) -> Path:
+        return self.root / "dists" / self.suite
+
+    def publish(self, packages: list[dict[str, str]], *, debs: dict[str, Path] | None = None, signer: SigningKey | None = None, extra_release: str = "") -> None:
+        """Write the index, the Release file and InRelease (signed by `signer`, default the repository's key); copy .debs into the pool."""
+        index = "\n".join(stanza(entry) for entry in packages).encode()
+        folder = self.dists / "main" / f"binary-{self.arch}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "Packages").write_bytes(index)
+        (folder / "Packages.xz").write_bytes(lzma.compress(index))
+        for entry in packages:
+            if debs and entry["Package"] in debs:
+                target = self.root / entry["Filename"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(debs[entry["Package"]], target)
+        lines = []
+        for path in sorted(p for p in self.dists.rglob("Packages*") if p.is_file()):
+            data = path.read_bytes()
+            lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data):>8} {path.relative_to(self.dists).as_posix()}")
+        release = (f"Origin: Test\nLabel: Test\nSuite: {self.suite}\nCodename: {self.suite}\nDate: Sat, 21 Nov 2026 09:15:44 UTC\n"
+                   f"Architectures: {self.arch}\nComponents: main\n{extra_release}SHA256:\n" + "\n".join(lines) + "\n")
+        (self.dists / "Release").write_text(release)
+        (self.dists / "InRelease").write_bytes((signer or self.key).clearsign(release.encode()))
+
+    def serve(self) -> str:
+        handler = partial(_Quiet, directory=str(self.root))
+        self.server = LoopbackServer()
+        self.server.serve(handler)
+        return self.server.base
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+
+
+class _Quiet(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+def definition_toml(uri: str, key: SigningKey, keyring_path: str, packages: list[str], *, suite: str = "testing", fingerprints: list[str] | None = None,
+                    keyring: bytes | None = None) -> str:
+    """An image definition with a package base on the mini repository (the layers as the tests' archives need them)."""
+    listed = fingerprints if fingerprints is not None else [key.fingerprint]
+    return f'''schema_version = 1
+name = "ninfer-runtime"
+lane = "rtx5090-container"
+title = "test"
+repository = "ghcr.io/example/ninfer-runtime"
+platform = "linux/amd64"
+layer_compression = "none"
+label_namespace = "io.github.example.ninfer"
+
+[base]
+kind = "packages"
+packages = {packages!r}
+
+[[base.source]]
+uri = "{uri}"
+suite = "{suite}"
+components = ["main"]
+keyring = "{keyring_path}"
+keyring_sha256 = "{hashlib.sha256(keyring if keyring is not None else key.keyring).hexdigest()}"
+fingerprints = {listed!r}
+
+[config]
+entrypoint = ["/opt/ninfer/bin/ninfer-serve"]
+user = "1000:1000"
+
+[[layer]]
+name = "runtime"
+copy = [{{ from = "bin/", to = "/opt/ninfer/bin/" }}]
+'''.replace("'", '"')
