@@ -11,7 +11,8 @@ is a change to the image.
       "architecture": "amd64",
       "requested": ["libc6", ...],
       "sources": [{"uri", "suite", "components", "inrelease_sha256", "signers": [fingerprint, ...],
-                   "date": Release's Date, "indexes": [{"path", "sha256", "size"}]}],
+                   "date": Release's Date, "distro": e.g. "debian-13" (Origin and major Version, the purl
+                   qualifier), "indexes": [{"path", "sha256", "size"}]}],
       "packages": [{"name", "version", "architecture", "multi_arch", "filename", "size", "sha256",
                     "source_package", "source_version", "source": <index into sources>,
                     "why": {"package": name or null, "field": "Depends" | "Pre-Depends" | "base.packages",
@@ -53,6 +54,7 @@ class LockedSource:
     inrelease_sha256: str
     signers: tuple[str, ...]
     date: str
+    distro: str
     indexes: tuple[dict[str, Any], ...]
 
 
@@ -122,13 +124,13 @@ def _need(condition: bool, what: str, *, file: str, field: str, found: Any) -> N
 
 def _source(raw: Any, index: int, *, file: str) -> LockedSource:
     where = f"sources[{index}]"
-    _need(isinstance(raw, dict) and set(raw) == {"uri", "suite", "components", "inrelease_sha256", "signers", "date", "indexes"},
+    _need(isinstance(raw, dict) and set(raw) == {"uri", "suite", "components", "inrelease_sha256", "signers", "date", "distro", "indexes"},
           "is not a source record", file=file, field=where, found=sorted(raw) if isinstance(raw, dict) else raw)
     _need(isinstance(raw["uri"], str) and raw["uri"].startswith(("https://", "http://127.0.0.1", "http://localhost")), "is not an HTTPS URI", file=file, field=f"{where}.uri", found=raw["uri"])
     _need(is_sha256_hex(raw["inrelease_sha256"]), "is not a SHA-256", file=file, field=f"{where}.inrelease_sha256", found=raw["inrelease_sha256"])
     _need(isinstance(raw["signers"], list) and bool(raw["signers"]) and all(isinstance(s, str) for s in raw["signers"]),
           "names no signer", file=file, field=f"{where}.signers", found=raw["signers"])
-    return LockedSource(raw["uri"], raw["suite"], tuple(raw["components"]), raw["inrelease_sha256"], tuple(raw["signers"]), raw["date"], tuple(raw["indexes"]))
+    return LockedSource(raw["uri"], raw["suite"], tuple(raw["components"]), raw["inrelease_sha256"], tuple(raw["signers"]), raw["date"], raw["distro"], tuple(raw["indexes"]))
 
 
 _PACKAGE_KEYS = {"name", "version", "architecture", "multi_arch", "filename", "size", "sha256", "source_package", "source_version", "source", "why"}

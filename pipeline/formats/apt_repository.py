@@ -301,3 +301,61 @@ def parse_packages(data: bytes, *, source: str, origin: int, architecture: str) 
             continue
         packages.append(parse_package(stanza, source=source, origin=origin))
     return packages
+
+
+# -- machine-readable copyright (DEP-5) -----------------------------------------------------------
+
+DEP5_FORMAT = re.compile(r"https?://www\.debian\.org/doc/packaging-manuals/copyright-format/1\.0/?")
+# Debian's short licence names (copyright-format 1.0, "License specification") where they differ from SPDX's.
+DEBIAN_LICENCES = {
+    "GPL-1": "GPL-1.0-only", "GPL-1+": "GPL-1.0-or-later", "GPL-2": "GPL-2.0-only", "GPL-2+": "GPL-2.0-or-later",
+    "GPL-3": "GPL-3.0-only", "GPL-3+": "GPL-3.0-or-later", "LGPL-2": "LGPL-2.0-only", "LGPL-2+": "LGPL-2.0-or-later",
+    "LGPL-2.1": "LGPL-2.1-only", "LGPL-2.1+": "LGPL-2.1-or-later", "LGPL-3": "LGPL-3.0-only", "LGPL-3+": "LGPL-3.0-or-later",
+    "AGPL-3": "AGPL-3.0-only", "AGPL-3+": "AGPL-3.0-or-later", "GFDL-1.2+": "GFDL-1.2-or-later", "GFDL-1.3+": "GFDL-1.3-or-later",
+    "Expat": "MIT", "BSD-2-clause": "BSD-2-Clause", "BSD-3-clause": "BSD-3-Clause", "BSD-4-clause": "BSD-4-Clause",
+    "zlib": "Zlib", "Apache-2": "Apache-2.0", "MPL-1.1": "MPL-1.1", "MPL-2": "MPL-2.0", "Artistic": "Artistic-1.0-Perl",
+    "GPL-3+ with GCC-exception-3.1": "GPL-3.0-or-later WITH GCC-exception-3.1",
+    "GPL-3+ with GCC-Runtime-Library-exception-3.1": "GPL-3.0-or-later WITH GCC-exception-3.1",
+}
+
+
+def _spdx_key(name: str, known: set[str]) -> str | None:
+    if name in DEBIAN_LICENCES:
+        return DEBIAN_LICENCES[name]
+    return name if name in known else None
+
+
+def dep5_licence(data: bytes) -> tuple[str | None, str]:
+    """The SPDX expression a machine-readable `debian/copyright` states (every Files paragraph's licence, joined
+    with AND), or None and why not: not DEP-5, or a licence name with no SPDX identifier (never guessed)."""
+    from license_expression import get_spdx_licensing
+
+    try:
+        stanzas = parse_stanzas(decode_text(data, source="copyright"), source="copyright")
+    except InputError as problem:
+        return None, f"not a deb822 document ({problem.what})"
+    if not stanzas or not DEP5_FORMAT.fullmatch(stanzas[0].get("Format", "").strip()):
+        return None, "not machine-readable (no copyright-format 1.0 header)"
+    licensing = get_spdx_licensing()
+    known = {symbol.key for symbol in licensing.known_symbols.values()}
+    parts, unknown = [], []
+    for stanza in stanzas[1:]:
+        if "Files" not in stanza or "License" not in stanza:
+            continue
+        line = stanza["License"].split("\n", 1)[0].strip()
+        alternatives = []
+        for alternative in re.split(r"\s+or\s+|\s*\|\s*", line):
+            conjuncts = []
+            for name in re.split(r"\s+and\s+|\s*,\s*", alternative.strip()):
+                key = _spdx_key(name.strip(), known)
+                (conjuncts if key else unknown).append(key or name.strip())
+            alternatives.append(" AND ".join(conjuncts))
+        parts.append(alternatives[0] if len(alternatives) == 1 else "(" + " OR ".join(alternatives) + ")")
+    if unknown:
+        return None, "names licences with no SPDX identifier: " + ", ".join(sorted(set(unknown)))
+    if not parts:
+        return None, "states no licence in a Files paragraph"
+    expression = " AND ".join(sorted(set(p if " OR " in p or " AND " not in p else f"({p})" for p in parts)))
+    if licensing.validate(expression).errors:
+        return None, "its licences do not form a valid SPDX expression: " + expression
+    return expression, "from its machine-readable copyright file"

@@ -71,7 +71,15 @@ _PACKAGE_BASE = {
     "kind": Field(str, check=one_of("packages"), expected="'packages'"),
     "packages": Field(list, items=str, expected="the package names the image needs, e.g. ['libc6', 'libstdc++6']; their Pre-Depends and Depends are added"),
     "source": Field(list, items=dict, expected="one [[base.source]] table per archive suite"),
+    "script": Field(list, items=dict, required=False, default=[], expected="one [[base.script]] table per reviewed maintainer script"),
     "note": Field(str, required=False),
+}
+_SCRIPT = {
+    "package": Field(str, check=matches(r"[a-z0-9][a-z0-9+.-]+"), expected="the package whose script this is"),
+    "script": Field(str, check=one_of("preinst", "postinst"), expected="'preinst' or 'postinst'"),
+    "sha256": Field(str, check=matches(r"[0-9a-f]{64}"), expected="the SHA-256 of the script as the package ships it (image says it when it refuses)"),
+    "stand_in": Field(str, expected="what replaces running the script, for the reviewer (e.g. 'nothing: it only restarts services on upgrade')"),
+    "links": Field(dict, required=False, default={}, expected="absolute path = \"target\" symbolic links made in its place (e.g. what update-alternatives would make)"),
 }
 _SOURCE = {
     "uri": Field(str, check=matches(r"https://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~+-]+)*/?|http://(127\.0\.0\.1|localhost)(:[0-9]+)?(/[A-Za-z0-9._~+-]+)*/?"),
@@ -165,12 +173,27 @@ class PackageSource:
 
 
 @dataclass(frozen=True)
+class ScriptStandIn:
+    """A maintainer script that is not run, reviewed: bound to its bytes by SHA-256, with what stands in for it."""
+
+    package: str
+    script: str
+    sha256: str
+    stand_in: str
+    links: tuple[tuple[str, str], ...] = ()  # (absolute path, target) made in its place
+
+
+@dataclass(frozen=True)
 class PackageBase:
     """`[base] kind = "packages"`: the image's base is made of distribution packages, resolved into a lock."""
 
     packages: tuple[str, ...]
     sources: tuple[PackageSource, ...]
     note: str | None = None
+    scripts: tuple[ScriptStandIn, ...] = ()
+
+    def stand_ins(self) -> dict[tuple[str, str], ScriptStandIn]:
+        return {(item.package, item.script): item for item in self.scripts}
 
     def request(self, architecture: str) -> dict[str, object]:
         """What the lock is bound to (formats/apt_lock.py: request_digest)."""
@@ -315,7 +338,17 @@ def _package_base(raw: dict, *, file: str) -> PackageBase:
     if not base["source"]:
         raise InputError("names no package source", file=file, field="base.source", expected="at least one [[base.source]]")
     sources = tuple(_package_source(item, index, file=file) for index, item in enumerate(base["source"]))
-    return PackageBase(tuple(names), sources, base.get("note"))
+    scripts = []
+    for index, item in enumerate(base["script"]):
+        script = read_table(item, _SCRIPT, file=file, prefix=f"base.script[{index}]")
+        for path, target in script["links"].items():
+            oci.image_path(path, origin=file, field_name=f"base.script[{index}].links")
+            if not isinstance(target, str) or not target or "\0" in target:
+                raise InputError("a link needs a target", file=file, field=f"base.script[{index}].links.{path}", found=target)
+        if (script["package"], script["script"]) in {(s.package, s.script) for s in scripts}:
+            raise InputError("lists one script twice", file=file, field=f"base.script[{index}]", found=f"{script['package']} {script['script']}")
+        scripts.append(ScriptStandIn(script["package"], script["script"], script["sha256"], script["stand_in"], tuple(sorted(script["links"].items()))))
+    return PackageBase(tuple(names), sources, base.get("note"), tuple(scripts))
 
 
 def load_definition(path: Path) -> ImageDefinition:

@@ -156,6 +156,13 @@ def deb_url(uri: str, filename: str) -> str:
     return uri.rstrip("/") + "/" + filename
 
 
+def distro_name(release: Release) -> str:
+    """The purl `distro` qualifier: Origin and major Version ('debian-13'), else Origin and codename."""
+    origin = (release.fields.get("Origin") or "unknown").strip().lower().replace(" ", "-")
+    major = release.fields.get("Version", "").split(".")[0]
+    return f"{origin}-{major}" if major.isdigit() else f"{origin}-{release.codename or release.suite}"
+
+
 def make_lock(definition_file: Path, package_base: Any, architecture: str, *, cache: Path | None = None) -> dict[str, Any]:
     """The lock document of a package base: every source fetched and verified, the closure resolved."""
     from pipeline.formats import apt_lock
@@ -167,7 +174,7 @@ def make_lock(definition_file: Path, package_base: Any, architecture: str, *, ca
     selected = resolve(universe, list(package_base.packages), file=str(definition_file))
     sources = [
         {"uri": source.uri, "suite": source.suite, "components": list(source.components), "inrelease_sha256": source.inrelease_sha256,
-         "signers": list(source.signers), "date": source.release.fields.get("Date", ""),
+         "signers": list(source.signers), "date": source.release.fields.get("Date", ""), "distro": distro_name(source.release),
          "indexes": [{"path": entry.path, "sha256": entry.sha256, "size": entry.size} for entry in source.indexes]}
         for source in fetched
     ]

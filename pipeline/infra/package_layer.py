@@ -45,6 +45,7 @@ from pathlib import Path
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError
 from pipeline.formats.apt_lock import AptLock, LockedPackage
+from pipeline.formats.image_definition import ScriptStandIn
 from pipeline.infra import apt, deb, oci
 from pipeline.infra.safetar import TarLimits
 
@@ -54,15 +55,6 @@ MERGED_USR = {"amd64": ("bin", "sbin", "lib", "lib64"), "arm64": ("bin", "sbin",
 STATUS_DIR = "var/lib/dpkg/status.d"
 _TRIVIAL_SCRIPT_LINE = re.compile(r'set -e|ldconfig|exit 0|fi|if \[ "\$1" = "?configure"? \]; then')
 CHECKED_SCRIPTS = ("preinst", "postinst")
-
-
-@dataclass(frozen=True)
-class ScriptStandIn:
-    package: str
-    script: str
-    sha256: str
-    stand_in: str  # what replaces the script, for the reviewer
-    links: tuple[tuple[str, str], ...] = ()  # (absolute path, target) made in its place
 
 
 @dataclass
@@ -260,10 +252,8 @@ class PackageTree:
         if own is not None and own.kind == "file":
             command, used = [*privileged, "chroot", str(root), "/usr/sbin/ldconfig", "-X"], "image"
         else:
-            host = shutil.which("ldconfig") or "/usr/sbin/ldconfig"
-            command = [*privileged, host, "-X", "-r", str(root)]
-            version = subprocess.run([host, "--version"], capture_output=True, text=True, timeout=30)
-            used = (version.stdout.splitlines() or ["ldconfig"])[0]
+            command = [*privileged, shutil.which("ldconfig") or "/usr/sbin/ldconfig", "-X", "-r", str(root)]
+            used = host_ldconfig()
         result = subprocess.run(command, capture_output=True, text=True, timeout=300)
         cache = root / "etc" / "ld.so.cache"
         if result.returncode != 0 or not cache.is_file():
@@ -300,6 +290,16 @@ class PackageTree:
                         tar.addfile(info, handle)
 
 
+def host_ldconfig() -> str:
+    """This host's `ldconfig --version` line: the package layer's ld.so.cache bytes depend on it unless the lock brings libc-bin."""
+    host = shutil.which("ldconfig") or "/usr/sbin/ldconfig"
+    try:
+        version = subprocess.run([host, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "ldconfig: not found"
+    return (version.stdout.splitlines() or ["ldconfig"])[0]
+
+
 def write_layer(tree: PackageTree, destination: Path, *, compression: str, gzip_level: int, name: str) -> oci.BuiltLayer:
     destination.parent.mkdir(parents=True, exist_ok=True)
     with open(destination, "wb") as raw:
@@ -327,3 +327,36 @@ def assemble(lock: AptLock, stand_ins: dict[tuple[str, str], ScriptStandIn], sta
     used = tree.generate_ld_cache()
     layer = write_layer(tree, staging / f"{name}.layer", compression=compression, gzip_level=gzip_level, name=name)
     return LayerResult(layer, tree.entries, used, tree.files_by_package)
+
+
+def package_control(result: LayerResult, name: str) -> dict[str, str]:
+    """The control stanza of a package as the layer's status.d carries it."""
+    from pipeline.formats.apt_repository import decode_text, parse_stanzas
+
+    entry = result.entries[f"{STATUS_DIR}/{name}"]
+    assert entry.blob is not None
+    stanzas = parse_stanzas(decode_text(entry.blob.read_bytes(), source=f"{name}/control"), source=f"{name}/control")
+    return stanzas[0] if stanzas else {}
+
+
+def package_copyright(result: LayerResult, name: str) -> bytes | None:
+    """`/usr/share/doc/<package>/copyright` from the layer, following one documentation-folder link (Policy 12.5)."""
+    folder = f"usr/share/doc/{name}"
+    link = result.entries.get(folder)
+    if link is not None and link.kind == "symlink" and not link.target.startswith("/"):
+        folder = posixpath.normpath(posixpath.join("usr/share/doc", link.target))
+    entry = result.entries.get(f"{folder}/copyright")
+    return entry.blob.read_bytes() if entry is not None and entry.kind == "file" and entry.blob is not None else None
+
+
+def shipped_libraries(result: LayerResult, architecture: str) -> dict[str, str]:
+    """soname-like file name -> package, for the libraries the layer ships in the loader's default folders."""
+    from pipeline.infra.rootfs import DEFAULT_LIBRARY_DIRS
+
+    folders = {folder.strip("/") for folder in DEFAULT_LIBRARY_DIRS.get(architecture, ())}
+    found: dict[str, str] = {}
+    for path, entry in sorted(result.entries.items()):
+        folder, _, name = path.rpartition("/")
+        if folder in folders and ".so" in name and entry.package and entry.kind in ("file", "symlink"):
+            found.setdefault(name, entry.package)
+    return found

@@ -5,7 +5,9 @@ against the register first), and an image definition in `containers/`
 (data: base image by repository and digest, the layers we add, entrypoint,
 cmd, env, port, user, labels).  No Docker engine is involved:
 
-1. **Base.** The base is named by digest only (a tag alone is refused).  Its
+1. **Base.** Either distribution packages (`[base] kind = "packages"`): the lock written by
+   `image lock` (`containers/<definition>.lock.json`, refused when stale) is made into one layer
+   by `infra/package_layer.py`, from the lock alone; or an image named by digest only (a tag alone is refused).  Its
    manifest (or index, then the manifest for the definition's platform),
    config and layers are pulled by digest from its registry into a
    content-addressed cache, or read from a local OCI layout (`--base-layout`),
@@ -57,6 +59,7 @@ from typing import Any
 
 from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError
 from pipeline.formats import apt_lock, provenance, sbom
+from pipeline.formats.apt_repository import dep5_licence
 from pipeline.formats.assets import check_registered_set, parse_sums
 from pipeline.formats.components import repository_owner
 from pipeline.formats.image_definition import (
@@ -67,7 +70,7 @@ from pipeline.formats.image_definition import (
     definition_for_lane,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
-from pipeline.infra import apt, oci
+from pipeline.infra import apt, oci, package_layer
 from pipeline.infra.binaries import elf_imports, is_elf
 from pipeline.infra.registry import RegistryClient, credentials_for
 from pipeline.infra.rootfs import RootFS
@@ -98,15 +101,69 @@ def oci_cache() -> oci.BlobStore:
 
 @dataclass
 class BaseImage:
-    spec: BaseSpec
-    source: str  # "registry" or "layout:<path>"
-    manifest_digest: str  # the platform manifest (equals spec.digest unless the pin is an index)
-    manifest: oci.Manifest
+    spec: BaseSpec | None  # None: a base of distribution packages (`packages` below)
+    source: str  # "registry", "layout:<path>" or "packages"
+    manifest_digest: str  # the platform manifest (equals spec.digest unless the pin is an index); a package base: its lock's
+    manifest: oci.Manifest | None
     config: dict[str, Any]
-    config_descriptor: oci.Descriptor
+    config_descriptor: oci.Descriptor | None
     layers: tuple[oci.Descriptor, ...]  # OCI media types, original bytes
     blob_paths: dict[str, Path]  # digest -> verified file
     index_digest: str | None = None
+    packages: package_layer.LayerResult | None = None
+    lock: apt_lock.AptLock | None = None
+
+    @property
+    def display_name(self) -> str:
+        return self.spec.display_name if self.spec is not None else f"the packages of {self.lock_name}"
+
+    @property
+    def lock_name(self) -> str:
+        return f"containers/{self.lock.file.name}" if self.lock is not None else ""
+
+
+# A package base has no image config of its own: the environment a Debian system starts processes with.
+PACKAGE_BASE_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+
+
+def read_package_lock(definition: ImageDefinition) -> apt_lock.AptLock:
+    """The definition's package lock, refused when it was made for another request (a stale lock)."""
+    assert definition.package_base is not None
+    path = apt_lock.lock_path(definition.file)
+    lock = apt_lock.read_lock(path)
+    expected = apt_lock.request_digest(definition.package_base.request(definition.architecture))
+    if lock.request_sha256 != expected or lock.architecture != definition.architecture:
+        raise InputError(
+            "the package lock was made for another package request than the definition's",
+            file=path, field="request_sha256", found=lock.request_sha256, expected=expected,
+            why="base.packages, base.source or the platform changed since the lock was written, so the lock no longer says what the definition asks for",
+            fix="run 'python -m pipeline image lock' (nox -s image-lock), review the lock's difference and commit it",
+        )
+    return lock
+
+
+def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, staging: Path, epoch: int) -> BaseImage:
+    """The base of distribution packages: one layer from the lock alone (infra/package_layer.py)."""
+    assert definition.package_base is not None
+    result = package_layer.assemble(lock, definition.package_base.stand_ins(), staging, epoch=epoch,
+                                    compression=definition.compression, gzip_level=definition.gzip_level)
+    ui.info(f"package layer: {len(lock.packages)} packages, {result.layer.descriptor.digest} ({ui.human_bytes(result.layer.descriptor.size)}), ld.so.cache by {result.ldconfig}")
+    config = {"config": {"Env": list(PACKAGE_BASE_ENV)}, "rootfs": {"type": "layers", "diff_ids": []}, "history": []}
+    return BaseImage(None, "packages", "sha256:" + sha256_file(lock.file), None, config, None, (), {}, packages=result, lock=lock)
+
+
+def deb_components(base: BaseImage) -> list[sbom.DebComponent]:
+    """The SBOM's view of each package of a package base: lock pins, control fields, DEP-5 licence."""
+    assert base.lock is not None and base.packages is not None
+    found = []
+    for locked in base.lock.packages:
+        source = base.lock.sources[locked.source]
+        control = package_layer.package_control(base.packages, locked.name)
+        copyright_text = package_layer.package_copyright(base.packages, locked.name)
+        licence, note = dep5_licence(copyright_text) if copyright_text is not None else (None, "not in the package")
+        found.append(sbom.DebComponent(locked.name, locked.version, locked.architecture, source.distro, locked.sha256, apt.deb_url(source.uri, locked.filename),
+                                       control.get("Maintainer", ""), locked.source_package, locked.source_version, licence, note))
+    return found
 
 
 class _BaseSource:
@@ -421,8 +478,8 @@ def image_labels(definition: ImageDefinition, lane: Lane, archive: ArchiveConten
         OCI_PREFIX + "source": repository,
         OCI_PREFIX + "revision": identity["patch_stack_sha"],
         OCI_PREFIX + "version": archive.component_tag,
-        OCI_PREFIX + "base.name": base.spec.display_name,
-        OCI_PREFIX + "base.digest": base.spec.digest,
+        # a package base is no image: no base.name/base.digest (they name an image by reference and digest)
+        **({OCI_PREFIX + "base.name": base.spec.display_name, OCI_PREFIX + "base.digest": base.spec.digest} if base.spec is not None else {}),
         **({OCI_PREFIX + "licenses": licences} if licences else {}),
         f"{ns}.lane": lane.id,
         f"{ns}.component-tag": archive.component_tag,
@@ -460,10 +517,11 @@ def build_config(definition: ImageDefinition, base: BaseImage, layers: list[oci.
     created = oci.rfc3339(epoch)
     history = list(base.config.get("history") or [])
     for layer in layers:
+        from_packages = base.packages is not None and layer is base.packages.layer
         history.append({
             "created": created,
-            "created_by": f"omp-ninfer pipeline (image stage): layer '{layer.name}' from the binary archive",
-            "comment": next((spec.comment for spec in definition.layers if spec.name == layer.name), ""),
+            "created_by": f"omp-ninfer pipeline (image stage): layer '{layer.name}' from " + (f"the packages of {base.lock_name}" if from_packages else "the binary archive"),
+            "comment": next((spec.comment for spec in definition.layers if spec.name == layer.name), "") if not from_packages else f"{len(base.lock.packages)} distribution packages, no maintainer script run",
         })
     return {
         "architecture": definition.architecture,
@@ -477,7 +535,7 @@ def build_config(definition: ImageDefinition, base: BaseImage, layers: list[oci.
 
 # -- checks on the assembled file system ----------------------------------------
 
-def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers: list[oci.BuiltLayer], config: dict[str, Any]) -> None:
+def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers: list[oci.BuiltLayer], config: dict[str, Any], *, base_name: str) -> None:
     env = dict(item.partition("=")[::2] for item in config["config"]["Env"])
     program = rootfs.find_program(definition.entrypoint[0], env)
     if not rootfs.is_executable_file(program):
@@ -505,7 +563,7 @@ def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers
                         file=definition.file,
                         field="base",
                         found=f"searched {', '.join(dict.fromkeys(dirs))}",
-                        expected=f"{library} in the base image ({definition.base.display_name}) or in our layers",
+                        expected=f"{library} in the base ({base_name}) or in our layers",
                         why="the binary would not start in this image; the lane expects the base to bring "
                         + ", ".join(lane.base_image_libraries or ("its libraries",)),
                         fix="pin a base image that provides the library, or bundle it in the package",
@@ -523,7 +581,7 @@ def base_image_provider(lane: Lane, definition: ImageDefinition):
             file=lane.file,
             field="package.base_image_provider",
             expected="a table with supplier and version",
-            why=f"the image SBOM names the supplier of its base ({definition.base.display_name})",
+            why=f"the image SBOM names the supplier of its base ({definition.base.display_name if definition.base else 'packages'})",
             fix="add [package.base_image_provider] with supplier = \"...\" and version = \"...\" to the lane file",
         )
     return provider
@@ -556,22 +614,23 @@ def image_sbom_input(
         manifest_digest=manifest_digest,
         epoch=int(archive.identity["source_date_epoch"]),
         files=files,
-        layer_digests=[d.digest for d in (*base.layers, *(built.descriptor for built in layers))],
-        base_repository=base.spec.repository.name,
-        base_tag=base.spec.tag,
-        base_digest=base.spec.digest,
-        base_manifest_digest=base.manifest_digest,
+        layer_digests=[d.digest for d in (*base.layers, *((base.packages.layer.descriptor,) if base.packages else ()), *(built.descriptor for built in layers))],
+        base_repository=base.spec.repository.name if base.spec else None,
+        base_tag=base.spec.tag if base.spec else None,
+        base_digest=base.spec.digest if base.spec else None,
+        base_manifest_digest=base.manifest_digest if base.spec else None,
         base_layer_digests=[d.digest for d in base.layers],
-        base_supplier=base_image_provider(lane, definition).supplier,
-        base_license=base.spec.license,
-        base_license_name=base.spec.license_name,
-        base_license_text=base.spec.license_text,
+        base_supplier=base_image_provider(lane, definition).supplier if base.spec else None,
+        base_license=base.spec.license if base.spec else None,
+        base_license_name=base.spec.license_name if base.spec else None,
+        base_license_text=base.spec.license_text if base.spec else None,
         archive_root=archive.root,
         archive_filename=archive.path.name,
         archive_sha256=archive.artifact.sha256,
         archive_prefix=archive_prefix(definition),
         source_commit=archive.identity["patch_stack_sha"],
         licences=licences,
+        distribution_packages=deb_components(base) if base.packages else [],
     )
 
 
@@ -596,6 +655,7 @@ class ImageStage(Stage):
         self.definition: ImageDefinition | None = None
         self.archive_artifact: Artifact | None = None
         self.set_sbom: Artifact | None = None
+        self.lock: apt_lock.AptLock | None = None
 
     @property
     def key(self) -> str:
@@ -622,14 +682,10 @@ class ImageStage(Stage):
                 expected="'container' (the Windows lanes ship native asset sets)",
             )
         self.definition = definition_for_lane(self.lane, self.definition_path)
-        if self.definition.base is None:
-            raise InputError(
-                "declares a package base, which this stage cannot assemble yet",
-                file=self.definition.file, field="base.kind", found="packages",
-                why="the package lock is written ('python -m pipeline image lock'), but the layer made from it is not built by this version",
-                fix="use a registry base pinned by digest for the image until the package layer lands",
-            )
-        base_image_provider(self.lane, self.definition)  # the SBOM needs it: refuse before any work
+        if self.definition.package_base is not None:
+            self.lock = read_package_lock(self.definition)  # stale or tampered locks stop here, before any download
+        else:
+            base_image_provider(self.lane, self.definition)  # the SBOM needs it: refuse before any work
         self.archive_artifact = self.ctx.register.one("package-archive", lane=self.lane.id, needed_by="the image stage", produced_by="package")
         self.ctx.register.verified_path(self.archive_artifact)
         # The licences of our layers' files are the ones the set's SBOM states for them.
@@ -640,7 +696,14 @@ class ImageStage(Stage):
             ui.warn(f"the register holds no outer SHA256SUMS for lane {self.lane.id}: the archive is bound on its register hash alone")
         if self.base_layout is not None:
             oci.read_layout_index(self.base_layout)
-        ui.info(f"definition {self.definition.file.name}: base {self.definition.base.reference}")
+        ui.info(f"definition {self.definition.file.name}: base {self._base_input()}")
+
+    def _base_input(self) -> str:
+        assert self.definition is not None
+        if self.definition.base is not None:
+            return self.definition.base.reference
+        assert self.lock is not None
+        return f"packages: containers/{self.lock.file.name} sha256:{sha256_file(self.lock.file)}"
 
     def inputs(self) -> dict[str, Any]:
         assert self.definition is not None and self.archive_artifact is not None
@@ -650,7 +713,8 @@ class ImageStage(Stage):
             "definition_sha256": self.definition.file_sha256,
             "archive_sha256": self.archive_artifact.sha256,
             "set_sbom_sha256": self.set_sbom.sha256,
-            "base": self.definition.base.reference,
+            "base": self._base_input(),
+            **({"ldconfig": package_layer.host_ldconfig()} if self.definition.package_base is not None else {}),
             "base_source": str(self.base_layout) if self.base_layout else "registry",
             "zlib": oci.zlib_version(),
             "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME),
@@ -663,7 +727,11 @@ class ImageStage(Stage):
         with atomic_output_dir(self.out_dir) as staging:
             archive = open_archive(self.ctx, lane, staging / ".archive")
             epoch = int(archive.identity["source_date_epoch"])
-            base = acquire_base(definition.base, definition.platform, layout=self.base_layout, retries=self.retries)
+            if definition.base is not None:
+                base = acquire_base(definition.base, definition.platform, layout=self.base_layout, retries=self.retries)
+            else:
+                assert self.lock is not None
+                base = package_base_image(definition, self.lock, staging / ".packages", epoch)
 
             layout = staging / "oci"
             blobs = oci.BlobStore(layout)
@@ -682,6 +750,10 @@ class ImageStage(Stage):
                 blobs.adopt(base.blob_paths[layer.digest], layer)
 
             built: list[oci.BuiltLayer] = []
+            if base.packages is not None:
+                package_blob = staging / ".packages" / f"{base.packages.layer.name}.layer"
+                blobs.adopt(package_blob, base.packages.layer.descriptor)
+                rootfs.add_layer_blob(package_blob, base.packages.layer.descriptor.media_type)
             for spec, files in zip(definition.layers, map_archive(definition, archive), strict=True):
                 scratch = staging / ".layers" / spec.name
                 layer = oci.build_layer(files, scratch, epoch=epoch, compression=definition.compression, gzip_level=definition.gzip_level, name=spec.name)
@@ -694,15 +766,16 @@ class ImageStage(Stage):
             licences = sbom.set_licences(self.ctx.register.verified_path(self.set_sbom))
             payload_of = {source: name for name, source in archive.files.items()}
             labels = image_labels(definition, lane, archive, base, licences.of_payload([payload_of[f.source] for layer in built for f in layer.files if f.source in payload_of]))
-            config = build_config(definition, base, built, labels, epoch)
-            check_rootfs(rootfs, definition, lane, built, config)
+            every_layer = [base.packages.layer, *built] if base.packages is not None else built
+            config = build_config(definition, base, every_layer, labels, epoch)
+            check_rootfs(rootfs, definition, lane, every_layer, config, base_name=base.display_name)
             config_descriptor = blobs.put_bytes(oci.canonical_json(config), oci.CONFIG)
             annotations = {k: v for k, v in labels.items() if k.startswith(OCI_PREFIX)}
             manifest = {
                 "schemaVersion": 2,
                 "mediaType": oci.MANIFEST,
                 "config": config_descriptor.to_json(),
-                "layers": [*(d.to_json() for d in base.layers), *(layer.descriptor.to_json() for layer in built)],
+                "layers": [*(d.to_json() for d in base.layers), *(layer.descriptor.to_json() for layer in every_layer)],
                 "annotations": annotations,
             }
             manifest_bytes = oci.canonical_json(manifest)
@@ -715,7 +788,7 @@ class ImageStage(Stage):
             sbom.write_image_spdx(staging / sbom_name, image_sbom_input(
                 definition=definition, lane=lane, archive=archive, base=base, layers=built, manifest_digest=manifest_digest, licences=licences,
             ))
-            for scratch_dir in (staging / ".layers", staging / ".archive"):
+            for scratch_dir in (staging / ".layers", staging / ".archive", staging / ".packages"):
                 shutil.rmtree(scratch_dir, ignore_errors=True)
         ui.info(f"image {definition.name}:{archive.component_tag} manifest {manifest_digest}")
 
@@ -724,7 +797,7 @@ class ImageStage(Stage):
             for i, d in enumerate(base.layers)
         ] + [
             {"digest": layer.descriptor.digest, "size": layer.descriptor.size, "media_type": layer.descriptor.media_type, "origin": f"layer:{layer.name}", "diff_id": layer.diff_id}
-            for layer in built
+            for layer in every_layer
         ]
         attrs = {
             "manifest_digest": manifest_digest,
@@ -736,11 +809,7 @@ class ImageStage(Stage):
             "image_name": definition.name,
             "production_repository": definition.repository,
             "platform": definition.platform,
-            "base_repository": base.spec.repository.name,
-            "base_tag": base.spec.tag,
-            "base_digest": base.spec.digest,
-            "base_manifest_digest": base.manifest_digest,
-            "base_reference": base.spec.reference,
+            **self._base_attrs(base),
             "binary_archive": archive.path.name,
             "binary_archive_sha256": archive.artifact.sha256,
             "source_commit": archive.identity["patch_stack_sha"],
@@ -777,6 +846,16 @@ class ImageStage(Stage):
         ]
 
 
+    def _base_attrs(self, base: BaseImage) -> dict[str, Any]:
+        """The register's base facts: a registry base by digest, or a package base by its lock (and what it ships)."""
+        if base.spec is not None:
+            return {"base_kind": "registry", "base_repository": base.spec.repository.name, "base_tag": base.spec.tag, "base_digest": base.spec.digest,
+                    "base_manifest_digest": base.manifest_digest, "base_reference": base.spec.reference}
+        assert base.packages is not None and base.lock is not None
+        return {"base_kind": "packages", "base_repository": f"packages:{base.lock_name}", "base_tag": None, "base_digest": base.manifest_digest,
+                "base_manifest_digest": base.manifest_digest, "base_reference": base.lock_name, "base_packages": len(base.lock.packages),
+                "base_ldconfig": base.packages.ldconfig, "base_libraries": package_layer.shipped_libraries(base.packages, base.lock.architecture)}
+
     def _provenance(self, archive: ArchiveContent, base: BaseImage, definition: ImageDefinition, manifest_digest: str, config_digest: str, sbom: Path) -> Path:
         """The image's SLSA provenance beside its layout (formats/provenance.py): the manifest is the subject."""
         statement = provenance.make_image_statement(
@@ -784,8 +863,9 @@ class ImageStage(Stage):
             identity=archive.identity,
             subject_name=definition.repository or definition.name,
             manifest_digest=manifest_digest,
-            base_reference=base.spec.tagged_reference,
+            base_reference=base.spec.tagged_reference if base.spec else base.lock_name,
             base_manifest_digest=base.manifest_digest,
+            package_lock=(base.lock_name, base.manifest_digest.removeprefix("sha256:")) if base.spec is None else None,
             archive_name=archive.path.name,
             archive_sha256=archive.artifact.sha256,
             definition_name=f"containers/{definition.file.name}",
@@ -902,13 +982,11 @@ STAGE = ImageStage
 def _unpinned_base(lane: Lane) -> str | None:
     """Why the lane's production image cannot be built yet (a base pinned by tag only), or None."""
     try:
-        definition = definition_for_lane(lane)
+        definition_for_lane(lane)
     except InputError as problem:
         if problem.field == "base.digest":
             return "its image definition pins no base image digest yet ('python -m pipeline image' says how to pin it)"
         raise
-    if definition.base is None:
-        return "its image definition declares a package base, which the image stage does not assemble yet"
     return None
 
 

@@ -11,6 +11,7 @@ the folder on a loopback HTTP server.  Packages are given as control stanzas (di
 from __future__ import annotations
 
 import hashlib
+import json
 import http.server
 import lzma
 import shutil
@@ -184,3 +185,15 @@ user = "1000:1000"
 name = "runtime"
 copy = [{{ from = "bin/", to = "/opt/ninfer/bin/" }}]
 '''.replace("'", '"')
+
+
+def shipped_definition_on_packages(uri: str, key: SigningKey, keyring_path: str, packages: list[str], *, suite: str = "testing", scripts: str = "") -> str:
+    """The shipped containers/ninfer-runtime.toml with its [base] replaced by a package base on the mini repository."""
+    from repokit import ROOT
+
+    shipped = (ROOT / "containers" / "ninfer-runtime.toml").read_text()
+    head, rest = shipped.split("\n[base]\n", 1)
+    tail = rest[rest.index("\n[config]\n"):]
+    base = (f'\n[base]\nkind = "packages"\npackages = {json.dumps(packages)}\n\n[[base.source]]\nuri = "{uri}"\nsuite = "{suite}"\ncomponents = ["main"]\n'
+            f'keyring = "{keyring_path}"\nkeyring_sha256 = "{hashlib.sha256(key.keyring).hexdigest()}"\nfingerprints = ["{key.fingerprint}"]\n{scripts}')
+    return head + base + tail

@@ -90,7 +90,7 @@ def _lock_document() -> dict:
     return apt_lock.lock_document(
         definition="x.toml", request_sha256="a" * 64, architecture="amd64", requested=["libc6"],
         sources=[{"uri": "https://deb.debian.org/debian", "suite": "trixie", "components": ["main"], "inrelease_sha256": "b" * 64,
-                  "signers": ["F" * 40], "date": "Sat, 21 Nov 2026 09:15:44 UTC", "indexes": []}],
+                  "signers": ["F" * 40], "date": "Sat, 21 Nov 2026 09:15:44 UTC", "distro": "debian-13", "indexes": []}],
         packages=[{"name": "libc6", "version": "2.41-12", "architecture": "amd64", "multi_arch": "same", "filename": "pool/main/g/glibc/libc6_2.41-12_amd64.deb",
                    "size": 10, "sha256": "c" * 64, "source_package": "glibc", "source_version": "2.41-12", "source": 0,
                    "why": {"package": None, "field": "base.packages", "relation": "libc6"}}],
