@@ -1124,7 +1124,6 @@ def _image_base_packages(inp: ImageSbomInput) -> list:
         PackagePurpose,
         SpdxNoAssertion,
     )
-
     from spdx_tools.spdx.validation.uri_validators import validate_download_location
 
     if inp.base_digest is None:

@@ -11,8 +11,8 @@ the folder on a loopback HTTP server.  Packages are given as control stanzas (di
 from __future__ import annotations
 
 import hashlib
-import json
 import http.server
+import json
 import lzma
 import shutil
 import subprocess
