@@ -77,9 +77,11 @@ def _check_release(release: Release, source: Any, architecture: str, *, label: s
     if source.suite not in (release.suite, release.codename):
         raise IntegrityError("is the Release file of another suite", file=label, found=f"Suite {release.suite!r}, Codename {release.codename!r}",
                              expected=repr(source.suite), why="a mirror serving another suite's signed file is a downgrade or mix-up attack apt refuses too")
+    listed = release.words("Components")
     for component in source.components:
-        if release.words("Components") and component not in release.words("Components"):
-            raise InputError("names a component the Release file does not list", file=label, field="components", found=component, expected=", ".join(release.words("Components")))
+        # Debian's security archive lists 'updates/main' but serves main/…: apt accepts 'main' for it, and so do we.
+        if listed and component not in listed and f"updates/{component}" not in listed:
+            raise InputError("names a component the Release file does not list", file=label, field="components", found=component, expected=", ".join(listed))
     if release.words("Architectures") and architecture not in release.words("Architectures"):
         raise InputError("does not carry the image's architecture", file=label, found=", ".join(release.words("Architectures")), expected=architecture)
     valid_until = release.fields.get("Valid-Until")

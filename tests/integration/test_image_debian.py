@@ -1,0 +1,106 @@
+"""The Debian trixie package base (containers/trixie/): its committed lock, and the real archive.
+
+Offline: the committed lock is the one the committed definition asks for, and says why each package
+is there.  Network (Debian's archive over HTTPS, as apt uses it here): a fresh lock of the same
+definition picks exactly the packages and versions apt's own resolver installs into an empty
+system (`apt-get -s install --no-install-recommends`, an isolated root, the same moment's indexes),
+and a layer made from trixie's C library starts a process: chroot into it and run trixie's
+`getconf`, linked against its glibc 2.41 through the ld.so.cache trixie's own ldconfig wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from repokit import ROOT
+
+from pipeline.formats import apt_lock, image_definition
+from pipeline.formats.image_definition import load_definition
+from pipeline.infra import package_layer
+from pipeline.stages import image
+
+DEFINITION = ROOT / "containers" / "trixie" / "ninfer-runtime.toml"
+LANE = "rtx5090-container"
+
+
+def test_the_committed_trixie_lock_is_the_one_its_definition_asks_for():
+    definition = load_definition(DEFINITION)
+    lock = image.read_package_lock(definition)  # refuses a stale lock
+    names = {p.name for p in lock.packages}
+    assert set(definition.package_base.packages) <= names
+    assert "libavcodec61" in names and "libavcodec-extra61" not in names  # a concrete name over Provides (rules_distroless#265)
+    assert {(s.package) for s in definition.package_base.scripts} <= names
+    by_name = {p.name: p for p in lock.packages}
+    for package in lock.packages:  # every package is reached from a requested one by the edges the lock records
+        seen, current = set(), package
+        while current.why["package"] is not None and current.name not in seen:
+            seen.add(current.name)
+            current = by_name[current.why["package"]]
+        assert current.why["field"] == "base.packages", package.name
+    assert [s.distro for s in lock.sources] == ["debian-13", "debian-13"]
+
+
+def _isolated(tmp_path, monkeypatch, packages: list[str] | None = None) -> Path:
+    monkeypatch.setattr(image_definition, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("OMP_NINFER_APT_CACHE", str(tmp_path / "apt-cache"))
+    shutil.copytree(ROOT / "containers" / "keys", tmp_path / "containers" / "keys")
+    text = DEFINITION.read_text()
+    if packages is not None:
+        start = text.index("\npackages = [")
+        text = text[:start] + f"\npackages = {packages!r}".replace("'", '"') + text[text.index("]", start) + 1:]
+    path = tmp_path / "containers" / "trixie" / "ninfer-runtime.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    return path
+
+
+def _apt_selection(tmp_path: Path, definition, keys: Path) -> set[str]:
+    root = tmp_path / "apt-root"
+    for folder in ("etc/apt/preferences.d", "etc/apt/trusted.gpg.d", "var/lib/apt/lists/partial", "var/lib/dpkg", "var/cache/apt/archives/partial"):
+        (root / folder).mkdir(parents=True)
+    (root / "var/lib/dpkg/status").write_text("")
+    (root / "etc/apt/sources.list").write_text("".join(
+        f"deb [signed-by={keys / Path(s.keyring).name}] {s.uri} {s.suite} {' '.join(s.components)}\n" for s in definition.package_base.sources))
+    options = [f"-oDir={root}", f"-oDir::State::status={root}/var/lib/dpkg/status", "-oAPT::Architecture=amd64", "-oAPT::Architectures=amd64",
+               "-oDebug::NoLocking=1", "-oDir::Etc::trusted=/dev/null", f"-oDir::Etc::trustedparts={root}/etc/apt/trusted.gpg.d"]
+    subprocess.run(["apt-get", *options, "update", "-qq"], check=True, capture_output=True, timeout=600)
+    simulated = subprocess.run(["apt-get", *options, "-s", "install", "--no-install-recommends", *definition.package_base.packages],
+                               check=True, capture_output=True, text=True, timeout=300).stdout
+    return {" ".join(line.split()[1:3]).replace("(", "") for line in simulated.splitlines() if line.startswith("Inst ")}
+
+
+@pytest.mark.network
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("apt-get") is None, reason="apt's resolver is the reference (a Debian host)")
+def test_a_fresh_trixie_lock_picks_what_apt_installs(tmp_path, monkeypatch):
+    path = _isolated(tmp_path, monkeypatch)
+    assert image.lock_packages(LANE, definition=path) == 0
+    lock = apt_lock.read_lock(apt_lock.lock_path(path))
+    ours = {f"{p.name} {p.version}" for p in lock.packages}
+    assert ours == _apt_selection(tmp_path, load_definition(path), ROOT / "containers" / "keys")
+    assert len(ours) > 100 and "libavcodec61" in {p.name for p in lock.packages}
+
+
+@pytest.mark.network
+@pytest.mark.slow
+def test_a_layer_of_trixies_c_library_starts_a_process(tmp_path, monkeypatch):
+    path = _isolated(tmp_path, monkeypatch, ["libc6", "libc-bin"])
+    assert image.lock_packages(LANE, definition=path) == 0
+    definition = load_definition(path)
+    lock = image.read_package_lock(definition)
+    result = package_layer.assemble(lock, definition.package_base.stand_ins(), tmp_path / "layer", epoch=1793534400, compression="gzip", gzip_level=9)
+    assert result.ldconfig == "image"  # trixie's own ldconfig wrote the cache: no host glibc in the bytes
+    again = package_layer.assemble(lock, definition.package_base.stand_ins(), tmp_path / "again", epoch=1793534400, compression="gzip", gzip_level=9)
+    assert again.layer.descriptor.digest == result.layer.descriptor.digest
+    root = tmp_path / "root"
+    subprocess.run(["tar", "-xzf", str(tmp_path / "layer" / "packages.layer"), "-C", str(root.mkdir() or root), "--numeric-owner"], check=True)
+    chroot = ["chroot"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "chroot"]
+    started = subprocess.run([*chroot, str(root), "/usr/bin/getconf", "GNU_LIBC_VERSION"], capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0 and started.stdout.strip().startswith("glibc 2.41"), started
+    cache = subprocess.run([*chroot, str(root), "/usr/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=60).stdout
+    assert "libc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6" in cache or "=> /usr/lib/x86_64-linux-gnu/libc.so.6" in cache
+    assert os.readlink(root / "etc" / "nsswitch.conf") == "../usr/share/libc-bin/nsswitch.conf"  # libc-bin's postinst stand-in
