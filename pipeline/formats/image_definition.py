@@ -72,6 +72,7 @@ _PACKAGE_BASE = {
     "packages": Field(list, items=str, expected="the package names the image needs, e.g. ['libc6', 'libstdc++6']; their Pre-Depends and Depends are added"),
     "source": Field(list, items=dict, expected="one [[base.source]] table per archive suite"),
     "script": Field(list, items=dict, required=False, default=[], expected="one [[base.script]] table per reviewed maintainer script"),
+    "wheel_file": Field(list, items=dict, required=False, default=[], expected="one [[base.wheel_file]] table per file taken from a wheel of the toolchain lock"),
     "note": Field(str, required=False),
 }
 _SCRIPT = {
@@ -89,6 +90,13 @@ _SOURCE = {
     "keyring": Field(str, expected="a binary OpenPGP keyring in the repository, e.g. 'containers/keys/debian-archive-trixie-automatic.gpg'"),
     "keyring_sha256": Field(str, check=matches(r"[0-9a-f]{64}"), expected="the keyring file's SHA-256 (64 lowercase hex digits)"),
     "fingerprints": Field(list, items=str, expected="the primary key fingerprints whose signatures are trusted (40 hex digits each)"),
+}
+_WHEEL_FILE = {
+    "distribution": Field(str, check=matches(r"[a-z0-9][a-z0-9._-]*"), expected="a wheel the toolchain lock pins for the lane's toolkit, e.g. 'nvidia-cuda-runtime'"),
+    "member": Field(str, expected="the file's path inside the wheel, e.g. 'nvidia/cu13/lib/libcudart.so.13'"),
+    "to": Field(str, expected="its absolute path in the image, e.g. '/usr/lib/x86_64-linux-gnu/libcudart.so.13'"),
+    "license": Field(str, expected="the terms it comes under, e.g. 'LicenseRef-NVIDIA-CUDA-EULA'"),
+    "license_file": Field(str, required=False, expected="the text of a LicenseRef-* licence, a path in the repository"),
 }
 MAX_KEYRING_BYTES = 1 << 20
 _CONFIG = {
@@ -184,6 +192,18 @@ class ScriptStandIn:
 
 
 @dataclass(frozen=True)
+class WheelFile:
+    """A file of a wheel the toolchain lock pins (libcudart.so.13 from the CUDA runtime wheel), placed in the package layer."""
+
+    distribution: str
+    member: str
+    target: str
+    license: str
+    license_name: str | None
+    license_text: str | None
+
+
+@dataclass(frozen=True)
 class PackageBase:
     """`[base] kind = "packages"`: the image's base is made of distribution packages, resolved into a lock."""
 
@@ -191,6 +211,7 @@ class PackageBase:
     sources: tuple[PackageSource, ...]
     note: str | None = None
     scripts: tuple[ScriptStandIn, ...] = ()
+    wheel_files: tuple[WheelFile, ...] = ()
 
     def stand_ins(self) -> dict[tuple[str, str], ScriptStandIn]:
         return {(item.package, item.script): item for item in self.scripts}
@@ -248,29 +269,29 @@ def _relative_archive_path(value: str, *, file: str, field_name: str) -> str:
     return value
 
 
-def _base_license(base: dict, *, file: str) -> tuple[str | None, str | None, str | None]:
+def _base_license(base: dict, *, file: str, where: str = "base") -> tuple[str | None, str | None, str | None]:
     """(expression, LicenseRef name, its text) of the base image: a LicenseRef-* comes with its text from the repository."""
     from license_expression import get_spdx_licensing
 
     expression, text_file = base.get("license"), base.get("license_file")
     if expression is None:
         if text_file is not None:
-            raise InputError("names a licence text but no licence", file=file, field="base.license_file", fix="add base.license with the LicenseRef-* the text is")
+            raise InputError("names a licence text but no licence", file=file, field=f"{where}.license_file", fix="add base.license with the LicenseRef-* the text is")
         return None, None, None
     info = get_spdx_licensing().validate(expression)
     unknown = [symbol for symbol in info.invalid_symbols if not is_licence_ref(str(symbol))]
     if unknown or (info.errors and not info.invalid_symbols):
-        raise InputError("is not an SPDX licence expression", file=file, field="base.license", found=expression, why="; ".join(info.errors),
+        raise InputError("is not an SPDX licence expression", file=file, field=f"{where}.license", found=expression, why="; ".join(info.errors),
                          expected="SPDX licence identifiers and LicenseRef-* names joined by AND / OR")
     refs = sorted(licence_refs(expression))
     if not refs:
         return expression, None, None
     if len(refs) > 1 or text_file is None:
-        raise InputError("a LicenseRef-* licence needs its text (one per base)", file=file, field="base.license_file", found=expression,
+        raise InputError("a LicenseRef-* licence needs its text (one per base)", file=file, field=f"{where}.license_file", found=expression,
                          fix="add base.license_file = \"packaging/licenses/<LicenseRef-...>.txt\"")
     problem = relpath_problem(text_file, hidden=True, portable=True)
     if problem is not None:
-        raise InputError(f"is not a path inside the repository ({problem})", file=file, field="base.license_file", found=text_file)
+        raise InputError(f"is not a path inside the repository ({problem})", file=file, field=f"{where}.license_file", found=text_file)
     raw = read_bytes_bounded(REPO_ROOT / text_file, MAX_LICENSE_TEXT, what="licence text")
     try:
         return expression, refs[0], raw.decode("utf-8")
@@ -348,7 +369,15 @@ def _package_base(raw: dict, *, file: str) -> PackageBase:
         if (script["package"], script["script"]) in {(s.package, s.script) for s in scripts}:
             raise InputError("lists one script twice", file=file, field=f"base.script[{index}]", found=f"{script['package']} {script['script']}")
         scripts.append(ScriptStandIn(script["package"], script["script"], script["sha256"], script["stand_in"], tuple(sorted(script["links"].items()))))
-    return PackageBase(tuple(names), sources, base.get("note"), tuple(scripts))
+    wheel_files = []
+    for index, item in enumerate(base["wheel_file"]):
+        where = f"base.wheel_file[{index}]"
+        entry = read_table(item, _WHEEL_FILE, file=file, prefix=where)
+        _relative_archive_path(entry["member"], file=file, field_name=f"{where}.member")
+        oci.image_path(entry["to"], origin=file, field_name=f"{where}.to")
+        expression, name, text = _base_license(entry, file=file, where=where)
+        wheel_files.append(WheelFile(entry["distribution"], entry["member"], entry["to"], expression or "", name, text))
+    return PackageBase(tuple(names), sources, base.get("note"), tuple(scripts), tuple(wheel_files))
 
 
 def load_definition(path: Path) -> ImageDefinition:

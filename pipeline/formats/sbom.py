@@ -1050,6 +1050,24 @@ class DebComponent:
         return cm.purl("deb", self.name, self.version, namespace=self.distro.split("-", 1)[0], qualifiers={"arch": self.architecture, "distro": self.distro})
 
 
+@dataclass(frozen=True)
+class WheelComponent:
+    """A file of a package base taken from a wheel the toolchain lock pins (libcudart from the CUDA runtime wheel)."""
+
+    distribution: str
+    version: str
+    sha256: str  # of the wheel
+    url: str
+    target: str  # where the file is in the image
+    licence: str
+    licence_name: str | None  # its LicenseRef-*, whose text comes with it
+    licence_text: str | None
+
+    @property
+    def purl(self) -> str:
+        return cm.purl("pypi", self.distribution, self.version)
+
+
 @dataclass
 class ImageSbomInput:
     """Everything the image SBOM says, gathered by the image stage from the real bytes."""
@@ -1080,6 +1098,7 @@ class ImageSbomInput:
     source_commit: str
     licences: SetLicences
     distribution_packages: list[DebComponent] = field(default_factory=list)  # a package base's packages, by name
+    wheel_files: list[WheelComponent] = field(default_factory=list)  # files of a package base from pinned wheels
 
     @property
     def architecture(self) -> str:
@@ -1147,6 +1166,23 @@ def _image_base_packages(inp: ImageSbomInput) -> list:
                 source_info=f"built from the {deb.distro} source package {deb.source_package} {deb.source_version}",
                 comment=f"a distribution package of the image's package base, from {deb.url} (its files are in the image's package layer; the SHA-256 is of its .deb)",
                 external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", deb.purl)],
+            ))
+        for number, wheel in enumerate(inp.wheel_files, 1):
+            packages.append(Package(
+                spdx_id=f"SPDXRef-Wheel-{number}",
+                name=wheel.distribution,
+                version=wheel.version,
+                supplier=Actor(ActorType.ORGANIZATION, "NVIDIA Corporation") if wheel.distribution.startswith("nvidia-") else SpdxNoAssertion(),
+                download_location=wheel.url,
+                files_analyzed=False,
+                checksums=[Checksum(ChecksumAlgorithm.SHA256, wheel.sha256)],
+                license_concluded=SpdxNoAssertion(),
+                license_declared=_spdx_license(wheel.licence),
+                license_comment=f"declared: the terms the image definition states for it ({wheel.licence})",
+                copyright_text=SpdxNoAssertion(),
+                primary_package_purpose=PackagePurpose.LIBRARY,
+                comment=f"the wheel pinned by the toolchain lock; the image carries one file of it at {wheel.target}",
+                external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", wheel.purl)],
             ))
         return packages
     assert inp.base_repository is not None and inp.base_supplier is not None
@@ -1250,8 +1286,11 @@ def build_image_spdx(inp: ImageSbomInput):
     texts = dict(inp.licences.texts)
     if inp.base_license_name:
         texts[inp.base_license_name] = (inp.base_license_name.removeprefix("LicenseRef-"), inp.base_license_text or "")
+    for wheel in inp.wheel_files:
+        if wheel.licence_name:
+            texts[wheel.licence_name] = (wheel.licence_name.removeprefix("LicenseRef-"), wheel.licence_text or "")
     used = cm.licence_refs(inp.licences.archive, inp.base_license, *(inp.licences.files.get(f.payload_path or "") for f in inp.files),
-                           *(deb.licence for deb in inp.distribution_packages))
+                           *(deb.licence for deb in inp.distribution_packages), *(wheel.licence for wheel in inp.wheel_files))
     missing = sorted(used - set(texts))
     if missing:
         raise IntegrityError("the image SBOM would name a licence without its text", found=missing, fix="the set's SBOM or the image definition's base.license_file must carry it")

@@ -229,6 +229,16 @@ class PackageTree:
             blob.write_bytes(data)
             self._put("status.d", name, f"{STATUS_DIR}/{name}", Entry("file", 0o644, "", self.epoch, blob=blob, sha256=hashlib.sha256(data).hexdigest()))
 
+    def add_file(self, path: str, data_source: Path, *, owner: str, label: str) -> None:
+        """A file that comes from elsewhere than a package (a wheel of the toolchain lock), placed before the loader cache is made."""
+        sha, md5 = hashlib.sha256(), hashlib.md5()  # noqa: S324 - md5sums is dpkg's format
+        data = data_source.read_bytes()
+        sha.update(data)
+        md5.update(data)
+        blob = self.blobs / sha.hexdigest()
+        blob.write_bytes(data)
+        self._put(label, path, self._placed(path.lstrip("/")), Entry("file", 0o644, owner, self.epoch, blob=blob, sha256=sha.hexdigest(), md5=md5.hexdigest()))
+
     # -- the loader cache
     def materialize(self, root: Path) -> None:
         root.mkdir(parents=True)
@@ -315,15 +325,39 @@ def write_layer(tree: PackageTree, destination: Path, *, compression: str, gzip_
     return oci.BuiltLayer(oci.Descriptor(media_type, outer.digest, outer.size), diff_id, tree.layer_files(), name)
 
 
+def wheel_member(wheel: Path, member: str, destination: Path, *, label: str) -> Path:
+    """One file of a (verified) wheel, read bounded, written to `destination`."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(wheel) as archive:
+            info = archive.getinfo(member)
+            if info.file_size > MAX_MEMBER_BYTES or info.is_dir():
+                raise IntegrityError(f"the wheel's {member} is a folder or over {MAX_MEMBER_BYTES} bytes", file=label, found=info.file_size)
+            with archive.open(info) as source:
+                data = source.read(MAX_MEMBER_BYTES + 1)
+    except KeyError:
+        raise InputError("the wheel holds no such file", file=label, field="member", found=member, fix="check the path with 'unzip -l' on the wheel") from None
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise IntegrityError(f"the wheel is not a readable zip archive ({exc})", file=label) from None
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    destination.write_bytes(data)
+    return destination
+
+
 def assemble(lock: AptLock, stand_ins: dict[tuple[str, str], ScriptStandIn], staging: Path, *, epoch: int, compression: str,
-             gzip_level: int, cache: Path | None = None, name: str = "packages") -> LayerResult:
-    """The lock's packages as one layer at `staging/<name>.layer` (see the module docstring)."""
+             gzip_level: int, cache: Path | None = None, name: str = "packages",
+             extra_files: tuple[tuple[str, Path, str], ...] = ()) -> LayerResult:
+    """The lock's packages as one layer at `staging/<name>.layer` (see the module docstring); `extra_files`
+    are (image path, file, owner) placed too, before the loader cache is made (libcudart from its wheel)."""
     cache = cache or apt.package_cache()
     tree = PackageTree(lock.architecture, staging / "tree", epoch)
     for locked in lock.packages:
         source = lock.sources[locked.source]
         path = apt.cached_fetch(apt.deb_url(source.uri, locked.filename), cache, sha256=locked.sha256, size=locked.size, label=f"{locked.name}.deb")
         tree.add_package(locked, path, stand_ins)
+    for target, source_file, owner in extra_files:
+        tree.add_file(target, source_file, owner=owner, label=owner)
     used = tree.generate_ld_cache()
     layer = write_layer(tree, staging / f"{name}.layer", compression=compression, gzip_level=gzip_level, name=name)
     return LayerResult(layer, tree.entries, used, tree.files_by_package)

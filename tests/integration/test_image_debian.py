@@ -10,6 +10,7 @@ and a layer made from trixie's C library starts a process: chroot into it and ru
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -20,6 +21,7 @@ from repokit import ROOT
 
 from pipeline.formats import apt_lock, image_definition
 from pipeline.formats.image_definition import load_definition
+from pipeline.formats.lanes import find_lane
 from pipeline.infra import package_layer
 from pipeline.stages import image
 
@@ -48,6 +50,7 @@ def _isolated(tmp_path, monkeypatch, packages: list[str] | None = None) -> Path:
     monkeypatch.setattr(image_definition, "REPO_ROOT", tmp_path)
     monkeypatch.setenv("OMP_NINFER_APT_CACHE", str(tmp_path / "apt-cache"))
     shutil.copytree(ROOT / "containers" / "keys", tmp_path / "containers" / "keys")
+    shutil.copytree(ROOT / "packaging" / "licenses", tmp_path / "packaging" / "licenses")  # the wheel file's licence text
     text = DEFINITION.read_text()
     if packages is not None:
         start = text.index("\npackages = [")
@@ -104,3 +107,46 @@ def test_a_layer_of_trixies_c_library_starts_a_process(tmp_path, monkeypatch):
     cache = subprocess.run([*chroot, str(root), "/usr/sbin/ldconfig", "-p"], capture_output=True, text=True, timeout=60).stdout
     assert "libc.so.6 (libc6,x86-64) => /lib/x86_64-linux-gnu/libc.so.6" in cache or "=> /usr/lib/x86_64-linux-gnu/libc.so.6" in cache
     assert os.readlink(root / "etc" / "nsswitch.conf") == "../usr/share/libc-bin/nsswitch.conf"  # libc-bin's postinst stand-in
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.network
+@pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci unpacks the layout independently (apt-get install umoci)")
+def test_the_sample_image_on_trixie_runs_and_is_the_same_from_a_cold_and_a_warm_package_cache(tmp_path, sample_repo, monkeypatch):
+    """build (real nvcc) -> package -> image on the committed trixie lock, libcudart from the pinned wheel; then a process in it."""
+    from repokit import have_nvcc
+
+    from pipeline.infra.source import parse_source
+    from pipeline.stage import Context, execute
+    from pipeline.stages.build import BuildStage
+    from pipeline.stages.package import package_lane
+
+    monkeypatch.setenv("OMP_NINFER_APT_CACHE", str(tmp_path / "apt-cache"))  # cold: every .deb from Debian's archive
+    lane = find_lane("5090")
+    repo, _commit = sample_repo
+    digests, results = [], []
+    for name in ("dist-a", "dist-b"):
+        dist = tmp_path / name
+        execute(BuildStage(Context.open(dist), lane, source=parse_source(str(repo)), toolchain_mode="system" if have_nvcc() else "pinned", rehearsal=True))
+        package_lane("5090", dist=dist)
+        result = image.build_image(LANE, dist=dist, definition=DEFINITION)
+        results.append(result)
+        digests.append(next(a for a in result.outputs if a.kind == "oci-layout"))
+    assert digests[0].attrs["manifest_digest"] == digests[1].attrs["manifest_digest"]  # cold cache, then warm
+    entry = digests[0]
+    assert entry.attrs["base_libraries"]["libcudart.so.13"] == "wheel:nvidia-cuda-runtime"
+    assert entry.attrs["base_libraries"]["libavcodec.so.61"] == "libavcodec61" and entry.attrs["base_ldconfig"] == "image"
+    document = json.loads((tmp_path / "dist-a" / next(a for a in results[0].outputs if a.kind == "image-sbom").path).read_bytes())
+    purls = {ref["referenceLocator"] for p in document["packages"] for ref in p.get("externalRefs", [])}
+    assert "pkg:pypi/nvidia-cuda-runtime@13.1.80" in purls and any(p.startswith("pkg:deb/debian/libavcodec61@") and "distro=debian-13" in p for p in purls)
+    root = (tmp_path / "bundle" / "rootfs")
+    rootless = [] if os.geteuid() == 0 else ["--rootless"]
+    subprocess.run(["umoci", "unpack", *rootless, "--image", f"{tmp_path / 'dist-a' / entry.attrs['layout']}:{entry.attrs['ref_name']}", str(root.parent)],
+                   check=True, capture_output=True)
+    chroot = ["chroot"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "chroot"]
+    started = subprocess.run([*chroot, str(root), "/opt/ninfer/bin/ninfer-serve", "--version"], capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0 and started.stdout.startswith("ninfer-serve "), started
+    listing = subprocess.run([*chroot, str(root), "/lib64/ld-linux-x86-64.so.2", "--list", "/opt/ninfer/bin/ninfer-serve"], capture_output=True, text=True, timeout=60).stdout
+    assert "libcudart.so.13 => /lib/x86_64-linux-gnu/libcudart.so.13" in listing and "not found" not in listing
+

@@ -134,3 +134,14 @@ def test_a_library_no_package_ships_is_refused_naming_the_binary_and_the_library
     with pytest.raises(InputError, match="needs libc.so.6, which the image does not provide") as info:
         build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
     assert "the packages of containers/ninfer-runtime.lock.json" in info.value.expected
+
+
+def test_a_wheel_file_from_a_wheel_the_toolchain_lock_does_not_pin_is_refused(world, key):
+    tmp_path, repo, definition = world
+    wheel_file = ('\n[[base.wheel_file]]\ndistribution = "nvidia-nothing"\nmember = "nvidia/cu13/lib/libnothing.so.13"\n'
+                  'to = "/usr/lib/x86_64-linux-gnu/libnothing.so.13"\nlicense = "MIT"\n')
+    definition.write_text(shipped_definition_on_packages(repo.server.base, key, "containers/keys/test.gpg", ["libc6"], scripts=wheel_file))
+    assert image.lock_packages(LANE, definition=definition) == 0
+    with pytest.raises(InputError, match="names a wheel the toolchain lock does not pin") as info:
+        build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
+    assert info.value.found == "nvidia-nothing" and "nvidia-cuda-runtime" in info.value.expected
