@@ -24,6 +24,7 @@ from pipeline.formats.image_definition import load_definition
 from pipeline.formats.lanes import find_lane
 from pipeline.infra import package_layer
 from pipeline.stages import image
+from tests.kits.aptkit import syft_debs
 
 DEFINITION = ROOT / "containers" / "trixie" / "ninfer-runtime.toml"
 LANE = "rtx5090-container"
@@ -140,6 +141,10 @@ def test_the_sample_image_on_trixie_runs_and_is_the_same_from_a_cold_and_a_warm_
     document = json.loads((tmp_path / "dist-a" / next(a for a in results[0].outputs if a.kind == "image-sbom").path).read_bytes())
     purls = {ref["referenceLocator"] for p in document["packages"] for ref in p.get("externalRefs", [])}
     assert "pkg:pypi/nvidia-cuda-runtime@13.1.80" in purls and any(p.startswith("pkg:deb/debian/libavcodec61@") and "distro=debian-13" in p for p in purls)
+    debs, distro = syft_debs(tmp_path / "dist-a" / entry.attrs["layout"])  # an independent scanner reads the image's status.d and os-release
+    lock = image.read_package_lock(load_definition(DEFINITION))
+    assert set(debs) == {(p.name, p.version) for p in lock.packages} and distro == "Debian GNU/Linux 13 (trixie)"
+    assert debs[("libavcodec61", lock.package("libavcodec61").version)].startswith("pkg:deb/debian/libavcodec61@")
     root = (tmp_path / "bundle" / "rootfs")
     rootless = [] if os.geteuid() == 0 else ["--rootless"]
     subprocess.run(["umoci", "unpack", *rootless, "--image", f"{tmp_path / 'dist-a' / entry.attrs['layout']}:{entry.attrs['ref_name']}", str(root.parent)],

@@ -23,7 +23,15 @@ from pipeline.formats import apt_lock, image_definition
 from pipeline.formats.lanes import find_lane
 from pipeline.stages import image
 from pipeline.stages.image import build_image
-from tests.kits.aptkit import MiniRepo, SigningKey, build_deb, member, package, shipped_definition_on_packages
+from tests.kits.aptkit import (
+    MiniRepo,
+    SigningKey,
+    build_deb,
+    member,
+    package,
+    shipped_definition_on_packages,
+    syft_debs,
+)
 
 LANE = "rtx5090-container"
 pytestmark = pytest.mark.skipif(not Path("/lib64/ld-linux-x86-64.so.2").exists(), reason="needs an x86-64 glibc host to package its C library")
@@ -104,6 +112,10 @@ def test_an_image_on_a_package_base_runs_is_inventoried_and_is_the_same_from_two
     assert libc["checksums"] == [{"algorithm": "SHA256", "checksumValue": lock_sha.package("libc6").sha256}]
     assert libc["licenseDeclared"] == "LGPL-2.1-or-later" and "glibc 2.36-9" in libc["sourceInfo"]
     assert libc["downloadLocation"] == "NOASSERTION" and f"from {repo.server.base}/{lock_sha.package('libc6').filename}" in libc["comment"]  # loopback: no TLD for SPDX
+
+    # an independent scanner (Syft) finds exactly the locked packages in the image's status.d
+    debs, _distro = syft_debs(dist / entry.attrs["layout"])
+    assert set(debs) == {(p.name, p.version) for p in lock_sha.packages}
 
     # the root file system runs: unpacked by umoci, the entrypoint started with chroot, its libraries from the image
     layout = dist / entry.attrs["layout"]

