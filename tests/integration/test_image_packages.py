@@ -157,3 +157,18 @@ def test_a_wheel_file_from_a_wheel_the_toolchain_lock_does_not_pin_is_refused(wo
     with pytest.raises(InputError, match="names a wheel the toolchain lock does not pin") as info:
         build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
     assert info.value.found == "nvidia-nothing" and "nvidia-cuda-runtime" in info.value.expected
+
+
+def test_a_packaged_library_whose_own_dependency_is_missing_is_refused_naming_both(world, key):
+    tmp_path, repo, definition = world
+    libstdcxx = build_deb(tmp_path / "debs" / "libstdc++6.deb", "libstdc++6", members=[
+        member("./usr/", kind=tarfile.DIRTYPE, mode=0o755), member("./usr/lib/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./usr/lib/x86_64-linux-gnu/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./usr/lib/x86_64-linux-gnu/libstdc++.so.6", imagekit.host_library("libstdc++.so.6").read_bytes()),  # needs libm.so.6, libgcc_s.so.1
+    ])
+    libc = _libc_deb(tmp_path / "debs")
+    repo.publish([package("libc6", "2.36-9", deb=libc), package("libstdc++6", deb=libstdcxx, Depends="libc6")], debs={"libc6": libc, "libstdc++6": libstdcxx})
+    definition.write_text(shipped_definition_on_packages(repo.server.base, key, "containers/keys/test.gpg", ["libstdc++6"]))
+    assert image.lock_packages(LANE, definition=definition) == 0
+    with pytest.raises(InputError, match=r"/usr/lib/x86_64-linux-gnu/libstdc\+\+\.so\.6 needs (libm\.so\.6|libgcc_s\.so\.1), which the image does not provide"):
+        build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
