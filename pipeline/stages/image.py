@@ -175,6 +175,20 @@ def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, stag
     return BaseImage(None, "packages", "sha256:" + sha256_file(lock.file), None, config, None, (), {}, packages=result, lock=lock)
 
 
+def report_lane_libraries(lane: Lane, base: BaseImage) -> None:
+    """The lane's typed `base_image_libraries` against what the package base really ships (derived from the lock's packages).
+
+    A warning, not a refusal: what decides is every DT_NEEDED of the binaries, checked on the assembled file
+    system (check_rootfs); a lane list that drifted from the base (FFmpeg 6.1's sonames typed, trixie's 7.1
+    shipped) is named here so the lane file can be corrected."""
+    assert base.packages is not None and base.lock is not None
+    shipped = package_layer.shipped_libraries(base.packages, base.lock.architecture)
+    missing = [name for name in lane.base_image_libraries if name not in shipped]
+    if missing:
+        ui.warn(f"lane {lane.id} lists base_image_libraries the package base does not ship: {', '.join(missing)} "
+                f"(the base ships e.g. {', '.join(sorted(n for n in shipped if n.split('.so')[0] in {m.split('.so')[0] for m in missing})) or 'none of those names'})")
+
+
 def deb_components(base: BaseImage) -> list[sbom.DebComponent]:
     """The SBOM's view of each package of a package base: lock pins, control fields, DEP-5 licence."""
     assert base.lock is not None and base.packages is not None
@@ -760,6 +774,7 @@ class ImageStage(Stage):
             else:
                 assert self.lock is not None
                 base = package_base_image(definition, self.lock, staging / ".packages", epoch, lane)
+                report_lane_libraries(lane, base)
 
             layout = staging / "oci"
             blobs = oci.BlobStore(layout)
