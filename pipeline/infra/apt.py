@@ -95,12 +95,21 @@ def _check_release(release: Release, source: Any, architecture: str, *, label: s
                                  why="an expired Release file may be a frozen mirror replaying old, vulnerable packages", fix="lock against a current mirror")
 
 
-def _index_entry(release: Release, component: str, architecture: str, *, label: str) -> tuple[IndexEntry, IndexEntry | None]:
-    base = f"{component}/binary-{architecture}/Packages"
-    for suffix in (".xz", ".gz", ""):
-        if base + suffix in release.files:
-            return release.files[base + suffix], release.files.get(base) if suffix else None
-    raise InputError("lists no Packages index for the component and architecture", file=label, field="SHA256", found=base, expected=f"{base}.xz, .gz or uncompressed")
+def _index_entries(release: Release, component: str, architecture: str, *, label: str) -> list[tuple[IndexEntry, IndexEntry | None]]:
+    """The component's Packages index for the architecture, and its `binary-all` index when the Release lists `all` among
+    its Architectures and does not say the architecture's index carries those packages too
+    (`No-Support-for-Architecture-all: Packages`, Debian's case): apt's rule."""
+    found = []
+    for arch in (architecture, "all"):
+        if arch == "all" and ("all" not in release.words("Architectures") or release.fields.get("No-Support-for-Architecture-all", "").strip() == "Packages"):
+            continue
+        base = f"{component}/binary-{arch}/Packages"
+        entry = next(((release.files[base + suffix], release.files.get(base) if suffix else None) for suffix in (".xz", ".gz", "") if base + suffix in release.files), None)
+        if entry is not None:
+            found.append(entry)
+        elif arch == architecture:
+            raise InputError("lists no Packages index for the component and architecture", file=label, field="SHA256", found=base, expected=f"{base}.xz, .gz or uncompressed")
+    return found
 
 
 def _decompress(path: Path, entry: IndexEntry, *, label: str) -> bytes:
@@ -118,6 +127,26 @@ def _decompress(path: Path, entry: IndexEntry, *, label: str) -> bytes:
     return data
 
 
+def _fetch_index(base: str, entry: IndexEntry, plain: IndexEntry | None, release: Release, cache: Path) -> bytes:
+    """One Packages index by the SHA-256 and size the signed Release lists (by hash where offered), decompressed and checked again."""
+    directory = base + entry.path.rsplit("/", 1)[0]
+    url = f"{directory}/by-hash/SHA256/{entry.sha256}" if release.by_hash else base + entry.path
+    try:
+        path = cached_fetch(url, cache, sha256=entry.sha256, size=entry.size, label=entry.path)
+    except IntegrityError as problem:
+        raise IntegrityError(
+            "serves a Packages index that differs from the signed Release file", file=url, field=entry.path, found=problem.found,
+            expected=f"sha256 {entry.sha256}, {entry.size} bytes (the Release file's SHA256 line)",
+            why="the package pins come from this index; an index the signature does not cover could pin anything",
+            fix="lock again later (a mirror in the middle of an update) or use another mirror",
+        ) from None
+    data = _decompress(path, entry, label=url)
+    if plain is not None and (len(data) != plain.size or sha256_bytes(data) != plain.sha256):
+        raise IntegrityError("decompresses to other bytes than the Release file lists for the uncompressed index", file=url, field=plain.path,
+                             found=f"sha256 {sha256_bytes(data)}, {len(data)} bytes", expected=f"sha256 {plain.sha256}, {plain.size} bytes")
+    return data
+
+
 def fetch_source(source: Any, origin: int, architecture: str, *, keyring: bytes, cache: Path) -> FetchedSource:
     """One source of the definition (uri, suite, components, fingerprints, keyring_path), verified and parsed."""
     base = source.uri.rstrip("/") + "/dists/" + source.suite + "/"
@@ -132,24 +161,10 @@ def fetch_source(source: Any, origin: int, architecture: str, *, keyring: bytes,
     _check_release(release, source, architecture, label=label)
     indexes, packages = [], []
     for component in source.components:
-        entry, plain = _index_entry(release, component, architecture, label=label)
-        directory = base + entry.path.rsplit("/", 1)[0]
-        url = f"{directory}/by-hash/SHA256/{entry.sha256}" if release.by_hash else base + entry.path
-        try:
-            path = cached_fetch(url, cache, sha256=entry.sha256, size=entry.size, label=entry.path)
-        except IntegrityError as problem:
-            raise IntegrityError(
-                "serves a Packages index that differs from the signed Release file", file=url, field=entry.path, found=problem.found,
-                expected=f"sha256 {entry.sha256}, {entry.size} bytes (the Release file's SHA256 line)",
-                why="the package pins come from this index; an index the signature does not cover could pin anything",
-                fix="lock again later (a mirror in the middle of an update) or use another mirror",
-            ) from None
-        data = _decompress(path, entry, label=url)
-        if plain is not None and (len(data) != plain.size or sha256_bytes(data) != plain.sha256):
-            raise IntegrityError("decompresses to other bytes than the Release file lists for the uncompressed index", file=url, field=plain.path,
-                                 found=f"sha256 {sha256_bytes(data)}, {len(data)} bytes", expected=f"sha256 {plain.sha256}, {plain.size} bytes")
-        indexes.append(entry)
-        packages += parse_packages(data, source=url, origin=origin, architecture=architecture)
+        for entry, plain in _index_entries(release, component, architecture, label=label):
+            data = _fetch_index(base, entry, plain, release, cache)
+            indexes.append(entry)
+            packages += parse_packages(data, source=base + entry.path, origin=origin, architecture=architecture)
     ui.info(f"{label}: signed by {', '.join(verified.signers)}; {len(packages)} packages for {architecture}")
     return FetchedSource(source.uri, source.suite, tuple(source.components), inrelease_sha256, verified.signers, release, tuple(indexes), tuple(packages))
 

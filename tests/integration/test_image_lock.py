@@ -164,3 +164,10 @@ def test_a_keyring_that_does_not_match_its_pin_is_refused_before_any_download(re
     with pytest.raises(IntegrityError, match="does not have the SHA-256 the definition pins") as info:
         _lock(path)
     assert info.value.field == "base.source[0].keyring_sha256"
+
+
+def test_architecture_all_packages_in_a_separate_binary_all_index_are_found(repo, keys):
+    repo.publish(UNIVERSE, split_all=True)
+    lock = _lock(_definition(repo, keys[0], ["ninfer-deps"]))
+    assert "tzdata" in {p["name"] for p in lock["packages"]}  # arch all, only in main/binary-all/Packages
+    assert [index["path"] for index in lock["sources"][0]["indexes"]] == ["main/binary-amd64/Packages.xz", "main/binary-all/Packages.xz"]

@@ -115,13 +115,18 @@ class MiniRepo:
     def dists(self) -> Path:
         return self.root / "dists" / self.suite
 
-    def publish(self, packages: list[dict[str, str]], *, debs: dict[str, Path] | None = None, signer: SigningKey | None = None, extra_release: str = "") -> None:
+    def publish(self, packages: list[dict[str, str]], *, debs: dict[str, Path] | None = None, signer: SigningKey | None = None, extra_release: str = "",
+                split_all: bool = False) -> None:
         """Write the index, the Release file and InRelease (signed by `signer`, default the repository's key); copy .debs into the pool."""
-        index = "\n".join(stanza(entry) for entry in packages).encode()
-        folder = self.dists / "main" / f"binary-{self.arch}"
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "Packages").write_bytes(index)
-        (folder / "Packages.xz").write_bytes(lzma.compress(index))
+        groups = {self.arch: packages}
+        if split_all:  # arch all packages only in binary-all (a Release without No-Support-for-Architecture-all)
+            groups = {self.arch: [e for e in packages if e["Architecture"] != "all"], "all": [e for e in packages if e["Architecture"] == "all"]}
+        for arch, entries in groups.items():
+            index = "\n".join(stanza(entry) for entry in entries).encode()
+            folder = self.dists / "main" / f"binary-{arch}"
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "Packages").write_bytes(index)
+            (folder / "Packages.xz").write_bytes(lzma.compress(index))
         for entry in packages:
             if debs and entry["Package"] in debs:
                 target = self.root / entry["Filename"]
@@ -132,7 +137,7 @@ class MiniRepo:
             data = path.read_bytes()
             lines.append(f" {hashlib.sha256(data).hexdigest()} {len(data):>8} {path.relative_to(self.dists).as_posix()}")
         release = (f"Origin: Test\nLabel: Test\nSuite: {self.suite}\nCodename: {self.suite}\nDate: Sat, 21 Nov 2026 09:15:44 UTC\n"
-                   f"Architectures: {self.arch}\nComponents: main\n{extra_release}SHA256:\n" + "\n".join(lines) + "\n")
+                   f"Architectures: {'all ' if split_all else ''}{self.arch}\nComponents: main\n{'' if split_all else 'No-Support-for-Architecture-all: Packages' + chr(10)}{extra_release}SHA256:\n" + "\n".join(lines) + "\n")
         (self.dists / "Release").write_text(release)
         (self.dists / "InRelease").write_bytes((signer or self.key).clearsign(release.encode()))
 
