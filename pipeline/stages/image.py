@@ -29,7 +29,8 @@ cmd, env, port, user, labels).  No Docker engine is involved:
 5. **Config, manifest, index** as canonical JSON; labels and annotations
    include `org.opencontainers.image.created` = the source commit time, so two
    runs give the same manifest digest.
-6. **SPDX 2.3 SBOM** of the image (written by `formats/sbom.py`, the one owner of SBOMs):
+6. **SPDX 2.3 SBOM** of the image (written by `formats/sbom.py`, the one owner of SBOMs; on a
+   package base, each distribution package and each pinned wheel stands where the base image would):
    the image (DESCRIBES), its base by digest with the terms the definition states for it
    (`base.license`, e.g. the NVIDIA CUDA EULA with its text; its own layers are not
    analysed: concluded NOASSERTION), the binary archive by hash with the concluded licence
