@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.formats.apt_repository import PACKAGE_NAME, compare_versions
+from pipeline.formats.apt_repository import PACKAGE_NAME, VERSION
 from pipeline.util.fs import atomic_write_bytes, read_bytes_bounded
 from pipeline.util.hashing import is_sha256_hex
 from pipeline.util.jsonio import canonical_bytes, expect_document_type, loads_object
@@ -130,7 +130,18 @@ def _source(raw: Any, index: int, *, file: str) -> LockedSource:
     _need(is_sha256_hex(raw["inrelease_sha256"]), "is not a SHA-256", file=file, field=f"{where}.inrelease_sha256", found=raw["inrelease_sha256"])
     _need(isinstance(raw["signers"], list) and bool(raw["signers"]) and all(isinstance(s, str) for s in raw["signers"]),
           "names no signer", file=file, field=f"{where}.signers", found=raw["signers"])
+    for key in ("suite", "date", "distro"):
+        _need(isinstance(raw[key], str), "is not a string", file=file, field=f"{where}.{key}", found=raw[key])
+    _need(_strings(raw["components"]), "is not a list of component names", file=file, field=f"{where}.components", found=raw["components"])
+    _need(isinstance(raw["indexes"], list) and all(isinstance(i, dict) and set(i) == {"path", "sha256", "size"} and isinstance(i["path"], str)
+                                                   and is_sha256_hex(i["sha256"]) and isinstance(i["size"], int) and not isinstance(i["size"], bool)
+                                                   for i in raw["indexes"]),
+          "is not a list of {path, sha256, size} index records", file=file, field=f"{where}.indexes", found=raw["indexes"])
     return LockedSource(raw["uri"], raw["suite"], tuple(raw["components"]), raw["inrelease_sha256"], tuple(raw["signers"]), raw["date"], raw["distro"], tuple(raw["indexes"]))
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 _PACKAGE_KEYS = {"name", "version", "architecture", "multi_arch", "filename", "size", "sha256", "source_package", "source_version", "source", "why"}
@@ -147,8 +158,14 @@ def _package(raw: Any, index: int, sources: int, *, file: str) -> LockedPackage:
     _need(relpath_problem(raw["filename"], hidden=True, portable=False) is None and raw["filename"].endswith(".deb"),
           "is not a .deb path inside the archive", file=file, field=f"{where}.filename", found=raw["filename"])
     _need(isinstance(raw["source"], int) and 0 <= raw["source"] < sources, "names no source of this lock", file=file, field=f"{where}.source", found=raw["source"])
-    _need(isinstance(raw["version"], str) and compare_versions(raw["version"], raw["version"]) == 0, "is not a version", file=file, field=f"{where}.version", found=raw["version"])
-    _need(isinstance(raw["why"], dict) and set(raw["why"]) == {"package", "field", "relation"}, "does not say why the package is there", file=file, field=f"{where}.why", found=raw["why"])
+    _need(isinstance(raw["version"], str) and VERSION.fullmatch(raw["version"]) is not None, "is not a Debian version", file=file, field=f"{where}.version", found=raw["version"])
+    for key in ("architecture", "source_package", "source_version"):
+        _need(isinstance(raw[key], str) and bool(raw[key]), "is not a non-empty string", file=file, field=f"{where}.{key}", found=raw[key])
+    _need(raw["multi_arch"] in ("no", "same", "foreign", "allowed"), "is not a Multi-Arch value", file=file, field=f"{where}.multi_arch", found=raw["multi_arch"])
+    why = raw["why"]
+    _need(isinstance(why, dict) and set(why) == {"package", "field", "relation"} and (why["package"] is None or isinstance(why["package"], str))
+          and isinstance(why["field"], str) and isinstance(why["relation"], str),
+          "does not say why the package is there", file=file, field=f"{where}.why", found=why)
     return LockedPackage(**{key: raw[key] for key in _PACKAGE_KEYS})
 
 
@@ -160,6 +177,9 @@ def read_lock_bytes(data: bytes, path: Path) -> AptLock:
     expected = {"artifact_type", "schema_version", "definition", "request_sha256", "architecture", "requested", "sources", "packages"}
     _need(set(document) == expected, "has other keys than a lock", file=file, field="(top level)", found=sorted(document))
     _need(is_sha256_hex(document["request_sha256"]), "is not a SHA-256", file=file, field="request_sha256", found=document["request_sha256"])
+    for key in ("definition", "architecture"):
+        _need(isinstance(document[key], str), "is not a string", file=file, field=key, found=document[key])
+    _need(_strings(document["requested"]), "is not a list of package names", file=file, field="requested", found=document["requested"])
     _need(isinstance(document["sources"], list) and bool(document["sources"]), "lists no source", file=file, field="sources", found=document["sources"])
     sources = tuple(_source(raw, i, file=file) for i, raw in enumerate(document["sources"]))
     _need(isinstance(document["packages"], list), "is not a list", file=file, field="packages", found=type(document["packages"]).__name__)

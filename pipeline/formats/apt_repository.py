@@ -24,7 +24,7 @@ from pipeline.util.safepath import relpath_problem
 
 _FIELD = re.compile(r"([!-9;-~][!-9;-~]*):[ \t]*(.*)")  # Policy 5.1: US-ASCII without control chars, space and colon
 PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9+.-]+")
-_VERSION = re.compile(r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~:-]*(?<!-)")
+VERSION = re.compile(r"(?:[0-9]+:)?[0-9][A-Za-z0-9.+~:-]*(?<!-)")
 _RELATION = re.compile(
     r"(?P<name>[a-z0-9][a-z0-9+.-]+)(?::(?P<arch>[a-z0-9-]+))?"
     r"\s*(?:\(\s*(?P<op><<|<=|=|>=|>>|<|>)\s*(?P<version>[^)\s]+)\s*\))?"
@@ -160,7 +160,7 @@ def parse_relations(value: str, *, source: str, field: str) -> tuple[tuple[Relat
                                  expected="'name[:arch] [(op version)]' joined by ',' and '|' (Debian Policy 7.1)")
             op = {"<": "<=", ">": ">="}.get(match.group("op") or "", match.group("op"))  # the deprecated forms mean <= and >=
             version = match.group("version")
-            if version is not None and not _VERSION.fullmatch(version):
+            if version is not None and not VERSION.fullmatch(version):
                 raise InputError("names a version that is not a Debian version", file=source, field=field, found=version)
             alternatives.append(Relation(match.group("name"), match.group("arch"), op, version))
         groups.append(tuple(alternatives))
@@ -267,7 +267,7 @@ def parse_package(stanza: dict[str, str], *, source: str, origin: int) -> Binary
         if required not in stanza:
             raise InputError("has a package stanza without a required field", file=source, field=f"{where}.{required}", expected="Package, Version, Architecture, Filename, Size and SHA256")
     name, version = stanza["Package"], stanza["Version"]
-    if not PACKAGE_NAME.fullmatch(name) or not _VERSION.fullmatch(version):
+    if not PACKAGE_NAME.fullmatch(name) or not VERSION.fullmatch(version):
         raise InputError("names a package or version that is not valid", file=source, field=f"{where}.Package", found=f"{name} {version}")
     problem = relpath_problem(stanza["Filename"], hidden=True, portable=False)
     if problem is not None or not stanza["Filename"].endswith(".deb"):

@@ -28,6 +28,8 @@ READERS = {
     "registry_manifest", "token", "token_answer", "registry_client", "sbom", "release_toml",
     # issue #18 §4: the acceptance bundle and receipt, route documents, provenance statements, source archives, publish's GitHub answers
     "acceptance", "routes", "provenance", "source_archive", "github",
+    # issue #29: a package archive's Release and Packages, the image's package lock, a .deb
+    "apt_index", "apt_lock", "deb",
 }
 FUZZ_SECONDS = 3
 BUDGET_RUNS = 150  # inputs per harness in the suite's fixed budget
