@@ -166,6 +166,16 @@ def image(session: nox.Session) -> None:
         _pipeline(session, "image", "--lane", lane)
 
 
+@nox.session(name="image-lock", venv_backend="none")
+def image_lock(session: nox.Session) -> None:
+    """Resolve the container lane's package base against its signed archives into containers/<definition>.lock.json (online)."""
+    containers = [row.id for row in LANES if row.kind == "container"]
+    if not containers:
+        session.error("no container lane in runtime/lanes/ (kind = \"container\")")
+    for lane in containers:
+        _pipeline(session, "image", "lock", "--lane", lane, dist=False)
+
+
 @nox.session(venv_backend="none")
 def push(session: nox.Session) -> None:
     """Push the image by digest to PIPELINE_REGISTRY and write the publication receipt."""

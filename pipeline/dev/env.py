@@ -50,6 +50,8 @@ DEBIAN_TOOLS = {
     "aria2c": "aria2",  # the benchmark's multi-connection download peer (audit-large-file-capped)
     "ccache": "ccache",  # the build's compile cache (build --cache)
     "chromium": "chromium",  # the status page rendered in a real browser
+    "gpgv": "gpgv",  # image lock: the InRelease signature of a package base (infra/openpgp.py)
+    "gpg": "gnupg",  # the package-base tests sign their own mini repository
 }
 NODE_TOOLS = ROOT / "tools" / "node"
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from pipeline.errors import InputError
+from pipeline.errors import InputError, IntegrityError
 from pipeline.formats.components import is_licence_ref, licence_refs
 from pipeline.formats.image_reference import is_tag
 from pipeline.formats.lanes import REPO_ROOT, Lane
@@ -57,7 +57,9 @@ _TOP = {
     "labels": Field(dict, required=False, default={}),
     "layer": Field(list, items=dict, expected="one [[layer]] table per layer, in order"),
 }
+_KINDS = ("registry", "packages")
 _BASE = {
+    "kind": Field(str, required=False, default="registry", check=one_of(*_KINDS), expected="'registry' (an image pinned by digest) or 'packages' (Debian packages from a lock)"),
     "repository": Field(str),
     "tag": Field(str, required=False, expected="the tag the digest was resolved from (for people; never used to pull)"),
     "digest": Field(str, expected="'sha256:' + 64 hex digits"),
@@ -65,6 +67,38 @@ _BASE = {
     "license": Field(str, required=False, expected="the base image's terms as an SPDX expression, e.g. 'LicenseRef-NVIDIA-CUDA-EULA'"),
     "license_file": Field(str, required=False, expected="the text of a LicenseRef-* licence, a path in the repository such as 'packaging/licenses/LicenseRef-NVIDIA-CUDA-EULA.txt'"),
 }
+_PACKAGE_BASE = {
+    "kind": Field(str, check=one_of("packages"), expected="'packages'"),
+    "packages": Field(list, items=str, expected="the package names the image needs, e.g. ['libc6', 'libstdc++6']; their Pre-Depends and Depends are added"),
+    "source": Field(list, items=dict, expected="one [[base.source]] table per archive suite"),
+    "script": Field(list, items=dict, required=False, default=[], expected="one [[base.script]] table per reviewed maintainer script"),
+    "wheel_file": Field(list, items=dict, required=False, default=[], expected="one [[base.wheel_file]] table per file taken from a wheel of the toolchain lock"),
+    "note": Field(str, required=False),
+}
+_SCRIPT = {
+    "package": Field(str, check=matches(r"[a-z0-9][a-z0-9+.-]+"), expected="the package whose script this is"),
+    "script": Field(str, check=one_of("preinst", "postinst"), expected="'preinst' or 'postinst'"),
+    "sha256": Field(str, check=matches(r"[0-9a-f]{64}"), expected="the SHA-256 of the script as the package ships it (image says it when it refuses)"),
+    "stand_in": Field(str, expected="what replaces running the script, for the reviewer (e.g. 'nothing: it only restarts services on upgrade')"),
+    "links": Field(dict, required=False, default={}, expected="absolute path = \"target\" symbolic links made in its place (e.g. what update-alternatives would make)"),
+}
+_SOURCE = {
+    "uri": Field(str, check=matches(r"https://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~+-]+)*/?|http://(127\.0\.0\.1|localhost)(:[0-9]+)?(/[A-Za-z0-9._~+-]+)*/?"),
+                 expected="the archive's HTTPS URL, e.g. 'https://deb.debian.org/debian' (plain HTTP only to a loopback test server)"),
+    "suite": Field(str, check=matches(r"[a-z0-9][a-z0-9.-]*"), expected="a suite or codename, e.g. 'trixie'"),
+    "components": Field(list, items=str, expected="e.g. ['main']"),
+    "keyring": Field(str, expected="a binary OpenPGP keyring in the repository, e.g. 'containers/keys/debian-archive-trixie-automatic.gpg'"),
+    "keyring_sha256": Field(str, check=matches(r"[0-9a-f]{64}"), expected="the keyring file's SHA-256 (64 lowercase hex digits)"),
+    "fingerprints": Field(list, items=str, expected="the primary key fingerprints whose signatures are trusted (40 hex digits each)"),
+}
+_WHEEL_FILE = {
+    "distribution": Field(str, check=matches(r"[a-z0-9][a-z0-9._-]*"), expected="a wheel the toolchain lock pins for the lane's toolkit, e.g. 'nvidia-cuda-runtime'"),
+    "member": Field(str, expected="the file's path inside the wheel, e.g. 'nvidia/cu13/lib/libcudart.so.13'"),
+    "to": Field(str, expected="its absolute path in the image, e.g. '/usr/lib/x86_64-linux-gnu/libcudart.so.13'"),
+    "license": Field(str, expected="the terms it comes under, e.g. 'LicenseRef-NVIDIA-CUDA-EULA'"),
+    "license_file": Field(str, required=False, expected="the text of a LicenseRef-* licence, a path in the repository"),
+}
+MAX_KEYRING_BYTES = 1 << 20
 _CONFIG = {
     "entrypoint": Field(list, items=str),
     "cmd": Field(list, items=str, required=False, default=[]),
@@ -130,6 +164,64 @@ class BaseSpec:
 
 
 @dataclass(frozen=True)
+class PackageSource:
+    """One archive suite of a package base, with the keys trusted to sign it."""
+
+    uri: str
+    suite: str
+    components: tuple[str, ...]
+    keyring: str  # repository path
+    keyring_sha256: str
+    fingerprints: tuple[str, ...]
+    keyring_bytes: bytes
+
+    def request(self) -> dict[str, object]:
+        return {"uri": self.uri, "suite": self.suite, "components": list(self.components), "keyring_sha256": self.keyring_sha256,
+                "fingerprints": sorted(self.fingerprints)}
+
+
+@dataclass(frozen=True)
+class ScriptStandIn:
+    """A maintainer script that is not run, reviewed: bound to its bytes by SHA-256, with what stands in for it."""
+
+    package: str
+    script: str
+    sha256: str
+    stand_in: str
+    links: tuple[tuple[str, str], ...] = ()  # (absolute path, target) made in its place
+
+
+@dataclass(frozen=True)
+class WheelFile:
+    """A file of a wheel the toolchain lock pins (libcudart.so.13 from the CUDA runtime wheel), placed in the package layer."""
+
+    distribution: str
+    member: str
+    target: str
+    license: str
+    license_name: str | None
+    license_text: str | None
+
+
+@dataclass(frozen=True)
+class PackageBase:
+    """`[base] kind = "packages"`: the image's base is made of distribution packages, resolved into a lock."""
+
+    packages: tuple[str, ...]
+    sources: tuple[PackageSource, ...]
+    note: str | None = None
+    scripts: tuple[ScriptStandIn, ...] = ()
+    wheel_files: tuple[WheelFile, ...] = ()
+
+    def stand_ins(self) -> dict[tuple[str, str], ScriptStandIn]:
+        return {(item.package, item.script): item for item in self.scripts}
+
+    def request(self, architecture: str) -> dict[str, object]:
+        """What the lock is bound to (formats/apt_lock.py: request_digest)."""
+        return {"architecture": architecture, "packages": sorted(self.packages), "sources": [source.request() for source in self.sources]}
+
+
+@dataclass(frozen=True)
 class ImageDefinition:
     file: Path
     file_sha256: str
@@ -142,7 +234,7 @@ class ImageDefinition:
     gzip_level: int
     label_namespace: str
     archive_ignore: tuple[str, ...]
-    base: BaseSpec
+    base: BaseSpec | None  # a registry base pinned by digest; None for a package base
     entrypoint: tuple[str, ...]
     cmd: tuple[str, ...]
     working_dir: str
@@ -152,6 +244,7 @@ class ImageDefinition:
     env: tuple[tuple[str, str], ...]
     labels: tuple[tuple[str, str], ...]
     layers: tuple[LayerSpec, ...]
+    package_base: PackageBase | None = None
 
     @property
     def os(self) -> str:
@@ -176,29 +269,29 @@ def _relative_archive_path(value: str, *, file: str, field_name: str) -> str:
     return value
 
 
-def _base_license(base: dict, *, file: str) -> tuple[str | None, str | None, str | None]:
+def _base_license(base: dict, *, file: str, where: str = "base") -> tuple[str | None, str | None, str | None]:
     """(expression, LicenseRef name, its text) of the base image: a LicenseRef-* comes with its text from the repository."""
     from license_expression import get_spdx_licensing
 
     expression, text_file = base.get("license"), base.get("license_file")
     if expression is None:
         if text_file is not None:
-            raise InputError("names a licence text but no licence", file=file, field="base.license_file", fix="add base.license with the LicenseRef-* the text is")
+            raise InputError("names a licence text but no licence", file=file, field=f"{where}.license_file", fix="add base.license with the LicenseRef-* the text is")
         return None, None, None
     info = get_spdx_licensing().validate(expression)
     unknown = [symbol for symbol in info.invalid_symbols if not is_licence_ref(str(symbol))]
     if unknown or (info.errors and not info.invalid_symbols):
-        raise InputError("is not an SPDX licence expression", file=file, field="base.license", found=expression, why="; ".join(info.errors),
+        raise InputError("is not an SPDX licence expression", file=file, field=f"{where}.license", found=expression, why="; ".join(info.errors),
                          expected="SPDX licence identifiers and LicenseRef-* names joined by AND / OR")
     refs = sorted(licence_refs(expression))
     if not refs:
         return expression, None, None
     if len(refs) > 1 or text_file is None:
-        raise InputError("a LicenseRef-* licence needs its text (one per base)", file=file, field="base.license_file", found=expression,
+        raise InputError("a LicenseRef-* licence needs its text (one per base)", file=file, field=f"{where}.license_file", found=expression,
                          fix="add base.license_file = \"packaging/licenses/<LicenseRef-...>.txt\"")
     problem = relpath_problem(text_file, hidden=True, portable=True)
     if problem is not None:
-        raise InputError(f"is not a path inside the repository ({problem})", file=file, field="base.license_file", found=text_file)
+        raise InputError(f"is not a path inside the repository ({problem})", file=file, field=f"{where}.license_file", found=text_file)
     raw = read_bytes_bounded(REPO_ROOT / text_file, MAX_LICENSE_TEXT, what="licence text")
     try:
         return expression, refs[0], raw.decode("utf-8")
@@ -206,13 +299,9 @@ def _base_license(base: dict, *, file: str) -> tuple[str | None, str | None, str
         raise InputError("is not UTF-8 text", file=text_file, found=f"byte {exc.start}", expected="the licence text as UTF-8 (it goes into the image SPDX)") from None
 
 
-def load_definition(path: Path) -> ImageDefinition:
-    file = str(path)
-    definition_bytes = read_bytes_bounded(path, MAX_TOML_BYTES, what="image definition")
-    data = loads_toml(definition_bytes, source=path)  # the bytes hashed below are the bytes parsed
-    top = read_table(data, _TOP, file=file)
-    base = read_table(top["base"], _BASE, file=file, prefix="base")
-    config = read_table(top["config"], _CONFIG, file=file, prefix="config")
+def _registry_base(raw: dict, *, file: str) -> BaseSpec:
+    """`[base]` of kind 'registry': an image by repository and digest, with the terms it comes under."""
+    base = read_table(raw, _BASE, file=file, prefix="base")
 
     base_repository = parse_repository(base["repository"], origin=file, field_name="base.repository")
     if "@" in base["repository"] or ":" in base["repository"].split("/")[-1]:
@@ -234,6 +323,75 @@ def load_definition(path: Path) -> ImageDefinition:
         )
     if base.get("tag") is not None and not is_tag(base["tag"]):
         raise InputError("is not a valid tag", file=file, field="base.tag", found=base["tag"])
+    license_expression, license_name, license_text = _base_license(base, file=file)
+    return BaseSpec(base_repository, base["repository"], base.get("tag"), digest, license_expression, license_name, license_text)
+
+
+def _package_source(raw: dict, index: int, *, file: str) -> PackageSource:
+    where = f"base.source[{index}]"
+    source = read_table(raw, _SOURCE, file=file, prefix=where)
+    if not source["components"] or any(not re.fullmatch(r"[a-z0-9][a-z0-9-]*", c) for c in source["components"]):
+        raise InputError("names no component, or one that is not a plain name", file=file, field=f"{where}.components", found=source["components"], expected="e.g. ['main']")
+    fingerprints = tuple(f.replace(" ", "").upper() for f in source["fingerprints"])
+    if not fingerprints or any(not re.fullmatch(r"[0-9A-F]{40}|[0-9A-F]{64}", f) for f in fingerprints):
+        raise InputError("must list the full fingerprints of the trusted keys", file=file, field=f"{where}.fingerprints", found=source["fingerprints"],
+                         expected="40 (v4) or 64 (v6) hex digits each; key ids are too short to name a key",
+                         fix="list them with 'gpg --show-keys --with-colons KEYRING' (the fpr lines of the primary keys)")
+    problem = relpath_problem(source["keyring"], hidden=True, portable=True)
+    if problem is not None:
+        raise InputError(f"is not a path inside the repository ({problem})", file=file, field=f"{where}.keyring", found=source["keyring"])
+    keyring = read_bytes_bounded(REPO_ROOT / source["keyring"], MAX_KEYRING_BYTES, what="OpenPGP keyring")
+    if sha256_bytes(keyring) != source["keyring_sha256"]:
+        raise IntegrityError("the keyring file does not have the SHA-256 the definition pins", file=source["keyring"], field=f"{where}.keyring_sha256",
+                             found=sha256_bytes(keyring), expected=source["keyring_sha256"],
+                             why="the keys that sign the archive are trusted only as the reviewed definition pins them",
+                             fix="restore the keyring file, or (after checking the new keys out of band) pin its new SHA-256")
+    return PackageSource(source["uri"].rstrip("/"), source["suite"], tuple(source["components"]), source["keyring"], source["keyring_sha256"], fingerprints, keyring)
+
+
+def _package_base(raw: dict, *, file: str) -> PackageBase:
+    """`[base]` of kind 'packages': Debian packages named by the definition, resolved and pinned by `image lock`."""
+    base = read_table(raw, _PACKAGE_BASE, file=file, prefix="base")
+    names = base["packages"]
+    bad = [name for name in names if not re.fullmatch(r"[a-z0-9][a-z0-9+.-]+", name)]
+    if not names or bad or len(set(names)) != len(names):
+        raise InputError("must list package names, each once", file=file, field="base.packages", found=bad or names, expected="e.g. ['libc6', 'libstdc++6']")
+    if not base["source"]:
+        raise InputError("names no package source", file=file, field="base.source", expected="at least one [[base.source]]")
+    sources = tuple(_package_source(item, index, file=file) for index, item in enumerate(base["source"]))
+    scripts = []
+    for index, item in enumerate(base["script"]):
+        script = read_table(item, _SCRIPT, file=file, prefix=f"base.script[{index}]")
+        for path, target in script["links"].items():
+            oci.image_path(path, origin=file, field_name=f"base.script[{index}].links")
+            if not isinstance(target, str) or not target or "\0" in target:
+                raise InputError("a link needs a target", file=file, field=f"base.script[{index}].links.{path}", found=target)
+        if (script["package"], script["script"]) in {(s.package, s.script) for s in scripts}:
+            raise InputError("lists one script twice", file=file, field=f"base.script[{index}]", found=f"{script['package']} {script['script']}")
+        scripts.append(ScriptStandIn(script["package"], script["script"], script["sha256"], script["stand_in"], tuple(sorted(script["links"].items()))))
+    wheel_files = []
+    for index, item in enumerate(base["wheel_file"]):
+        where = f"base.wheel_file[{index}]"
+        entry = read_table(item, _WHEEL_FILE, file=file, prefix=where)
+        _relative_archive_path(entry["member"], file=file, field_name=f"{where}.member")
+        oci.image_path(entry["to"], origin=file, field_name=f"{where}.to")
+        expression, name, text = _base_license(entry, file=file, where=where)
+        wheel_files.append(WheelFile(entry["distribution"], entry["member"], entry["to"], expression or "", name, text))
+    return PackageBase(tuple(names), sources, base.get("note"), tuple(scripts), tuple(wheel_files))
+
+
+def load_definition(path: Path) -> ImageDefinition:
+    file = str(path)
+    definition_bytes = read_bytes_bounded(path, MAX_TOML_BYTES, what="image definition")
+    data = loads_toml(definition_bytes, source=path)  # the bytes hashed below are the bytes parsed
+    top = read_table(data, _TOP, file=file)
+    config = read_table(top["config"], _CONFIG, file=file, prefix="config")
+    kind = top["base"].get("kind", "registry") if isinstance(top["base"], dict) else None
+    registry_base = package_base = None
+    if kind == "packages":
+        package_base = _package_base(top["base"], file=file)
+    else:
+        registry_base = _registry_base(top["base"], file=file)
 
     platform_arch = top["platform"].split("/")[1]
     if platform_arch not in ("amd64", "arm64"):
@@ -297,7 +455,6 @@ def load_definition(path: Path) -> ImageDefinition:
     for index, item in enumerate(top["archive_ignore"]):
         _relative_archive_path(item, file=file, field_name=f"archive_ignore[{index}]")
 
-    license_expression, license_name, license_text = _base_license(base, file=file)
     return ImageDefinition(
         file=path,
         file_sha256=sha256_bytes(definition_bytes),
@@ -310,7 +467,8 @@ def load_definition(path: Path) -> ImageDefinition:
         gzip_level=top["gzip_level"],
         label_namespace=top["label_namespace"],
         archive_ignore=tuple(top["archive_ignore"]),
-        base=BaseSpec(base_repository, base["repository"], base.get("tag"), digest, license_expression, license_name, license_text),
+        base=registry_base,
+        package_base=package_base,
         entrypoint=tuple(config["entrypoint"]),
         cmd=tuple(config["cmd"]),
         working_dir=config["working_dir"],

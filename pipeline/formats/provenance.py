@@ -578,11 +578,15 @@ def make_image_statement(
     definition_sha256: str,
     byproducts: Mapping[str, str],
     environ: Mapping[str, str] = os.environ,
+    package_lock: tuple[str, str] | None = None,
 ) -> bytes:
-    """The statement of the OCI image: its manifest is the subject; the base image and the archive are inputs."""
+    """The statement of the OCI image: its manifest is the subject; the base image (or, for a base of
+    distribution packages, the package lock that pins every .deb: `package_lock` = (repository path, sha256))
+    and the archive are inputs."""
     external, internal, dependencies = _common(identity, lane)
     dependencies += [
-        descriptor("base-image", uri=f"oci://{base_reference}", sha256=base_manifest_digest.removeprefix("sha256:")),
+        descriptor(package_lock[0], sha256=package_lock[1], annotations={"role": "package-lock"}) if package_lock is not None
+        else descriptor("base-image", uri=f"oci://{base_reference}", sha256=base_manifest_digest.removeprefix("sha256:")),
         descriptor(archive_name, sha256=archive_sha256, annotations={"role": "binary-archive"}),
         descriptor(definition_name, sha256=definition_sha256, annotations={"role": "image-definition"}),
     ]

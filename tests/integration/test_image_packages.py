@@ -1,0 +1,176 @@
+"""The image stage on a base of distribution packages: from the lock alone, reproducible, inventoried, and its root file system runs.
+
+The packages carry this host's C library and loader (as a pre-merged-/usr `libc6` would), the
+binary archive's binaries are this host's /usr/bin/true (a real ELF needing libc.so.6), so the
+assembled image is unpacked by umoci (an independent OCI implementation) and a process is started
+in it with chroot.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import imagekit
+import pytest
+
+from pipeline.errors import InputError
+from pipeline.formats import apt_lock, image_definition
+from pipeline.formats.lanes import find_lane
+from pipeline.stages import image
+from pipeline.stages.image import build_image
+from tests.kits.aptkit import (
+    MiniRepo,
+    SigningKey,
+    build_deb,
+    member,
+    package,
+    shipped_definition_on_packages,
+    syft_debs,
+)
+
+LANE = "rtx5090-container"
+pytestmark = pytest.mark.skipif(not Path("/lib64/ld-linux-x86-64.so.2").exists(), reason="needs an x86-64 glibc host to package its C library")
+
+
+@pytest.fixture(scope="module")
+def key():
+    made = SigningKey.make("Image Test Archive")
+    yield made
+    made.close()
+
+
+def _libc_deb(folder: Path) -> Path:
+    libc = imagekit.host_library("libc.so.6").read_bytes()
+    loader = imagekit.host_library("ld-linux-x86-64.so.2").read_bytes()
+    copyright_text = b"Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/\n\nFiles: *\nLicense: LGPL-2.1+\n"
+    return build_deb(folder / "libc6.deb", "libc6", "2.36-9", members=[
+        member("./lib/", kind=tarfile.DIRTYPE, mode=0o755), member("./lib/x86_64-linux-gnu/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./lib/x86_64-linux-gnu/libc.so.6", libc, mode=0o755),
+        member("./lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", loader, mode=0o755),
+        member("./lib64/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./lib64/ld-linux-x86-64.so.2", kind=tarfile.SYMTYPE, link="/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2", mode=0o777),
+        member("./usr/", kind=tarfile.DIRTYPE, mode=0o755), member("./usr/share/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./usr/share/doc/", kind=tarfile.DIRTYPE, mode=0o755), member("./usr/share/doc/libc6/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./usr/share/doc/libc6/copyright", copyright_text),
+    ])
+
+
+@pytest.fixture
+def world(tmp_path, key, monkeypatch):
+    monkeypatch.setattr(image_definition, "REPO_ROOT", tmp_path)
+    monkeypatch.setenv("OMP_NINFER_APT_CACHE", str(tmp_path / "apt-cache"))
+    repo = MiniRepo(tmp_path / "archive", key)
+    repo.serve()
+    libc = _libc_deb(tmp_path / "debs")
+    repo.publish([package("libc6", "2.36-9", deb=libc, Maintainer="GNU Libc Maintainers <debian-glibc@lists.debian.org>", Source="glibc")], debs={"libc6": libc})
+    (tmp_path / "containers" / "keys").mkdir(parents=True)
+    (tmp_path / "containers" / "keys" / "test.gpg").write_bytes(key.keyring)
+    definition = tmp_path / "containers" / "ninfer-runtime.toml"
+    definition.write_text(shipped_definition_on_packages(repo.server.base, key, "containers/keys/test.gpg", ["libc6"]))
+    yield tmp_path, repo, definition
+    repo.close()
+
+
+def _packaged(tmp_path: Path, name: str) -> Path:
+    dist = tmp_path / name
+    imagekit.write_package(dist, find_lane(LANE), binaries=imagekit.stand_in_binaries(tmp_path / "stand-in-bin"))
+    return dist
+
+
+def _unpack(layout: Path, ref: str, bundle: Path) -> Path:
+    rootless = [] if os.geteuid() == 0 else ["--rootless"]
+    subprocess.run(["umoci", "unpack", *rootless, "--image", f"{layout}:{ref}", str(bundle)], check=True, capture_output=True)
+    return bundle / "rootfs"
+
+
+@pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci unpacks the layout independently (apt-get install umoci)")
+def test_an_image_on_a_package_base_runs_is_inventoried_and_is_the_same_from_two_cache_states(world, capsys):
+    tmp_path, repo, definition = world
+    assert image.lock_packages(LANE, definition=definition) == 0
+    dist = _packaged(tmp_path, "dist-a")
+    first = build_image(LANE, dist=dist, definition=definition)
+    # the lane types libraries (libcudart, FFmpeg 6.1) this base does not ship: named, since the lane file drifted from the base
+    assert "lists base_image_libraries the package base does not ship: libcudart.so.13, libavformat.so.60" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "apt-cache")  # the second build downloads every .deb again
+    second = build_image(LANE, dist=_packaged(tmp_path, "dist-b"), definition=definition)
+    entry = next(a for a in first.outputs if a.kind == "oci-layout")
+    assert entry.attrs["manifest_digest"] == next(a for a in second.outputs if a.kind == "oci-layout").attrs["manifest_digest"]
+    lock_sha = apt_lock.read_lock(apt_lock.lock_path(definition))
+    assert entry.attrs["base_kind"] == "packages" and entry.attrs["base_packages"] == len(lock_sha.packages) == 1
+    assert entry.attrs["base_libraries"]["libc.so.6"] == "libc6"
+    assert [row["origin"] for row in entry.attrs["layers"]] == ["layer:packages", "layer:docs", "layer:runtime"]
+
+    # the SBOM lists the package with its purl, .deb hash, DEP-5 licence and source package; no registry base
+    document = json.loads((dist / next(a for a in first.outputs if a.kind == "image-sbom").path).read_bytes())
+    debs = [p for p in document["packages"] if p["SPDXID"].startswith("SPDXRef-Deb-")]
+    assert [p["name"] for p in debs] == ["libc6"] and not any(p["SPDXID"] == "SPDXRef-BaseImage" for p in document["packages"])
+    (libc,) = debs
+    assert libc["externalRefs"][0]["referenceLocator"] == "pkg:deb/test/libc6@2.36-9?arch=amd64&distro=test-testing"
+    assert libc["checksums"] == [{"algorithm": "SHA256", "checksumValue": lock_sha.package("libc6").sha256}]
+    assert libc["licenseDeclared"] == "LGPL-2.1-or-later" and "glibc 2.36-9" in libc["sourceInfo"]
+    assert libc["downloadLocation"] == "NOASSERTION" and f"from {repo.server.base}/{lock_sha.package('libc6').filename}" in libc["comment"]  # loopback: no TLD for SPDX
+
+    # an independent scanner (Syft) finds exactly the locked packages in the image's status.d
+    debs, _distro = syft_debs(dist / entry.attrs["layout"])
+    assert set(debs) == {(p.name, p.version) for p in lock_sha.packages}
+
+    # the root file system runs: unpacked by umoci, the entrypoint started with chroot, its libraries from the image
+    layout = dist / entry.attrs["layout"]
+    root = _unpack(layout, entry.attrs["ref_name"], tmp_path / "bundle")
+    assert os.readlink(root / "lib") == "usr/lib" and (root / "var/lib/dpkg/status.d/libc6").read_text().startswith("Package: libc6\n")
+    chroot = ["chroot"] if os.geteuid() == 0 else ["unshare", "--user", "--map-root-user", "chroot"]
+    started = subprocess.run([*chroot, str(root), "/opt/ninfer/bin/ninfer-serve", "--version"], capture_output=True, text=True, timeout=60)
+    assert started.returncode == 0, started.stderr
+    listing = subprocess.run([*chroot, str(root), "/lib64/ld-linux-x86-64.so.2", "--list", "/opt/ninfer/bin/ninfer-serve"], capture_output=True, text=True, timeout=60)
+    assert "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6" in listing.stdout or "libc.so.6 => /usr/lib/x86_64-linux-gnu/libc.so.6" in listing.stdout, listing
+
+
+def test_a_stale_lock_is_refused_before_any_download(world):
+    tmp_path, _repo, definition = world
+    assert image.lock_packages(LANE, definition=definition) == 0
+    definition.write_text(definition.read_text().replace('packages = ["libc6"]', 'packages = ["libc6", "tzdata"]'))
+    with pytest.raises(InputError, match="made for another package request") as info:
+        build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
+    assert "image lock" in info.value.fix
+
+
+def test_a_library_no_package_ships_is_refused_naming_the_binary_and_the_library(world, key):
+    tmp_path, repo, definition = world
+    empty = build_deb(tmp_path / "debs" / "base-files.deb", "base-files", members=[member("./etc/", kind=tarfile.DIRTYPE, mode=0o755)])
+    repo.publish([package("base-files", deb=empty)], debs={"base-files": empty})
+    definition.write_text(shipped_definition_on_packages(repo.server.base, key, "containers/keys/test.gpg", ["base-files"]))
+    assert image.lock_packages(LANE, definition=definition) == 0
+    with pytest.raises(InputError, match="needs libc.so.6, which the image does not provide") as info:
+        build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
+    assert "the packages of containers/ninfer-runtime.lock.json" in info.value.expected
+
+
+def test_a_wheel_file_from_a_wheel_the_toolchain_lock_does_not_pin_is_refused(world, key):
+    tmp_path, repo, definition = world
+    wheel_file = ('\n[[base.wheel_file]]\ndistribution = "nvidia-nothing"\nmember = "nvidia/cu13/lib/libnothing.so.13"\n'
+                  'to = "/usr/lib/x86_64-linux-gnu/libnothing.so.13"\nlicense = "MIT"\n')
+    definition.write_text(shipped_definition_on_packages(repo.server.base, key, "containers/keys/test.gpg", ["libc6"], scripts=wheel_file))
+    assert image.lock_packages(LANE, definition=definition) == 0
+    with pytest.raises(InputError, match="names a wheel the toolchain lock does not pin") as info:
+        build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
+    assert info.value.found == "nvidia-nothing" and "nvidia-cuda-runtime" in info.value.expected
+
+
+def test_a_packaged_library_whose_own_dependency_is_missing_is_refused_naming_both(world, key):
+    tmp_path, repo, definition = world
+    libstdcxx = build_deb(tmp_path / "debs" / "libstdc++6.deb", "libstdc++6", members=[
+        member("./usr/", kind=tarfile.DIRTYPE, mode=0o755), member("./usr/lib/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./usr/lib/x86_64-linux-gnu/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./usr/lib/x86_64-linux-gnu/libstdc++.so.6", imagekit.host_library("libstdc++.so.6").read_bytes()),  # needs libm.so.6, libgcc_s.so.1
+    ])
+    libc = _libc_deb(tmp_path / "debs")
+    repo.publish([package("libc6", "2.36-9", deb=libc), package("libstdc++6", deb=libstdcxx, Depends="libc6")], debs={"libc6": libc, "libstdc++6": libstdcxx})
+    definition.write_text(shipped_definition_on_packages(repo.server.base, key, "containers/keys/test.gpg", ["libstdc++6"]))
+    assert image.lock_packages(LANE, definition=definition) == 0
+    with pytest.raises(InputError, match=r"/usr/lib/x86_64-linux-gnu/libstdc\+\+\.so\.6 needs (libm\.so\.6|libgcc_s\.so\.1), which the image does not provide"):
+        build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
