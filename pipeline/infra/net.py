@@ -126,6 +126,20 @@ def scheme_problem(url: str) -> str | None:
     return None
 
 
+def check_scheme(url: str) -> str | None:
+    """Why a release URL is refused (audit and rebuild): the shared scheme rule (HTTPS; plain HTTP only to loopback), then
+    the release rules (a release URL names one immutable file: no query, fragment or dot segments)."""
+    problem = scheme_problem(url)
+    if problem:
+        return problem
+    parts = urlsplit(url)  # scheme_problem has parsed it
+    if parts.query or parts.fragment:
+        return "carries a query or fragment; a release URL names one immutable file"
+    if "/../" in parts.path + "/" or "/./" in parts.path + "/":
+        return "contains '.' or '..' path segments"
+    return None
+
+
 def origin(url: str) -> tuple[str, str, int | None]:
     try:
         parts = urlsplit(url)

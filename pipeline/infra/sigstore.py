@@ -37,10 +37,10 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError
 from pipeline.formats.provenance import PAYLOAD_TYPE
+from pipeline.formats.release.names import BUNDLE_SUFFIX
 from pipeline.runcontext import current
 from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
 
-BUNDLE_SUFFIX = ".sigstore.json"
 TRUST_CONFIG_DIR = Path(__file__).resolve().parents[1] / "data" / "sigstore"
 TRUST_CONFIGS = {
     "production": TRUST_CONFIG_DIR / "production-trust-config.json",
