@@ -1,5 +1,6 @@
 """The house rules of docs/architecture.md, read from the source itself: no function over 150 lines, no
-import circle, no arrow from a lower layer up, and `pipeline/util/` on the standard library alone."""
+import circle, no arrow from a lower layer up, no stage importing another stage, and `pipeline/util/` on the
+standard library alone.  Every import counts, module-level or inside a function: a lazy import is still an edge."""
 
 from __future__ import annotations
 
@@ -90,12 +91,13 @@ def test_no_arrow_from_a_lower_layer_up():
     assert not arrows, sorted(set(arrows))
 
 
-def test_no_import_circle_among_module_level_imports():
-    modules = _modules()
-    graph = {name: {m for m in _imports(name, tree, top_level_only=True) if m in modules and m != name} for name, tree in modules.items()}
-    # a package's own __init__ importing its submodules is not a circle through its children
-    for name in graph:
-        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+def _import_graph(modules: dict[str, ast.Module], *, top_level_only: bool) -> dict[str, set[str]]:
+    """Module -> the pipeline modules it imports (a package's own __init__ importing its children is no edge back)."""
+    graph = {name: {m for m in _imports(name, tree, top_level_only=top_level_only) if m in modules and m != name} for name, tree in modules.items()}
+    return {name: {m for m in targets if not name.startswith(m + ".")} for name, targets in graph.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[str]:
     state: dict[str, int] = {}
     stack: list[str] = []
     circles: list[str] = []
@@ -114,7 +116,25 @@ def test_no_import_circle_among_module_level_imports():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+    return circles
+
+
+def _stage_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Stage -> stage imports: a stage that needs another's rule finds it below the stages, and one that runs
+    another finds it through the road (`road.pipe(name).stage_class()`)."""
+    stages = "pipeline.stages."
+    return sorted(f"{name} imports {target}" for name, targets in graph.items() if name.startswith(stages) for target in targets if target.startswith(stages))
+
+
+def test_no_import_circle():
+    """No circle among all imports, those inside functions included."""
+    circles = _circles(_import_graph(_modules(), top_level_only=False))
     assert not circles, circles
+
+
+def test_no_stage_imports_another_stage():
+    edges = _stage_edges(_import_graph(_modules(), top_level_only=False))
+    assert not edges, edges
 
 
 def test_the_rules_can_fail():
@@ -128,3 +148,13 @@ def test_the_rules_can_fail():
     lazy = ast.parse("def g():\n    from pipeline.tools import status\n")
     assert "pipeline.tools.status" in _imports("pipeline.infra.y", lazy, top_level_only=False)
     assert "pipeline.tools.status" not in _imports("pipeline.infra.y", lazy, top_level_only=True)
+    # a circle closed by a function-level import, and a stage that imports another inside a method
+    lazy_circle = {
+        "pipeline.formats.a": ast.parse("from pipeline.formats import b\n"),
+        "pipeline.formats.b": ast.parse("def f():\n    from pipeline.formats.a import X\n"),
+        "pipeline.stages.one": ast.parse("class S:\n    def run(self):\n        from pipeline.stages import two\n"),
+        "pipeline.stages.two": ast.parse("from pipeline.formats import a\n"),
+    }
+    assert _circles(_import_graph(lazy_circle, top_level_only=False)) == ["pipeline.formats.a -> pipeline.formats.b -> pipeline.formats.a"]
+    assert not _circles(_import_graph(lazy_circle, top_level_only=True))
+    assert _stage_edges(_import_graph(lazy_circle, top_level_only=False)) == ["pipeline.stages.one imports pipeline.stages.two"]
