@@ -48,6 +48,7 @@ from pipeline.errors import BuildFailure, EnvironmentProblem, InputError, Integr
 from pipeline.formats import build_environment
 from pipeline.formats import host_dependencies as host_declaration
 from pipeline.formats.identity import (
+    IDENTITY_TYPE,
     BuildIdentity,
     check_expected,
     embedded_identity,
@@ -82,7 +83,6 @@ from pipeline.util.jsonio import write_json
 from pipeline.util.proc import run, run_text
 
 LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
-IDENTITY_TYPE = "ninfer_release_build_identity"
 # Every ELF is linked with its final RUNPATH, $ORIGIN, and nothing else: CMake would otherwise link the build tree's
 # binaries with the folders of their libraries (the toolchain's, a --pkg-config-path prefix's), and the GNU build-id
 # the linker computes over those bytes would keep the prefix even after a RUNPATH rewrite. Given on the configure
