@@ -38,6 +38,7 @@ from pipeline.errors import InputError, IntegrityError, RefusedError, UsageError
 from pipeline.formats import assets, provenance, sbom
 from pipeline.formats import components as bom_model
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.formats.release.names import OIDC_ISSUER
 from pipeline.formats.toolchain_record import ToolchainRecord, read_record
 from pipeline.infra import archive, binaries
 from pipeline.infra.safetar import SafeTar
@@ -785,9 +786,6 @@ def package_lanes(*, dist: Path | str = "dist", lanes_dir: Path | None = None, j
     return results
 
 
-GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
-
-
 def run_package(args: argparse.Namespace) -> int:
     """`package`: the command line's front door to `package_lane` / `package_lanes`."""
     if args.all:
@@ -858,7 +856,7 @@ def register_cli(sub) -> None:
     check.add_argument("--shallow", action="store_true", help="names, checksums and receipt only; do not open the package and SBOMs")
     check.add_argument("--provenance", type=Path, help="also check this SLSA statement: its subjects must be exactly the set's files")
     check.add_argument("--certificate-identity", help="with --provenance: the signer its DSSE bundle (<statement>.sigstore.json) must carry")
-    check.add_argument("--certificate-oidc-issuer", default=GITHUB_ACTIONS_ISSUER, help="with --certificate-identity (default: GitHub Actions)")
+    check.add_argument("--certificate-oidc-issuer", default=OIDC_ISSUER, help="with --certificate-identity (default: GitHub Actions)")
     check.add_argument("--trust-config", default="production", help="'production' (default), 'staging' or a ClientTrustConfig file")
     add_common(check, dist=False, json_output="print the report as JSON")
     check.set_defaults(func=run_check_assets)

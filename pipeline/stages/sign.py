@@ -57,10 +57,9 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
 from pipeline.formats.provenance import FOLDER
-from pipeline.formats.release.names import BUNDLE_SUFFIX, RELEASE_RE, sort_release_key
+from pipeline.formats.release.names import BUNDLE_SUFFIX, OIDC_ISSUER, RELEASE_RE, sort_release_key
 from pipeline.formats.release.signer import signer_from_manifest
 from pipeline.infra.sigstore import (
-    GITHUB_ACTIONS_ISSUER,
     Sha256Digest,
     SignatureError,
     SignerIdentity,
@@ -367,7 +366,7 @@ def _token_identity(token) -> str:
         claims = loads_object(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)), source="the OIDC token's claims", max_bytes=64 * 1024)
     except (IndexError, ValueError, TypeError, InputError):
         claims = {}
-    if claims.get("iss") == GITHUB_ACTIONS_ISSUER and isinstance(claims.get("job_workflow_ref"), str):
+    if claims.get("iss") == OIDC_ISSUER and isinstance(claims.get("job_workflow_ref"), str):
         return f"https://github.com/{claims['job_workflow_ref']}"
     return str(getattr(token, "identity", "") or "")
 

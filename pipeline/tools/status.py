@@ -67,10 +67,10 @@ def cut_cell(lane: Lane, register: Register) -> Cell:
 
 
 def _lock_digest(lane: Lane) -> str | None:
-    from pipeline.infra.toolchain import toolchain_spec
+    from pipeline.formats.cut_binding import lock_digest
 
     try:
-        return toolchain_spec(lane.cuda_toolkit, lane.build_host).digest
+        return lock_digest(lane)
     except PipelineError:
         return None  # a lock that does not pin this toolkit: the cut stage refuses it when it runs
 

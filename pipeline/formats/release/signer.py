@@ -14,9 +14,8 @@ import os
 from typing import Any
 
 from pipeline.errors import InputError
-from pipeline.formats.release.names import RELEASE_WORKFLOW
+from pipeline.formats.release.names import OIDC_ISSUER, RELEASE_WORKFLOW
 from pipeline.infra.sigstore import (
-    GITHUB_ACTIONS_ISSUER,
     TRUST_CONFIGS,
     SignerIdentity,
     github_claims,
@@ -30,7 +29,7 @@ def release_signer(repository: str, tag: str, *, trust_config: str = "production
     ref = f"refs/tags/{tag}"
     return SignerIdentity(
         identity=f"https://github.com/{repo}/{RELEASE_WORKFLOW}@{ref}",
-        issuer=GITHUB_ACTIONS_ISSUER,
+        issuer=OIDC_ISSUER,
         repository=repo,
         ref=ref,
         trust_config=trust_config,
