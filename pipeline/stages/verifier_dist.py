@@ -59,7 +59,7 @@ from pipeline.util.fs import atomic_output_dir, atomic_write_bytes
 from pipeline.util.hashing import is_commit_hex, sha256_file
 from pipeline.util.proc import run
 
-STAGE = "verifier-dist"
+NAME = "verifier-dist"  # the command, the stage name and its register entries' stage
 OUT_DIR = "verifier"
 # Bumped when this module changes the bytes it makes for the same commit and tools.
 FORMAT = 1
@@ -328,7 +328,7 @@ def _first_difference(one: bytes, two: bytes) -> int:
 
 
 class VerifierDistStage(Stage):
-    name = STAGE
+    name = NAME
 
     def __init__(self, ctx: Context, source: VerifierSource) -> None:
         super().__init__(ctx)
@@ -367,7 +367,7 @@ class VerifierDistStage(Stage):
         with tempfile.TemporaryDirectory(prefix="omp-ninfer-verifier-") as scratch:
             builds = []
             for label in ("first", "second"):  # two folders of different names: no path may leak into the bytes
-                ui.step(STAGE, f"building the sdist and the wheel of {source.commit[:12]} ({label} of two)")
+                ui.step(NAME, f"building the sdist and the wheel of {source.commit[:12]} ({label} of two)")
                 builds.append(build_once(source, Path(scratch) / f"{label}-build-{source.commit[:8]}"))
             one, two = builds
             for kind in ("sdist", "wheel"):
@@ -380,7 +380,7 @@ class VerifierDistStage(Stage):
                         fix="compare the two archives (diffoscope) and normalise what differs in pipeline/stages/verifier_dist.py",
                     )
             entries = check_wheel(one.wheel, source)
-            ui.step(STAGE, f"both builds are byte-identical; the wheel holds {entries} entries")
+            ui.step(NAME, f"both builds are byte-identical; the wheel holds {entries} entries")
             sums_name = f"{source.name}-{source.version}.SHA256SUMS"
             target = self.ctx.dist / OUT_DIR
             with atomic_output_dir(target) as staging:
@@ -401,10 +401,13 @@ class VerifierDistStage(Stage):
         }
         register = self.ctx.register
         return [
-            register.make("verifier-wheel", target / wheel_name, stage=STAGE, lane=None, **attrs),
-            register.make("verifier-sdist", target / sdist_name, stage=STAGE, lane=None, **attrs),
-            register.make("verifier-checksums", target / sums_name, stage=STAGE, lane=None, **attrs),
+            register.make("verifier-wheel", target / wheel_name, stage=NAME, lane=None, **attrs),
+            register.make("verifier-sdist", target / sdist_name, stage=NAME, lane=None, **attrs),
+            register.make("verifier-checksums", target / sums_name, stage=NAME, lane=None, **attrs),
         ]
+
+
+STAGE = VerifierDistStage
 
 
 def build_verifier_dist(*, dist: Path | str | None = None, source: str | None = None, force: bool = False) -> StageResult:
