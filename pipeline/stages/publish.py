@@ -75,8 +75,9 @@ from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import canonical_bytes, parse_strict
 
 ATTEMPTS = 4  # per operation, after ambiguous failures
-# The pipeline's own wheel, sdist and their SHA256SUMS (verifier-dist): the product release ships them for auditors.
-VERIFIER_KINDS = ("verifier-wheel", "verifier-sdist", "verifier-checksums")
+# The pipeline's own wheel, sdist, the auditor's hash-locked requirements and their SHA256SUMS (verifier-dist):
+# the product release ships them for auditors.
+VERIFIER_KINDS = ("verifier-wheel", "verifier-sdist", "verifier-requirements", "verifier-checksums")
 
 
 @dataclass
@@ -858,7 +859,7 @@ def _image_evidence_gate(images: list[tuple[Path, Path | None]], release: str) -
 
 
 def _verifier_gate(ctx: Context, verifier: dict[str, list[Artifact]], root: Path, commit: str) -> Callable[[], str]:
-    """Gate `verifier`: exactly one verifier wheel, sdist and SHA256SUMS in the register, built from the tagged commit, intact."""
+    """Gate `verifier`: exactly one verifier wheel, sdist, auditor's lock and SHA256SUMS in the register, built from the tagged commit, intact."""
     def gate() -> str:
         for kind, entries in verifier.items():
             if len(entries) != 1 or entries[0].attrs.get("commit") != commit:
@@ -868,7 +869,7 @@ def _verifier_gate(ctx: Context, verifier: dict[str, list[Artifact]], root: Path
                               fix=f"python -m pipeline verifier-dist --dist {ctx.dist} --source {root}@{commit}")
             ctx.register.verified_path(entries[0])
         wheel = verifier["verifier-wheel"][0]
-        return f"verifier {Path(wheel.path).name} of {commit[:12]} (sha256 {wheel.sha256[:12]}), its sdist and SHA256SUMS"
+        return f"verifier {Path(wheel.path).name} of {commit[:12]} (sha256 {wheel.sha256[:12]}), its sdist, the auditor's requirements lock and SHA256SUMS"
 
     return gate
 
