@@ -57,6 +57,7 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
 from pipeline.formats.provenance import FOLDER
+from pipeline.formats.release.manifest import section
 from pipeline.formats.release.names import BUNDLE_SUFFIX, OIDC_ISSUER, RELEASE_RE, sort_release_key
 from pipeline.formats.release.signer import signer_from_manifest
 from pipeline.infra.sigstore import (
@@ -174,7 +175,7 @@ def find_release_dir(manifests: Path, release: str | None, register: Register | 
 
 def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> list[Path]:
     """The files `signing.signed_files` names (repository-relative), each inside the release tree."""
-    block = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
+    block = section(manifest, "signing")
     listed = block.get("signed_files")
     if listed is None:
         raise InputError(
@@ -302,8 +303,7 @@ def plan_signing(manifests: Path, release: str | None, register: Register | None
 
 def dig_manifest_digest(manifest: dict[str, Any]) -> str | None:
     """The container lane's image manifest digest a release binds (components.ninfer.oci_manifest_digest)."""
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    row = components.get("ninfer") if isinstance(components.get("ninfer"), dict) else {}
+    row = section(manifest, "components.ninfer")
     digest = row.get("oci_manifest_digest")
     return digest.removeprefix("sha256:") if isinstance(digest, str) else None
 

@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import InputError, UsageError
+from pipeline.formats.release.manifest import lane_rows, section
 from pipeline.formats.release.names import (
     CONTAINER_PACKAGE,
     MANIFEST,
@@ -37,7 +38,6 @@ from pipeline.formats.release.names import (
     SCRIPT_FIELDS,
     provenance_name,
 )
-from pipeline.formats.release.rules import manifest_rows
 from pipeline.formats.release.tree import parse_tree_document, read_tree
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a manifest and the documents it binds by URL are a few KiB
@@ -92,8 +92,8 @@ def manifest_facts(fetched: tuple[bytes, str], *, shown: str) -> dict[str, Any]:
 
     data, _url = fetched
     manifest = parse_tree_document(data, MANIFEST_TYPE, shown=shown)
-    qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
-    compatibility = manifest.get("compatibility") if isinstance(manifest.get("compatibility"), dict) else {}
+    qualification = section(manifest, "qualification")
+    compatibility = section(manifest, "compatibility")
     summary = _bound_document(qualification.get("public_url"), qualification.get("summary_sha256"), SUMMARY_TYPE, "qualification.public_url")
     authority = _bound_document(compatibility.get("public_url"), compatibility.get("sha256"), AUTHORITY_TYPE, "compatibility.public_url")
     return _from_manifest(manifest, summary=summary, authority=authority, folder=None)
@@ -167,11 +167,11 @@ def _tree_provenance(folder: Path | None, lane_id: str) -> dict[str, Any]:
 
 
 def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, authority: dict[str, Any] | None, folder: Path | None) -> dict[str, Any]:
-    product = manifest.get("product") if isinstance(manifest.get("product"), dict) else {}
+    product = section(manifest, "product")
     lanes: dict[str, Any] = {}
     lane_qualification: dict[str, Any] = {}
     shown_row = {"id", "qualification", *ROW_COMPONENT, *ROW_SOURCE, *ROW_IDENTITIES, *_ROW_ASSET_FIELDS}
-    for index, row in enumerate(manifest_rows(manifest)):
+    for index, row in enumerate(lane_rows(manifest)):
         lane_id = _row_lane(row, index)
         lanes[lane_id] = {
             "component": {key: row.get(key) for key in ROW_COMPONENT},
@@ -186,7 +186,7 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
             "other": {key: value for key, value in row.items() if key not in shown_row},
         }
         lane_qualification[lane_id] = {"row": row.get("qualification"), "receipt": _tree_receipt(folder, lane_id)}
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    components = section(manifest, "components")
     qualification = dict(manifest.get("qualification") or {}) if isinstance(manifest.get("qualification"), dict) else {}
     acceptance = qualification.pop("acceptance", None)
     # The summary's and the authority's bindings (path, URL, SHA-256) are compared as well as their documents:
@@ -210,7 +210,7 @@ def _summary_facts(summary: dict[str, Any] | None, manifest: dict[str, Any]) -> 
     publication blockers it copies (derived from them): each blocker change is listed once, under
     publication.blockers.  A gate the blockers do not hold is kept, so that a disagreement is a difference too."""
     shown = _without(summary, ("release", "artifact_type"))
-    publication = manifest.get("publication") if isinstance(manifest.get("publication"), dict) else {}
+    publication = section(manifest, "publication")
     blockers = publication.get("blockers") if isinstance(publication.get("blockers"), list) else []
     gates = shown.get("remaining_release_gates") if shown is not None else None
     if shown is not None and isinstance(gates, list):

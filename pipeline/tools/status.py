@@ -189,9 +189,10 @@ def lane_statuses(register: Register, lanes: dict[str, Lane]) -> list[LaneStatus
 # -- the release ---------------------------------------------------------------------------------
 
 def release_status(root: Path, release: str, register: Register, lanes: dict[str, Lane]) -> ReleaseStatus:
+    from pipeline.formats.release.manifest import blockers
     from pipeline.formats.release.names import release_dir
     from pipeline.formats.release.spec import load_release_toml
-    from pipeline.formats.release.tree import blocker_fix, blockers, read_tree
+    from pipeline.formats.release.tree import blocker_fix, read_tree
 
     tree = read_tree(release_dir(root, release), shown=f"manifests/{release}")
     manifest = tree.manifest

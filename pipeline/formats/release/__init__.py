@@ -6,6 +6,8 @@ checks one) share every rule and neither borrows from the other:
 - `names`     file names, type strings of the tree's own documents, release names
               (`RELEASE_RE`), URLs and image references, the state and blocker vocabulary;
 - `spec`      `release.toml`, the one hand-written input: reading, checking, writing;
+- `manifest`  the release manifest: its one reader (path or URL) and one function per question
+              (lane rows, sections, the published set, blockers);
 - `evidence`  reading the evidence a tree binds (copied records, checksum files, pins);
 - `derive`    every derived record from release.toml and the evidence (the hash chain);
 - `render`    the Markdown renderings COMPATIBILITY.md and NOTES.md;

@@ -58,6 +58,7 @@ from pipeline.formats.release.derive import (
     null_identities,
     unknown_keys_unused,
 )
+from pipeline.formats.release.manifest import lane_rows, section
 from pipeline.formats.release.names import (
     AUTHORITY_MD,
     BUNDLE_SUFFIX,
@@ -87,7 +88,6 @@ from pipeline.formats.release.rules import (
     acceptance_problems,
     acceptance_subject,
     diff,
-    manifest_rows,
     row_field,
     row_kind,
     state_problems,
@@ -233,7 +233,7 @@ class Verifier:
         return self.report(status)
 
     def report(self, status: str | None) -> Report:
-        pub = self.manifest.get("publication") if isinstance(self.manifest.get("publication"), dict) else {}
+        pub = section(self.manifest, "publication")
         blockers = pub.get("blockers") if isinstance(pub.get("blockers"), list) else []
         return Report(self.release, status, self.problems, self.groups, len(blockers))
 
@@ -322,7 +322,7 @@ class Verifier:
         for key in ("components", "qualification", "publication", "compatibility", "signing", "inputs", "installation"):
             if not isinstance(m.get(key), dict):
                 self.error("schema", "is missing or not an object", file=f, field=key, found=abbreviate(m.get(key)), expected="an object")
-        signing = m.get("signing") if isinstance(m.get("signing"), dict) else {}
+        signing = section(m, "signing")
         promise = evidence_promise(self.release)
         if signing.get("evidence", None) != promise or (promise is None and "evidence" in signing):
             self.error(
@@ -340,25 +340,25 @@ class Verifier:
     def _path_fields(self) -> list[tuple[str, Any]]:
         m = self.manifest
         out: list[tuple[str, Any]] = []
-        inputs = m.get("inputs") if isinstance(m.get("inputs"), dict) else {}
+        inputs = section(m, "inputs")
         out.append(("inputs.release_toml", inputs.get("release_toml")))
-        comp = m.get("compatibility") if isinstance(m.get("compatibility"), dict) else {}
+        comp = section(m, "compatibility")
         out.append(("compatibility.path", comp.get("path")))
-        qual = m.get("qualification") if isinstance(m.get("qualification"), dict) else {}
+        qual = section(m, "qualification")
         out.append(("qualification.summary", qual.get("summary")))
         if isinstance(qual.get("acceptance"), dict):
             out.append(("qualification.acceptance.path", qual["acceptance"].get("path")))
-        for row in manifest_rows(m):
+        for row in lane_rows(m):
             where = row_field(row, self.lanes)
             if row.get("checksums_path") is not None:
                 out.append((f"{where}.checksums_path", row.get("checksums_path")))
-            q = row.get("qualification") if isinstance(row.get("qualification"), dict) else {}
+            q = section(row, "qualification")
             if q.get("summary") is not None:
                 out.append((f"{where}.qualification.summary", q.get("summary")))
             for key in ROW_RECORDS:
                 if isinstance(row.get(key), dict):
                     out.append((f"{where}.{key}.path", row[key].get("path")))
-        signing = m.get("signing") if isinstance(m.get("signing"), dict) else {}
+        signing = section(m, "signing")
         for index, value in enumerate(signing.get("signed_files") or []):
             out.append((f"signing.signed_files[{index}]", value))
         return out
@@ -395,17 +395,17 @@ class Verifier:
         """(field, recorded sha256, repository path) for every file the manifest binds by hash."""
         m = self.manifest
         pairs: list[tuple[str, Any, Any]] = []
-        inputs = m.get("inputs") if isinstance(m.get("inputs"), dict) else {}
+        inputs = section(m, "inputs")
         pairs.append(("inputs.release_toml_sha256", inputs.get("release_toml_sha256"), inputs.get("release_toml")))
-        comp = m.get("compatibility") if isinstance(m.get("compatibility"), dict) else {}
+        comp = section(m, "compatibility")
         pairs.append(("compatibility.sha256", comp.get("sha256"), comp.get("path")))
-        qual = m.get("qualification") if isinstance(m.get("qualification"), dict) else {}
+        qual = section(m, "qualification")
         pairs.append(("qualification.summary_sha256", qual.get("summary_sha256"), qual.get("summary")))
         if isinstance(qual.get("acceptance"), dict):
             pairs.append(("qualification.acceptance.sha256", qual["acceptance"].get("sha256"), qual["acceptance"].get("path")))
-        for row in manifest_rows(m):
+        for row in lane_rows(m):
             where = row_field(row, self.lanes)
-            q = row.get("qualification") if isinstance(row.get("qualification"), dict) else {}
+            q = section(row, "qualification")
             if q.get("summary") is not None or q.get("sha256") is not None:
                 pairs.append((f"{where}.qualification.sha256", q.get("sha256"), q.get("summary")))
             if row.get("checksums_path") is not None:
@@ -439,7 +439,7 @@ class Verifier:
     # 5 -------------------------------------------------------------------------------------
     def check_checksums(self) -> None:
         self.groups.append("checksums")
-        for row in manifest_rows(self.manifest):
+        for row in lane_rows(self.manifest):
             rel = row.get("checksums_path")
             path = self.inside(rel)
             if path is None or not path.is_file():
@@ -475,7 +475,7 @@ class Verifier:
         if d is None or d.manifest is None:
             return
         model_sha = d.manifest["components"]["model"]["artifact_sha256"]
-        for row in manifest_rows(d.manifest):
+        for row in lane_rows(d.manifest):
             where = row_field(row, self.lanes)
             if row.get("model_artifact_sha256") and model_sha and row["model_artifact_sha256"] != model_sha:
                 self.error("receipts", "the lane binds another model than components.model", file=self.manifest_rel, field=f"{where}.model_artifact_sha256", found=row["model_artifact_sha256"], expected=model_sha, fix="requalify the lane on the release's model, or bind the model it was qualified with")
@@ -522,7 +522,7 @@ class Verifier:
         from pipeline.formats import provenance
 
         self.groups.append("provenance")
-        for row in manifest_rows(self.manifest):
+        for row in lane_rows(self.manifest):
             lane_id = row.get("id")
             if not isinstance(lane_id, str) or lane_id not in self.lanes:
                 continue
@@ -553,7 +553,7 @@ class Verifier:
     # 7 -------------------------------------------------------------------------------------
     def check_images(self) -> None:
         self.groups.append("images")
-        comp = self.manifest.get("components") if isinstance(self.manifest.get("components"), dict) else {}
+        comp = section(self.manifest, "components")
         row = comp.get("ninfer")
         if not isinstance(row, dict):
             return
@@ -598,7 +598,7 @@ class Verifier:
     def check_urls(self) -> None:
         self.groups.append("urls")
         f = self.manifest_rel
-        for row in manifest_rows(self.manifest):
+        for row in lane_rows(self.manifest):
             where = row_field(row, self.lanes)
             tag = row.get("release_tag")
             prefix = f"{NINFER_REPOSITORY}/releases/download/{tag}/"
@@ -615,8 +615,8 @@ class Verifier:
                 self.error("urls", "checksums URL must name the set's SHA256SUMS", file=f, field=f"{where}.checksums_url", found=row["checksums_url"])
             if row.get("repository") != NINFER_REPOSITORY:
                 self.error("urls", "component repository is not the runtime fork", file=f, field=f"{where}.repository", found=row.get("repository"), expected=NINFER_REPOSITORY)
-        comp = self.manifest.get("components") if isinstance(self.manifest.get("components"), dict) else {}
-        omp = comp.get("omp") if isinstance(comp.get("omp"), dict) else {}
+        comp = section(self.manifest, "components")
+        omp = section(comp, "omp")
         for p in omp.get("platforms") or []:
             if not isinstance(p, dict):
                 continue
@@ -635,13 +635,13 @@ class Verifier:
         """(url field, path key, record) of every record that carries a raw URL in the manifest."""
         m = self.manifest
         out: list[tuple[str, str, dict[str, Any]]] = []
-        qual = m.get("qualification") if isinstance(m.get("qualification"), dict) else {}
+        qual = section(m, "qualification")
         out.append(("qualification.public_url", "summary", qual))
         if isinstance(qual.get("acceptance"), dict):
             out.append(("qualification.acceptance.public_url", "path", qual["acceptance"]))
-        comp = m.get("compatibility") if isinstance(m.get("compatibility"), dict) else {}
+        comp = section(m, "compatibility")
         out.append(("compatibility.public_url", "path", comp))
-        for row in manifest_rows(m):
+        for row in lane_rows(m):
             where = row_field(row, self.lanes)
             if isinstance(row.get("qualification"), dict):
                 out.append((f"{where}.qualification.public_url", "summary", row["qualification"]))
@@ -653,7 +653,7 @@ class Verifier:
     # 9 -------------------------------------------------------------------------------------
     def check_model(self) -> None:
         self.groups.append("model")
-        comp = self.manifest.get("components") if isinstance(self.manifest.get("components"), dict) else {}
+        comp = section(self.manifest, "components")
         model = comp.get("model")
         f = self.manifest_rel
         if not isinstance(model, dict):
@@ -715,7 +715,7 @@ class Verifier:
     # 11 ------------------------------------------------------------------------------------
     def check_acceptance(self) -> None:
         self.groups.append("acceptance")
-        qual = self.manifest.get("qualification") if isinstance(self.manifest.get("qualification"), dict) else {}
+        qual = section(self.manifest, "qualification")
         acc = qual.get("acceptance")
         if not isinstance(acc, dict):
             return
@@ -782,7 +782,7 @@ class Verifier:
     # 13 ------------------------------------------------------------------------------------
     def check_publication(self) -> None:
         self.groups.append("publication")
-        pub = self.manifest.get("publication") if isinstance(self.manifest.get("publication"), dict) else {}
+        pub = section(self.manifest, "publication")
         if pub.get("authorized") is not False:
             self.error("publication", "publication must never be authorized in the repository", file=self.manifest_rel, field="publication.authorized", found=pub.get("authorized"), expected="false", why="ready means technically cuttable; publishing is a separate act of the release lead")
         if not isinstance(pub.get("blockers"), list) or not all(isinstance(b, str) for b in pub.get("blockers") or []):
@@ -813,7 +813,7 @@ class Verifier:
         from pipeline.formats.publication_plan import read_receipt, set_part
         from pipeline.infra.github import repository_of
 
-        for row in manifest_rows(self.manifest):
+        for row in lane_rows(self.manifest):
             lane = self.lanes.get(row.get("id")) if isinstance(row.get("id"), str) else None
             rel = repo_path(self.release, component_publication_name(lane.id)) if lane else None
             path = self.inside(rel) if rel else None
@@ -869,7 +869,7 @@ class Verifier:
         if self.derived is None:
             return
         allowed = set(self.derived.files)
-        signing = self.manifest.get("signing") if isinstance(self.manifest.get("signing"), dict) else {}
+        signing = section(self.manifest, "signing")
         signed = [s for s in signing.get("signed_files") or [] if isinstance(s, str)]
         allowed |= {s + BUNDLE_SUFFIX for s in signed}
         for path in sorted(self.tree.rglob("*")):
@@ -908,7 +908,7 @@ class Verifier:
 
     # 17 ------------------------------------------------------------------------------------
     def check_signatures(self) -> None:
-        signing = self.manifest.get("signing") if isinstance(self.manifest.get("signing"), dict) else {}
+        signing = section(self.manifest, "signing")
         identity = signing.get("certificate_identity")
         issuer = signing.get("certificate_oidc_issuer")
         try:

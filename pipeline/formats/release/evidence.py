@@ -14,6 +14,7 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.formats.lanes import Lane
+from pipeline.formats.release.manifest import lane_row, lane_rows
 from pipeline.formats.release.names import ROW_RECORDS, SCRIPT_FIELDS
 from pipeline.formats.release.problems import Problems
 from pipeline.util.hashing import sha256_bytes
@@ -78,14 +79,6 @@ def expected_names(lane: Lane, tag: str | None) -> dict[str, str] | None:
     return names
 
 
-def manifest_rows(manifest: dict[str, Any]) -> list[Any]:
-    """The lane rows of a manifest (components.ninfer, then components.ninfer_variants), as written:
-    entries of any type, nothing for a field of the wrong type (verify reports the shapes)."""
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    variants = components.get("ninfer_variants")
-    return [components.get("ninfer"), *(variants if isinstance(variants, list) else [])]
-
-
 def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
     """Every record path -> its pinned raw URL, as the current manifest records them."""
     pins: dict[str, str] = {}
@@ -101,19 +94,13 @@ def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
         take(qual, "summary", "public_url")
         take(qual.get("acceptance"), "path", "public_url")
     take(manifest.get("compatibility"), "path", "public_url")
-    for row in manifest_rows(manifest):
-        if isinstance(row, dict):
-            take(row.get("qualification"), "summary", "public_url")
-            for key in ROW_RECORDS:
-                take(row.get(key), "path", "public_url")
+    for row in lane_rows(manifest):
+        take(row.get("qualification"), "summary", "public_url")
+        for key in ROW_RECORDS:
+            take(row.get(key), "path", "public_url")
     return pins
 
 
 def predecessor_row(pred_manifest: dict[str, Any] | None, lane_id: str) -> dict[str, Any] | None:
-    if not isinstance(pred_manifest, dict):
-        return None
-    for row in manifest_rows(pred_manifest):
-        if isinstance(row, dict) and row.get("id") == lane_id:
-            return row
-    return None
+    return lane_row(pred_manifest, lane_id)
 

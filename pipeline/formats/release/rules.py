@@ -7,8 +7,8 @@
   release, and the arithmetic of its documented routes;
 - `diff`: every leaf difference between two JSON values (rows matched by id),
   how verify names a hand edit and compose names what a frozen tree would change;
-- `manifest_rows` / `row_field` / `row_kind`: the manifest's lane rows and where
-  each lives.
+- `row_field` / `row_kind`: where each lane row lives (the rows themselves are
+  pipeline/formats/release/manifest.py's).
 
 Each rule returns tuples (field, found, expected, what) or the like and never
 raises: the caller decides whether a violation is a refusal (compose) or a
@@ -24,21 +24,11 @@ from typing import Any
 from pipeline.formats.acceptance import RECORD_TYPE as ACCEPTANCE_TYPE
 from pipeline.formats.lanes import Lane
 from pipeline.formats.release.derive import Derived
+from pipeline.formats.release.manifest import blockers as manifest_blockers
+from pipeline.formats.release.manifest import lane_row, lane_rows, lane_rows_as_written, section
 from pipeline.formats.release.names import EXTERNAL_INSTALL, PINS, blocker_subject, row_path
 from pipeline.formats.release.problems import _MISSING
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
-
-
-def manifest_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The lane rows of a manifest (the container row first), skipping anything that is not an object."""
-    comp = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    rows = []
-    if isinstance(comp.get("ninfer"), dict):
-        rows.append(comp["ninfer"])
-    variants = comp.get("ninfer_variants")
-    if isinstance(variants, list):
-        rows += [row for row in variants if isinstance(row, dict)]
-    return rows
 
 
 def row_field(row: dict[str, Any], lanes: dict[str, Lane]) -> str:
@@ -100,13 +90,10 @@ def abbreviate(value: Any) -> Any:
 
 def acceptance_subject(manifest: dict[str, Any]) -> dict[str, Any]:
     """The install-relevant identities an acceptance run binds."""
-    from pipeline.formats.release.evidence import manifest_rows
-
-    comp = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    omp = comp.get("omp") if isinstance(comp.get("omp"), dict) else {}
-    model = comp.get("model") if isinstance(comp.get("model"), dict) else {}
+    omp = section(manifest, "components.omp")
+    model = section(manifest, "components.model")
     lanes_out: dict[Any, Any] = {}
-    container, *variants = manifest_rows(manifest)
+    container, *variants = lane_rows_as_written(manifest)
     for index, row in enumerate(([container] if container else []) + variants):
         if not isinstance(row, dict) or not isinstance(row.get("id"), (str, type(None))):
             # Kept as written, so that a malformed row never compares equal to a well-formed subject.
@@ -209,8 +196,7 @@ def documented_route_problems(doc: dict[str, Any], required_routes: list[str] | 
 def state_problems(manifest: dict[str, Any], derived: Derived, status: str, lanes: dict[str, Lane]) -> list[tuple[str, str, Any, Any]]:
     """Violations of the rules of `status` (docs/release-tree.md, States): (field, what, found, expected)."""
     out: list[tuple[str, str, Any, Any]] = []
-    pub = manifest.get("publication") if isinstance(manifest.get("publication"), dict) else {}
-    blockers = [b for b in pub.get("blockers") or [] if isinstance(b, str)]
+    blockers = manifest_blockers(manifest)
     subjects = [blocker_subject(b) for b in blockers]
     manual = set(derived.release.blockers) if derived.release else set()
     for path in derived.nulls:
@@ -225,8 +211,8 @@ def state_problems(manifest: dict[str, Any], derived: Derived, status: str, lane
         for index, blocker in enumerate(blockers):
             if blocker_subject(blocker) not in (EXTERNAL_INSTALL, PINS) and blocker not in manual:
                 out.append((f"publication.blockers[{index}]", f"blocker (a candidate binds every install identity, published): {blocker}", _MISSING, _MISSING))
-        qual = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
-        acc = qual.get("acceptance") if isinstance(qual.get("acceptance"), dict) else {}
+        qual = section(manifest, "qualification")
+        acc = section(manifest, "qualification.acceptance")
         if acc.get("status") != "passed":
             if EXTERNAL_INSTALL not in subjects:
                 out.append(("publication.blockers", f"a candidate keeps an '{EXTERNAL_INSTALL}: ...' blocker until a passed acceptance is bound", subjects, f"a blocker '{EXTERNAL_INSTALL}: ...'"))
@@ -235,24 +221,23 @@ def state_problems(manifest: dict[str, Any], derived: Derived, status: str, lane
     if status == "ready":
         for index, blocker in enumerate(blockers):
             out.append((f"publication.blockers[{index}]", f"blocker: {blocker}", _MISSING, _MISSING))
-    for row in manifest_rows(manifest):
+    for row in lane_rows(manifest):
         where = row_field(row, lanes)
-        q = row.get("qualification") if isinstance(row.get("qualification"), dict) else {}
+        q = section(row, "qualification")
         if row.get("status") == "qualified" and q.get("sha256") is not None and q.get("status") != "passed":
             out.append((f"{where}.qualification.status", "a qualified lane needs a passed receipt", q.get("status"), "passed"))
     if status == "ready" and derived.release is not None:
         for lane_id, li in sorted(derived.release.lanes.items()):
-            row = next((r for r in manifest_rows(manifest) if r.get("id") == lane_id), None)
+            row = lane_row(manifest, lane_id)
             passed = row is not None and row.get("status") == "qualified" and (row.get("qualification") or {}).get("status") == "passed"
             receipt_field = f"{row_path(lane_id, lanes[lane_id].kind)}.qualification" if lane_id in lanes else None
             named = receipt_field is not None and any(receipt_field == sub or receipt_field.startswith(sub + ".") or receipt_field.startswith(sub + "[") for sub in subjects)
             if not passed and li.deferral is None and not named:
                 out.append((f"qualification.deferred_scope.{lane_id}", "a lane that is not qualified must be deferred explicitly at ready", None, f"a [lanes.{lane_id}.deferral] with reason, predecessor release and route in release.toml"))
-        qual = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
-        acc = qual.get("acceptance")
+        acc = section(manifest, "qualification").get("acceptance")
         if EXTERNAL_INSTALL not in subjects and (not isinstance(acc, dict) or acc.get("status") != "passed"):
             out.append(("qualification.acceptance", "ready needs a passed external-installation acceptance", abbreviate(acc), "a passed record bound by 'compose accept'"))
-        if not any(isinstance(r, dict) and r.get("status") == "qualified" for r in manifest_rows(manifest)):
+        if not any(r.get("status") == "qualified" for r in lane_rows(manifest)):
             out.append(("components", "ready needs at least one qualified lane", None, "a qualified lane"))
     return out
 

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.formats.release.manifest import section
 from pipeline.formats.release.names import OIDC_ISSUER, RELEASE_WORKFLOW
 from pipeline.infra.sigstore import (
     TRUST_CONFIGS,
@@ -63,7 +64,7 @@ def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[st
         identity = block["certificate_identity"]
         repository, ref = github_claims(identity)
         return SignerIdentity(identity=identity, issuer=block["certificate_oidc_issuer"], repository=repository, ref=ref, trust_config=trust)
-    product = manifest.get("product") if isinstance(manifest.get("product"), dict) else {}
+    product = section(manifest, "product")
     repository = product.get("repository")
     if not isinstance(repository, str) or not isinstance(release, str):
         raise InputError(

@@ -75,12 +75,6 @@ def read_tree(folder: Path, *, shown: str | None = None) -> TreeDocuments:
     return TreeDocuments(shown, found[MANIFEST] or {}, found[SUMMARY], found[AUTHORITY], digests)
 
 
-def blockers(manifest: dict[str, Any]) -> list[str]:
-    """The blockers a manifest lists (publication.blockers), strings only."""
-    publication = manifest.get("publication") if isinstance(manifest.get("publication"), dict) else {}
-    return [item for item in publication.get("blockers") or [] if isinstance(item, str)]
-
-
 _ROW_SUBJECT = re.compile(r"components\.ninfer_variants\[(?P<lane>[a-z0-9-]+)\]|components\.ninfer\b")
 
 

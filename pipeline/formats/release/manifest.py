@@ -1,0 +1,204 @@
+"""The release manifest (`manifest.json`, `omp_ninfer_release_manifest`): its one reader and one function per question.
+
+docs/release-tree.md is the contract.  A manifest read here comes from bytes that are bounded,
+hashed before they are parsed and parsed strictly (duplicate keys, NaN and deep nesting refused),
+whether it is a file of a tree or a published manifest fetched by URL: `read_manifest` is the one
+way in for a path or a URL, `parse_manifest` the one way for bytes already in hand (audit's
+cached, deadline-bound download).  The result, `ReleaseManifest`, is read only: its questions are
+methods, and the same questions are answered for a manifest that is still a plain dict (one being
+derived or checked) by the module functions below, so each rule is written once:
+
+- `section`              the object at a dotted field path, or an empty one (the contract's shape
+                         is checked by verify and audit; readers must not re-check it);
+- `lane_rows`            the lane rows that are objects, container row first;
+- `lane_rows_as_written` the lane rows as written, of any type (for a comparison in which a
+                         malformed row must never equal a well-formed one);
+- `lane_rows_at`         the object rows with the field path that names each by index;
+- `lane_row`             the row of one lane id;
+- `published_set`        the part of a row that binds a published asset set (tag, repository,
+                         checksums URL and SHA-256), and `published_set_rows` the rows that bind one;
+- `blockers`             the blockers a manifest lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pipeline.errors import InputError, UsageError
+from pipeline.formats.release.names import MANIFEST_TYPE
+from pipeline.util.fs import read_bytes_bounded
+from pipeline.util.hashing import sha256_bytes
+from pipeline.util.jsonio import loads_document
+
+MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a manifest (and each document it binds by URL) is a few KiB
+FETCH_TIMEOUT = 60.0
+# raw.githubusercontent.com and release downloads may redirect within their hosts; never to another origin
+REDIRECTS = "same-origin"
+CONTAINER_ROW = "components.ninfer"
+VARIANT_ROWS = "components.ninfer_variants"
+
+
+# -- the questions, for a manifest held as a dict -------------------------------------------
+
+
+def section(document: Any, dotted: str) -> dict[str, Any]:
+    """The object at `dotted` ("components.omp"), or {} when a step is missing or not an object."""
+    node = document
+    for key in dotted.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else {}
+
+
+def _variants(document: Any) -> list[Any]:
+    variants = section(document, "components").get("ninfer_variants")
+    return variants if isinstance(variants, list) else []
+
+
+def lane_rows_as_written(document: Any) -> list[Any]:
+    """[components.ninfer, *components.ninfer_variants] as written: entries of any type (None for no container
+    row), nothing for a list field of the wrong type (verify and audit report the shapes)."""
+    return [section(document, "components").get("ninfer"), *_variants(document)]
+
+
+def lane_rows_at(document: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(field path, row) of every lane row that is an object, the container row first; a variant is named by index."""
+    container = section(document, "components").get("ninfer")
+    rows: list[tuple[str, dict[str, Any]]] = [(CONTAINER_ROW, container)] if isinstance(container, dict) else []
+    rows += [(f"{VARIANT_ROWS}[{index}]", row) for index, row in enumerate(_variants(document)) if isinstance(row, dict)]
+    return rows
+
+
+def lane_rows(document: Any) -> list[dict[str, Any]]:
+    """The lane rows that are objects (the container row first), anything else skipped."""
+    return [row for _, row in lane_rows_at(document)]
+
+
+def lane_row(document: Any, lane_id: str) -> dict[str, Any] | None:
+    """The first object row whose id is `lane_id`."""
+    return next((row for row in lane_rows(document) if row.get("id") == lane_id), None)
+
+
+def blockers(document: Any) -> list[str]:
+    """The blockers a manifest lists (publication.blockers), strings only."""
+    return [item for item in section(document, "publication").get("blockers") or [] if isinstance(item, str)]
+
+
+@dataclass(frozen=True)
+class PublishedSet:
+    """The part of a lane row that binds the lane's published asset set."""
+
+    field: str  # the row's field path, for messages
+    lane_id: Any
+    release_tag: str
+    repository: str
+    checksums_url: str
+    checksums_sha256: str
+
+    @property
+    def download_prefix(self) -> str:
+        """The release-download folder every file of the set is fetched from."""
+        return f"{self.repository.rstrip('/')}/releases/download/{self.release_tag}/"
+
+
+def published_set(row: dict[str, Any], *, field: str = "") -> PublishedSet | None:
+    """The set a row binds, when its tag, repository, checksums URL and checksums SHA-256 are all strings."""
+    values = [row.get(key) for key in ("release_tag", "repository", "checksums_url", "checksums_sha256")]
+    if not all(isinstance(value, str) for value in values):
+        return None
+    return PublishedSet(field, row.get("id"), *values)
+
+
+def published_set_rows(document: Any) -> list[tuple[str, dict[str, Any]]]:
+    """(field path, row) of the rows that name a published set's checksums (audit fetches those sets)."""
+    return [(where, row) for where, row in lane_rows_at(document) if "checksums_url" in row]
+
+
+# -- the model --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ReleaseManifest:
+    """A release manifest read from bytes hashed before parsing; read only (ask its methods, do not edit `document`)."""
+
+    source: str  # the path or URL it was read from, for messages
+    sha256: str  # of `data`, the bytes parsed
+    data: bytes = field(repr=False)
+    document: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def release(self) -> Any:
+        return self.document.get("release")
+
+    @property
+    def status(self) -> Any:
+        return self.document.get("status")
+
+    def section(self, dotted: str) -> dict[str, Any]:
+        return section(self.document, dotted)
+
+    def lane_rows(self) -> list[dict[str, Any]]:
+        return lane_rows(self.document)
+
+    def lane_rows_at(self) -> list[tuple[str, dict[str, Any]]]:
+        return lane_rows_at(self.document)
+
+    def lane_row(self, lane_id: str) -> dict[str, Any] | None:
+        return lane_row(self.document, lane_id)
+
+    def blockers(self) -> list[str]:
+        return blockers(self.document)
+
+
+def parse_manifest(data: bytes, *, source: str, check_type: bool = True, max_bytes: int = MAX_MANIFEST_BYTES) -> ReleaseManifest:
+    """The manifest held in `data` (hashed first, then parsed strictly); InputError naming `source`.
+
+    `check_type` requires the manifest's own type string; audit and rebuild read manifests of
+    releases made before it and rely on the fields they use instead."""
+    if len(data) > max_bytes:
+        raise InputError("is larger than a release manifest can be", file=source, found=f"{len(data)} bytes", expected=f"at most {max_bytes} bytes")
+    digest = sha256_bytes(data)
+    document = loads_document(data, source=source, max_bytes=max_bytes)
+    if not isinstance(document, dict):
+        raise InputError("is not a release manifest", file=source, found=type(document).__name__, expected="a JSON object")
+    if check_type and document.get("artifact_type") != MANIFEST_TYPE:
+        raise InputError("is not the release tree document it is named as", file=source, field="artifact_type", found=document.get("artifact_type"), expected=MANIFEST_TYPE)
+    return ReleaseManifest(source, digest, data, document)
+
+
+def is_url(source: str) -> bool:
+    return urlsplit(source).scheme in ("http", "https")
+
+
+def fetch_published(url: str, *, cap: int = MAX_MANIFEST_BYTES, what: str = "a release manifest") -> bytes:
+    """The bytes at a release URL (a manifest, or a document it binds): the release URL rule first (HTTPS, plain
+    HTTP only to loopback, no query or dot segments), no proxy or netrc credentials, at most `cap` bytes."""
+    from pipeline.infra.net import check_scheme, deadline_session, fetch_bytes
+
+    problem = check_scheme(url)
+    if problem:
+        raise UsageError(f"is not a URL a release document may be fetched from: {problem}", file=url, expected="an https:// URL of one immutable file (http:// only on loopback)")
+    session = deadline_session()
+    session.trust_env = False  # no proxy or netrc credentials from the environment
+    try:
+        response, body = fetch_bytes(session, url, cap=cap, timeout=FETCH_TIMEOUT, what=what, redirects=REDIRECTS)
+    finally:
+        session.close()
+    if response.status_code != 200:
+        raise InputError("could not be fetched", file=url, found=f"HTTP {response.status_code}", expected=f"HTTP 200 with {what}")
+    return body
+
+
+def read_manifest(source: str, *, check_type: bool = True, max_bytes: int = MAX_MANIFEST_BYTES) -> ReleaseManifest:
+    """The manifest at a path or an https:// URL, the one reader of both; InputError naming the file or URL."""
+    if is_url(source):
+        data = fetch_published(source, cap=max_bytes)
+    else:
+        path = Path(source)
+        if path.is_symlink() or not path.is_file():
+            raise InputError("is not a plain file holding a release manifest", file=source, expected="a manifest.json (compose writes it)")
+        data = read_bytes_bounded(path, max_bytes, what="release manifest")
+    return parse_manifest(data, source=source, check_type=check_type, max_bytes=max_bytes)
