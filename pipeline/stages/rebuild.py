@@ -58,7 +58,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from pipeline.errors import (
     EnvironmentProblem,
@@ -71,6 +70,7 @@ from pipeline.errors import (
 from pipeline.formats import assets, vsa
 from pipeline.formats import provenance as slsa
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
+from pipeline.formats.release.manifest import is_url, published_set, read_manifest, section
 from pipeline.register import Artifact
 from pipeline.road import pipe
 from pipeline.stage import Context, Stage, execute
@@ -149,35 +149,23 @@ def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
     from pipeline.infra.net import check_scheme
     from pipeline.infra.transfer import download, download_verified
 
-    if urlsplit(manifest_source).scheme in ("http", "https"):
-        problem = check_scheme(manifest_source)
-        if problem:
-            raise UsageError(f"the manifest URL {problem}", field="SET_DIR_OR_MANIFEST", found=manifest_source)
-        fetched = download(manifest_source, into / "manifest.json", progress=False, max_size=MAX_SMALL_DOWNLOAD, resume=False)
-        if fetched.size > MAX_SMALL_DOWNLOAD:
-            raise IntegrityError("the manifest is larger than a manifest can be", file=manifest_source)
-        raw = read_bytes_bounded(into / "manifest.json", MAX_SMALL_DOWNLOAD, what="release manifest")
-    elif Path(manifest_source).is_file():
-        raw = read_bytes_bounded(manifest_source, MAX_SMALL_DOWNLOAD, what="release manifest")
-    else:
+    if not (is_url(manifest_source) or Path(manifest_source).is_file()):
         raise UsageError("is neither a folder holding a published set nor a release manifest", field="--verify", found=manifest_source, expected="a set folder, a manifest.json path or an https URL")
-    manifest = parse_strict(raw, file=manifest_source)
-    components = manifest.get("components") if isinstance(manifest, dict) else None
-    variants = components.get("ninfer_variants") if isinstance(components, dict) else None
-    rows = [components.get("ninfer"), *(variants if isinstance(variants, list) else [])] if isinstance(components, dict) else []
-    row = next((r for r in rows if isinstance(r, dict) and r.get("id") == lane.id), None)
+    manifest = read_manifest(manifest_source, check_type=False, max_bytes=MAX_SMALL_DOWNLOAD)
+    row = manifest.lane_row(lane.id)
     if row is None:
         raise UsageError(f"the manifest has no row for lane {lane.id}", file=manifest_source, field="components")
-    tag, repository, sums_url, sums_sha = row.get("release_tag"), row.get("repository"), row.get("checksums_url"), row.get("checksums_sha256")
-    if not (isinstance(tag, str) and isinstance(repository, str) and isinstance(sums_url, str) and isinstance(sums_sha, str)):
+    published = published_set(row)
+    if published is None:
         raise UsageError(
             "the manifest's lane row binds no published set to rebuild",
             file=manifest_source,
             field=f"components.{lane.id}",
-            found={"release_tag": tag, "checksums_url": sums_url, "checksums_sha256": sums_sha},
+            found={key: row.get(key) for key in ("release_tag", "checksums_url", "checksums_sha256")},
             expected="release_tag, repository, checksums_url and checksums_sha256",
         )
-    prefix = f"{repository.rstrip('/')}/releases/download/{tag}/"
+    tag, sums_url, sums_sha = published.release_tag, published.checksums_url, published.checksums_sha256
+    prefix = published.download_prefix
     for url in (prefix, sums_url):
         problem = check_scheme(url)
         if problem:
@@ -194,8 +182,7 @@ def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
     statement = slsa.set_statement_name(expected.package_root)
     attestations = into / slsa.FOLDER
     attestations.mkdir()
-    record = row.get("provenance")
-    statement_sha = record.get("sha256") if isinstance(record, dict) else None
+    statement_sha = section(row, "provenance").get("sha256")
     if is_sha256_hex(statement_sha):  # the tree copy's hash binds the published statement too
         download_verified(prefix + statement, attestations / statement, expected_sha256=statement_sha, max_size=slsa.MAX_BYTES, label=statement)
     else:

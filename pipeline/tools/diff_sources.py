@@ -29,20 +29,22 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import InputError, UsageError
-from pipeline.formats.release.manifest import lane_rows, section
+from pipeline.formats.release.manifest import (
+    ReleaseManifest,
+    fetch_published,
+    lane_rows,
+    read_manifest,
+    section,
+)
 from pipeline.formats.release.names import (
     CONTAINER_PACKAGE,
     MANIFEST,
-    MANIFEST_TYPE,
     ROLE_FIELDS,
     SCRIPT_FIELDS,
     provenance_name,
 )
 from pipeline.formats.release.tree import parse_tree_document, read_tree
 
-MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a manifest and the documents it binds by URL are a few KiB
-FETCH_TIMEOUT = 60.0
-REDIRECTS = "same-origin"  # raw.githubusercontent.com and release downloads may redirect within their hosts
 ROW_COMPONENT = ("release_tag", "deployment_profile", "status", "published", "installable", "rebound_from")
 ROW_SOURCE = ("source_commit", "upstream_commit")
 # What the named sections take from a manifest; every other field is compared under "other" (its lane's
@@ -55,7 +57,7 @@ ROW_IDENTITIES = ("configuration_sha256", "server_binary_sha256", "model_artifac
 def load_source(spec: str, *, lanes_dir: Path | None = None) -> dict[str, Any]:
     """The facts of one side of a diff (see the module docstring)."""
     if urlsplit(spec).scheme in ("http", "https"):
-        return manifest_facts(_fetch_manifest(spec), shown=spec)
+        return manifest_facts(read_manifest(spec))
     path = Path(spec)
     if path.is_dir() and (path / MANIFEST).exists():
         return tree_facts(path, shown=spec)
@@ -68,35 +70,16 @@ def load_source(spec: str, *, lanes_dir: Path | None = None) -> dict[str, Any]:
     )
 
 
-def _fetch_manifest(url: str) -> tuple[bytes, str]:
-    from pipeline.infra.net import deadline_session, fetch_bytes, scheme_problem
-
-    problem = scheme_problem(url)
-    if problem:
-        raise UsageError(f"is not a URL diff may fetch: {problem}", file=url, expected="an https:// URL (http:// only on loopback)")
-    session = deadline_session()
-    session.trust_env = False  # no proxy or netrc credentials from the environment
-    try:
-        response, body = fetch_bytes(session, url, cap=MAX_MANIFEST_BYTES, timeout=FETCH_TIMEOUT, what="a release manifest", redirects=REDIRECTS)
-    finally:
-        session.close()
-    if response.status_code != 200:
-        raise InputError("could not be fetched", file=url, found=f"HTTP {response.status_code}", expected="HTTP 200 with the manifest")
-    return body, url
-
-
-def manifest_facts(fetched: tuple[bytes, str], *, shown: str) -> dict[str, Any]:
+def manifest_facts(manifest: ReleaseManifest) -> dict[str, Any]:
     """A published manifest and the two documents it binds by URL and SHA-256 (qualification summary,
     compatibility authority), each fetched bounded and refused unless its bytes have the bound hash."""
     from pipeline.formats.release.names import AUTHORITY_TYPE, SUMMARY_TYPE
 
-    data, _url = fetched
-    manifest = parse_tree_document(data, MANIFEST_TYPE, shown=shown)
-    qualification = section(manifest, "qualification")
-    compatibility = section(manifest, "compatibility")
+    qualification = manifest.section("qualification")
+    compatibility = manifest.section("compatibility")
     summary = _bound_document(qualification.get("public_url"), qualification.get("summary_sha256"), SUMMARY_TYPE, "qualification.public_url")
     authority = _bound_document(compatibility.get("public_url"), compatibility.get("sha256"), AUTHORITY_TYPE, "compatibility.public_url")
-    return _from_manifest(manifest, summary=summary, authority=authority, folder=None)
+    return _from_manifest(manifest.document, summary=summary, authority=authority, folder=None)
 
 
 def _bound_document(url: Any, sha256: Any, artifact_type: str, field: str) -> dict[str, Any] | None:
@@ -106,7 +89,7 @@ def _bound_document(url: Any, sha256: Any, artifact_type: str, field: str) -> di
         return None  # not published by URL yet (a draft's pins): compared as absent
     if not is_sha256_hex(sha256):
         raise InputError("binds a document by URL without its SHA-256", field=field, found=url, expected="a URL with its 64-hex SHA-256 beside it")
-    data, _ = _fetch_manifest(url)
+    data = fetch_published(url, what=f"the {artifact_type} document")
     if sha256_bytes(data) != sha256:
         raise InputError("names a document whose bytes do not have the bound hash", file=url, field=field, found=sha256_bytes(data), expected=sha256)
     return parse_tree_document(data, artifact_type, shown=url)
