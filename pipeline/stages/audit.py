@@ -96,6 +96,13 @@ from pipeline.errors import (
     RemoteError,
     redact_url_credentials,
 )
+from pipeline.formats.release.manifest import (
+    lane_row,
+    lane_rows_at,
+    parse_manifest,
+    published_set_rows,
+    section,
+)
 from pipeline.formats.release.names import BUNDLE_SUFFIX, EVIDENCE, ROW_RECORDS
 from pipeline.infra import attestations, net, ranges
 from pipeline.infra import progress as transfer_progress
@@ -308,7 +315,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
     release = manifest.get("release")
     product_repository = _text(dig(manifest, "product.repository"))
     bindings: list[Binding] = []
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
+    components = section(manifest, "components")
 
     omp = components.get("omp") if isinstance(components.get("omp"), dict) else None
     if omp is not None:
@@ -348,13 +355,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
             binding.location_error = f"the model revision {revision!r} is not a 40-hex commit: a branch URL can change"
         bindings.append(binding)
 
-    rows: list[tuple[str, dict[str, Any]]] = []
-    if isinstance(components.get("ninfer"), dict):
-        rows.append(("components.ninfer", components["ninfer"]))
-    for index, row in enumerate(_items(components.get("ninfer_variants"))):
-        if isinstance(row, dict):
-            rows.append((f"components.ninfer_variants[{index}]", row))
-    for where, row in rows:
+    for where, row in lane_rows_at(manifest):
         lane = row.get("id") or where
         prefix = f"{str(row.get('repository') or '').rstrip('/')}/releases/download/{row.get('release_tag')}/"
         for stem, role in SET_FIELDS:
@@ -385,14 +386,14 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
             if isinstance(record, dict) and "public_url" in record:
                 bindings.append(_record(f"{lane} {record_field.replace('_', ' ')}", f"{where}.{record_field}", record, "summary" if record_field == "qualification" else "path", "sha256", product_repository, release))
 
-    qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else None
-    if qualification is not None and "public_url" in qualification:
+    qualification = section(manifest, "qualification")
+    if "public_url" in qualification:
         bindings.append(_record("qualification summary", "qualification", qualification, "summary", "summary_sha256", product_repository, release))
         acceptance = qualification.get("acceptance")
         if isinstance(acceptance, dict) and "public_url" in acceptance:
             bindings.append(_record("external-installation acceptance", "qualification.acceptance", acceptance, "path", "sha256", product_repository, release))
-    compatibility = manifest.get("compatibility") if isinstance(manifest.get("compatibility"), dict) else None
-    if compatibility is not None and "public_url" in compatibility:
+    compatibility = section(manifest, "compatibility")
+    if "public_url" in compatibility:
         bindings.append(_record("compatibility authority", "compatibility", compatibility, "path", "sha256", product_repository, release))
 
     for binding in bindings:
@@ -416,18 +417,6 @@ def _record(label: str, where: str, record: dict[str, Any], path_key: str, sha_k
     if isinstance(url, str) and url:
         binding.location_error = check_raw_location(url, path, product_repository, str(release))
     return binding
-
-
-def _lane_row_list(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    rows: list[tuple[str, dict[str, Any]]] = []
-    if isinstance(components.get("ninfer"), dict):
-        rows.append(("components.ninfer", components["ninfer"]))
-    variants = components.get("ninfer_variants")
-    for index, row in enumerate(variants if isinstance(variants, list) else []):
-        if isinstance(row, dict):
-            rows.append((f"components.ninfer_variants[{index}]", row))
-    return rows
 
 
 # Fields that hold bindings, by the type the release-tree contract gives them: a manifest that
@@ -466,7 +455,7 @@ def check_manifest_shapes(manifest: dict[str, Any], *, file: str) -> None:
         expect_object(platform, source=file, field=f"components.omp.platforms[{index}]")
     for index, row in enumerate(dig(manifest, "components.ninfer_variants") or []):
         expect_object(row, source=file, field=f"components.ninfer_variants[{index}]")
-    for where, row in _lane_row_list(manifest):
+    for where, row in lane_rows_at(manifest):
         for record in ("qualification", *ROW_RECORDS):
             if row.get(record) is not None:
                 expect_object(row[record], source=file, field=f"{where}.{record}")
@@ -481,17 +470,17 @@ def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
     """
     safe_component(manifest.get("release"), file=file, field="release", max_len=100, expected="a release name such as 'v0.13.1'")
     check_manifest_shapes(manifest, file=file)
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    omp = components.get("omp") if isinstance(components.get("omp"), dict) else {}
+    components = section(manifest, "components")
+    omp = section(components, "omp")
     platforms = omp.get("platforms")
     for index, platform in enumerate(platforms if isinstance(platforms, list) else []):
         if isinstance(platform, dict) and platform.get("artifact_name") is not None:
             safe_component(platform["artifact_name"], file=file, field=f"components.omp.platforms[{index}].artifact_name")
-    model = components.get("model") if isinstance(components.get("model"), dict) else {}
+    model = section(components, "model")
     if model.get("artifact_name") is not None:
         safe_component(model["artifact_name"], file=file, field="components.model.artifact_name")
     seen: dict[str, str] = {}
-    for where, row in _lane_row_list(manifest):
+    for where, row in lane_rows_at(manifest):
         if row.get("id") is not None:
             lane = safe_component(row["id"], file=file, field=f"{where}.id", max_len=100, expected="a lane id such as 'rtx4090-windows-native'")
             if lane.casefold() in seen:
@@ -505,16 +494,16 @@ def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
             value = row.get(record)
             if isinstance(value, dict) and value.get(key) is not None:
                 safe_relpath(value[key], file=file, field=f"{where}.{record}.{key}")
-    qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
+    qualification = section(manifest, "qualification")
     if qualification.get("summary") is not None:
         safe_relpath(qualification["summary"], file=file, field="qualification.summary")
     acceptance = qualification.get("acceptance")
     if isinstance(acceptance, dict) and acceptance.get("path") is not None:
         safe_relpath(acceptance["path"], file=file, field="qualification.acceptance.path")
-    compatibility = manifest.get("compatibility") if isinstance(manifest.get("compatibility"), dict) else {}
+    compatibility = section(manifest, "compatibility")
     if compatibility.get("path") is not None:
         safe_relpath(compatibility["path"], file=file, field="compatibility.path")
-    signing = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
+    signing = section(manifest, "signing")
     signed = signing.get("signed_files")
     for index, relative in enumerate(signed if isinstance(signed, list) else []):
         if isinstance(relative, str):
@@ -761,14 +750,14 @@ class Auditor:
             except OSError as exc:
                 raise InputError(f"cannot read the manifest: {exc.strerror}", file=self.source) from None
         try:
-            manifest = loads_document(data, source=self.source, max_bytes=MAX_RELEASE_MANIFEST_BYTES)
+            manifest = parse_manifest(data, source=self.source, check_type=False, max_bytes=MAX_RELEASE_MANIFEST_BYTES)
         except InputError as exc:
             self.add(Item(f"manifest {self.shown_source}", False, exc.what, "manifest"))
             return None
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("release"), str):
+        if not isinstance(manifest.release, str):
             self.add(Item(f"manifest {self.shown_source}", False, "is not a release manifest (no 'release')", "manifest"))
             return None
-        return manifest, data
+        return dict(manifest.document), data
 
     def run(self) -> AuditReport:
         started = time.monotonic()
@@ -840,10 +829,10 @@ class Auditor:
                 by_group.setdefault(result.binding.group, []).append(result)
 
         self._manifest = manifest
-        for row_where, row in _lane_rows(manifest):
+        for row_where, row in published_set_rows(manifest):
             lane = row.get("id") or row_where
             self._audit_set(lane, row, by_group.get(lane, []), cache)
-        for row_where, row in _lane_row_list(manifest):
+        for row_where, row in lane_rows_at(manifest):
             self._audit_tag(row_where, row, cache)
         for result in fetched:
             if result.binding.role in ("spdx", "cdx") and result.error is None and self._matches(result):
@@ -1077,7 +1066,7 @@ class Auditor:
                 self.add(Item(label, False, fetched.error or "download failed", "provenance", {"url": url}))
             return
         data = fetched.path.read_bytes()
-        record = row.get(key) if isinstance(row.get(key), dict) else {}
+        record = section(row, key)
         try:
             statement = provenance.read_statement(data, origin=url)
             check(statement)
@@ -1088,7 +1077,7 @@ class Auditor:
             self.add(Item(label, False, error.render(), "provenance", {"url": url}))
             return
         self.add(Item(label, True, f"{note(statement)}; source {statement.external['source_commit']}, builder {statement.builder_id}", "provenance", {"sha256": sha256_bytes(data), "url": url}))
-        signing = self._manifest.get("signing") if isinstance(self._manifest.get("signing"), dict) else {}
+        signing = section(self._manifest, "signing")
         bundle_url = url + (signing.get("bundle_suffix") or BUNDLE_SUFFIX)
         bundle = self._download(bundle_url, folder / url_file_name(bundle_url), sha256=None, size=None, label=url_file_name(bundle_url), cap=MAX_BUNDLE_BYTES)
         bundle_label = f"signature {name}"
@@ -1201,7 +1190,7 @@ class Auditor:
         self.expected_signer = sigstore.SignerIdentity(identity, issuer, claimed_repository, ref, trust)
         label = "signer"
         problems: list[str] = []
-        signing = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
+        signing = section(manifest, "signing")
         declared = (signing.get("certificate_identity"), signing.get("certificate_oidc_issuer"))
         if signing and declared != (identity, issuer):
             problems.append(f"the manifest declares the signer {declared[0]!r} (issuer {declared[1]!r}), but this audit expects {identity!r} (issuer {issuer!r}, from {source}); pass --repository OWNER/NAME or --certificate-identity to audit a release of another repository")
@@ -1419,14 +1408,14 @@ class Auditor:
                 raise _Refused(f"{where} is not a release name (found {rebound!r})")
             if sort_release_key(rebound) >= sort_release_key(release):
                 raise _Refused(f"{where} names {rebound}, which is not a release before {release}")
-            predecessor = manifest.get("predecessor") if isinstance(manifest.get("predecessor"), dict) else {}
+            predecessor = section(manifest, "predecessor")
             if predecessor.get("release") != rebound:
                 raise _Refused(f"{where} names {rebound}, but the manifest of {release} has the predecessor {predecessor.get('release')!r}: a rebound row is its predecessor's row")
             digest = predecessor.get("manifest_sha256")
             if not is_sha256_hex(digest):
                 raise _Refused(f"the manifest of {release} binds no predecessor.manifest_sha256 (found {digest!r}), so the manifest of {rebound} cannot be checked")
             older = self._predecessor_manifest(rebound, digest)
-            old = next((r for _w, r in _lane_row_list(older) if r.get("id") == lane), None)
+            old = lane_row(older, lane)
             if old is None:
                 raise _Refused(f"the manifest of {rebound} ships no row {lane}, but {where} names it")
             for key in ("repository", "release_tag", "source_commit", "checksums_sha256"):
@@ -1562,17 +1551,6 @@ def _link(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
-
-
-def _lane_rows(manifest: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    rows = []
-    container = dig(manifest, "components.ninfer")
-    if isinstance(container, dict) and "checksums_url" in container:
-        rows.append(("components.ninfer", container))
-    for index, row in enumerate(_items(dig(manifest, "components.ninfer_variants"))):
-        if isinstance(row, dict) and "checksums_url" in row:
-            rows.append((f"components.ninfer_variants[{index}]", row))
-    return rows
 
 
 def _manifest_release_problem(source: str, release: str) -> str | None:
