@@ -66,6 +66,7 @@ from pipeline.formats.release.derive import (
     unknown_keys_unused,
 )
 from pipeline.formats.release.evidence import collect_pins, expected_names, file_sha256, predecessor_row
+from pipeline.formats.release.manifest import lane_rows
 from pipeline.formats.release.names import (
     ACCEPTANCE,
     AUTHORITY,
@@ -395,7 +396,7 @@ def _record_bytes(root: Path, derived: Derived) -> dict[str, bytes]:
     m = derived.manifest
     assert m is not None
     out: dict[str, bytes] = {}
-    rows = ([m["components"]["ninfer"]] if m["components"]["ninfer"] else []) + m["components"]["ninfer_variants"]
+    rows = lane_rows(m)
     for row in rows:
         rel = row["qualification"]["summary"]
         if rel and (root / rel).is_file():

@@ -56,6 +56,7 @@ from pipeline.formats import publication_plan as fmt
 from pipeline.formats.assets import OUTER_SUMS
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.formats.release.manifest import lane_rows
 from pipeline.formats.release.names import BUNDLE_SUFFIX
 from pipeline.formats.release.signer import release_signer, signer_from_manifest
 from pipeline.infra import attestations
@@ -880,8 +881,7 @@ def _image_statements(ctx: Context, manifest: dict[str, Any], show: Callable[[st
     into the publication's files under their asset names, each with its DSSE bundle (the register's, else --bundles)."""
     from pipeline.formats.release.names import image_provenance_asset
 
-    components = manifest.get("components") if isinstance(manifest.get("components"), dict) else {}
-    rows = [components.get("ninfer"), *(components.get("ninfer_variants") if isinstance(components.get("ninfer_variants"), list) else [])]
+    rows = lane_rows(manifest)
     found = []
     for row in rows:
         record = row.get("image_provenance") if isinstance(row, dict) else None

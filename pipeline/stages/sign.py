@@ -57,7 +57,7 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
 from pipeline.formats.provenance import FOLDER
-from pipeline.formats.release.manifest import section
+from pipeline.formats.release.manifest import parse_manifest, section
 from pipeline.formats.release.names import BUNDLE_SUFFIX, OIDC_ISSUER, RELEASE_RE, sort_release_key
 from pipeline.formats.release.signer import signer_from_manifest
 from pipeline.infra.sigstore import (
@@ -269,7 +269,7 @@ def plan_signing(manifests: Path, release: str | None, register: Register | None
     entries = tree_entries(register, release_dir.name) if register is not None else {}
     known = entries or None
     manifest_file = release_dir / MANIFEST_NAME
-    manifest = loads_object(_tree_bytes(manifest_file.resolve(), release_dir, known, register), source=manifest_file)
+    manifest = dict(parse_manifest(_tree_bytes(manifest_file.resolve(), release_dir, known, register), source=str(manifest_file), check_type=False).document)
     signer = signer_from_manifest(manifest, file=manifest_file)
     if trust_config:
         signer = SignerIdentity(signer.identity, signer.issuer, signer.repository, signer.ref, trust_config)

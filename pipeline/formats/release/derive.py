@@ -33,6 +33,7 @@ from pipeline.formats.release.evidence import (
     predecessor_row,
     read_evidence_json,
 )
+from pipeline.formats.release.manifest import component_lane_rows
 from pipeline.formats.release.names import (
     ACCEPTANCE,
     AUTHORITY,
@@ -615,7 +616,7 @@ def null_identities(components: dict[str, Any], lanes: dict[str, Lane]) -> list[
     for key in ("revision", "artifact_url", "artifact_bytes", "artifact_sha256"):
         if model[key] is None:
             nulls.append(f"components.model.{key}")
-    rows = ([components["ninfer"]] if components["ninfer"] else []) + components["ninfer_variants"]
+    rows = component_lane_rows(components)
     for row in rows:
         lane = lanes[row["id"]]
         where = row_path(row["id"], lane.kind)
@@ -660,7 +661,7 @@ def _blockers(rt: ReleaseInput, nulls: list[str], components: dict[str, Any], ac
         unpublished.append("components.omp")
     if not components["model"]["published"]:
         unpublished.append("components.model")
-    rows = ([components["ninfer"]] if components["ninfer"] else []) + components["ninfer_variants"]
+    rows = component_lane_rows(components)
     for row in rows:
         if not row["published"]:
             unpublished.append("components.ninfer" if row is components["ninfer"] else f"components.ninfer_variants[{row['id']}]")

@@ -14,6 +14,7 @@ derived or checked) by the module functions below, so each rule is written once:
 - `lane_rows_as_written` the lane rows as written, of any type (for a comparison in which a
                          malformed row must never equal a well-formed one);
 - `lane_rows_at`         the object rows with the field path that names each by index;
+- `component_lane_rows`  `lane_rows` of a `components` object (derivation's, before the manifest);
 - `lane_row`             the row of one lane id;
 - `published_set`        the part of a row that binds a published asset set (tag, repository,
                          checksums URL and SHA-256), and `published_set_rows` the rows that bind one;
@@ -53,28 +54,36 @@ def section(document: Any, dotted: str) -> dict[str, Any]:
     return node if isinstance(node, dict) else {}
 
 
-def _variants(document: Any) -> list[Any]:
-    variants = section(document, "components").get("ninfer_variants")
-    return variants if isinstance(variants, list) else []
+def _written_rows(components: dict[str, Any]) -> list[Any]:
+    variants = components.get("ninfer_variants")
+    return [components.get("ninfer"), *(variants if isinstance(variants, list) else [])]
+
+
+def _rows_at(components: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    written = _written_rows(components)
+    paths = [CONTAINER_ROW, *(f"{VARIANT_ROWS}[{index}]" for index in range(len(written) - 1))]
+    return [(where, row) for where, row in zip(paths, written, strict=True) if isinstance(row, dict)]
 
 
 def lane_rows_as_written(document: Any) -> list[Any]:
     """[components.ninfer, *components.ninfer_variants] as written: entries of any type (None for no container
     row), nothing for a list field of the wrong type (verify and audit report the shapes)."""
-    return [section(document, "components").get("ninfer"), *_variants(document)]
+    return _written_rows(section(document, "components"))
 
 
 def lane_rows_at(document: Any) -> list[tuple[str, dict[str, Any]]]:
     """(field path, row) of every lane row that is an object, the container row first; a variant is named by index."""
-    container = section(document, "components").get("ninfer")
-    rows: list[tuple[str, dict[str, Any]]] = [(CONTAINER_ROW, container)] if isinstance(container, dict) else []
-    rows += [(f"{VARIANT_ROWS}[{index}]", row) for index, row in enumerate(_variants(document)) if isinstance(row, dict)]
-    return rows
+    return _rows_at(section(document, "components"))
 
 
 def lane_rows(document: Any) -> list[dict[str, Any]]:
     """The lane rows that are objects (the container row first), anything else skipped."""
     return [row for _, row in lane_rows_at(document)]
+
+
+def component_lane_rows(components: dict[str, Any]) -> list[dict[str, Any]]:
+    """`lane_rows` of a manifest's `components` object alone (derivation holds it before the manifest)."""
+    return [row for _, row in _rows_at(components)]
 
 
 def lane_row(document: Any, lane_id: str) -> dict[str, Any] | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipeline.formats.lanes import Lane
+from pipeline.formats.release.manifest import component_lane_rows
 from pipeline.formats.release.names import AUTHORITY, PRODUCT_NAME, RELEASE_TOML
 from pipeline.formats.release.spec import ReleaseInput
 
@@ -102,7 +103,7 @@ def render_notes(manifest: dict[str, Any], rt: ReleaseInput, summary: dict[str, 
     ]
     lines += [f"- {item}" for item in rt.limitations] or ["- No limitation recorded."]
     lines += ["", "## Composition", "", "| Lane / client | Component | Status | Qualification |", "| --- | --- | --- | --- |"]
-    rows = ([comp["ninfer"]] if comp["ninfer"] else []) + comp["ninfer_variants"]
+    rows = component_lane_rows(comp)
     for row in rows:
         lane_summary = summary["lanes"].get(row["id"], {})
         receipt = lane_summary.get("receipt", {})
