@@ -170,7 +170,7 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
         }
         lane_qualification[lane_id] = {"row": row.get("qualification"), "receipt": _tree_receipt(folder, lane_id)}
     components = section(manifest, "components")
-    qualification = dict(manifest.get("qualification") or {}) if isinstance(manifest.get("qualification"), dict) else {}
+    qualification = dict(section(manifest, "qualification"))
     acceptance = qualification.pop("acceptance", None)
     # The summary's and the authority's bindings (path, URL, SHA-256) are compared as well as their documents:
     # a source that cannot bring a document (a manifest URL before publication) still shows its hash change.

@@ -189,7 +189,7 @@ def lane_statuses(register: Register, lanes: dict[str, Lane]) -> list[LaneStatus
 # -- the release ---------------------------------------------------------------------------------
 
 def release_status(root: Path, release: str, register: Register, lanes: dict[str, Lane]) -> ReleaseStatus:
-    from pipeline.formats.release.manifest import blockers
+    from pipeline.formats.release.manifest import blockers, section
     from pipeline.formats.release.names import release_dir
     from pipeline.formats.release.spec import load_release_toml
     from pipeline.formats.release.tree import blocker_fix, read_tree
@@ -200,7 +200,7 @@ def release_status(root: Path, release: str, register: Register, lanes: dict[str
     container = next((lane.id for lane in lanes.values() if lane.kind == "container"), None)
     status = ReleaseStatus(release, str(manifest.get("status")))
     status.blockers = [Blocker(b, blocker_fix(b, release, manual=b in spec.blockers, container_lane=container)) for b in blockers(manifest)]
-    qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
+    qualification = section(manifest, "qualification")
     acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
     if acceptance:
         status.acceptance = f"{acceptance.get('status')} (record {str(acceptance.get('sha256') or '')[:12]})"
