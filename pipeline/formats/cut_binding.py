@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, RefusedError
-from pipeline.formats.cut_ledger import MAX_BETA, MIN_BETA
+from pipeline.formats.cut_ledger import BETA_EXPECTED, is_beta
 from pipeline.formats.lanes import Lane
 from pipeline.util import ui
 from pipeline.util.hashing import is_commit_hex
@@ -101,8 +101,8 @@ def parse_binding(recorded: Any, lane: Lane, *, file: str | Path, field: str) ->
     if not isinstance(recorded, dict) or set(recorded) != {"n", "tag", "commit", "rehearsal"}:
         raise InputError("records no cut binding", file=file, field=field, found=sorted(recorded) if isinstance(recorded, dict) else recorded, expected="{n, tag, commit, rehearsal}", fix=fix)
     n, tag, commit, rehearsal = recorded["n"], recorded["tag"], recorded["commit"], recorded["rehearsal"]
-    if isinstance(n, bool) or not isinstance(n, int) or not MIN_BETA <= n <= MAX_BETA:
-        raise InputError("is not a beta number", file=file, field=f"{field}.n", found=n, expected=f"an integer {MIN_BETA}..{MAX_BETA}")
+    if not is_beta(n):
+        raise InputError("is not a beta number", file=file, field=f"{field}.n", found=n, expected=BETA_EXPECTED)
     if tag != lane.tag(n):
         raise InputError(f"is not lane {lane.id}'s tag for beta.{n}", file=file, field=f"{field}.tag", found=tag, expected=lane.tag(n))
     if commit is not None and not is_commit_hex(commit):

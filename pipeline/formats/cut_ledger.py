@@ -53,6 +53,7 @@ SEEN = ("github-release", "github-tag", "checkout-tag", "history")
 # names (pipeline/formats/lanes.py) for every N a ledger may hold, and only those.
 MIN_BETA = 1
 MAX_BETA = 99999
+BETA_EXPECTED = f"an integer {MIN_BETA}..{MAX_BETA}"
 MAX_BYTES = 4 * 1024 * 1024
 VERSION_RE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
 BINDINGS = ("source_commit", "lane_file_sha256", "toolchain_lock_sha256")
@@ -203,6 +204,17 @@ def _keys(obj: Any, keys: frozenset[str], *, file: str, where: str) -> dict[str,
     return obj
 
 
+def is_beta(value: Any) -> bool:
+    """The one beta range rule: an integer (a bool is not one) MIN_BETA..MAX_BETA."""
+    return isinstance(value, int) and not isinstance(value, bool) and MIN_BETA <= value <= MAX_BETA
+
+
+def _beta(value: Any, *, file: str, field: str) -> int:
+    if not is_beta(value):
+        raise InputError("is not a valid number here", file=file, field=field, found=value, expected=BETA_EXPECTED)
+    return value
+
+
 def _int(value: Any, *, file: str, field: str, low: int, high: int) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
         raise InputError("is not a valid number here", file=file, field=field, found=value, expected=f"an integer {low}..{high}")
@@ -232,7 +244,7 @@ def _parse_cut(raw: Any, index: int, tag_for: TagFor | None, file: str) -> Cut:
     version = obj["version"]
     if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         raise InputError("is not a component version", file=file, field=f"{where}.version", found=version, expected="'X.Y.Z' without leading zeros")
-    n = _int(obj["n"], file=file, field=f"{where}.n", low=MIN_BETA, high=MAX_BETA)
+    n = _beta(obj["n"], file=file, field=f"{where}.n")
     tag = _check_tag(obj["tag"], version, n, tag_for, file=file, field=f"{where}.tag")
     state = obj["state"]
     if state not in STATES:
@@ -291,7 +303,7 @@ def _parse_external(raw: Any, index: int, tag_for: TagFor | None, file: str) -> 
     version = obj["version"]
     if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         raise InputError("is not a component version", file=file, field=f"{where}.version", found=version)
-    n = _int(obj["n"], file=file, field=f"{where}.n", low=MIN_BETA, high=MAX_BETA)
+    n = _beta(obj["n"], file=file, field=f"{where}.n")
     tag = _check_tag(obj["tag"], version, n, tag_for, file=file, field=f"{where}.tag")
     if not isinstance(obj["seen"], str) or obj["seen"].split(":", 1)[0] not in SEEN:
         raise InputError("does not say where the number was seen", file=file, field=f"{where}.seen", found=obj["seen"], expected="'<" + "|".join(SEEN) + ">: <detail>'")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, UsageError
-from pipeline.formats.cut_ledger import MAX_BETA, MIN_BETA, ledger_path, load_ledger
+from pipeline.formats.cut_ledger import BETA_EXPECTED, MAX_BETA, MIN_BETA, is_beta, ledger_path, load_ledger
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import read_toml
 from pipeline.util.safepath import safe_component, safe_relative
@@ -76,13 +76,13 @@ def _range_text(low: float, high: float, unit: str, *, integer: bool = False) ->
 
 def check_beta(value: Any, *, field: str = "--beta", file: str | Path | None = None) -> int:
     """A beta number from a front door (command line, nox, a function call): an integer 1..MAX_BETA."""
-    if isinstance(value, bool) or not isinstance(value, int) or not MIN_BETA <= value <= MAX_BETA:
+    if not is_beta(value):
         raise UsageError(
             "is not a beta number",
             file=file,
             field=field,
             found=value,
-            expected=f"an integer {MIN_BETA}..{MAX_BETA}",
+            expected=BETA_EXPECTED,
             why="beta.N numbers every component cut from 1; beta 0 (or below) names no cut and would label bytes with a tag that can never exist",
             fix="pass the beta number of the cut, e.g. --beta 2, or leave --beta out to use the lane file's",
         )
@@ -96,8 +96,8 @@ def beta_argument(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a beta number: {text!r} (an integer {MIN_BETA}..{MAX_BETA})") from None
-    if not MIN_BETA <= value <= MAX_BETA:
+        raise argparse.ArgumentTypeError(f"not a beta number: {text!r} ({BETA_EXPECTED})") from None
+    if not is_beta(value):
         raise argparse.ArgumentTypeError(f"beta must be {MIN_BETA}..{MAX_BETA}, found {value} (beta 0 or below names no component cut)")
     return value
 
@@ -409,8 +409,8 @@ class Lane:
                 why="the beta number N of a component comes from the lane's cut ledger, never from the lane file",
                 fix=f"record one with 'python -m pipeline cut --lane {self.id} --source URL_OR_PATH@COMMIT'",
             )
-        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or not MIN_BETA <= n <= MAX_BETA):
-            raise InputError("is not a beta number", file=self.file, field="component.beta", found=n, expected=f"an integer {MIN_BETA}..{MAX_BETA}",
+        if n is not None and not is_beta(n):
+            raise InputError("is not a beta number", file=self.file, field="component.beta", found=n, expected=BETA_EXPECTED,
                              why="names, tags and release ids are rendered only for a real beta.N cut")
         return pattern.format(version=self.version, n=n if n is not None else "")
 

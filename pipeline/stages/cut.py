@@ -36,7 +36,7 @@ from typing import Any
 
 from pipeline.errors import RefusedError, UsageError
 from pipeline.formats.cut_binding import lock_digest
-from pipeline.formats.cut_ledger import Cut, External, Ledger, write_ledger
+from pipeline.formats.cut_ledger import Cut, External, Ledger, is_beta, write_ledger
 from pipeline.formats.lanes import Lane
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
@@ -65,10 +65,11 @@ def numbers_in(lane: Lane, tags: list[str], *, where: str) -> dict[int, str]:
         if not match:
             continue
         n = int(match.group("n"))
-        if tag != lane.tag(n) or n < 1:
-            ui.warn(f"{where} holds the non-canonical tag {tag!r} (made by hand?); its number {n} is never handed out" if n >= 1 else f"{where} holds {tag!r}: beta.0 is not a valid cut and is ignored")
-            if n < 1:
-                continue
+        if not is_beta(n):  # checked first: a lane renders a tag only for a number of the beta range
+            ui.warn(f"{where} holds {tag!r}: beta.{n} is not a valid cut and is ignored")
+            continue
+        if tag != lane.tag(n):
+            ui.warn(f"{where} holds the non-canonical tag {tag!r} (made by hand?); its number {n} is never handed out")
         found.setdefault(n, tag)
     return found
 

@@ -268,3 +268,16 @@ def test_the_release_tree_renders_superseded_cuts_and_later_cuts_do_not_change_i
     write_ledger(tmp_path / "cuts", later, tag_for=lane.render_tag)
     report = verify_release(REPO_ROOT, "v0.13.1", lanes_dir=lanes)
     assert report.valid, [p.message() for p in report.problems.items]
+
+
+def test_tags_outside_the_beta_range_are_ignored_with_a_warning_not_a_refusal(capsys):
+    """beta.0 and a number above MAX_BETA match the loose tag pattern but are no cut: the lane cannot render
+    their tags, so the range rule is asked first (it refused the whole listing before)."""
+    from pipeline.formats.cut_ledger import MAX_BETA
+    from pipeline.stages.cut import numbers_in
+
+    lane = find_lane("5090")
+    zero, above = lane.tag(1).replace("beta.1", "beta.0"), lane.tag(1).replace("beta.1", f"beta.{MAX_BETA + 1}")
+    assert numbers_in(lane, [zero, above, lane.tag(2)], where="the checkout") == {2: lane.tag(2)}
+    err = capsys.readouterr().err
+    assert f"{zero!r}: beta.0 is not a valid cut" in err and f"beta.{MAX_BETA + 1} is not a valid cut" in err
