@@ -97,10 +97,12 @@ from pipeline.errors import (
     redact_url_credentials,
 )
 from pipeline.formats.release.manifest import (
+    evidence_records,
     lane_row,
     lane_rows_at,
     parse_manifest,
     published_set_rows,
+    row_records,
     section,
 )
 from pipeline.formats.release.names import BUNDLE_SUFFIX, EVIDENCE, ROW_RECORDS
@@ -381,10 +383,9 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
                     role=role,
                 )
             )
-        for record_field in ("qualification", *ROW_RECORDS):
-            record = row.get(record_field)
-            if isinstance(record, dict) and "public_url" in record:
-                bindings.append(_record(f"{lane} {record_field.replace('_', ' ')}", f"{where}.{record_field}", record, "summary" if record_field == "qualification" else "path", "sha256", product_repository, release))
+        for record in row_records(where, row):
+            if "public_url" in record.record:
+                bindings.append(_record(f"{lane} {record.name.replace('_', ' ')}", record.field, record.record, record.path_key, "sha256", product_repository, release))
 
     qualification = section(manifest, "qualification")
     if "public_url" in qualification:
@@ -490,19 +491,9 @@ def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
         for stem, _role in SET_FIELDS:
             if row.get(f"{stem}_name") is not None:
                 safe_component(row[f"{stem}_name"], file=file, field=f"{where}.{stem}_name")
-        for record, key in (("qualification", "summary"), *((name, "path") for name in ROW_RECORDS)):
-            value = row.get(record)
-            if isinstance(value, dict) and value.get(key) is not None:
-                safe_relpath(value[key], file=file, field=f"{where}.{record}.{key}")
-    qualification = section(manifest, "qualification")
-    if qualification.get("summary") is not None:
-        safe_relpath(qualification["summary"], file=file, field="qualification.summary")
-    acceptance = qualification.get("acceptance")
-    if isinstance(acceptance, dict) and acceptance.get("path") is not None:
-        safe_relpath(acceptance["path"], file=file, field="qualification.acceptance.path")
-    compatibility = section(manifest, "compatibility")
-    if compatibility.get("path") is not None:
-        safe_relpath(compatibility["path"], file=file, field="compatibility.path")
+    for record in evidence_records(manifest):
+        if record.path is not None:
+            safe_relpath(record.path, file=file, field=f"{record.field}.{record.path_key}")
     signing = section(manifest, "signing")
     signed = signing.get("signed_files")
     for index, relative in enumerate(signed if isinstance(signed, list) else []):

@@ -111,3 +111,20 @@ def test_read_manifest_fetches_a_url_under_the_release_url_rule(tmp_path: Path):
         server.shutdown()
     with pytest.raises(UsageError):
         rm.read_manifest("http://example.com/manifest.json")  # plain HTTP only to loopback
+
+
+def test_evidence_records_name_every_record_bound_by_path_with_its_field():
+    document = {
+        "qualification": {"summary": "q.json", "public_url": "https://raw/q.json", "acceptance": {"path": "a.json"}},
+        "compatibility": "not an object",
+        "components": {"ninfer": {"id": "c", "qualification": {"summary": "cq.json"}, "provenance": {"path": "p.json"}, "sbom": 3}},
+    }
+    records = rm.evidence_records(document)
+    assert [(r.field, r.path) for r in records] == [
+        ("components.ninfer.qualification", "cq.json"),
+        ("components.ninfer.provenance", "p.json"),
+        ("qualification", "q.json"),
+        ("qualification.acceptance", "a.json"),
+    ]
+    assert records[2].public_url == "https://raw/q.json" and records[3].public_url is None
+    assert rm.evidence_records(["not", "a", "manifest"]) == []

@@ -14,8 +14,8 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.formats.lanes import Lane
-from pipeline.formats.release.manifest import lane_row, lane_rows
-from pipeline.formats.release.names import ROW_RECORDS, SCRIPT_FIELDS
+from pipeline.formats.release.manifest import evidence_records, lane_row
+from pipeline.formats.release.names import SCRIPT_FIELDS
 from pipeline.formats.release.problems import Problems
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import loads_document
@@ -81,24 +81,7 @@ def expected_names(lane: Lane, tag: str | None) -> dict[str, str] | None:
 
 def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
     """Every record path -> its pinned raw URL, as the current manifest records them."""
-    pins: dict[str, str] = {}
-    if not isinstance(manifest, dict):
-        return pins
-
-    def take(node: Any, path_key: str, url_key: str) -> None:
-        if isinstance(node, dict) and isinstance(node.get(path_key), str) and isinstance(node.get(url_key), str):
-            pins[node[path_key]] = node[url_key]
-
-    qual = manifest.get("qualification")
-    if isinstance(qual, dict):
-        take(qual, "summary", "public_url")
-        take(qual.get("acceptance"), "path", "public_url")
-    take(manifest.get("compatibility"), "path", "public_url")
-    for row in lane_rows(manifest):
-        take(row.get("qualification"), "summary", "public_url")
-        for key in ROW_RECORDS:
-            take(row.get(key), "path", "public_url")
-    return pins
+    return {record.path: record.public_url for record in evidence_records(manifest) if isinstance(record.path, str) and isinstance(record.public_url, str)}
 
 
 def predecessor_row(pred_manifest: dict[str, Any] | None, lane_id: str) -> dict[str, Any] | None:

@@ -18,6 +18,8 @@ derived or checked) by the module functions below, so each rule is written once:
 - `lane_row`             the row of one lane id;
 - `published_set`        the part of a row that binds a published asset set (tag, repository,
                          checksums URL and SHA-256), and `published_set_rows` the rows that bind one;
+- `evidence_records`     the evidence records it binds by path (`row_records` of one row,
+                         `release_records` of the release), each with its field path;
 - `blockers`             the blockers a manifest lists.
 """
 
@@ -30,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import InputError, UsageError
-from pipeline.formats.release.names import MANIFEST_TYPE
+from pipeline.formats.release.names import MANIFEST_TYPE, ROW_RECORDS
 from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import loads_document
@@ -89,6 +91,51 @@ def component_lane_rows(components: dict[str, Any]) -> list[dict[str, Any]]:
 def lane_row(document: Any, lane_id: str) -> dict[str, Any] | None:
     """The first object row whose id is `lane_id`."""
     return next((row for row in lane_rows(document) if row.get("id") == lane_id), None)
+
+
+# The evidence records a manifest binds by path (each an object with its path, sha256 and, once pinned,
+# public_url): per lane row, then for the whole release (docs/release-tree.md).
+ROW_RECORD_KEYS = (("qualification", "summary"), *((name, "path") for name in ROW_RECORDS))
+RELEASE_RECORD_KEYS = (("qualification", "summary"), ("qualification.acceptance", "path"), ("compatibility", "path"))
+
+
+@dataclass(frozen=True)
+class EvidenceRecord:
+    """One evidence record a manifest binds: where it is, its key, the object as written and which key holds its path."""
+
+    field: str  # "compatibility", "components.ninfer_variants[1].provenance"
+    name: str  # the record's own key: "qualification", "provenance", "acceptance", ...
+    record: dict[str, Any]
+    path_key: str  # "summary" for a qualification summary, else "path"
+
+    @property
+    def path(self) -> Any:
+        return self.record.get(self.path_key)
+
+    @property
+    def public_url(self) -> Any:
+        return self.record.get("public_url")
+
+
+def row_records(where: str, row: dict[str, Any]) -> list[EvidenceRecord]:
+    """The evidence records of one lane row (its qualification summary, then ROW_RECORDS), objects only."""
+    return [EvidenceRecord(f"{where}.{name}", name, row[name], key) for name, key in ROW_RECORD_KEYS if isinstance(row.get(name), dict)]
+
+
+def release_records(document: Any) -> list[EvidenceRecord]:
+    """The release's own evidence records (qualification summary, acceptance record, compatibility authority), objects only."""
+    out = []
+    for dotted, key in RELEASE_RECORD_KEYS:
+        parent, _, name = dotted.rpartition(".")
+        node = (section(document, parent) if parent else document if isinstance(document, dict) else {}).get(name)
+        if isinstance(node, dict):
+            out.append(EvidenceRecord(dotted, name, node, key))
+    return out
+
+
+def evidence_records(document: Any) -> list[EvidenceRecord]:
+    """Every evidence record a manifest binds: each lane row's, then the release's."""
+    return [record for where, row in lane_rows_at(document) for record in row_records(where, row)] + release_records(document)
 
 
 def blockers(document: Any) -> list[str]:
