@@ -58,6 +58,7 @@ from pipeline.formats import (
     sbom,
 )
 from pipeline.formats.release import evidence as release_evidence
+from pipeline.formats.release import manifest as release_manifest
 from pipeline.formats.release import problems as release_problems
 from pipeline.formats.release import rules as release_rules
 from pipeline.formats.release import spec as release_spec
@@ -426,10 +427,10 @@ def fuzz_identity(data: bytes, work: Path) -> None:
 
 def _manifest(data: bytes) -> dict | None:
     """What `audit` goes on with: a JSON object naming its release (Auditor.load_manifest)."""
-    document = jsonio.loads_document(data, source="manifest.json", max_bytes=audit.MAX_RELEASE_MANIFEST_BYTES)
-    if not isinstance(document, dict) or not isinstance(document.get("release"), str):
+    manifest = release_manifest.parse_manifest(data, source="manifest.json", check_type=False, max_bytes=audit.MAX_RELEASE_MANIFEST_BYTES)
+    if not isinstance(manifest.release, str):
         return None
-    return document
+    return dict(manifest.document)
 
 
 @target("manifest", max_len=65536, tokens=MANIFEST_TOKENS, structure="json")
@@ -447,7 +448,10 @@ def fuzz_manifest(data: bytes, work: Path) -> None:
     for binding in audit.collect_bindings(manifest):
         audit.binding_problem(binding)
         assert isinstance(binding.label, str)
-    audit._lane_rows(manifest)
+    for where, row in release_manifest.published_set_rows(manifest):
+        release_manifest.published_set(row, field=where)
+    for record in release_manifest.evidence_records(manifest):
+        assert isinstance(record.field, str)
 
 
 class _Scripted(BaseAdapter):
