@@ -59,7 +59,7 @@ def test_published_set_needs_every_part_and_names_its_download_folder():
 
 @pytest.mark.parametrize(
     ("document", "what"),
-    [([1, 2], "is not a release manifest"), ({"artifact_type": "other"}, "is not the release tree document it is named as")],
+    [([1, 2], "must hold a JSON object"), ({"artifact_type": "other"}, "is not the release tree document it is named as")],
 )
 def test_parse_refuses_what_is_not_a_manifest(document, what):
     with pytest.raises(InputError) as caught:

@@ -58,7 +58,7 @@ from pipeline.formats.release.derive import (
     null_identities,
     unknown_keys_unused,
 )
-from pipeline.formats.release.manifest import lane_rows, section
+from pipeline.formats.release.manifest import MAX_MANIFEST_BYTES, lane_rows, parse_manifest, section
 from pipeline.formats.release.names import (
     AUTHORITY_MD,
     BUNDLE_SUFFIX,
@@ -93,6 +93,7 @@ from pipeline.formats.release.rules import (
     state_problems,
 )
 from pipeline.infra.git import GitObjects, GitUnavailable
+from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import canonical_bytes, loads_document
 from pipeline.util.safepath import relpath_problem, within
@@ -294,14 +295,11 @@ class Verifier:
         if not path.is_file():
             self.error("schema", "the release tree has no manifest", file=self.manifest_rel, fix="run 'python -m pipeline compose --release " + self.release + "'")
             return None
-        data = path.read_bytes()
         try:
-            document = loads_document(data, source=self.manifest_rel)
+            data = read_bytes_bounded(path, MAX_MANIFEST_BYTES, what="release manifest")
+            document = dict(parse_manifest(data, source=self.manifest_rel, check_type=False).document)  # check_schema names a wrong type
         except InputError as exc:
-            self.error("schema", exc.what, file=self.manifest_rel, fix="restore the file from git; never edit it by hand (compose writes it)")
-            return None
-        if not isinstance(document, dict):
-            self.error("schema", "must hold a JSON object", file=self.manifest_rel, found=type(document).__name__)
+            self.error("schema", exc.what, file=self.manifest_rel, found=exc.found, fix="restore the file from git; never edit it by hand (compose writes it)")
             return None
         if data != canonical_bytes(document):
             self.error("schema", "is not in canonical form (sorted keys, indent 2, LF, one trailing newline)", file=self.manifest_rel, why="compose writes canonical JSON; other bytes mean a hand edit or a rewriting tool", fix=f"run 'python -m pipeline compose rebind --release {self.release}'")

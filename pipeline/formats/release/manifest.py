@@ -219,7 +219,7 @@ def parse_manifest(data: bytes, *, source: str, check_type: bool = True, max_byt
     digest = sha256_bytes(data)
     document = loads_document(data, source=source, max_bytes=max_bytes)
     if not isinstance(document, dict):
-        raise InputError("is not a release manifest", file=source, found=type(document).__name__, expected="a JSON object")
+        raise InputError("must hold a JSON object", file=source, found=type(document).__name__, expected="a release manifest object")
     if check_type and document.get("artifact_type") != MANIFEST_TYPE:
         raise InputError("is not the release tree document it is named as", file=source, field="artifact_type", found=document.get("artifact_type"), expected=MANIFEST_TYPE)
     return ReleaseManifest(source, digest, data, document)
