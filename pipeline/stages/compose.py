@@ -66,7 +66,7 @@ from pipeline.formats.release.derive import (
     unknown_keys_unused,
 )
 from pipeline.formats.release.evidence import collect_pins, expected_names, file_sha256, predecessor_row
-from pipeline.formats.release.manifest import lane_rows
+from pipeline.formats.release.manifest import blockers, lane_rows
 from pipeline.formats.release.names import (
     ACCEPTANCE,
     AUTHORITY,
@@ -996,8 +996,7 @@ def release_plan(ctx: Context, lanes: list, options: argparse.Namespace) -> list
 def tree_outcome(root: Path, release: str) -> Outcome:
     """What an action that changed nothing reports: the tree's status and blockers, nothing written."""
     manifest = _read_manifest(root, release) or {}
-    publication = manifest.get("publication") if isinstance(manifest.get("publication"), dict) else {}
-    return Outcome(release, str(manifest.get("status")), [b for b in publication.get("blockers") or [] if isinstance(b, str)])
+    return Outcome(release, str(manifest.get("status")), blockers(manifest))
 
 
 # -- CLI --------------------------------------------------------------------------------------------

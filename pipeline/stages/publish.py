@@ -56,7 +56,7 @@ from pipeline.formats import publication_plan as fmt
 from pipeline.formats.assets import OUTER_SUMS
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
-from pipeline.formats.release.manifest import lane_rows
+from pipeline.formats.release.manifest import lane_rows, section
 from pipeline.formats.release.names import BUNDLE_SUFFIX
 from pipeline.formats.release.signer import release_signer, signer_from_manifest
 from pipeline.infra import attestations
@@ -738,9 +738,9 @@ def product_target(
     manifest = parse_strict(manifest_bytes, file=f"{commit}:{base}/manifest.json")
     notes = (show(f"{base}/NOTES.md") or b"").decode("utf-8", "replace")
     title = next((line[2:].strip() for line in notes.splitlines() if line.startswith("# ")), release)
-    signing = manifest.get("signing") if isinstance(manifest.get("signing"), dict) else {}
+    signing = section(manifest, "signing")
     signed = [p for p in signing.get("signed_files") or [] if isinstance(p, str)]
-    product = manifest.get("product") if isinstance(manifest.get("product"), dict) else {}
+    product = section(manifest, "product")
     repository = repository_of(str(product.get("repository", "")))
     channel = manifest.get("channel")
     prerelease = channel != "public" or "-beta." in release
@@ -801,7 +801,7 @@ def product_target(
         return f"verify --require-ready --check-pins passes on a clean detached worktree of {commit[:12]}"
 
     def gate_acceptance() -> str:
-        qualification = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
+        qualification = section(manifest, "qualification")
         acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
         if acceptance is None or acceptance.get("status") != "passed" or qualification.get("external_installation_passed") is not True:
             raise _refuse(
