@@ -1183,7 +1183,8 @@ class Auditor:
         manifest must declare exactly that signer, a product repository of that name, and no other
         Sigstore instance than the one the auditor chose; otherwise nothing it binds is fetched.
         """
-        from pipeline.formats.release.names import OIDC_ISSUER, PRODUCT_REPO_SLUG, RELEASE_WORKFLOW
+        from pipeline.formats.release.names import OIDC_ISSUER, PRODUCT_REPO_SLUG
+        from pipeline.formats.release.signer import release_signer
         from pipeline.infra import sigstore
 
         release = manifest["release"]
@@ -1194,7 +1195,7 @@ class Auditor:
             source = "--certificate-identity"
         else:
             repository = self.repository or PRODUCT_REPO_SLUG
-            identity = f"https://github.com/{repository}/{RELEASE_WORKFLOW}@refs/tags/{release}"
+            identity = release_signer(repository, release, trust_config=trust).identity  # the one rule sign and publish use
             issuer = self.certificate_oidc_issuer or OIDC_ISSUER
             source = "--repository" if self.repository else f"the default repository {PRODUCT_REPO_SLUG}"
         claimed_repository, ref = sigstore.github_claims(identity)
