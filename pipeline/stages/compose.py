@@ -407,6 +407,9 @@ def _record_bytes(root: Path, derived: Derived) -> dict[str, bytes]:
     acc = m["qualification"]["acceptance"]
     if acc and (root / acc["path"]).is_file():
         out[acc["path"]] = (root / acc["path"]).read_bytes()
+    reviews = m.get("reviews")
+    if isinstance(reviews, dict) and (root / reviews["path"]).is_file():
+        out[reviews["path"]] = (root / reviews["path"]).read_bytes()
     out[m["qualification"]["summary"]] = canonical_bytes(derived.summary)
     out[m["compatibility"]["path"]] = canonical_bytes(derived.authority)
     return out
