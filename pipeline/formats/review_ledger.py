@@ -203,6 +203,11 @@ def read_ledger(root: Path, release: str) -> Ledger | None:
     return parse_ledger(read_bytes_bounded(path, MAX_LEDGER_BYTES, what="the review ledger"), release=release, file=rel)
 
 
+def short_digest(digest: str) -> str:
+    """A digest as a person reads it: 12 hex characters (after 'sha256:' for an OCI digest)."""
+    return digest[:19] if digest.startswith("sha256:") else digest[:12]
+
+
 @dataclass(frozen=True)
 class GateFailure:
     """One way a ledger holds the release: which review, which finding (or None), what and the fix."""
@@ -241,9 +246,9 @@ def gate_failures(ledger: Ledger | None, bound: Mapping[str, str], *, release: s
         for label, digest in review.reviewed:
             expected = bound.get(label)
             if expected is None:
-                out.append(GateFailure(name, None, f"the {name} review names {label} {digest[:12]}, which the release does not bind", f"review the artefacts this release binds ({', '.join(sorted(bound)) or 'none yet'}) and record their digests in {where}"))
+                out.append(GateFailure(name, None, f"the {name} review names {label} {short_digest(digest)}, which the release does not bind", f"review the artefacts this release binds ({', '.join(sorted(bound)) or 'none yet'}) and record their digests in {where}"))
             elif expected != digest:
-                out.append(GateFailure(name, None, f"the {name} review reviewed {label} {digest[:12]}, but the release binds {expected[:12]}", f"a review of other bytes does not count: re-review {label} at {expected} and record it in {where}"))
+                out.append(GateFailure(name, None, f"the {name} review reviewed {label} {short_digest(digest)}, but the release binds {short_digest(expected)}", f"a review of other bytes does not count: re-review {label} at {expected} and record it in {where}"))
     return out
 
 

@@ -133,14 +133,15 @@ def review_ledger(manifest: dict[str, Any], candidate: str, *, state: str = "clo
                   reviewed: dict[str, str] | None = None, council: str = "native-runtime") -> str:
     """A review ledger (docs/review-ledger.md) whose councils reviewed exactly what `manifest` binds at `candidate`:
     each row's set, the container's image, the candidate manifest and the pipeline commit.  `findings` are
-    {id: {severity, scope, state, disposition[, tracking_issue]}} of the first council; `reviewed` overrides digests."""
+    {id: {severity, scope, state, disposition[, tracking_issue]}} of the first council; `reviewed` overrides its digests."""
     from pipeline.formats.release.evidence import review_subjects
 
-    subjects = {**review_subjects(manifest), "manifest-candidate": candidate, "pipeline-commit": candidate, **(reviewed or {})}
+    subjects = {**review_subjects(manifest), "manifest-candidate": candidate, "pipeline-commit": candidate}
     lines = ['artifact_type = "omp_ninfer_review_ledger"', "schema_version = 1", f'release = "{manifest["release"]}"']
     for name, review_state in ((council, state), ("product-tooling", "closed")):
+        named = {**subjects, **(reviewed or {})} if name == council else subjects
         lines += ["", f"[reviews.{name}]", f'state = "{review_state}"', 'disposition = "Closed without remediation by the test suite\'s council."',
-                  "", f"[reviews.{name}.reviewed]", *(f'"{label}" = "{digest}"' for label, digest in sorted(subjects.items()))]
+                  "", f"[reviews.{name}.reviewed]", *(f'"{label}" = "{digest}"' for label, digest in sorted(named.items()))]
         for finding_id, finding in sorted((findings or {}).items()) if name == council else ():
             lines += ["", f"[reviews.{name}.findings.{finding_id}]", *(f'{key} = "{value}"' for key, value in sorted(finding.items()))]
     return "\n".join(lines) + "\n"

@@ -11,7 +11,7 @@ from typing import Any
 from pipeline.formats.lanes import Lane
 from pipeline.formats.release.names import AUTHORITY, PRODUCT_NAME, RELEASE_TOML
 from pipeline.formats.release.spec import ReleaseInput
-from pipeline.formats.review_ledger import Ledger
+from pipeline.formats.review_ledger import Ledger, short_digest
 
 
 def _short(value: Any, n: int = 12) -> str:
@@ -93,7 +93,7 @@ def review_lines(ledger: Ledger) -> list[str]:
     its findings with their dispositions, and the deferred items with the issues that track them."""
     lines = ["", "### Reviews", "", f"Bound in the review ledger `{ledger.path}` (SHA-256 `{ledger.sha256}`).", ""]
     for review in ledger.reviews:
-        reviewed = ", ".join(f"{label} `{digest[:19] if digest.startswith('sha256:') else digest[:12]}`" for label, digest in review.reviewed)
+        reviewed = ", ".join(f"{label} `{short_digest(digest)}`" for label, digest in review.reviewed)
         lines.append(f"- **{review.council}** ({review.state}): {_cell(review.disposition)} Reviewed: {reviewed}.")
         for f in review.findings:
             tracked = f", tracked in {f.tracking_issue}" if f.tracking_issue else ""
