@@ -801,6 +801,10 @@ def test_the_receipts_compose_into_the_record_that_moves_the_release_to_ready(li
     # ... and the release moves to ready with no hand-made record
     ui.set_quiet(True)
     commit(root, "acceptance bound")
+    from releasekit import review_ledger  # the councils' closed reviews of the candidate, which ready needs too
+
+    (root / "manifests" / light.release / "reviews.toml").write_text(review_ledger(manifest, record["candidate_commit"]))
+    commit(root, "reviews recorded")
     for step in range(4):
         outcome = rebind(root, light.release, pin="HEAD", lanes=load_lanes(light.lanes_dir))
         commit(root, f"pin {step}")
