@@ -60,7 +60,7 @@ TRACKING_RE = r"([A-Za-z0-9_.-]{1,39}/[A-Za-z0-9_.-]{1,100})?#[1-9][0-9]{0,8}"
 
 
 def _text(value: Any) -> bool:
-    return isinstance(value, str) and 0 < len(value.strip()) and len(value) <= MAX_TEXT and hidden_character(value, allowed="") is None
+    return isinstance(value, str) and len(value.strip()) > 0 and len(value) <= MAX_TEXT and hidden_character(value, allowed="") is None
 
 
 _TEXT = "one line of printable text, 1-2000 characters (no control, format or non-ASCII space characters)"

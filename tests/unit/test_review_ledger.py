@@ -7,7 +7,13 @@ import os
 import pytest
 
 from pipeline.errors import InputError, IntegrityError
-from pipeline.formats.review_ledger import MAX_LEDGER_BYTES, bound_ledger, gate_failures, parse_ledger, read_ledger
+from pipeline.formats.review_ledger import (
+    MAX_LEDGER_BYTES,
+    bound_ledger,
+    gate_failures,
+    parse_ledger,
+    read_ledger,
+)
 from pipeline.util.hashing import sha256_bytes
 
 RELEASE = "v0.14.0"
