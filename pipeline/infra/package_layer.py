@@ -47,6 +47,7 @@ from pipeline.errors import EnvironmentProblem, InputError, IntegrityError
 from pipeline.formats.apt_lock import AptLock, LockedPackage
 from pipeline.formats.image_definition import ScriptStandIn
 from pipeline.infra import apt, deb, oci
+from pipeline.infra.rootfs import library_folders
 from pipeline.infra.safetar import TarLimits
 
 MAX_MEMBER_BYTES = 512 * 1024 * 1024
@@ -82,6 +83,12 @@ def _is_trivial_script(text: bytes) -> bool:
     return all(not line or line.startswith("#") or _TRIVIAL_SCRIPT_LINE.fullmatch(line) for line in lines)
 
 
+def merged_path(name: str, merged: tuple[str, ...]) -> str:
+    """Where a package member lands on a merged-/usr system: under /usr when it is below one of the merged tops."""
+    top = name.split("/", 1)[0]
+    return f"usr/{name}" if top in merged and name != top else name
+
+
 class PackageTree:
     """The merged file system of the lock's packages, in memory; file contents in a content-addressed scratch store."""
 
@@ -98,8 +105,7 @@ class PackageTree:
 
     # -- names
     def _placed(self, name: str) -> str:
-        top = name.split("/", 1)[0]
-        return f"usr/{name}" if top in self.merged and name != top else name
+        return merged_path(name, self.merged)
 
     def _refuse(self, label: str, what: str, member: str, **details) -> IntegrityError:
         details.setdefault("fix", "do not build an image from this package; check the lock and the archive it came from")
@@ -383,14 +389,46 @@ def package_copyright(result: LayerResult, name: str) -> bytes | None:
     return entry.blob.read_bytes() if entry is not None and entry.kind == "file" and entry.blob is not None else None
 
 
+def _library_name(placed: str, folders: frozenset[str]) -> str | None:
+    folder, _, name = placed.rpartition("/")
+    return name if folder in folders and ".so" in name else None
+
+
 def shipped_libraries(result: LayerResult, architecture: str) -> dict[str, str]:
     """soname-like file name -> package, for the libraries the layer ships in the loader's default folders."""
-    from pipeline.infra.rootfs import DEFAULT_LIBRARY_DIRS
-
-    folders = {folder.strip("/") for folder in DEFAULT_LIBRARY_DIRS.get(architecture, ())}
+    folders = library_folders(architecture)
     found: dict[str, str] = {}
     for path, entry in sorted(result.entries.items()):
-        folder, _, name = path.rpartition("/")
-        if folder in folders and ".so" in name and entry.package and entry.kind in ("file", "symlink"):
+        name = _library_name(path, folders)
+        if name is not None and entry.package and entry.kind in ("file", "symlink"):
             found.setdefault(name, entry.package)
     return found
+
+
+def package_libraries(path: Path, architecture: str, *, label: str) -> list[str]:
+    """The library file names a .deb places in the loader's default folders, merged-/usr applied (what the lock records).
+
+    The same names `shipped_libraries` finds in the assembled layer, read from the data archive's member
+    names alone (nothing is extracted); the loader looks a DT_NEEDED name up as a file name in those folders."""
+    folders = library_folders(architecture)
+    merged = MERGED_USR.get(architecture, ("bin", "sbin", "lib"))
+    found: set[str] = set()
+    members = deb.ar_members(path, label=label)
+    with deb.open_tar(path, members[2], label=label, limits=DEB_LIMITS) as tar:
+        for member in tar:
+            name = "/".join(part for part in member.name.split("/") if part not in ("", "."))
+            library = _library_name(merged_path(name, merged), folders)
+            if library is not None and (member.isreg() or member.issym() or member.islnk()):
+                found.add(library)
+    return sorted(found)
+
+
+def lock_libraries(document: dict, *, cache: Path | None = None) -> dict:
+    """The lock document with each package's `libraries`, read from its .deb (fetched by the pinned SHA-256 into the package cache)."""
+    cache = cache or apt.package_cache()
+    for locked in document["packages"]:
+        source = document["sources"][locked["source"]]
+        label = f"{locked['name']}.deb"
+        path = apt.cached_fetch(apt.deb_url(source["uri"], locked["filename"]), cache, sha256=locked["sha256"], size=locked["size"], label=label)
+        locked["libraries"] = package_libraries(path, document["architecture"], label=label)
+    return document
