@@ -180,7 +180,14 @@ def check_build_environment(definition: ImageDefinition, archive: ArchiveContent
         raise InputError("the archive's build identity records a malformed build environment", file=definition.file,
                          field="host_environment.build_environment", found=recorded, fix="package the set again from a build the pipeline made")
     pin = build_environment.read_pin()
-    build_side = (pin["debian_suite"], recorded.get("debian_snapshot"))
+    if recorded["container"] != pin["container"]:
+        raise InputError(
+            "the archive was built in another pinned build environment than this checkout's",
+            file=build_environment.FILE, field="container", found=f"archive: {recorded['container']}", expected=f"this checkout's pin: {pin['container']}",
+            why="the Debian release the binaries were linked against is read from the pin they were built in",
+            fix="check out the pipeline at the commit the set was built with (its provenance names it) and make the image there",
+        )
+    build_side = (pin["debian_suite"], recorded["debian_snapshot"])
     image_side = definition.package_base.releases()
     if image_side != {build_side}:
         shown = ", ".join(f"{suite} at snapshot {snapshot}" if snapshot else f"{suite} from an archive that moves (no snapshot)" for suite, snapshot in sorted(image_side, key=str))

@@ -191,6 +191,11 @@ def test_binaries_built_in_the_pinned_environment_are_refused_on_another_release
     moved.write_text(shipped_definition_on_packages(f"https://snapshot.debian.org/archive/debian/{pinned['debian_snapshot']}", key,
                                                     "containers/keys/test.gpg", ["libc6"], suite=f"{suite}-security"))
     assert image_definition.load_definition(moved).package_base.releases() == {(suite, pinned["debian_snapshot"])}
+    # an archive built in another pinned environment than this checkout's: its release cannot be read here
+    other = {**pinned, "container": pinned["container"].replace("@sha256:", "-other@sha256:")}
+    with pytest.raises(InputError, match="another pinned build environment than this checkout's") as info:
+        build_image(LANE, dist=_packaged(tmp_path, "dist-other", build_environment=other), definition=definition)
+    assert info.value.found == f"archive: {other['container']}"
 
 
 def test_the_lane_derives_its_base_libraries_from_the_package_lock():
