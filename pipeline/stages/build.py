@@ -48,7 +48,6 @@ from pipeline.codedigest import code_digest
 from pipeline.errors import BuildFailure, EnvironmentProblem, InputError, IntegrityError, UsageError
 from pipeline.formats import build_environment
 from pipeline.formats import host_dependencies as host_declaration
-from pipeline.formats.image_definition import lane_base_libraries
 from pipeline.formats.identity import (
     BuildIdentity,
     check_expected,
@@ -56,6 +55,7 @@ from pipeline.formats.identity import (
     parse_version_line,
     require_identical,
 )
+from pipeline.formats.image_definition import lane_base_libraries
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
 from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
 from pipeline.formats.toolchain_record import write_record
