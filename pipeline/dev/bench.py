@@ -30,6 +30,9 @@ issues add entries there.  Results go to `bench-results/bench.json` unless
   first byte, against `aria2c -x8 -s8 && openssl dgst -sha256` and one
   `curl | openssl dgst -sha256` stream, with our peak RSS.  Goal: >= 1.0x
   aria2c and >= 5x curl.
+* `image-from-packages`: issue 29's, in `pipeline/dev/bench_image.py`: the trixie package base's
+  layer from a warm package cache against `mmdebstrap --variant=extract` making a tarball of the
+  same packages; ours no slower and byte-identical across its two runs.
 
 Every figure is wall time on a machine that may be shared: the host section
 and every measurement record the load average at their start and end, and
@@ -60,6 +63,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.dev.bench_build import MEASUREMENTS as _BUILD_MEASUREMENTS
+from pipeline.dev.bench_image import MEASUREMENTS as _IMAGE_MEASUREMENTS
 from pipeline.dev.bench_transfer import MEASUREMENTS as _TRANSFER_MEASUREMENTS
 from pipeline.dev.bench_verify import MEASUREMENTS as _VERIFY_MEASUREMENTS
 from pipeline.dev.bench_verify import children_cpu
@@ -304,6 +308,7 @@ MEASUREMENTS.update(_BUILD_MEASUREMENTS)  # issue 19: recut-compile-cache
 # Issue 19: a large file from a capped, CDN-shaped server (pipeline/dev/bench_transfer.py).
 MEASUREMENTS.update(_TRANSFER_MEASUREMENTS)
 MEASUREMENTS.update(_REHEARSE_MEASUREMENTS)  # issue 25: rehearse-release (pipeline/dev/rehearse.py)
+MEASUREMENTS.update(_IMAGE_MEASUREMENTS)  # issue 29: image-from-packages (pipeline/dev/bench_image.py)
 
 
 def _tool_version(command: list[str]) -> str | None:
