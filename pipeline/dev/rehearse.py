@@ -49,6 +49,8 @@ from pipeline.dev.rehearse_workflow import (
 )
 from pipeline.errors import EnvironmentProblem, InputError, register_secret
 from pipeline.formats.release.names import RELEASE_RE, list_releases
+from pipeline.formats.test_subset import ENV_VAR as SUBSET_VARIABLE
+from pipeline.formats.test_subset import read_subset
 from pipeline.util import ui
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,6 +74,7 @@ class Rehearsal:
     returncode: int = 0
     log: Path | None = None
     event_name: str = "push"
+    test_subset: str | None = None  # the declared subset the jobs' `nox -s tests` ran (None: the whole suite)
 
     @property
     def passed(self) -> bool:
@@ -360,12 +363,21 @@ def prepare(workflow: Path, release: str | None, work: Path, *, source: Path = R
 def rehearse(workflow: Path, release: str | None, work: Path, *, source: Path = ROOT, commit: str = "HEAD",
              supply: Path | None = None, job: str | None = None, environment: dict[str, str] | None = None,
              check_wiring: bool = True, disposable_host: bool = False, event_name: str = "push",
-             job_variables: dict[str, str] | None = None, secrets: dict[str, str] | None = None) -> Rehearsal:
+             job_variables: dict[str, str] | None = None, secrets: dict[str, str] | None = None,
+             test_subset: str | None = None) -> Rehearsal:
+    """`test_subset`: the declared subset (tests/subsets/<name>.txt of the rehearsed commit) every job's
+    `nox -s tests` runs instead of the whole suite, through PIPELINE_TEST_SUBSET in act's environment file; the
+    workflow is not changed for it, and the test-run receipt says so (publish refuses it but against a stand-in)."""
     started = time.monotonic()
     prepared = prepare(workflow, release, work, source=source, commit=commit, supply=supply, check_wiring=check_wiring,
                        job=job, disposable_host=disposable_host, event_name=event_name)
+    variables = dict(job_variables or {})
+    if test_subset is not None:
+        subset = read_subset(work / "repository", test_subset)  # declared in the commit rehearsed, or refused now
+        variables[SUBSET_VARIABLE] = subset.name
+        prepared[0].test_subset = f"{subset.name} ({subset.path}, sha256 {subset.sha256})"
     return run_prepared(*prepared, work, job=job, environment=environment, started=started,
-                        job_variables=job_variables, secrets=secrets)
+                        job_variables=variables, secrets=secrets)
 
 
 def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list[str], work: Path, *, job: str | None = None,
@@ -378,6 +390,8 @@ def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list
     ui.info(f"rehearsing {workflow.name} at {rehearsal.commit} as {what} (act, host mode)")
     for change in rehearsal.substitutions:
         ui.info(f"substitution: {change.line()}")
+    ui.info(f"test selection: {f'the declared subset {rehearsal.test_subset}' if rehearsal.test_subset else 'the whole suite'} "
+            f"(PIPELINE_TEST_SUBSET{'=' + str(rehearsal.test_subset).split()[0] if rehearsal.test_subset else ' unset'})")
     command = act_command(act_binary(), copy_path, event, work, flags, job, rehearsal.event_name)
     write_job_settings(work, job_variables or {}, secrets or {})
     rehearsal.log = work / "act.log"
@@ -395,11 +409,12 @@ def run_rehearse_command(args) -> int:
     register_secret(token)
     rehearsal = rehearse(args.workflow.resolve(), args.release, args.work.resolve(), commit=args.commit, event_name=args.event,
                          job_variables=variables, secrets={"GITHUB_TOKEN": token} if token else {},
-                         supply=args.supply.resolve() if args.supply else None, job=args.job, disposable_host=args.disposable_host)
+                         supply=args.supply.resolve() if args.supply else None, job=args.job, disposable_host=args.disposable_host,
+                         test_subset=args.test_subset)
     if args.json:
         print(json.dumps({"workflow": str(args.workflow), "release": rehearsal.release, "commit": rehearsal.commit,
                           "substitutions": [change.line() for change in rehearsal.substitutions], "jobs": rehearsal.results,
-                          "job_seconds": rehearsal.job_seconds,
+                          "job_seconds": rehearsal.job_seconds, "test_subset": rehearsal.test_subset,
                           "seconds": round(rehearsal.seconds, 1), "passed": rehearsal.passed}, indent=2, sort_keys=True))
     return 0 if rehearsal.passed else 1
 
@@ -418,6 +433,9 @@ def register_cli(sub) -> None:
                         help="this machine may be changed by jobs whose container the rehearsal drops (a CI VM, never a shared host)")
     parser.add_argument("--github-api-url", help="GITHUB_API_URL the jobs see (a GitHub stand-in; its token from PIPELINE_REHEARSAL_TOKEN, act's GITHUB_TOKEN secret); default https://api.github.com")
     parser.add_argument("--github-server-url", help="GITHUB_SERVER_URL the jobs see (a GitHub stand-in); default https://github.com")
+    parser.add_argument("--test-subset", metavar="NAME",
+                        help="the `tests` job runs the declared subset tests/subsets/NAME.txt (PIPELINE_TEST_SUBSET in act's "
+                        "environment file; its receipt says so) instead of the whole suite; e.g. rehearsal")
     parser.add_argument("--supply", type=Path, help="folder holding the Windows jobs' upload paths (e.g. the mingw --prebuilt fixture)")
     parser.add_argument("--work", type=Path, default=Path("rehearsal"), help="the rehearsal's folder, emptied first (default: rehearsal/)")
     add_common(parser, dist=False, json_output="print the jobs' results and the substitutions as JSON")

@@ -17,9 +17,11 @@ import pytest
 from repokit import KITS, git, make_repo
 
 from pipeline.errors import InputError, RefusedError
+from pipeline.formats import test_subset
 from pipeline.formats.test_receipt import (
     ENV_VAR,
     SKIPS_ALLOWED_FOR_PUBLICATION,
+    Selection,
     TestRunReceipt,
     default_path,
     make_test_receipt,
@@ -38,9 +40,9 @@ GPU_TEST = "tests/integration/test_qualify.py::test_gpu_smoke_gate_runs_the_pack
 
 def good_document(**changes):
     document = {
-        "artifact_type": "omp_ninfer_test_run_receipt", "schema_version": 2, "commit": COMMIT, "tree": TREE,
+        "artifact_type": "omp_ninfer_test_run_receipt", "schema_version": 3, "commit": COMMIT, "tree": TREE,
         "dirty": False, "passed": 10, "failed": 0, "errors": 0, "skipped": 1, "xfailed": 1, "xpassed": 0,
-        "skipped_tests": [GPU_TEST],
+        "skipped_tests": [GPU_TEST], "selection": {"kind": "full"},
     }
     document.update(changes)
     return document
@@ -62,7 +64,14 @@ def test_round_trip_is_canonical_json(tmp_path):
     [
         ({"artifact_type": "omp_ninfer_lane_receipt"}, "artifact_type"),
         ({"schema_version": 1}, "schema_version"),
-        ({"schema_version": 3}, "schema_version"),
+        ({"schema_version": 4}, "schema_version"),
+        ({"schema_version": 2}, "selection"),  # schema 2 had no selection: the key is unknown there
+        ({"selection": "full"}, "selection"),
+        ({"selection": {"kind": "some"}}, "selection"),
+        ({"selection": {"kind": "full", "name": "rehearsal"}}, "selection"),
+        ({"selection": {"kind": "subset", "name": "rehearsal"}}, "selection"),
+        ({"selection": {"kind": "subset", "name": "../x", "sha256": "c" * 64}}, "selection.name"),
+        ({"selection": {"kind": "subset", "name": "rehearsal", "sha256": "C" * 64}}, "selection.sha256"),
         ({"schema_version": True}, "schema_version"),
         ({"commit": "A" * 40}, "commit"),
         ({"commit": "a" * 39}, "commit"),
@@ -93,7 +102,7 @@ def test_every_bad_field_is_refused_by_name(change, field):
         assert "is not a test count" in str(caught.value)
 
 
-@pytest.mark.parametrize("missing", ["xpassed", "dirty", "commit", "skipped_tests"])
+@pytest.mark.parametrize("missing", ["xpassed", "dirty", "commit", "skipped_tests", "selection"])
 def test_a_missing_field_is_named(missing):
     document = good_document()
     del document[missing]
@@ -187,6 +196,34 @@ def test_each_allowed_skip_names_a_test_of_this_suite_with_its_reason():
         assert len(reason) > 40
 
 
+
+def test_a_schema_2_receipt_still_reads_as_a_run_of_the_whole_suite():
+    """Schema 2 (before `selection`) was written only for a finished run of the whole suite."""
+    document = good_document(schema_version=2)
+    del document["selection"]
+    receipt = parse_test_receipt(canonical_bytes(document))
+    assert receipt.selection == Selection() and receipt.selection.is_full
+    require_green_for(receipt, commit=COMMIT, tree=TREE)
+    assert json.loads(receipt.to_bytes())["schema_version"] == 3  # written again, it is the current schema
+
+
+SUBSET = Selection("subset", "rehearsal", "c" * 64)
+
+
+def test_gate_refuses_a_subset_receipt_unless_the_caller_says_why_it_may_pass():
+    receipt = make_test_receipt(commit=COMMIT, tree=TREE, passed=5, failed=0, errors=0, selection=SUBSET)
+    assert parse_test_receipt(receipt.to_bytes()) == receipt
+    with pytest.raises(RefusedError, match="declared subset 'rehearsal'") as caught:
+        require_green_for(receipt, commit=COMMIT, tree=TREE, file="r.json")
+    assert caught.value.field == "selection" and caught.value.found == "subset" and caught.value.file == "r.json"
+    assert "unset PIPELINE_TEST_SUBSET" in str(caught.value)
+    require_green_for(receipt, commit=COMMIT, tree=TREE, subset_allowed="the rehearsal's stand-in world")
+    # The reason lifts only the subset rule: a failing subset run is still refused.
+    failing = make_test_receipt(commit=COMMIT, tree=TREE, passed=5, failed=1, errors=0, selection=SUBSET)
+    with pytest.raises(RefusedError, match="1 failed"):
+        require_green_for(failing, commit=COMMIT, tree=TREE, subset_allowed="the rehearsal's stand-in world")
+
+
 # --- the plugin, on a suite of its own ---------------------------------------------------------------
 
 SUITE = {
@@ -227,9 +264,11 @@ def suite(tmp_path) -> Path:
     return repo
 
 
-def run_suite(repo: Path, receipt: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+def run_suite(repo: Path, receipt: Path, *args: str, subset: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_") and key != test_subset.ENV_VAR}
     env[ENV_VAR] = str(receipt)
+    if subset is not None:
+        env[test_subset.ENV_VAR] = subset
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -338,3 +377,32 @@ def test_an_unwritable_receipt_path_is_reported_and_leaves_the_outcome_alone(sui
     result = run_suite(suite, blocker / "test-run-receipt.json")
     assert result.returncode == 1  # the suite's own failure, not an internal error
     assert "test-run receipt: not written (" in result.stdout and "INTERNALERROR" not in result.stdout + result.stderr
+
+
+SUBSET_FILE = "# the subset of this small suite\n\ntests/test_mixed.py::test_pass_one\ntests/test_mixed.py::test_pass_two\n"
+
+
+def test_a_run_of_exactly_a_declared_subset_writes_a_receipt_that_names_it(suite, tmp_path):
+    (suite / "tests" / "subsets").mkdir()
+    (suite / "tests" / "subsets" / "quick.txt").write_text(SUBSET_FILE)
+    git(suite, "add", "-A")
+    git(suite, "commit", "-q", "-m", "a declared subset")
+    receipt_path = tmp_path / "test-run-receipt.json"
+    entries = ("tests/test_mixed.py::test_pass_one", "tests/test_mixed.py::test_pass_two")
+    result = run_suite(suite, receipt_path, *entries, subset="quick")
+    assert result.returncode == 0, result.stdout
+    receipt = read_test_receipt(receipt_path)
+    assert receipt.selection == Selection("subset", "quick", test_subset.read_subset(suite, "quick").sha256)
+    assert receipt.selection.sha256 == __import__("hashlib").sha256(SUBSET_FILE.encode()).hexdigest()
+    assert (receipt.passed, receipt.failed, receipt.dirty) == (2, 0, False)
+    assert "the declared subset 'quick'" in result.stdout
+    # Anything but exactly the subset's entries, in order, writes none: one entry, another order, the whole suite.
+    for args in (entries[:1], entries[::-1], ()):
+        result = run_suite(suite, receipt_path, *args, subset="quick")
+        assert not receipt_path.exists(), (args, result.stdout)
+        assert "test-run receipt: not written (the run's test paths are not exactly the declared subset 'quick'" in result.stdout
+    # A name that is no declared subset (or not a name at all) writes none, and says which.
+    for name, message in (("other", "names no declared test subset"), ("../quick", "is not a declared test subset's name")):
+        result = run_suite(suite, receipt_path, *entries, subset=name)
+        assert not receipt_path.exists()
+        assert message in result.stdout, result.stdout
