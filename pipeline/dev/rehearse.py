@@ -395,8 +395,10 @@ def run_prepared(rehearsal: Rehearsal, copy_path: Path, event: Path, flags: list
     ui.info(f"rehearsing {workflow.name} at {rehearsal.commit} as {what} (act, host mode)")
     for change in rehearsal.substitutions:
         ui.info(f"substitution: {change.line()}")
-    ui.info(f"test selection: {f'the declared subset {rehearsal.test_subset}' if rehearsal.test_subset else 'the whole suite'} "
-            f"(PIPELINE_TEST_SUBSET{'=' + str(rehearsal.test_subset).split()[0] if rehearsal.test_subset else ' unset'})")
+    if rehearsal.test_subset:
+        ui.info(f"test selection: the declared subset {rehearsal.test_subset} ({SUBSET_VARIABLE} in every job's environment)")
+    else:
+        ui.info(f"test selection: the whole suite ({SUBSET_VARIABLE} unset)")
     command = act_command(act_binary(), copy_path, event, work, flags, job, rehearsal.event_name)
     write_job_settings(work, job_variables or {}, secrets or {})
     rehearsal.log = work / "act.log"
