@@ -154,7 +154,7 @@ def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(produc
     sha = product.plan_sha()
     plan = json.loads((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
     assert plan["release"]["make_latest"] == "true" and plan["release"]["prerelease"] is False
-    assert plan["gates"] == ["verify-ready", "acceptance", "test-run", "signatures", "evidence", "verifier", "token", "rate-limit", "github-unchanged", "tag", "single-draft", "draft-assets"]
+    assert plan["gates"] == ["verify-ready", "acceptance", "reviews", "test-run", "signatures", "evidence", "verifier", "token", "rate-limit", "github-unchanged", "tag", "single-draft", "draft-assets"]
     names = ["manifest.json", "manifest.json.sigstore.json", "omp_ninfer_pipeline-0.1.0-py3-none-any.whl", "omp_ninfer_pipeline-0.1.0.SHA256SUMS",
              "omp_ninfer_pipeline-0.1.0.auditor-requirements.txt", "omp_ninfer_pipeline-0.1.0.tar.gz", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]  # and the verifier auditors install
     assert [a["name"] for a in plan["assets"]] == names
@@ -211,7 +211,27 @@ def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypat
     git(product.root, "commit", "-qam", "acceptance unbound")
     product.settle()
     monkeypatch.setattr(verify_module, "verify_release", lambda root, release, **kw: type("R", (), {"valid": True})())
+    # Unbinding the acceptance unbinds the candidate the councils reviewed, so the reviews gate refuses too
+    # (tests/integration/test_review_gate.py); passed over here as verify is.
+    import pipeline.stages.publish as publish_module
+
+    monkeypatch.setattr(publish_module, "_review_gate", lambda manifest, show, release: lambda: "passed over")
     product.refused("acceptance", "no passing external-installation acceptance record is bound")
+
+
+@pytest.mark.slow
+def test_the_reviews_gate_refuses_a_ledger_other_than_the_one_the_manifest_binds(product, monkeypatch):
+    """A ready tree's ledger is bound by hash, so verify refuses first; verify is passed over here only to show
+    that the reviews gate reads the ledger at the commit and refuses other bytes on its own."""
+    import pipeline.formats.release.contract as verify_module
+
+    ledger = product.root / TREE / "reviews.toml"
+    ledger.write_text(ledger.read_text().replace('state = "closed"', 'state = "open"', 1))
+    git(product.root, "commit", "-qam", "a council reopened its review without rebinding")
+    product.settle()
+    monkeypatch.setattr(verify_module, "verify_release", lambda root, release, **kw: type("R", (), {"valid": True})())
+    error = product.refused("reviews", "the review ledger differs from the bytes the manifest binds")
+    assert error.field == "reviews.sha256"
 
 
 @pytest.mark.slow

@@ -101,12 +101,34 @@ def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
         take(qual, "summary", "public_url")
         take(qual.get("acceptance"), "path", "public_url")
     take(manifest.get("compatibility"), "path", "public_url")
+    take(manifest.get("reviews"), "path", "public_url")
     for row in manifest_rows(manifest):
         if isinstance(row, dict):
             take(row.get("qualification"), "summary", "public_url")
             for key in ROW_RECORDS:
                 take(row.get(key), "path", "public_url")
     return pins
+
+
+def review_subjects(manifest: dict[str, Any]) -> dict[str, str]:
+    """label -> digest of every artefact a review may name that the manifest binds (docs/review-ledger.md):
+    each row's set by the SHA-256 of its outer SHA256SUMS (`set:<lane>`), the container row's image by its
+    OCI manifest digest (`image:<lane>`), and the accepted candidate commit, which is both the manifest the
+    councils reviewed (`manifest-candidate`) and the commit of the pipeline that made it (`pipeline-commit`:
+    the tree and the pipeline live in one repository)."""
+    out: dict[str, str] = {}
+    for row in manifest_rows(manifest):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), str):
+            continue
+        if isinstance(row.get("checksums_sha256"), str):
+            out[f"set:{row['id']}"] = row["checksums_sha256"]
+        if isinstance(row.get("oci_manifest_digest"), str):
+            out[f"image:{row['id']}"] = row["oci_manifest_digest"]
+    qual = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
+    acceptance = qual.get("acceptance") if isinstance(qual.get("acceptance"), dict) else {}
+    if isinstance(acceptance.get("candidate_commit"), str):
+        out["manifest-candidate"] = out["pipeline-commit"] = acceptance["candidate_commit"]
+    return out
 
 
 def predecessor_row(pred_manifest: dict[str, Any] | None, lane_id: str) -> dict[str, Any] | None:

@@ -24,7 +24,7 @@ from typing import Any
 from pipeline.formats.acceptance import RECORD_TYPE as ACCEPTANCE_TYPE
 from pipeline.formats.lanes import Lane
 from pipeline.formats.release.derive import Derived
-from pipeline.formats.release.names import EXTERNAL_INSTALL, PINS, blocker_subject, row_path
+from pipeline.formats.release.names import EXTERNAL_INSTALL, PINS, REVIEWS_SUBJECT, blocker_subject, row_path
 from pipeline.formats.release.problems import _MISSING
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 
@@ -223,7 +223,8 @@ def state_problems(manifest: dict[str, Any], derived: Derived, status: str, lane
         return out
     if status == "candidate":
         for index, blocker in enumerate(blockers):
-            if blocker_subject(blocker) not in (EXTERNAL_INSTALL, PINS) and blocker not in manual:
+            # the councils review the candidate, so its review blockers remain until the ledger clears them
+            if blocker_subject(blocker) not in (EXTERNAL_INSTALL, PINS, REVIEWS_SUBJECT) and blocker not in manual:
                 out.append((f"publication.blockers[{index}]", f"blocker (a candidate binds every install identity, published): {blocker}", _MISSING, _MISSING))
         qual = manifest.get("qualification") if isinstance(manifest.get("qualification"), dict) else {}
         acc = qual.get("acceptance") if isinstance(qual.get("acceptance"), dict) else {}
