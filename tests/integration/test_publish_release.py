@@ -21,7 +21,13 @@ from sigstore_standin import SigstoreStandIn, record_statement_bundle
 from pipeline.cli import main
 from pipeline.errors import PipelineError, RefusedError
 from pipeline.formats.publication_plan import read_receipt
-from pipeline.formats.test_receipt import SKIPS_ALLOWED_FOR_PUBLICATION, make_test_receipt, write_test_receipt
+from pipeline.formats.test_receipt import (
+    SKIPS_ALLOWED_FOR_PUBLICATION,
+    Selection,
+    make_test_receipt,
+    write_test_receipt,
+)
+from pipeline.formats.test_subset import read_subset
 from pipeline.infra.github import GitHub
 from pipeline.register import Register
 from pipeline.stages.publish import VERIFIER_KINDS, publish_release
@@ -242,6 +248,28 @@ def test_the_test_run_gate_needs_a_green_run_of_this_commit(product):
     product.refused("test-run", "skipped 1 tests that publication does not allow")
     dist_receipt.unlink()
     product.refused("test-run", "there is no test-run receipt")
+
+
+@pytest.mark.slow
+def test_a_declared_subsets_receipt_passes_only_against_the_rehearsals_stand_in_world(product, capsys):
+    """The release workflow's rehearsal runs its `tests` job on the declared subset `rehearsal`: that receipt may
+    carry the rehearsal to its publish job against the loopback GitHub stand-in, and nowhere else."""
+    tree = git(product.root, "rev-parse", "HEAD^{tree}")
+    subset = read_subset(ROOT, "rehearsal")
+    write_test_receipt(product.dist / "test-run-receipt.json",
+                       make_test_receipt(commit=product.commit, tree=tree, passed=40, failed=0, errors=0,
+                                         skipped_tests=SKIPS_ALLOWED_FOR_PUBLICATION,
+                                         selection=Selection("subset", subset.name, subset.sha256)))
+    product.publish()  # the dry run: every gate checked, nothing written
+    err = capsys.readouterr().err
+    assert f"OK:   gate test-run: test run of the declared subset 'rehearsal' (sha256 {subset.sha256}), allowed because the GitHub API {product.gh.url} is on this machine" in err
+    # Any other GitHub (github.com, an Enterprise Server): the test-run gate refuses the subset, first, and says why.
+    elsewhere = GitHub(REPO, TOKEN, api="https://127.0.0.2:9", clock=FakeClock(), write_interval=0, max_attempts=1)
+    with pytest.raises(RefusedError) as caught:
+        product.publish(github=elsewhere)
+    assert caught.value.what.startswith("gate test-run refused: the test-run receipt is of the declared subset 'rehearsal'")
+    assert caught.value.field == "selection" and "unset PIPELINE_TEST_SUBSET" in caught.value.fix
+    assert product.gh.writes == 0
 
 
 @pytest.mark.slow
