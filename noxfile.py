@@ -33,9 +33,12 @@ Options come from environment variables, because nox hands the same
                       the last stage to run, stages to skip (space-separated); with PIPELINE_SOURCE,
                       PIPELINE_TOOLCHAIN, PIPELINE_REGISTRY and PIPELINE_RELEASE as above
 
+  PIPELINE_TEST_SUBSET   `tests`: run only the declared subset tests/subsets/<NAME>.txt (its receipt names it;
+                         publish --release refuses it outside the rehearsal's stand-in world)
   PIPELINE_FUZZ_SECONDS  seconds per target for `fuzz` (default 60)
   PIPELINE_REHEARSE_JOB  `rehearse`: run this job of release.yml and what it needs (default: every job)
   PIPELINE_REHEARSE_SUPPLY  `rehearse`: folder with the Windows jobs' upload paths (the mingw --prebuilt fixture)
+  PIPELINE_REHEARSE_TEST_SUBSET  `rehearse`: the `tests` job runs this declared subset (default: the whole suite)
   PIPELINE_DISPOSABLE_HOST=1  `rehearse`: this machine may be changed by a job whose container host mode drops
 
 Posargs go to `tests`, `tests-unit` (pytest arguments, e.g. `nox -s tests -- -m "not slow"`) and
@@ -245,7 +248,8 @@ def bench(session: nox.Session) -> None:
 def rehearse(session: nox.Session) -> None:
     """Run .github/workflows/release.yml as committed with act (host mode) on the push of the tag PIPELINE_RELEASE
     (a local clone of HEAD, stand-ins for the pinned actions, the substitutions listed); docs/RELEASING.md."""
-    flags = _env_flags(("PIPELINE_REHEARSE_JOB", "--job"), ("PIPELINE_REHEARSE_SUPPLY", "--supply"))
+    flags = _env_flags(("PIPELINE_REHEARSE_JOB", "--job"), ("PIPELINE_REHEARSE_SUPPLY", "--supply"),
+                       ("PIPELINE_REHEARSE_TEST_SUBSET", "--test-subset"))
     if os.environ.get("PIPELINE_DISPOSABLE_HOST") == "1":
         flags.append("--disposable-host")
     _pipeline(session, "rehearse", "--release", _required(session, "PIPELINE_RELEASE", "v0.13.1"), *flags, dist=False)
@@ -258,12 +262,26 @@ def tests(session: nox.Session) -> None:
 
     Writes the test-run receipt <PIPELINE_DIST>/test-run-receipt.json (commit, tree, dirty, counts) that the
     product publication gates on; a run that selects part of the suite writes none (tests/kits/testreceipt.py).
+    PIPELINE_TEST_SUBSET=<name> runs only the declared subset tests/subsets/<name>.txt, and its receipt says so
+    (the release workflow's rehearsal sets it; publish refuses such a receipt outside the rehearsal's stand-ins).
     """
+    from pipeline.formats.test_subset import ENV_VAR as SUBSET_VARIABLE
+    from pipeline.formats.test_subset import read_subset
+
     ensure_debian_tools(session.log)
     ensure_node_tools(session.log)
     python = str(ensure_env(session.log))
     receipt = Path(os.environ.get("PIPELINE_DIST", "dist")).resolve() / "test-run-receipt.json"
-    session.run(python, "-m", "pytest", *pytest_workers_args(), *session.posargs, external=True,
+    selection: list[str] = []
+    if os.environ.get(SUBSET_VARIABLE):
+        try:
+            subset = read_subset(ROOT, os.environ[SUBSET_VARIABLE])
+        except PipelineError as problem:
+            session.error(f"error[{problem.label}]: {problem.render()}")
+        session.log(f"{SUBSET_VARIABLE}={subset.name}: the declared subset {subset.path} (sha256 {subset.sha256}), "
+                    "not the whole suite; its receipt says so")
+        selection = list(subset.entries)
+    session.run(python, "-m", "pytest", *pytest_workers_args(), *selection, *session.posargs, external=True,
                 env={"PIPELINE_TEST_RECEIPT": str(receipt)})
 
 

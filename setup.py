@@ -26,6 +26,11 @@ BUNDLED = {
     "packaging/templates/*.in": True,
     "packaging/windows/*.ps1": True,
     "packaging/windows/lanes/*/*.json": True,
+    # package derives the 5090 lane's base-image libraries from its package base (package.base_image): the
+    # definition, its lock and the keyrings the definition pins by SHA-256
+    "containers/*/*.toml": True,
+    "containers/*/*.lock.json": True,
+    "containers/keys/*.gpg": True,
 }
 TARGET = ("pipeline", "data", "repo")
 

@@ -5,7 +5,7 @@ PATH, host platform, register entries it needs) before any work; `inputs()`
 returns everything its output depends on; `run()` does the work and returns
 the artefacts it wrote.  `execute()` wires them: preflight, fingerprint (the
 inputs plus the code of the stage's module and every pipeline module it
-imports, `pipeline.codedigest`, and of the stages it runs, `Stage.runs`), skip when the register says the same
+imports, `pipeline.codedigest`, and of the stages it runs, `Stage.runs_pipes`), skip when the register says the same
 fingerprint already produced intact outputs, else run and record.  A stage
 that observes the world rather than making bytes from files (verify, audit,
 qualify against a live endpoint) sets `always_runs`.  A stage that does not
@@ -77,10 +77,17 @@ class Stage:
     always_runs: ClassVar[bool] = False
     # The pipes whose stages this one runs inside its own run, looked up through the road (rebuild runs build and
     # package): their code is part of this stage's code, so a change to them makes its record stale.
-    runs: ClassVar[tuple[str, ...]] = ()
+    runs_pipes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+
+    def inner_stage_class(self, pipe_name: str, class_name: str = "STAGE") -> type:
+        """The stage class this stage runs inside its own run, found through the road (stages never import each
+        other); only a pipe it names in `runs_pipes`, so its fingerprint always covers the code it runs."""
+        if pipe_name not in self.runs_pipes:
+            raise LookupError(f"{type(self).__name__} runs pipe {pipe_name!r} without naming it in runs_pipes {self.runs_pipes!r}")
+        return pipe(pipe_name).stage_class(class_name)
 
     @property
     def key(self) -> str:
@@ -150,8 +157,8 @@ def _remember_refusal(stage: Stage, error: PipelineError) -> None:
 
 
 def code_modules(stage: Stage) -> tuple[str, ...]:
-    """The modules whose code a stage's fingerprint covers: its own, and those of the stages it runs (`Stage.runs`)."""
-    return (type(stage).__module__, *(pipe(name).module for name in stage.runs))
+    """The modules whose code a stage's fingerprint covers: its own, and those of the stages it runs (`Stage.runs_pipes`)."""
+    return (type(stage).__module__, *(pipe(name).module for name in stage.runs_pipes))
 
 
 def run_facts(stage: Stage, inputs: dict, read: dict[str, str]) -> dict:

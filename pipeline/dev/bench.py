@@ -30,6 +30,9 @@ issues add entries there.  Results go to `bench-results/bench.json` unless
   first byte, against `aria2c -x8 -s8 && openssl dgst -sha256` and one
   `curl | openssl dgst -sha256` stream, with our peak RSS.  Goal: >= 1.0x
   aria2c and >= 5x curl.
+* `image-from-packages`: issue 29's, in `pipeline/dev/bench_image.py`: the trixie package base's
+  layer from a warm package cache against `mmdebstrap --variant=extract` making a tarball of the
+  same packages; ours no slower and byte-identical across its two runs.
 
 Every figure is wall time on a machine that may be shared: the host section
 and every measurement record the load average at their start and end, and
@@ -60,6 +63,7 @@ from typing import Any
 
 from pipeline import __version__
 from pipeline.dev.bench_build import MEASUREMENTS as _BUILD_MEASUREMENTS
+from pipeline.dev.bench_image import MEASUREMENTS as _IMAGE_MEASUREMENTS
 from pipeline.dev.bench_transfer import MEASUREMENTS as _TRANSFER_MEASUREMENTS
 from pipeline.dev.bench_verify import MEASUREMENTS as _VERIFY_MEASUREMENTS
 from pipeline.dev.bench_verify import children_cpu
@@ -304,6 +308,7 @@ MEASUREMENTS.update(_BUILD_MEASUREMENTS)  # issue 19: recut-compile-cache
 # Issue 19: a large file from a capped, CDN-shaped server (pipeline/dev/bench_transfer.py).
 MEASUREMENTS.update(_TRANSFER_MEASUREMENTS)
 MEASUREMENTS.update(_REHEARSE_MEASUREMENTS)  # issue 25: rehearse-release (pipeline/dev/rehearse.py)
+MEASUREMENTS.update(_IMAGE_MEASUREMENTS)  # issue 29: image-from-packages (pipeline/dev/bench_image.py)
 
 
 def _tool_version(command: list[str]) -> str | None:
@@ -328,7 +333,7 @@ def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level:
     if size < 1 << 20:
         raise UsageError("the payload is too small to measure", field="--size", found=size, expected="at least 1 MiB")
     if work is not None and not work.is_dir():
-        raise UsageError("the --work folder does not exist", field="--work", found=str(work), expected="an existing folder with room for the payload",
+        raise UsageError("the --work folder does not exist or is not a folder", field="--work", found=str(work), expected="an existing folder with room for the payload",
                          fix=f"create it (mkdir -p {work}) or leave --work out to use the system temp folder")
     load_start = _load_average()
     base = Path(tempfile.mkdtemp(prefix="omp-ninfer-bench.", dir=work))

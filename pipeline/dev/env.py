@@ -52,6 +52,9 @@ DEBIAN_TOOLS = {
     "chromium": "chromium",  # the status page rendered in a real browser
     "gpgv": "gpgv",  # image lock: the InRelease signature of a package base (infra/openpgp.py)
     "gpg": "gnupg",  # the package-base tests sign their own mini repository
+    "zstd": "zstd",  # makes the Ubuntu-style data.tar.zst a package-layer test reads (tests/kits/aptkit.py)
+    "mmdebstrap": "mmdebstrap",  # the benchmark's image-from-packages peer (pipeline/dev/bench_image.py)
+    "dpkg-scanpackages": "dpkg-dev",  # the flat file:// repository that benchmark gives mmdebstrap
 }
 NODE_TOOLS = ROOT / "tools" / "node"
 

@@ -16,8 +16,14 @@ is a change to the image.
       "packages": [{"name", "version", "architecture", "multi_arch", "filename", "size", "sha256",
                     "source_package", "source_version", "source": <index into sources>,
                     "why": {"package": name or null, "field": "Depends" | "Pre-Depends" | "base.packages",
-                            "relation": "libgcc-s1 (>= 3.0)"}}]   (sorted by name)
+                            "relation": "libgcc-s1 (>= 3.0)"},
+                    "libraries": ["libavformat.so.61", ...]}]   (sorted by name)
     }
+
+`libraries` are the file names the package places in the loader's default folders (merged-/usr
+applied), read from the `.deb` itself when the lock is made (`infra/package_layer.py:
+package_libraries`): which package ships each soname, so a lane whose base is this lock derives its
+`base_image_libraries` from it (`formats/image_definition.py: lane_base_libraries`) instead of typing them.
 
 `request_sha256` binds the lock to what the definition asks for (architecture, packages, each
 source's URI, suite, components, fingerprints and keyring hash): the image stage refuses a lock
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +48,7 @@ from pipeline.util.jsonio import canonical_bytes, expect_document_type, loads_ob
 from pipeline.util.safepath import relpath_problem
 
 LOCK_TYPE = "omp_ninfer_apt_lock"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: each package lists the libraries it ships
 MAX_LOCK_BYTES = 8 * 1024 * 1024
 MAX_DEB_BYTES = 512 * 1024 * 1024  # one .deb; the largest of trixie main is about 400 MiB
 
@@ -71,6 +78,7 @@ class LockedPackage:
     source_version: str
     source: int
     why: dict[str, Any]
+    libraries: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -85,6 +93,14 @@ class AptLock:
 
     def package(self, name: str) -> LockedPackage | None:
         return next((p for p in self.packages if p.name == name), None)
+
+    def libraries(self) -> dict[str, str]:
+        """library file name -> the package that ships it (the first by name where two do)."""
+        found: dict[str, str] = {}
+        for locked in self.packages:
+            for library in locked.libraries:
+                found.setdefault(library, locked.name)
+        return found
 
 
 def lock_path(definition_file: Path) -> Path:
@@ -144,7 +160,8 @@ def _strings(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
-_PACKAGE_KEYS = {"name", "version", "architecture", "multi_arch", "filename", "size", "sha256", "source_package", "source_version", "source", "why"}
+_PACKAGE_KEYS = {"name", "version", "architecture", "multi_arch", "filename", "size", "sha256", "source_package", "source_version", "source", "why", "libraries"}
+_LIBRARY_NAME = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9_.+-]{0,254}")
 
 
 def _package(raw: Any, index: int, sources: int, *, file: str) -> LockedPackage:
@@ -166,7 +183,10 @@ def _package(raw: Any, index: int, sources: int, *, file: str) -> LockedPackage:
     _need(isinstance(why, dict) and set(why) == {"package", "field", "relation"} and (why["package"] is None or isinstance(why["package"], str))
           and isinstance(why["field"], str) and isinstance(why["relation"], str),
           "does not say why the package is there", file=file, field=f"{where}.why", found=why)
-    return LockedPackage(**{key: raw[key] for key in _PACKAGE_KEYS})
+    libraries = raw["libraries"]
+    _need(_strings(libraries) and libraries == sorted(set(libraries)) and all(_LIBRARY_NAME.fullmatch(name) and ".so" in name for name in libraries),
+          "is not a sorted list of library file names (each a plain name with '.so')", file=file, field=f"{where}.libraries", found=libraries)
+    return LockedPackage(**{key: raw[key] for key in _PACKAGE_KEYS - {"libraries"}}, libraries=tuple(libraries))
 
 
 def read_lock_bytes(data: bytes, path: Path) -> AptLock:

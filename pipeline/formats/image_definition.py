@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pipeline.errors import InputError, IntegrityError
+from pipeline.formats import apt_lock, lanes
 from pipeline.formats.components import is_licence_ref, licence_refs
 from pipeline.formats.image_reference import is_tag
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.infra import oci
 from pipeline.infra.registry import Repository, parse_repository
+from pipeline.infra.rootfs import library_folders
 from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import MAX_TOML_BYTES, loads_toml
@@ -31,6 +33,8 @@ from pipeline.util.safepath import relpath_problem
 from pipeline.util.schema import Field, matches, one_of, read_table
 
 DEFINITIONS_DIR = REPO_ROOT / "containers"
+_SNAPSHOT_URI = re.compile(r"https://snapshot\.debian\.org/archive/[a-z-]+/([0-9]{8}T[0-9]{6}Z)/?")
+_SUITE_SUFFIX = re.compile(r"-(security|updates|backports|proposed-updates)$")
 MAX_LICENSE_TEXT = 1 << 20
 
 # Labels the stage computes; a definition may not set them.
@@ -215,6 +219,15 @@ class PackageBase:
 
     def stand_ins(self) -> dict[tuple[str, str], ScriptStandIn]:
         return {(item.package, item.script): item for item in self.scripts}
+
+    def releases(self) -> set[tuple[str, str | None]]:
+        """(distribution release, snapshot timestamp or None) of each source: 'trixie-security' is release trixie,
+        and a snapshot.debian.org URI (…/archive/<archive>/<timestamp>) names its snapshot; any other archive moves."""
+        found = set()
+        for source in self.sources:
+            snapshot = _SNAPSHOT_URI.fullmatch(source.uri)
+            found.add((_SUITE_SUFFIX.sub("", source.suite), snapshot.group(1) if snapshot else None))
+        return found
 
     def request(self, architecture: str) -> dict[str, object]:
         """What the lock is bound to (formats/apt_lock.py: request_digest)."""
@@ -500,6 +513,58 @@ def definition_for_lane(lane: Lane, definition: Path | None = None) -> ImageDefi
             fix="pass --definition FILE",
         )
     return found[0]
+
+
+def read_package_lock(definition: ImageDefinition) -> apt_lock.AptLock:
+    """The definition's package lock, refused when it was made for another request (a stale lock)."""
+    assert definition.package_base is not None
+    path = apt_lock.lock_path(definition.file)
+    lock = apt_lock.read_lock(path)
+    expected = apt_lock.request_digest(definition.package_base.request(definition.architecture))
+    if lock.request_sha256 != expected or lock.architecture != definition.architecture:
+        raise InputError(
+            "the package lock was made for another package request than the definition's",
+            file=path, field="request_sha256", found=lock.request_sha256, expected=expected,
+            why="base.packages, base.source or the platform changed since the lock was written, so the lock no longer says what the definition asks for",
+            fix="run 'python -m pipeline image lock' (nox -s image-lock), review the lock's difference and commit it",
+        )
+    return lock
+
+
+def lane_base_definition(lane: Lane) -> ImageDefinition | None:
+    """The package-base definition the lane names in `package.base_image`, checked to be this lane's and of kind packages."""
+    if lane.base_image is None:
+        return None
+    definition = load_definition(lanes.REPO_ROOT / lane.base_image)  # the lane's repository, like its other paths
+    if definition.lane != lane.id or definition.package_base is None:
+        raise InputError(
+            "package.base_image must name a package-base image definition of this lane",
+            file=lane.file, field="package.base_image", found=f"{lane.base_image}: lane {definition.lane!r}, base kind "
+            + ("'packages'" if definition.package_base is not None else "'registry'"),
+            expected=f"lane {lane.id!r} and [base] kind = 'packages'",
+            fix="name the containers/**.toml whose package lock the image is made from, or type package.base_image_libraries for a registry base",
+        )
+    return definition
+
+
+def lane_base_libraries(lane: Lane) -> dict[str, str]:
+    """The libraries the lane's image base provides: library file name -> who ships it ('<package>' or 'wheel:<distribution>').
+
+    Derived, for a lane naming a package base (`package.base_image`): every library its lock's packages place in
+    the loader's default folders, plus the [[base.wheel_file]] files placed there (libcudart from the CUDA wheel).
+    A lane on a registry base types them (`package.base_image_libraries`): nothing can be read from a base not
+    pulled yet."""
+    definition = lane_base_definition(lane)
+    if definition is None:
+        return {name: "base-image" for name in lane.base_image_libraries}
+    assert definition.package_base is not None
+    found = read_package_lock(definition).libraries()
+    folders = library_folders(definition.architecture)
+    for item in definition.package_base.wheel_files:
+        target = PurePosixPath(item.target)
+        if str(target.parent).strip("/") in folders and ".so" in target.name:
+            found.setdefault(target.name, f"wheel:{item.distribution}")
+    return dict(sorted(found.items()))
 
 
 def archive_prefix(definition: ImageDefinition) -> str:

@@ -182,6 +182,10 @@ _PACKAGE = {
     "system_libraries": Field(list, items=str),
     "driver_libraries": Field(list, items=str),
     "base_image_libraries": Field(list, items=str, required=False, default=[]),
+    # A package-base image definition of this lane (containers/**.toml, [base] kind = "packages"): its
+    # lock says which package ships each library, so base_image_libraries are derived from it, not typed
+    # (formats/image_definition.py: lane_base_libraries).  One of the two, never both.
+    "base_image": Field(str, required=False, check=matches(r"containers/[A-Za-z0-9_./-]+\.toml"), expected="a path such as 'containers/trixie/ninfer-runtime.toml'"),
     "redistributables": Field(list, items=dict, required=False, default=[]),
     "server_config": Field(str, required=False),
     "release_spec": Field(str, required=False),
@@ -389,11 +393,12 @@ class Lane:
     runtime_license: str
     system_libraries: tuple[str, ...]
     driver_libraries: tuple[str, ...]
-    base_image_libraries: tuple[str, ...]
+    base_image_libraries: tuple[str, ...]  # typed, for a registry base; see lane_base_libraries for the derived ones
     redistributables: tuple[Redistributable, ...]
     server_config: str | None
     release_spec: str | None
     support_scripts: tuple[str, ...]
+    base_image: str | None = None  # package.base_image: the package-base definition the base libraries are derived from
     qualification: dict[str, Any] = field(default_factory=dict)
     providers: dict[str, Provider] = field(default_factory=dict)  # "system", "driver", "base-image"
     cuts_dir: Path | None = None
@@ -626,7 +631,7 @@ def _read_providers(pkg: dict[str, Any], gpu: dict[str, Any], file: Path) -> dic
     """Who supplies the target-provided libraries, per kind (the SBOMs name a supplier and version for each)."""
     # The driver libraries are the NVIDIA driver's, at least the lane's minimum version.
     providers = {"driver": Provider(DRIVER_SUPPLIER, f"{gpu['minimum_driver_major']} or later")}
-    for kind, key, libraries in (("system", "system_provider", pkg["system_libraries"]), ("base-image", "base_image_provider", pkg["base_image_libraries"] or [])):
+    for kind, key, libraries in (("system", "system_provider", pkg["system_libraries"]), ("base-image", "base_image_provider", pkg["base_image_libraries"] or ([pkg["base_image"]] if pkg["base_image"] else []))):
         if pkg[key] is not None:
             providers[kind] = Provider(**read_table(pkg[key], _PROVIDER, file=file, prefix=f"package.{key}"))
         elif libraries:
@@ -639,6 +644,21 @@ def _read_providers(pkg: dict[str, Any], gpu: dict[str, Any], file: Path) -> dic
                 fix=f"add [package.{key}] with supplier = \"...\" and version = \"...\"",
             )
     return providers
+
+
+def _check_base_image(pkg: dict[str, Any], file: str) -> None:
+    """package.base_image (derived libraries) and package.base_image_libraries (typed) exclude each other."""
+    if pkg["base_image"] is None:
+        return
+    safe_relative(pkg["base_image"], REPO_ROOT, file=file, field="package.base_image", what="the repository", expected="containers/<...>.toml")
+    if pkg["base_image_libraries"]:
+        raise InputError(
+            "names a package base and types its libraries too",
+            file=file, field="package.base_image_libraries", found=pkg["base_image_libraries"],
+            expected="no base_image_libraries beside package.base_image",
+            why="the libraries a package base ships are read from its lock (which package ships each soname); a typed list beside it would drift",
+            fix="delete package.base_image_libraries",
+        )
 
 
 def load_lane(path: Path) -> Lane:
@@ -721,6 +741,7 @@ def load_lane(path: Path) -> Lane:
     host_dependencies = parse_host_dependencies(build["host_dependencies"] or [], file=file, prefix="build.host_dependencies", build_host=plat["build_host"])
     _check_vcpkg_ports(redistributables, host_dependencies, file)
     expected_layout = "binary-archive" if expected_kind == "container" else "native-asset-set"
+    _check_base_image(pkg, file)
     if pkg["layout"] != expected_layout:
         raise InputError("package layout does not fit the lane kind", file=file, field="package.layout", found=pkg["layout"], expected=repr(expected_layout))
     if expected_layout == "native-asset-set":
@@ -775,6 +796,7 @@ def load_lane(path: Path) -> Lane:
         system_libraries=tuple(pkg["system_libraries"]),
         driver_libraries=tuple(pkg["driver_libraries"]),
         base_image_libraries=tuple(pkg["base_image_libraries"] or ()),
+        base_image=pkg["base_image"],
         redistributables=redistributables,
         server_config=pkg["server_config"],
         release_spec=pkg["release_spec"],

@@ -16,7 +16,10 @@ from dataclasses import dataclass
 from pipeline.errors import InputError
 
 MAX_LOCK_BYTES = 2 * 1024 * 1024
-_ENTRY = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([0-9A-Za-z.!+_-]+)(?:\s*;\s*(.+?))?\s*\\")
+# A PEP 503 name (ending in a letter or digit), `==` and a version, then at most a PEP 508 marker: names, quoted
+# values, comparison operators, `and`/`or`, parentheses.  Never a `-`/`--` word: pip reads `--hash=`/`--config-settings=`
+# anywhere on the line as options, so a marker that could hold one would smuggle a hash this reader never records.
+_ENTRY = re.compile(r"([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)==([0-9A-Za-z.!+_-]+)(?:\s*;\s*([A-Za-z0-9_.'\"<>=!~ ()]+?))?\s*\\")
 _HASH = re.compile(r"\s+--hash=sha256:([0-9a-f]{64})(\s*\\)?")
 
 

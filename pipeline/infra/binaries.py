@@ -41,6 +41,7 @@ from pathlib import Path
 
 from pipeline.errors import BuildFailure, InputError, IntegrityError, PipelineError
 from pipeline.formats.components import VERSION_WORD, is_version_word
+from pipeline.formats.image_definition import lane_base_libraries
 from pipeline.formats.lanes import REPO_ROOT, Lane, Redistributable
 from pipeline.formats.toolchain_record import ToolchainRecord
 from pipeline.util.hashing import sha256_file
@@ -384,6 +385,7 @@ def resolve_libraries(
     toolchain_by_key = {key(name): lib for name, lib in (toolchain or {}).items()}
     declared = {key(r.name): r for r in lane.redistributables}
     expected_format = "pe" if lane.is_windows else "elf"
+    base_image_libraries = tuple(lane_base_libraries(lane))  # typed, or derived from the lane's package lock
 
     infos: dict[str, BinaryInfo] = {}
     for name, path in sorted(binaries.items()):
@@ -428,7 +430,7 @@ def resolve_libraries(
         if _matches(wanted, lane.driver_libraries, fold):
             libraries[key(wanted)] = Library(wanted, "driver", "nvidia-driver", needed_by={importer})
             continue
-        if _matches(wanted, lane.base_image_libraries, fold):
+        if _matches(wanted, base_image_libraries, fold):
             libraries[key(wanted)] = Library(wanted, "base-image", "base-image", needed_by={importer})
             continue
         redistributable = declared.get(key(wanted))

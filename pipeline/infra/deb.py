@@ -2,10 +2,10 @@
 
 Only ever called on a file whose SHA-256 already matched the lock (hash before parse).  The `ar`
 container is read by its fixed 60-byte headers (a magic, then `debian-binary` = "2.0\\n",
-`control.tar.{gz,xz}`, `data.tar.{gz,xz}` or an uncompressed `data.tar`, nothing else), every size
-checked against the file; both tars go through the bounded tar reader (`infra/safetar.py`: sizes,
-ratio, names, extension headers).  `data.tar.zst` (Ubuntu's choice) is refused by name: Python 3.11
-has no zstd in its standard library and this pipeline pins no zstd library yet.
+`control.tar.{gz,xz,zst}`, `data.tar.{gz,xz,zst}` or an uncompressed `data.tar`, nothing else), every
+size checked against the file; both tars go through the bounded tar reader (`infra/safetar.py`:
+sizes, ratio, names, extension headers).  zstd (Ubuntu's choice since 21.10) is read with
+python-zstandard, a pinned dependency: Python 3.11 has no zstd in its standard library.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ AR_MAGIC = b"!<arch>\n"
 AR_HEADER = 60
 MAX_CONTROL_FILE = 4 * 1024 * 1024  # one control-archive member (a large symbols file is ~1 MiB)
 CONTROL_FILES = ("control", "md5sums", "conffiles", "preinst", "postinst", "prerm", "postrm", "triggers", "shlibs", "symbols", "templates", "config")
-COMPRESSIONS = {"": None, ".gz": "gz", ".xz": "xz"}
+COMPRESSIONS = {"": None, ".gz": "gz", ".xz": "xz", ".zst": "zst"}
 
 
 @dataclass(frozen=True)
@@ -86,8 +86,8 @@ def ar_members(path: Path, *, label: str) -> list[ArMember]:
         suffix = member.name.split(".tar", 1)[1]
         if suffix not in COMPRESSIONS:
             raise _refuse(label, f"{member.name} is compressed in a way this reader does not take", found=member.name,
-                          expected="control.tar/data.tar uncompressed, .gz or .xz (Debian's defaults)",
-                          fix="Ubuntu's .zst packages need a zstd library the pipeline does not pin yet")
+                          expected="control.tar/data.tar uncompressed, .gz, .xz (Debian's defaults) or .zst (Ubuntu's)",
+                          fix="this reader takes what dpkg-deb writes; a package compressed otherwise is not one from Debian's or Ubuntu's archive")
     with open(path, "rb") as handle:
         handle.seek(members[0].offset)
         if handle.read(members[0].size) != b"2.0\n":

@@ -9,6 +9,10 @@ setting.  The rules it keeps (../shared/reference/publication-anchors.md §1):
   is registered with `errors.register_secret` so no error, log or record can
   show it, and is sent only to the configured API and uploads origins (https,
   or http on a loopback address for the test stand-in).
+- The API is `PIPELINE_GITHUB_API`, else the runner's `GITHUB_API_URL` (GitHub
+  Enterprise Server, the rehearsal's stand-in), else api.github.com; uploads go
+  to `PIPELINE_GITHUB_UPLOADS`, else the uploads host of that API (`api_url`,
+  `uploads_url`).
 - Rate limits: a 403/429 that is a rate limit waits what `retry-after` says when
   given (delay-seconds or an HTTP date), until `x-ratelimit-reset` when `x-ratelimit-remaining` is 0, and
   otherwise at least 60 s with exponential back-off; then retries (a limited
@@ -35,7 +39,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +118,41 @@ def repository_of(url: str) -> str:
     return f"{match.group(1)}/{match.group(2)}"
 
 
+API_VARIABLES = ("PIPELINE_GITHUB_API", "GITHUB_API_URL")  # in precedence order, after an explicit argument
+UPLOADS_VARIABLE = "PIPELINE_GITHUB_UPLOADS"
+
+
+def api_url(explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The REST API's base URL: `explicit`, else PIPELINE_GITHUB_API (an operator's override), else GITHUB_API_URL
+    (what an Actions runner sets: https://api.github.com, `https://HOST/api/v3` on GitHub Enterprise Server, or the
+    rehearsal's stand-in), else https://api.github.com.  No trailing slash."""
+    environ = os.environ if environ is None else environ
+    chosen = explicit or next((environ[name] for name in API_VARIABLES if environ.get(name)), None) or API
+    return chosen.rstrip("/")
+
+
+def uploads_url(api: str, explicit: str | None = None, environ: Mapping[str, str] | None = None) -> str:
+    """The release-asset uploads base: `explicit`, else PIPELINE_GITHUB_UPLOADS, else derived from the API URL:
+    https://uploads.github.com for api.github.com; `https://HOST/api/uploads` for a GitHub Enterprise Server API
+    `https://HOST/api/v3` (GitHub's documented layout); `<api>/uploads` for any other API (the stand-ins serve
+    uploads there).  The token then never goes to a host other than the API's (or GitHub's own uploads host)."""
+    environ = os.environ if environ is None else environ
+    chosen = explicit or environ.get(UPLOADS_VARIABLE)
+    if chosen:
+        return chosen.rstrip("/")
+    api = api.rstrip("/")
+    if api == API:
+        return UPLOADS
+    if api.endswith("/api/v3"):
+        return api[: -len("/v3")] + "/uploads"
+    return api + "/uploads"
+
+
+def is_loopback_url(url: str) -> bool:
+    """True for a URL on this machine (127.0.0.1, localhost, ::1): the suite's and the rehearsal's stand-ins."""
+    return urlsplit(url).hostname in LOOPBACK
+
+
 def _origin(url: str, *, what: str) -> str:
     parts = urlsplit(url)
     if parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in LOOPBACK):
@@ -122,7 +161,7 @@ def _origin(url: str, *, what: str) -> str:
         f"the {what} URL must use https (http only on a loopback address)",
         found=url,
         why="the token travels with every request",
-        fix="set PIPELINE_GITHUB_API / PIPELINE_GITHUB_UPLOADS to https URLs, or leave them unset",
+        fix="set PIPELINE_GITHUB_API / GITHUB_API_URL / PIPELINE_GITHUB_UPLOADS to https URLs, or leave them unset",
     )
 
 
@@ -245,8 +284,8 @@ class GitHub:
         self.token = token
         if token:
             register_secret(token)
-        self.api = (api or os.environ.get("PIPELINE_GITHUB_API") or API).rstrip("/")
-        self.uploads = (uploads or os.environ.get("PIPELINE_GITHUB_UPLOADS") or UPLOADS).rstrip("/")
+        self.api = api_url(api)
+        self.uploads = uploads_url(self.api, uploads)
         self._origins = {_origin(self.api, what="API"), _origin(self.uploads, what="uploads")}
         self.clock = clock or Clock()
         self.max_attempts = max_attempts
@@ -257,7 +296,7 @@ class GitHub:
                 write_interval = float(interval)
             except ValueError:
                 raise UsageError("is not a number of seconds", field="PIPELINE_GITHUB_WRITE_INTERVAL", found=interval) from None
-        if urlsplit(self.api).hostname not in LOOPBACK:
+        if not is_loopback_url(self.api):
             write_interval = max(MIN_WRITE_INTERVAL, write_interval)  # GitHub: 80 content-creating requests a minute
         self.write_interval = write_interval
         self.timeout = timeout

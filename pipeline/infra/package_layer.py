@@ -3,7 +3,8 @@
 `assemble` takes the lock alone (`formats/apt_lock.py`): each `.deb` comes from the package cache or
 its archive by the SHA-256 and size the lock pins (`infra/apt.py: cached_fetch`, through
 `infra/transfer.py`), is read as `ar` + `control.tar` + `data.tar` (`infra/deb.py`, the bounded tar
-reader), and its files go into one tree, package by package in name order:
+reader; several packages are read at once on threads, `read_package`), and its files go into one tree,
+package by package in name order (`PackageTree.place`, sequential, so the result is that of a one-by-one run):
 
 - **merged /usr** (Debian 12+, Ubuntu 24.04): the layer carries `bin -> usr/bin`, `sbin -> usr/sbin`,
   `lib -> usr/lib` (and `lib64 -> usr/lib64` on amd64), as `base-files` would; a package member
@@ -32,6 +33,7 @@ bytes from any package cache state.
 
 from __future__ import annotations
 
+import concurrent.futures
 import gzip
 import hashlib
 import os
@@ -47,9 +49,11 @@ from pipeline.errors import EnvironmentProblem, InputError, IntegrityError
 from pipeline.formats.apt_lock import AptLock, LockedPackage
 from pipeline.formats.image_definition import ScriptStandIn
 from pipeline.infra import apt, deb, oci
+from pipeline.infra.rootfs import library_folders
 from pipeline.infra.safetar import TarLimits
 
 MAX_MEMBER_BYTES = 512 * 1024 * 1024
+READ_WORKERS = 4  # packages read at once (assemble), at most one per core
 DEB_LIMITS = TarLimits(max_members=100_000, max_total_bytes=8 * 1024**3, max_member_read=deb.MAX_CONTROL_FILE)
 MERGED_USR = {"amd64": ("bin", "sbin", "lib", "lib64"), "arm64": ("bin", "sbin", "lib")}
 STATUS_DIR = "var/lib/dpkg/status.d"
@@ -82,6 +86,83 @@ def _is_trivial_script(text: bytes) -> bool:
     return all(not line or line.startswith("#") or _TRIVIAL_SCRIPT_LINE.fullmatch(line) for line in lines)
 
 
+@dataclass(frozen=True)
+class MemberRead:
+    """One data-archive member as read (a regular file's bytes already in the blob store); placed by PackageTree.place."""
+
+    name: str
+    kind: str  # 'dir', 'symlink', 'file', 'hardlink', 'special'
+    mode: int
+    mtime: float
+    uid: int
+    gid: int
+    linkname: str = ""
+    blob: Path | None = None
+    sha256: str = ""
+    md5: str = ""
+
+
+@dataclass(frozen=True)
+class PackageRead:
+    locked: LockedPackage
+    label: str
+    control: dict[str, bytes]
+    members: tuple[MemberRead, ...]
+
+
+def _refusal(label: str, what: str, member: str, **details) -> IntegrityError:
+    details.setdefault("fix", "do not build an image from this package; check the lock and the archive it came from")
+    return IntegrityError(f"the package {what}", file=label, field=member, **details)
+
+
+def _store(tar, member, blobs: Path, scratch_name: str) -> tuple[Path, str, str]:
+    scratch = blobs / scratch_name
+    sha, md5 = hashlib.sha256(), hashlib.md5()  # noqa: S324 - md5sums is dpkg's format, not a security check
+    with open(scratch, "wb") as sink:
+        for chunk in tar.chunks(member):
+            sha.update(chunk)
+            md5.update(chunk)
+            sink.write(chunk)
+    blob = blobs / sha.hexdigest()
+    os.replace(scratch, blob)
+    return blob, sha.hexdigest(), md5.hexdigest()
+
+
+def read_package(locked: LockedPackage, path: Path, blobs: Path) -> PackageRead:
+    """The reading half of placing a package, safe to run for several packages at once (assemble does, one per core):
+    control files, and each data member with a regular file's bytes streamed into the content-addressed blob store
+    (hashed on the way; a member over MAX_MEMBER_BYTES is refused before it is read).  What may be placed where is
+    decided afterwards, package by package in lock order, by PackageTree.place."""
+    label = f"{locked.name} {locked.version} ({locked.filename})"
+    control = deb.control_files(path, label=label, limits=DEB_LIMITS)
+    members = deb.ar_members(path, label=label)
+    read: list[MemberRead] = []
+    with deb.open_tar(path, members[2], label=label, limits=DEB_LIMITS) as tar:
+        for member in tar:
+            common = {"name": member.name, "mode": member.mode, "mtime": member.mtime, "uid": member.uid, "gid": member.gid}
+            if member.isdir():
+                read.append(MemberRead(kind="dir", **common))
+            elif member.issym():
+                read.append(MemberRead(kind="symlink", linkname=member.linkname, **common))
+            elif member.isreg():
+                if member.size > MAX_MEMBER_BYTES:
+                    raise _refusal(label, f"holds a file of {member.size} bytes, over the {MAX_MEMBER_BYTES} allowed", member.name,
+                                   why="a member that size is an attack on the disk, not a library")
+                blob, sha, md5 = _store(tar, member, blobs, f".incoming-{locked.name}")
+                read.append(MemberRead(kind="file", blob=blob, sha256=sha, md5=md5, **common))
+            elif member.islnk():
+                read.append(MemberRead(kind="hardlink", linkname=member.linkname, **common))
+            else:
+                read.append(MemberRead(kind="special", **common))
+    return PackageRead(locked, label, control, tuple(read))
+
+
+def merged_path(name: str, merged: tuple[str, ...]) -> str:
+    """Where a package member lands on a merged-/usr system: under /usr when it is below one of the merged tops."""
+    top = name.split("/", 1)[0]
+    return f"usr/{name}" if top in merged and name != top else name
+
+
 class PackageTree:
     """The merged file system of the lock's packages, in memory; file contents in a content-addressed scratch store."""
 
@@ -98,12 +179,10 @@ class PackageTree:
 
     # -- names
     def _placed(self, name: str) -> str:
-        top = name.split("/", 1)[0]
-        return f"usr/{name}" if top in self.merged and name != top else name
+        return merged_path(name, self.merged)
 
     def _refuse(self, label: str, what: str, member: str, **details) -> IntegrityError:
-        details.setdefault("fix", "do not build an image from this package; check the lock and the archive it came from")
-        return IntegrityError(f"the package {what}", file=label, field=member, **details)
+        return _refusal(label, what, member, **details)
 
     def _link_target(self, label: str, member: str, original: str, placed: str, target: str) -> str:
         if "\0" in target or not target:
@@ -146,61 +225,46 @@ class PackageTree:
                                found=f"{entry.kind} {entry.sha256 or entry.target}", expected=f"{known.kind} {known.sha256 or known.target}",
                                fix="leave one of the two packages out of the definition's base.packages")
 
-    def _store(self, tar, member) -> tuple[Path, str, str]:
-        scratch = self.blobs / ".incoming"
-        sha, md5 = hashlib.sha256(), hashlib.md5()  # noqa: S324 - md5sums is dpkg's format, not a security check
-        with open(scratch, "wb") as sink:
-            for chunk in tar.chunks(member):
-                sha.update(chunk)
-                md5.update(chunk)
-                sink.write(chunk)
-        blob = self.blobs / sha.hexdigest()
-        os.replace(scratch, blob)
-        return blob, sha.hexdigest(), md5.hexdigest()
-
     def add_package(self, locked: LockedPackage, path: Path, stand_ins: dict[tuple[str, str], ScriptStandIn]) -> None:
-        label = f"{locked.name} {locked.version} ({locked.filename})"
-        control = deb.control_files(path, label=label, limits=DEB_LIMITS)
-        self._check_scripts(locked, control, stand_ins, label=label)
-        members = deb.ar_members(path, label=label)
+        self.place(read_package(locked, path, self.blobs), stand_ins)
+
+    def place(self, read: PackageRead, stand_ins: dict[tuple[str, str], ScriptStandIn]) -> None:
+        """The members of one read package into the tree, in the order its data archive lists them (every rule checked here)."""
+        locked, label = read.locked, read.label
+        self._check_scripts(locked, read.control, stand_ins, label=label)
         placed_files: dict[str, str] = {}  # original name -> placed path, for hard links
-        with deb.open_tar(path, members[2], label=label, limits=DEB_LIMITS) as tar:
-            for member in tar:
-                name = "/".join(part for part in member.name.split("/") if part not in ("", "."))
-                if not name:
-                    continue
-                placed = self._placed(name)
-                if member.uid != 0 or member.gid != 0:
-                    raise self._refuse(label, "holds a member not owned by root", member.name, found=f"{member.uid}:{member.gid}", expected="0:0")
-                mtime = max(0, min(int(member.mtime), self.epoch))
-                if name in self.merged:
-                    if member.isdir() or (member.issym() and member.linkname.strip("/") == f"usr/{name}"):
-                        continue  # the merged-/usr link stays
-                    raise self._refuse(label, f"would replace the merged-/usr link /{name}", member.name, found=member.linkname or "a file")
-                if member.isdir():
-                    self._put(label, member.name, placed, Entry("dir", member.mode & 0o7777, locked.name, mtime))
-                elif member.issym():
-                    target = self._link_target(label, member.name, name, placed, member.linkname)
-                    self._put(label, member.name, placed, Entry("symlink", 0o777, locked.name, mtime, target=target))
-                elif member.isreg():
-                    if member.size > MAX_MEMBER_BYTES:
-                        raise self._refuse(label, f"holds a file of {member.size} bytes, over the {MAX_MEMBER_BYTES} allowed", member.name,
-                                           why="a member that size is an attack on the disk, not a library")
-                    blob, sha, md5 = self._store(tar, member)
-                    self._put(label, member.name, placed, Entry("file", member.mode & 0o7777, locked.name, mtime, blob=blob, sha256=sha, md5=md5))
-                    placed_files[name] = placed
-                elif member.islnk():
-                    source = "/".join(part for part in member.linkname.split("/") if part not in ("", "."))
-                    original = self.entries.get(placed_files.get(source, ""))
-                    if original is None:
-                        raise self._refuse(label, "holds a hard link to a file it does not ship before it", member.name, found=member.linkname)
-                    self._put(label, member.name, placed, Entry("file", member.mode & 0o7777, locked.name, mtime, blob=original.blob,
-                                                                 sha256=original.sha256, md5=original.md5))
-                    placed_files[name] = placed
-                else:
-                    raise self._refuse(label, "holds a device node, FIFO or other special file", member.name,
-                                       expected="files, folders and links only", why="an image layer from packages never needs one; a device node grants access to hardware")
-        self._metadata(locked, control["control"])
+        for member in read.members:
+            name = "/".join(part for part in member.name.split("/") if part not in ("", "."))
+            if not name:
+                continue
+            placed = self._placed(name)
+            if member.uid != 0 or member.gid != 0:
+                raise self._refuse(label, "holds a member not owned by root", member.name, found=f"{member.uid}:{member.gid}", expected="0:0")
+            mtime = max(0, min(int(member.mtime), self.epoch))
+            if name in self.merged:
+                if member.kind == "dir" or (member.kind == "symlink" and member.linkname.strip("/") == f"usr/{name}"):
+                    continue  # the merged-/usr link stays
+                raise self._refuse(label, f"would replace the merged-/usr link /{name}", member.name, found=member.linkname or "a file")
+            if member.kind == "dir":
+                self._put(label, member.name, placed, Entry("dir", member.mode & 0o7777, locked.name, mtime))
+            elif member.kind == "symlink":
+                target = self._link_target(label, member.name, name, placed, member.linkname)
+                self._put(label, member.name, placed, Entry("symlink", 0o777, locked.name, mtime, target=target))
+            elif member.kind == "file":
+                self._put(label, member.name, placed, Entry("file", member.mode & 0o7777, locked.name, mtime, blob=member.blob, sha256=member.sha256, md5=member.md5))
+                placed_files[name] = placed
+            elif member.kind == "hardlink":
+                source = "/".join(part for part in member.linkname.split("/") if part not in ("", "."))
+                original = self.entries.get(placed_files.get(source, ""))
+                if original is None:
+                    raise self._refuse(label, "holds a hard link to a file it does not ship before it", member.name, found=member.linkname)
+                self._put(label, member.name, placed, Entry("file", member.mode & 0o7777, locked.name, mtime, blob=original.blob,
+                                                             sha256=original.sha256, md5=original.md5))
+                placed_files[name] = placed
+            else:
+                raise self._refuse(label, "holds a device node, FIFO or other special file", member.name,
+                                   expected="files, folders and links only", why="an image layer from packages never needs one; a device node grants access to hardware")
+        self._metadata(locked, read.control["control"])
 
     def _check_scripts(self, locked: LockedPackage, control: dict[str, bytes], stand_ins: dict[tuple[str, str], ScriptStandIn], *, label: str) -> None:
         for script in CHECKED_SCRIPTS:
@@ -250,8 +314,11 @@ class PackageTree:
                 os.symlink(entry.target, target)
             else:
                 assert entry.blob is not None
-                shutil.copyfile(entry.blob, target)
-                os.chmod(target, entry.mode & 0o777)
+                try:  # a hard link to the blob: ldconfig only reads, and a copy of 300 MB costs seconds
+                    os.link(entry.blob, target)
+                except OSError:
+                    shutil.copyfile(entry.blob, target)
+                os.chmod(target, entry.mode & 0o777)  # on the blob's inode too: the layer takes modes from the entries, not the blobs
 
     def generate_ld_cache(self) -> str:
         root = self.staging / "root"
@@ -352,10 +419,22 @@ def assemble(lock: AptLock, stand_ins: dict[tuple[str, str], ScriptStandIn], sta
     are (image path, file, owner) placed too, before the loader cache is made (libcudart from its wheel)."""
     cache = cache or apt.package_cache()
     tree = PackageTree(lock.architecture, staging / "tree", epoch)
-    for locked in lock.packages:
+    paths = []
+    for locked in lock.packages:  # every .deb by its pinned hash first, one at a time (downloads are bounded by the network, not the cores)
         source = lock.sources[locked.source]
-        path = apt.cached_fetch(apt.deb_url(source.uri, locked.filename), cache, sha256=locked.sha256, size=locked.size, label=f"{locked.name}.deb")
-        tree.add_package(locked, path, stand_ins)
+        paths.append(apt.cached_fetch(apt.deb_url(source.uri, locked.filename), cache, sha256=locked.sha256, size=locked.size, label=f"{locked.name}.deb"))
+    # Reading (xz/zstd inflation, hashing, writing blobs) on up to READ_WORKERS threads: the decompressors and hashlib
+    # release the GIL.  Placing stays sequential in lock order, so the tree, every refusal and the bytes are those of a
+    # one-by-one run; the first failing package in lock order is the one reported.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(READ_WORKERS, os.cpu_count() or 1))) as pool:
+        reads = [pool.submit(read_package, locked, path, tree.blobs) for locked, path in zip(lock.packages, paths, strict=True)]
+        try:
+            for future in reads:
+                tree.place(future.result(), stand_ins)
+        except BaseException:
+            for future in reads:
+                future.cancel()
+            raise
     for target, source_file, owner in extra_files:
         tree.add_file(target, source_file, owner=owner, label=owner)
     used = tree.generate_ld_cache()
@@ -383,14 +462,46 @@ def package_copyright(result: LayerResult, name: str) -> bytes | None:
     return entry.blob.read_bytes() if entry is not None and entry.kind == "file" and entry.blob is not None else None
 
 
+def _library_name(placed: str, folders: frozenset[str]) -> str | None:
+    folder, _, name = placed.rpartition("/")
+    return name if folder in folders and ".so" in name else None
+
+
 def shipped_libraries(result: LayerResult, architecture: str) -> dict[str, str]:
     """soname-like file name -> package, for the libraries the layer ships in the loader's default folders."""
-    from pipeline.infra.rootfs import DEFAULT_LIBRARY_DIRS
-
-    folders = {folder.strip("/") for folder in DEFAULT_LIBRARY_DIRS.get(architecture, ())}
+    folders = library_folders(architecture)
     found: dict[str, str] = {}
     for path, entry in sorted(result.entries.items()):
-        folder, _, name = path.rpartition("/")
-        if folder in folders and ".so" in name and entry.package and entry.kind in ("file", "symlink"):
+        name = _library_name(path, folders)
+        if name is not None and entry.package and entry.kind in ("file", "symlink"):
             found.setdefault(name, entry.package)
     return found
+
+
+def package_libraries(path: Path, architecture: str, *, label: str) -> list[str]:
+    """The library file names a .deb places in the loader's default folders, merged-/usr applied (what the lock records).
+
+    The same names `shipped_libraries` finds in the assembled layer, read from the data archive's member
+    names alone (nothing is extracted); the loader looks a DT_NEEDED name up as a file name in those folders."""
+    folders = library_folders(architecture)
+    merged = MERGED_USR.get(architecture, ("bin", "sbin", "lib"))
+    found: set[str] = set()
+    members = deb.ar_members(path, label=label)
+    with deb.open_tar(path, members[2], label=label, limits=DEB_LIMITS) as tar:
+        for member in tar:
+            name = "/".join(part for part in member.name.split("/") if part not in ("", "."))
+            library = _library_name(merged_path(name, merged), folders)
+            if library is not None and (member.isreg() or member.issym() or member.islnk()):
+                found.add(library)
+    return sorted(found)
+
+
+def lock_libraries(document: dict, *, cache: Path | None = None) -> dict:
+    """The lock document with each package's `libraries`, read from its .deb (fetched by the pinned SHA-256 into the package cache)."""
+    cache = cache or apt.package_cache()
+    for locked in document["packages"]:
+        source = document["sources"][locked["source"]]
+        label = f"{locked['name']}.deb"
+        path = apt.cached_fetch(apt.deb_url(source["uri"], locked["filename"]), cache, sha256=locked["sha256"], size=locked["size"], label=label)
+        locked["libraries"] = package_libraries(path, document["architecture"], label=label)
+    return document

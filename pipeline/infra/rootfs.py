@@ -32,6 +32,11 @@ DEFAULT_LIBRARY_DIRS = {
 }
 
 
+
+def library_folders(architecture: str) -> frozenset[str]:
+    """The loader's default folders of `architecture` as layer paths (no leading '/'): where a shipped library is found by name."""
+    return frozenset(folder.strip("/") for folder in DEFAULT_LIBRARY_DIRS.get(architecture, ()))
+
 @dataclass
 class Node:
     kind: str  # "file", "dir", "link", "hardlink"

@@ -7,7 +7,9 @@ arrive, never after the fact:
 
 - **inflated size** (`max_total_bytes`) and **inflate ratio** (`max_ratio`,
   checked once `ratio_floor` bytes are inflated): gzip is inflated in bounded
-  pieces by `gzip.GzipFile` (xz, a `.deb`'s `data.tar.xz`, by `lzma.LZMAFile`), and every inflated byte is counted against the
+  pieces by `gzip.GzipFile` (xz, a `.deb`'s `data.tar.xz`, by `lzma.LZMAFile`; zstd, Ubuntu's
+  `data.tar.zst`, by python-zstandard's stream reader, its window bounded by MAX_ZSTD_WINDOW so a
+  frame cannot ask for GiB of memory), and every inflated byte is counted against the
   compressed bytes read so far, so a gzip bomb is refused after a few MiB,
   not after it has inflated to GiB;
 - **extension headers**: a GNU long name/link or PAX header whose declared
@@ -46,6 +48,7 @@ from typing import Any, BinaryIO
 from pipeline.errors import IntegrityError, PipelineError
 
 READ_CHUNK = 1 << 20
+MAX_ZSTD_WINDOW = 1 << 27  # 128 MiB, zstd's limit without --long; dpkg-deb and Ubuntu's packages use far less
 MAX_EXTENSION_CHAIN = 8  # GNU/PAX extension headers in a row before one member
 _EXTENSION_TYPES = (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE, tarfile.SOLARIS_XHDTYPE)
 
@@ -77,6 +80,29 @@ class _Counting(io.RawIOBase):
     def readinto(self, buffer) -> int:  # type: ignore[override]
         data = self.raw.read(len(buffer))
         self.count += len(data)
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _ZstdStream(io.RawIOBase):
+    """zstd frames inflated by python-zstandard (imported here, only when a zstd archive is read), its window bounded;
+    its errors become OSError, which the tar reader reports as an unreadable archive like gzip's and xz's."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        import zstandard
+
+        self._error = zstandard.ZstdError
+        self._reader = zstandard.ZstdDecompressor(max_window_size=MAX_ZSTD_WINDOW).stream_reader(
+            raw, read_size=READ_CHUNK, read_across_frames=True, closefd=False)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[override]
+        try:
+            data = self._reader.read(len(buffer))
+        except self._error as exc:
+            raise OSError(f"zstd: {exc}") from None
         buffer[: len(data)] = data
         return len(data)
 
@@ -188,7 +214,7 @@ class SafeTar:
         label: str | Path | None = None,
         on_bytes: Callable[[bytes], None] | None = None,
     ) -> None:
-        if compression not in ("gz", "xz", None):
+        if compression not in ("gz", "xz", "zst", None):
             raise ValueError(f"unknown compression {compression!r}")
         self.limits = limits
         self.compression = compression
@@ -212,6 +238,8 @@ class SafeTar:
             stream = gzip.GzipFile(fileobj=counting, mode="rb")  # noqa: SIM115 - closed with the tar (close())
         elif compression == "xz":
             stream = lzma.LZMAFile(counting, mode="rb")  # noqa: SIM115 - closed with the tar (close())
+        elif compression == "zst":  # Ubuntu's .deb members (data.tar.zst): python-zstandard, frames read in bounded pieces
+            stream = _ZstdStream(counting)
         self.inflated = _Inflated(stream, counting, limits, self.refusal, on_bytes)
         self._buffered = io.BufferedReader(self.inflated, READ_CHUNK)
         self._tar: tarfile.TarFile | None = None

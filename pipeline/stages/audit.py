@@ -105,7 +105,7 @@ from pipeline.formats.release.manifest import (
     row_records,
     section,
 )
-from pipeline.formats.release.names import BUNDLE_SUFFIX, EVIDENCE, ROW_RECORDS
+from pipeline.formats.release.names import BUNDLE_SUFFIX, EVIDENCE, ROW_RECORDS, review_ledger_required
 from pipeline.infra import attestations, net, ranges
 from pipeline.infra import progress as transfer_progress
 from pipeline.infra.net import check_scheme
@@ -396,6 +396,9 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
     compatibility = section(manifest, "compatibility")
     if "public_url" in compatibility:
         bindings.append(_record("compatibility authority", "compatibility", compatibility, "path", "sha256", product_repository, release))
+    reviews = manifest.get("reviews")
+    if isinstance(reviews, dict) and "public_url" in reviews:
+        bindings.append(_record("review ledger", "reviews", reviews, "path", "sha256", product_repository, release))
 
     for binding in bindings:
         if binding.location_error is None and binding.kind != "record":
@@ -424,7 +427,7 @@ def _record(label: str, where: str, record: dict[str, Any], path_key: str, sha_k
 # holds another type there (a number for the list of lane rows) binds nothing the audit could
 # check, and would otherwise pass with those items silently missing.
 _OBJECT_FIELDS = ("components", "product", "qualification", "compatibility", "signing", "components.omp", "components.model",
-                  "components.ninfer", "qualification.acceptance")
+                  "components.ninfer", "qualification.acceptance", "reviews")
 _LIST_FIELDS = ("components.ninfer_variants", "components.omp.platforms", "signing.signed_files")
 
 
@@ -829,6 +832,7 @@ class Auditor:
             if result.binding.role in ("spdx", "cdx") and result.error is None and self._matches(result):
                 self._validate_sbom(result)
         self._audit_signatures(manifest, data)
+        self._audit_reviews(manifest, fetched)
         self._audit_github_attestations([r for r in fetched if r.error is None and r.path is not None and self._matches(r)], cache)
         container = dig(manifest, "components.ninfer")
         if isinstance(container, dict) and "oci_reference" in container:
@@ -905,6 +909,36 @@ class Auditor:
         if result.resumed_at:
             note += ", resumed with HTTP Range at byte " + ", ".join(str(offset) for offset in result.resumed_at)
         return Item(binding.label, True, note, binding.kind, details)
+
+    def _audit_reviews(self, manifest: dict[str, Any], fetched: list[Fetched]) -> None:
+        """The review ledger's gate (formats/review_ledger.py) over the published ledger: its bytes were checked
+        against `reviews.sha256` with the other records; here every review must be closed, no in-scope P0/P1
+        confirmed or unresolved, every deferred finding tracked, every reviewed digest one the manifest binds.
+        FAIL at status ready; at draft or candidate the councils may still be at work (SKIP naming what holds)."""
+        from pipeline.formats.review_ledger import bound_ledger
+
+        release = str(manifest.get("release"))
+        label = "review ledger gate"
+        if "reviews" not in manifest and not review_ledger_required(release):
+            self.add(Item(label, None, f"made before the review ledger ({release} binds no reviews)", "record"))
+            return
+        entry = manifest.get("reviews")
+        result = next((r for r in fetched if r.binding.field == "reviews.public_url"), None)
+        if isinstance(entry, dict) and (result is None or result.error or result.path is None or not self._matches(result)):
+            self.add(Item(label, False if manifest.get("status") == "ready" else None, "the bound ledger could not be read at its URL with its SHA-256 (see the review ledger line)", "record"))
+            return
+        try:
+            data = result.path.read_bytes() if result is not None and result.path is not None else None
+            ledger, failures = bound_ledger(manifest, data, release=release, origin=str(entry.get("public_url")) if isinstance(entry, dict) else "manifest.json")
+        except PipelineError as error:
+            self.add(Item(label, False, error.render(), "record"))
+            return
+        if not failures:
+            assert ledger is not None
+            self.add(Item(label, True, f"{len(ledger.reviews)} reviews closed; no in-scope P0/P1 open; {len(ledger.deferred())} deferred, each tracked; every reviewed digest is bound", "record"))
+            return
+        text = "; ".join(failure.what for failure in failures)
+        self.add(Item(label, False if manifest.get("status") == "ready" else None, text if manifest.get("status") == "ready" else f"status {_word(manifest.get('status'))}: {text}", "record"))
 
     @staticmethod
     def _quarantine(result: Fetched) -> None:
@@ -1163,7 +1197,8 @@ class Auditor:
         manifest must declare exactly that signer, a product repository of that name, and no other
         Sigstore instance than the one the auditor chose; otherwise nothing it binds is fetched.
         """
-        from pipeline.formats.release.names import OIDC_ISSUER, PRODUCT_REPO_SLUG, RELEASE_WORKFLOW
+        from pipeline.formats.release.names import OIDC_ISSUER, PRODUCT_REPO_SLUG
+        from pipeline.formats.release.signer import release_signer
         from pipeline.infra import sigstore
 
         release = manifest["release"]
@@ -1174,7 +1209,7 @@ class Auditor:
             source = "--certificate-identity"
         else:
             repository = self.repository or PRODUCT_REPO_SLUG
-            identity = f"https://github.com/{repository}/{RELEASE_WORKFLOW}@refs/tags/{release}"
+            identity = release_signer(repository, release, trust_config=trust).identity  # the one rule sign and publish use
             issuer = self.certificate_oidc_issuer or OIDC_ISSUER
             source = "--repository" if self.repository else f"the default repository {PRODUCT_REPO_SLUG}"
         claimed_repository, ref = sigstore.github_claims(identity)

@@ -55,6 +55,7 @@ from pipeline.formats.identity import (
     parse_version_line,
     require_identical,
 )
+from pipeline.formats.image_definition import lane_base_libraries
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
 from pipeline.formats.provenance import archive_source
 from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
@@ -439,19 +440,20 @@ class BuildStage(Stage):
     def _check_library_names(self, check: hostdeps.HostCheck) -> None:
         """The sonames the host's libraries give must be the ones the lane names (else package refuses after the build)."""
         lane = self.lane
-        conflicts = hostdeps.soname_conflicts(check, [*lane.base_image_libraries, *lane.system_libraries, *(r.name for r in lane.redistributables)])
+        conflicts = hostdeps.soname_conflicts(check, [*lane_base_libraries(lane), *lane.system_libraries, *(r.name for r in lane.redistributables)])
         if not conflicts:
             return
         found = "; ".join(f"{item.dependency.name} {item.version} gives {soname}, the lane names {named}" for item, soname, named in conflicts)
         raise EnvironmentProblem(
             f"the host's libraries are not the ones lane {lane.id} names ({len(conflicts)} differ)",
             file=lane.file,
-            field="package.base_image_libraries",
+            field="package.base_image" if lane.base_image else "package.base_image_libraries",
             found=found,
-            expected=", ".join(named for _, _, named in conflicts),
+            expected=", ".join(named for _, _, named in conflicts) + (f" (shipped by the package base {lane.base_image})" if lane.base_image else ""),
             why="the binaries would link the host's sonames, and package would refuse them as missing libraries only after the whole compile",
             fix="install the library release whose soname the lane names (or give its prefix with --pkg-config-path), "
-            "or change the lane's package.base_image_libraries to " + ", ".join(soname for _, soname, _ in conflicts) + " together with a base image that provides them",
+            + (f"or re-lock {lane.base_image} on the distribution release the build environment uses" if lane.base_image else
+               "or change the lane's package.base_image_libraries to " + ", ".join(soname for _, soname, _ in conflicts) + " together with a base image that provides them"),
         )
 
     def _require_host_compilers(self) -> None:

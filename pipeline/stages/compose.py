@@ -408,6 +408,9 @@ def _record_bytes(root: Path, derived: Derived) -> dict[str, bytes]:
     acc = m["qualification"]["acceptance"]
     if acc and (root / acc["path"]).is_file():
         out[acc["path"]] = (root / acc["path"]).read_bytes()
+    reviews = m.get("reviews")
+    if isinstance(reviews, dict) and (root / reviews["path"]).is_file():
+        out[reviews["path"]] = (root / reviews["path"]).read_bytes()
     out[m["qualification"]["summary"]] = canonical_bytes(derived.summary)
     out[m["compatibility"]["path"]] = canonical_bytes(derived.authority)
     return out
@@ -720,6 +723,7 @@ def remaining_steps(release: str) -> list[str]:
         f"python -m pipeline verify --release {release}    (only blockers may remain); commit",
         f"python -m pipeline compose promote --release {release} --to candidate; commit (the candidate commit)",
         f"Run the documented routes on the candidate; python -m pipeline compose accept --release {release} --record FILE; commit",
+        f"The councils review the candidate and record it in manifests/{release}/reviews.toml (docs/review-ledger.md); python -m pipeline compose rebind --release {release}; commit",
         f"python -m pipeline compose rebind --release {release} --pin HEAD; commit; repeat until no 'pins' blocker remains",
         f"python -m pipeline compose promote --release {release} --to ready; commit; python -m pipeline verify --release {release} --require-ready --check-pins",
         "The release lead publishes; nothing here authorizes publication.",

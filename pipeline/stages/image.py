@@ -54,12 +54,13 @@ import os
 import re
 import shutil
 import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError
-from pipeline.formats import apt_lock, provenance, sbom
+from pipeline.formats import apt_lock, build_environment, provenance, sbom
 from pipeline.formats.apt_repository import dep5_licence
 from pipeline.formats.assets import check_registered_set, parse_sums
 from pipeline.formats.components import repository_owner
@@ -70,6 +71,7 @@ from pipeline.formats.image_definition import (
     ImageDefinition,
     archive_prefix,
     definition_for_lane,
+    read_package_lock,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
 from pipeline.infra import apt, oci, package_layer
@@ -129,22 +131,6 @@ class BaseImage:
 PACKAGE_BASE_ENV = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
 
 
-def read_package_lock(definition: ImageDefinition) -> apt_lock.AptLock:
-    """The definition's package lock, refused when it was made for another request (a stale lock)."""
-    assert definition.package_base is not None
-    path = apt_lock.lock_path(definition.file)
-    lock = apt_lock.read_lock(path)
-    expected = apt_lock.request_digest(definition.package_base.request(definition.architecture))
-    if lock.request_sha256 != expected or lock.architecture != definition.architecture:
-        raise InputError(
-            "the package lock was made for another package request than the definition's",
-            file=path, field="request_sha256", found=lock.request_sha256, expected=expected,
-            why="base.packages, base.source or the platform changed since the lock was written, so the lock no longer says what the definition asks for",
-            fix="run 'python -m pipeline image lock' (nox -s image-lock), review the lock's difference and commit it",
-        )
-    return lock
-
-
 def pinned_wheel(lane: Lane, distribution: str, *, definition: ImageDefinition) -> Wheel:
     """The wheel of `distribution` that the toolchain lock pins for the lane's toolkit and build host."""
     spec = toolchain_spec(lane.cuda_toolkit, lane.build_host)
@@ -166,10 +152,11 @@ def wheel_files(lane: Lane, definition: ImageDefinition, staging: Path) -> tuple
     return tuple(placed)
 
 
-def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, staging: Path, epoch: int, lane: Lane) -> BaseImage:
+def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, staging: Path, epoch: int, lane: Lane, *,
+                       cache: Path | None = None) -> BaseImage:
     """The base of distribution packages: one layer from the lock alone (infra/package_layer.py), plus the files taken from pinned wheels."""
     assert definition.package_base is not None
-    result = package_layer.assemble(lock, definition.package_base.stand_ins(), staging, epoch=epoch,
+    result = package_layer.assemble(lock, definition.package_base.stand_ins(), staging, epoch=epoch, cache=cache,
                                     compression=definition.compression, gzip_level=definition.gzip_level,
                                     extra_files=wheel_files(lane, definition, staging))
     ui.info(f"package layer: {len(lock.packages)} packages, {result.layer.descriptor.digest} ({ui.human_bytes(result.layer.descriptor.size)}), ld.so.cache by {result.ldconfig}")
@@ -177,18 +164,44 @@ def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, stag
     return BaseImage(None, "packages", "sha256:" + sha256_file(lock.file), None, config, None, (), {}, packages=result, lock=lock)
 
 
-def report_lane_libraries(lane: Lane, base: BaseImage) -> None:
-    """The lane's typed `base_image_libraries` against what the package base really ships (derived from the lock's packages).
+def check_build_environment(definition: ImageDefinition, archive: ArchiveContent) -> None:
+    """Build and image from one distribution release and snapshot, where the binaries say they were built in the pinned environment.
 
-    A warning, not a refusal: what decides is every DT_NEEDED of the binaries, checked on the assembled file
-    system (check_rootfs); a lane list that drifted from the base (FFmpeg 6.1's sonames typed, trixie's 7.1
-    shipped) is named here so the lane file can be corrected."""
-    assert base.packages is not None and base.lock is not None
-    shipped = package_layer.shipped_libraries(base.packages, base.lock.architecture)
-    missing = [name for name in lane.base_image_libraries if name not in shipped]
-    if missing:
-        ui.warn(f"lane {lane.id} lists base_image_libraries the package base does not ship: {', '.join(missing)} "
-                f"(the base ships e.g. {', '.join(sorted(n for n in shipped if n.split('.so')[0] in {m.split('.so')[0] for m in missing})) or 'none of those names'})")
+    The binaries were linked against the sonames of the build environment's packages (packaging/linux/build-environment.toml:
+    a Debian release and a snapshot.debian.org timestamp); an image of another release or snapshot ships other sonames
+    or other builds of them.  Refused, naming both sides.  A build outside the pinned environment (no
+    host_environment.build_environment in its identity: a maintainer's machine) makes no claim to compare; what its
+    binaries need is checked library by library on the assembled file system (check_rootfs)."""
+    assert definition.package_base is not None
+    recorded = (archive.identity.get("host_environment") or {}).get("build_environment")
+    if recorded is None:
+        ui.info("build environment: the archive records none (built outside the pinned one), so each DT_NEEDED decides (check_rootfs)")
+        return
+    if not build_environment.valid_recorded(recorded):
+        raise InputError("the archive's build identity records a malformed build environment", file=definition.file,
+                         field="host_environment.build_environment", found=recorded, fix="package the set again from a build the pipeline made")
+    pin = build_environment.read_pin()
+    if recorded["container"] != pin["container"]:
+        raise InputError(
+            "the archive was built in another pinned build environment than this checkout's",
+            file=build_environment.FILE, field="container", found=f"archive: {recorded['container']}", expected=f"this checkout's pin: {pin['container']}",
+            why="the Debian release the binaries were linked against is read from the pin they were built in",
+            fix="check out the pipeline at the commit the set was built with (its provenance names it) and make the image there",
+        )
+    build_side = (pin["debian_suite"], recorded["debian_snapshot"])
+    image_side = definition.package_base.releases()
+    if image_side != {build_side}:
+        shown = ", ".join(f"{suite} at snapshot {snapshot}" if snapshot else f"{suite} from an archive that moves (no snapshot)" for suite, snapshot in sorted(image_side, key=str))
+        raise InputError(
+            "the image's packages and the binaries' build environment are not the same distribution release and snapshot",
+            file=definition.file, field="base.source",
+            found=f"image: {shown}; build: Debian {build_side[0]} at snapshot {build_side[1]} (build-environment.toml, container {pin['container']})",
+            expected=f"every [[base.source]] on {build_side[0]} from https://snapshot.debian.org/archive/<archive>/{build_side[1]}",
+            why="the binaries were linked against the build environment's sonames; another release or snapshot ships other ones (FFmpeg 5.1 in bookworm, 7.1 in trixie)",
+            fix="lock the image from the build environment's release and snapshot (python -m pipeline image lock), or re-pin packaging/linux/build-environment.toml "
+            "to the image's release and snapshot and rebuild the binaries",
+        )
+    ui.info(f"build environment: Debian {build_side[0]} at snapshot {build_side[1]}, the image's packages too")
 
 
 def deb_components(base: BaseImage) -> list[sbom.DebComponent]:
@@ -604,7 +617,7 @@ def check_rootfs(rootfs: RootFS, definition: ImageDefinition, lane: Lane, layers
                         found=f"searched {', '.join(dict.fromkeys(dirs))}",
                         expected=f"{library} in the base ({base_name}) or in our layers",
                         why="the binary would not start in this image; the lane expects the base to bring "
-                        + ", ".join(lane.base_image_libraries or ("its libraries",)),
+                        + (f"the libraries of the package base {lane.base_image}" if lane.base_image else ", ".join(lane.base_image_libraries) or "its libraries"),
                         fix="pin a base image that provides the library, or bundle it in the package",
                     )
 
@@ -698,6 +711,7 @@ class ImageStage(Stage):
         self.archive_artifact: Artifact | None = None
         self.set_sbom: Artifact | None = None
         self.lock: apt_lock.AptLock | None = None
+        self.package_cache: Path | None = None  # None: the shared package cache (infra/apt.py)
 
     @property
     def key(self) -> str:
@@ -775,8 +789,8 @@ class ImageStage(Stage):
                 base = acquire_base(definition.base, definition.platform, layout=self.base_layout, retries=self.retries)
             else:
                 assert self.lock is not None
-                base = package_base_image(definition, self.lock, staging / ".packages", epoch, lane)
-                report_lane_libraries(lane, base)
+                check_build_environment(definition, archive)
+                base = package_base_image(definition, self.lock, staging / ".packages", epoch, lane, cache=self.package_cache)
 
             layout = staging / "oci"
             blobs = oci.BlobStore(layout)
@@ -901,6 +915,9 @@ class ImageStage(Stage):
                 "base_manifest_digest": base.manifest_digest, "base_reference": base.lock_name, "base_packages": len(base.lock.packages),
                 "base_ldconfig": base.packages.ldconfig, "base_libraries": package_layer.shipped_libraries(base.packages, base.lock.architecture)}
 
+    def _statement_path(self, definition: ImageDefinition, archive: ArchiveContent) -> Path:
+        return self.ctx.dist / self.lane.id / provenance.FOLDER / provenance.image_statement_name(definition.name, archive.component_tag)
+
     def _provenance(self, archive: ArchiveContent, base: BaseImage, definition: ImageDefinition, manifest_digest: str, config_digest: str, sbom: Path) -> Path:
         """The image's SLSA provenance beside its layout (formats/provenance.py): the manifest is the subject."""
         statement = provenance.make_image_statement(
@@ -917,10 +934,65 @@ class ImageStage(Stage):
             definition_sha256=definition.file_sha256,
             byproducts={sbom.name: sha256_file(sbom), "image-config": config_digest},
         )
-        path = self.ctx.dist / self.lane.id / provenance.FOLDER / provenance.image_statement_name(definition.name, archive.component_tag)
+        path = self._statement_path(definition, archive)
         atomic_write_bytes(path, statement)
         ui.info(f"provenance {path.name}: subject {manifest_digest}")
         return path
+
+
+class ImageVerifyStage(ImageStage):
+    """`image --verify DIGEST`: the image made again from the definition, its lock and the registered archive, by anyone.
+
+    Into its own folder (`<dist>/<lane>/image-verify/`, the published image and its provenance untouched), and, on a
+    package base, from a package cache of its own that starts empty: every .deb is fetched from the archive the lock
+    names and must hash to the lock's SHA-256 (a changed .deb is refused, naming the package), so nothing an earlier run
+    left in a cache takes part.  Nothing is registered."""
+
+    def __init__(self, ctx: Context, lane: Lane, *, expected: str, cache: Path, **options: Any) -> None:
+        super().__init__(ctx, lane, **options)
+        self.expected = expected
+        self.package_cache = cache
+
+    @property
+    def key(self) -> str:
+        return f"image-verify:{self.lane.id}"
+
+    @property
+    def out_dir(self) -> Path:
+        return self.ctx.dist / self.lane.id / "image-verify"
+
+    def _statement_path(self, definition: ImageDefinition, archive: ArchiveContent) -> Path:
+        return self.out_dir / provenance.image_statement_name(definition.name, archive.component_tag)
+
+
+def verify_image(lane_name: str, expected: str, *, dist: Path | str = "dist", definition: Path | str | None = None,
+                 base_layout: Path | str | None = None, lanes_dir: Path | None = None) -> str:
+    """Rebuild the lane's image from its lock and archive and compare its manifest digest with `expected` (the published one).
+
+    Returns the digest when they are equal; raises IntegrityError naming both when not (exit code of an integrity failure)."""
+    if not re.fullmatch(r"sha256:[0-9a-f]{64}", expected):
+        raise UsageError("--verify takes the published manifest digest", field="--verify", found=expected, expected="sha256:<64 lowercase hex>",
+                         fix="copy the image digest from the release (its publication receipt or `docker buildx imagetools inspect`)")
+    lane = find_lane(lane_name, lanes_dir)
+    ctx = Context.open(dist, lanes_dir)
+    with tempfile.TemporaryDirectory(prefix="image-verify-debs-") as cache:
+        stage = ImageVerifyStage(ctx, lane, expected=expected, cache=Path(cache), definition=Path(definition) if definition else None,
+                                 base_layout=Path(base_layout) if base_layout else None)
+        stage.preflight()
+        shutil.rmtree(stage.out_dir, ignore_errors=True)
+        outputs = stage.run()
+    layout = next(a for a in outputs if a.kind == "oci-layout")
+    rebuilt = layout.attrs["manifest_digest"]
+    if rebuilt != expected:
+        raise IntegrityError(
+            "the image made again from its definition, lock and archive is not the published image",
+            file=f"{ctx.dist / lane.id / 'image-verify'}", field="manifest_digest", found=rebuilt, expected=expected,
+            why="the same definition, lock and binary archive give the same bytes; another digest means other inputs (another archive, "
+            "definition or lock than the published image's, or another compressor build: the register's zlib_version says which)",
+            fix="compare the layers of the rebuilt layout (its index.json) with the published manifest's; check out the pipeline at the release's commit",
+        )
+    ui.info(f"OK: image {rebuilt} made again from {layout.attrs['base_reference']} and {layout.attrs['binary_archive']} equals the published digest")
+    return rebuilt
 
 
 # -- front door ------------------------------------------------------------------
@@ -976,7 +1048,7 @@ def lock_packages(lane_name: str, *, definition: Path | None = None, lanes_dir: 
     if loaded.package_base is None:
         raise InputError("has no package base to lock", file=loaded.file, field="base.kind", found="registry",
                          expected="'packages'", fix="a registry base is pinned by digest in the definition itself; it needs no lock")
-    document = apt.make_lock(loaded.file, loaded.package_base, loaded.architecture)
+    document = package_layer.lock_libraries(apt.make_lock(loaded.file, loaded.package_base, loaded.architecture))
     path = apt_lock.lock_path(loaded.file)
     data = apt_lock.write_lock(path, document)
     summary = {"lock": str(path), "sha256": sha256_bytes(data), "packages": len(document["packages"]),
@@ -1008,6 +1080,9 @@ def register_cli(sub) -> None:
         help="read the pinned base image from this local OCI layout instead of its registry (default: $PIPELINE_BASE_LAYOUT)",
     )
     parser.add_argument("--force", action="store_true", help="rebuild even when inputs are unchanged")
+    parser.add_argument("--verify", metavar="DIGEST", default=None,
+                        help="make the image again (into <dist>/<lane>/image-verify/, every .deb fetched anew against the lock) and compare "
+                        "its manifest digest with DIGEST, the published one; exit 0 when equal")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     add_common(parser)
 
@@ -1015,6 +1090,10 @@ def register_cli(sub) -> None:
         lane = args.lane or container_lane(args.lanes_dir).id
         if args.action == "lock":
             return lock_packages(lane, definition=args.definition, lanes_dir=args.lanes_dir, as_json=args.json)
+        if args.verify is not None:
+            digest = verify_image(lane, args.verify, dist=args.dist, definition=args.definition, base_layout=args.base_layout, lanes_dir=args.lanes_dir)
+            print(json.dumps({"manifest_digest": digest, "verified": True}, sort_keys=True) if args.json else f"OK {digest}")
+            return 0
         result = build_image(lane, dist=args.dist, definition=args.definition, base_layout=args.base_layout, lanes_dir=args.lanes_dir, force=args.force)
         return _print_result(result, args.json)
 

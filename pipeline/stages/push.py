@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -392,8 +393,32 @@ def _default_lane(register: Register, lanes_dir: Path | None) -> str:
     raise UsageError("choose the lane to push", field="--lane", found=lanes or containers, expected="--lane <id>")
 
 
+REGISTRY_VARIABLE = "PIPELINE_REGISTRY"  # the push target when --registry is not given (nox -s push, the rehearsal)
+
+
+def choose_registry(registry: str | None, layouts: list, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The push target and where it came from: `--registry`, else PIPELINE_REGISTRY, else the repository the image
+    was defined for (containers/<definition>.toml `repository`, recorded by the image stage as the layout's
+    `production_repository`; the SBOM's purl already names it).  The release workflow names none of them, so a
+    release pushes where its definition says, and a rehearsal points the job at a loopback registry through
+    PIPELINE_REGISTRY in the job's environment, with the workflow unchanged."""
+    environ = os.environ if environ is None else environ
+    if registry:
+        return registry, "--registry"
+    if environ.get(REGISTRY_VARIABLE):
+        return environ[REGISTRY_VARIABLE], REGISTRY_VARIABLE
+    defined = {str(layout.attrs.get("production_repository") or "") for layout in layouts}
+    if len(layouts) == 1 and defined != {""}:
+        definition = layouts[0].attrs.get("definition", "the image definition")
+        return defined.pop(), f"the repository of containers/{definition}"
+    raise UsageError("no push target", field="--registry", found=sorted(defined) or None,
+                     expected="--registry HOST[:PORT]/REPO, PIPELINE_REGISTRY, or one image whose definition names its repository",
+                     fix="set `repository` in the image definition (containers/<name>.toml) and build the image again, "
+                         "or pass --registry")
+
+
 def push_image(
-    registry: str,
+    registry: str | None,
     *,
     dist: Path | str = "dist",
     lane_name: str | None = None,
@@ -406,17 +431,19 @@ def push_image(
     lanes_dir: Path | None = None,
     force: bool = False,
 ) -> StageResult:
-    target = parse_push_target(registry, plain_http=plain_http)
     ctx = Context.open(dist, lanes_dir)
     lane = find_lane(lane_name or _default_lane(ctx.register, lanes_dir), lanes_dir)
     if no_tag and tag:
         raise UsageError("--tag and --no-tag exclude each other", field="--tag")
+    layouts = ctx.register.query("oci-layout", lane=lane.id)
+    registry, source = choose_registry(registry, layouts)
+    target = parse_push_target(registry, plain_http=plain_http)
+    ui.info(f"push target {target.name} (from {source})")
     chosen = None
     if not no_tag:
         if tag:
             chosen = tag
         else:
-            layouts = ctx.register.query("oci-layout", lane=lane.id)
             chosen = layouts[0].attrs.get("component_tag") if len(layouts) == 1 else None
     stage = PushStage(ctx, lane, target, tag=chosen, retries=retries, backoff=backoff, timeout=timeout)
     return execute(stage, force=force)
@@ -459,7 +486,8 @@ def register_cli(sub) -> None:
             "or the Docker config file ($DOCKER_CONFIG/config.json, else ~/.docker/config.json), never from arguments."
         ),
     )
-    parser.add_argument("--registry", required=True, help="HOST[:PORT]/REPO, e.g. ghcr.io/alphastorm/ninfer-runtime")
+    parser.add_argument("--registry", help="HOST[:PORT]/REPO, e.g. ghcr.io/alphastorm/ninfer-runtime (default: PIPELINE_REGISTRY, "
+                        "else the repository the image definition names, as recorded with the image)")
     parser.add_argument("--lane", help="container lane (default: the one lane with an image in the register)")
     parser.add_argument("--tag", help="tag to assign after the receipt (default: the component tag, e.g. v0.7.0-qwen38-5090-beta.2)")
     parser.add_argument("--no-tag", action="store_true", help="publish by digest only")

@@ -72,7 +72,6 @@ from pipeline.formats import provenance as slsa
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane
 from pipeline.formats.release.manifest import is_url, published_set, read_manifest, section
 from pipeline.register import Artifact
-from pipeline.road import pipe
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
 from pipeline.util.fs import atomic_write_bytes, read_bytes_bounded
@@ -276,7 +275,7 @@ class RebuildStage(Stage):
     """Rebuild one published set in a fresh work folder and compare; the output is the verification summary."""
 
     name = "rebuild"
-    runs = ("build", "package")  # inside its run, on its own register (found through the road: stages are leaves)
+    runs_pipes = ("build", "package")  # inside its run, on its own register (found through the road: stages are leaves)
 
     def __init__(
         self,
@@ -496,7 +495,7 @@ class RebuildStage(Stage):
 
     # -- run ---------------------------------------------------------------------
     def run(self) -> list[Artifact]:
-        BuildStage, PackageStage = pipe("build").stage_class(), pipe("package").stage_class()
+        BuildStage, PackageStage = self.inner_stage_class("build"), self.inner_stage_class("package")
         lane, dist = self.lane, self.ctx.dist
         work = dist.parent  # <work>/dist holds the rebuild's register, <work>/build its build tree
         rebuilt_dir = dist / lane.id / "assets"

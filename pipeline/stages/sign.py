@@ -26,7 +26,7 @@ skips the stage there.
 Verification is `pipeline.infra.sigstore.verify_bundle` (offline, pinned
 trust roots), shared with verify, audit and publish; the expected signer is
 `pipeline.formats.release.signer` (the release workflow's identity, or the one
-a release tree declares), shared with publish, package and audit.
+a release tree declares), shared with publish and audit.
 
 Provenance statements (pipeline/formats/provenance.py) of the sets and the
 image the release ships are signed too, as DSSE envelopes (sigstore-python's

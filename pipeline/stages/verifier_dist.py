@@ -81,7 +81,10 @@ REQUIRED_DATA = {"pipeline/data/sigstore/*.json": True, "runtime/lanes/*.toml": 
                  "runtime/cuts/*.json": False,
                  # rebuild --verify: what build and package read (setup.py's BUNDLED)
                  "runtime/toolchain.lock.json": True, "requirements/release.txt": True, "runtime/launcher/*.py": True, "packaging/templates/*.in": True,
-                 "packaging/windows/*.ps1": True, "packaging/windows/lanes/*/*.json": True}
+                 "packaging/windows/*.ps1": True, "packaging/windows/lanes/*/*.json": True,
+                 # a lane's package base (package.base_image): its definition, lock and pinned keyrings
+                 # (not required of a commit: one before the package base had none)
+                 "containers/*/*.toml": False, "containers/*/*.lock.json": False, "containers/keys/*.gpg": False}
 BUNDLE_PREFIX = "pipeline/data/repo/"
 AUDITOR_LOCK = "requirements/auditor.txt"
 RELEASE_LOCK = "requirements/release.txt"
@@ -366,12 +369,20 @@ def check_auditor_lock(lock: bytes, release_lock: bytes, wheel: Path, source: Ve
     auditor = parse_lock(lock, file=where)
     release = parse_lock(release_lock, file=f"{source.commit}:{RELEASE_LOCK}")
     for entry in auditor.entries.values():
-        pinned = release.version_of(entry.name)
-        if pinned != entry.version:
+        pinned = release.entries.get(entry.name)
+        if pinned is None or pinned.version != entry.version:
             raise IntegrityError("the auditor's lock pins another version than the release lock", file=where, field=entry.name,
-                                 found=entry.version, expected=pinned or f"no {entry.name} (the release lock lacks it)",
+                                 found=entry.version, expected=pinned.version if pinned else f"no {entry.name} (the release lock lacks it)",
                                  why="auditors must install the versions the release was built and verified with",
                                  fix="refresh both locks together with 'nox -s lock'")
+        # The same files (a hash of other bytes is other bytes) for the same environments (a marker no platform
+        # matches would leave a dependency out of the install while the entry looks present).
+        for field, found, expected in (("hashes", entry.sha256, pinned.sha256), ("marker", entry.marker, pinned.marker)):
+            if (sorted(found) if field == "hashes" else found) != (sorted(expected) if field == "hashes" else expected):
+                raise IntegrityError(f"the auditor's lock gives {entry.name} other {field} than the release lock", file=where,
+                                     field=f"{entry.name}.{field}", found=found, expected=expected,
+                                     why="auditors must install the very files the release lock pins, where it installs them",
+                                     fix="refresh both locks together with 'nox -s lock'")
     always, maintainers_only = _wheel_requirements(wheel)
     missing = sorted(always - set(auditor.entries))
     if missing:

@@ -6,7 +6,8 @@ a fixed order: product and channel; per lane its component tag and cut, source c
 assets (added, removed, changed name, size or hash), the binaries inside the package, SBOM
 components (added, removed, changed version or licence, by package URL), host dependencies and
 provenance inputs and every other row field; then the model artefact, qualification results and
-gates, compatibility, acceptance and every other manifest field (none is left out).  Leaf differences come from the release tree's one JSON-difference rule
+gates, compatibility, acceptance, the review ledger (its binding and each council's state, reviewed digests and
+findings) and every other manifest field (none is left out).  Leaf differences come from the release tree's one JSON-difference rule
 (`formats/release/rules.py: diff`).
 
 Exit codes follow diff(1): 0 no differences, 1 differences, 2 bad input (a message naming it).
@@ -38,7 +39,7 @@ LANE_GROUPS = (
     ("other", "other row fields"),
 )
 TAIL_SECTIONS = (("model", "model artefact"), ("qualification", "qualification results and gates"), ("compatibility", "compatibility"), ("acceptance", "acceptance routes"),
-                 ("other", "other manifest fields"))
+                 ("reviews", "review ledger"), ("other", "other manifest fields"))
 MISSING = "(missing)"
 NO_FIELD = ("(no such field)", "(no such row)")
 

@@ -49,7 +49,7 @@ ROW_COMPONENT = ("release_tag", "deployment_profile", "status", "published", "in
 ROW_SOURCE = ("source_commit", "upstream_commit")
 # What the named sections take from a manifest; every other field is compared under "other" (its lane's
 # "other row fields", or the release's "other manifest fields"), so no difference goes unreported.
-MANIFEST_SHOWN = ("artifact_type", "product", "release", "channel", "audience", "status", "predecessor", "qualification")
+MANIFEST_SHOWN = ("artifact_type", "product", "release", "channel", "audience", "status", "predecessor", "qualification", "reviews")
 COMPONENTS_SHOWN = ("model", "ninfer", "ninfer_variants")
 ROW_IDENTITIES = ("configuration_sha256", "server_binary_sha256", "model_artifact_sha256", "oci_reference", "oci_manifest_digest", "oci_repository", "publication_receipt")
 
@@ -79,7 +79,22 @@ def manifest_facts(manifest: ReleaseManifest) -> dict[str, Any]:
     compatibility = manifest.section("compatibility")
     summary = _bound_document(qualification.get("public_url"), qualification.get("summary_sha256"), SUMMARY_TYPE, "qualification.public_url")
     authority = _bound_document(compatibility.get("public_url"), compatibility.get("sha256"), AUTHORITY_TYPE, "compatibility.public_url")
-    return _from_manifest(manifest.document, summary=summary, authority=authority, folder=None)
+    return _from_manifest(manifest.document, summary=summary, authority=authority, folder=None, reviews=_bound_ledger(manifest))
+
+
+def _bound_ledger(manifest: ReleaseManifest) -> dict[str, Any] | None:
+    """The review ledger a published manifest binds, fetched by its URL and refused unless it has the bound hash."""
+    from pipeline.formats.review_ledger import ledger_facts, parse_ledger
+    from pipeline.util.hashing import sha256_bytes
+
+    entry = manifest.section("reviews")
+    url = entry.get("public_url")
+    if not isinstance(url, str) or not url:
+        return None  # not published by URL yet: compared by its binding only
+    data = fetch_published(url, what="the review ledger")
+    if sha256_bytes(data) != entry.get("sha256"):
+        raise InputError("names a review ledger whose bytes do not have the bound hash", file=url, field="reviews.public_url", found=sha256_bytes(data), expected=entry.get("sha256"))
+    return ledger_facts(parse_ledger(data, release=str(manifest.release), file=url))
 
 
 def _bound_document(url: Any, sha256: Any, artifact_type: str, field: str) -> dict[str, Any] | None:
@@ -97,7 +112,7 @@ def _bound_document(url: Any, sha256: Any, artifact_type: str, field: str) -> di
 
 def tree_facts(folder: Path, *, shown: str) -> dict[str, Any]:
     tree = read_tree(folder, shown=shown)
-    return _from_manifest(tree.manifest, summary=tree.summary, authority=tree.authority, folder=folder)
+    return _from_manifest(tree.manifest, summary=tree.summary, authority=tree.authority, folder=folder, reviews=tree.reviews)
 
 
 _ASSET_PREFIXES = (*ROLE_FIELDS.values(), *SCRIPT_FIELDS.values(), CONTAINER_PACKAGE)
@@ -149,7 +164,8 @@ def _tree_provenance(folder: Path | None, lane_id: str) -> dict[str, Any]:
     return _provenance_facts(read_bytes_bounded(path, MAX_BYTES, what="provenance statement"), str(path))
 
 
-def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, authority: dict[str, Any] | None, folder: Path | None) -> dict[str, Any]:
+def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, authority: dict[str, Any] | None, folder: Path | None,
+                   reviews: dict[str, Any] | None = None) -> dict[str, Any]:
     product = section(manifest, "product")
     lanes: dict[str, Any] = {}
     lane_qualification: dict[str, Any] = {}
@@ -184,6 +200,8 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
         "qualification": {"manifest": qualification, "lanes": lane_qualification, "summary": _summary_facts(summary, manifest)},
         "compatibility": _without(authority, ("authority_id", "product_release", "artifact_type")),
         "acceptance": acceptance,
+        # the binding (path, URL, SHA-256) and the councils' reviews, findings and dispositions
+        "reviews": None if reviews is None and "reviews" not in manifest else {"binding": manifest.get("reviews"), "councils": (reviews or {}).get("reviews")},
         "other": other,
     })
 

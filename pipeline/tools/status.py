@@ -204,11 +204,28 @@ def release_status(root: Path, release: str, register: Register, lanes: dict[str
     acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
     if acceptance:
         status.acceptance = f"{acceptance.get('status')} (record {str(acceptance.get('sha256') or '')[:12]})"
+    status.reviews = reviews_line(manifest, tree.reviews)
     for route_id, route in sorted(((spec.acceptance or {}).get("routes") or {}).items()):
         receipts = tuple(f"{a.attrs.get('status')} {a.sha256[:12]}" for a in register.query("acceptance-receipt", route=route_id))
         status.routes.append(RouteStatus(route_id, route["host"], route["lane"], receipts))
     status.refusals = [(key, r["message"]) for key, r in sorted(register.refusals.items()) if release in key.split(":")[1:]]
     return status
+
+
+def reviews_line(manifest: dict[str, Any], reviews: dict[str, Any] | None) -> str:
+    """The review ledger in one line: each council's state and the findings that hold the release, and whether
+    the ledger in the tree is the one the manifest binds (an edit shows until `compose rebind` binds it)."""
+    entry = manifest.get("reviews")
+    if "reviews" not in manifest:
+        return "not required (made before the review ledger)"
+    if reviews is None:
+        return "no review ledger in the tree" + (" (but the manifest binds one)" if isinstance(entry, dict) else "")
+    councils = []
+    for council, review in reviews["reviews"].items():
+        holding = [fid for fid, f in review["findings"].items() if f["blocking"]]
+        councils.append(f"{council} {review['state']}" + (f" (holding: {', '.join(holding)})" if holding else ""))
+    bound = isinstance(entry, dict) and entry.get("sha256") == reviews["sha256"]
+    return f"{', '.join(councils) or 'no review recorded'}; ledger {reviews['sha256'][:12]} " + ("bound" if bound else "not bound yet: run compose rebind")
 
 
 def github_state(release: str, lanes: list[LaneStatus], lane_files: dict[str, Lane], token: str) -> dict[str, Any]:
@@ -272,7 +289,7 @@ def render_text(status: Status) -> str:
 
 
 def _release_lines(release: ReleaseStatus) -> list[str]:
-    lines = ["", f"release {release.release}: {release.state}", f"  acceptance: {release.acceptance}"]
+    lines = ["", f"release {release.release}: {release.state}", f"  acceptance: {release.acceptance}", f"  reviews: {release.reviews}"]
     for route in release.routes:
         receipts = ", ".join(route.receipts) if route.receipts else "no receipt"
         lines.append(f"  route {route.route} ({route.host}{', ' + route.lane if route.lane else ''}): {receipts}")

@@ -75,6 +75,7 @@ class ReleaseStatus:
     blockers: list[Blocker] = field(default_factory=list)
     routes: list[RouteStatus] = field(default_factory=list)
     acceptance: str = "none bound"
+    reviews: str = "none bound"  # the review ledger: each council's state, or why there is none
     github: dict[str, Any] | None = None
     refusals: list[tuple[str, str]] = field(default_factory=list)  # (stage key, message) of this release's stages
 
@@ -84,6 +85,7 @@ class ReleaseStatus:
             "state": self.state,
             "blockers": [{"blocker": b.text, "fix": b.fix} for b in self.blockers],
             "acceptance": self.acceptance,
+            "reviews": self.reviews,
             "routes": [{"route": r.route, "host": r.host, "lane": r.lane, "receipts": list(r.receipts)} for r in self.routes],
             "github": self.github,
             "refusals": [{"key": key, "message": message} for key, message in self.refusals],

@@ -60,7 +60,7 @@ def _lanes_table(status: Status) -> list[str]:
 def _release(release: ReleaseStatus) -> list[str]:
     state = escape(release.state)
     out = [f'<h2>Release {escape(release.release)} <span class="badge {state}">{state}</span></h2>',
-           f"<p>External-installation acceptance: {escape(release.acceptance)}</p>"]
+           f"<p>External-installation acceptance: {escape(release.acceptance)}</p>", f"<p>Reviews: {escape(release.reviews)}</p>"]
     if release.routes:
         out += ["<table>", "<thead><tr><th>acceptance route</th><th>host</th><th>lane</th><th>receipts</th></tr></thead>", "<tbody>"]
         for route in release.routes:

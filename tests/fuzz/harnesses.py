@@ -1105,7 +1105,7 @@ def fuzz_apt_lock(data: bytes, work: Path) -> None:
             assert apt_lock.relpath_problem(package.filename, hidden=True, portable=False) is None and 0 <= package.source < len(lock.sources)
 
 
-@target("deb", max_len=65536, tokens=TAR_TOKENS + (b"!<arch>\n", b"debian-binary   ", b"control.tar.xz  ", b"data.tar.xz     ", b"2.0\n"))
+@target("deb", max_len=65536, tokens=TAR_TOKENS + (b"!<arch>\n", b"debian-binary   ", b"control.tar.xz  ", b"data.tar.xz     ", b"data.tar.zst    ", b"2.0\n"))
 def fuzz_deb(data: bytes, work: Path) -> None:
     """A .deb (infra/deb.py) placed into a package layer (infra/package_layer.py): ar, control and data tars, every refusal."""
     from pipeline.formats.apt_lock import LockedPackage

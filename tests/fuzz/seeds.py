@@ -535,7 +535,7 @@ def apt_lock_seeds() -> dict[str, bytes]:
                   "indexes": [{"path": "main/binary-amd64/Packages.xz", "sha256": "c" * 64, "size": 9}]}],
         packages=[{"name": "libc6", "version": "2.41-12", "architecture": "amd64", "multi_arch": "same", "filename": "pool/main/g/glibc/libc6_2.41-12_amd64.deb",
                    "size": 10, "sha256": "d" * 64, "source_package": "glibc", "source_version": "2.41-12", "source": 0,
-                   "why": {"package": None, "field": "base.packages", "relation": "libc6"}}]))}
+                   "why": {"package": None, "field": "base.packages", "relation": "libc6"}, "libraries": ["ld-linux-x86-64.so.2", "libc.so.6"]}]))}
 
 
 def deb_seeds() -> dict[str, bytes]:

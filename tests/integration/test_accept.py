@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from acceptkit import LIGHT_DOCUMENT, acceptance_toml, commit, light_candidate
+from releasekit import review_ledger
 from repokit import ROOT, git
 
 from pipeline.errors import (
@@ -801,6 +802,9 @@ def test_the_receipts_compose_into_the_record_that_moves_the_release_to_ready(li
     # ... and the release moves to ready with no hand-made record
     ui.set_quiet(True)
     commit(root, "acceptance bound")
+    # the councils' closed reviews of the candidate, which ready needs too
+    (root / "manifests" / light.release / "reviews.toml").write_text(review_ledger(manifest, record["candidate_commit"]))
+    commit(root, "reviews recorded")
     for step in range(4):
         outcome = rebind(root, light.release, pin="HEAD", lanes=load_lanes(light.lanes_dir))
         commit(root, f"pin {step}")

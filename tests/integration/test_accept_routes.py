@@ -27,6 +27,7 @@ from acceptkit import (
     engine_can_run,
     serve_release,
 )
+from releasekit import review_ledger
 
 from pipeline.errors import EnvironmentProblem, InputError, RefusedError
 from pipeline.formats.acceptance import canonical
@@ -100,6 +101,10 @@ def test_the_linux_routes_run_on_the_candidate_and_their_receipts_make_the_relea
     assert linux["lane"] == "rtx5090-container" and linux["steps"] == 9 and linux["steps_run"] == (6 if engine else 5)
     assert record["documented_routes"]["blocks_total"] == 14
     commit(root, "acceptance composed from the documented routes")
+    # the councils' closed reviews of the candidate, which ready needs too
+    manifest = json.loads((root / "manifests" / RELEASE / "manifest.json").read_bytes())
+    (root / "manifests" / RELEASE / "reviews.toml").write_text(review_ledger(manifest, record["candidate_commit"]))
+    commit(root, "reviews recorded")
     for step in range(4):
         outcome = rebind(root, RELEASE, pin="HEAD", lanes=load_lanes(candidate.lanes_dir))
         commit(root, f"pin {step}")

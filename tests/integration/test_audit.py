@@ -381,7 +381,8 @@ def test_cli_prints_lines_and_verdict_and_exits_0_or_1(server, tmp_path, capsys)
     code = cli.main(["audit", url, "--cache", str(tmp_path / "c"), "--allow-unsigned", "--quiet", "--jobs", "2", "--dist", str(dist)])
     out = capsys.readouterr().out.splitlines()
     assert code == 0, out
-    assert out[-1].startswith(f"AUDIT PASSED: {RELEASE}: all 6 items OK, 1 skipped;")  # manifest, signer, 4 records
+    assert out[-1].startswith(f"AUDIT PASSED: {RELEASE}: all 6 items OK, 2 skipped;")  # manifest, signer, 4 records; unsigned, made before the review ledger
+    assert f"SKIP: review ledger gate: made before the review ledger ({RELEASE} binds no reviews)" in out
     assert all(re.match(r"(OK|FAIL|SKIP): ", line) for line in out[:-1])
     # The audit ran through the stage contract: its report is a register entry.
     (entry,) = Register(dist).query("audit-report")
@@ -1623,3 +1624,41 @@ def test_waiting_for_another_audits_download_earns_time_from_the_bytes_it_writes
         else:
             with pytest.raises(net.DeadlinePassed):
                 check()
+
+
+# -- the review ledger (docs/review-ledger.md) ---------------------------------------------------
+
+
+def _bind_ledger(tree: Tree, findings: str = "") -> bytes:
+    """A review ledger served at its pinned raw URL and bound by the manifest; it reviewed the accepted candidate."""
+    ledger = (f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n\n[reviews.product-tooling]\nstate = "closed"\n'
+              f'disposition = "Closed without remediation."\n\n[reviews.product-tooling.reviewed]\npipeline-commit = "{COMMIT}"\n\n{findings}').encode()
+    path = f"manifests/{RELEASE}/reviews.toml"
+    tree.server.files[f"/alphastorm/omp-ninfer/raw/{RECORD_COMMIT}/{path}"] = ledger
+    tree.manifest["qualification"]["acceptance"] = {"candidate_commit": COMMIT}  # the candidate, as the manifest binds it
+    tree.manifest["reviews"] = {"path": path, "sha256": hashlib.sha256(ledger).hexdigest(), "public_url": f"{tree.product}/raw/{RECORD_COMMIT}/{path}"}
+    return ledger
+
+
+def test_the_review_ledger_is_fetched_by_its_hash_and_held_to_its_gate(server, tmp_path):
+    tree = Tree(server, None, None)
+    _bind_ledger(tree)
+    _report, lines = run_audit(tree.publish(), tmp_path)
+    assert line_for(lines, "OK: review ledger gate") == "OK: review ledger gate (1 reviews closed; no in-scope P0/P1 open; 0 deferred, each tracked; every reviewed digest is bound)"
+    assert line_for(lines, "OK: review ledger (")
+    # One changed byte of the published ledger: its hash fails, and the gate cannot pass on those bytes.
+    tree.tamper(f"/alphastorm/omp-ninfer/raw/{RECORD_COMMIT}/manifests/{RELEASE}/reviews.toml", offset=40)
+    _report, lines = run_audit(tree.publish(), tmp_path / "b")
+    assert "SHA-256 mismatch" in line_for(lines, "FAIL: review ledger:")
+    assert line_for(lines, "FAIL: review ledger gate").startswith("FAIL: review ledger gate: the bound ledger could not be read")
+
+
+def test_a_ready_release_whose_ledger_holds_an_open_p0_fails_the_audit(server, tmp_path):
+    tree = Tree(server, None, None)
+    _bind_ledger(tree, '[reviews.product-tooling.findings.PT-1]\nseverity = "P0"\nscope = "in"\nstate = "unresolved"\ndisposition = "Publish may skip a gate."\n')
+    report, lines = run_audit(tree.publish(), tmp_path)
+    assert fails(lines) == ["FAIL: review ledger gate: the product-tooling review's finding PT-1 (P0, in scope) is unresolved"] and not report.passed
+    # Before ready the councils may still be at work: said, not failed.
+    tree.manifest["status"] = "candidate"
+    _report, lines = run_audit(tree.publish(), tmp_path / "c")
+    assert line_for(lines, "SKIP: review ledger gate").endswith("status candidate: the product-tooling review's finding PT-1 (P0, in scope) is unresolved")

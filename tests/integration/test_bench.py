@@ -21,7 +21,8 @@ from pipeline.infra import archive as archive_module
 def test_bench_writes_named_measurements_against_gnu_tar_pigz_gzip_and_openssl(tmp_path):
     output = tmp_path / "bench.json"
     # The re-cut measurement compiles an engine-shaped tree three times (minutes): test_bench_build.py covers it without nvcc.
-    # rehearse-release runs release.yml's preflight with act (PyPI installs): test_rehearse_release.py covers that run.
+    # rehearse-release runs release.yml's preflight and tests (subset `rehearsal`) with act (PyPI installs):
+    # test_rehearse_release.py covers that run.
     measured = [name for name in bench.MEASUREMENTS if name not in ("recut-compile-cache", "rehearse-release")]
     only = [arg for name in measured for arg in ("--only", name)]
     assert main(["bench", "--size", str(4 << 20), "--level", "6", "--output", str(output), "--work", str(tmp_path), "--quiet", *only]) == 0

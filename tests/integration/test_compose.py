@@ -11,7 +11,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from releasekit import LANE, RELEASE, acceptance_record, commit, release_toml, sample_release
+from releasekit import LANE, RELEASE, acceptance_record, commit, release_toml, review_ledger, sample_release
 from repokit import ROOT, git
 
 from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, UsageError
@@ -52,7 +52,7 @@ def test_the_tree_binds_the_lane_evidence_byte_for_byte(release, tmp_path):
     assert sorted(tree_bytes(root)) == sorted([
         "release.toml", "manifest.json", "qualification.json", "compatibility.json", "COMPATIBILITY.md", "NOTES.md",
         f"qualification/{LANE}.json", f"qualification/{LANE}.SHA256SUMS", "acceptance/external-installation.json",
-        f"qualification/{LANE}.provenance.intoto.json",
+        f"qualification/{LANE}.provenance.intoto.json", "reviews.toml",
     ])
     assets = release.dist / LANE / "assets"
     # The set's provenance, byte for byte as the package stage wrote it beside the set, bound by hash and pinned.
@@ -97,19 +97,25 @@ def test_states_follow_the_evidence(release, tmp_path):
     assert pending["qualification"]["runtime_release_eligible"] is False
     draft = manifest_of(release.clone(tmp_path / "b", "draft"))
     assert draft["components"]["ninfer_variants"][0]["qualification"]["status"] == "passed"
-    assert [b.split(":")[0] for b in draft["publication"]["blockers"]] == ["external-install", "pins"]
+    assert [b.split(":")[0] for b in draft["publication"]["blockers"]] == ["external-install", "reviews", "pins"]
+    assert draft["reviews"] is None  # required from v0.13.2 on, not bound yet
     candidate = manifest_of(release.clone(tmp_path / "c", "candidate"))
     assert candidate["status"] == "candidate" and candidate["qualification"]["external_installation_passed"] is False
     accepted = manifest_of(release.clone(tmp_path / "d", "accepted"))
     assert accepted["status"] == "candidate" and accepted["qualification"]["acceptance"]["candidate_commit"] == release.commits["candidate"]
-    assert [b.split(":")[0] for b in accepted["publication"]["blockers"]] == ["pins"]
+    assert [b.split(":")[0] for b in accepted["publication"]["blockers"]] == ["reviews", "pins"]
+    # The councils' closed reviews are bound by the first rebind after the ledger was committed.
+    pinned_once = release.clone(tmp_path / "r", "pin-1")
+    ledger = pinned_once / "manifests" / RELEASE / "reviews.toml"
+    assert manifest_of(pinned_once)["reviews"]["sha256"] == sha256_bytes(ledger.read_bytes())
+    assert "reviews" not in [b.split(":")[0] for b in manifest_of(pinned_once)["publication"]["blockers"]]
     ready = manifest_of(release.clone(tmp_path / "e", "ready"))
     urls = [ready["qualification"]["public_url"], ready["compatibility"]["public_url"], ready["qualification"]["acceptance"]["public_url"],
-            ready["components"]["ninfer_variants"][0]["qualification"]["public_url"]]
+            ready["components"]["ninfer_variants"][0]["qualification"]["public_url"], ready["reviews"]["public_url"]]
     assert all(url.startswith("https://raw.githubusercontent.com/alphastorm/omp-ninfer/") for url in urls)
     # The pin dance: evidence is pinned at the first pin commit, the records that embed its URLs at the next.
-    first, second = release.commits["accepted"], release.commits["pin-1"]
-    assert f"/{first}/" in urls[2] and f"/{first}/" in urls[3]
+    first, second = release.commits["reviewed"], release.commits["pin-1"]
+    assert f"/{first}/" in urls[2] and f"/{first}/" in urls[3] and urls[4].endswith(f"/{first}/manifests/{RELEASE}/reviews.toml")
     assert f"/{second}/" in urls[0] and f"/{second}/" in urls[1]
 
 
@@ -153,7 +159,7 @@ def test_cli_compose_runs_from_nox_arguments(release, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["written"] == [f"manifests/{RELEASE}/NOTES.md"]
-    assert "is draft with 2 blocker(s)" in result.stderr
+    assert "is draft with 3 blocker(s)" in result.stderr
 
 
 # -- drift is refused, naming the file and field --------------------------------------------------
@@ -486,7 +492,9 @@ def test_stage_rebinds_unchanged_lanes_and_prints_the_remaining_steps(release, t
     assert (new_tree / carried).read_bytes() == (old_tree / carried).read_bytes()
     assert row["provenance"] == {"path": f"manifests/v1.1.0/{carried}", "sha256": old_row["provenance"]["sha256"], "public_url": None}
     assert not (new_tree / "acceptance").exists() and new["qualification"]["acceptance"] is None
-    assert [b.split(":")[0] for b in new["publication"]["blockers"]] == ["external-install", "pins"]
+    # The predecessor's reviews are of its own candidate: the new release starts without a ledger.
+    assert not (new_tree / "reviews.toml").exists() and new["reviews"] is None
+    assert [b.split(":")[0] for b in new["publication"]["blockers"]] == ["external-install", "reviews", "pins"]
     staged = tomllib.loads((new_tree / "release.toml").read_text())
     assert staged["predecessor"] == RELEASE and staged["lanes"][LANE] == {"from": "predecessor", "status": "qualified", "published": True}
     assert outcome.status == "draft"
@@ -810,7 +818,7 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
     assert row["binary_archive_sha256"] == publication["binary_sha256"] and row["source_commit"] == source_commit
     assert row["configuration_sha256"] == sha256_bytes(config.read_bytes())
     assert (row["status"], row["installable"], row["qualification"]["status"]) == ("preview", False, "hardware-pending")
-    assert [b.split(":")[0] for b in manifest["publication"]["blockers"]] == ["external-install", "pins"]
+    assert [b.split(":")[0] for b in manifest["publication"]["blockers"]] == ["external-install", "reviews", "pins"]
     # The image's provenance is copied beside the set's: its one subject is the pushed manifest digest.
     image_statement = json.loads((root / row["image_provenance"]["path"]).read_text())
     assert [s["digest"]["sha256"] for s in image_statement["subject"]] == [row["oci_manifest_digest"].removeprefix("sha256:")]
@@ -838,6 +846,10 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
     record.write_bytes(canonical_bytes(acceptance_record(manifest_of(root), candidate)))
     accept_release(root, RELEASE, record, lanes_dir=release.lanes_dir)
     commit(root, "accepted")
+    # The councils reviewed both sets and the pushed image: their ledger binds the image by its digest.
+    (root / "manifests" / RELEASE / "reviews.toml").write_text(review_ledger(manifest_of(root), candidate))
+    assert f'"image:{lane_id}" = "{row["oci_manifest_digest"]}"' in (root / "manifests" / RELEASE / "reviews.toml").read_text()
+    commit(root, "reviewed")
     for step in range(3):
         outcome = rebind(root, RELEASE, pin="HEAD", lanes=load_lanes(release.lanes_dir))
         commit(root, f"pin {step}")

@@ -293,7 +293,10 @@ def _declaring_lanes(root: Path, base_image_libraries: str) -> Path:
     text = (DEFAULT_LANES_DIR / "rtx5090-container.toml").read_text()
     head, sep, tail = text.partition("[[build.host_dependencies]]")
     tail = tail[tail.index("\n[package]\n"):]
-    tail = tail.replace('"libavutil.so.58"', base_image_libraries)
+    # a registry base's typed libraries (the lane file derives them from its package base's lock instead)
+    typed = f'base_image_libraries = ["libcudart.so.13", "libavformat.so.60", "libavcodec.so.60", {base_image_libraries}, "libswscale.so.7", "libcurl.so.4"]'
+    assert 'base_image = "containers/' in tail
+    tail = re.sub(r'(?m)^base_image = "containers/[^"]+"$', typed, tail)
     (lanes / "rtx5090-container.toml").write_text(
         head
         + '[[build.host_dependencies]]\nname = "pkg-config"\nkind = "tool"\ndebian = "pkg-config"\nlicense = "GPL-2.0-or-later"\n\n'

@@ -18,8 +18,8 @@ from pathlib import Path
 import imagekit
 import pytest
 
-from pipeline.errors import InputError
-from pipeline.formats import apt_lock, image_definition
+from pipeline.errors import InputError, IntegrityError
+from pipeline.formats import apt_lock, build_environment, image_definition
 from pipeline.formats.lanes import find_lane
 from pipeline.stages import image
 from pipeline.stages.image import build_image
@@ -76,10 +76,22 @@ def world(tmp_path, key, monkeypatch):
     repo.close()
 
 
-def _packaged(tmp_path: Path, name: str) -> Path:
+def _packaged(tmp_path: Path, name: str, *, build_environment: dict | None = None) -> Path:
     dist = tmp_path / name
-    imagekit.write_package(dist, find_lane(LANE), binaries=imagekit.stand_in_binaries(tmp_path / "stand-in-bin"))
+    lane = find_lane(LANE)
+    binaries = imagekit.stand_in_binaries(tmp_path / "stand-in-bin")
+    identity = imagekit.fake_identity(lane, binaries)
+    if build_environment is not None:
+        identity["host_environment"] = {"build_environment": build_environment}
+    imagekit.write_package(dist, lane, binaries=binaries, identity=identity)
     return dist
+
+
+def _pinned_environment() -> dict:
+    from pipeline.formats import build_environment
+
+    pin = build_environment.read_pin()
+    return build_environment.observed({build_environment.CONTAINER_VARIABLE: pin["container"], build_environment.SNAPSHOT_VARIABLE: pin["debian_snapshot"]})
 
 
 def _unpack(layout: Path, ref: str, bundle: Path) -> Path:
@@ -89,18 +101,25 @@ def _unpack(layout: Path, ref: str, bundle: Path) -> Path:
 
 
 @pytest.mark.skipif(shutil.which("umoci") is None, reason="umoci unpacks the layout independently (apt-get install umoci)")
-def test_an_image_on_a_package_base_runs_is_inventoried_and_is_the_same_from_two_cache_states(world, capsys):
+def test_an_image_on_a_package_base_runs_is_inventoried_and_is_the_same_from_two_clones_and_two_cache_states(world, capsys, monkeypatch):
     tmp_path, repo, definition = world
-    assert image.lock_packages(LANE, definition=definition) == 0
+    assert image.lock_packages(LANE, definition=definition) == 0  # fetches each .deb to record its libraries: the cache is warm
+    lock_sha = apt_lock.read_lock(apt_lock.lock_path(definition))
+    assert lock_sha.package("libc6").libraries == ("ld-linux-x86-64.so.2", "libc.so.6")  # lib64/ld-linux… is a link outside the multiarch folder: /usr/lib64 counts too
     dist = _packaged(tmp_path, "dist-a")
     first = build_image(LANE, dist=dist, definition=definition)
-    # the lane types libraries (libcudart, FFmpeg 6.1) this base does not ship: named, since the lane file drifted from the base
-    assert "lists base_image_libraries the package base does not ship: libcudart.so.13, libavformat.so.60" in capsys.readouterr().err
-    shutil.rmtree(tmp_path / "apt-cache")  # the second build downloads every .deb again
+    # the archive records no pinned build environment (a build outside it): nothing to compare, each DT_NEEDED decides
+    assert "build environment: the archive records none" in capsys.readouterr().err
+    shutil.rmtree(tmp_path / "apt-cache")  # the second build downloads every .deb again: a cold cache
     second = build_image(LANE, dist=_packaged(tmp_path, "dist-b"), definition=definition)
+    # a second clone of the repository (definition, lock, keyring copied to another folder), its cache warm from the second build
+    clone = tmp_path / "clone"
+    shutil.copytree(tmp_path / "containers", clone / "containers")
+    monkeypatch.setattr(image_definition, "REPO_ROOT", clone)
+    third = build_image(LANE, dist=_packaged(clone, "dist-c"), definition=clone / "containers" / definition.name)
     entry = next(a for a in first.outputs if a.kind == "oci-layout")
-    assert entry.attrs["manifest_digest"] == next(a for a in second.outputs if a.kind == "oci-layout").attrs["manifest_digest"]
-    lock_sha = apt_lock.read_lock(apt_lock.lock_path(definition))
+    digests = {next(a for a in result.outputs if a.kind == "oci-layout").attrs["manifest_digest"] for result in (first, second, third)}
+    assert digests == {entry.attrs["manifest_digest"]}, digests
     assert entry.attrs["base_kind"] == "packages" and entry.attrs["base_packages"] == len(lock_sha.packages) == 1
     assert entry.attrs["base_libraries"]["libc.so.6"] == "libc6"
     assert [row["origin"] for row in entry.attrs["layers"]] == ["layer:packages", "layer:docs", "layer:runtime"]
@@ -128,6 +147,74 @@ def test_an_image_on_a_package_base_runs_is_inventoried_and_is_the_same_from_two
     assert started.returncode == 0, started.stderr
     listing = subprocess.run([*chroot, str(root), "/lib64/ld-linux-x86-64.so.2", "--list", "/opt/ninfer/bin/ninfer-serve"], capture_output=True, text=True, timeout=60)
     assert "libc.so.6 => /lib/x86_64-linux-gnu/libc.so.6" in listing.stdout or "libc.so.6 => /usr/lib/x86_64-linux-gnu/libc.so.6" in listing.stdout, listing
+
+
+def test_an_outsider_makes_the_image_again_from_its_lock_and_a_changed_deb_is_refused(world, capsys):
+    tmp_path, repo, definition = world
+    assert image.lock_packages(LANE, definition=definition) == 0
+    dist = _packaged(tmp_path, "dist")
+    published = next(a for a in build_image(LANE, dist=dist, definition=definition).outputs if a.kind == "oci-layout").attrs["manifest_digest"]
+    index = (dist / LANE / "image" / "oci" / "index.json").read_bytes()
+    # the shared package cache is emptied: what verify fetches comes from the archive, against the lock's SHA-256
+    shutil.rmtree(tmp_path / "apt-cache")
+    assert image.verify_image(LANE, published, dist=dist, definition=definition) == published
+    assert "equals the published digest" in capsys.readouterr().err
+    assert (dist / LANE / "image" / "oci" / "index.json").read_bytes() == index  # the published layout is left alone
+    assert not (tmp_path / "apt-cache").exists()  # verify used a cache of its own
+    # a digest that is not the rebuilt one: both named
+    other = "sha256:" + "0" * 64
+    with pytest.raises(IntegrityError, match="is not the published image") as info:
+        image.verify_image(LANE, other, dist=dist, definition=definition)
+    assert info.value.found == published and info.value.expected == other
+    # the archive serves a changed .deb (same name and size, other bytes): refused before anything is assembled
+    served = repo.root / apt_lock.read_lock(apt_lock.lock_path(definition)).package("libc6").filename
+    data = bytearray(served.read_bytes())
+    data[-2] ^= 0xFF
+    served.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="do not match the pin") as info:
+        image.verify_image(LANE, published, dist=dist, definition=definition)
+    assert "libc6" in info.value.file
+
+
+def test_binaries_built_in_the_pinned_environment_are_refused_on_another_release_naming_both(world, key):
+    tmp_path, _repo, definition = world
+    assert image.lock_packages(LANE, definition=definition) == 0
+    pinned = _pinned_environment()
+    suite = build_environment.read_pin()["debian_suite"]
+    with pytest.raises(InputError, match="not the same distribution release and snapshot") as info:
+        build_image(LANE, dist=_packaged(tmp_path, "dist", build_environment=pinned), definition=definition)
+    # both sides named: the image's suite from an archive that moves, the build's Debian release and snapshot
+    assert "image: testing from an archive that moves (no snapshot)" in info.value.found and info.value.field == "base.source"
+    assert f"build: Debian {suite} at snapshot {pinned['debian_snapshot']}" in info.value.found
+    # what the check compares on the image side: a snapshot URI names its timestamp, '-security' is the same release
+    moved = definition.with_name("moved.toml")
+    moved.write_text(shipped_definition_on_packages(f"https://snapshot.debian.org/archive/debian/{pinned['debian_snapshot']}", key,
+                                                    "containers/keys/test.gpg", ["libc6"], suite=f"{suite}-security"))
+    assert image_definition.load_definition(moved).package_base.releases() == {(suite, pinned["debian_snapshot"])}
+    # an archive built in another pinned environment than this checkout's: its release cannot be read here
+    other = {**pinned, "container": pinned["container"].replace("@sha256:", "-other@sha256:")}
+    with pytest.raises(InputError, match="another pinned build environment than this checkout's") as info:
+        build_image(LANE, dist=_packaged(tmp_path, "dist-other", build_environment=other), definition=definition)
+    assert info.value.found == f"archive: {other['container']}"
+
+
+def test_the_lane_derives_its_base_libraries_from_the_package_lock():
+    from pipeline.formats.image_definition import lane_base_libraries
+
+    derived = lane_base_libraries(find_lane(LANE))  # runtime/lanes: package.base_image = containers/trixie/ninfer-runtime.toml
+    assert derived["libavformat.so.61"] == "libavformat61" and derived["libcurl.so.4"] == "libcurl4t64"
+    assert derived["libcudart.so.13"] == "wheel:nvidia-cuda-runtime" and "libavformat.so.60" not in derived
+
+
+def test_a_lane_naming_a_package_base_and_typing_libraries_is_refused(tmp_path):
+    from pipeline.formats.lanes import DEFAULT_LANES_DIR, load_lane
+
+    text = (DEFAULT_LANES_DIR / f"{LANE}.toml").read_text()
+    path = tmp_path / f"{LANE}.toml"
+    path.write_text(text.replace('base_image = "containers/', 'base_image_libraries = ["libcurl.so.4"]\nbase_image = "containers/'))
+    with pytest.raises(InputError, match="names a package base and types its libraries too") as info:
+        load_lane(path)
+    assert info.value.field == "package.base_image_libraries"
 
 
 def test_a_stale_lock_is_refused_before_any_download(world):

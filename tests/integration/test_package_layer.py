@@ -7,6 +7,7 @@ repository and locked by `image lock`; the layer is then made from the lock and 
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import pytest
 
 from pipeline.errors import InputError, IntegrityError
 from pipeline.formats import apt_lock, image_definition
-from pipeline.infra import package_layer
+from pipeline.infra import apt, package_layer
 from pipeline.infra.package_layer import ScriptStandIn
 from pipeline.stages import image
 from tests.kits.aptkit import EPOCH, MiniRepo, SigningKey, build_deb, definition_toml, member, package
@@ -58,7 +59,7 @@ def _zlib_deb(tmp_path):
     ])
 
 
-def _publish_and_lock(tmp_path, repo, key, debs: dict, *, wanted: list[str], depends: dict | None = None):
+def _publish_and_lock(tmp_path, repo, key, debs: dict, *, wanted: list[str], depends: dict | None = None, read_debs: bool = True):
     stanzas = [package(name, "1:1.3-1" if name == "zlib1g" else "1.0-1", deb=path, Depends=(depends or {}).get(name, "")) for name, path in debs.items()]
     for entry in stanzas:
         if not entry["Depends"]:
@@ -68,6 +69,12 @@ def _publish_and_lock(tmp_path, repo, key, debs: dict, *, wanted: list[str], dep
     (tmp_path / "containers" / "keys" / "test.gpg").write_bytes(key.keyring)
     definition = tmp_path / "containers" / "ninfer-runtime.toml"
     definition.write_text(definition_toml(repo.server.base, key, "containers/keys/test.gpg", wanted))
+    if not read_debs:  # the lock of a hostile .deb, as an edited lock or a lock reader that did not open it would have it
+        loaded = image_definition.load_definition(definition)
+        document = apt.make_lock(definition, loaded.package_base, loaded.architecture)
+        for locked in document["packages"]:
+            locked["libraries"] = []
+        return apt_lock.read_lock_bytes(apt_lock.write_lock(apt_lock.lock_path(definition), document), apt_lock.lock_path(definition))
     assert image.lock_packages(LANE, definition=definition) == 0
     return apt_lock.read_lock(apt_lock.lock_path(definition))
 
@@ -113,10 +120,10 @@ def test_the_layer_is_merged_usr_with_scanner_metadata_and_a_loader_cache_and_th
     assert first.layer.descriptor.digest == cold.layer.descriptor.digest == warm.layer.descriptor.digest
 
 
-def _hostile(world, members, *, raw=None, scripts=None):
+def _hostile(world, members, *, raw=None, scripts=None, zstd=False):
     tmp_path, repo = world
-    bad = build_deb(tmp_path / "debs" / "bad.deb", "bad", members=members, raw_data_tar=raw, scripts=scripts)
-    lock = _publish_and_lock(tmp_path, repo, repo.key, {"bad": bad}, wanted=["bad"])
+    bad = build_deb(tmp_path / "debs" / "bad.deb", "bad", members=members, raw_data_tar=raw, scripts=scripts, zstd=zstd)
+    lock = _publish_and_lock(tmp_path, repo, repo.key, {"bad": bad}, wanted=["bad"], read_debs=False)
     return tmp_path, lock
 
 
@@ -125,6 +132,10 @@ def test_a_member_named_with_dot_dot_is_refused(world):
     with pytest.raises(IntegrityError, match="leaves the archive's folder") as info:
         _assemble(tmp_path, lock, "out")
     assert "bad 1.0-1" in info.value.file
+    # `image lock` reads each .deb for its libraries through the same bounded reader: refused there already
+    with pytest.raises(IntegrityError, match="leaves the archive's folder") as info:
+        image.lock_packages(LANE, definition=tmp_path / "containers" / "ninfer-runtime.toml")
+    assert info.value.file.startswith("bad.deb")
 
 
 def test_a_link_out_of_the_root_is_refused(world):
@@ -154,6 +165,30 @@ def test_a_package_that_would_replace_a_merged_usr_link_is_refused(world):
         _assemble(tmp_path, lock, "out")
 
 
+@pytest.mark.skipif(shutil.which("zstd") is None, reason="the zstd command makes the test's .deb (apt-get install zstd)")
+def test_a_deb_with_a_zstd_data_archive_is_read_and_a_zstd_bomb_is_refused(world):
+    tmp_path, repo = world
+    text = b"#!/bin/sh\necho from a zstd package\n" * 100
+    ubuntu_like = build_deb(tmp_path / "debs" / "tool.deb", "tool", members=[
+        member("./usr/", kind=tarfile.DIRTYPE, mode=0o755), member("./usr/bin/", kind=tarfile.DIRTYPE, mode=0o755),
+        member("./usr/bin/tool", text, mode=0o755)], zstd=True)
+    assert b"data.tar.zst    " in ubuntu_like.read_bytes()  # the ar member name
+    lock = _publish_and_lock(tmp_path, repo, repo.key, {"tool": ubuntu_like}, wanted=["tool"])
+    result = _assemble(tmp_path, lock, "out")
+    entry = result.entries["usr/bin/tool"]
+    assert entry.kind == "file" and entry.blob.read_bytes() == text and entry.package == "tool"
+    # 64 MiB of zeros in a few KiB of zstd: refused while inflating, not after
+    bomb = io.BytesIO()
+    with tarfile.open(fileobj=bomb, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo("./usr/zeros")
+        info.size = 64 << 20
+        tar.addfile(info, io.BytesIO(bytes(info.size)))
+    tmp_path, bombed = _hostile(world, [], raw=bomb.getvalue(), zstd=True)
+    with pytest.raises(IntegrityError, match="inflates more than 100 times") as info:
+        _assemble(tmp_path, bombed, "bomb")
+    assert "data.tar.zst" in info.value.file
+
+
 def test_a_deb_with_other_bytes_than_the_lock_pins_is_refused(world):
     tmp_path, repo = world
     lock = _publish_and_lock(tmp_path, repo, repo.key, {"zlib1g": _zlib_deb(tmp_path)}, wanted=["zlib1g"])
@@ -162,7 +197,7 @@ def test_a_deb_with_other_bytes_than_the_lock_pins_is_refused(world):
     data[-2] ^= 0xFF  # same size, other bytes
     served.write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match="do not match the pin") as info:
-        _assemble(tmp_path, lock, "out")
+        _assemble(tmp_path, lock, "out", cache=tmp_path / "cold-cache")  # `image lock` left the good .deb in the default cache
     assert lock.package("zlib1g").sha256 in info.value.expected
 
 

@@ -21,7 +21,13 @@ from sigstore_standin import SigstoreStandIn, record_statement_bundle
 from pipeline.cli import main
 from pipeline.errors import PipelineError, RefusedError
 from pipeline.formats.publication_plan import read_receipt
-from pipeline.formats.test_receipt import SKIPS_ALLOWED_FOR_PUBLICATION, make_test_receipt, write_test_receipt
+from pipeline.formats.test_receipt import (
+    SKIPS_ALLOWED_FOR_PUBLICATION,
+    Selection,
+    make_test_receipt,
+    write_test_receipt,
+)
+from pipeline.formats.test_subset import read_subset
 from pipeline.infra.github import GitHub
 from pipeline.register import Register
 from pipeline.stages.publish import VERIFIER_KINDS, publish_release
@@ -148,7 +154,7 @@ def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(produc
     sha = product.plan_sha()
     plan = json.loads((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
     assert plan["release"]["make_latest"] == "true" and plan["release"]["prerelease"] is False
-    assert plan["gates"] == ["verify-ready", "acceptance", "test-run", "signatures", "evidence", "verifier", "token", "rate-limit", "github-unchanged", "tag", "single-draft", "draft-assets"]
+    assert plan["gates"] == ["verify-ready", "acceptance", "reviews", "test-run", "signatures", "evidence", "verifier", "token", "rate-limit", "github-unchanged", "tag", "single-draft", "draft-assets"]
     names = ["manifest.json", "manifest.json.sigstore.json", "omp_ninfer_pipeline-0.1.0-py3-none-any.whl", "omp_ninfer_pipeline-0.1.0.SHA256SUMS",
              "omp_ninfer_pipeline-0.1.0.auditor-requirements.txt", "omp_ninfer_pipeline-0.1.0.tar.gz", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]  # and the verifier auditors install
     assert [a["name"] for a in plan["assets"]] == names
@@ -205,7 +211,27 @@ def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypat
     git(product.root, "commit", "-qam", "acceptance unbound")
     product.settle()
     monkeypatch.setattr(verify_module, "verify_release", lambda root, release, **kw: type("R", (), {"valid": True})())
+    # Unbinding the acceptance unbinds the candidate the councils reviewed, so the reviews gate refuses too
+    # (tests/integration/test_review_gate.py); passed over here as verify is.
+    import pipeline.stages.publish as publish_module
+
+    monkeypatch.setattr(publish_module, "_review_gate", lambda manifest, show, release: lambda: "passed over")
     product.refused("acceptance", "no passing external-installation acceptance record is bound")
+
+
+@pytest.mark.slow
+def test_the_reviews_gate_refuses_a_ledger_other_than_the_one_the_manifest_binds(product, monkeypatch):
+    """A ready tree's ledger is bound by hash, so verify refuses first; verify is passed over here only to show
+    that the reviews gate reads the ledger at the commit and refuses other bytes on its own."""
+    import pipeline.formats.release.contract as verify_module
+
+    ledger = product.root / TREE / "reviews.toml"
+    ledger.write_text(ledger.read_text().replace('state = "closed"', 'state = "open"', 1))
+    git(product.root, "commit", "-qam", "a council reopened its review without rebinding")
+    product.settle()
+    monkeypatch.setattr(verify_module, "verify_release", lambda root, release, **kw: type("R", (), {"valid": True})())
+    error = product.refused("reviews", "the review ledger differs from the bytes the manifest binds")
+    assert error.field == "reviews.sha256"
 
 
 @pytest.mark.slow
@@ -222,6 +248,28 @@ def test_the_test_run_gate_needs_a_green_run_of_this_commit(product):
     product.refused("test-run", "skipped 1 tests that publication does not allow")
     dist_receipt.unlink()
     product.refused("test-run", "there is no test-run receipt")
+
+
+@pytest.mark.slow
+def test_a_declared_subsets_receipt_passes_only_against_the_rehearsals_stand_in_world(product, capsys):
+    """The release workflow's rehearsal runs its `tests` job on the declared subset `rehearsal`: that receipt may
+    carry the rehearsal to its publish job against the loopback GitHub stand-in, and nowhere else."""
+    tree = git(product.root, "rev-parse", "HEAD^{tree}")
+    subset = read_subset(ROOT, "rehearsal")
+    write_test_receipt(product.dist / "test-run-receipt.json",
+                       make_test_receipt(commit=product.commit, tree=tree, passed=40, failed=0, errors=0,
+                                         skipped_tests=SKIPS_ALLOWED_FOR_PUBLICATION,
+                                         selection=Selection("subset", subset.name, subset.sha256)))
+    product.publish()  # the dry run: every gate checked, nothing written
+    err = capsys.readouterr().err
+    assert f"OK:   gate test-run: test run of the declared subset 'rehearsal' (sha256 {subset.sha256}), allowed because the GitHub API {product.gh.url} is on this machine" in err
+    # Any other GitHub (github.com, an Enterprise Server): the test-run gate refuses the subset, first, and says why.
+    elsewhere = GitHub(REPO, TOKEN, api="https://127.0.0.2:9", clock=FakeClock(), write_interval=0, max_attempts=1)
+    with pytest.raises(RefusedError) as caught:
+        product.publish(github=elsewhere)
+    assert caught.value.what.startswith("gate test-run refused: the test-run receipt is of the declared subset 'rehearsal'")
+    assert caught.value.field == "selection" and "unset PIPELINE_TEST_SUBSET" in caught.value.fix
+    assert product.gh.writes == 0
 
 
 @pytest.mark.slow

@@ -21,14 +21,14 @@ import pytest
 from registry import ProxyRule, RegistryServer, free_port, require_tool
 
 from pipeline.cli import main
-from pipeline.errors import ExitCode, IntegrityError, RemoteError
+from pipeline.errors import ExitCode, IntegrityError, RemoteError, UsageError
 from pipeline.formats.lanes import find_lane
 from pipeline.formats.receipts import IMAGE_PUBLICATION_TYPE
 from pipeline.infra import oci
 from pipeline.infra.registry import ENV_PASSWORD, ENV_USERNAME
 from pipeline.register import Register
 from pipeline.stages.image import build_image
-from pipeline.stages.push import push_image
+from pipeline.stages.push import choose_registry, push_image
 
 LANE = "rtx5090-container"
 pytestmark = pytest.mark.registry
@@ -154,6 +154,27 @@ def test_push_by_digest_only(image_dist, registry_server, repo):
     assert result.outputs[0].attrs["tag_status"] == "not-requested"
     assert registry_server.tags(repo) == [] and registry_server.has_manifest(repo, digest)
     assert receipt_of(dist)[0]["tag"] is None
+
+
+def test_without_registry_the_target_is_pipeline_registry_then_the_image_definitions_repository(
+        image_dist, registry_server, repo, monkeypatch, capsys):
+    """The release workflow names no registry: `push --dist dist` pushes where the image definition says (its
+    SBOM purl's repository); the rehearsal points that job at a loopback registry with PIPELINE_REGISTRY."""
+    dist, digest = image_dist
+    layout = Register(dist).query("oci-layout", lane=LANE)[0]
+    defined = layout.attrs["production_repository"]
+    assert defined and not defined.startswith(registry_server.host)  # the definition names a real registry
+    monkeypatch.setenv("PIPELINE_REGISTRY", f"{registry_server.host}/{repo}")
+    assert main(["push", "--dist", str(dist), "--no-tag"]) == 0
+    assert f"push target {registry_server.host}/{repo} (from PIPELINE_REGISTRY)" in capsys.readouterr().err
+    assert registry_server.has_manifest(repo, digest)
+    # Unset: the image's own definition is the target; --registry wins over both.
+    assert choose_registry(None, [layout], {}) == (defined, "the repository of containers/definition.toml")
+    assert choose_registry("h:5000/x/y", [layout], {"PIPELINE_REGISTRY": "a/b"}) == ("h:5000/x/y", "--registry")
+    # No definition repository recorded, or two images: named, not guessed.
+    with pytest.raises(UsageError, match="no push target") as caught:
+        choose_registry(None, [layout, layout], {})
+    assert caught.value.field == "--registry"
 
 
 # -- refusals and faults -------------------------------------------------------------

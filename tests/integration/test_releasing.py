@@ -117,11 +117,16 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
     routes = {
         "lane-native": {"LANE": NATIVE, "SOURCE": str(workspace.repo), "PREBUILT": str(workspace.prebuilt), "OWNER_RECEIPT": str(native.owner_receipt)},
         "lane-container": {"REGISTRY": f"{registry_server.host}/alphastorm/ninfer-runtime-runbook", "IMAGE_DEFINITION": str(definition), "SOURCE": source, "QUALIFY_CONFIG": str(config)},
-        "release": {"RELEASE": RELEASE, "ACCEPT_OPTIONS": accept_options, "PUBLISH_LANES": f"{NATIVE} rtx5090-container"},
+        "release": {"RELEASE": RELEASE, "ACCEPT_OPTIONS": accept_options, "PUBLISH_LANES": f"{NATIVE} rtx5090-container", "REVIEWS": str(tmp_path / "reviews.toml")},
     }
     receipts = {}
     try:
         for route, parameters in routes.items():
+            if route == "release":  # the councils reviewed the sets the lane routes made, by the digest of each outer SHA256SUMS
+                reviewed = {f"set:{lane}": hashlib.sha256((root / "dist" / lane / "assets" / "SHA256SUMS").read_bytes()).hexdigest() for lane in (NATIVE, "rtx5090-container")}
+                (tmp_path / "reviews.toml").write_text(
+                    f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n\n[reviews.native-runtime]\nstate = "closed"\n'
+                    'disposition = "Closed without remediation."\n\n[reviews.native-runtime.reviewed]\n' + "".join(f'"{k}" = "{v}"\n' for k, v in sorted(reviewed.items())))
             bundle = make_bundle(root, release=None, route_id=route, document="docs/RELEASING.md")
             assert bundle["document"]["sha256"] == hashlib.sha256((root / "docs" / "RELEASING.md").read_bytes()).hexdigest()
             work = tmp_path / f"work-{route}"

@@ -17,7 +17,8 @@ import pytest
 from repokit import KITS, ROOT, git, make_repo
 
 from pipeline.errors import RefusedError
-from pipeline.formats.test_receipt import ENV_VAR, read_test_receipt, repo_state, require_green_for
+from pipeline.formats import test_subset
+from pipeline.formats.test_receipt import ENV_VAR, Selection, read_test_receipt, repo_state, require_green_for
 from pipeline.util.jsonio import canonical_bytes
 
 
@@ -73,9 +74,11 @@ def suite(tmp_path) -> Path:
     return repo
 
 
-def run_suite(repo: Path, receipt: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_")}
+def run_suite(repo: Path, receipt: Path, *args: str, subset: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST_") and key != test_subset.ENV_VAR}
     env[ENV_VAR] = str(receipt)
+    if subset is not None:
+        env[test_subset.ENV_VAR] = subset
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=repo, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -184,3 +187,32 @@ def test_an_unwritable_receipt_path_is_reported_and_leaves_the_outcome_alone(sui
     result = run_suite(suite, blocker / "test-run-receipt.json")
     assert result.returncode == 1  # the suite's own failure, not an internal error
     assert "test-run receipt: not written (" in result.stdout and "INTERNALERROR" not in result.stdout + result.stderr
+
+
+SUBSET_FILE = "# the subset of this small suite\n\ntests/test_mixed.py::test_pass_one\ntests/test_mixed.py::test_pass_two\n"
+
+
+def test_a_run_of_exactly_a_declared_subset_writes_a_receipt_that_names_it(suite, tmp_path):
+    (suite / "tests" / "subsets").mkdir()
+    (suite / "tests" / "subsets" / "quick.txt").write_text(SUBSET_FILE)
+    git(suite, "add", "-A")
+    git(suite, "commit", "-q", "-m", "a declared subset")
+    receipt_path = tmp_path / "test-run-receipt.json"
+    entries = ("tests/test_mixed.py::test_pass_one", "tests/test_mixed.py::test_pass_two")
+    result = run_suite(suite, receipt_path, *entries, subset="quick")
+    assert result.returncode == 0, result.stdout
+    receipt = read_test_receipt(receipt_path)
+    assert receipt.selection == Selection("subset", "quick", test_subset.read_subset(suite, "quick").sha256)
+    assert receipt.selection.sha256 == __import__("hashlib").sha256(SUBSET_FILE.encode()).hexdigest()
+    assert (receipt.passed, receipt.failed, receipt.dirty) == (2, 0, False)
+    assert "the declared subset 'quick'" in result.stdout
+    # Anything but exactly the subset's entries, in order, writes none: one entry, another order, the whole suite.
+    for args in (entries[:1], entries[::-1], ()):
+        result = run_suite(suite, receipt_path, *args, subset="quick")
+        assert not receipt_path.exists(), (args, result.stdout)
+        assert "test-run receipt: not written (the run's test paths are not exactly the declared subset 'quick'" in result.stdout
+    # A name that is no declared subset (or not a name at all) writes none, and says which.
+    for name, message in (("other", "names no declared test subset"), ("../quick", "is not a declared test subset's name")):
+        result = run_suite(suite, receipt_path, *entries, subset=name)
+        assert not receipt_path.exists()
+        assert message in result.stdout, result.stdout

@@ -455,6 +455,17 @@ def test_the_auditor_lock_check_refuses_a_range_a_missing_hash_another_version_a
         vd.check_auditor_lock(b"--index-url https://evil.example/simple\n" + good, release, wheel, source)
     with pytest.raises(InputError, match="names a distribution twice"):
         vd.check_auditor_lock(good + _lock("Requests==2.34.2"), release, wheel, source)
+    foreign = good.replace(f"requests==2.34.2 \\\n    --hash=sha256:{H1}".encode(), f"requests==2.34.2 \\\n    --hash=sha256:{'f' * 64}".encode())
+    assert foreign != good
+    with pytest.raises(IntegrityError, match="other hashes than the release lock") as caught:  # other bytes at the same version
+        vd.check_auditor_lock(foreign, release, wheel, source)
+    assert caught.value.field == "requests.hashes"
+    with pytest.raises(IntegrityError, match="other marker than the release lock"):  # a marker no platform matches: never installed
+        vd.check_auditor_lock(good.replace(b"requests==2.34.2 ", b"requests==2.34.2 ; sys_platform == 'nope' "), release, wheel, source)
+    for smuggled in (f"requests==2.34.2 ; python_version >= '3' --hash=sha256:{'f' * 64} ", "requests==2.34.2 ; python_version >= '3' --config-settings=x=y ",
+                     "requests.==2.34.2 "):
+        with pytest.raises(InputError, match="not a pinned, hashed requirement"):  # pip would read an option inside the marker
+            vd.check_auditor_lock(good.replace(b"requests==2.34.2 ", smuggled.encode()), release, wheel, source)
 
 
 def test_a_commit_at_an_odd_second_is_dated_in_zips_two_second_steps(tmp_path):

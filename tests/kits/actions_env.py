@@ -20,7 +20,8 @@ from collections.abc import MutableMapping
 AMBIENT_PREFIXES = ("GITHUB_", "RUNNER_", "ACTIONS_", "GH_", "PIPELINE_")
 AMBIENT_NAMES = frozenset({"ACT", "SOURCE_DATE_EPOCH", "OMP_NINFER_BUILD_CONTAINER", "OMP_NINFER_DEBIAN_SNAPSHOT"})
 # The suite's own knobs, set by nox or a developer for the test run itself (never read by the pipeline).
-SUITE_KNOBS = frozenset({"PIPELINE_TEST_RECEIPT", "PIPELINE_TEST_WORKERS", "PIPELINE_FUZZ_SECONDS", "PIPELINE_FUZZ_SCRATCH"})
+SUITE_KNOBS = frozenset({"PIPELINE_TEST_RECEIPT", "PIPELINE_TEST_SUBSET", "PIPELINE_TEST_WORKERS", "PIPELINE_FUZZ_SECONDS",
+                         "PIPELINE_FUZZ_SCRATCH"})
 
 # What a runner hands the release workflow's `tests` job (values shaped as GitHub documents them).
 RUNNER = {

@@ -74,15 +74,19 @@ def member(name: str, data: bytes | None = None, *, kind: bytes = tarfile.REGTYP
 
 
 def build_deb(path: Path, name: str, version: str = "1.0-1", *, members: list[tuple[tarfile.TarInfo, bytes | None]], arch: str = "amd64",
-              depends: str = "", scripts: dict[str, bytes] | None = None, raw_data_tar: bytes | None = None) -> Path:
-    """A .deb in deb(5) format written byte by byte (so hostile ones can be made): ar, control.tar.xz, data.tar.xz."""
+              depends: str = "", scripts: dict[str, bytes] | None = None, raw_data_tar: bytes | None = None, zstd: bool = False) -> Path:
+    """A .deb in deb(5) format written byte by byte (so hostile ones can be made): ar, control.tar.xz, data.tar.xz
+    (`zstd`: data.tar.zst as Ubuntu's are, compressed by the zstd command, not by the library the reader uses)."""
     control = f"Package: {name}\nVersion: {version}\nArchitecture: {arch}\nMaintainer: Test <t@example.invalid>\n"
     control += (f"Depends: {depends}\n" if depends else "") + f"Description: test package {name}\n"
     control_members = [member("./", kind=tarfile.DIRTYPE, mode=0o755), member("./control", control.encode())]
     for script, text in (scripts or {}).items():
         control_members.append(member(f"./{script}", text, mode=0o755))
-    parts = [("debian-binary", b"2.0\n"), ("control.tar.xz", _tar_xz(control_members)),
-             ("data.tar.xz", raw_data_tar if raw_data_tar is not None else _tar_xz([member("./", kind=tarfile.DIRTYPE, mode=0o755), *members]))]
+    data_tar = raw_data_tar if raw_data_tar is not None else _tar_xz([member("./", kind=tarfile.DIRTYPE, mode=0o755), *members])
+    if zstd:
+        plain = raw_data_tar if raw_data_tar is not None else lzma.decompress(data_tar)
+        data_tar = subprocess.run(["zstd", "-q", "-19", "-c"], input=plain, capture_output=True, check=True).stdout
+    parts = [("debian-binary", b"2.0\n"), ("control.tar.xz", _tar_xz(control_members)), ("data.tar.zst" if zstd else "data.tar.xz", data_tar)]
     out = bytearray(b"!<arch>\n")
     for member_name, data in parts:
         out += f"{member_name:<16}{0:<12}{0:<6}{0:<6}{100644:<8}{len(data):<10}`\n".encode()
@@ -97,13 +101,21 @@ def stanza(fields: dict[str, str]) -> str:
 
 
 def package(name: str, version: str = "1.0-1", *, arch: str = "amd64", deb: Path | None = None, **fields: str) -> dict[str, str]:
-    """A Packages stanza; extra fields by keyword ('Pre_Depends' → 'Pre-Depends')."""
-    data = deb.read_bytes() if deb is not None else f"{name} {version} {arch}".encode()
+    """A Packages stanza; extra fields by keyword ('Pre_Depends' → 'Pre-Depends').  Without `deb`, a real empty
+    .deb of that name is made (the lock reads each one for its libraries) and published with the index."""
+    if deb is None:
+        deb = build_deb(Path(_EMPTY_DEBS.name) / f"{name}_{version.replace(':', '%')}_{arch}.deb", name, version, members=[], arch=arch)
+    data = deb.read_bytes()
     entry = {"Package": name, "Version": version, "Architecture": arch}
     entry.update({key.replace("_", "-"): value for key, value in fields.items()})
     entry.update({"Filename": f"pool/main/{name[0]}/{name}/{name}_{version.split(':')[-1]}_{arch}.deb", "Size": str(len(data)),
                   "SHA256": hashlib.sha256(data).hexdigest()})
+    _DEB_OF[entry["SHA256"]] = deb
     return entry
+
+
+_EMPTY_DEBS = tempfile.TemporaryDirectory(prefix="aptkit-debs-")  # removed when the test process ends
+_DEB_OF: dict[str, Path] = {}  # SHA-256 of each .deb a stanza was made for -> the file
 
 
 class MiniRepo:
@@ -128,10 +140,11 @@ class MiniRepo:
             (folder / "Packages").write_bytes(index)
             (folder / "Packages.xz").write_bytes(lzma.compress(index))
         for entry in packages:
-            if debs and entry["Package"] in debs:
+            source = (debs or {}).get(entry["Package"]) or _DEB_OF.get(entry["SHA256"])
+            if source is not None:
                 target = self.root / entry["Filename"]
                 target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(debs[entry["Package"]], target)
+                shutil.copyfile(source, target)
         lines = []
         for path in sorted(p for p in self.dists.rglob("Packages*") if p.is_file()):
             data = path.read_bytes()

@@ -129,6 +129,24 @@ blockers = [{blockers}]
 '''
 
 
+def review_ledger(manifest: dict[str, Any], candidate: str, *, state: str = "closed", findings: dict[str, dict[str, str]] | None = None,
+                  reviewed: dict[str, str] | None = None, council: str = "native-runtime") -> str:
+    """A review ledger (docs/review-ledger.md) whose councils reviewed exactly what `manifest` binds at `candidate`:
+    each row's set, the container's image, the candidate manifest and the pipeline commit.  `findings` are
+    {id: {severity, scope, state, disposition[, tracking_issue]}} of the first council; `reviewed` overrides its digests."""
+    from pipeline.formats.release.evidence import review_subjects
+
+    subjects = {**review_subjects(manifest), "manifest-candidate": candidate, "pipeline-commit": candidate}
+    lines = ['artifact_type = "omp_ninfer_review_ledger"', "schema_version = 1", f'release = "{manifest["release"]}"']
+    for name, review_state in ((council, state), ("product-tooling", "closed")):
+        named = {**subjects, **(reviewed or {})} if name == council else subjects
+        lines += ["", f"[reviews.{name}]", f'state = "{review_state}"', 'disposition = "Closed without remediation by the test suite\'s council."',
+                  "", f"[reviews.{name}.reviewed]", *(f'"{label}" = "{digest}"' for label, digest in sorted(named.items()))]
+        for finding_id, finding in sorted((findings or {}).items()) if name == council else ():
+            lines += ["", f"[reviews.{name}.findings.{finding_id}]", *(f'{key} = "{value}"' for key, value in sorted(finding.items()))]
+    return "\n".join(lines) + "\n"
+
+
 @dataclass
 class SampleRelease:
     root: Path  # the product repository
@@ -315,6 +333,9 @@ def sample_release(tmp_path_factory) -> SampleRelease:
     record.write_text(json.dumps(acceptance_record(manifest, commits["candidate"]), indent=2, sort_keys=True) + "\n")
     accept_release(root, RELEASE, record, lanes_dir=lanes_dir)
     commits["accepted"] = commit(root, "acceptance bound")
+    # 3b. the councils reviewed the candidate: their closed reviews bind its digests in the review ledger
+    (root / "manifests" / RELEASE / "reviews.toml").write_text(review_ledger(manifest, commits["candidate"]))
+    commits["reviewed"] = commit(root, "reviews recorded")
 
     # 4. the pin dance: each pass pins what the last commit holds
     from pipeline.formats.lanes import load_lanes

@@ -4,9 +4,11 @@ Active only when PIPELINE_TEST_RECEIPT names an output path (the nox `tests`
 session sets it to `<dist>/test-run-receipt.json`); a plain `pytest` run
 writes nothing.  The counts are pytest's own report categories, as the
 terminal summary shows them; each skipped test is named by its node id.  A receipt is written only for a finished run of
-the whole suite: a run given explicit paths, `--ignore`, or one that
-deselected anything (`-k`, `-m`, `--lf`, `--sw`), an interrupted run and a
-collect-only run leave no receipt, and a stale one at that path is removed
+the whole suite, or of exactly one declared subset: with PIPELINE_TEST_SUBSET=<name> (the release workflow's
+rehearsal sets it; pipeline/formats/test_subset.py) the run's arguments must be exactly the entries of
+tests/subsets/<name>.txt, in order, and the receipt's `selection` names the subset and its file's SHA-256.
+A run given other paths, `--ignore`, or one that deselected anything (`-k`, `-m`, `--lf`, `--sw`), an
+interrupted run and a collect-only run leave no receipt, and a stale one at that path is removed
 when the run starts, so a receipt never outlives the run that replaced it.
 """
 
@@ -19,7 +21,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import PipelineError
-from pipeline.formats.test_receipt import ENV_VAR, TestRunReceipt, repo_state, write_test_receipt
+from pipeline.formats import test_subset
+from pipeline.formats.test_receipt import ENV_VAR, Selection, TestRunReceipt, repo_state, write_test_receipt
 
 _CATEGORY = {"passed": "passed", "failed": "failed", "error": "errors", "skipped": "skipped",
              "xfailed": "xfailed", "xpassed": "xpassed"}
@@ -40,6 +43,21 @@ class TestReceiptPlugin:
         self.start: tuple[str, str, bool] | None = None
         self.problem: str | None = None
         self.message: str | None = None
+        self.selection = Selection()
+        self.subset_entries: tuple[str, ...] = ()
+
+    def _read_subset(self) -> None:
+        """The declared subset PIPELINE_TEST_SUBSET names (unset: the whole suite); a bad name writes no receipt."""
+        name = os.environ.get(test_subset.ENV_VAR)
+        if not name:
+            return
+        try:
+            subset = test_subset.read_subset(self.config.rootpath, name)
+        except PipelineError as error:
+            self.problem = error.render()
+            return
+        self.selection = Selection("subset", subset.name, subset.sha256)
+        self.subset_entries = subset.entries
 
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         try:
@@ -52,6 +70,7 @@ class TestReceiptPlugin:
             self.start = repo_state(self.config.rootpath)
         except PipelineError as error:
             self.problem = error.render()
+        self._read_subset()
 
     def pytest_deselected(self, items) -> None:
         self.deselected += len(items)
@@ -83,7 +102,11 @@ class TestReceiptPlugin:
         option = self.config.option
         if getattr(option, "collectonly", False):
             return "a collect-only run"
-        if self.config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+        if not self.selection.is_full:
+            if tuple(self.config.args) != self.subset_entries:
+                return (f"the run's test paths are not exactly the declared subset {self.selection.name!r} "
+                        f"({test_subset.subset_path(str(self.selection.name))})")
+        elif self.config.args_source != pytest.Config.ArgsSource.TESTPATHS:
             return "explicit test paths select part of the suite"
         if getattr(option, "ignore", None) or getattr(option, "ignore_glob", None):
             return "--ignore leaves part of the suite out"
@@ -110,13 +133,14 @@ class TestReceiptPlugin:
         try:
             receipt = TestRunReceipt(commit=commit, tree=tree, dirty=dirty or end[2],
                                      **{name: self.counts[name] for name in _CATEGORY.values()},
-                                     skipped_tests=tuple(sorted(self.skipped_tests)))
+                                     skipped_tests=tuple(sorted(self.skipped_tests)), selection=self.selection)
             write_test_receipt(self.path, receipt)
         except (OSError, PipelineError) as error:  # the receipt never changes the run's own outcome
             self._say(f"test-run receipt: not written ({error})")
             return
         counts = ", ".join(f"{name} {self.counts[name]}" for name in _CATEGORY.values())
-        self._say(f"test-run receipt: {self.path} (commit {commit}{', dirty tree' if receipt.dirty else ''}; {counts})")
+        self._say(f"test-run receipt: {self.path} (commit {commit}{', dirty tree' if receipt.dirty else ''}; "
+                  f"{self.selection.describe()}; {counts})")
 
     def _say(self, line: str) -> None:
         self.message = line

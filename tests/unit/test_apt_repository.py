@@ -93,7 +93,7 @@ def _lock_document() -> dict:
                   "signers": ["F" * 40], "date": "Sat, 21 Nov 2026 09:15:44 UTC", "distro": "debian-13", "indexes": []}],
         packages=[{"name": "libc6", "version": "2.41-12", "architecture": "amd64", "multi_arch": "same", "filename": "pool/main/g/glibc/libc6_2.41-12_amd64.deb",
                    "size": 10, "sha256": "c" * 64, "source_package": "glibc", "source_version": "2.41-12", "source": 0,
-                   "why": {"package": None, "field": "base.packages", "relation": "libc6"}}],
+                   "why": {"package": None, "field": "base.packages", "relation": "libc6"}, "libraries": ["libc.so.6"]}],
     )
 
 
@@ -101,7 +101,9 @@ def test_the_lock_round_trips_canonically_and_refuses_a_filename_out_of_the_arch
     path = tmp_path / "x.lock.json"
     data = apt_lock.write_lock(path, _lock_document())
     assert path.read_bytes() == data and data.endswith(b"\n") and apt_lock.read_lock(path).package("libc6").source_package == "glibc"
-    for field, value, message in (("filename", "../../../etc/passwd.deb", "not a .deb path"), ("size", 2**40, "is not a size"), ("source", 1, "names no source")):
+    assert apt_lock.read_lock(path).libraries() == {"libc.so.6": "libc6"}
+    for field, value, message in (("filename", "../../../etc/passwd.deb", "not a .deb path"), ("size", 2**40, "is not a size"), ("source", 1, "names no source"),
+                                  ("libraries", ["../libc.so.6"], "not a sorted list of library file names"), ("libraries", ["libz.so.1", "libc.so.6"], "not a sorted list")):
         document = _lock_document()
         document["packages"][0][field] = value
         with pytest.raises(InputError, match=message) as info:

@@ -9,6 +9,7 @@ import fnmatch
 import re
 import sys
 
+import pytest
 from repokit import ROOT
 
 PACKAGE = ROOT / "pipeline"
@@ -124,7 +125,7 @@ def _circles(graph: dict[str, set[str]]) -> list[str]:
 
 def _stage_edges(graph: dict[str, set[str]]) -> list[str]:
     """Stage -> stage imports: a stage that needs another's rule finds it below the stages, and one that runs
-    another finds it through the road (`road.pipe(name).stage_class()`)."""
+    another finds it through the road (`Stage.inner_stage_class`)."""
     stages = "pipeline.stages."
     return sorted(f"{name} imports {target}" for name, targets in graph.items() if name.startswith(stages) for target in targets if target.startswith(stages))
 
@@ -142,6 +143,9 @@ def test_no_stage_imports_another_stage():
 
 def test_every_stage_module_binds_its_stage_class():
     """`STAGE` is the stage's class in every stage module (the road's `stage_class()` returns it), never a name."""
+    from pipeline.road import PIPES
+    from pipeline.stage import Stage
+
     wrong = []
     for name, tree in _modules().items():
         if name.startswith("pipeline.stages."):
@@ -149,6 +153,35 @@ def test_every_stage_module_binds_its_stage_class():
             if len(bound) != 1 or not isinstance(bound[0], ast.Name):
                 wrong.append(f"{name}: {[ast.unparse(v) for v in bound]}")
     assert not wrong, wrong
+    for item in PIPES:  # the name resolves to a Stage class, not a string or another value
+        found = item.stage_class()
+        assert issubclass(found, Stage), f"{item.module}.STAGE is {found!r}"
+
+
+def test_a_stage_runs_another_only_through_runs_pipes():
+    """A stage that runs another names it in `runs_pipes` (its fingerprint covers that code) and gets it through
+    `inner_stage_class`, never through `road.pipe` directly; every name in `runs_pipes` is a pipe of the road."""
+    from pipeline.road import PIPES, pipe
+
+    direct = []
+    for name, tree in _modules().items():
+        if name.startswith("pipeline.stages."):
+            direct += [f"{name}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "pipeline.road"]
+    assert not direct, f"stages import the road themselves: {direct}"
+    for item in PIPES:
+        for inner in item.stage_class().runs_pipes:
+            assert pipe(inner).name == inner and inner != item.name, (item.name, inner)
+
+
+def test_inner_stage_class_refuses_a_pipe_not_named_in_runs_pipes():
+    from pipeline.road import pipe
+
+    rebuild = pipe("rebuild").stage_class()
+    assert rebuild.runs_pipes == ("build", "package")
+    stage = rebuild.__new__(rebuild)
+    assert stage.inner_stage_class("build") is pipe("build").stage_class()
+    with pytest.raises(LookupError, match="without naming it in runs_pipes"):
+        stage.inner_stage_class("compose")
 
 
 # A document's type string as the formats declare it: a module-level constant whose name says TYPE, holding

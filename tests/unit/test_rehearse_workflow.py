@@ -185,3 +185,21 @@ def test_a_release_that_is_not_a_release_name_is_refused_before_anything_is_made
     assert done.returncode == InputError.exit_code
     assert "--release: is not a release name (found 'v1.0;touch x'; expected vX.Y.Z or vX.Y.Z-beta.N)" in done.stderr
     assert not (tmp_path / "work").exists()
+
+
+def test_the_jobs_get_this_machines_tls_trust_and_nothing_else_of_the_callers(tmp_path, monkeypatch):
+    """A host behind a TLS-inspecting proxy names its CA in SSL_CERT_FILE / NODE_EXTRA_CA_CERTS / PIP_CERT: the jobs'
+    pip, npm and git must trust it (file paths, not credentials); the caller's tokens and PIPELINE_* never pass."""
+    from pipeline.dev import rehearse
+
+    monkeypatch.setenv("SSL_CERT_FILE", "/etc/ssl/certs/proxy-ca.pem")
+    monkeypatch.setenv("NODE_EXTRA_CA_CERTS", "/etc/ssl/certs/proxy-ca.pem")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_callers0123456789")
+    monkeypatch.setenv("PIPELINE_TEST_SUBSET", "rehearsal")
+    monkeypatch.setenv("HOME", str(tmp_path / "caller-home"))
+    environment = rehearse.act_environment(tmp_path / "work", {"EXTRA": "1"})
+    assert environment["SSL_CERT_FILE"] == environment["NODE_EXTRA_CA_CERTS"] == "/etc/ssl/certs/proxy-ca.pem"
+    assert "GITHUB_TOKEN" not in environment and "PIPELINE_TEST_SUBSET" not in environment
+    assert environment["HOME"] == str(tmp_path / "work" / "home") and environment["EXTRA"] == "1"
+    assert set(environment) <= {*rehearse.PASSED_VARIABLES, *rehearse.TRUST_VARIABLES, "HOME", "TMPDIR",
+                                "ACT_DISABLE_VERSION_CHECK", "EXTRA"}

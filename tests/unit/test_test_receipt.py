@@ -36,9 +36,9 @@ def test_round_trip_is_canonical_and_reproducible(tmp_path):
     first = write_test_receipt(path, good())
     assert write_test_receipt(tmp_path / "again.json", good()) == first
     assert first.endswith(b"}\n") and b"\r" not in first
-    assert json.loads(first) == {"artifact_type": "omp_ninfer_test_run_receipt", "schema_version": 2, "commit": C, "tree": T,
+    assert json.loads(first) == {"artifact_type": "omp_ninfer_test_run_receipt", "schema_version": 3, "commit": C, "tree": T,
                                  "dirty": False, "passed": 10, "failed": 0, "errors": 0, "skipped": 2, "xfailed": 0, "xpassed": 0,
-                                 "skipped_tests": list(SKIPS)}
+                                 "skipped_tests": list(SKIPS), "selection": {"kind": "full"}}
     assert read_test_receipt(path) == good()
 
 

@@ -13,6 +13,7 @@ import pytest
 from pipeline.errors import InputError, RefusedError
 from pipeline.formats.test_receipt import (
     SKIPS_ALLOWED_FOR_PUBLICATION,
+    Selection,
     TestRunReceipt,
     default_path,
     make_test_receipt,
@@ -30,9 +31,9 @@ GPU_TEST = "tests/integration/test_qualify.py::test_gpu_smoke_gate_runs_the_pack
 
 def good_document(**changes):
     document = {
-        "artifact_type": "omp_ninfer_test_run_receipt", "schema_version": 2, "commit": COMMIT, "tree": TREE,
+        "artifact_type": "omp_ninfer_test_run_receipt", "schema_version": 3, "commit": COMMIT, "tree": TREE,
         "dirty": False, "passed": 10, "failed": 0, "errors": 0, "skipped": 1, "xfailed": 1, "xpassed": 0,
-        "skipped_tests": [GPU_TEST],
+        "skipped_tests": [GPU_TEST], "selection": {"kind": "full"},
     }
     document.update(changes)
     return document
@@ -54,7 +55,14 @@ def test_round_trip_is_canonical_json(tmp_path):
     [
         ({"artifact_type": "omp_ninfer_lane_receipt"}, "artifact_type"),
         ({"schema_version": 1}, "schema_version"),
-        ({"schema_version": 3}, "schema_version"),
+        ({"schema_version": 4}, "schema_version"),
+        ({"schema_version": 2}, "selection"),  # schema 2 had no selection: the key is unknown there
+        ({"selection": "full"}, "selection"),
+        ({"selection": {"kind": "some"}}, "selection"),
+        ({"selection": {"kind": "full", "name": "rehearsal"}}, "selection"),
+        ({"selection": {"kind": "subset", "name": "rehearsal"}}, "selection"),
+        ({"selection": {"kind": "subset", "name": "../x", "sha256": "c" * 64}}, "selection.name"),
+        ({"selection": {"kind": "subset", "name": "rehearsal", "sha256": "C" * 64}}, "selection.sha256"),
         ({"schema_version": True}, "schema_version"),
         ({"commit": "A" * 40}, "commit"),
         ({"commit": "a" * 39}, "commit"),
@@ -85,7 +93,7 @@ def test_every_bad_field_is_refused_by_name(change, field):
         assert "is not a test count" in str(caught.value)
 
 
-@pytest.mark.parametrize("missing", ["xpassed", "dirty", "commit", "skipped_tests"])
+@pytest.mark.parametrize("missing", ["xpassed", "dirty", "commit", "skipped_tests", "selection"])
 def test_a_missing_field_is_named(missing):
     document = good_document()
     del document[missing]
@@ -177,3 +185,31 @@ def test_each_allowed_skip_names_a_test_of_this_suite_with_its_reason():
         functions = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
         assert name in functions, f"{node_id}: no such test"
         assert len(reason) > 40
+
+
+def test_a_schema_2_receipt_still_reads_as_a_run_of_the_whole_suite():
+    """Schema 2 (before `selection`) was written only for a finished run of the whole suite."""
+    document = good_document(schema_version=2)
+    del document["selection"]
+    receipt = parse_test_receipt(canonical_bytes(document))
+    assert receipt.selection == Selection() and receipt.selection.is_full
+    require_green_for(receipt, commit=COMMIT, tree=TREE)
+    assert json.loads(receipt.to_bytes())["schema_version"] == 3  # written again, it is the current schema
+
+
+SUBSET = Selection("subset", "rehearsal", "c" * 64)
+
+
+def test_gate_refuses_a_subset_receipt_unless_the_caller_says_why_it_may_pass():
+    receipt = make_test_receipt(commit=COMMIT, tree=TREE, passed=5, failed=0, errors=0, selection=SUBSET)
+    assert parse_test_receipt(receipt.to_bytes()) == receipt
+    with pytest.raises(RefusedError, match="declared subset 'rehearsal'") as caught:
+        require_green_for(receipt, commit=COMMIT, tree=TREE, file="r.json")
+    assert caught.value.field == "selection" and caught.value.found == "subset" and caught.value.file == "r.json"
+    assert "unset PIPELINE_TEST_SUBSET" in str(caught.value)
+    require_green_for(receipt, commit=COMMIT, tree=TREE, subset_allowed="the rehearsal's stand-in world")
+    # The reason lifts only the subset rule: a failing subset run is still refused.
+    failing = make_test_receipt(commit=COMMIT, tree=TREE, passed=5, failed=1, errors=0, selection=SUBSET)
+    with pytest.raises(RefusedError, match="1 failed"):
+        require_green_for(failing, commit=COMMIT, tree=TREE, subset_allowed="the rehearsal's stand-in world")
+

@@ -67,6 +67,7 @@ from pipeline.formats.release.names import (
     NINFER_REPOSITORY,
     NOTES,
     PRE_EVIDENCE_RELEASES,
+    PRE_REVIEW_LEDGER_RELEASES,
     RELEASE_RE,
     ROW_RECORDS,
     STATES,
@@ -79,6 +80,7 @@ from pipeline.formats.release.names import (
     provenance_name,
     release_dir,
     repo_path,
+    review_ledger_required,
     role_fields,
     split_image_reference,
 )
@@ -334,6 +336,19 @@ class Verifier:
                 fix=f"run 'python -m pipeline compose rebind --release {self.release}'",
             )
 
+        required = review_ledger_required(self.release)
+        if required != ("reviews" in m) or ("reviews" in m and not isinstance(m.get("reviews"), (dict, type(None)))):
+            self.error(
+                "schema",
+                "does not carry its review ledger binding" if required else "binds a review ledger, but the tree was made before the ledger existed",
+                file=f,
+                field="reviews",
+                found=abbreviate(m.get("reviews")) if "reviews" in m else "absent",
+                expected="{path, sha256, public_url} of the bound ledger, or null" if required else f"absent (a release of {', '.join(PRE_REVIEW_LEDGER_RELEASES)})",
+                why="the binding decides whether compose, publish and audit hold the release to its councils' reviews; removing it would skip them",
+                fix=f"run 'python -m pipeline compose rebind --release {self.release}'",
+            )
+
     # 3 -------------------------------------------------------------------------------------
     def _path_fields(self) -> list[tuple[str, Any]]:
         m = self.manifest
@@ -346,6 +361,8 @@ class Verifier:
         out.append(("qualification.summary", qual.get("summary")))
         if isinstance(qual.get("acceptance"), dict):
             out.append(("qualification.acceptance.path", qual["acceptance"].get("path")))
+        if isinstance(m.get("reviews"), dict):
+            out.append(("reviews.path", m["reviews"].get("path")))
         for row in lane_rows(m):
             where = row_field(row, self.lanes)
             if row.get("checksums_path") is not None:
@@ -401,6 +418,8 @@ class Verifier:
         pairs.append(("qualification.summary_sha256", qual.get("summary_sha256"), qual.get("summary")))
         if isinstance(qual.get("acceptance"), dict):
             pairs.append(("qualification.acceptance.sha256", qual["acceptance"].get("sha256"), qual["acceptance"].get("path")))
+        if isinstance(m.get("reviews"), dict):
+            pairs.append(("reviews.sha256", m["reviews"].get("sha256"), m["reviews"].get("path")))
         for row in lane_rows(m):
             where = row_field(row, self.lanes)
             q = section(row, "qualification")
@@ -637,6 +656,8 @@ class Verifier:
         out.append(("qualification.public_url", "summary", qual))
         if isinstance(qual.get("acceptance"), dict):
             out.append(("qualification.acceptance.public_url", "path", qual["acceptance"]))
+        if isinstance(m.get("reviews"), dict):
+            out.append(("reviews.public_url", "path", m["reviews"]))
         comp = section(m, "compatibility")
         out.append(("compatibility.public_url", "path", comp))
         for row in lane_rows(m):

@@ -32,6 +32,7 @@ from pipeline.formats.release.evidence import (
     file_sha256,
     predecessor_row,
     read_evidence_json,
+    review_subjects,
 )
 from pipeline.formats.release.manifest import component_lane_rows
 from pipeline.formats.release.names import (
@@ -50,6 +51,7 @@ from pipeline.formats.release.names import (
     PRODUCT_NAME,
     PRODUCT_REPOSITORY,
     PUBLICATION_RECEIPT,
+    REVIEWS_SUBJECT,
     ROW_RECORDS,
     STATES,
     SUMMARY,
@@ -63,6 +65,7 @@ from pipeline.formats.release.names import (
     provenance_name,
     receipt_name,
     repo_path,
+    review_ledger_required,
     role_fields,
     row_path,
     signer_identity,
@@ -72,6 +75,7 @@ from pipeline.formats.release.names import (
 from pipeline.formats.release.problems import Problems
 from pipeline.formats.release.render import render_authority, render_notes
 from pipeline.formats.release.spec import SHIPPED, LaneInput, ReleaseInput, load_release_toml
+from pipeline.formats.review_ledger import Ledger, gate_failures, ledger_path, read_ledger
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import canonical_bytes
 
@@ -90,6 +94,15 @@ class Derived:
     nulls: list[str] = field(default_factory=list)
     derived_blockers: list[str] = field(default_factory=list)
     unpinned: list[str] = field(default_factory=list)
+    ledger: Ledger | None = None  # the review ledger the tree binds (formats/review_ledger.py), when it holds one
+
+
+@dataclass(frozen=True)
+class DerivedReviews:
+    required: bool  # the manifest carries `reviews` (every release after v0.13.1)
+    entry: dict[str, Any] | None  # {path, sha256, public_url} of the bound ledger
+    ledger: Ledger | None
+    blockers: list[str]
 
 
 def _pin(pins: dict[str, str], path: str | None) -> str | None:
@@ -119,6 +132,28 @@ def _derive_acceptance(root: Path, release: str, pins: dict[str, str], problems:
     }
 
 
+def _derive_reviews(root: Path, release: str, pins: dict[str, str], problems: Problems, files: dict[str, str], bound: dict[str, str]) -> DerivedReviews:
+    """The manifest's `reviews` entry and the `reviews: ...` blockers from the tree's review ledger.
+
+    Trees of the releases before the ledger existed carry neither (their manifests never change); a
+    ledger that cannot be read is a problem (compose refuses it, verify reports it) and holds the release.
+    """
+    if not review_ledger_required(release):
+        return DerivedReviews(False, None, None, [])
+    rel = ledger_path(release)
+    try:
+        ledger = read_ledger(root, release)
+    except PipelineError as error:
+        problems.add_error("input", error)
+        files[rel] = "input"
+        return DerivedReviews(True, None, None, [f"{REVIEWS_SUBJECT}: the review ledger {rel} cannot be read: {error.what}; correct it (docs/review-ledger.md)"])
+    if ledger is not None:
+        files[rel] = "input"
+    entry = None if ledger is None else {"path": rel, "sha256": ledger.sha256, "public_url": _pin(pins, rel)}
+    blockers = [f"{REVIEWS_SUBJECT}: {failure.text()}" for failure in gate_failures(ledger, bound, release=release)]
+    return DerivedReviews(True, entry, ledger, blockers)
+
+
 def _unpinned_records(manifest: dict[str, Any], authority_rel: str, shipped_rows: list[dict[str, Any]], acceptance: dict[str, Any] | None) -> list[str]:
     """The tree's records whose raw URL is not pinned yet.  Pins come last in the chain: a record's raw URL
     can only name a commit holding its bytes."""
@@ -131,6 +166,8 @@ def _unpinned_records(manifest: dict[str, Any], authority_rel: str, shipped_rows
                 records.append((row[key]["path"], row[key]["public_url"]))
     if acceptance:
         records.append((acceptance["path"], acceptance["public_url"]))
+    if isinstance(manifest.get("reviews"), dict):
+        records.append((manifest["reviews"]["path"], manifest["reviews"]["public_url"]))
     return sorted({path for path, url in records if url is None})
 
 
@@ -197,9 +234,10 @@ def derive(
 
     acceptance = _derive_acceptance(root, release, pins, problems, files)
     accepted = bool(acceptance and acceptance["status"] == "passed")
+    reviews = _derive_reviews(root, release, pins, problems, files, review_subjects({"components": components, "qualification": {"acceptance": acceptance}}))
 
     nulls = null_identities(components, lanes)
-    derived_blockers = _blockers(rt, nulls, components, accepted)
+    derived_blockers = _blockers(rt, nulls, components, accepted) + reviews.blockers
     blockers = derived_blockers + [b for b in rt.blockers if b not in derived_blockers]
 
     deferred = {lane_id: li.deferral for lane_id, li in rt.lanes.items() if li.deferral is not None}
@@ -264,13 +302,15 @@ def derive(
         "signing": _signing(release, signed),
         "publication": {"authorized": False, "targets": list(rt.targets), "blockers": list(blockers)},
     }
+    if reviews.required:  # absent (not null) in trees made before the ledger, so released manifests never change
+        manifest["reviews"] = reviews.entry
     unpinned = _unpinned_records(manifest, authority_rel, shipped_rows, acceptance)
     if unpinned:
         pin_blocker = _pin_blocker(release, unpinned)
         manifest["publication"]["blockers"].append(pin_blocker)
         derived_blockers = [*derived_blockers, pin_blocker]
-    notes = render_notes(manifest, rt, summary, lanes=lanes)
-    return Derived(rt, manifest, summary, authority, authority_md, notes, files, nulls, derived_blockers, unpinned)
+    notes = render_notes(manifest, rt, summary, lanes=lanes, ledger=reviews.ledger)
+    return Derived(rt, manifest, summary, authority, authority_md, notes, files, nulls, derived_blockers, unpinned, reviews.ledger)
 
 
 def _signing(release: str, signed: list[str]) -> dict[str, Any]:

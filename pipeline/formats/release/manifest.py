@@ -96,7 +96,7 @@ def lane_row(document: Any, lane_id: str) -> dict[str, Any] | None:
 # The evidence records a manifest binds by path (each an object with its path, sha256 and, once pinned,
 # public_url): per lane row, then for the whole release (docs/release-tree.md).
 ROW_RECORD_KEYS = (("qualification", "summary"), *((name, "path") for name in ROW_RECORDS))
-RELEASE_RECORD_KEYS = (("qualification", "summary"), ("qualification.acceptance", "path"), ("compatibility", "path"))
+RELEASE_RECORD_KEYS = (("qualification", "summary"), ("qualification.acceptance", "path"), ("compatibility", "path"), ("reviews", "path"))
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,8 @@ def row_records(where: str, row: dict[str, Any]) -> list[EvidenceRecord]:
 
 
 def release_records(document: Any) -> list[EvidenceRecord]:
-    """The release's own evidence records (qualification summary, acceptance record, compatibility authority), objects only."""
+    """The release's own evidence records (qualification summary, acceptance record, compatibility authority,
+    review ledger), objects only."""
     out = []
     for dotted, key in RELEASE_RECORD_KEYS:
         parent, _, name = dotted.rpartition(".")

@@ -26,6 +26,7 @@ NOTES = "NOTES.md"
 QUALIFICATION_DIR = "qualification"
 PUBLICATION_RECEIPT = "qualification/runtime-publication.json"
 ACCEPTANCE = "acceptance/external-installation.json"
+REVIEWS = "reviews.toml"  # the review ledger (formats/review_ledger.py), the tree's second hand-written input
 BUNDLE_SUFFIX = ".sigstore.json"
 PROVENANCE_SUFFIX = ".provenance.intoto.json"  # a provenance statement (formats/provenance.py), beside a set and in a tree
 # A lane row's {path, sha256, public_url} records of byte copies in the tree. All but the image
@@ -50,6 +51,10 @@ OIDC_ISSUER = "https://token.actions.githubusercontent.com"
 # Trees made before the promise existed carry no such key; their manifests never change.
 EVIDENCE = {"statements": "published", "bundles": "published"}
 PRE_EVIDENCE_RELEASES = ("v0.13.0", "v0.13.1")
+# The review ledger (docs/review-ledger.md) is required from the release after these on: a manifest of a
+# later release carries `reviews` (the bound ledger, or null with a `reviews: ...` blocker); theirs has no
+# such key and never changes.
+PRE_REVIEW_LEDGER_RELEASES = ("v0.13.0", "v0.13.1")
 
 # The one grammar of a product release name (docs/release-tree.md: "vX.Y.Z or vX.Y.Z-beta.N"),
 # numbers without leading zeros.  It is also the folder name under manifests/, so nothing else
@@ -59,6 +64,7 @@ RELEASE_RE = re.compile(r"v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-be
 STATES = ("draft", "candidate", "ready")
 EXTERNAL_INSTALL = "external-install"
 PINS = "pins"
+REVIEWS_SUBJECT = "reviews"  # the blocker subject of the review ledger's gate
 
 
 def blocker_subject(blocker: str) -> str:
@@ -148,6 +154,11 @@ def image_provenance_asset(lane_id: str) -> str:
 def evidence_promise(release: str) -> dict[str, str] | None:
     """The `signing.evidence` a tree of `release` carries: EVIDENCE, or None for a tree made before the promise."""
     return None if release in PRE_EVIDENCE_RELEASES else dict(EVIDENCE)
+
+
+def review_ledger_required(release: str) -> bool:
+    """Whether a tree of `release` binds a review ledger (`reviews` in its manifest): every release after v0.13.1."""
+    return release not in PRE_REVIEW_LEDGER_RELEASES
 
 
 def signer_identity(release: str) -> str:

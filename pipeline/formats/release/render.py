@@ -12,6 +12,7 @@ from pipeline.formats.lanes import Lane
 from pipeline.formats.release.manifest import component_lane_rows
 from pipeline.formats.release.names import AUTHORITY, PRODUCT_NAME, RELEASE_TOML
 from pipeline.formats.release.spec import ReleaseInput
+from pipeline.formats.review_ledger import Ledger, short_digest
 
 
 def _short(value: Any, n: int = 12) -> str:
@@ -88,7 +89,23 @@ def superseded_lines(rows: list[dict[str, Any]], lanes: dict[str, Lane]) -> list
     return lines
 
 
-def render_notes(manifest: dict[str, Any], rt: ReleaseInput, summary: dict[str, Any], lanes: dict[str, Lane] | None = None) -> str:
+def review_lines(ledger: Ledger) -> list[str]:
+    """NOTES.md's account of the review ledger: each council, its disposition and what it reviewed by digest,
+    its findings with their dispositions, and the deferred items with the issues that track them."""
+    lines = ["", "### Reviews", "", f"Bound in the review ledger `{ledger.path}` (SHA-256 `{ledger.sha256}`).", ""]
+    for review in ledger.reviews:
+        reviewed = ", ".join(f"{label} `{short_digest(digest)}`" for label, digest in review.reviewed)
+        lines.append(f"- **{review.council}** ({review.state}): {_cell(review.disposition)} Reviewed: {reviewed}.")
+        for f in review.findings:
+            tracked = f", tracked in {f.tracking_issue}" if f.tracking_issue else ""
+            lines.append(f"  - {f.id}: {f.severity}, {f.scope} scope, {f.state}{tracked}: {_cell(f.disposition)}")
+    deferred = ledger.deferred()
+    lines += ["", "### Deferred items", ""]
+    lines += [f"- {f.id} ({council}, {f.severity}): {f.tracking_issue or 'no tracking issue'}" for council, f in deferred] or ["- None."]
+    return lines
+
+
+def render_notes(manifest: dict[str, Any], rt: ReleaseInput, summary: dict[str, Any], lanes: dict[str, Lane] | None = None, ledger: Ledger | None = None) -> str:
     release = manifest["release"]
     comp = manifest["components"]
     lines = [
@@ -135,6 +152,8 @@ def render_notes(manifest: dict[str, Any], rt: ReleaseInput, summary: dict[str, 
     blockers = manifest["publication"]["blockers"]
     lines += ["", "## Remaining release gates", ""]
     lines += [f"- {b}" for b in blockers] or ["- None: the release is technically cuttable. Publication is a separate act of the release lead."]
+    if ledger is not None:
+        lines += review_lines(ledger)
     lines += [
         "",
         "## Verify",

@@ -26,7 +26,7 @@ from pipeline.formats.lanes import Lane
 from pipeline.formats.release.derive import Derived
 from pipeline.formats.release.manifest import blockers as manifest_blockers
 from pipeline.formats.release.manifest import lane_row, lane_rows, lane_rows_as_written, section
-from pipeline.formats.release.names import EXTERNAL_INSTALL, PINS, blocker_subject, row_path
+from pipeline.formats.release.names import EXTERNAL_INSTALL, PINS, REVIEWS_SUBJECT, blocker_subject, row_path
 from pipeline.formats.release.problems import _MISSING
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 
@@ -209,7 +209,8 @@ def state_problems(manifest: dict[str, Any], derived: Derived, status: str, lane
         return out
     if status == "candidate":
         for index, blocker in enumerate(blockers):
-            if blocker_subject(blocker) not in (EXTERNAL_INSTALL, PINS) and blocker not in manual:
+            # the councils review the candidate, so its review blockers remain until the ledger clears them
+            if blocker_subject(blocker) not in (EXTERNAL_INSTALL, PINS, REVIEWS_SUBJECT) and blocker not in manual:
                 out.append((f"publication.blockers[{index}]", f"blocker (a candidate binds every install identity, published): {blocker}", _MISSING, _MISSING))
         qual = section(manifest, "qualification")
         acc = section(manifest, "qualification.acceptance")

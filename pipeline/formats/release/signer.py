@@ -1,4 +1,4 @@
-"""The expected signer of a release: the one signer policy sign, publish, package and audit check bundles against.
+"""The expected signer of a release: the one signer policy sign, publish and audit check bundles against.
 
 `release_signer` is the identity a tag-triggered run of the product's release
 workflow signs with; `signer_from_manifest` is the signer a release tree

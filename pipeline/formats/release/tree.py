@@ -22,6 +22,8 @@ from pipeline.formats.release.names import (
     MANIFEST,
     MANIFEST_TYPE,
     PINS,
+    REVIEWS,
+    REVIEWS_SUBJECT,
     SUMMARY,
     SUMMARY_TYPE,
 )
@@ -39,6 +41,7 @@ class TreeDocuments:
     summary: dict[str, Any] | None  # qualification.json (None: not in the tree)
     authority: dict[str, Any] | None  # compatibility.json
     sha256: dict[str, str]  # file name -> SHA-256 of the bytes parsed
+    reviews: dict[str, Any] | None = None  # the review ledger's facts (formats/review_ledger.py: ledger_facts), when the tree holds one
 
 
 def read_tree_document(path: Path, artifact_type: str, *, shown: str | None = None) -> tuple[dict[str, Any], str]:
@@ -72,7 +75,18 @@ def read_tree(folder: Path, *, shown: str | None = None) -> TreeDocuments:
             found[name] = None
             continue
         found[name], digests[name] = read_tree_document(path, artifact_type, shown=f"{shown.rstrip('/')}/{name}")
-    return TreeDocuments(shown, found[MANIFEST] or {}, found[SUMMARY], found[AUTHORITY], digests)
+    manifest = found[MANIFEST] or {}
+    ledger_file = folder / REVIEWS
+    reviews = None
+    if ledger_file.exists() or ledger_file.is_symlink():
+        from pipeline.formats.review_ledger import MAX_LEDGER_BYTES, ledger_facts, parse_ledger
+
+        if ledger_file.is_symlink() or not ledger_file.is_file():
+            raise InputError("is not a plain file of the release tree", file=f"{shown.rstrip('/')}/{REVIEWS}", expected="the tree's review ledger")
+        data = read_bytes_bounded(ledger_file, MAX_LEDGER_BYTES, what="the review ledger")
+        reviews = ledger_facts(parse_ledger(data, release=str(manifest.get("release")), file=f"{shown.rstrip('/')}/{REVIEWS}"))
+        digests[REVIEWS] = reviews["sha256"]
+    return TreeDocuments(shown, manifest, found[SUMMARY], found[AUTHORITY], digests, reviews)
 
 
 _ROW_SUBJECT = re.compile(r"components\.ninfer_variants\[(?P<lane>[a-z0-9-]+)\]|components\.ninfer\b")
@@ -84,6 +98,8 @@ def blocker_fix(blocker: str, release: str, *, manual: bool, container_lane: str
     compose = f"python -m pipeline compose --release {release}"
     if subject == PINS:
         return f"python -m pipeline compose rebind --release {release} --pin HEAD"
+    if subject == REVIEWS_SUBJECT:
+        return f"record the councils' reviews and dispositions in manifests/{release}/{REVIEWS} (docs/review-ledger.md), then python -m pipeline compose rebind --release {release}"
     if subject in (EXTERNAL_INSTALL, "acceptance"):
         return f"python -m pipeline compose accept --release {release} --record FILE (after the documented routes passed on the candidate)"
     if manual:
