@@ -269,6 +269,34 @@ def require_green(state: CiState, required: tuple[str, ...], *, declared_in: str
     return f"{len(required)} required checks succeeded at {state.sha[:12]} ({ids})"
 
 
+def from_recorded(value: Any, *, file: str, field: str) -> tuple[CiState, tuple[str, ...]]:
+    """A `ci` block a plan or receipt binds, checked (`check_recorded`) and read back: (the state, the required names)."""
+    check_recorded(value, file=file, field=field)
+    endpoint = f"{file} {field}"
+    runs = parse_check_runs([{"total_count": len(value["check_runs"]), "check_runs": value["check_runs"]}], endpoint=endpoint)
+    statuses = parse_statuses([{"sha": value["sha"], "state": "pending", "statuses": value["statuses"]}], endpoint=endpoint, sha=value["sha"])
+    return CiState(value["repository"], value["sha"], runs, statuses), tuple(value["required"])
+
+
+def changes(reviewed: Any, now: Any) -> list[str]:
+    """How the CI a reviewed plan saw differs from what GitHub reports now, per required name (the run that counts)."""
+    if reviewed == now:
+        return []
+    if not isinstance(reviewed, dict) or not isinstance(now, dict):
+        return [f"the CI at the commit was {'not recorded' if reviewed is None else 'recorded'} by the reviewed plan and is {'unknown' if now is None else 'reported'} now"]
+    then_state, required = from_recorded(reviewed, file="the reviewed plan", field="observed.ci")
+    now_state, _ = from_recorded(now, file="GitHub's answer", field="ci")
+    found = []
+    for name in sorted(set(required) | set(now.get("required") or [])):
+        old, new = then_state.latest(name), now_state.latest(name)
+        if old != new:
+            was = f"run {old.id} {old.status}/{old.conclusion}" if old else "no run"
+            found.append(f"the check {name!r} at {now_state.sha[:12]} is now " + (f"run {new.id} {new.status}/{new.conclusion}" if new else "absent") + f"; the reviewed plan saw {was}")
+        if then_state.status(name) != now_state.status(name):
+            found.append(f"the commit status {name!r} is now {getattr(now_state.status(name), 'state', 'absent')}; the reviewed plan saw {getattr(then_state.status(name), 'state', 'none')}")
+    return found or [f"the CI reported at {now_state.sha[:12]} changed since the reviewed plan (a run was added or re-run)"]
+
+
 def check_recorded(value: Any, *, file: str, field: str) -> None:
     """The shape of a `ci` block a plan or receipt binds (`CiState.to_json`)."""
     keys = {"repository", "sha", "required", "check_runs", "statuses"}

@@ -72,6 +72,7 @@ class Setup:
         self.clock = FakeClock()
         gh.tokens[TOKEN] = Token()
         gh.add_commit(workspace.commit, ["src/main.cpp"])
+        gh.pass_checks(workspace.commit, load_lane(self.lanes / f"{LANE}.toml").required_checks)  # CI green at the cut's commit
         self.statement = next(p for p in (self.dist / LANE / "attestations").iterdir() if p.name.endswith(".provenance.intoto.json"))
         self.set_names = asset_set(load_lane(self.lanes / f"{LANE}.toml")).names()
         self.names = sorted([*self.set_names, self.statement.name, self.statement.name + ".sigstore.json", "SHA256SUMS.sigstore.json"])
@@ -601,6 +602,7 @@ def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample
     with StandIn(REPO) as gh:
         gh.tokens[TOKEN] = Token()
         gh.add_commit(commit)
+        gh.pass_checks(commit, lane.required_checks)
         client = GitHub(REPO, TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
         publish_lane("5090", dist=dist, lanes_dir=lanes, github=client)
         sha = Register(dist).one("publication-plan", lane=lane.id, needed_by="t", produced_by="t").attrs["plan_sha256"]

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from github_standin import FakeClock, StandIn, Token, workflow_job_permissions
+from github_standin import FakeClock, StandIn, Token, declared_checks, workflow_job_permissions
 from releasekit import RELEASE, sample_release
 from repokit import ROOT, SIGSTORE_VECTORS, git
 from sigstore_standin import SigstoreStandIn, record_statement_bundle
@@ -78,6 +78,7 @@ class Product:
         commit = self.commit
         self.verifier(commit)
         self.gh.add_commit(commit, [f"{TREE}/manifest.json"])
+        self.gh.pass_checks(commit, declared_checks(self.root, commit))  # the product's CI green at exactly this commit
         tree = git(self.root, "rev-parse", f"{commit}^{{tree}}")
         write_test_receipt(self.dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped_tests=SKIPS_ALLOWED_FOR_PUBLICATION))
         manifest = json.loads(git(self.root, "show", f"{commit}:{TREE}/manifest.json"))
@@ -292,6 +293,7 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
     with StandIn("alphastorm/ninfer") as gh:
         gh.tokens[TOKEN] = Token()
         gh.add_commit(lane.ledger().current("0.7.0").source_commit)
+        gh.pass_checks(lane.ledger().current("0.7.0").source_commit, lane.required_checks)
         client = GitHub("alphastorm/ninfer", TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
         publish_lane("4090", dist=dist, lanes_dir=lanes, github=client)
         sha = sha256_bytes((dist / "publish" / "component-v0.7.0-qwen38-4090-beta.2" / "plan.json").read_bytes())

@@ -181,6 +181,16 @@ def documented_token_permissions(document: Path, secret: str) -> dict[str, str]:
     return {name.strip(): level.strip() for name, level in pairs}
 
 
+def declared_checks(root: Path, commit: str) -> tuple[str, ...]:
+    """The checks a product commit's `.github/required-checks.toml` requires, read by its owner as `publish --release` reads them."""
+    import subprocess
+
+    from pipeline.formats.ci_checks import REQUIRED_CHECKS_FILE, read_required_checks
+
+    shown = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{REQUIRED_CHECKS_FILE}"], capture_output=True, check=False)
+    return read_required_checks(shown.stdout if shown.returncode == 0 else None, source=f"{commit}:{REQUIRED_CHECKS_FILE}")
+
+
 class FakeClock:
     """The GitHub client's injected clock for tests: waits are recorded and advance the time, nothing sleeps."""
 
