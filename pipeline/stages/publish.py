@@ -160,7 +160,7 @@ class Remote:
         if self.github is None or not self.github.token:
             return "export GITHUB_TOKEN (in the release workflow: env GITHUB_TOKEN: ${{ github.token }}) and run the dry run again"
         return (f"GITHUB_TOKEN is set: check that it may read {self.target.repository}'s releases, tags and commits "
-                "(contents: read; contents: write to publish) and GitHub's status, then run the dry run again")
+                "(contents: read; checks: read and statuses: read for the CI at the commit; contents: write to publish) and GitHub's status, then run the dry run again")
 
     def token(self) -> str:
         t = self.target

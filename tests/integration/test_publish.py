@@ -120,6 +120,7 @@ class Setup:
         assert [a["name"] for a in receipt["assets"]] == self.names
         assert TOKEN not in (self.folder / "receipt.json").read_text()
         assert cut.publication.receipt_sha256 == sha256_file(self.folder / "receipt.json")
+        assert receipt["ci"]["sha"] == self.workspace.commit and {r["conclusion"] for r in receipt["ci"]["check_runs"]} == {"success"}, "the receipt keeps the CI that gated it"
 
 
 @pytest.fixture
@@ -140,7 +141,11 @@ def test_dry_run_writes_the_plan_prints_it_and_writes_nothing_remote(setup, caps
     plan = json.loads(plan_path.read_bytes())
     assert out == plan_path.read_text(), "stdout carries the plan's canonical JSON"
     assert [op["op"] for op in plan["operations"]] == ["create-draft", *["upload-asset"] * 14, "create-tag", "publish"], "the tag is the last write before publishing"
+    ci = plan["observed"].pop("ci")
     assert plan["observed"] == {"read": True, "tag": None, "immutable_releases": False, "releases": []}, "the plan binds what GitHub held"
+    assert ci["sha"] == setup.workspace.commit and ci["required"] == ["build", "test"] and ci["statuses"] == []
+    assert [(r["name"], r["head_sha"], r["conclusion"]) for r in ci["check_runs"]] == [("build", setup.workspace.commit, "success"), ("test", setup.workspace.commit, "success")]
+    assert "OK:   gate ci-at-commit: 2 required checks succeeded at" in err
     assert plan["release"] == {"name": TAG, "body": plan["release"]["body"], "prerelease": True, "make_latest": "false"}
     assert plan["commit"] == setup.workspace.commit and plan["repository"] == REPO
     uploads = [op for op in plan["operations"] if op["op"] == "upload-asset"]
@@ -182,6 +187,36 @@ def test_apply_publishes_the_closed_set_and_a_rerun_changes_nothing(setup, capsy
     assert setup.gh.writes == writes
     setup.converged()
     assert "already published exactly as planned" in capsys.readouterr().err
+
+
+# -- CI at the cut's exact commit ---------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("conclusion", "status", "shown"), [("failure", "completed", "concluded failure"), (None, "in_progress", "is in_progress")], ids=["failed", "pending"])
+def test_a_cut_whose_ci_is_not_green_at_its_commit_is_never_published(setup, capsys, conclusion, status, shown):
+    run = setup.gh.add_check_run(setup.workspace.commit, "test", conclusion=conclusion, status=status)  # a re-run: the latest counts
+    with pytest.raises(RefusedError) as caught:
+        setup.dry()
+    text = str(caught.value)
+    assert caught.value.exit_code == 7 and f"gate ci-at-commit refused: CI of {REPO} at {setup.workspace.commit} is not green: the required check 'test' run {run['id']} {shown}" in text, text
+    assert run["html_url"] in text and "apply with:" not in capsys.readouterr().err
+    with pytest.raises(RefusedError, match=f"gate ci-at-commit refused: .*'test' run {run['id']} {shown}"):
+        setup.apply(fmt_sha(setup))  # the plan's own hash: every gate runs before the first write
+    assert setup.gh.writes == 0 and not setup.gh.releases and TAG not in setup.gh.refs, "nothing is written"
+    assert load_lane(setup.lanes / f"{LANE}.toml").ledger().entry("0.7.0", 2).state == "cut"
+
+
+@pytest.mark.slow
+def test_a_rerun_that_flips_between_the_dry_run_and_the_apply_is_caught(setup):
+    setup.gh.faults["ci_rerun_after_read"] = ("test", "failure")  # re-run right after the dry run read the checks
+    sha = setup.plan_sha()
+    [_first, rerun] = [r for r in setup.gh.check_runs[setup.workspace.commit] if r["name"] == "test"]
+    with pytest.raises(RefusedError) as caught:
+        setup.apply(sha)
+    text = str(caught.value)
+    assert f"gate github-unchanged refused: the check 'test' at {setup.workspace.commit[:12]} is now run {rerun['id']} completed/failure; the reviewed plan saw run" in text, text
+    assert "(and 1 more gate(s) listed above)" in text, "ci-at-commit refuses the failing re-run as well"
+    assert setup.gh.writes == 0
 
 
 # -- faults, each followed by convergence --------------------------------------------------

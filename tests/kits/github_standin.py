@@ -334,9 +334,12 @@ class StandIn:
             return status
 
     def pass_checks(self, sha: str, names: tuple[str, ...] | list[str]) -> None:
-        """Every named check concluded `success` at exactly `sha`: what a test that cuts or publishes seeds."""
+        """Every named check concluded `success` at exactly `sha`: what a test that cuts or publishes seeds (a name whose
+        latest run there already succeeded gets no new run, so seeding twice changes nothing)."""
         for name in names:
-            self.add_check_run(sha, name)
+            runs = [r for r in self.check_runs.get(sha, []) if r["name"] == name]
+            if not runs or runs[-1]["conclusion"] != "success":
+                self.add_check_run(sha, name)
 
     def releases_for(self, tag: str) -> list[Release]:
         return [r for r in self.releases.values() if r.tag_name == tag]
