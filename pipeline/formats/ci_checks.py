@@ -297,6 +297,18 @@ def changes(reviewed: Any, now: Any) -> list[str]:
     return found or [f"the CI reported at {now_state.sha[:12]} changed since the reviewed plan (a run was added or re-run)"]
 
 
+def summary(value: Any, *, file: str, field: str) -> str:
+    """One line of a recorded `ci` block, for people: the commit and the run (or status) that counts per required name."""
+    state, required = from_recorded(value, file=file, field=field)
+    parts = []
+    for name in required:
+        run, status = state.latest(name), state.status(name)
+        text = f"{name} #{run.id} {run.conclusion or run.status}" if run else f"{name} missing"
+        parts.append(text + (f" (status {status.state})" if status else ""))
+    verdict = "green" if not refusals(state, required) else "NOT green"
+    return f"{verdict} at {state.sha[:12]}: " + ", ".join(parts)
+
+
 def check_recorded(value: Any, *, file: str, field: str) -> None:
     """The shape of a `ci` block a plan or receipt binds (`CiState.to_json`)."""
     keys = {"repository", "sha", "required", "check_runs", "statuses"}

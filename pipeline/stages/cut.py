@@ -410,7 +410,8 @@ class CutStage(Stage):
             ui.info(f"cut {cut.tag} at {self.commit}; ledger {path} (commit it)")
         record = {"artifact_type": "omp_ninfer_cut_record", "schema_version": 1, "lane": lane.id, **cut.to_json(), "ci": self.ci}
         write_json(self.record_path, record)
-        entry = self.ctx.register.make("cut", self.record_path, stage=self.name, lane=lane.id, name=f"{lane.id}/cut.json", component_tag=cut.tag, n=cut.n, commit=cut.source_commit)
+        entry = self.ctx.register.make("cut", self.record_path, stage=self.name, lane=lane.id, name=f"{lane.id}/cut.json", component_tag=cut.tag, n=cut.n, commit=cut.source_commit,
+                                       ci=self.ci)  # what GitHub reported for the required checks at the commit (status shows it), or None unread
         return [entry]
 
 

@@ -187,6 +187,13 @@ def test_apply_publishes_the_closed_set_and_a_rerun_changes_nothing(setup, capsy
     assert setup.gh.writes == writes
     setup.converged()
     assert "already published exactly as planned" in capsys.readouterr().err
+    # `status` shows the CI that gated the publication, from the receipt (read only: no token, nothing run).
+    from pipeline.tools.status import collect, render_text
+
+    status = collect(setup.dist, ROOT, None, lanes_dir=setup.lanes, token=None)
+    row = {r.lane: r for r in status.lanes}[LANE]
+    assert row.ci.startswith(f"green at {setup.workspace.commit[:12]}: build #") and ", test #" in row.ci and row.ci.endswith("(publication receipt)"), row.ci
+    assert f"  ci       {row.ci}" in render_text(status) and {r["lane"]: r["ci"] for r in status.to_json()["lanes"]}[LANE] == row.ci
 
 
 # -- CI at the cut's exact commit ---------------------------------------------------------
