@@ -915,7 +915,7 @@ def test_a_public_release_without_the_planned_bytes_is_never_called_unpublished(
 
     plan = fmt.make_plan(kind="component", subject=LANE, repository=REPO, tag=TAG, commit="a" * 40, name=TAG, body="notes", prerelease=True, make_latest=False,
                          assets=[{"name": "SHA256SUMS", "size": 3, "sha256": "c" * 64, "source": {"root": "dist", "path": "SHA256SUMS"}}], gates=[],
-                         observed={"read": True, "tag": None, "immutable_releases": False, "releases": []})
+                         observed={"read": True, "tag": None, "immutable_releases": False, "releases": [], "ci": None})
 
     class Listing:
         def assets(self, release_id: int) -> list[dict]:
