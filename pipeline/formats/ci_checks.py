@@ -21,8 +21,9 @@ concluded `success`.  A name is a check run's `name` or a commit status's `conte
 status checks match either).  Of a check run name's runs the latest counts -- the highest id (GitHub numbers
 runs in creation order; a re-run is a new run) -- and it must be `completed` with conclusion `success`;
 `neutral`, `skipped`, `stale`, `failure`, `cancelled`, `timed_out`, `action_required`, `startup_failure`, or
-any status other than `completed` (queued, in_progress, waiting, requested, pending) is refused.  A run whose
-`head_sha` is not the commit is refused (a check of a parent or a branch says nothing about this commit).  A
+any status other than `completed` (queued, in_progress, waiting, requested, pending) is refused.  A run of the name
+whose `head_sha` is not the commit, anywhere in the answer, is refused (a check of a parent or a branch says nothing
+about this commit, and an answer mixing commits is not this commit's CI).  A
 status context must be `success` (`pending`, `failure`, `error` refused).  A name reported by neither is missing.
 """
 
@@ -234,10 +235,11 @@ def refusals(state: CiState, required: tuple[str, ...]) -> list[tuple[str, str, 
         if run is None and status is None:
             found.append((name, "missing: no check run or status of that name is reported at this commit", None))
             continue
-        if run is not None:
-            if run.head_sha != state.sha:
-                found.append((name, f"run {run.id} is of the commit {run.head_sha}, not this one", run.html_url))
-            elif run.status != "completed":
+        foreign = next((r for r in state.check_runs if r.name == name and r.head_sha != state.sha), None)
+        if foreign is not None:  # the endpoint lists one commit's runs: a run of another commit in it is not this commit's CI
+            found.append((name, f"run {foreign.id} is of the commit {foreign.head_sha}, not this one", foreign.html_url))
+        elif run is not None:
+            if run.status != "completed":
                 found.append((name, f"run {run.id} is {run.status}", run.html_url))
             elif run.conclusion != "success":
                 found.append((name, f"run {run.id} concluded {run.conclusion}", run.html_url))

@@ -101,9 +101,9 @@ def test_check_runs_are_read_over_every_page(gh):
 
 def test_a_run_of_another_commit_in_the_answer_is_refused(gh):
     run = gh.add_check_run(PARENT, "test")
-    gh.add_check_run(SHA, "build")
-    gh.faults["malformed"] = {f"/repos/{REPO}/commits/{SHA}/check-runs": {"total_count": 2, "check_runs": [run, gh.check_runs[SHA][0]]}}
-    with pytest.raises(RefusedError, match=f"is of the commit {PARENT}, not this one"):
+    gh.pass_checks(SHA, REQUIRED)  # the newest run of 'test' is this commit's, and green: the answer still mixes commits
+    gh.faults["malformed"] = {f"/repos/{REPO}/commits/{SHA}/check-runs": {"total_count": 3, "check_runs": [run, *gh.check_runs[SHA]]}}
+    with pytest.raises(RefusedError, match=f"the required check 'test' run {run['id']} is of the commit {PARENT}, not this one"):
         gate(gh)
 
 
