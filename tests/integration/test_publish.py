@@ -194,6 +194,11 @@ def test_apply_publishes_the_closed_set_and_a_rerun_changes_nothing(setup, capsy
     row = {r.lane: r for r in status.lanes}[LANE]
     assert row.ci.startswith(f"green at {setup.workspace.commit[:12]}: build #") and ", test #" in row.ci and row.ci.endswith("(publication receipt)"), row.ci
     assert f"  ci       {row.ci}" in render_text(status) and {r["lane"]: r["ci"] for r in status.to_json()["lanes"]}[LANE] == row.ci
+    from html import escape
+
+    from pipeline.tools.status_page import render_page
+
+    assert f"<small>CI {escape(row.ci)}</small>" in render_page(status).decode("utf-8"), "the status page shows it beside the cut"
 
 
 # -- CI at the cut's exact commit ---------------------------------------------------------
