@@ -302,5 +302,5 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(venv_backend="none")
 def lock(session: nox.Session) -> None:
-    """Refresh requirements/release.txt, the hash-locked requirements the release workflow installs (needs PyPI)."""
+    """Refresh requirements/release.txt (the release workflow installs it) and requirements/auditor.txt (the auditor's install, shipped with each release), both hash-locked (needs PyPI)."""
     refresh_release_lock(session.log)

@@ -97,12 +97,18 @@ def _selected(argv: list[str]) -> str | None:
 
 
 def _missing_dependency(command: str, error: ImportError) -> EnvironmentProblem:
+    from pipeline.formats.lanes import REPO_ROOT
+
     missing = error.name or str(error)
+    # An auditor's install (the release's auditor-requirements.txt) carries what `audit` needs and no more; every other
+    # command may need the rebuild or maintainer extras, all of them in the release lock (bundled in the wheel too).
+    release_lock = REPO_ROOT / "requirements" / "release.txt"
     return EnvironmentProblem(
         f"the '{command}' command cannot start: it needs the module {missing!r}, which this Python cannot import ({error})",
-        why="this Python environment lacks one of the pipeline's dependencies (pyproject.toml), or the installation is incomplete",
-        fix=f"run it in the pipeline's environment ('nox' makes .nox/pipeline-env), or install the pipeline with its dependencies "
-        f"('{sys.executable} -m pip install -e .' in this checkout); 'python -m pipeline --help' works without them",
+        why="this Python environment lacks one of the pipeline's dependencies (pyproject.toml): an auditor's install holds "
+        "only what 'audit' needs, or the installation is incomplete",
+        fix=f"install the release lock into this environment ('{sys.executable} -m pip install --require-hashes --no-deps -r {release_lock}'), "
+        "or run it in the pipeline's environment ('nox' makes .nox/pipeline-env); 'python -m pipeline --help' works without them",
     )
 
 

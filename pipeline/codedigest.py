@@ -71,15 +71,19 @@ def code_closure(module: str) -> tuple[tuple[str, Path], ...]:
     return tuple(sorted(seen.items()))
 
 
-def _code_bytes(module: str, extra_files: tuple[Path, ...]):
-    """(name, bytes) of every file in the module's code closure (its path under the package) and of `extra_files`."""
-    for _name, path in code_closure(module):
+Modules = str | tuple[str, ...]  # one module, or several whose code counts as one (a stage and the stages it runs)
+
+
+def _code_bytes(modules: Modules, extra_files: tuple[Path, ...]):
+    """(name, bytes) of every file in the modules' code closure (its path under the package) and of `extra_files`."""
+    closure = dict(item for module in ((modules,) if isinstance(modules, str) else modules) for item in code_closure(module))
+    for _name, path in sorted(closure.items()):
         yield path.relative_to(PACKAGE_ROOT).as_posix(), path.read_bytes()
     for path in extra_files:
         yield path.name, path.read_bytes()
 
 
-def code_digest(module: str, *extra_files: Path) -> str:
+def code_digest(module: Modules, *extra_files: Path) -> str:
     """SHA-256 over the relative path and bytes of every file in the module's code closure (and `extra_files`)."""
     digest = hashlib.sha256()
     for name, data in _code_bytes(module, extra_files):
@@ -87,7 +91,7 @@ def code_digest(module: str, *extra_files: Path) -> str:
     return digest.hexdigest()
 
 
-def code_files(module: str, *extra_files: Path) -> dict[str, str]:
+def code_files(module: Modules, *extra_files: Path) -> dict[str, str]:
     """The SHA-256 of each file of the module's code closure (and `extra_files`), by its path under the
     package: recorded with a stage's run so `status` can name the file whose change makes it stale."""
     return dict(sorted((name, hashlib.sha256(data).hexdigest()) for name, data in _code_bytes(module, extra_files)))

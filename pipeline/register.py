@@ -80,6 +80,7 @@ KINDS: dict[str, frozenset[str]] = {
     "benchmark": frozenset(),
     "verifier-wheel": frozenset({"commit", "version"}),
     "verifier-sdist": frozenset({"commit", "version"}),
+    "verifier-requirements": frozenset({"commit", "version"}),  # the auditor's hash-locked requirements
     "verifier-checksums": frozenset({"commit", "version"}),
     # the lane's cut as `cut` recorded it (pipeline/stages/cut.py)
     "cut": frozenset({"component_tag", "n", "commit"}),

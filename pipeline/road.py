@@ -2,7 +2,8 @@
 
 `PIPES` is the pipeline.  Each `Pipe` names one stage: its command, the module
 that holds it and a one-line summary; `Pipe.stage_class()` imports that module
-and returns its `STAGE` class.  The references are by module name so that
+and returns its `STAGE` class (or another stage class of it, by name: how a
+stage that runs another finds it without importing a stage).  The references are by module name so that
 `python -m pipeline --help` imports no stage and no third-party library (a
 missing optional dependency then breaks only the command that needs it).  The
 CLI makes one command per pipe, `release` runs the list in order, and nox
@@ -29,8 +30,14 @@ class Pipe:
     def load(self) -> ModuleType:
         return importlib.import_module(self.module)
 
-    def stage_class(self) -> type:
-        return self.load().STAGE
+    def stage_class(self, name: str = "STAGE") -> type:
+        """The pipe's stage class (`STAGE`), or, by its name, another stage class of the pipe's module: one job of
+        a stage with several (compose's `AcceptStage`).  A stage that runs another looks it up here, never by an
+        import, so that stages stay leaves (tests/unit/test_architecture.py)."""
+        found = getattr(self.load(), name, None)
+        if not isinstance(found, type):
+            raise LookupError(f"{self.module} defines no stage class {name}")
+        return found
 
 
 PIPES: tuple[Pipe, ...] = (

@@ -5,7 +5,7 @@ PATH, host platform, register entries it needs) before any work; `inputs()`
 returns everything its output depends on; `run()` does the work and returns
 the artefacts it wrote.  `execute()` wires them: preflight, fingerprint (the
 inputs plus the code of the stage's module and every pipeline module it
-imports, `pipeline.codedigest`), skip when the register says the same
+imports, `pipeline.codedigest`, and of the stages it runs, `Stage.runs_pipes`), skip when the register says the same
 fingerprint already produced intact outputs, else run and record.  A stage
 that observes the world rather than making bytes from files (verify, audit,
 qualify against a live endpoint) sets `always_runs`.  A stage that does not
@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 from pipeline.codedigest import code_digest, code_files
 from pipeline.errors import PipelineError, UsageError
 from pipeline.register import Artifact, Register, fingerprint
+from pipeline.road import pipe
 from pipeline.util import ui
 from pipeline.util.fs import exclusive_lock, remove_leftovers
 
@@ -74,9 +75,19 @@ class Stage:
     name: ClassVar[str]
     # An observation (a live endpoint, a release tree, public URLs): never "up to date".
     always_runs: ClassVar[bool] = False
+    # The pipes whose stages this one runs inside its own run, looked up through the road (rebuild runs build and
+    # package): their code is part of this stage's code, so a change to them makes its record stale.
+    runs_pipes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+
+    def inner_stage_class(self, pipe_name: str, class_name: str = "STAGE") -> type:
+        """The stage class this stage runs inside its own run, found through the road (stages never import each
+        other); only a pipe it names in `runs_pipes`, so its fingerprint always covers the code it runs."""
+        if pipe_name not in self.runs_pipes:
+            raise LookupError(f"{type(self).__name__} runs pipe {pipe_name!r} without naming it in runs_pipes {self.runs_pipes!r}")
+        return pipe(pipe_name).stage_class(class_name)
 
     @property
     def key(self) -> str:
@@ -145,12 +156,17 @@ def _remember_refusal(stage: Stage, error: PipelineError) -> None:
         ui.warn(f"could not record the refusal of {stage.key} in {stage.ctx.register.file}: {problem}")
 
 
+def code_modules(stage: Stage) -> tuple[str, ...]:
+    """The modules whose code a stage's fingerprint covers: its own, and those of the stages it runs (`Stage.runs_pipes`)."""
+    return (type(stage).__module__, *(pipe(name).module for name in stage.runs_pipes))
+
+
 def run_facts(stage: Stage, inputs: dict, read: dict[str, str]) -> dict:
     """What a record keeps beside its fingerprint so `status` can say which input changed without running it."""
     return {
         "lane": stage.lane_id,
         "inputs": {name: fingerprint(value) for name, value in sorted(inputs.items())},
-        "code": code_files(type(stage).__module__),
+        "code": code_files(code_modules(stage)),
         "read": dict(sorted(read.items())),
     }
 
@@ -170,7 +186,7 @@ def _run_or_skip(stage: Stage, register: Register, *, force: bool) -> StageResul
     ui.step(stage.name, f"{stage.describe()}: preflight")
     stage.preflight()
     inputs = stage.inputs()
-    digest = fingerprint({"inputs": inputs, "code": code_digest(type(stage).__module__)})
+    digest = fingerprint({"inputs": inputs, "code": code_digest(code_modules(stage))})
     if not force and not stage.always_runs and register.stage_is_current(stage.key, digest):
         outputs = register.outputs_of(stage.key)
         ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")

@@ -327,6 +327,9 @@ def run_bench(*, output: Path = DEFAULT_OUTPUT, size: int = DEFAULT_SIZE, level:
         raise UsageError(f"unknown measurement {unknown[0]!r}", field="--only", expected="one of " + ", ".join(MEASUREMENTS))
     if size < 1 << 20:
         raise UsageError("the payload is too small to measure", field="--size", found=size, expected="at least 1 MiB")
+    if work is not None and not work.is_dir():
+        raise UsageError("the --work folder does not exist or is not a folder", field="--work", found=str(work), expected="an existing folder with room for the payload",
+                         fix=f"create it (mkdir -p {work}) or leave --work out to use the system temp folder")
     load_start = _load_average()
     base = Path(tempfile.mkdtemp(prefix="omp-ninfer-bench.", dir=work))
     try:

@@ -147,9 +147,10 @@ def change_one_of_each(repo: Path) -> str:
 
 def _build(dist: Path, repo: Path, commit: str, cache: Path | None) -> dict[str, Any]:
     from pipeline.formats.lanes import find_lane
+    from pipeline.infra.hostdeps import BUILD_PATH
     from pipeline.infra.source import parse_source
     from pipeline.stage import Context, execute
-    from pipeline.stages.build import BUILD_PATH, BuildStage
+    from pipeline.stages.build import BuildStage
 
     stage = BuildStage(Context.open(dist), find_lane("5090"), source=parse_source(f"{repo}@{commit}"), rehearsal=True, cache_dir=cache)
     started = time.monotonic()

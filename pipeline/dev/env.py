@@ -173,6 +173,7 @@ def lane_table(lanes_dir: Path | None = None) -> list[LaneRow]:
 
 RELEASE_LOCK = ROOT / "requirements" / "release.txt"
 RELEASE_CONSTRAINTS = ROOT / "requirements" / "release-constraints.txt"  # versions without files for Python 3.11, with why
+AUDITOR_LOCK = ROOT / "requirements" / "auditor.txt"  # the auditor's install, shipped with each release (verifier-dist)
 UV_ENV_DIR = ROOT / ".nox" / "uv-env"
 UV_VERSION = "0.9.0"  # the resolver that writes the lock, pinned so a refresh is the same program
 
@@ -187,6 +188,16 @@ def release_lock_command(uv: str) -> list[str]:
             "--generate-hashes", "--custom-compile-command", "nox -s lock", "--output-file", str(RELEASE_LOCK.relative_to(ROOT))]
 
 
+def auditor_lock_command(uv: str) -> list[str]:
+    """The one command that writes requirements/auditor.txt: the pipeline's own dependencies only (no extra:
+    what `audit` needs, not the build tools, registry client or test tools), with the same flags as the
+    release lock and constrained to its versions, so the auditor installs exactly what the release was
+    verified with, each file by SHA-256."""
+    return [uv, "pip", "compile", "pyproject.toml", "--universal", "--python-version", "3.11",
+            "--constraint", str(RELEASE_LOCK.relative_to(ROOT)),
+            "--generate-hashes", "--custom-compile-command", "nox -s lock", "--output-file", str(AUDITOR_LOCK.relative_to(ROOT))]
+
+
 def refresh_release_lock(log=print) -> Path:
     """`nox -s lock`: resolve again from PyPI (network) with the pinned uv, in its own environment."""
     uv = UV_ENV_DIR / "bin" / "uv"
@@ -197,4 +208,6 @@ def refresh_release_lock(log=print) -> Path:
     RELEASE_LOCK.parent.mkdir(exist_ok=True)
     subprocess.run(release_lock_command(str(uv)), cwd=ROOT, check=True)
     log(f"wrote {RELEASE_LOCK.relative_to(ROOT)} (sha256 {hashlib.sha256(RELEASE_LOCK.read_bytes()).hexdigest()})")
+    subprocess.run(auditor_lock_command(str(uv)), cwd=ROOT, check=True)  # after the release lock: its versions bind
+    log(f"wrote {AUDITOR_LOCK.relative_to(ROOT)} (sha256 {hashlib.sha256(AUDITOR_LOCK.read_bytes()).hexdigest()})")
     return RELEASE_LOCK

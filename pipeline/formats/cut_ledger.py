@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, RefusedError
-from pipeline.formats.lanes import MAX_BETA
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import canonical_bytes, parse_strict
@@ -50,7 +49,10 @@ SCHEMA_VERSION = 1
 STATES = ("cut", "published", "superseded")
 ORIGINS = ("cut", "record")
 SEEN = ("github-release", "github-tag", "checkout-tag", "history")
-MAX_N = MAX_BETA  # one range: a lane renders its names for every N a ledger may hold, and only those
+# Beta numbers: the component's beta.N; 0 or a negative number is never a cut.  One range: a lane renders its
+# names (pipeline/formats/lanes.py) for every N a ledger may hold, and only those.
+MIN_BETA = 1
+MAX_BETA = 99999
 MAX_BYTES = 4 * 1024 * 1024
 VERSION_RE = re.compile(r"(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)")
 BINDINGS = ("source_commit", "lane_file_sha256", "toolchain_lock_sha256")
@@ -230,7 +232,7 @@ def _parse_cut(raw: Any, index: int, tag_for: TagFor | None, file: str) -> Cut:
     version = obj["version"]
     if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         raise InputError("is not a component version", file=file, field=f"{where}.version", found=version, expected="'X.Y.Z' without leading zeros")
-    n = _int(obj["n"], file=file, field=f"{where}.n", low=1, high=MAX_N)
+    n = _int(obj["n"], file=file, field=f"{where}.n", low=MIN_BETA, high=MAX_BETA)
     tag = _check_tag(obj["tag"], version, n, tag_for, file=file, field=f"{where}.tag")
     state = obj["state"]
     if state not in STATES:
@@ -275,7 +277,7 @@ def _parse_cut(raw: Any, index: int, tag_for: TagFor | None, file: str) -> Cut:
     if state != "cut" and origin == "cut" and publication is None:
         raise InputError(f"is {state} but records no publication", file=file, field=f"{where}.publication", why="the publish stage records its receipt when it publishes a cut")
     if state == "superseded":
-        successor = _int(successor, file=file, field=f"{where}.superseded_by", low=n + 1, high=MAX_N)
+        successor = _int(successor, file=file, field=f"{where}.superseded_by", low=n + 1, high=MAX_BETA)
         if not isinstance(reason, str) or not reason.strip():
             raise InputError("a superseded cut needs its reason", file=file, field=f"{where}.reason", found=reason, expected="a non-empty text")
     elif successor is not None or reason is not None:
@@ -289,7 +291,7 @@ def _parse_external(raw: Any, index: int, tag_for: TagFor | None, file: str) -> 
     version = obj["version"]
     if not isinstance(version, str) or not VERSION_RE.fullmatch(version):
         raise InputError("is not a component version", file=file, field=f"{where}.version", found=version)
-    n = _int(obj["n"], file=file, field=f"{where}.n", low=1, high=MAX_N)
+    n = _int(obj["n"], file=file, field=f"{where}.n", low=MIN_BETA, high=MAX_BETA)
     tag = _check_tag(obj["tag"], version, n, tag_for, file=file, field=f"{where}.tag")
     if not isinstance(obj["seen"], str) or obj["seen"].split(":", 1)[0] not in SEEN:
         raise InputError("does not say where the number was seen", file=file, field=f"{where}.seen", found=obj["seen"], expected="'<" + "|".join(SEEN) + ">: <detail>'")

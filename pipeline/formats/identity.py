@@ -28,6 +28,7 @@ IDENTITY_KEYS = (
     "cuda_architecture",
     "source_dirty",
 )
+IDENTITY_TYPE = "ninfer_release_build_identity"  # `artifact_type` of build-identity.json (the build writes it)
 MARKER = b"NINFER-BUILD-IDENTITY:v1 "
 _VALUE = re.compile(r"[A-Za-z0-9._+-]+")
 

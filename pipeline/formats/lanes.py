@@ -24,6 +24,7 @@ from typing import Any
 
 from pipeline.errors import InputError, UsageError
 from pipeline.formats.ci_checks import check_names
+from pipeline.formats.cut_ledger import MAX_BETA, MIN_BETA, ledger_path, load_ledger
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import read_toml
 from pipeline.util.safepath import safe_component, safe_relative
@@ -56,9 +57,6 @@ PATTERN_FIELDS = ("version", "n")
 MAX_PATTERN = 128
 PATTERN_LITERAL = re.compile(r"[A-Za-z0-9._+-]*")
 MAX_VERSION = 32
-# Beta numbers: the component's beta.N; 0 or a negative number is never a cut.
-MIN_BETA = 1
-MAX_BETA = 99999
 
 
 def _number_in(low: float, high: float, *, integer: bool = False):
@@ -421,8 +419,6 @@ class Lane:
         return pattern.format(version=self.version, n=n if n is not None else "")
 
     def ledger_file(self) -> Path:
-        from pipeline.formats.cut_ledger import ledger_path
-
         return ledger_path(self.cuts_dir or cuts_dir_for(self.file.parent), self.id)
 
     def render_tag(self, version: str, n: int) -> str:
@@ -430,8 +426,6 @@ class Lane:
 
     def ledger(self):
         """The lane's cut ledger as it is on disk now."""
-        from pipeline.formats.cut_ledger import load_ledger
-
         return load_ledger(self.cuts_dir or cuts_dir_for(self.file.parent), self.id, tag_for=self.render_tag)
 
     def tag(self, beta: int | None = None) -> str:
@@ -748,8 +742,6 @@ def load_lane(path: Path) -> Lane:
 
     raw = path.read_bytes()
     cuts_dir = cuts_dir_for(path.parent)
-    from pipeline.formats.cut_ledger import load_ledger
-
     current = load_ledger(cuts_dir, top["id"], tag_for=lambda version, n: comp["tag_pattern"].format(version=version, n=n)).current(comp["version"])
     return Lane(
         id=top["id"],

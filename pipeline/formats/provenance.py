@@ -34,7 +34,8 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from pipeline import __version__
 from pipeline.errors import InputError, IntegrityError
@@ -43,6 +44,9 @@ from pipeline.formats.lanes import HOST_DEPENDENCY_KINDS, HOST_DEPENDENCY_NAME
 from pipeline.formats.release.names import PROVENANCE_SUFFIX
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 from pipeline.util.jsonio import canonical_bytes, parse_strict
+
+if TYPE_CHECKING:
+    from pipeline.infra.source import SourceSpec
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
@@ -677,3 +681,18 @@ def _check_install_words(entry: Mapping[str, Any], *, origin: str, name: str) ->
         if value is not None and not is_version_word(value):  # package names fit the same words
             raise InputError(f"records a build-host dependency {key} that is not a package or version word", file=origin,
                              field=f"predicate.buildDefinition.resolvedDependencies[{name}].annotations.{key}", found=str(value)[:200], expected=f"text matching {VERSION_WORD.pattern}")
+
+
+def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) -> SourceSpec:
+    """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
+    from pipeline.infra.source import SourceSpec
+    from pipeline.util.fs import read_bytes_bounded
+
+    if not statement_path.is_file():
+        raise InputError("provenance statement does not exist", file=statement_path, field="--provenance")
+    data = read_bytes_bounded(statement_path, MAX_BYTES, what="provenance statement")  # the cap applies while reading
+    statement = read_statement(data, origin=str(statement_path))
+    claim = archive_claim(statement, origin=str(statement_path), strict=strict)
+    if not archive.is_file():
+        raise InputError("source archive does not exist", file=archive, field="--source-archive")
+    return SourceSpec("archive", str(archive.resolve()), claim.commit, claim=claim)

@@ -67,6 +67,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.formats.release.names import BUNDLE_SUFFIX
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import canonical_bytes, compact_identity_bytes, parse_strict
 from pipeline.util.safepath import component_problem
@@ -309,7 +310,6 @@ def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], a
     return receipt
 
 
-EVIDENCE_BUNDLE_SUFFIX = ".sigstore.json"  # a DSSE bundle beside its statement (infra/sigstore.BUNDLE_SUFFIX)
 
 
 def evidence_names(statement: str) -> tuple[str, str, str]:
@@ -317,7 +317,7 @@ def evidence_names(statement: str) -> tuple[str, str, str]:
     and the Sigstore bundle of the set's outer SHA256SUMS (all made by `sign`)."""
     from pipeline.formats.assets import OUTER_SUMS
 
-    return statement, statement + EVIDENCE_BUNDLE_SUFFIX, OUTER_SUMS + EVIDENCE_BUNDLE_SUFFIX
+    return statement, statement + BUNDLE_SUFFIX, OUTER_SUMS + BUNDLE_SUFFIX
 
 
 def set_part(assets: dict[str, Any], statement: str) -> dict[str, Any]:

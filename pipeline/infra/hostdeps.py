@@ -32,9 +32,19 @@ from pipeline.formats.components import is_version_word
 from pipeline.formats.lanes import HostDependency
 from pipeline.infra import hostlibs
 
+# The system part of the compile's PATH (after the toolchain's folders): host compilers and tools are found here only.
+BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 TIMEOUT = 30
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)+|[0-9]+")
 PKG_CONFIG_TOOLS = ("pkg-config", "pkgconf")
+
+
+def host_probe_environment(windows: bool) -> tuple[list[str], Mapping[str, str]]:
+    """(PATH, base environment) the build-host dependencies are probed with: on Linux the fixed system PATH
+    and a C.UTF-8 locale (the build's own), on Windows the caller's (MSVC and vcpkg live on its PATH)."""
+    if windows:
+        return os.environ.get("PATH", "").split(os.pathsep), os.environ
+    return list(BUILD_PATH), {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")}
 
 
 def _run(argv: Sequence[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str] | None:

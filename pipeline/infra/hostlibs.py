@@ -31,7 +31,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,22 +140,35 @@ def elf_soname(path: str | os.PathLike[str]) -> str | None:
     """DT_SONAME of an ELF shared library, or None (not ELF, none set, unreadable, too large)."""
     from elftools.common.exceptions import ELFError
     from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
 
     try:
-        if os.path.getsize(path) > MAX_LIBRARY_BYTES:
-            return None
-        with open(path, "rb") as handle:
-            if handle.read(4) != b"\x7fELF":
+        with _elf_library(path) as elf:
+            if elf is None:
                 return None
-            handle.seek(0)
-            for section in ELFFile(handle).iter_sections():
+            for section in elf.iter_sections():
                 if isinstance(section, DynamicSection):
                     for tag in section.iter_tags("DT_SONAME"):
                         return str(tag.soname)[:255]
     except (OSError, ELFError, ValueError, KeyError):
         return None
     return None
+
+
+@contextlib.contextmanager
+def _elf_library(path: str | os.PathLike[str]) -> Iterator[Any]:
+    """The ELF file at `path` (pyelftools' ELFFile, its handle open), or None for a file over MAX_LIBRARY_BYTES or
+    without the ELF magic.  The caller catches the read errors: each has its own answer for an unreadable file."""
+    from elftools.elf.elffile import ELFFile
+
+    if os.path.getsize(path) > MAX_LIBRARY_BYTES:
+        yield None
+        return
+    with open(path, "rb") as handle:
+        if handle.read(4) != b"\x7fELF":
+            yield None
+            return
+        handle.seek(0)
+        yield ELFFile(handle)
 
 
 def link_interface(path: str | os.PathLike[str]) -> dict[str, Any] | None:
@@ -166,17 +179,12 @@ def link_interface(path: str | os.PathLike[str]) -> dict[str, Any] | None:
     configure line with `--prefix`) differs under another prefix, and with it the length of .rodata and every
     later offset, while the binaries linked against it are the same. None when it is not a readable ELF library."""
     from elftools.common.exceptions import ELFError
-    from elftools.elf.elffile import ELFFile
     from elftools.elf.gnuversions import GNUVerDefSection, GNUVerSymSection
 
     try:
-        if os.path.getsize(path) > MAX_LIBRARY_BYTES:
-            return None
-        with open(path, "rb") as handle:
-            if handle.read(4) != b"\x7fELF":
+        with _elf_library(path) as elf:
+            if elf is None:
                 return None
-            handle.seek(0)
-            elf = ELFFile(handle)
             dynsym = elf.get_section_by_name(".dynsym")
             if dynsym is None:
                 return None

@@ -126,6 +126,20 @@ def scheme_problem(url: str) -> str | None:
     return None
 
 
+def check_scheme(url: str) -> str | None:
+    """Why a release URL is refused (audit and rebuild): the shared scheme rule (HTTPS; plain HTTP only to loopback), then
+    the release rules (a release URL names one immutable file: no query, fragment or dot segments)."""
+    problem = scheme_problem(url)
+    if problem:
+        return problem
+    parts = urlsplit(url)  # scheme_problem has parsed it
+    if parts.query or parts.fragment:
+        return "carries a query or fragment; a release URL names one immutable file"
+    if "/../" in parts.path + "/" or "/./" in parts.path + "/":
+        return "contains '.' or '..' path segments"
+    return None
+
+
 def origin(url: str) -> tuple[str, str, int | None]:
     try:
         parts = urlsplit(url)
@@ -644,3 +658,77 @@ def bounded_adapter(*, cap: int, timeout: float, scheme: str | None = None):
 
     default_timeout = timeout
     return BoundedAdapter()
+
+
+DOWNLOAD_BACKOFF_SECONDS = 0.5  # before the first retry of a download; doubled for each further one
+
+
+class DownloadItem:
+    """One download's URL, bounds and failure rules, shared by its single stream (`transfer`) or its parallel ranges (`ranges`).
+
+    Every request of the item goes through `open` (`open_stream`: the one redirect, scheme and
+    host rule), inside `scope` (the item's and the caller's deadlines bound every socket read of the
+    calling thread), and is retried by `may_retry` (backoff, never past a deadline).
+    """
+
+    def __init__(self, url: str, label: str, http, *, timeout: float, seconds: float, retries: int, redirects: str, overall: Deadline | None) -> None:
+        self.url, self.label, self.http = url, label, http
+        self.timeout, self.retries, self.redirects, self.overall = timeout, retries, redirects, overall
+        self.started = time.monotonic()
+        self.held = 0  # bytes of the file on disk now (named when the deadline passes)
+        # `timeout`, plus the bytes received in this call (a prefix from an earlier run earns no
+        # time) at the floor rate, never after `seconds`.
+        self.deadline = Deadline(timeout, what=f"download of {label}", started=self.started, latest=self.started + seconds, paced=True,
+                                     on_pass=lambda phase, where: deadline_passed(label, where, self.held, phase))
+
+    def scope(self):
+        """This thread's requests end by the item's deadline and the caller's overall one."""
+        return deadlines(self.overall, self.deadline)
+
+    def late(self, phase: str) -> Exception | None:
+        """The error of a deadline that has passed (the overall one first), else None."""
+        if self.overall is not None and self.overall.passed():
+            return self.overall.error(phase, self.url)
+        return self.deadline.error(phase, self.url) if self.deadline.passed() else None
+
+    def soonest(self) -> float:
+        return min(self.deadline.ends(), self.overall.ends()) if self.overall is not None else self.deadline.ends()
+
+    def earn(self, count: int) -> None:
+        self.deadline.earn(count)
+        if self.overall is not None:
+            self.overall.earn(count)
+
+    def may_retry(self, attempt: int) -> bool:
+        """After failed attempt `attempt` (from 1): sleep the backoff and say True, or False when none is
+        left (by --retries, or because a deadline would pass during the backoff: then the failure
+        itself is reported, not the deadline)."""
+        delay = DOWNLOAD_BACKOFF_SECONDS * 2 ** (attempt - 1)
+        if attempt > self.retries or time.monotonic() + delay > self.soonest():
+            return False
+        time.sleep(delay)
+        return True
+
+    def open(self, headers: dict[str, str]):
+        return open_stream(self.http, self.url, headers=headers, timeout=self.timeout, redirects=self.redirects, label=self.label)
+
+    def refused(self, status: int) -> RemoteError | None:
+        """The final error of an answer no retry can change (None: 200, 206, 416, 429 and 5xx)."""
+        if status in (404, 410, 401, 403):
+            return RemoteError(
+                f"the server answered HTTP {status} for {self.label}",
+                file=self.url,
+                why="the asset is not published at this URL (or is not public)",
+                fix="check that the release and asset exist and are public",
+            )
+        if status not in (200, 206, 416, 429) and status < 500:
+            return RemoteError(f"unexpected HTTP {status} for {self.label}", file=self.url)
+        return None
+
+    def unreachable(self, exc: Exception, attempts: int) -> RemoteError:
+        return RemoteError(
+            f"cannot download {self.label}: {type(exc).__name__}",
+            file=self.url,
+            why=f"{attempts} attempts failed; the server is unreachable or the connection broke",
+            fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
+        )

@@ -10,7 +10,7 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
   request per piece; once none is left, a free connection takes the second
   half of the piece with the most bytes to go (as aria2c splits), so the
   connections finish together, every request (`Accept-Encoding: identity`:
-  a range of a compressed representation counts its compressed bytes) through `Item.open` (the one redirect,
+  a range of a compressed representation counts its compressed bytes) through `net.DownloadItem.open` (the one redirect,
   scheme and host rule, `net.open_stream`) and its body through
   `net.iter_body` (bounded by the piece's length), inside the item's and the
   caller's deadlines;
@@ -46,15 +46,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
 from pipeline.formats.range_state import RangeState, read_state, state_path, write_state
 from pipeline.infra import net
 from pipeline.util import ui
-
-if TYPE_CHECKING:
-    from pipeline.infra.transfer import Item
 
 THRESHOLD = 64 << 20  # larger pinned files are fetched as parallel ranges
 DEFAULT_CONNECTIONS = 8
@@ -84,7 +81,7 @@ class Fetched:
     connections: int  # the most connections held at once
 
 
-def size_mismatch(item: Item, found: int, pinned: int) -> IntegrityError:
+def size_mismatch(item: net.DownloadItem, found: int, pinned: int) -> IntegrityError:
     return IntegrityError(
         f"the server says {item.label} is {found} bytes, {pinned} are pinned",
         file=item.url,
@@ -209,7 +206,7 @@ def _prepare(part: Path, size: int, sha256: str | None) -> tuple[Intervals, int]
     return received, fd
 
 
-def fetch(item: Item, part: Path, *, size: int, sha256: str | None, connections: int, budget: threading.Semaphore | None,
+def fetch(item: net.DownloadItem, part: Path, *, size: int, sha256: str | None, connections: int, budget: threading.Semaphore | None,
           bar: Callable[[int], Any] | None = None, on_bytes: Callable[[int], None] | None = None,
           piece: int | None = None, memory: int = HASH_BUFFER) -> Fetched:
     """Fetch `item` into `part` as parallel ranges; its SHA-256 as the bytes arrive (see the module)."""
@@ -230,7 +227,7 @@ def fetch(item: Item, part: Path, *, size: int, sha256: str | None, connections:
 class _Ranges:
     """One file's pieces, workers and in-order hasher; `cond` guards the shared fields."""
 
-    def __init__(self, item: Item, fd: int, part: Path, *, size: int, sha256: str | None, received: Intervals, connections: int,
+    def __init__(self, item: net.DownloadItem, fd: int, part: Path, *, size: int, sha256: str | None, received: Intervals, connections: int,
                  budget: threading.Semaphore | None, piece: int, memory: int, on_bytes) -> None:
         self.item, self.fd, self.part, self.size, self.sha256 = item, fd, part, size, sha256
         self.received, self.budget, self.memory, self.on_bytes = received, budget, memory, on_bytes

@@ -37,16 +37,15 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError
 from pipeline.formats.provenance import PAYLOAD_TYPE
+from pipeline.formats.release.names import BUNDLE_SUFFIX, OIDC_ISSUER
 from pipeline.runcontext import current
 from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
 
-BUNDLE_SUFFIX = ".sigstore.json"
 TRUST_CONFIG_DIR = Path(__file__).resolve().parents[1] / "data" / "sigstore"
 TRUST_CONFIGS = {
     "production": TRUST_CONFIG_DIR / "production-trust-config.json",
     "staging": TRUST_CONFIG_DIR / "staging-trust-config.json",
 }
-GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
 
 _REPOSITORY = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 
@@ -311,7 +310,7 @@ def test_standin(environ: Any = None) -> StandInKit | None:
     if document.get("mediaType") != "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json":
         raise InputError("is not a Sigstore ClientTrustConfig", file=trust_file, field="mediaType", found=document.get("mediaType"))
     identity = description.get("identity")
-    issuer = description.get("issuer") or GITHUB_ACTIONS_ISSUER
+    issuer = description.get("issuer") or OIDC_ISSUER
     if identity is not None and not isinstance(identity, str):
         raise InputError("must be a certificate identity or null", file=description_file, field="identity", found=identity)
     return StandInKit(directory, trust_file, identity, str(issuer), description)
@@ -503,7 +502,7 @@ def _signer_policy(identity: str, issuer: str, repository: str | None, ref: str 
     """The verification policy for one expected signer: identity and issuer, plus the GitHub claims."""
     from sigstore.verify import policy
 
-    if repository is None and ref is None and issuer == GITHUB_ACTIONS_ISSUER:
+    if repository is None and ref is None and issuer == OIDC_ISSUER:
         # A workflow identity names its repository and ref: check Fulcio's claims for them too.
         repository, ref = github_claims(identity)
     checks: list[Any] = [policy.Identity(identity=identity, issuer=issuer)]

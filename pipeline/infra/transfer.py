@@ -40,7 +40,6 @@ from pipeline.util import ui
 
 CHUNK = 1024 * 1024
 RETRIES = 4
-BACKOFF_SECONDS = 0.5
 
 
 @dataclass
@@ -71,81 +70,10 @@ def _hash_existing(path: Path, digest) -> int:
     return size
 
 
-class Item:
-    """One download's URL, bounds and failure rules, shared by its single stream or its parallel ranges.
-
-    Every request of the item goes through `open` (`net.open_stream`: the one redirect, scheme and
-    host rule), inside `scope` (the item's and the caller's deadlines bound every socket read of the
-    calling thread), and is retried by `may_retry` (backoff, never past a deadline).
-    """
-
-    def __init__(self, url: str, label: str, http, *, timeout: float, seconds: float, retries: int, redirects: str, overall: net.Deadline | None) -> None:
-        self.url, self.label, self.http = url, label, http
-        self.timeout, self.retries, self.redirects, self.overall = timeout, retries, redirects, overall
-        self.started = time.monotonic()
-        self.held = 0  # bytes of the file on disk now (named when the deadline passes)
-        # `timeout`, plus the bytes received in this call (a prefix from an earlier run earns no
-        # time) at the floor rate, never after `seconds`.
-        self.deadline = net.Deadline(timeout, what=f"download of {label}", started=self.started, latest=self.started + seconds, paced=True,
-                                     on_pass=lambda phase, where: net.deadline_passed(label, where, self.held, phase))
-
-    def scope(self):
-        """This thread's requests end by the item's deadline and the caller's overall one."""
-        return net.deadlines(self.overall, self.deadline)
-
-    def late(self, phase: str) -> Exception | None:
-        """The error of a deadline that has passed (the overall one first), else None."""
-        if self.overall is not None and self.overall.passed():
-            return self.overall.error(phase, self.url)
-        return self.deadline.error(phase, self.url) if self.deadline.passed() else None
-
-    def soonest(self) -> float:
-        return min(self.deadline.ends(), self.overall.ends()) if self.overall is not None else self.deadline.ends()
-
-    def earn(self, count: int) -> None:
-        self.deadline.earn(count)
-        if self.overall is not None:
-            self.overall.earn(count)
-
-    def may_retry(self, attempt: int) -> bool:
-        """After failed attempt `attempt` (from 1): sleep the backoff and say True, or False when none is
-        left (by --retries, or because a deadline would pass during the backoff: then the failure
-        itself is reported, not the deadline)."""
-        delay = BACKOFF_SECONDS * 2 ** (attempt - 1)
-        if attempt > self.retries or time.monotonic() + delay > self.soonest():
-            return False
-        time.sleep(delay)
-        return True
-
-    def open(self, headers: dict[str, str]):
-        return net.open_stream(self.http, self.url, headers=headers, timeout=self.timeout, redirects=self.redirects, label=self.label)
-
-    def refused(self, status: int) -> RemoteError | None:
-        """The final error of an answer no retry can change (None: 200, 206, 416, 429 and 5xx)."""
-        if status in (404, 410, 401, 403):
-            return RemoteError(
-                f"the server answered HTTP {status} for {self.label}",
-                file=self.url,
-                why="the asset is not published at this URL (or is not public)",
-                fix="check that the release and asset exist and are public",
-            )
-        if status not in (200, 206, 416, 429) and status < 500:
-            return RemoteError(f"unexpected HTTP {status} for {self.label}", file=self.url)
-        return None
-
-    def unreachable(self, exc: Exception, attempts: int) -> RemoteError:
-        return RemoteError(
-            f"cannot download {self.label}: {type(exc).__name__}",
-            file=self.url,
-            why=f"{attempts} attempts failed; the server is unreachable or the connection broke",
-            fix="check the network and the URL, then run the command again (partial bytes are kept and resumed)",
-        )
-
-
 class _Stream:
     """The file as one HTTP stream into `part`, resumed with `Range: bytes=N-` from what it holds."""
 
-    def __init__(self, item: Item, part: Path, *, expected_size: int | None, limit: int, resume: bool, progress, on_bytes) -> None:
+    def __init__(self, item: net.DownloadItem, part: Path, *, expected_size: int | None, limit: int, resume: bool, progress, on_bytes) -> None:
         self.item, self.part = item, part
         self.expected_size, self.limit, self.resume = expected_size, limit, resume
         self.progress, self.on_bytes = progress, on_bytes
@@ -314,7 +242,7 @@ def _bar(progress, label: str, total: int | None, done: int):
 
 
 @contextlib.contextmanager
-def _connection(budget: threading.Semaphore | None, item: Item) -> Iterator[None]:
+def _connection(budget: threading.Semaphore | None, item: net.DownloadItem) -> Iterator[None]:
     """Hold one connection of a shared budget (audit's --connections) for the item's own stream."""
     if budget is None:
         yield
@@ -384,7 +312,7 @@ def download(
     part = target.with_name(target.name + ".part")
     label = label or target.name
     seconds = deadline if deadline is not None else net.deadline_for(timeout, expected_size)
-    item = Item(url, label, _session(session), timeout=timeout, seconds=seconds, retries=retries, redirects=redirects, overall=overall)
+    item = net.DownloadItem(url, label, _session(session), timeout=timeout, seconds=seconds, retries=retries, redirects=redirects, overall=overall)
     if not resume:
         part.unlink(missing_ok=True)
     with item.scope(), _connection(budget, item):

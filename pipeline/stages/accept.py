@@ -1076,6 +1076,7 @@ def changed_blocks(old: list[str], new: list[str]) -> list[tuple[str, str, int |
 
 class ComposeStage(Stage):
     name = "accept"
+    runs_pipes = ("compose",)  # binds the record through compose's AcceptStage (found through the road: stages are leaves)
 
     def __init__(self, ctx: Context, root: Path, release: str, receipts: list[Path], *, changes: list[str], bundles: list[Path], lanes_dir: Path | None) -> None:
         super().__init__(ctx)
@@ -1104,8 +1105,7 @@ class ComposeStage(Stage):
         self.record = compose_record(self.root, self.release, self.receipt_paths, register=self.ctx.register, changes=self.change_args, bundles=self.bundle_paths, lanes_dir=self.lanes_dir)
 
     def run(self) -> list[Artifact]:
-        from pipeline.stages.compose import AcceptStage
-
+        AcceptStage = self.inner_stage_class("compose", "AcceptStage")
         assert self.record is not None
         path = self.ctx.dist / OUTPUT_DIR / self.release / "external-installation.json"
         atomic_write_bytes(path, fmt.canonical(self.record))

@@ -96,9 +96,10 @@ from pipeline.errors import (
     RemoteError,
     redact_url_credentials,
 )
-from pipeline.formats.release.names import EVIDENCE, ROW_RECORDS
+from pipeline.formats.release.names import BUNDLE_SUFFIX, EVIDENCE, ROW_RECORDS
 from pipeline.infra import attestations, net, ranges
 from pipeline.infra import progress as transfer_progress
+from pipeline.infra.net import check_scheme
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
@@ -256,19 +257,6 @@ def _items(value: Any) -> list[Any]:
 
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
-
-
-def check_scheme(url: str) -> str | None:
-    """Why a release URL is refused: the shared scheme rule (HTTPS; plain HTTP only to loopback), then the release rules."""
-    problem = net.scheme_problem(url)
-    if problem:
-        return problem
-    parts = urlsplit(url)  # scheme_problem has parsed it
-    if parts.query or parts.fragment:
-        return "carries a query or fragment; a release URL names one immutable file"
-    if "/../" in parts.path + "/" or "/./" in parts.path + "/":
-        return "contains '.' or '..' path segments"
-    return None
 
 
 def check_location(binding: Binding) -> str | None:
@@ -1073,7 +1061,7 @@ class Auditor:
         made before the promise keeps SKIP.  A statement must pass `check` and be the tree copy the row binds.
         """
         from pipeline.formats import provenance
-        from pipeline.stages import sign
+        from pipeline.infra.sigstore import SignatureError, verify_dsse_bundle
 
         name = url_file_name(url) or "statement"
         product_release = key == "image_provenance"
@@ -1101,7 +1089,7 @@ class Auditor:
             return
         self.add(Item(label, True, f"{note(statement)}; source {statement.external['source_commit']}, builder {statement.builder_id}", "provenance", {"sha256": sha256_bytes(data), "url": url}))
         signing = self._manifest.get("signing") if isinstance(self._manifest.get("signing"), dict) else {}
-        bundle_url = url + (signing.get("bundle_suffix") or sign.BUNDLE_SUFFIX)
+        bundle_url = url + (signing.get("bundle_suffix") or BUNDLE_SUFFIX)
         bundle = self._download(bundle_url, folder / url_file_name(bundle_url), sha256=None, size=None, label=url_file_name(bundle_url), cap=MAX_BUNDLE_BYTES)
         bundle_label = f"signature {name}"
         if bundle.error or bundle.path is None:
@@ -1127,8 +1115,8 @@ class Auditor:
         identity, issuer, repository, ref, trust = expected.identity, expected.issuer, expected.repository, expected.ref, expected.trust_config
         why = f" (a rebound set: {rebound}, so its bundle must be signed by {identity})" if rebound else ""
         try:
-            verified = sign.verify_dsse_bundle(data, bundle.path.read_bytes(), identity=identity, issuer=issuer, trust_config=trust, repository=repository, ref=ref, name=name)
-        except sign.SignatureError as error:
+            verified = verify_dsse_bundle(data, bundle.path.read_bytes(), identity=identity, issuer=issuer, trust_config=trust, repository=repository, ref=ref, name=name)
+        except SignatureError as error:
             self.add(Item(bundle_label, False, error.reason + why, "signature", {"identity": identity}))
             return
         except PipelineError as error:
@@ -1195,7 +1183,8 @@ class Auditor:
         manifest must declare exactly that signer, a product repository of that name, and no other
         Sigstore instance than the one the auditor chose; otherwise nothing it binds is fetched.
         """
-        from pipeline.formats.release.names import OIDC_ISSUER, PRODUCT_REPO_SLUG, RELEASE_WORKFLOW
+        from pipeline.formats.release.names import OIDC_ISSUER, PRODUCT_REPO_SLUG
+        from pipeline.formats.release.signer import release_signer
         from pipeline.infra import sigstore
 
         release = manifest["release"]
@@ -1206,7 +1195,7 @@ class Auditor:
             source = "--certificate-identity"
         else:
             repository = self.repository or PRODUCT_REPO_SLUG
-            identity = f"https://github.com/{repository}/{RELEASE_WORKFLOW}@refs/tags/{release}"
+            identity = release_signer(repository, release, trust_config=trust).identity  # the one rule sign and publish use
             issuer = self.certificate_oidc_issuer or OIDC_ISSUER
             source = "--repository" if self.repository else f"the default repository {PRODUCT_REPO_SLUG}"
         claimed_repository, ref = sigstore.github_claims(identity)
@@ -1245,7 +1234,7 @@ class Auditor:
             self.add(Item("signatures", None if self.allow_unsigned else False, "the manifest declares no signing block (expected signer and signed files)", "signature"))
             return
         files = signing.get("signed_files")
-        suffix = signing.get("bundle_suffix") or sigstore.BUNDLE_SUFFIX
+        suffix = signing.get("bundle_suffix") or BUNDLE_SUFFIX
         if not isinstance(files, list) or not files:
             self.add(Item("signatures", False, "signing block lists no signed_files", "signature"))
             return

@@ -38,7 +38,6 @@ import sys
 import tempfile
 import time
 from collections import deque
-from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from pipeline.errors import BuildFailure, EnvironmentProblem, InputError, Integr
 from pipeline.formats import build_environment
 from pipeline.formats import host_dependencies as host_declaration
 from pipeline.formats.identity import (
+    IDENTITY_TYPE,
     BuildIdentity,
     check_expected,
     embedded_identity,
@@ -56,11 +56,13 @@ from pipeline.formats.identity import (
     require_identical,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.formats.provenance import archive_source
 from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
 from pipeline.formats.toolchain_record import write_record
 from pipeline.infra import binaries, buildns, hostdeps
 from pipeline.infra import compile_cache as ccache
 from pipeline.infra.cubin import cubin_architectures
+from pipeline.infra.hostdeps import BUILD_PATH, host_probe_environment
 from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
 from pipeline.infra.toolchain import (
     CANONICAL_ROOT,
@@ -81,9 +83,6 @@ from pipeline.util.jsonio import write_json
 from pipeline.util.proc import run, run_text
 
 LAUNCHER = REPO_ROOT / "runtime" / "launcher" / "nvcc_deterministic.py"
-IDENTITY_TYPE = "ninfer_release_build_identity"
-# The system part of the compile's PATH (after the toolchain's folders): host compilers and tools are found here only.
-BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
 # Every ELF is linked with its final RUNPATH, $ORIGIN, and nothing else: CMake would otherwise link the build tree's
 # binaries with the folders of their libraries (the toolchain's, a --pkg-config-path prefix's), and the GNU build-id
 # the linker computes over those bytes would keep the prefix even after a RUNPATH rewrite. Given on the configure
@@ -95,13 +94,6 @@ RPATH_CMAKE_ARGS = (
     "-DCMAKE_INSTALL_RPATH_USE_LINK_PATH=OFF",
 )
 
-
-def host_probe_environment(windows: bool) -> tuple[list[str], Mapping[str, str]]:
-    """(PATH, base environment) the build-host dependencies are probed with: on Linux the fixed system PATH
-    and a C.UTF-8 locale (the build's own), on Windows the caller's (MSVC and vcpkg live on its PATH)."""
-    if windows:
-        return os.environ.get("PATH", "").split(os.pathsep), os.environ
-    return list(BUILD_PATH), {"LC_ALL": "C.UTF-8", "HOME": os.environ.get("HOME", "/tmp")}
 
 # Where an imported redistributable's licence text is kept (beside bin/), and its bound (Microsoft's are ~10 KB).
 LICENCE_DIR = "licenses"
@@ -379,7 +371,7 @@ class BuildStage(Stage):
         if self.cache_dir is not None:
             self._check_cache_request()
         self.source = resolve_source(self.source_spec, lane)
-        from pipeline.stages.cut import binding_for_build
+        from pipeline.formats.cut_binding import binding_for_build
 
         if self.given_cut is not None:
             if not self.given_cut.rehearsal and self.given_cut.commit != self.source.commit:
@@ -866,21 +858,6 @@ class BuildStage(Stage):
 
 
 # -- front door (CLI and nox) -------------------------------------------------
-
-def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) -> SourceSpec:
-    """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
-    from pipeline.formats import provenance as slsa
-    from pipeline.util.fs import read_bytes_bounded
-
-    if not statement_path.is_file():
-        raise InputError("provenance statement does not exist", file=statement_path, field="--provenance")
-    data = read_bytes_bounded(statement_path, slsa.MAX_BYTES, what="provenance statement")  # the cap applies while reading
-    statement = slsa.read_statement(data, origin=str(statement_path))
-    claim = slsa.archive_claim(statement, origin=str(statement_path), strict=strict)
-    if not archive.is_file():
-        raise InputError("source archive does not exist", file=archive, field="--source-archive")
-    return SourceSpec("archive", str(archive.resolve()), claim.commit, claim=claim)
-
 
 def build_lane(
     lane_name: str,

@@ -63,6 +63,7 @@ from pipeline.formats import apt_lock, provenance, sbom
 from pipeline.formats.apt_repository import dep5_licence
 from pipeline.formats.assets import check_registered_set, parse_sums
 from pipeline.formats.components import repository_owner
+from pipeline.formats.identity import IDENTITY_TYPE
 from pipeline.formats.image_definition import (
     OCI_PREFIX,
     BaseSpec,
@@ -395,8 +396,8 @@ def open_archive(ctx: Context, lane: Lane, staging: Path) -> ArchiveContent:
         if actual != expected:
             raise IntegrityError(f"archive file {name} differs from {SUMS_FILE}", file=path, found=actual, expected=expected)
     identity = loads_document(files[IDENTITY_FILE].read_bytes(), source=f"{path}!{root}/{IDENTITY_FILE}")
-    if not isinstance(identity, dict) or identity.get("artifact_type") != "ninfer_release_build_identity":
-        raise InputError(f"{IDENTITY_FILE} in the archive is not a build identity", file=path, field="artifact_type", expected="ninfer_release_build_identity")
+    if not isinstance(identity, dict) or identity.get("artifact_type") != IDENTITY_TYPE:
+        raise InputError(f"{IDENTITY_FILE} in the archive is not a build identity", file=path, field="artifact_type", expected=IDENTITY_TYPE)
     binaries = identity.get("binaries") or {}
     for binary in lane.binaries:
         relative = f"bin/{lane.binary_file(binary)}"

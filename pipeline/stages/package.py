@@ -38,6 +38,7 @@ from pipeline.errors import InputError, IntegrityError, RefusedError, UsageError
 from pipeline.formats import assets, provenance, sbom
 from pipeline.formats import components as bom_model
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.formats.release.names import OIDC_ISSUER
 from pipeline.formats.toolchain_record import ToolchainRecord, read_record
 from pipeline.infra import archive, binaries
 from pipeline.infra.safetar import SafeTar
@@ -139,7 +140,7 @@ class PackageStage(Stage):
         identity_entry = register.one("build-identity", lane=lane.id, needed_by="package", produced_by="build")
         self.identity = read_json_object(register.verified_path(identity_entry))
         self.inputs_used = {identity_entry.name: identity_entry}
-        from pipeline.stages.cut import check_binding_current, check_build_binding
+        from pipeline.formats.cut_binding import check_binding_current, check_build_binding
 
         build_beta = lane.beta_from_tag(self.identity["component_tag"])
         recorded_cut = identity_entry.attrs.get("cut") or {}
@@ -785,9 +786,6 @@ def package_lanes(*, dist: Path | str = "dist", lanes_dir: Path | None = None, j
     return results
 
 
-GITHUB_ACTIONS_ISSUER = "https://token.actions.githubusercontent.com"
-
-
 def run_package(args: argparse.Namespace) -> int:
     """`package`: the command line's front door to `package_lane` / `package_lanes`."""
     if args.all:
@@ -816,7 +814,7 @@ def run_check_assets(args: argparse.Namespace) -> int:
 
 def _check_provenance(args, report: assets.AssetReport) -> list[str]:
     """The statement's subjects are exactly the checked set's files; its DSSE bundle verifies, where one is beside it."""
-    from pipeline.stages import sign
+    from pipeline.infra.sigstore import bundle_path_for, verify_dsse_bundle
 
     path: Path = args.provenance
     if not path.is_file():
@@ -827,12 +825,12 @@ def _check_provenance(args, report: assets.AssetReport) -> list[str]:
     if statement.external["lane"] != report.lane or statement.external["component_tag"] != report.component_tag:
         raise IntegrityError("the statement describes another set", file=path, field="externalParameters", found=statement.external, expected=f"lane {report.lane}, component_tag {report.component_tag}")
     lines = [f"provenance: {len(statement.subjects)} subjects are exactly the set's files (source {statement.external['source_commit']}, builder {statement.builder_id})"]
-    bundle = sign.bundle_path_for(path)
+    bundle = bundle_path_for(path)
     if bundle.is_file():
         if not args.certificate_identity:
             lines.append(f"provenance: {bundle.name} is present but not checked (give --certificate-identity and --certificate-oidc-issuer)")
         else:
-            verified = sign.verify_dsse_bundle(data, bundle, identity=args.certificate_identity, issuer=args.certificate_oidc_issuer, trust_config=args.trust_config, name=path.name)
+            verified = verify_dsse_bundle(data, bundle, identity=args.certificate_identity, issuer=args.certificate_oidc_issuer, trust_config=args.trust_config, name=path.name)
             lines.append(f"provenance: DSSE bundle signed by {verified.identity} (log index {verified.log_index})")
     return lines
 
@@ -858,7 +856,7 @@ def register_cli(sub) -> None:
     check.add_argument("--shallow", action="store_true", help="names, checksums and receipt only; do not open the package and SBOMs")
     check.add_argument("--provenance", type=Path, help="also check this SLSA statement: its subjects must be exactly the set's files")
     check.add_argument("--certificate-identity", help="with --provenance: the signer its DSSE bundle (<statement>.sigstore.json) must carry")
-    check.add_argument("--certificate-oidc-issuer", default=GITHUB_ACTIONS_ISSUER, help="with --certificate-identity (default: GitHub Actions)")
+    check.add_argument("--certificate-oidc-issuer", default=OIDC_ISSUER, help="with --certificate-identity (default: GitHub Actions)")
     check.add_argument("--trust-config", default="production", help="'production' (default), 'staging' or a ClientTrustConfig file")
     add_common(check, dist=False, json_output="print the report as JSON")
     check.set_defaults(func=run_check_assets)

@@ -56,10 +56,17 @@ from pipeline.formats import publication_plan as fmt
 from pipeline.formats.assets import OUTER_SUMS
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.formats.release.names import BUNDLE_SUFFIX
+from pipeline.formats.release.signer import release_signer, signer_from_manifest
 from pipeline.infra import attestations
 from pipeline.infra.git import GIT
 from pipeline.infra.github import Ambiguous, GitHub, GitHubError, body_sha256, repository_of, token_from_env
-from pipeline.infra.sigstore import BUNDLE_SUFFIX, effective_trust_config
+from pipeline.infra.sigstore import (
+    Sha256Digest,
+    effective_trust_config,
+    verify_bundle,
+    verify_dsse_bundle,
+)
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
 from pipeline.util import ui
@@ -68,8 +75,9 @@ from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import canonical_bytes, parse_strict
 
 ATTEMPTS = 4  # per operation, after ambiguous failures
-# The pipeline's own wheel, sdist and their SHA256SUMS (verifier-dist): the product release ships them for auditors.
-VERIFIER_KINDS = ("verifier-wheel", "verifier-sdist", "verifier-checksums")
+# The pipeline's own wheel, sdist, the auditor's hash-locked requirements and their SHA256SUMS (verifier-dist):
+# the product release ships them for auditors.
+VERIFIER_KINDS = ("verifier-wheel", "verifier-sdist", "verifier-requirements", "verifier-checksums")
 
 
 @dataclass
@@ -569,22 +577,18 @@ def _release_workflow_signer(release: str):
     from dataclasses import replace
 
     from pipeline.formats.release.names import PRODUCT_REPOSITORY
-    from pipeline.stages import sign
-
-    signer = sign.release_signer(repository_of(PRODUCT_REPOSITORY), release)
+    signer = release_signer(repository_of(PRODUCT_REPOSITORY), release)
     return replace(signer, trust_config=effective_trust_config(signer.trust_config))
 
 
 def check_evidence(statement: Path, bundle: Path | None, release: str, *, what: str, fix: str) -> str:
     """A statement ships only with a DSSE bundle that verifies, offline, against the release workflow that signed it."""
-    from pipeline.stages import sign
-
     if bundle is None:
         raise _refuse(f"{what} has no DSSE bundle in the register", file=statement, field="signature-bundle",
                       why="auditors check every published statement against its Sigstore bundle; a statement without one cannot be checked", fix=fix)
     signer = _release_workflow_signer(release)
     try:
-        verified = sign.verify_dsse_bundle(statement.read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=signer.trust_config,
+        verified = verify_dsse_bundle(statement.read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=signer.trust_config,
                                            repository=signer.repository, ref=signer.ref, name=statement.name)
     except PipelineError as exc:
         raise _refuse(f"the DSSE bundle of {what} does not verify: {exc.what}", file=bundle, fix=fix) from None
@@ -593,14 +597,12 @@ def check_evidence(statement: Path, bundle: Path | None, release: str, *, what: 
 
 def check_sums_signature(register, sums: Path, bundle: Artifact | None, *, fix: str) -> str:
     """The set's SHA256SUMS ships with the Sigstore bundle of the release workflow that signed it (its tree copy)."""
-    from pipeline.stages import sign
-
     if bundle is None:
         raise _refuse(f"the set's {sums.name} has no Sigstore bundle in the register", file=sums, field="signature-bundle",
                       why="the SHA256SUMS is what the product release signs for this set; the component release carries that signature", fix=fix)
     signer = _release_workflow_signer(bundle.attrs["release"])
     try:
-        verified = sign.verify_bundle(sign.Sha256Digest(sha256_file(sums)), register.verified_path(bundle), identity=signer.identity, issuer=signer.issuer,
+        verified = verify_bundle(Sha256Digest(sha256_file(sums)), register.verified_path(bundle), identity=signer.identity, issuer=signer.issuer,
                                       trust_config=signer.trust_config, repository=signer.repository, ref=signer.ref)
     except PipelineError as exc:
         raise _refuse(f"the Sigstore bundle of the set's {sums.name} does not verify: {exc.what}", file=register.path_of(bundle), fix=fix) from None
@@ -746,8 +748,6 @@ def product_target(
     from pipeline.formats.ci_checks import REQUIRED_CHECKS_FILE, read_required_checks
     from pipeline.formats.release.names import RELEASE_RE
     from pipeline.formats.test_receipt import read_test_receipt, require_green_for
-    from pipeline.stages import sign
-
     if not RELEASE_RE.fullmatch(release or ""):
         raise UsageError("--release is not a product release name", field="--release", found=release, expected="vX.Y.Z or vX.Y.Z-beta.N")
     rev = commit or "HEAD"
@@ -783,7 +783,7 @@ def product_target(
 
     def bundle_of(rel: str) -> Path:
         # Bundles are made by the release workflow after the commit: they come from the working tree.
-        return root / (rel + sign.BUNDLE_SUFFIX) if bundles is None else bundles / (Path(rel).name + sign.BUNDLE_SUFFIX)
+        return root / (rel + BUNDLE_SUFFIX) if bundles is None else bundles / (Path(rel).name + BUNDLE_SUFFIX)
 
     for rel in signed:
         name = Path(rel).name
@@ -860,14 +860,14 @@ def product_target(
     def gate_signatures() -> str:
         if not signed:
             raise _refuse("the manifest names no signed files", file=f"{base}/manifest.json", field="signing.signed_files")
-        signer = sign.signer_from_manifest(manifest, file=f"{base}/manifest.json")
+        signer = signer_from_manifest(manifest, file=f"{base}/manifest.json")
         for rel in signed:
             name = Path(rel).name
-            bundle = files.get(name + sign.BUNDLE_SUFFIX)
+            bundle = files.get(name + BUNDLE_SUFFIX)
             if bundle is None:
                 raise _refuse(f"{rel} has no Sigstore bundle", file=bundle_of(rel), fix="sign the release in the release workflow (python -m pipeline sign) and pass its bundles with --bundles")
             try:
-                sign.verify_bundle(files[name].read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=effective_trust_config(signer.trust_config), repository=signer.repository, ref=signer.ref)
+                verify_bundle(files[name].read_bytes(), bundle, identity=signer.identity, issuer=signer.issuer, trust_config=effective_trust_config(signer.trust_config), repository=signer.repository, ref=signer.ref)
             except PipelineError as exc:
                 raise _refuse(f"the Sigstore bundle of {rel} does not verify: {exc.what}", file=bundle, fix=exc.fix) from None
         return f"{len(signed)} signed files verify against {signer.identity}"
@@ -895,7 +895,7 @@ def _image_evidence_gate(images: list[tuple[Path, Path | None]], release: str) -
 
 
 def _verifier_gate(ctx: Context, verifier: dict[str, list[Artifact]], root: Path, commit: str) -> Callable[[], str]:
-    """Gate `verifier`: exactly one verifier wheel, sdist and SHA256SUMS in the register, built from the tagged commit, intact."""
+    """Gate `verifier`: exactly one verifier wheel, sdist, auditor's lock and SHA256SUMS in the register, built from the tagged commit, intact."""
     def gate() -> str:
         for kind, entries in verifier.items():
             if len(entries) != 1 or entries[0].attrs.get("commit") != commit:
@@ -905,7 +905,7 @@ def _verifier_gate(ctx: Context, verifier: dict[str, list[Artifact]], root: Path
                               fix=f"python -m pipeline verifier-dist --dist {ctx.dist} --source {root}@{commit}")
             ctx.register.verified_path(entries[0])
         wheel = verifier["verifier-wheel"][0]
-        return f"verifier {Path(wheel.path).name} of {commit[:12]} (sha256 {wheel.sha256[:12]}), its sdist and SHA256SUMS"
+        return f"verifier {Path(wheel.path).name} of {commit[:12]} (sha256 {wheel.sha256[:12]}), its sdist, the auditor's requirements lock and SHA256SUMS"
 
     return gate
 

@@ -145,8 +145,8 @@ def _find_statement(directory: Path, expected: assets.AssetSet, explicit: Path |
 
 def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
     """The lane's set named by a release manifest (path or URL), downloaded and checked against its SHA256SUMS."""
+    from pipeline.infra.net import check_scheme
     from pipeline.infra.transfer import download, download_verified
-    from pipeline.stages.audit import check_scheme
 
     if urlsplit(manifest_source).scheme in ("http", "https"):
         problem = check_scheme(manifest_source)
@@ -288,6 +288,7 @@ class RebuildStage(Stage):
     """Rebuild one published set in a fresh work folder and compare; the output is the verification summary."""
 
     name = "rebuild"
+    runs_pipes = ("build", "package")  # inside its run, on its own register (found through the road: stages are leaves)
 
     def __init__(
         self,
@@ -374,7 +375,7 @@ class RebuildStage(Stage):
         self._check_host()
         self.published_hashes = {name: sha256_file(self.published / name) for name in self.expected.names() if (self.published / name).is_file()}
         self._check_published()
-        from pipeline.stages.build import archive_source
+        from pipeline.formats.provenance import archive_source
 
         source_archive = self.published / self.expected.name_of("source")
         if not source_archive.is_file():
@@ -399,7 +400,7 @@ class RebuildStage(Stage):
         other bytes after minutes of compiling. Refused (exit 3) unless --allow-host-drift, which the summary records."""
         from pipeline.formats.lanes import HostDependency, current_host_platform
         from pipeline.infra import hostdeps
-        from pipeline.stages.build import host_probe_environment
+        from pipeline.infra.hostdeps import host_probe_environment
 
         host = current_host_platform()
         if self.prebuilt is not None or self.lane.build_host != host:
@@ -461,7 +462,7 @@ class RebuildStage(Stage):
 
     def _read_cut(self) -> None:
         """The cut (or rehearsal) the set was built as: the rebuild builds and packages as exactly that."""
-        from pipeline.stages.cut import ledger_check_for_rebuild, parse_binding
+        from pipeline.formats.cut_binding import ledger_check_for_rebuild, parse_binding
 
         field = "predicate.buildDefinition.internalParameters.cut"
         internal = self.statement.document["predicate"]["buildDefinition"]["internalParameters"]
@@ -507,9 +508,7 @@ class RebuildStage(Stage):
 
     # -- run ---------------------------------------------------------------------
     def run(self) -> list[Artifact]:
-        from pipeline.stages.build import BuildStage
-        from pipeline.stages.package import PackageStage
-
+        BuildStage, PackageStage = self.inner_stage_class("build"), self.inner_stage_class("package")
         lane, dist = self.lane, self.ctx.dist
         work = dist.parent  # <work>/dist holds the rebuild's register, <work>/build its build tree
         rebuilt_dir = dist / lane.id / "assets"

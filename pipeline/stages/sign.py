@@ -24,8 +24,9 @@ release from a laptop; `--dry-run` prints the plan anywhere, and `release`
 skips the stage there.
 
 Verification is `pipeline.infra.sigstore.verify_bundle` (offline, pinned
-trust roots), shared with verify, audit and publish; its names are
-re-exported here for the callers that know them from this module.
+trust roots), shared with verify, audit and publish; the expected signer is
+`pipeline.formats.release.signer` (the release workflow's identity, or the one
+a release tree declares), shared with publish and audit.
 
 Provenance statements (pipeline/formats/provenance.py) of the sets and the
 image the release ships are signed too, as DSSE envelopes (sigstore-python's
@@ -56,12 +57,9 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
 from pipeline.formats.provenance import FOLDER
-from pipeline.formats.release.names import RELEASE_RE, sort_release_key
+from pipeline.formats.release.names import BUNDLE_SUFFIX, OIDC_ISSUER, RELEASE_RE, sort_release_key
+from pipeline.formats.release.signer import signer_from_manifest
 from pipeline.infra.sigstore import (
-    BUNDLE_SUFFIX,
-    GITHUB_ACTIONS_ISSUER,
-    TRUST_CONFIG_DIR,
-    TRUST_CONFIGS,
     Sha256Digest,
     SignatureError,
     SignerIdentity,
@@ -69,11 +67,8 @@ from pipeline.infra.sigstore import (
     VerifiedSignature,
     bundle_path_for,
     effective_trust_config,
-    github_claims,
     load_trust_config,
-    normalize_repository,
     test_standin,
-    trust_config_path,
     verify_bundle,
     verify_dsse_bundle,
 )
@@ -81,69 +76,12 @@ from pipeline.register import Artifact, Register
 from pipeline.stage import Context, Skip, Stage, StageResult, execute
 from pipeline.util import ui
 from pipeline.util.fs import atomic_write_bytes
-from pipeline.util.hashing import sha256_bytes, sha256_file
+from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import loads_object
 from pipeline.util.safepath import safe_relpath
 
-RELEASE_WORKFLOW = ".github/workflows/release.yml"
 MANIFEST_NAME = "manifest.json"
 DEFAULT_MANIFESTS = Path("manifests")
-
-
-# -- the expected signer ------------------------------------------------------------
-
-
-def release_signer(repository: str, tag: str, *, trust_config: str = "production") -> SignerIdentity:
-    """The identity a tag-triggered run of this project's release workflow signs with."""
-    repo = normalize_repository(repository)
-    ref = f"refs/tags/{tag}"
-    return SignerIdentity(
-        identity=f"https://github.com/{repo}/{RELEASE_WORKFLOW}@{ref}",
-        issuer=GITHUB_ACTIONS_ISSUER,
-        repository=repo,
-        ref=ref,
-        trust_config=trust_config,
-    )
-
-
-def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[str] | None = None) -> SignerIdentity:
-    """The expected signer a release tree declares, per docs/release-tree.md.
-
-    `signing` {`certificate_identity`, `certificate_oidc_issuer`, optional
-    `trust_config` (`production`/`staging`)}; the GitHub repository and ref the
-    policy also checks are read from the identity.  A manifest without a
-    `signing` block gets the release workflow of `product.repository` at the
-    `release` tag.
-    """
-    block = manifest.get("signing")
-    release = manifest.get("release")
-    if isinstance(block, dict):
-        for name in ("certificate_identity", "certificate_oidc_issuer"):
-            if not isinstance(block.get(name), str) or not block.get(name):
-                raise InputError(
-                    "the expected signer lacks a value",
-                    file=file,
-                    field=f"signing.{name}",
-                    found=block.get(name),
-                    expected="the release workflow's certificate identity and OIDC issuer",
-                )
-        trust = block.get("trust_config", "production")
-        if trust not in TRUST_CONFIGS:
-            raise InputError("names an unknown Sigstore instance", file=file, field="signing.trust_config", found=trust, expected=" or ".join(TRUST_CONFIGS))
-        identity = block["certificate_identity"]
-        repository, ref = github_claims(identity)
-        return SignerIdentity(identity=identity, issuer=block["certificate_oidc_issuer"], repository=repository, ref=ref, trust_config=trust)
-    product = manifest.get("product") if isinstance(manifest.get("product"), dict) else {}
-    repository = product.get("repository")
-    if not isinstance(repository, str) or not isinstance(release, str):
-        raise InputError(
-            "declares no expected signer",
-            file=file,
-            field="signing",
-            expected="a 'signing' block {certificate_identity, certificate_oidc_issuer, signed_files} or product.repository and release",
-            fix="compose the release tree again; it writes the release workflow's identity",
-        )
-    return release_signer(repository, release)
 
 
 # -- signing ---------------------------------------------------------------------
@@ -428,7 +366,7 @@ def _token_identity(token) -> str:
         claims = loads_object(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)), source="the OIDC token's claims", max_bytes=64 * 1024)
     except (IndexError, ValueError, TypeError, InputError):
         claims = {}
-    if claims.get("iss") == GITHUB_ACTIONS_ISSUER and isinstance(claims.get("job_workflow_ref"), str):
+    if claims.get("iss") == OIDC_ISSUER and isinstance(claims.get("job_workflow_ref"), str):
         return f"https://github.com/{claims['job_workflow_ref']}"
     return str(getattr(token, "identity", "") or "")
 
@@ -745,29 +683,3 @@ def register_cli(sub) -> None:
     parser.add_argument("--dry-run", action="store_true", help="print what would be signed and the expected signer; sign nothing (works anywhere)")
     parser.add_argument("--quiet", action="store_true", help="print only errors and results")
     parser.set_defaults(func=run_sign)
-
-
-__all__ = [
-    "BUNDLE_SUFFIX",
-    "GITHUB_ACTIONS_ISSUER",
-    "STAGE",
-    "TRUST_CONFIGS",
-    "TRUST_CONFIG_DIR",
-    "SignStage",
-    "SignatureError",
-    "SignerIdentity",
-    "Sha256Digest",
-    "VerifiedSignature",
-    "bundle_path_for",
-    "github_claims",
-    "load_trust_config",
-    "normalize_repository",
-    "release_signer",
-    "sha256_bytes",
-    "sha256_file",
-    "sign_targets",
-    "signer_from_manifest",
-    "trust_config_path",
-    "verify_bundle",
-    "verify_dsse_bundle",
-]

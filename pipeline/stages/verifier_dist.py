@@ -27,8 +27,18 @@ is then checked against the commit: every tracked module of `pipeline/`, the
 pinned Sigstore trust roots and the lane files with their cut ledgers and the
 licence texts they name (bundled under pipeline/data/repo/ by setup.py, because
 `audit` loads the lanes) must be in it, and nothing outside `pipeline/` and its dist-info.
-Outputs: the wheel (`verifier-wheel`), the sdist (`verifier-sdist`) and
-`<name>-<version>.SHA256SUMS` listing both (`verifier-checksums`).
+
+The auditor installs the wheel's dependencies from the hash-locked
+`requirements/auditor.txt` of the same commit (written by `nox -s lock` with the
+release lock's tool and versions), shipped as `<name>-<version>.auditor-requirements.txt`
+(`verifier-requirements`). It is checked like the wheel before it is shipped
+(`check_auditor_lock`): every entry pinned with `==` and its SHA-256 hashes, each
+version the one `requirements/release.txt` pins (the release was verified with
+those), every dependency the wheel declares present, and none of the
+distributions only the `rebuild` and `maintainer` extras name.
+Outputs: the wheel (`verifier-wheel`), the sdist (`verifier-sdist`), the auditor's lock
+(`verifier-requirements`) and `<name>-<version>.SHA256SUMS` listing all three
+(`verifier-checksums`).
 """
 
 from __future__ import annotations
@@ -59,10 +69,10 @@ from pipeline.util.fs import atomic_output_dir, atomic_write_bytes
 from pipeline.util.hashing import is_commit_hex, sha256_file
 from pipeline.util.proc import run
 
-STAGE = "verifier-dist"
+NAME = "verifier-dist"  # the command, the stage name and its register entries' stage
 OUT_DIR = "verifier"
 # Bumped when this module changes the bytes it makes for the same commit and tools.
-FORMAT = 1
+FORMAT = 2  # 2: the auditor's requirements lock ships beside the wheel
 CHECKOUT = Path(__file__).resolve().parents[2]  # the checkout this pipeline runs from (its default source)
 # What the installed verifier must carry besides the modules (setup.py bundles the repository files, those
 # outside pipeline/): pattern -> whether the commit must have at least one such file (the cut ledgers come
@@ -73,6 +83,10 @@ REQUIRED_DATA = {"pipeline/data/sigstore/*.json": True, "runtime/lanes/*.toml": 
                  "runtime/toolchain.lock.json": True, "requirements/release.txt": True, "runtime/launcher/*.py": True, "packaging/templates/*.in": True,
                  "packaging/windows/*.ps1": True, "packaging/windows/lanes/*/*.json": True}
 BUNDLE_PREFIX = "pipeline/data/repo/"
+AUDITOR_LOCK = "requirements/auditor.txt"
+RELEASE_LOCK = "requirements/release.txt"
+# pyproject.toml's extras an auditor does not install: no distribution only they name may be in the auditor's lock.
+NOT_FOR_AUDITORS = ("rebuild", "maintainer")
 BUILD_TIMEOUT = 600
 
 
@@ -320,6 +334,72 @@ def check_wheel(wheel: Path, source: VerifierSource) -> int:
     return len(infos)
 
 
+def _wheel_requirements(wheel: Path) -> tuple[set[str], set[str]]:
+    """The wheel's Requires-Dist names: (those it always needs, those only the NOT_FOR_AUDITORS extras add)."""
+    from email.parser import BytesHeaderParser
+
+    from pipeline.formats.requirements_lock import normalise_name
+
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        headers = BytesHeaderParser().parsebytes(archive.read(name))
+    always: set[str] = set()
+    extras: set[str] = set()
+    for requirement in headers.get_all("Requires-Dist") or []:
+        found = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+        extra = re.search(r"""extra\s*==\s*["']([^"']+)["']""", requirement)
+        if found is None:
+            raise IntegrityError("the wheel names a dependency it does not spell", file=wheel, field="Requires-Dist", found=requirement)
+        if extra is None:
+            always.add(normalise_name(found.group(1)))
+        elif extra.group(1) in NOT_FOR_AUDITORS:
+            extras.add(normalise_name(found.group(1)))
+    return always, extras - always
+
+
+def check_auditor_lock(lock: bytes, release_lock: bytes, wheel: Path, source: VerifierSource) -> int:
+    """The auditor's lock installs what the wheel needs, at the release lock's versions, hashed, without the
+    maintainers' distributions; returns its entry count."""
+    from pipeline.formats.requirements_lock import parse_lock
+
+    where = f"{source.commit}:{AUDITOR_LOCK}"
+    auditor = parse_lock(lock, file=where)
+    release = parse_lock(release_lock, file=f"{source.commit}:{RELEASE_LOCK}")
+    for entry in auditor.entries.values():
+        pinned = release.entries.get(entry.name)
+        if pinned is None or pinned.version != entry.version:
+            raise IntegrityError("the auditor's lock pins another version than the release lock", file=where, field=entry.name,
+                                 found=entry.version, expected=pinned.version if pinned else f"no {entry.name} (the release lock lacks it)",
+                                 why="auditors must install the versions the release was built and verified with",
+                                 fix="refresh both locks together with 'nox -s lock'")
+        # The same files (a hash of other bytes is other bytes) for the same environments (a marker no platform
+        # matches would leave a dependency out of the install while the entry looks present).
+        for field, found, expected in (("hashes", entry.sha256, pinned.sha256), ("marker", entry.marker, pinned.marker)):
+            if (sorted(found) if field == "hashes" else found) != (sorted(expected) if field == "hashes" else expected):
+                raise IntegrityError(f"the auditor's lock gives {entry.name} other {field} than the release lock", file=where,
+                                     field=f"{entry.name}.{field}", found=found, expected=expected,
+                                     why="auditors must install the very files the release lock pins, where it installs them",
+                                     fix="refresh both locks together with 'nox -s lock'")
+    always, maintainers_only = _wheel_requirements(wheel)
+    missing = sorted(always - set(auditor.entries))
+    if missing:
+        raise IntegrityError(f"the auditor's lock lacks {len(missing)} dependencies the wheel declares", file=where, found=missing,
+                             fix="a dependency added to pyproject.toml needs 'nox -s lock'")
+    stray = sorted(maintainers_only & set(auditor.entries))
+    if stray:
+        raise IntegrityError("the auditor's lock holds distributions only maintainers need", file=where, found=stray,
+                             expected=f"none of what the {' and '.join(NOT_FOR_AUDITORS)} extras name",
+                             fix="keep them in those extras of pyproject.toml and run 'nox -s lock'")
+    return len(auditor.entries)
+
+
+def _commit_file(source: VerifierSource, path: str) -> bytes:
+    if path not in source.files:
+        raise IntegrityError("the commit has no file the verifier ships", file=source.commit, field=path,
+                             fix="write it with 'nox -s lock' and commit it")
+    return run(["git", "-C", source.root, "show", f"{source.commit}:{path}"], what=f"read {path}", failure=InputError).stdout
+
+
 def _first_difference(one: bytes, two: bytes) -> int:
     return next((i for i, (a, b) in enumerate(zip(one, two, strict=False)) if a != b), min(len(one), len(two)))
 
@@ -328,7 +408,7 @@ def _first_difference(one: bytes, two: bytes) -> int:
 
 
 class VerifierDistStage(Stage):
-    name = STAGE
+    name = NAME
 
     def __init__(self, ctx: Context, source: VerifierSource) -> None:
         super().__init__(ctx)
@@ -367,7 +447,7 @@ class VerifierDistStage(Stage):
         with tempfile.TemporaryDirectory(prefix="omp-ninfer-verifier-") as scratch:
             builds = []
             for label in ("first", "second"):  # two folders of different names: no path may leak into the bytes
-                ui.step(STAGE, f"building the sdist and the wheel of {source.commit[:12]} ({label} of two)")
+                ui.step(NAME, f"building the sdist and the wheel of {source.commit[:12]} ({label} of two)")
                 builds.append(build_once(source, Path(scratch) / f"{label}-build-{source.commit[:8]}"))
             one, two = builds
             for kind in ("sdist", "wheel"):
@@ -380,16 +460,22 @@ class VerifierDistStage(Stage):
                         fix="compare the two archives (diffoscope) and normalise what differs in pipeline/stages/verifier_dist.py",
                     )
             entries = check_wheel(one.wheel, source)
-            ui.step(STAGE, f"both builds are byte-identical; the wheel holds {entries} entries")
+            ui.step(NAME, f"both builds are byte-identical; the wheel holds {entries} entries")
+            lock = _commit_file(source, AUDITOR_LOCK)
+            pinned = check_auditor_lock(lock, _commit_file(source, RELEASE_LOCK), one.wheel, source)
+            ui.step(NAME, f"{AUDITOR_LOCK} pins {pinned} distributions by SHA-256, at the release lock's versions")
             sums_name = f"{source.name}-{source.version}.SHA256SUMS"
+            lock_name = f"{source.name}-{source.version}.auditor-requirements.txt"
             target = self.ctx.dist / OUT_DIR
             with atomic_output_dir(target) as staging:
                 os.chmod(staging, 0o755)  # mkdtemp makes it 0700
                 for path in (one.wheel, one.sdist):
                     shutil.copyfile(path, staging / path.name)
-                    os.chmod(staging / path.name, 0o644)
-                    os.utime(staging / path.name, (source.epoch, source.epoch))
-                sums = render_sums({p.name: sha256_file(staging / p.name) for p in (one.wheel, one.sdist)})
+                atomic_write_bytes(staging / lock_name, lock)
+                for name in (one.wheel.name, one.sdist.name, lock_name):
+                    os.chmod(staging / name, 0o644)
+                    os.utime(staging / name, (source.epoch, source.epoch))
+                sums = render_sums({n: sha256_file(staging / n) for n in (one.wheel.name, one.sdist.name, lock_name)})
                 atomic_write_bytes(staging / sums_name, sums)
             wheel_name, sdist_name = one.wheel.name, one.sdist.name
         attrs = {
@@ -401,10 +487,14 @@ class VerifierDistStage(Stage):
         }
         register = self.ctx.register
         return [
-            register.make("verifier-wheel", target / wheel_name, stage=STAGE, lane=None, **attrs),
-            register.make("verifier-sdist", target / sdist_name, stage=STAGE, lane=None, **attrs),
-            register.make("verifier-checksums", target / sums_name, stage=STAGE, lane=None, **attrs),
+            register.make("verifier-wheel", target / wheel_name, stage=NAME, lane=None, **attrs),
+            register.make("verifier-sdist", target / sdist_name, stage=NAME, lane=None, **attrs),
+            register.make("verifier-requirements", target / lock_name, stage=NAME, lane=None, **attrs),
+            register.make("verifier-checksums", target / sums_name, stage=NAME, lane=None, **attrs),
         ]
+
+
+STAGE = VerifierDistStage
 
 
 def build_verifier_dist(*, dist: Path | str | None = None, source: str | None = None, force: bool = False) -> StageResult:
@@ -431,9 +521,11 @@ def register_cli(sub) -> None:
         description=(
             "Exports one commit of this repository, builds its sdist and, from that, its wheel with PyPA build "
             "(SOURCE_DATE_EPOCH = the commit time, the exactly pinned setuptools), twice, and refuses unless both "
-            "builds are byte-identical. Writes <dist>/verifier/: the wheel, the sdist and <name>-<version>.SHA256SUMS, "
-            "recorded in the register as verifier-wheel, verifier-sdist and verifier-checksums. An auditor "
-            "installs the wheel and runs 'python -m pipeline audit MANIFEST_URL'."
+            "builds are byte-identical. Writes <dist>/verifier/: the wheel, the sdist, the commit's hash-locked "
+            "requirements/auditor.txt as <name>-<version>.auditor-requirements.txt (checked against the wheel and the "
+            "release lock) and <name>-<version>.SHA256SUMS, recorded in the register as verifier-wheel, verifier-sdist, "
+            "verifier-requirements and verifier-checksums. An auditor installs the lock with --require-hashes, then the "
+            "wheel with --no-deps, and runs 'python -m pipeline audit MANIFEST_URL'."
         ),
     )
     parser.add_argument("--source", metavar="PATH[@COMMIT]",

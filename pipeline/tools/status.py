@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,19 +26,9 @@ from pipeline.errors import PipelineError, UsageError, printable, redact
 from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
 from pipeline.register import Artifact, Register, fingerprint
 from pipeline.road import TOOLS
+from pipeline.tools.status_model import COLUMNS, Blocker, Cell, LaneStatus, ReleaseStatus, RouteStatus, Status
 from pipeline.util.hashing import sha256_file
 
-# The road's columns: the stage, the stage-key prefixes that count as it, and whether a record
-# is a product (checked input by input: "up to date") or an act/observation ("done <digest>").
-COLUMNS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
-    ("cut", ("cut",), False),
-    ("build", ("build",), True),
-    ("package", ("package",), True),
-    ("image", ("image",), True),
-    ("push", ("push",), False),
-    ("qualify", ("qualify",), False),
-    ("publish", ("publish", "publish-plan"), False),
-)
 IMAGE_STAGES = ("image", "push")
 NATIVE_SKIP = "a native lane ships no image"  # the image stage's own skip reason
 # The output whose digest names a record's result, per stage.
@@ -51,86 +40,6 @@ PRIMARY_KIND = {
     "qualify": "lane-receipt",
     "publish": "release-publication",
 }
-
-
-@dataclass(frozen=True)
-class Cell:
-    state: str  # done | up to date | stale | missing | skipped | refused
-    detail: str = ""
-    digest: str | None = None
-    reasons: tuple[str, ...] = ()
-
-    @property
-    def text(self) -> str:
-        if self.state == "done":
-            return f"done {self.digest[:12]}" + (f" ({self.detail})" if self.detail else "") if self.digest else "done"
-        return f"{self.state}: {self.detail}" if self.detail else self.state
-
-    def to_json(self) -> dict[str, Any]:
-        return {"state": self.state, "detail": self.detail, "digest": self.digest, "reasons": list(self.reasons), "text": self.text}
-
-
-@dataclass(frozen=True)
-class LaneStatus:
-    lane: str
-    kind: str
-    short_name: str
-    cut_tag: str | None
-    cut_state: str | None
-    cells: dict[str, Cell]
-    ci: str | None = None  # the CI at the cut's commit, as the newest record (receipt, plan, cut) saw it
-
-    def to_json(self) -> dict[str, Any]:
-        return {"lane": self.lane, "kind": self.kind, "short_name": self.short_name, "cut": {"tag": self.cut_tag, "state": self.cut_state},
-                "stages": {name: cell.to_json() for name, cell in self.cells.items()}, "ci": self.ci}
-
-
-@dataclass(frozen=True)
-class Blocker:
-    text: str
-    fix: str
-
-
-@dataclass(frozen=True)
-class RouteStatus:
-    route: str
-    host: str
-    lane: str | None
-    receipts: tuple[str, ...]  # "<status> <short digest>" per receipt in the register
-
-
-@dataclass
-class ReleaseStatus:
-    release: str
-    state: str
-    blockers: list[Blocker] = field(default_factory=list)
-    routes: list[RouteStatus] = field(default_factory=list)
-    acceptance: str = "none bound"
-    github: dict[str, Any] | None = None
-    refusals: list[tuple[str, str]] = field(default_factory=list)  # (stage key, message) of this release's stages
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "release": self.release,
-            "state": self.state,
-            "blockers": [{"blocker": b.text, "fix": b.fix} for b in self.blockers],
-            "acceptance": self.acceptance,
-            "routes": [{"route": r.route, "host": r.host, "lane": r.lane, "receipts": list(r.receipts)} for r in self.routes],
-            "github": self.github,
-            "refusals": [{"key": key, "message": message} for key, message in self.refusals],
-        }
-
-
-@dataclass
-class Status:
-    lanes: list[LaneStatus]
-    release: ReleaseStatus | None = None
-    github: dict[str, Any] | None = None  # read with a token only
-
-    def to_json(self) -> dict[str, Any]:
-        return {"artifact_type": "omp_ninfer_status", "schema_version": 1, "stages": [c[0] for c in COLUMNS],
-                "lanes": [lane.to_json() for lane in self.lanes], "release": self.release.to_json() if self.release else None,
-                "github": self.github}
 
 
 # -- the lane cells ----------------------------------------------------------------------------
@@ -158,10 +67,10 @@ def cut_cell(lane: Lane, register: Register) -> Cell:
 
 
 def _lock_digest(lane: Lane) -> str | None:
-    from pipeline.infra.toolchain import toolchain_spec
+    from pipeline.formats.cut_binding import lock_digest
 
     try:
-        return toolchain_spec(lane.cuda_toolkit, lane.build_host).digest
+        return lock_digest(lane)
     except PipelineError:
         return None  # a lock that does not pin this toolkit: the cut stage refuses it when it runs
 

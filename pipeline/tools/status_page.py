@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 
 from pipeline.errors import redact
-from pipeline.tools.status import COLUMNS, Cell, ReleaseStatus, Status
+from pipeline.tools.status_model import COLUMNS, Cell, ReleaseStatus, Status
 
 
 def escape(text: str) -> str:

@@ -49,6 +49,7 @@ from pipeline.formats import (
     acceptance,
     assets,
     ci_checks,
+    cut_ledger,
     identity,
     image_reference,
     lanes,
@@ -215,7 +216,7 @@ def fuzz_lane(data: bytes, work: Path) -> None:
     # A lane that loads can name its cut: the tag round-trips and every rendered name is one file name.
     assert lane.beta_from_tag(lane.tag()) == lane.beta
     for render in (lane.tag, lane.stem, lane.release_id, lane.deployment_profile, lane.build_profile):
-        assert render(lanes.MAX_BETA)
+        assert render(cut_ledger.MAX_BETA)
     names = assets.asset_set(lane).names()
     assert all("/" not in name and name not in (".", "..") for name in names)
     assets.payload_required(lane, [lane.binary_file(name) for name in lane.binaries])

@@ -55,6 +55,7 @@ class ReleaseServer(LoopbackServer):
         self.cut_once: dict[str, int] = {}  # path -> byte offset at which the connection is cut (once)
         self.slow: dict[str, float] = {}  # path -> seconds per 64 KiB chunk
         self.stall: set[str] = set()  # send headers and 512 KiB, then nothing
+        self.answer: dict[str, int] = {}  # path -> an HTTP status served instead of the file (e.g. 503)
         self.registry: dict[tuple[str, str], bytes] = {}  # (name, digest) -> bytes served
         self.log: list[tuple[str, str | None]] = []
         self.token = "anonymous-pull-token-1234"
@@ -81,6 +82,8 @@ class ReleaseServer(LoopbackServer):
                     if body is None:
                         return self._send(404, b'{"errors":[{"code":"MANIFEST_UNKNOWN"}]}', "application/json")
                     return self._send(200, body, "application/vnd.oci.image.manifest.v1+json")
+                if path in server.answer:
+                    return self._send(server.answer[path], b"scripted answer", "text/plain")
                 data = server.files.get(path)
                 if data is None:
                     return self._send(404, b"Not Found", "text/plain")

@@ -240,6 +240,22 @@ def test_an_image_statement_of_a_release_made_before_the_promise_is_skipped(serv
     assert "made before signing.evidence" in line and line.endswith(server.url(path))
 
 
+def test_before_ready_only_a_404_for_the_image_statement_is_skip_any_other_answer_fails(server, tmp_path):  # noqa: F811
+    """docs/audit-and-sign.md: the product release is published after ready, so a candidate's missing (404) image
+    statement is SKIP; a server error for it is FAIL at every status (an audit cannot tell what it would have held)."""
+    tree, path, _data = _image_tree(server, promised=True)
+    tree.manifest["status"] = "candidate"
+    name = path.rsplit("/", 1)[1]
+    _report, lines = run_audit(tree.publish(), tmp_path)
+    line = line_for(lines, f"SKIP: provenance rtx5090-container {name}")
+    assert "status candidate: the product release is published after ready" in line and line.endswith(server.url(path) + " yet")
+    assert not [f for f in fails(lines) if name in f], fails(lines)
+    server.answer[path] = 503
+    _report, lines = run_audit(tree.publish(), tmp_path / "unavailable")
+    assert line_for(fails(lines), f"FAIL: provenance rtx5090-container {name}").startswith(f"FAIL: provenance rtx5090-container {name}: ")
+    assert not [skipped for skipped in lines if skipped.startswith(f"SKIP: provenance rtx5090-container {name}")]
+
+
 def test_an_unknown_evidence_promise_is_refused_before_any_download(server, tmp_path):  # noqa: F811
     tree = Tree(server, None, None)
     tree.manifest["signing"]["evidence"] = {"statements": "maybe"}

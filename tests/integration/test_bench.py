@@ -98,3 +98,11 @@ def test_unknown_measurement_is_a_usage_error(tmp_path, capsys):
     assert main(["bench", "--only", "nope", "--output", str(tmp_path / "x.json")]) == 2
     assert "unknown measurement 'nope'" in capsys.readouterr().err
 
+
+
+def test_a_missing_work_folder_is_a_usage_error_naming_it(tmp_path, capsys):
+    missing = tmp_path / "no-such-folder"
+    assert main(["bench", "--work", str(missing), "--output", str(tmp_path / "x.json")]) == 2
+    err = capsys.readouterr().err
+    assert "--work" in err and str(missing) in err and "mkdir -p" in err
+    assert not missing.exists() and not (tmp_path / "x.json").exists()

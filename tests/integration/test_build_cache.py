@@ -63,7 +63,8 @@ class Timed:
 def test_a_cached_object_follows_source_date_epoch_where_the_source_uses_date(tmp_path):
     """__DATE__ comes from SOURCE_DATE_EPOCH (the commit's time): another commit's cached object must not be returned."""
     from pipeline.infra import compile_cache
-    from pipeline.stages.build import BUILD_PATH, LAUNCHER
+    from pipeline.infra.hostdeps import BUILD_PATH
+    from pipeline.stages.build import LAUNCHER
 
     env = {"PATH": os.pathsep.join(BUILD_PATH), "LC_ALL": "C.UTF-8", "HOME": str(tmp_path)}
     cache = compile_cache.prepare(tmp_path / "cache", toolchain_description={"kind": "pinned", "lock_entry_sha256": "0" * 64},

@@ -21,9 +21,10 @@ from pipeline.errors import EnvironmentProblem, InputError, UsageError
 from pipeline.formats import host_dependencies as declaration
 from pipeline.formats.lanes import DEFAULT_LANES_DIR, HostDependency, find_lane, load_lane
 from pipeline.infra import hostdeps, hostlibs
+from pipeline.infra.hostdeps import BUILD_PATH
 from pipeline.infra.source import parse_source
 from pipeline.stage import Context, execute
-from pipeline.stages.build import BUILD_PATH, BuildStage
+from pipeline.stages.build import BuildStage
 from pipeline.util.hashing import sha256_file
 
 ABSENT = "omp-ninfer-absent-module"

@@ -152,7 +152,7 @@ def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(produc
     assert plan["release"]["make_latest"] == "true" and plan["release"]["prerelease"] is False
     assert plan["gates"] == ["verify-ready", "acceptance", "test-run", "signatures", "evidence", "verifier", "token", "rate-limit", "github-unchanged", "ci-at-commit", "tag", "single-draft", "draft-assets"]
     names = ["manifest.json", "manifest.json.sigstore.json", "omp_ninfer_pipeline-0.1.0-py3-none-any.whl", "omp_ninfer_pipeline-0.1.0.SHA256SUMS",
-             "omp_ninfer_pipeline-0.1.0.tar.gz", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]  # and the verifier auditors install
+             "omp_ninfer_pipeline-0.1.0.auditor-requirements.txt", "omp_ninfer_pipeline-0.1.0.tar.gz", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]  # and the verifier auditors install
     assert [a["name"] for a in plan["assets"]] == names
     err = capsys.readouterr().err
     assert all(f"OK:   gate {gate}" in err for gate in plan["gates"]), err

@@ -193,8 +193,9 @@ def test_build_from_a_source_archive_refuses_one_that_is_not_the_provenances(pub
     code = main(["build", "--lane", "5090", "--source-archive", str(tampered / expected.name_of("source")), "--provenance", str(statement), "--rehearsal", "--dist", str(tmp_path / "dist")])
     assert code == 5
     assert not (tmp_path / "dist" / LANE / "build").exists()
+    from pipeline.formats.provenance import archive_source
     from pipeline.stage import Context
-    from pipeline.stages.build import BuildStage, archive_source
+    from pipeline.stages.build import BuildStage
 
     # The archive's commit is the sample's, no cut's: a rehearsal, so only the archive can be refused.
 

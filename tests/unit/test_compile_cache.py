@@ -17,6 +17,7 @@ from pipeline.cli import main
 from pipeline.errors import RefusedError, UsageError
 from pipeline.infra import buildns
 from pipeline.infra import compile_cache as cc
+from pipeline.infra.hostdeps import BUILD_PATH
 from pipeline.stages import build
 
 RELEASE_ENV = {"GITHUB_ACTIONS": "true", "GITHUB_WORKFLOW_REF": "omp/ninfer-release/.github/workflows/release.yml@refs/tags/v0.7.0"}
@@ -63,14 +64,14 @@ def test_a_cache_folder_others_can_write_to_is_refused_before_ccache_runs(tmp_pa
     shared.mkdir()
     shared.chmod(0o777)
     with pytest.raises(RefusedError, match="compile cache is not private"):
-        cc.prepare(shared, toolchain_description={"kind": "pinned", "lock_entry_sha256": "0" * 64}, cuda_home=tmp_path, path=build.BUILD_PATH, env={}, launcher=build.LAUNCHER)
+        cc.prepare(shared, toolchain_description={"kind": "pinned", "lock_entry_sha256": "0" * 64}, cuda_home=tmp_path, path=BUILD_PATH, env={}, launcher=build.LAUNCHER)
     assert list(shared.iterdir()) == []
 
 
 def test_the_pipeline_writes_the_whole_configuration_and_keys_entries_on_the_toolchain(tmp_path, monkeypatch):
-    env = {"PATH": ":".join(build.BUILD_PATH), "LC_ALL": "C"}
+    env = {"PATH": ":".join(BUILD_PATH), "LC_ALL": "C"}
     pinned = {"kind": "pinned", "lock_entry_sha256": "a" * 64}
-    cache = cc.prepare(tmp_path / "cache", toolchain_description=pinned, cuda_home=tmp_path, path=build.BUILD_PATH, env=env, launcher=build.LAUNCHER)
+    cache = cc.prepare(tmp_path / "cache", toolchain_description=pinned, cuda_home=tmp_path, path=BUILD_PATH, env=env, launcher=build.LAUNCHER)
     assert stat.S_IMODE((tmp_path / "cache").stat().st_mode) == 0o700
     text = cache.config_path.read_text()
     for line in ("compiler_check = content", f"namespace = omp-ninfer-{cache.key}", "hard_link = false", "umask = 077", "remote_storage ="):
@@ -79,14 +80,14 @@ def test_the_pipeline_writes_the_whole_configuration_and_keys_entries_on_the_too
     shown = subprocess.run([str(cache.ccache), "--show-config"], env={**env, **cache.env()}, capture_output=True, text=True, check=True).stdout
     assert re.search(rf"\({re.escape(str(cache.config_path))}\) compiler_check = content", shown)
     assert f"namespace = omp-ninfer-{cache.key}" in shown
-    host = cc.host_programs(build.BUILD_PATH, env)
+    host = cc.host_programs(BUILD_PATH, env)
     assert host["c++:cc1plus"] and host["c++:driver"], "nvcc runs the host compiler's programs: their bytes are in the key"
     monkeypatch.setattr(cc, "host_programs", lambda _path, _env: host)  # hashed once above (some 70 MB)
-    assert cc.toolchain_key(toolchain_description=pinned, cuda_home=tmp_path, path=build.BUILD_PATH, env=env, launcher=build.LAUNCHER) == cache.key
-    other = cc.toolchain_key(toolchain_description={**pinned, "lock_entry_sha256": "b" * 64}, cuda_home=tmp_path, path=build.BUILD_PATH, env=env, launcher=build.LAUNCHER)
+    assert cc.toolchain_key(toolchain_description=pinned, cuda_home=tmp_path, path=BUILD_PATH, env=env, launcher=build.LAUNCHER) == cache.key
+    other = cc.toolchain_key(toolchain_description={**pinned, "lock_entry_sha256": "b" * 64}, cuda_home=tmp_path, path=BUILD_PATH, env=env, launcher=build.LAUNCHER)
     launcher = tmp_path / "launcher.py"
     launcher.write_bytes(build.LAUNCHER.read_bytes() + b"\n")
-    moved = cc.toolchain_key(toolchain_description=pinned, cuda_home=tmp_path, path=build.BUILD_PATH, env=env, launcher=launcher)
+    moved = cc.toolchain_key(toolchain_description=pinned, cuda_home=tmp_path, path=BUILD_PATH, env=env, launcher=launcher)
     assert len({cache.key, other, moved}) == 3, "another toolchain or launcher must not share entries"
     assert cache.cmake_args(["py", "launcher"])[-1] == f"-DCMAKE_CUDA_COMPILER_LAUNCHER=py;launcher;{cache.ccache}"
 
@@ -108,7 +109,7 @@ def test_the_callers_ccache_variables_never_reach_the_compile(tmp_path, monkeypa
     tools = SimpleNamespace(nvcc=Path("/opt/cuda/bin/nvcc"), cmake=Path("/usr/bin/cmake"), ninja=Path("/usr/bin/ninja"))
     env = stage._build_env(tools)
     cache = cc.prepare(tmp_path / "cache", toolchain_description={"kind": "pinned", "lock_entry_sha256": "a" * 64}, cuda_home=tmp_path,
-                       path=build.BUILD_PATH, env=env, launcher=build.LAUNCHER)
+                       path=BUILD_PATH, env=env, launcher=build.LAUNCHER)
     env.update(cache.env())
     assert not {name for name in env if name.startswith("CCACHE_")} - set(cache.env())
     shown = dict(line.split(") ", 1)[1].split(" = ", 1) for line in subprocess.run(

@@ -1,5 +1,5 @@
 """Cuts as data: the ledger format (pipeline/formats/cut_ledger.py), the `cut` stage, and how
-build and package take the lane's current cut (pipeline/stages/cut.py)."""
+build and package take the lane's current cut (pipeline/stages/cut.py, pipeline/formats/cut_binding.py)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from repokit import SAMPLE, git, make_repo
 
 from pipeline.cli import main
 from pipeline.errors import InputError, RefusedError, UsageError
+from pipeline.formats.cut_binding import lock_digest
 from pipeline.formats.cut_ledger import (
     Cut,
     Ledger,
@@ -27,7 +28,7 @@ from pipeline.infra.github import Clock, GitHub
 from pipeline.infra.source import parse_source
 from pipeline.stage import Context
 from pipeline.stages.build import BuildStage
-from pipeline.stages.cut import cut_lane, lock_digest
+from pipeline.stages.cut import cut_lane
 
 LANE = "rtx5090-container"
 TAG = "v0.7.0-qwen38-5090-beta.{}"

@@ -21,7 +21,10 @@ from repokit import SIGSTORE_VECTORS
 
 from pipeline import cli
 from pipeline.errors import ExitCode, InputError, RefusedError
+from pipeline.formats.release.signer import release_signer, signer_from_manifest
+from pipeline.infra import sigstore as sg
 from pipeline.stages import sign as sig
+from pipeline.util.hashing import sha256_bytes, sha256_file
 
 GH_SAN = "https://github.com/trailofbits/rfc8785.py/.github/workflows/release.yml@refs/tags/v0.1.2"
 GH_ISSUER = "https://token.actions.githubusercontent.com"
@@ -37,10 +40,10 @@ def vectors() -> Path:
 
 
 def test_vendored_trust_configs_are_the_shared_ones_and_the_readme_names_their_hashes(vectors):
-    readme = (sig.TRUST_CONFIG_DIR / "README.md").read_text()
-    for name, path in sig.TRUST_CONFIGS.items():
+    readme = (sg.TRUST_CONFIG_DIR / "README.md").read_text()
+    for name, path in sg.TRUST_CONFIGS.items():
         assert path.read_bytes() == (vectors / f"{name}-trust-config.json").read_bytes()
-        assert sig.sha256_file(path) in readme
+        assert sha256_file(path) in readme
         document = json.loads(path.read_bytes())
         assert document["mediaType"] == "application/vnd.dev.sigstore.clienttrustconfig.v0.1+json"
 
@@ -49,7 +52,7 @@ def test_vendored_trust_configs_are_the_shared_ones_and_the_readme_names_their_h
 
 
 def test_github_release_workflow_bundle_verifies_with_its_repository_and_ref(vectors):
-    verified = sig.verify_bundle(
+    verified = sg.verify_bundle(
         vectors / "bundle_v3_github.whl",
         vectors / "bundle_v3_github.whl.sigstore",
         identity=GH_SAN,
@@ -61,11 +64,11 @@ def test_github_release_workflow_bundle_verifies_with_its_repository_and_ref(vec
     assert verified.identity == GH_SAN
     assert verified.issuer == GH_ISSUER
     assert verified.log_index == 79605083
-    assert verified.sha256 == sig.sha256_file(vectors / "bundle_v3_github.whl")
+    assert verified.sha256 == sha256_file(vectors / "bundle_v3_github.whl")
 
 
 def test_release_signer_derives_the_workflow_identity():
-    signer = sig.release_signer("https://github.com/trailofbits/rfc8785.py", "v0.1.2")
+    signer = release_signer("https://github.com/trailofbits/rfc8785.py", "v0.1.2")
     assert signer.identity == GH_SAN
     assert (signer.issuer, signer.repository, signer.ref) == (GH_ISSUER, "trailofbits/rfc8785.py", "refs/tags/v0.1.2")
 
@@ -79,8 +82,8 @@ def test_release_signer_derives_the_workflow_identity():
     ],
 )
 def test_github_release_workflow_bundle_fails_with_another_repository_or_ref(vectors, repository, ref, reason):
-    with pytest.raises(sig.SignatureError) as caught:
-        sig.verify_bundle(
+    with pytest.raises(sg.SignatureError) as caught:
+        sg.verify_bundle(
             vectors / "bundle_v3_github.whl",
             vectors / "bundle_v3_github.whl.sigstore",
             identity=GH_SAN,
@@ -95,15 +98,15 @@ def test_github_release_workflow_bundle_fails_with_another_repository_or_ref(vec
 
 def test_github_bundle_fails_for_another_workflow_identity_and_lists_the_actual_san(vectors):
     other = "https://github.com/alphastorm/omp-ninfer/.github/workflows/release.yml@refs/tags/v0.13.1"
-    with pytest.raises(sig.SignatureError) as caught:
-        sig.verify_bundle(vectors / "bundle_v3_github.whl", vectors / "bundle_v3_github.whl.sigstore", identity=other, issuer=GH_ISSUER)
+    with pytest.raises(sg.SignatureError) as caught:
+        sg.verify_bundle(vectors / "bundle_v3_github.whl", vectors / "bundle_v3_github.whl.sigstore", identity=other, issuer=GH_ISSUER)
     assert f"Certificate's SANs do not match {other}" in caught.value.reason
     assert GH_SAN in caught.value.reason  # the actual SAN is shown (sigstore-python#309)
 
 
 def test_github_bundle_fails_for_another_issuer(vectors):
-    with pytest.raises(sig.SignatureError) as caught:
-        sig.verify_bundle(vectors / "bundle_v3_github.whl", vectors / "bundle_v3_github.whl.sigstore", identity=GH_SAN, issuer=GH_OAUTH)
+    with pytest.raises(sg.SignatureError) as caught:
+        sg.verify_bundle(vectors / "bundle_v3_github.whl", vectors / "bundle_v3_github.whl.sigstore", identity=GH_SAN, issuer=GH_OAUTH)
     assert "OIDCIssuer" in caught.value.reason and "does not match" in caught.value.reason
 
 
@@ -118,19 +121,19 @@ def test_github_bundle_fails_for_another_issuer(vectors):
     ],
 )
 def test_staging_bundles_verify_against_the_staging_config(vectors, artifact, bundle, identity):
-    verified = sig.verify_bundle(vectors / artifact, vectors / bundle, identity=identity, issuer=GH_OAUTH, trust_config="staging")
+    verified = sg.verify_bundle(vectors / artifact, vectors / bundle, identity=identity, issuer=GH_OAUTH, trust_config="staging")
     assert verified.identity == identity
 
 
 def test_staging_bundle_fails_against_the_production_root_naming_the_instance(vectors):
-    with pytest.raises(sig.SignatureError) as caught:
-        sig.verify_bundle(vectors / "bundle_v3.txt", vectors / "bundle_v3.txt.sigstore", identity="william@yossarian.net", issuer=GH_OAUTH, trust_config="production")
+    with pytest.raises(sg.SignatureError) as caught:
+        sg.verify_bundle(vectors / "bundle_v3.txt", vectors / "bundle_v3.txt.sigstore", identity="william@yossarian.net", issuer=GH_OAUTH, trust_config="production")
     assert "certificate chain" in caught.value.reason
     assert "another Sigstore instance (staging vs production)" in str(caught.value)
 
 
 def test_a_trust_config_file_path_is_accepted(vectors):
-    verified = sig.verify_bundle(
+    verified = sg.verify_bundle(
         vectors / "bundle_v3.txt",
         vectors / "bundle_v3.txt.sigstore",
         identity="william@yossarian.net",
@@ -145,8 +148,8 @@ def test_a_trust_config_file_path_is_accepted(vectors):
 
 def test_malformed_cve_2022_36056_bundle_fails(vectors):
     """The bundle's certificate and log entry do not belong together (CVE-2022-36056)."""
-    with pytest.raises(sig.SignatureError) as caught:
-        sig.verify_bundle(
+    with pytest.raises(sg.SignatureError) as caught:
+        sg.verify_bundle(
             vectors / "bundle_cve_2022_36056.txt",
             vectors / "bundle_cve_2022_36056.txt.sigstore",
             identity="william@yossarian.net",  # the SAN it carries: the identity check passes, the material does not
@@ -158,8 +161,8 @@ def test_malformed_cve_2022_36056_bundle_fails(vectors):
 
 
 def test_bundle_without_a_log_entry_fails(vectors):
-    with pytest.raises(sig.SignatureError) as caught:
-        sig.verify_bundle(
+    with pytest.raises(sg.SignatureError) as caught:
+        sg.verify_bundle(
             vectors / "bundle_no_log_entry.txt",
             vectors / "bundle_no_log_entry.txt.sigstore",
             identity="william@yossarian.net",
@@ -179,8 +182,8 @@ def test_a_tampered_artefact_fails(vectors, tmp_path, offset):
     data[offset] ^= 0x01
     tampered = tmp_path / "bundle_v3_github.whl"
     tampered.write_bytes(bytes(data))
-    with pytest.raises(sig.SignatureError) as caught:
-        sig.verify_bundle(tampered, vectors / "bundle_v3_github.whl.sigstore", identity=GH_SAN, issuer=GH_ISSUER, repository="trailofbits/rfc8785.py", ref="refs/tags/v0.1.2")
+    with pytest.raises(sg.SignatureError) as caught:
+        sg.verify_bundle(tampered, vectors / "bundle_v3_github.whl.sigstore", identity=GH_SAN, issuer=GH_ISSUER, repository="trailofbits/rfc8785.py", ref="refs/tags/v0.1.2")
     assert caught.value.reason == "Bundle message digest mismatch"
     assert "signs other bytes than this file" in str(caught.value)
 
@@ -188,29 +191,29 @@ def test_a_tampered_artefact_fails(vectors, tmp_path, offset):
 def test_verification_by_digest_and_by_bytes(vectors):
     data = (vectors / "bundle_v3_github.whl").read_bytes()
     bundle = (vectors / "bundle_v3_github.whl.sigstore").read_bytes()
-    by_digest = sig.verify_bundle(sig.Sha256Digest(sig.sha256_bytes(data)), bundle, identity=GH_SAN, issuer=GH_ISSUER)
-    by_bytes = sig.verify_bundle(data, bundle, identity=GH_SAN, issuer=GH_ISSUER)
-    assert by_digest.sha256 == by_bytes.sha256 == sig.sha256_bytes(data)
-    with pytest.raises(sig.SignatureError, match="Bundle message digest mismatch"):
-        sig.verify_bundle(sig.Sha256Digest("0" * 64), bundle, identity=GH_SAN, issuer=GH_ISSUER)
+    by_digest = sg.verify_bundle(sg.Sha256Digest(sha256_bytes(data)), bundle, identity=GH_SAN, issuer=GH_ISSUER)
+    by_bytes = sg.verify_bundle(data, bundle, identity=GH_SAN, issuer=GH_ISSUER)
+    assert by_digest.sha256 == by_bytes.sha256 == sha256_bytes(data)
+    with pytest.raises(sg.SignatureError, match="Bundle message digest mismatch"):
+        sg.verify_bundle(sg.Sha256Digest("0" * 64), bundle, identity=GH_SAN, issuer=GH_ISSUER)
 
 
 def test_a_missing_bundle_is_a_clear_failure(vectors, tmp_path):
-    with pytest.raises(sig.SignatureError) as caught:
-        sig.verify_bundle(vectors / "bundle_v3_github.whl", tmp_path / "absent.sigstore.json", identity=GH_SAN, issuer=GH_ISSUER)
+    with pytest.raises(sg.SignatureError) as caught:
+        sg.verify_bundle(vectors / "bundle_v3_github.whl", tmp_path / "absent.sigstore.json", identity=GH_SAN, issuer=GH_ISSUER)
     assert caught.value.reason == "no bundle absent.sigstore.json"
 
 
 def test_a_bundle_that_is_not_json_fails(vectors, tmp_path):
     bad = tmp_path / "x.sigstore.json"
     bad.write_bytes(b"not a bundle")
-    with pytest.raises(sig.SignatureError, match="does not verify"):
-        sig.verify_bundle(vectors / "bundle_v3_github.whl", bad, identity=GH_SAN, issuer=GH_ISSUER)
+    with pytest.raises(sg.SignatureError, match="does not verify"):
+        sg.verify_bundle(vectors / "bundle_v3_github.whl", bad, identity=GH_SAN, issuer=GH_ISSUER)
 
 
 def test_an_unknown_trust_config_is_an_input_error(vectors, tmp_path):
     with pytest.raises(InputError, match="trust configuration does not exist"):
-        sig.verify_bundle(vectors / "bundle_v3.txt", vectors / "bundle_v3.txt.sigstore", identity="a", issuer="b", trust_config=str(tmp_path / "nope.json"))
+        sg.verify_bundle(vectors / "bundle_v3.txt", vectors / "bundle_v3.txt.sigstore", identity="a", issuer="b", trust_config=str(tmp_path / "nope.json"))
 
 
 # -- the expected signer in a release tree ---------------------------------------
@@ -218,16 +221,16 @@ def test_an_unknown_trust_config_is_an_input_error(vectors, tmp_path):
 
 def test_signer_from_manifest_reads_the_signing_block_or_derives_it():
     block = {"certificate_identity": GH_SAN, "certificate_oidc_issuer": GH_ISSUER, "bundle_suffix": ".sigstore.json", "signed_files": []}
-    signer = sig.signer_from_manifest({"release": "v0.1.2", "signing": block})
-    assert signer == sig.SignerIdentity(GH_SAN, GH_ISSUER, "trailofbits/rfc8785.py", "refs/tags/v0.1.2", "production")
-    derived = sig.signer_from_manifest({"release": "v0.1.2", "product": {"repository": "https://github.com/trailofbits/rfc8785.py"}})
+    signer = signer_from_manifest({"release": "v0.1.2", "signing": block})
+    assert signer == sg.SignerIdentity(GH_SAN, GH_ISSUER, "trailofbits/rfc8785.py", "refs/tags/v0.1.2", "production")
+    derived = signer_from_manifest({"release": "v0.1.2", "product": {"repository": "https://github.com/trailofbits/rfc8785.py"}})
     assert derived == signer
     with pytest.raises(InputError, match="declares no expected signer"):
-        sig.signer_from_manifest({"release": "v0.1.2"})
+        signer_from_manifest({"release": "v0.1.2"})
     with pytest.raises(InputError, match="unknown Sigstore instance"):
-        sig.signer_from_manifest({"signing": {**block, "trust_config": "elsewhere"}})
+        signer_from_manifest({"signing": {**block, "trust_config": "elsewhere"}})
     with pytest.raises(InputError, match="the expected signer lacks a value"):
-        sig.signer_from_manifest({"signing": {**block, "certificate_oidc_issuer": None}})
+        signer_from_manifest({"signing": {**block, "certificate_oidc_issuer": None}})
 
 
 # -- sign: refusals and the plan -------------------------------------------------
@@ -348,14 +351,14 @@ class FakeSigningContext:
 
         class _Signer:
             def sign_artifact(self, input_: bytes):
-                outer.calls.append(sig.sha256_bytes(input_))
-                return Bundle.from_json(outer.bundles[sig.sha256_bytes(input_)])
+                outer.calls.append(sha256_bytes(input_))
+                return Bundle.from_json(outer.bundles[sha256_bytes(input_)])
 
             def sign_dsse(self, input_):
                 from sigstore.dsse import Statement
 
                 assert isinstance(input_, Statement)  # sigstore's own type: the statement was parsed as in-toto
-                digest = sig.sha256_bytes(input_._contents)
+                digest = sha256_bytes(input_._contents)
                 outer.calls.append(digest)
                 return Bundle.from_json(outer.bundles[digest])
 
@@ -371,11 +374,11 @@ def whl_target(vectors, tmp_path):
     for path in (first, copy):
         path.parent.mkdir(parents=True)
         path.write_bytes(data)
-    return sig.SigningTarget(sig.sha256_bytes(data), data, [first, copy])
+    return sig.SigningTarget(sha256_bytes(data), data, [first, copy])
 
 
-def _signer() -> sig.SignerIdentity:
-    return sig.release_signer("trailofbits/rfc8785.py", "v0.1.2")
+def _signer() -> sg.SignerIdentity:
+    return release_signer("trailofbits/rfc8785.py", "v0.1.2")
 
 
 def test_signing_writes_a_bundle_beside_every_copy_and_verifies_it(vectors, whl_target):
@@ -391,7 +394,7 @@ def test_signing_writes_a_bundle_beside_every_copy_and_verifies_it(vectors, whl_
     )
     assert calls == [whl_target.sha256]  # one content signed once
     for path in whl_target.files:
-        written = sig.bundle_path_for(path)
+        written = sg.bundle_path_for(path)
         assert written.name == "bundle_v3_github.whl.sigstore.json"
         assert json.loads(written.read_bytes()) == json.loads(bundle)
     assert report.signed == ["bundle_v3_github.whl (+1 copies)"]
@@ -406,7 +409,7 @@ def test_a_bundle_that_does_not_verify_after_signing_is_removed_and_fails(vector
     from sigstore.oidc import IdentityToken
 
     wrong = (vectors / "bundle_v3.txt.sigstore").read_bytes()  # a real bundle, of other bytes, from staging
-    with pytest.raises(sig.SignatureError) as caught:
+    with pytest.raises(sg.SignatureError) as caught:
         sig.sign_targets(
             [whl_target],
             _signer(),
@@ -414,7 +417,7 @@ def test_a_bundle_that_does_not_verify_after_signing_is_removed_and_fails(vector
             token_provider=lambda: IdentityToken(_github_token(GH_SAN.removeprefix("https://github.com/"))),
         )
     assert "does not verify against the expected signer" in str(caught.value)
-    assert not [p for p in whl_target.files if sig.bundle_path_for(p).exists()]
+    assert not [p for p in whl_target.files if sg.bundle_path_for(p).exists()]
 
 
 def test_a_token_for_another_ref_is_refused_before_signing(whl_target):
@@ -435,7 +438,7 @@ def test_a_token_for_another_ref_is_refused_before_signing(whl_target):
 def test_an_existing_invalid_bundle_is_refused_unless_overwrite(vectors, whl_target):
     from sigstore.oidc import IdentityToken
 
-    shutil.copyfile(vectors / "bundle_v3.txt.sigstore", sig.bundle_path_for(whl_target.files[0]))
+    shutil.copyfile(vectors / "bundle_v3.txt.sigstore", sg.bundle_path_for(whl_target.files[0]))
     with pytest.raises(RefusedError, match="an existing bundle does not verify: failed to build timestamp certificate chain"):
         sig.sign_targets([whl_target], _signer(), context_factory=lambda trust: pytest.fail("no"), token_provider=lambda: pytest.fail("no"))
     bundle = (vectors / "bundle_v3_github.whl.sigstore").read_bytes()
@@ -446,7 +449,7 @@ def test_an_existing_invalid_bundle_is_refused_unless_overwrite(vectors, whl_tar
         token_provider=lambda: IdentityToken(_github_token(GH_SAN.removeprefix("https://github.com/"))),
         overwrite=True,
     )
-    assert report.signed and json.loads(sig.bundle_path_for(whl_target.files[0]).read_bytes()) == json.loads(bundle)
+    assert report.signed and json.loads(sg.bundle_path_for(whl_target.files[0]).read_bytes()) == json.loads(bundle)
 
 
 def test_sign_plan_adds_dist_copies_of_signed_sums_and_leaves_unshipped_sets_out(tmp_path, monkeypatch, capsys):
@@ -515,14 +518,14 @@ def _compose_entries(dist: Path, tree: Path, release: str = "v0.1.2") -> None:
     for path in sorted(p for p in tree.rglob("*") if p.is_file() and not p.name.endswith(".sigstore.json")):
         rel = path.relative_to(tree).as_posix()
         data = path.read_bytes()
-        outputs.append(Artifact(kind="release-tree", name=f"manifests/{release}/{rel}", path=f"manifests/{release}/{rel}", sha256=sig.sha256_bytes(data),
+        outputs.append(Artifact(kind="release-tree", name=f"manifests/{release}/{rel}", path=f"manifests/{release}/{rel}", sha256=sha256_bytes(data),
                                 size=len(data), stage="compose",
                                 attrs={"release": release, sig.TREE_PATH_ATTR: rel, "root": "repository", "role": "tree", "signed": False}))
     register.record_stage(f"compose:{release}", "f" * 64, outputs)
 
 
 def _stand_in_bundle(data: bytes, identity: str) -> str:
-    return json.dumps({"stand_in_bundle": True, "sha256": sig.sha256_bytes(data), "identity": identity})
+    return json.dumps({"stand_in_bundle": True, "sha256": sha256_bytes(data), "identity": identity})
 
 
 def _stand_in_verify(artifact, bundle_path, *, identity, issuer, trust_config="production", repository=None, ref=None):
@@ -530,12 +533,12 @@ def _stand_in_verify(artifact, bundle_path, *, identity, issuer, trust_config="p
     live Fulcio and Rekor cannot issue a real bundle for a test's manifest."""
     raw = bundle_path if isinstance(bundle_path, bytes) else Path(bundle_path).read_bytes()
     bundle = json.loads(raw)
-    digest = artifact.hexdigest if isinstance(artifact, sig.Sha256Digest) else sig.sha256_bytes(artifact if isinstance(artifact, bytes) else Path(artifact).read_bytes())
+    digest = artifact.hexdigest if isinstance(artifact, sg.Sha256Digest) else sha256_bytes(artifact if isinstance(artifact, bytes) else Path(artifact).read_bytes())
     if bundle.get("sha256") != digest:
-        raise sig.SignatureError("Sigstore bundle does not verify: Bundle message digest mismatch", reason="Bundle message digest mismatch")
-    if bundle.get("identity") != identity or issuer != GH_ISSUER or (repository, ref) != sig.github_claims(identity):
-        raise sig.SignatureError("Sigstore bundle does not verify: identity", reason="Certificate's SANs do not match")
-    return sig.VerifiedSignature("x", digest, identity, issuer, 7, 1)
+        raise sg.SignatureError("Sigstore bundle does not verify: Bundle message digest mismatch", reason="Bundle message digest mismatch")
+    if bundle.get("identity") != identity or issuer != GH_ISSUER or (repository, ref) != sg.github_claims(identity):
+        raise sg.SignatureError("Sigstore bundle does not verify: identity", reason="Certificate's SANs do not match")
+    return sg.VerifiedSignature("x", digest, identity, issuer, 7, 1)
 
 
 class StandInSigningContext:
@@ -558,7 +561,7 @@ class StandInSigningContext:
 
         class _Signer:
             def sign_artifact(self, input_: bytes):
-                outer.calls.append(sig.sha256_bytes(input_))
+                outer.calls.append(sha256_bytes(input_))
                 return _Bundle(input_)
 
         yield _Signer()
@@ -601,8 +604,8 @@ def test_the_sign_stage_signs_the_composed_tree_and_records_every_bundle(tmp_pat
     assert sorted(stage.report.signed) == ["manifest.json", "rtx4090-windows-native.SHA256SUMS (+1 copies)"]
     beside_set = sums.parent.parent / "attestations" / "SHA256SUMS.sigstore.json"  # the closed set's folder stays closed
     for path, bundle in ((tree / "manifest.json", None), (tree / "qualification" / "rtx4090-windows-native.SHA256SUMS", None), (sums, beside_set)):
-        assert json.loads((bundle or sig.bundle_path_for(path)).read_bytes())["sha256"] == sig.sha256_file(path)
-    assert not sig.bundle_path_for(sums).exists(), "no bundle inside the asset set's folder"
+        assert json.loads((bundle or sg.bundle_path_for(path)).read_bytes())["sha256"] == sha256_file(path)
+    assert not sg.bundle_path_for(sums).exists(), "no bundle inside the asset set's folder"
     register = Register(dist)
     bundles = {a.path: a for a in register.query("signature-bundle")}
     assert set(bundles) == {
@@ -611,9 +614,9 @@ def test_the_sign_stage_signs_the_composed_tree_and_records_every_bundle(tmp_pat
         "rtx4090-windows-native/attestations/SHA256SUMS.sigstore.json",
     }
     # The copies under dist are byte for byte the bundles beside the tree files.
-    assert (dist / "sign" / "v0.1.2" / "manifest.json.sigstore.json").read_bytes() == sig.bundle_path_for(tree / "manifest.json").read_bytes()
+    assert (dist / "sign" / "v0.1.2" / "manifest.json.sigstore.json").read_bytes() == sg.bundle_path_for(tree / "manifest.json").read_bytes()
     entry = bundles["rtx4090-windows-native/attestations/SHA256SUMS.sigstore.json"]
-    assert (entry.lane, entry.attrs["signed_name"], entry.attrs["signed_sha256"]) == ("rtx4090-windows-native", "SHA256SUMS", sig.sha256_file(sums))
+    assert (entry.lane, entry.attrs["signed_name"], entry.attrs["signed_sha256"]) == ("rtx4090-windows-native", "SHA256SUMS", sha256_file(sums))
     assert register.stages["sign:v0.1.2"]["outputs"] == sorted(a.name for a in bundles.values())
 
     # Again: nothing new is signed, every bundle is verified again (sign always runs), the entries stay.

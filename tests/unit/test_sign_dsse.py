@@ -16,6 +16,7 @@ from repokit import FIXTURES
 from test_sign import FakeSigningContext, _github_token, _release_tree
 
 from pipeline.formats import provenance as slsa
+from pipeline.infra import sigstore as sg
 from pipeline.register import Register
 from pipeline.stages import sign as sig
 from pipeline.util.hashing import sha256_bytes
@@ -29,8 +30,8 @@ def _payload() -> bytes:
     return base64.b64decode(json.loads(FIXTURE.read_bytes())["dsseEnvelope"]["payload"])
 
 
-def _beacon() -> sig.SignerIdentity:
-    return sig.SignerIdentity(BEACON, ISSUER, "sigstore-conformance/extremely-dangerous-public-oidc-beacon", "refs/heads/main", "staging")
+def _beacon() -> sg.SignerIdentity:
+    return sg.SignerIdentity(BEACON, ISSUER, "sigstore-conformance/extremely-dangerous-public-oidc-beacon", "refs/heads/main", "staging")
 
 
 def test_fixture_is_the_vendored_bundle():
@@ -39,15 +40,15 @@ def test_fixture_is_the_vendored_bundle():
 
 
 def test_a_real_dsse_bundle_verifies_offline_and_returns_its_statement():
-    verified = sig.verify_dsse_bundle(_payload(), FIXTURE, identity=BEACON, issuer=ISSUER, trust_config="staging", name="a.intoto.json")
+    verified = sg.verify_dsse_bundle(_payload(), FIXTURE, identity=BEACON, issuer=ISSUER, trust_config="staging", name="a.intoto.json")
     assert verified.identity == BEACON and verified.issuer == ISSUER
     assert verified.sha256 == sha256_bytes(_payload())
     assert json.loads(_payload())["predicateType"] == slsa.PREDICATE_TYPE
 
 
 def test_another_statement_than_the_envelopes_is_refused():
-    with pytest.raises(sig.SignatureError, match="carries another statement") as info:
-        sig.verify_dsse_bundle(_payload() + b"\n", FIXTURE, identity=BEACON, issuer=ISSUER, trust_config="staging")
+    with pytest.raises(sg.SignatureError, match="carries another statement") as info:
+        sg.verify_dsse_bundle(_payload() + b"\n", FIXTURE, identity=BEACON, issuer=ISSUER, trust_config="staging")
     assert info.value.reason == "DSSE payload differs from the statement"
 
 
@@ -59,8 +60,8 @@ def test_another_statement_than_the_envelopes_is_refused():
     ],
 )
 def test_a_dsse_bundle_fails_for_another_workflow_or_trust_root(identity, trust, reason):
-    with pytest.raises(sig.SignatureError) as info:
-        sig.verify_dsse_bundle(_payload(), FIXTURE, identity=identity, issuer=ISSUER, trust_config=trust)
+    with pytest.raises(sg.SignatureError) as info:
+        sg.verify_dsse_bundle(_payload(), FIXTURE, identity=identity, issuer=ISSUER, trust_config=trust)
     assert reason in info.value.reason
 
 
@@ -79,7 +80,7 @@ def test_signing_a_statement_writes_a_dsse_bundle_beside_it_and_verifies_it(tmp_
     bundles = {target.sha256: FIXTURE.read_bytes()}
     report = sig.sign_targets([target], _beacon(), context_factory=lambda trust: FakeSigningContext(bundles, calls), token_provider=_token)
     assert calls == [target.sha256]
-    written = sig.bundle_path_for(statement)
+    written = sg.bundle_path_for(statement)
     assert written.name == "x.provenance.intoto.json.sigstore.json"
     assert json.loads(written.read_bytes()) == json.loads(FIXTURE.read_bytes())
     assert report.signed == ["x.provenance.intoto.json"] and report.verified[0]["identity"] == BEACON
@@ -93,10 +94,10 @@ def test_a_dsse_bundle_of_another_statement_is_removed_and_fails(tmp_path):
     statement.write_bytes(ours)
     target = sig.SigningTarget(sha256_bytes(ours), ours, [statement], dsse=True)
     bundles = {target.sha256: FIXTURE.read_bytes()}  # the services "returned" an envelope of other bytes
-    with pytest.raises(sig.SignatureError, match="does not verify against the expected signer") as info:
+    with pytest.raises(sg.SignatureError, match="does not verify against the expected signer") as info:
         sig.sign_targets([target], _beacon(), context_factory=lambda trust: FakeSigningContext(bundles, []), token_provider=_token)
     assert info.value.reason == "DSSE payload differs from the statement"
-    assert not sig.bundle_path_for(statement).exists()
+    assert not sg.bundle_path_for(statement).exists()
 
 
 def _statement(subjects: dict[str, str]) -> dict:

@@ -266,21 +266,21 @@ def test_sign_targets_with_the_kit_writes_bundles_that_verify(kit, tmp_path):
     manifest.write_bytes(ARTIFACT)
     statement.write_bytes(STATEMENT)
     targets = [sig.SigningTarget(sha256_bytes(ARTIFACT), ARTIFACT, [manifest]), sig.SigningTarget(sha256_bytes(STATEMENT), STATEMENT, [statement], dsse=True)]
-    signer = sig.SignerIdentity(IDENTITY, ISSUER, "alphastorm/omp-ninfer", "refs/tags/v0.14.0", str(kit.trust_config_path))
+    signer = sg.SignerIdentity(IDENTITY, ISSUER, "alphastorm/omp-ninfer", "refs/tags/v0.14.0", str(kit.trust_config_path))
     report = sig.sign_targets(targets, signer, context_factory=kit.context_factory, token_provider=kit.token_provider())
     assert report.signed == ["manifest.json", "x.provenance.intoto.json"]
     assert [v["identity"] for v in report.verified] == [IDENTITY, IDENTITY]
-    assert sg.verify_bundle(manifest, sig.bundle_path_for(manifest), identity=IDENTITY, issuer=ISSUER, trust_config=kit.trust_config_path).identity == IDENTITY
-    assert sg.verify_dsse_bundle(STATEMENT, sig.bundle_path_for(statement), identity=IDENTITY, issuer=ISSUER, trust_config=kit.trust_config_path).identity == IDENTITY
+    assert sg.verify_bundle(manifest, sg.bundle_path_for(manifest), identity=IDENTITY, issuer=ISSUER, trust_config=kit.trust_config_path).identity == IDENTITY
+    assert sg.verify_dsse_bundle(STATEMENT, sg.bundle_path_for(statement), identity=IDENTITY, issuer=ISSUER, trust_config=kit.trust_config_path).identity == IDENTITY
     again = sig.sign_targets(targets, signer, context_factory=kit.context_factory, token_provider=kit.token_provider())
     assert again.kept == ["manifest.json", "x.provenance.intoto.json"] and not again.signed
     # a token for another workflow is refused before anything is signed
     other = IDENTITY.replace("release.yml", "ci.yml")
     for path in (manifest, statement):
-        sig.bundle_path_for(path).unlink()
+        sg.bundle_path_for(path).unlink()
     with pytest.raises(RefusedError, match="not the release tree's expected signer"):
         sig.sign_targets(targets, signer, context_factory=kit.context_factory, token_provider=kit.token_provider(other))
-    assert not sig.bundle_path_for(manifest).exists()
+    assert not sg.bundle_path_for(manifest).exists()
 
 
 # -- the seam: PIPELINE_TEST_SIGSTORE ----------------------------------------------------------
@@ -401,10 +401,10 @@ def _signable_release(tmp_path: Path) -> tuple[Path, Path, Path]:
 def _check_signed(tree: Path, statement: Path, trust: Path) -> None:
     for name in ("manifest.json", "qualification/rtx4090-windows-native.SHA256SUMS"):
         path = tree / name
-        assert sg.verify_bundle(path, sig.bundle_path_for(path), identity=TREE_IDENTITY, issuer=ISSUER, trust_config=trust).identity == TREE_IDENTITY
-    assert sg.verify_dsse_bundle(statement.read_bytes(), sig.bundle_path_for(statement), identity=TREE_IDENTITY, issuer=ISSUER, trust_config=trust).identity == TREE_IDENTITY
+        assert sg.verify_bundle(path, sg.bundle_path_for(path), identity=TREE_IDENTITY, issuer=ISSUER, trust_config=trust).identity == TREE_IDENTITY
+    assert sg.verify_dsse_bundle(statement.read_bytes(), sg.bundle_path_for(statement), identity=TREE_IDENTITY, issuer=ISSUER, trust_config=trust).identity == TREE_IDENTITY
     with pytest.raises(sg.SignatureError):
-        sg.verify_bundle(tree / "manifest.json", sig.bundle_path_for(tree / "manifest.json"), identity=TREE_IDENTITY, issuer=ISSUER, trust_config="production")
+        sg.verify_bundle(tree / "manifest.json", sg.bundle_path_for(tree / "manifest.json"), identity=TREE_IDENTITY, issuer=ISSUER, trust_config="production")
 
 
 @needs_proc
