@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, UsageError
+from pipeline.formats.ci_checks import check_names
 from pipeline.formats.cut_ledger import BETA_EXPECTED, MAX_BETA, MIN_BETA, is_beta, ledger_path, load_ledger
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import read_toml
@@ -145,6 +146,8 @@ _SOURCE = {
     "commit": Field(str, required=False, check=is_commit_hex, expected="a full 40-hex commit"),
     "upstream_base": Field(str, required=False, check=is_commit_hex, expected="a full 40-hex commit"),
     "note": Field(str, required=False),
+    # The runtime repository's CI that must have concluded `success` at a cut's exact commit (formats/ci_checks.py).
+    "required_checks": Field(list),
 }
 _BUILD = {
     "generator": Field(str, check=one_of("Ninja"), expected="'Ninja'"),
@@ -385,6 +388,7 @@ class Lane:
     source_repository: str
     source_commit: str | None
     upstream_base: str | None
+    required_checks: tuple[str, ...]  # check run names / status contexts of the runtime repository's CI, at the cut's commit
     cmake_args: tuple[str, ...]
     targets: tuple[str, ...]
     binaries: tuple[str, ...]
@@ -787,6 +791,7 @@ def load_lane(path: Path) -> Lane:
         source_repository=src["repository"],
         source_commit=src["commit"],
         upstream_base=src["upstream_base"],
+        required_checks=check_names(src["required_checks"], file=file, field="source.required_checks"),
         cmake_args=tuple(build["cmake_args"]),
         targets=tuple(build["targets"]),
         binaries=tuple(build["binaries"]),

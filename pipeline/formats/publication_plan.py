@@ -1,6 +1,6 @@
 """The publication plan, its journal and the publication receipt (the `publish` stage's documents).
 
-Plan (`omp_ninfer_publication_plan`, schema 2): every remote write of one
+Plan (`omp_ninfer_publication_plan`, schema 3): every remote write of one
 publication, in order, made from local bytes, and the GitHub state the dry run
 observed for the tag, so the same inputs and the same GitHub state give the
 same bytes and the same SHA-256:
@@ -11,14 +11,20 @@ same bytes and the same SHA-256:
      "assets": [{"name", "size", "sha256", "content_type", "source": {"root", "path"}}],
      "observed": {"read": true, "tag": <commit> | null, "immutable_releases": bool | null,
                   "releases": [{"id", "name", "body_sha256", "draft", "prerelease", "immutable",
-                                "assets": [{"name", "size", "digest", "state"}]}]}
+                                "assets": [{"name", "size", "digest", "state"}]}],
+                  "ci": {"repository", "sha", "required": [names],
+                         "check_runs": [{"id", "name", "head_sha", "status", "conclusion", "html_url", "app"}],
+                         "statuses": [{"context", "state", "target_url"}]} | null}
                  | {"read": false, "why": "..."},
      "operations": [{"op": "create-draft", ...}, {"op": "upload-asset", "name", "size", "sha256", "content_type"}...,
                     {"op": "create-tag", ...}, {"op": "publish", ...}],
      "after": ["re-read-by-tag", "immutable-if-enabled", "audit-published-assets"],
      "gates": [gate names, in the order they are checked]}
 
-`immutable_releases` is null when the token may not read the setting (GitHub
+`ci` is what GitHub reported for the required checks at the planned commit (formats/ci_checks.py:
+every run of each required name, re-runs included, and the latest status of each required context), so a
+check that is re-run or finishes between the dry run and the apply is a change `github-unchanged` refuses;
+null where no required checks are known (the `ci` gate then refuses).  `immutable_releases` is null when the token may not read the setting (GitHub
 answers 403 to a token without admin read access, which an Actions
 `github.token` never has): unknown, not false.  `body_sha256` is the SHA-256 of
 a release's body text (UTF-8), so a release whose notes differ is told apart
@@ -49,7 +55,8 @@ size, SHA-256 and GitHub digest; `immutable` (the published release's own
 field), `immutable_releases_enabled` (true, false, or null when the token may
 not read the setting) and, where the repository enables immutable releases
 but this release is not immutable (it was published before the setting was
-switched on) or the setting is unknown, `immutable_reason`; no token, no time.
+switched on) or the setting is unknown, `immutable_reason`; `ci`, the plan's observed CI block (the
+checks that gated it), where the plan recorded one; no token, no time.
 """
 
 from __future__ import annotations
@@ -68,7 +75,7 @@ from pipeline.util.safepath import component_problem
 PLAN_TYPE = "omp_ninfer_publication_plan"
 RECEIPT_TYPE = "omp_ninfer_release_publication_receipt"
 SCHEMA_VERSION = 1  # the receipt's
-PLAN_SCHEMA_VERSION = 2  # 2: the plan binds the GitHub state it was made against (`observed`)
+PLAN_SCHEMA_VERSION = 3  # 2: the plan binds the GitHub state it was made against (`observed`); 3: and the CI at its commit (`observed.ci`)
 KINDS = ("component", "product")
 MAX_ASSET_BYTES = 2 * 1024**3 - 1  # GitHub: each asset < 2 GiB
 MAX_ASSETS = 1000  # GitHub: at most 1,000 assets per release
@@ -195,13 +202,17 @@ def check_observed(observed: Any, *, file: str) -> None:
         if set(observed) != {"read", "why"} or not isinstance(observed.get("why"), str):
             raise InputError("an unread GitHub state carries only its reason", file=file, field="observed", found=sorted(observed))
         return
-    if set(observed) != {"read", "tag", "immutable_releases", "releases"} or not (observed["tag"] is None or is_commit_hex(observed["tag"])):
+    if set(observed) != {"read", "tag", "immutable_releases", "releases", "ci"} or not (observed["tag"] is None or is_commit_hex(observed["tag"])):
         raise InputError("is not an observed GitHub state", file=file, field="observed", found=sorted(observed))
     if not (observed["immutable_releases"] is None or isinstance(observed["immutable_releases"], bool)) or not isinstance(observed["releases"], list):
         raise InputError("is not an observed GitHub state", file=file, field="observed.releases")
     for index, release in enumerate(observed["releases"]):
         if not isinstance(release, dict) or not isinstance(release.get("id"), int) or not isinstance(release.get("assets"), list):
             raise InputError("is not an observed release", file=file, field=f"observed.releases[{index}]")
+    if observed["ci"] is not None:
+        from pipeline.formats.ci_checks import check_recorded
+
+        check_recorded(observed["ci"], file=file, field="observed.ci")
 
 
 def read_plan(path: Path) -> dict[str, Any]:
@@ -294,6 +305,8 @@ def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], a
     }
     if immutable_reason is not None:
         receipt["immutable_reason"] = immutable_reason
+    if plan["observed"].get("ci") is not None:
+        receipt["ci"] = plan["observed"]["ci"]  # the checks that gated the publication, as the reviewed plan saw them
     return receipt
 
 

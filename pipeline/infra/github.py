@@ -474,6 +474,39 @@ class GitHub:
                 return
         raise RemoteError(f"GET {path}: more than {MAX_PAGES} pages", why="far more entries than a release repository holds")
 
+    def paginate_object(self, path: str, params: dict[str, Any] | None = None, *, expect: tuple[int, ...] = (200,)) -> list[Any]:
+        """Every page of a paginated answer that is an object (check runs, a combined status), bounded in pages."""
+        url: str | None = self.api + path
+        query = {"per_page": PER_PAGE, **(params or {})}
+        pages = []
+        for _ in range(MAX_PAGES):
+            assert url is not None
+            reply = self.request("GET", url, params=query, expect=expect)
+            pages.append(_shaped(reply, path))
+            url, query = reply.links.get("next"), None
+            if not url:
+                return pages
+        raise RemoteError(f"GET {path}: more than {MAX_PAGES} pages", why="far more entries than one commit's CI reports")
+
+    def ci_state(self, sha: str):
+        """The check runs (every run, re-runs included: `filter=all`) and the combined status of exactly `sha`, parsed
+        by their owner (formats/ci_checks.py).  Needs `checks: read` and `statuses: read` (an Actions job's
+        `permissions:`); GitHub's 403 names the missing one."""
+        from pipeline.formats.ci_checks import CiState, parse_check_runs, parse_statuses
+
+        if not re.fullmatch(r"[0-9a-f]{40}", sha or ""):
+            raise UsageError("CI is read at a full commit only", found=sha, expected="40 hex")
+        runs_path, status_path = f"{self._repo}/commits/{sha}/check-runs", f"{self._repo}/commits/{sha}/status"
+        try:
+            runs = parse_check_runs(self.paginate_object(runs_path, {"filter": "all"}), endpoint=f"GET {runs_path}")
+            statuses = parse_statuses(self.paginate_object(status_path), endpoint=f"GET {status_path}", sha=sha)
+        except GitHubError as exc:
+            if exc.status == 403:
+                exc.fix = "give the job (or token) `checks: read` and `statuses: read` (.github/workflows/release.yml permissions)"
+                exc.args = (exc.render(),)
+            raise
+        return CiState(self.repository, sha, runs, statuses)
+
     # -- repository ------------------------------------------------------------------
     @property
     def _repo(self) -> str:

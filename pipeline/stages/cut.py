@@ -12,6 +12,11 @@ seen outside the ledger are recorded in it as `external`, so no number is
 ever handed out twice, even for a cut whose tag was deleted.  A cut binds
 the full source commit, the lane file's SHA-256 and the digest of the lane's
 toolchain lock entry; the ledger is append-only (pipeline/formats/cut_ledger.py).
+With `GITHUB_TOKEN` set, the lane's required checks (`[source] required_checks`) must
+have concluded `success` at exactly that commit on the runtime repository
+(pipeline/formats/ci_checks.py); what GitHub reported is kept in the cut record
+(`<dist>/<lane>/cut.json`, `ci`).  Without a token the CI is not read here, and
+`publish --component` refuses the cut until it is green.
 
 `--supersede N --reason TEXT` marks the published cut N superseded by the cut
 this run records (reason and successor kept); its tag and assets stay as they
@@ -111,6 +116,7 @@ class CutStage(Stage):
         self.seen: dict[int, tuple[str, str]] = {}  # n -> (tag, where)
         self.ledger = Ledger(lane.id)
         self.existing: Cut | None = None
+        self.ci: dict[str, Any] | None = None  # the CI at the commit, as GitHub reported it (formats/ci_checks.py), or None unread
 
     @property
     def key(self) -> str:
@@ -157,10 +163,13 @@ class CutStage(Stage):
             for n, tag in numbers_in(lane, checkout_tags(path), where=f"checkout {path}").items():
                 self.seen.setdefault(n, (tag, f"checkout-tag: {tag} in a runtime checkout"))
         if self.github is not None:
+            self.check_ci()
             for n, seen in github_numbers(lane, self.github).items():
                 self.seen.setdefault(n, seen)
         else:
             ui.info("no GITHUB_TOKEN: numbers used on GitHub are not checked (the ledger and local tags are)")
+            ui.warn(f"no GITHUB_TOKEN: the CI at {self.commit} is not checked here; publish --component refuses the cut unless "
+                    f"{', '.join(lane.required_checks)} succeeded at exactly that commit")
         current = self.ledger.current(lane.version)
         if (
             self.supersede is None
@@ -168,6 +177,15 @@ class CutStage(Stage):
             and (current.source_commit, current.lane_file_sha256, current.toolchain_lock_sha256) == (self.commit, lane.file_sha256, lock_digest(lane))
         ):
             self.existing = current
+
+    def check_ci(self) -> None:
+        """The runtime repository's required checks (the lane's `[source] required_checks`) concluded `success` at
+        exactly the commit being cut, or a refusal naming the check, its URL and its conclusion."""
+        from pipeline.formats.ci_checks import require_green
+
+        state = self.github.ci_state(self.commit)
+        ui.info(f"CI of {self.github.repository}: " + require_green(state, self.lane.required_checks, declared_in=str(self.lane.file)))
+        self.ci = state.to_json(self.lane.required_checks)
 
     def inputs(self) -> dict[str, Any]:
         return {
@@ -208,9 +226,10 @@ class CutStage(Stage):
             if self.supersede is not None:
                 ui.info(f"{lane.tag(self.supersede)} is superseded by {cut.tag}: {self.reason}")
             ui.info(f"cut {cut.tag} at {self.commit}; ledger {path} (commit it)")
-        record = {"artifact_type": "omp_ninfer_cut_record", "schema_version": 1, "lane": lane.id, **cut.to_json()}
+        record = {"artifact_type": "omp_ninfer_cut_record", "schema_version": 1, "lane": lane.id, **cut.to_json(), "ci": self.ci}
         write_json(self.record_path, record)
-        entry = self.ctx.register.make("cut", self.record_path, stage=self.name, lane=lane.id, name=f"{lane.id}/cut.json", component_tag=cut.tag, n=cut.n, commit=cut.source_commit)
+        entry = self.ctx.register.make("cut", self.record_path, stage=self.name, lane=lane.id, name=f"{lane.id}/cut.json", component_tag=cut.tag, n=cut.n, commit=cut.source_commit,
+                                       ci=self.ci)  # what GitHub reported for the required checks at the commit (status shows it), or None unread
         return [entry]
 
 

@@ -107,6 +107,11 @@ class Target:
     files: dict[str, Path]  # asset name -> local file
     lane: Lane | None = None
     gates: list[tuple[str, Callable[[], str]]] = field(default_factory=list)
+    # The CI that must be green at `commit` (formats/ci_checks.py): the names, the file that declares them, or why
+    # they could not be read (the `ci` gate then refuses with it).
+    ci_required: tuple[str, ...] = ()
+    ci_declared_in: str = ""
+    ci_problem: PipelineError | None = None
 
     @property
     def slug(self) -> str:
@@ -145,7 +150,10 @@ class Remote:
                 self._observed = {"read": False, "why": "no GITHUB_TOKEN in the environment"}
             else:
                 try:
-                    self._observed = self.github.tag_state(self.target.tag)
+                    observed = self.github.tag_state(self.target.tag)
+                    required = self.target.ci_required
+                    observed["ci"] = self.github.ci_state(self.target.commit).to_json(required) if required else None
+                    self._observed = observed
                 except PipelineError as exc:
                     why = re.sub(r", request id \S+", "", exc.what)[:200]
                     self._observed = {"read": False, "why": f"GitHub's state could not be read: {why}"}
@@ -170,7 +178,7 @@ class Remote:
         if self.github is None or not self.github.token:
             return "export GITHUB_TOKEN (in the release workflow: env GITHUB_TOKEN: ${{ github.token }}) and run the dry run again"
         return (f"GITHUB_TOKEN is set: check that it may read {self.target.repository}'s releases, tags and commits "
-                "(contents: read; contents: write to publish) and GitHub's status, then run the dry run again")
+                "(contents: read; checks: read and statuses: read for the CI at the commit; contents: write to publish) and GitHub's status, then run the dry run again")
 
     def token(self) -> str:
         t = self.target
@@ -321,6 +329,24 @@ class Remote:
                 )
         return f"the draft {drafts[0]['id']} holds {kept} planned assets with their planned bytes and nothing else"
 
+    def ci(self) -> str:
+        """Every required check concluded `success` at exactly the planned commit (formats/ci_checks.py), as GitHub
+        reports it now: at the dry run for the plan, again before the apply's first write."""
+        from pipeline.formats.ci_checks import from_recorded, require_green
+
+        t = self.target
+        if t.ci_problem is not None:
+            raise _refuse(f"the required checks of {t.repository} are not known: {t.ci_problem.what}", file=t.ci_problem.file, field=t.ci_problem.field, fix=t.ci_problem.fix)
+        now = self.observe()
+        if not now["read"]:
+            raise _refuse(f"the CI of {t.commit} was not read ({now['why']})", field="observed.ci",
+                          why="a commit is published only when its required checks passed at exactly that commit", fix=self.read_fix())
+        if now["ci"] is None:
+            raise _refuse("no required checks are declared", file=t.ci_declared_in or None, why="a publication is gated on CI at its exact commit",
+                          fix="declare them (a lane: [source] required_checks; the product: .github/required-checks.toml)")
+        state, required = from_recorded(now["ci"], file="GitHub's answer", field="ci")
+        return require_green(state, required, declared_in=t.ci_declared_in)
+
     def unchanged(self) -> str:
         """GitHub holds what the reviewed plan observed, apart from this plan's own journalled progress."""
         now = self.observe()
@@ -450,7 +476,9 @@ def world_changes(reviewed: dict[str, Any], now: dict[str, Any], target: Target,
     created = own_release_ids(events, ops)
     markers = own_draft_digests(events, target.body)
     planned = {a["name"]: a for a in target.assets}
-    changes: list[str] = []
+    from pipeline.formats.ci_checks import changes as ci_changes
+
+    changes: list[str] = ci_changes(reviewed.get("ci"), now.get("ci"))
     if now["tag"] != reviewed["tag"]:
         own = reviewed["tag"] is None and now["tag"] == target.commit and ops["create-tag"] in started
         if not own:
@@ -512,6 +540,7 @@ def remote_gates(remote: Remote) -> list[tuple[str, Callable[[], str]]]:
         ("token", remote.token),
         ("rate-limit", remote.rate_limit),
         ("github-unchanged", remote.unchanged),
+        ("ci-at-commit", remote.ci),
         ("tag", remote.tag),
         ("single-draft", remote.single_draft),
         ("draft-assets", remote.draft_assets),
@@ -636,7 +665,8 @@ def component_target(ctx: Context, lane: Lane, github_of: Callable[[str], GitHub
         + (f"; SHA256SUMS {sha256_file(sums)}" if sums is not None and sums.is_file() else "")
         + f"\nCut: beta.{beta} of {lane.version} (runtime/cuts/{lane.id}.json), published by the OMP NInfer release pipeline.\n"
     )
-    target = Target("component", lane.id, repository, tag, commit, tag, body, True, False, assets, files, lane)
+    target = Target("component", lane.id, repository, tag, commit, tag, body, True, False, assets, files, lane,
+                    ci_required=lane.required_checks, ci_declared_in=str(lane.file))
     remote = Remote(github_of(repository), target)
 
     def gate_evidence() -> str:
@@ -725,6 +755,7 @@ def product_target(
     lanes_dir: Path | None,
     github_of: Callable[[str], GitHub | None],
 ) -> tuple[Target, Remote]:
+    from pipeline.formats.ci_checks import REQUIRED_CHECKS_FILE, read_required_checks
     from pipeline.formats.release.names import RELEASE_RE
     from pipeline.formats.test_receipt import read_test_receipt, require_green_for
     if not RELEASE_RE.fullmatch(release or ""):
@@ -784,6 +815,11 @@ def product_target(
             files[Path(entry.path).name] = ctx.register.path_of(entry)
     assets = [_asset(n, p, "dist", p.relative_to(ctx.dist).as_posix()) for n, p in sorted(files.items())]
     target = Target("product", release, repository, release, commit, title, notes, prerelease, not prerelease, assets, files)
+    target.ci_declared_in = f"{commit[:12]}:{REQUIRED_CHECKS_FILE}"
+    try:  # the checks the product repository requires, as the tagged commit itself declares them
+        target.ci_required = read_required_checks(show(REQUIRED_CHECKS_FILE), source=target.ci_declared_in)
+    except PipelineError as exc:
+        target.ci_problem = exc
     remote = Remote(github_of(repository), target)
 
     def gate_verify() -> str:
@@ -992,6 +1028,10 @@ def diff_lines(plan: dict[str, Any]) -> list[str]:
         lines.append(f"  asset {asset['name']} ({asset['size']} bytes, sha256 {asset['sha256'][:16]}…): {state}")
     for name in sorted(set(remote) - {a["name"] for a in plan["assets"]}):
         lines.append(f"  asset {name}: not in the plan: REFUSED")
+    ci = observed.get("ci")
+    if ci is not None:
+        runs = ", ".join(f"{r['name']} #{r['id']} {r['conclusion'] or r['status']}" for r in ci["check_runs"]) or "no check run"
+        lines.append(f"  CI at {plan['commit'][:12]} (required: {', '.join(ci['required'])}): {runs}" + "".join(f", status {x['context']} {x['state']}" for x in ci["statuses"]))
     lines.append(f"  tag {plan['tag']} -> {plan['commit']}: {tag_state}")
     lines.append(f"  publish (make_latest {plan['release']['make_latest']}): {'done already' if published else 'after the tag'}")
     return lines

@@ -182,8 +182,33 @@ def lane_statuses(register: Register, lanes: dict[str, Lane]) -> list[LaneStatus
         for stage, prefixes, product in COLUMNS:
             cells[stage] = cut_cell(lane, register) if stage == "cut" else record_cell(lane, register, stage, prefixes, product, code_now)
         cut = _current_cut(lane)
-        rows.append(LaneStatus(lane.id, lane.kind, lane.short_name, cut.tag if cut else None, cut.state if cut else None, cells))
+        rows.append(LaneStatus(lane.id, lane.kind, lane.short_name, cut.tag if cut else None, cut.state if cut else None, cells, ci_recorded(lane, register)))
     return rows
+
+
+def ci_recorded(lane: Lane, register: Register) -> str | None:
+    """The CI at the lane's cut commit where a record keeps it: the publication receipt, else the plan, else the cut
+    (formats/ci_checks.py renders it); None where none recorded it (a cut without a token, nothing planned yet)."""
+    from pipeline.formats import publication_plan as plans
+    from pipeline.formats.ci_checks import summary
+
+    for kind, reader, where in (("release-publication", plans.read_receipt, "receipt"), ("publication-plan", plans.read_plan, "plan")):
+        for entry in register.query(kind, lane=lane.id):
+            try:
+                document = reader(register.verified_path(entry))  # the bytes the register recorded, else skipped
+                block = document.get("ci") if where == "receipt" else document["observed"].get("ci")
+                if block is not None:
+                    return f"{summary(block, file=entry.name, field='ci')} (publication {where})"
+            except (PipelineError, OSError):
+                continue  # a missing or changed record: the publish cell says so
+    for entry in register.query("cut", lane=lane.id):
+        block = entry.attrs.get("ci")
+        if block is not None:
+            try:
+                return f"{summary(block, file=entry.name, field='ci')} (cut)"
+            except PipelineError:
+                return None
+    return None
 
 
 # -- the release ---------------------------------------------------------------------------------
@@ -279,6 +304,8 @@ def render_text(status: Status) -> str:
     for row in status.lanes:  # one block per lane: a stage per line reads better than a very wide table
         cut = f"{row.cut_tag} ({row.cut_state})" if row.cut_tag else "(not cut)"
         lines.append(f"{row.lane}  [{row.kind}]  cut {cut}")
+        if row.ci:
+            lines.append(f"  {'ci':<8} {row.ci}")
         for stage in stages:
             lines.append(f"  {stage:<8} {row.cells[stage].text}")
     if status.release is not None:

@@ -48,10 +48,11 @@ class LaneStatus:
     cut_tag: str | None
     cut_state: str | None
     cells: dict[str, Cell]
+    ci: str | None = None  # the CI at the cut's commit, as the newest record (receipt, plan, cut) saw it
 
     def to_json(self) -> dict[str, Any]:
         return {"lane": self.lane, "kind": self.kind, "short_name": self.short_name, "cut": {"tag": self.cut_tag, "state": self.cut_state},
-                "stages": {name: cell.to_json() for name, cell in self.cells.items()}}
+                "stages": {name: cell.to_json() for name, cell in self.cells.items()}, "ci": self.ci}
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ def _lanes_table(status: Status) -> list[str]:
     out = ["<table>", "<thead><tr><th>lane</th><th>current cut</th>" + "".join(f"<th>{escape(s)}</th>" for s in stages) + "</tr></thead>", "<tbody>"]
     for row in status.lanes:
         cut = f"{escape(row.cut_tag)}<small>{escape(row.cut_state or '')}</small>" if row.cut_tag else "(not cut)"
+        cut += f"<small>CI {escape(row.ci)}</small>" if row.ci else ""  # the CI at the cut's commit, where a record keeps it
         cells = "".join(_cell(row.cells[s]) for s in stages)
         out.append(f'<tr><td class="lane">{escape(row.lane)}<small>{escape(row.kind)}</small></td><td class="lane">{cut}</td>{cells}</tr>')
     out += ["</tbody>", "</table>"]

@@ -48,6 +48,7 @@ from pipeline.errors import PipelineError
 from pipeline.formats import (
     acceptance,
     assets,
+    ci_checks,
     cut_ledger,
     identity,
     image_reference,
@@ -1068,6 +1069,41 @@ def fuzz_release_attestation(data: bytes, work: Path) -> None:
     if isinstance(statement, dict):
         _refused(lambda: attestations.check_release_statement(statement, repository=ATTESTATION_REPOSITORY, tag=ATTESTATION_TAG, commit="7" * 40,
                                                               assets=ATTESTATION_ASSETS, origin="fuzz"))
+# -- CI at an exact commit (issue #30 §1) --------------------------------------------------------------
+
+CI_TOKENS = (b'"total_count"', b'"check_runs"', b'"head_sha"', b'"status"', b'"conclusion"', b'"completed"', b'"in_progress"', b'"success"',
+             b'"failure"', b'"neutral"', b'"skipped"', b'"html_url"', b'"app"', b'"slug"', b'"statuses"', b'"context"', b'"state"', b'"sha"',
+             b'"target_url"', b'"pending"', b'"build"', b'"test"', SEP)
+CI_REQUIRED = ("build", "test")
+
+
+@target("ci_checks", max_len=32768, tokens=CI_TOKENS, structure="json")
+def fuzz_ci_checks(data: bytes, work: Path) -> None:
+    """CI at a commit (formats/ci_checks.py through GitHub.ci_state): check-runs and combined-status answers, the gate, the recorded block."""
+    runs_body, status_body, link = split(data, 3)
+
+    def answer(request):
+        path = urlsplit(request.url).path
+        headers = {"Content-Type": "application/json"}
+        if path.endswith("/check-runs") and link and "page=" not in (urlsplit(request.url).query or "").replace("per_page=", ""):
+            headers["Link"] = f'<https://api.github.com{path}?page=2>; rel="next"'  # a second page: the same body again
+        return 200, headers, runs_body if path.endswith("/check-runs") else status_body
+
+    client = github.GitHub("alphastorm/ninfer", "fuzz-token-0123456789", api="https://api.github.com", uploads="https://uploads.github.com",
+                           clock=_FuzzClock(), max_attempts=2, max_wait=30.0, write_interval=0.0)
+    client._session.mount("https://", _Scripted(answer, limit=github.MAX_PAGES * 2 + 8))
+    state = _refused(lambda: client.ci_state(FUZZ_COMMIT))
+    if state is None:
+        return
+    line = _refused(lambda: ci_checks.require_green(state, CI_REQUIRED, declared_in="fuzz"))
+    assert line is None or (isinstance(line, str) and not ci_checks.refusals(state, CI_REQUIRED))
+    recorded = state.to_json(CI_REQUIRED)
+    jsonio.canonical_bytes(recorded)
+    again, required = ci_checks.from_recorded(json.loads(json.dumps(recorded)), file="fuzz", field="ci")  # what a plan binds reads back the same
+    assert required == CI_REQUIRED and again.to_json(CI_REQUIRED) == recorded
+    assert ci_checks.changes(recorded, recorded) == [] and isinstance(ci_checks.summary(recorded, file="fuzz", field="ci"), str)
+
+
 # -- Debian package bases (issue #29) --------------------------------------------------------------
 
 APT_TOKENS = (b"Package: ", b"Version: ", b"Architecture: ", b"Depends: ", b"Pre-Depends: ", b"Provides: ", b"Conflicts: ", b"Breaks: ",

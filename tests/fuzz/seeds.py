@@ -554,6 +554,28 @@ def deb_seeds() -> dict[str, bytes]:
     return {"zlib-like.deb": bytes(out)}
 
 
+def ci_checks_seeds() -> dict[str, bytes]:
+    """GitHub's check-runs and combined-status answers at the harness's commit: green, a failing re-run, a status, two pages."""
+    commit = harnesses.FUZZ_COMMIT
+
+    def run(run_id: int, name: str, conclusion: str | None, status: str = "completed") -> dict:
+        return {"id": run_id, "name": name, "head_sha": commit, "status": status, "conclusion": conclusion, "started_at": "2026-11-10T00:00:00Z",
+                "html_url": f"https://github.com/alphastorm/ninfer/actions/runs/{run_id}/job/{run_id}", "app": {"id": 15368, "slug": "github-actions"}}
+
+    def answer(runs: list, statuses: list, *, pages: bool = False) -> bytes:
+        combined = {"state": "success" if all(s["state"] == "success" for s in statuses) and statuses else "pending", "sha": commit,
+                    "total_count": len(statuses), "statuses": statuses}
+        parts = [json.dumps({"total_count": len(runs) * (2 if pages else 1), "check_runs": runs}).encode(), json.dumps(combined).encode()]
+        return SEP.join(parts + ([b"next"] if pages else []))
+
+    return {
+        "green.json": answer([run(11, "build", "success"), run(12, "test", "success")], []),
+        "rerun-failed.json": answer([run(13, "test", "failure"), run(12, "test", "success"), run(11, "build", "success")], []),
+        "pending-and-status.json": answer([run(11, "build", None, "in_progress")], [{"context": "test", "state": "success", "target_url": "https://ci.example.org/1"}]),
+        "two-pages.json": answer([run(11, "build", "success")], [], pages=True),
+    }
+
+
 SEEDS = {
     "json": json_seeds,
     "lane": lane_seeds,
@@ -579,6 +601,7 @@ SEEDS = {
     "apt_index": apt_index_seeds,
     "apt_lock": apt_lock_seeds,
     "deb": deb_seeds,
+    "ci_checks": ci_checks_seeds,
 }
 
 

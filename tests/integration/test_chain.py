@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from github_standin import FakeClock, StandIn, Token
+from github_standin import FakeClock, StandIn, Token, declared_checks
 from loopback import LoopbackServer
 from releasekit import LANE, RELEASE, sample_release
 from repokit import ROOT, git
@@ -262,6 +262,7 @@ def chain(tmp_path_factory):
         lane = load_lane(lanes / f"{LANE}.toml")
         cut = lane.ledger().current("0.7.0")
         component.add_commit(cut.source_commit, ["src/main.cpp"])
+        component.pass_checks(cut.source_commit, lane.required_checks)
         client_c = GitHub(RUNTIME, TOKEN, api=component.url, uploads=component.uploads, clock=FakeClock(), write_interval=0)
         publish_lane(LANE, dist=dist, lanes_dir=lanes, github=client_c)
         plan = dist / "publish" / f"component-{cut.tag}" / "plan.json"
@@ -269,6 +270,7 @@ def chain(tmp_path_factory):
 
         # publish --release: the product commit on GitHub, a green test run of it; dry run, then apply.
         product.add_commit(commit, [f"{TREE}/manifest.json"])
+        product.pass_checks(commit, declared_checks(root, commit))
         tree = git(root, "rev-parse", f"{commit}^{{tree}}")
         write_test_receipt(dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped_tests=SKIPS_ALLOWED_FOR_PUBLICATION))
         client_p = GitHub(PRODUCT, TOKEN, api=product.url, uploads=product.uploads, clock=FakeClock(), write_interval=0)

@@ -72,6 +72,7 @@ class Setup:
         self.clock = FakeClock()
         gh.tokens[TOKEN] = Token()
         gh.add_commit(workspace.commit, ["src/main.cpp"])
+        gh.pass_checks(workspace.commit, load_lane(self.lanes / f"{LANE}.toml").required_checks)  # CI green at the cut's commit
         self.statement = next(p for p in (self.dist / LANE / "attestations").iterdir() if p.name.endswith(".provenance.intoto.json"))
         self.set_names = asset_set(load_lane(self.lanes / f"{LANE}.toml")).names()
         self.names = sorted([*self.set_names, self.statement.name, self.statement.name + ".sigstore.json", "SHA256SUMS.sigstore.json"])
@@ -119,6 +120,7 @@ class Setup:
         assert [a["name"] for a in receipt["assets"]] == self.names
         assert TOKEN not in (self.folder / "receipt.json").read_text()
         assert cut.publication.receipt_sha256 == sha256_file(self.folder / "receipt.json")
+        assert receipt["ci"]["sha"] == self.workspace.commit and {r["conclusion"] for r in receipt["ci"]["check_runs"]} == {"success"}, "the receipt keeps the CI that gated it"
 
 
 @pytest.fixture
@@ -139,7 +141,11 @@ def test_dry_run_writes_the_plan_prints_it_and_writes_nothing_remote(setup, caps
     plan = json.loads(plan_path.read_bytes())
     assert out == plan_path.read_text(), "stdout carries the plan's canonical JSON"
     assert [op["op"] for op in plan["operations"]] == ["create-draft", *["upload-asset"] * 14, "create-tag", "publish"], "the tag is the last write before publishing"
+    ci = plan["observed"].pop("ci")
     assert plan["observed"] == {"read": True, "tag": None, "immutable_releases": False, "releases": []}, "the plan binds what GitHub held"
+    assert ci["sha"] == setup.workspace.commit and ci["required"] == ["build", "test"] and ci["statuses"] == []
+    assert [(r["name"], r["head_sha"], r["conclusion"]) for r in ci["check_runs"]] == [("build", setup.workspace.commit, "success"), ("test", setup.workspace.commit, "success")]
+    assert "OK:   gate ci-at-commit: 2 required checks succeeded at" in err
     assert plan["release"] == {"name": TAG, "body": plan["release"]["body"], "prerelease": True, "make_latest": "false"}
     assert plan["commit"] == setup.workspace.commit and plan["repository"] == REPO
     uploads = [op for op in plan["operations"] if op["op"] == "upload-asset"]
@@ -181,6 +187,48 @@ def test_apply_publishes_the_closed_set_and_a_rerun_changes_nothing(setup, capsy
     assert setup.gh.writes == writes
     setup.converged()
     assert "already published exactly as planned" in capsys.readouterr().err
+    # `status` shows the CI that gated the publication, from the receipt (read only: no token, nothing run).
+    from pipeline.tools.status import collect, render_text
+
+    status = collect(setup.dist, ROOT, None, lanes_dir=setup.lanes, token=None)
+    row = {r.lane: r for r in status.lanes}[LANE]
+    assert row.ci.startswith(f"green at {setup.workspace.commit[:12]}: build #") and ", test #" in row.ci and row.ci.endswith("(publication receipt)"), row.ci
+    assert f"  ci       {row.ci}" in render_text(status) and {r["lane"]: r["ci"] for r in status.to_json()["lanes"]}[LANE] == row.ci
+    from html import escape
+
+    from pipeline.tools.status_page import render_page
+
+    assert f"<small>CI {escape(row.ci)}</small>" in render_page(status).decode("utf-8"), "the status page shows it beside the cut"
+
+
+# -- CI at the cut's exact commit ---------------------------------------------------------
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("conclusion", "status", "shown"), [("failure", "completed", "concluded failure"), (None, "in_progress", "is in_progress")], ids=["failed", "pending"])
+def test_a_cut_whose_ci_is_not_green_at_its_commit_is_never_published(setup, capsys, conclusion, status, shown):
+    run = setup.gh.add_check_run(setup.workspace.commit, "test", conclusion=conclusion, status=status)  # a re-run: the latest counts
+    with pytest.raises(RefusedError) as caught:
+        setup.dry()
+    text = str(caught.value)
+    assert caught.value.exit_code == 7 and f"gate ci-at-commit refused: CI of {REPO} at {setup.workspace.commit} is not green: the required check 'test' run {run['id']} {shown}" in text, text
+    assert run["html_url"] in text and "apply with:" not in capsys.readouterr().err
+    with pytest.raises(RefusedError, match=f"gate ci-at-commit refused: .*'test' run {run['id']} {shown}"):
+        setup.apply(fmt_sha(setup))  # the plan's own hash: every gate runs before the first write
+    assert setup.gh.writes == 0 and not setup.gh.releases and TAG not in setup.gh.refs, "nothing is written"
+    assert load_lane(setup.lanes / f"{LANE}.toml").ledger().entry("0.7.0", 2).state == "cut"
+
+
+@pytest.mark.slow
+def test_a_rerun_that_flips_between_the_dry_run_and_the_apply_is_caught(setup):
+    setup.gh.faults["ci_rerun_after_read"] = ("test", "failure")  # re-run right after the dry run read the checks
+    sha = setup.plan_sha()
+    [_first, rerun] = [r for r in setup.gh.check_runs[setup.workspace.commit] if r["name"] == "test"]
+    with pytest.raises(RefusedError) as caught:
+        setup.apply(sha)
+    text = str(caught.value)
+    assert f"gate github-unchanged refused: the check 'test' at {setup.workspace.commit[:12]} is now run {rerun['id']} completed/failure; the reviewed plan saw run" in text, text
+    assert "(and 1 more gate(s) listed above)" in text, "ci-at-commit refuses the failing re-run as well"
+    assert setup.gh.writes == 0
 
 
 # -- faults, each followed by convergence --------------------------------------------------
@@ -601,6 +649,7 @@ def test_the_sample_cut_built_packaged_and_published_end_to_end(tmp_path, sample
     with StandIn(REPO) as gh:
         gh.tokens[TOKEN] = Token()
         gh.add_commit(commit)
+        gh.pass_checks(commit, lane.required_checks)
         client = GitHub(REPO, TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
         publish_lane("5090", dist=dist, lanes_dir=lanes, github=client)
         sha = Register(dist).one("publication-plan", lane=lane.id, needed_by="t", produced_by="t").attrs["plan_sha256"]
@@ -871,7 +920,7 @@ def test_a_public_release_without_the_planned_bytes_is_never_called_unpublished(
 
     plan = fmt.make_plan(kind="component", subject=LANE, repository=REPO, tag=TAG, commit="a" * 40, name=TAG, body="notes", prerelease=True, make_latest=False,
                          assets=[{"name": "SHA256SUMS", "size": 3, "sha256": "c" * 64, "source": {"root": "dist", "path": "SHA256SUMS"}}], gates=[],
-                         observed={"read": True, "tag": None, "immutable_releases": False, "releases": []})
+                         observed={"read": True, "tag": None, "immutable_releases": False, "releases": [], "ci": None})
 
     class Listing:
         def assets(self, release_id: int) -> list[dict]:

@@ -13,7 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from github_standin import FakeClock, StandIn, Token, workflow_job_permissions
+from github_standin import FakeClock, StandIn, Token, declared_checks, workflow_job_permissions
 from releasekit import RELEASE, sample_release
 from repokit import ROOT, SIGSTORE_VECTORS, git
 from sigstore_standin import SigstoreStandIn, record_statement_bundle
@@ -84,6 +84,8 @@ class Product:
         commit = self.commit
         self.verifier(commit)
         self.gh.add_commit(commit, [f"{TREE}/manifest.json"])
+        with contextlib.suppress(RefusedError):  # a commit that declares no required checks: the ci-at-commit gate refuses it
+            self.gh.pass_checks(commit, declared_checks(self.root, commit))  # the product's CI green at exactly this commit
         tree = git(self.root, "rev-parse", f"{commit}^{{tree}}")
         write_test_receipt(self.dist / "test-run-receipt.json", make_test_receipt(commit=commit, tree=tree, passed=812, failed=0, errors=0, skipped_tests=SKIPS_ALLOWED_FOR_PUBLICATION))
         manifest = json.loads(git(self.root, "show", f"{commit}:{TREE}/manifest.json"))
@@ -154,7 +156,7 @@ def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(produc
     sha = product.plan_sha()
     plan = json.loads((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
     assert plan["release"]["make_latest"] == "true" and plan["release"]["prerelease"] is False
-    assert plan["gates"] == ["verify-ready", "acceptance", "reviews", "test-run", "signatures", "evidence", "verifier", "token", "rate-limit", "github-unchanged", "tag", "single-draft", "draft-assets"]
+    assert plan["gates"] == ["verify-ready", "acceptance", "reviews", "test-run", "signatures", "evidence", "verifier", "token", "rate-limit", "github-unchanged", "ci-at-commit", "tag", "single-draft", "draft-assets"]
     names = ["manifest.json", "manifest.json.sigstore.json", "omp_ninfer_pipeline-0.1.0-py3-none-any.whl", "omp_ninfer_pipeline-0.1.0.SHA256SUMS",
              "omp_ninfer_pipeline-0.1.0.auditor-requirements.txt", "omp_ninfer_pipeline-0.1.0.tar.gz", "rtx4090-windows-native.SHA256SUMS", "rtx4090-windows-native.SHA256SUMS.sigstore.json"]  # and the verifier auditors install
     assert [a["name"] for a in plan["assets"]] == names
@@ -170,10 +172,26 @@ def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(produc
     assert by_name["manifest.json"].data == (product.root / TREE / "manifest.json").read_bytes()
     receipt = read_receipt(product.dist / "publish" / f"product-{RELEASE}" / "receipt.json")
     assert receipt["kind"] == "product" and receipt["plan_sha256"] == sha and receipt["make_latest"] == "true"
+    assert receipt["ci"]["sha"] == product.commit and receipt["ci"]["required"] == [".ci/run", "unit tier on Windows"], "the CI that gated it"
     # Converged: a re-run writes nothing.
     writes = product.gh.writes
     product.publish(apply=True, plan_sha256=sha)
     assert product.gh.writes == writes
+
+
+@pytest.mark.slow
+def test_the_product_is_refused_until_its_ci_passed_at_exactly_the_tagged_commit(product):
+    run = product.gh.add_check_run(product.commit, ".ci/run", conclusion="failure")  # re-run after the green one, and failed
+    product.refused("ci-at-commit", f"the required check '.ci/run' run {run['id']} concluded failure, {run['html_url']}")
+    assert not product.gh.releases_for(RELEASE) and RELEASE not in product.gh.refs, "nothing is written"
+
+
+@pytest.mark.slow
+def test_a_commit_that_declares_no_required_checks_is_refused(product):
+    git(product.root, "rm", "-q", ".github/required-checks.toml")
+    git(product.root, "commit", "-qm", "no required checks")
+    product.settle()
+    product.refused("ci-at-commit", "are not known: the commit declares no required checks (.github/required-checks.toml)")
 
 
 @pytest.mark.slow
@@ -340,6 +358,7 @@ def test_compose_binds_the_component_publication_receipt(release, tmp_path, caps
     with StandIn("alphastorm/ninfer") as gh:
         gh.tokens[TOKEN] = Token()
         gh.add_commit(lane.ledger().current("0.7.0").source_commit)
+        gh.pass_checks(lane.ledger().current("0.7.0").source_commit, lane.required_checks)
         client = GitHub("alphastorm/ninfer", TOKEN, api=gh.url, uploads=gh.uploads, clock=FakeClock(), write_interval=0)
         publish_lane("4090", dist=dist, lanes_dir=lanes, github=client)
         sha = sha256_bytes((dist / "publish" / "component-v0.7.0-qwen38-4090-beta.2" / "plan.json").read_bytes())

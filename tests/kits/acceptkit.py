@@ -67,11 +67,12 @@ def acceptance_toml(routes: dict[str, str], *, document: str = "docs/QUICKSTART.
 
 
 def product_files() -> list[str]:
-    """The files of this checkout a product repository holds (tracked and new, not ignored), without tests and release trees."""
+    """The files of this checkout a product repository holds (tracked and new, not ignored), without tests, release trees
+    and .github/ (but its required-checks declaration, which `publish --release` reads from the tagged commit)."""
     listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others", "--exclude-standard"], capture_output=True, check=True).stdout
     out = []
     for name in sorted(set(listed.decode().split("\0"))):
-        if not name or name.startswith(("tests/", ".github/")) or (name.startswith("manifests/") and name != "manifests/.gitattributes"):
+        if not name or (name.startswith(("tests/", ".github/")) and name != ".github/required-checks.toml") or (name.startswith("manifests/") and name != "manifests/.gitattributes"):
             continue
         if (ROOT / name).is_file():
             out.append(name)

@@ -45,7 +45,18 @@ right after the next publish: that release stays mutable, as on GitHub), and
 `malformed` ({path: body}: GETs of that path answer 200 with that body, e.g. a release
 without an id, a list of strings, a ref as a list, assets as numbers), and
 `on_write` (a callable run before the k-th write, e.g. a stranger adding a draft
-or an asset between the dry run and the apply's first write).  `secondary_limit`
+or an asset between the dry run and the apply's first write), and `ci_rerun_after_read`
+((name, conclusion): right after the next check-runs answer, the check is re-run and the new
+run concludes so: a re-run that flips between a dry run and its apply).
+
+CI at a commit (`GET …/commits/{sha}/check-runs`, `checks: read`; `GET …/commits/{sha}/status`,
+`statuses: read`) in GitHub's documented shapes: check runs newest first, `filter=latest` (the
+default: the latest run per name) or `all`, `check_name`, `total_count`, paginated by `per_page`/`page`
+with a `link` header; the combined status keeps the latest status per context and its `state` is
+`failure` when any is failure/error, `pending` when any is pending or there is none, else `success`.
+Tests arrange CI with `add_check_run` (a failing run, a pending one, a re-run: a second run of the
+same name, a check on a parent commit only: a run added to the parent), `add_status` and `pass_checks`
+(every named check green at a commit: the kit helper that tests which publish or cut seed).  `secondary_limit`
 takes `retry-after` as seconds or as an HTTP date.  Tests arrange a second draft for
 a tag, a tag that points elsewhere, or a scope-less token through the state
 methods (`add_release`, `set_ref`, `tokens`).
@@ -170,6 +181,16 @@ def documented_token_permissions(document: Path, secret: str) -> dict[str, str]:
     return {name.strip(): level.strip() for name, level in pairs}
 
 
+def declared_checks(root: Path, commit: str) -> tuple[str, ...]:
+    """The checks a product commit's `.github/required-checks.toml` requires, read by its owner as `publish --release` reads them."""
+    import subprocess
+
+    from pipeline.formats.ci_checks import REQUIRED_CHECKS_FILE, read_required_checks
+
+    shown = subprocess.run(["git", "-C", str(root), "show", f"{commit}:{REQUIRED_CHECKS_FILE}"], capture_output=True, check=False)
+    return read_required_checks(shown.stdout if shown.returncode == 0 else None, source=f"{commit}:{REQUIRED_CHECKS_FILE}")
+
+
 class FakeClock:
     """The GitHub client's injected clock for tests: waits are recorded and advance the time, nothing sleeps."""
 
@@ -201,6 +222,8 @@ class StandIn:
         self.refs: dict[str, str] = {}  # tag -> commit
         self.releases: dict[int, Release] = {}
         self.assets: dict[int, Asset] = {}
+        self.check_runs: dict[str, list[dict[str, Any]]] = {}  # sha -> runs, in creation order
+        self.statuses: dict[str, list[dict[str, Any]]] = {}  # sha -> statuses, in creation order
         self.immutable_enabled = False
         self.latest_id: int | None = None
         self.faults: dict[str, Any] = {}
@@ -282,6 +305,42 @@ class StandIn:
             release.asset_ids.append(asset.id)
             return asset
 
+    def add_check_run(self, sha: str, name: str, *, conclusion: str | None = "success", status: str = "completed", app: str = "github-actions") -> dict[str, Any]:
+        """A check run of `name` at `sha` (a re-run is simply a later run of the same name: a higher id)."""
+        with self._lock:
+            run_id = next(self._ids)
+            started = self._time()
+            run = {
+                "id": run_id, "name": name, "node_id": f"CR_{run_id}", "head_sha": sha, "external_id": "",
+                "url": f"{self.url}/repos/{self.repository}/check-runs/{run_id}",
+                "html_url": f"https://github.com/{self.repository}/actions/runs/{run_id}/job/{run_id}",
+                "details_url": f"https://github.com/{self.repository}/actions/runs/{run_id}/job/{run_id}",
+                "status": status, "conclusion": conclusion if status == "completed" else None,
+                "started_at": started, "completed_at": self._time() if status == "completed" else None,
+                "output": {"title": None, "summary": None, "text": None, "annotations_count": 0, "annotations_url": ""},
+                "check_suite": {"id": 1}, "app": {"id": 15368, "slug": app, "name": "GitHub Actions" if app == "github-actions" else app},
+                "pull_requests": [],
+            }
+            self.check_runs.setdefault(sha, []).append(run)
+            return run
+
+    def add_status(self, sha: str, context: str, state: str = "success", target_url: str | None = None) -> dict[str, Any]:
+        with self._lock:
+            status_id = next(self._ids)
+            status = {"url": f"{self.url}/repos/{self.repository}/statuses/{sha}", "avatar_url": None, "id": status_id, "node_id": f"SC_{status_id}",
+                      "state": state, "description": f"{context} {state}", "target_url": target_url or f"https://ci.example.org/{context}/{status_id}",
+                      "context": context, "created_at": self._time(), "updated_at": self._time()}
+            self.statuses.setdefault(sha, []).append(status)
+            return status
+
+    def pass_checks(self, sha: str, names: tuple[str, ...] | list[str]) -> None:
+        """Every named check concluded `success` at exactly `sha`: what a test that cuts or publishes seeds (a name whose
+        latest run there already succeeded gets no new run, so seeding twice changes nothing)."""
+        for name in names:
+            runs = [r for r in self.check_runs.get(sha, []) if r["name"] == name]
+            if not runs or runs[-1]["conclusion"] != "success":
+                self.add_check_run(sha, name)
+
     def releases_for(self, tag: str) -> list[Release]:
         return [r for r in self.releases.values() if r.tag_name == tag]
 
@@ -347,6 +406,8 @@ def forbidden(documentation_url: str) -> dict[str, Any]:
     return {"message": "Resource not accessible by integration", "documentation_url": documentation_url, "status": "403"}
 
 
+CHECK_RUNS_DOCS = f"{DOCS}/checks/runs#list-check-runs-for-a-git-reference"
+COMBINED_STATUS_DOCS = f"{DOCS}/commits/statuses#get-the-combined-status-for-a-specific-reference"
 IMMUTABLE_RELEASES_DOCS = f"{DOCS}/repos/repos#check-if-immutable-releases-are-enabled-for-a-repository"
 
 # (method, path under /repos/{owner}/{repo}) -> the permission and level GitHub's REST reference names for it, and its page.
@@ -356,6 +417,8 @@ _PERMISSIONS: tuple[tuple[str, str, str, str, str], ...] = (
     ("GET", r"", "metadata", "read", f"{DOCS}/repos/repos#get-a-repository"),
     ("GET", r"/immutable-releases", "administration", "read", IMMUTABLE_RELEASES_DOCS),
     ("GET", r"/commits/[^/]+", "contents", "read", f"{DOCS}/commits/commits#get-a-commit"),
+    ("GET", r"/commits/[^/]+/check-runs", "checks", "read", CHECK_RUNS_DOCS),
+    ("GET", r"/commits/[^/]+/status", "statuses", "read", COMBINED_STATUS_DOCS),
     ("GET", r"/git/(ref/tags/.+|matching-refs/tags/.*|tags/[^/]+)", "contents", "read", f"{DOCS}/git/refs#get-a-reference"),
     ("POST", r"/git/refs", "contents", "write", f"{DOCS}/git/refs#create-a-reference"),
     ("GET", r"/releases(/latest|/tags/.+|/\d+|/\d+/assets|/assets/\d+)?", "contents", "read", f"{DOCS}/releases/releases#list-releases"),
@@ -535,6 +598,9 @@ class _Handler(BaseHTTPRequestHandler):
             if sha not in s.commits:
                 return self._send(422, {"message": f"No commit found for SHA: {sha}", "documentation_url": DOCS, "status": "422"})
             return self._send(200, {"sha": sha, "files": [{"filename": f, "status": "modified"} for f in s.commits[sha]]})
+        match = re.fullmatch(r"/commits/([^/]+)/(check-runs|status)", rest)
+        if match and method == "GET":
+            return self._ci(match.group(1), match.group(2), rest)
         match = re.fullmatch(r"/git/ref/tags/(.+)", rest)
         if match and method == "GET":
             tag = match.group(1)
@@ -608,16 +674,43 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._send(204)
         return self._send(404, _not_found())
 
-    def _page(self, items: list[Any], path: str) -> None:
+    def _ci(self, sha: str, what: str, rest: str) -> None:
+        s = self.standin
+        if sha not in s.commits and sha not in s.check_runs and sha not in s.statuses:
+            return self._send(422, {"message": f"No commit found for SHA: {sha}", "documentation_url": DOCS, "status": "422"})
+        if what == "check-runs":
+            runs = sorted(s.check_runs.get(sha, []), key=lambda r: -r["id"])  # newest first
+            if self.query.get("filter", "latest") == "latest":
+                seen: set[str] = set()
+                runs = [r for r in runs if not (r["name"] in seen or seen.add(r["name"]))]
+            if "check_name" in self.query:
+                runs = [r for r in runs if r["name"] == self.query["check_name"]]
+            self._page(runs, f"/repos/{s.repository}{rest}", wrap=lambda chunk: {"total_count": len(runs), "check_runs": chunk})
+            fault = s.faults.pop("ci_rerun_after_read", None)
+            if fault is not None:  # the check is re-run right after this answer left
+                s.add_check_run(sha, fault[0], conclusion=fault[1])
+            return None
+        latest: dict[str, dict[str, Any]] = {}
+        for status in sorted(s.statuses.get(sha, []), key=lambda x: -x["id"]):
+            latest.setdefault(status["context"], status)
+        states = {x["state"] for x in latest.values()}
+        combined = "failure" if states & {"failure", "error"} else ("pending" if not states or "pending" in states else "success")
+        items = list(latest.values())
+        return self._page(items, f"/repos/{s.repository}{rest}", wrap=lambda chunk: {
+            "state": combined, "statuses": chunk, "sha": sha, "total_count": len(items),
+            "repository": {"full_name": s.repository}, "commit_url": f"{s.url}/repos/{s.repository}/commits/{sha}", "url": f"{s.url}/repos/{s.repository}{rest}"})
+
+    def _page(self, items: list[Any], path: str, *, wrap: Any = None) -> None:
         per_page = min(100, max(1, int(self.query.get("per_page", 30))))
         page = max(1, int(self.query.get("page", 1)))
         chunk = items[(page - 1) * per_page: page * per_page]
         links = []
+        kept = "".join(f"&{k}={quote(v, safe='')}" for k, v in sorted(self.query.items()) if k not in ("per_page", "page"))  # GitHub's links keep the query
         last = max(1, -(-len(items) // per_page))
         if page < last:
-            links.append(f'<{self.standin.url}{path}?per_page={per_page}&page={page + 1}>; rel="next"')
-            links.append(f'<{self.standin.url}{path}?per_page={per_page}&page={last}>; rel="last"')
-        self._send(200, chunk, headers={"link": ", ".join(links)} if links else None)
+            links.append(f'<{self.standin.url}{path}?per_page={per_page}&page={page + 1}{kept}>; rel="next"')
+            links.append(f'<{self.standin.url}{path}?per_page={per_page}&page={last}{kept}>; rel="last"')
+        self._send(200, wrap(chunk) if wrap is not None else chunk, headers={"link": ", ".join(links)} if links else None)
 
     def _needs_workflow_scope(self, sha: str | None, token: Token) -> bool:
         files = self.standin.commits.get(sha or "", [])

@@ -203,12 +203,43 @@ def test_cut_counts_releases_and_tags_on_github_drafts_included(runtime, tmp_pat
         gh.set_ref(TAG.format(3), "9" * 40)
         for n in range(120):  # more than one page of 100: the listing must follow the link header
             gh.add_release(f"v0.6.{n}-qwen38-5090-beta.1", draft=False)
+        gh.pass_checks(commit, load_lane(lanes / f"{LANE}.toml").required_checks)
         client = GitHub("alphastorm/ninfer", "t0ken-cut", api=gh.url, uploads=gh.uploads, clock=Clock(), write_interval=0)
         cut_lane("5090", source=f"{repo}@{commit}", dist=tmp_path / "dist", lanes_dir=lanes, github=client)
         assert [p for m, p, _ in gh.log if m == "GET" and p.endswith("/releases")] == ["/repos/alphastorm/ninfer/releases"] * 2
     ledger = load_lane(lanes / f"{LANE}.toml").ledger()
     assert ledger.current("0.7.0").n == 8
     assert {e.n: e.seen.split(":")[0] for e in ledger.external} == {1: "history", 2: "history", 3: "github-tag", 4: "history", 5: "history", 6: "history", 7: "github-release"}, "a number seen only as a tag is labelled github-tag"
+
+
+@pytest.mark.parametrize(("arrange", "message"), [
+    (lambda gh, c, parent: (gh.add_check_run(c, "build"), gh.add_check_run(c, "test", conclusion="failure")), "the required check 'test' run {id} concluded failure"),
+    (lambda gh, c, parent: (gh.add_check_run(c, "build"), gh.add_check_run(c, "test", status="in_progress")), "the required check 'test' run {id} is in_progress"),
+    (lambda gh, c, parent: (gh.pass_checks(parent, ["build", "test"]), gh.add_check_run(c, "build")), "the required check 'test' missing"),
+], ids=["failing", "pending", "green-on-the-parent-only"])
+def test_cut_refuses_a_commit_whose_ci_is_not_green_at_exactly_that_commit(runtime, tmp_path, arrange, message):
+    repo, first, lanes = runtime
+    second = commit_more(repo, "next.txt")  # `first` is its parent
+    with StandIn("alphastorm/ninfer") as gh:
+        gh.tokens["t0ken-cut"] = Token()
+        arrange(gh, second, first)
+        runs = [r for r in gh.check_runs.get(second, []) if r["name"] == "test"]
+        client = GitHub("alphastorm/ninfer", "t0ken-cut", api=gh.url, uploads=gh.uploads, clock=Clock(), write_interval=0)
+        with pytest.raises(RefusedError) as caught:
+            cut_lane("5090", source=f"{repo}@{second}", dist=tmp_path / "dist", lanes_dir=lanes, github=client)
+    text = str(caught.value)
+    assert message.format(id=runs[-1]["id"] if runs else "") in text and f"at {second}" in text, text
+    if runs:
+        assert runs[-1]["html_url"] in text
+    assert caught.value.exit_code == 7
+    assert not (lanes.parent / "cuts" / f"{LANE}.json").exists() and not (tmp_path / "dist" / LANE / "cut.json").exists(), "a refused cut records nothing"
+    with StandIn("alphastorm/ninfer") as gh:  # the same commit once its CI is green: cut, and the record keeps what GitHub said
+        gh.tokens["t0ken-cut"] = Token()
+        gh.pass_checks(second, ["build", "test"])
+        client = GitHub("alphastorm/ninfer", "t0ken-cut", api=gh.url, uploads=gh.uploads, clock=Clock(), write_interval=0)
+        cut_lane("5090", source=f"{repo}@{second}", dist=tmp_path / "dist", lanes_dir=lanes, github=client)
+    record = json.loads((tmp_path / "dist" / LANE / "cut.json").read_bytes())
+    assert record["ci"]["sha"] == second and [(r["name"], r["conclusion"]) for r in record["ci"]["check_runs"]] == [("build", "success"), ("test", "success")]
 
 
 def test_build_takes_the_current_cut_and_refuses_another_commit(runtime, tmp_path):
