@@ -845,23 +845,6 @@ def product_target(
             )
         return f"verify --require-ready --check-pins passes on a clean detached worktree of {commit[:12]}"
 
-    def gate_acceptance() -> str:
-        qualification = section(manifest, "qualification")
-        acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
-        if acceptance is None or acceptance.get("status") != "passed" or qualification.get("external_installation_passed") is not True:
-            raise _refuse(
-                "no passing external-installation acceptance record is bound in the release tree",
-                file=f"{base}/manifest.json",
-                field="qualification.acceptance",
-                found=acceptance.get("status") if acceptance else None,
-                expected="a bound record with status passed (compose accept)",
-                fix=f"run the acceptance stage on the candidate and bind its record: python -m pipeline compose accept --release {release} --record FILE",
-            )
-        data = show(str(acceptance.get("path")))
-        if data is None or sha256_bytes(data) != acceptance.get("sha256"):
-            raise _refuse("the bound acceptance record is not in the commit with its recorded hash", file=str(acceptance.get("path")), field="qualification.acceptance.sha256", found=sha256_bytes(data) if data else None, expected=acceptance.get("sha256"))
-        return f"acceptance passed on candidate {str(acceptance.get('candidate_commit'))[:12]}"
-
     def gate_tests() -> str:
         receipt = read_test_receipt(test_receipt)
         api = remote.github.api if remote.github is not None else api_url()
@@ -888,7 +871,7 @@ def product_target(
 
     target.gates = [
         ("verify-ready", gate_verify),
-        ("acceptance", gate_acceptance),
+        ("acceptance", _acceptance_gate(manifest, show, base, release)),
         ("reviews", _review_gate(manifest, show, release)),
         ("test-run", gate_tests),
         ("signatures", gate_signatures),
@@ -897,6 +880,30 @@ def product_target(
         *remote_gates(remote),
     ]
     return target, remote
+
+
+def _acceptance_gate(manifest: dict[str, Any], show: Callable[[str], bytes | None], base: str, release: str) -> Callable[[], str]:
+    """Gate `acceptance` of a product publication: a passing external-installation record is bound in the tree, and
+    the commit holds it with its recorded hash."""
+
+    def gate() -> str:
+        qualification = section(manifest, "qualification")
+        acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
+        if acceptance is None or acceptance.get("status") != "passed" or qualification.get("external_installation_passed") is not True:
+            raise _refuse(
+                "no passing external-installation acceptance record is bound in the release tree",
+                file=f"{base}/manifest.json",
+                field="qualification.acceptance",
+                found=acceptance.get("status") if acceptance else None,
+                expected="a bound record with status passed (compose accept)",
+                fix=f"run the acceptance stage on the candidate and bind its record: python -m pipeline compose accept --release {release} --record FILE",
+            )
+        data = show(str(acceptance.get("path")))
+        if data is None or sha256_bytes(data) != acceptance.get("sha256"):
+            raise _refuse("the bound acceptance record is not in the commit with its recorded hash", file=str(acceptance.get("path")), field="qualification.acceptance.sha256", found=sha256_bytes(data) if data else None, expected=acceptance.get("sha256"))
+        return f"acceptance passed on candidate {str(acceptance.get('candidate_commit'))[:12]}"
+
+    return gate
 
 
 def _review_gate(manifest: dict[str, Any], show: Callable[[str], bytes | None], release: str) -> Callable[[], str]:

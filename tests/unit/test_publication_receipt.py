@@ -26,6 +26,7 @@ def receipt() -> dict:
         "tag": "v0.7.0-qwen38-4090-beta.3",
         "commit": "7" * 40,
         "release": {"make_latest": False},
+        "observed": {"ci": None},  # what the plan saw on GitHub (no CI block: nothing required)
         "assets": [{"name": "SHA256SUMS", "size": 10, "sha256": SHA, "content_type": "text/plain"}],
     }
     remote = [{"id": 5, "name": "SHA256SUMS", "digest": f"sha256:{SHA}", "browser_download_url": "https://github.com/alphastorm/ninfer/releases/download/x/SHA256SUMS"}]
