@@ -1647,7 +1647,7 @@ def test_the_review_ledger_is_fetched_by_its_hash_and_held_to_its_gate(server, t
     tree = Tree(server, None, None)
     _bind_ledger(tree)
     _report, lines = run_audit(tree.publish(), tmp_path)
-    assert line_for(lines, "OK: review ledger gate") == "OK: review ledger gate (1 reviews closed; no in-scope P0/P1 open; 0 deferred, each tracked; every reviewed digest is bound)"
+    assert line_for(lines, "OK: review ledger gate") == "OK: review ledger gate (1 reviews closed; no in-scope P0/P1 open; 0 deferred, each tracked; every reviewed digest is bound; every bound artefact is reviewed)"
     assert line_for(lines, "OK: review ledger (")
     # One changed byte of the published ledger: its hash fails, and the gate cannot pass on those bytes.
     tree.tamper(f"/alphastorm/omp-ninfer/raw/{RECORD_COMMIT}/manifests/{RELEASE}/reviews.toml", offset=40)
