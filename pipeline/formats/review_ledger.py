@@ -15,13 +15,14 @@ them bounded and strictly into a frozen `Ledger`, and refuses hostile or malform
 InputError naming the file, the key, what was found and what was expected.  `gate_failures` is the
 one release gate over a ledger (compose's blockers, `compose promote --to ready`, `publish
 --release` and `audit` all call it): every review closed, no in-scope P0/P1 confirmed or
-unresolved, every deferred finding tracked, every reviewed digest one the release binds.
+unresolved, every deferred finding tracked, every reviewed digest one the release binds, every
+artefact the release binds covered by a closed review, every council release.toml requires present.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,10 +54,19 @@ FINDING_ID_RE = r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 #   set:<lane>          the lane's closed asset set, as the SHA-256 of its outer SHA256SUMS
 #   image:<lane>        the container lane's image, as its OCI manifest digest 'sha256:<64 hex>'
 #   manifest-candidate  the candidate commit whose manifest the council reviewed (40 hex)
-#   pipeline-commit     the product repository commit whose pipeline made the candidate (40 hex)
+# No label names the pipeline's commit: the tree does not record which pipeline commit built a set
+# (its provenance names the builder, the pipeline's version and its requirements lock), and the
+# candidate commit, where the tree and the pipeline live, is `manifest-candidate` already.
 LANE_LABEL = r"(set|image):[a-z0-9][a-z0-9-]{0,62}"
-COMMIT_LABELS = ("manifest-candidate", "pipeline-commit")
-TRACKING_RE = r"([A-Za-z0-9_.-]{1,39}/[A-Za-z0-9_.-]{1,100})?#[1-9][0-9]{0,8}"
+COMMIT_LABELS = ("manifest-candidate",)
+LABELS_TEXT = "set:<lane>, image:<lane> or manifest-candidate"
+# A tracking issue: 'owner/repo#N', or '#N' for an issue of the product repository (names.py:
+# PRODUCT_REPO_SLUG), by GitHub's naming rules: an owner is letters, digits and single inner hyphens,
+# at most 39; a repository name is letters, digits, '.', '_' and '-', at most 100, never '.' or '..';
+# an issue number is 1..999999999.
+OWNER_RE = r"[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38}"
+REPOSITORY_NAME_RE = r"(?!\.{1,2}#)[A-Za-z0-9._-]{1,100}"
+TRACKING_RE = rf"(?:{OWNER_RE}/{REPOSITORY_NAME_RE})?#[1-9][0-9]{{0,8}}"
 
 
 def _text(value: Any) -> bool:
@@ -81,7 +91,7 @@ _FINDING = {
     "scope": Field(str, check=one_of(*SCOPES), expected="'in' or 'out'"),
     "state": Field(str, check=one_of(*FINDING_STATES), expected="one of " + ", ".join(FINDING_STATES)),
     "disposition": Field(str, check=_text, expected=_TEXT),
-    "tracking_issue": Field(str, required=False, check=matches(TRACKING_RE), expected="'#N' (this repository) or 'owner/repo#N'"),
+    "tracking_issue": Field(str, required=False, check=matches(TRACKING_RE), expected="'#N' (an issue of the product repository) or 'owner/repo#N' by GitHub's naming rules"),
 }
 
 
@@ -133,21 +143,24 @@ def _digest_problem(label: str, digest: Any) -> str | None:
             return None if is_sha256_hex(digest) else "the lowercase 64-hex SHA-256 of the set's outer SHA256SUMS"
         ok = isinstance(digest, str) and digest.startswith("sha256:") and is_sha256_hex(digest[7:])
         return None if ok else "an OCI manifest digest 'sha256:<64 hex>'"
-    return "a label set:<lane>, image:<lane>, manifest-candidate or pipeline-commit"
+    return f"a label {LABELS_TEXT}"
 
 
 def _read_reviewed(table: dict[str, Any], *, file: str, prefix: str) -> tuple[tuple[str, str], ...]:
     if not table:
         raise InputError("a review names no artefact it reviewed", file=file, field=prefix,
-                         expected="label = digest entries (set:<lane>, image:<lane>, manifest-candidate, pipeline-commit)",
+                         expected=f"label = digest entries ({LABELS_TEXT})",
                          why="a review of unnamed bytes cannot be checked against what the release binds")
     out = []
     for label, digest in sorted(table.items()):
         problem = _digest_problem(label, digest)
         if problem is not None:
             unknown_label = problem.startswith("a label")
+            why = ("the tree does not record which pipeline commit built the sets, so no digest could be checked against it; "
+                   "the candidate commit (tree and pipeline) is manifest-candidate") if label == "pipeline-commit" else None
             raise InputError("names an unknown artefact label" if unknown_label else "is not the digest its label needs", file=file,
-                             field=prefix if unknown_label else f"{prefix}.{label}", found=label if unknown_label else digest, expected=problem)
+                             field=prefix if unknown_label else f"{prefix}.{label}", found=label if unknown_label else digest, expected=problem, why=why,
+                             fix="name what the council reviewed by the labels of docs/review-ledger.md, 'What the release binds'" if unknown_label else None)
         out.append((label, digest))
     return tuple(out)
 
@@ -221,11 +234,13 @@ class GateFailure:
         return f"{self.what}; {self.fix}"
 
 
-def gate_failures(ledger: Ledger | None, bound: Mapping[str, str], *, release: str) -> list[GateFailure]:
+def gate_failures(ledger: Ledger | None, bound: Mapping[str, str], *, release: str, councils: Sequence[str] = ()) -> list[GateFailure]:
     """Every way `ledger` keeps `release` from ready, in ledger order; [] when the reviews clear it.
 
     `bound` maps each artefact label to the digest the release binds (`formats/release/evidence.py:
-    review_subjects`): a review of other bytes does not count.
+    review_subjects`): a review of other bytes does not count, and every one of them must be covered by
+    a closed review.  `councils` are those release.toml requires (`[reviews] councils`): each must have
+    recorded a review.
     """
     where = ledger_path(release)
     if ledger is None:
@@ -249,6 +264,21 @@ def gate_failures(ledger: Ledger | None, bound: Mapping[str, str], *, release: s
                 out.append(GateFailure(name, None, f"the {name} review names {label} {short_digest(digest)}, which the release does not bind", f"review the artefacts this release binds ({', '.join(sorted(bound)) or 'none yet'}) and record their digests in {where}"))
             elif expected != digest:
                 out.append(GateFailure(name, None, f"the {name} review reviewed {label} {short_digest(digest)}, but the release binds {short_digest(expected)}", f"a review of other bytes does not count: re-review {label} at {expected} and record it in {where}"))
+    return out + _coverage_failures(ledger, bound, councils, where=where)
+
+
+def _coverage_failures(ledger: Ledger, bound: Mapping[str, str], councils: Sequence[str], *, where: str) -> list[GateFailure]:
+    """The councils release.toml requires that recorded no review, and each artefact the release binds that no
+    closed review names at its bound digest: together the reviews must cover everything the release ships."""
+    recorded = {review.council for review in ledger.reviews}
+    out = [GateFailure(council, None, f"the {council} council, which release.toml requires, recorded no review",
+                       f"record its review as [reviews.{council}] in {where}, or remove it from reviews.councils in release.toml if the release does not need it")
+           for council in councils if council not in recorded]
+    covered = {(label, digest) for review in ledger.reviews if review.state == "closed" for label, digest in review.reviewed}
+    for label, digest in sorted(bound.items()):
+        if (label, digest) not in covered:
+            out.append(GateFailure(None, None, f"no closed review covers {label} {short_digest(digest)}, which the release binds",
+                                   f"a council reviews it and records {label} = \"{digest}\" under its reviewed table in {where}"))
     return out
 
 

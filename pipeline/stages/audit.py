@@ -935,7 +935,7 @@ class Auditor:
             return
         if not failures:
             assert ledger is not None
-            self.add(Item(label, True, f"{len(ledger.reviews)} reviews closed; no in-scope P0/P1 open; {len(ledger.deferred())} deferred, each tracked; every reviewed digest is bound", "record"))
+            self.add(Item(label, True, f"{len(ledger.reviews)} reviews closed; no in-scope P0/P1 open; {len(ledger.deferred())} deferred, each tracked; every reviewed digest is bound; every bound artefact is reviewed", "record"))
             return
         text = "; ".join(failure.what for failure in failures)
         self.add(Item(label, False if manifest.get("status") == "ready" else None, text if manifest.get("status") == "ready" else f"status {_word(manifest.get('status'))}: {text}", "record"))

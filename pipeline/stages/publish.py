@@ -909,7 +909,8 @@ def _acceptance_gate(manifest: dict[str, Any], show: Callable[[str], bytes | Non
 def _review_gate(manifest: dict[str, Any], show: Callable[[str], bytes | None], release: str) -> Callable[[], str]:
     """Gate `reviews` of a product publication: the review ledger at the commit is the one the manifest binds, and it
     clears the release (formats/review_ledger.py: every review closed, no in-scope P0/P1 confirmed or unresolved,
-    every deferred finding tracked, every reviewed digest one the release binds)."""
+    every deferred finding tracked, every reviewed digest one the release binds, every bound artefact covered by a closed
+    review; the councils release.toml requires hold the release through compose's blockers, which verify --require-ready checks)."""
     def gate() -> str:
         from pipeline.formats.review_ledger import bound_ledger, ledger_path
 

@@ -112,7 +112,7 @@ def _bound_document(url: Any, sha256: Any, artifact_type: str, field: str) -> di
 
 def tree_facts(folder: Path, *, shown: str) -> dict[str, Any]:
     tree = read_tree(folder, shown=shown)
-    return _from_manifest(tree.manifest, summary=tree.summary, authority=tree.authority, folder=folder, reviews=tree.reviews)
+    return _from_manifest(tree.manifest, summary=tree.summary, authority=tree.authority, folder=folder, reviews=tree.reviews, reviews_problem=tree.reviews_problem)
 
 
 _ASSET_PREFIXES = (*ROLE_FIELDS.values(), *SCRIPT_FIELDS.values(), CONTAINER_PACKAGE)
@@ -165,7 +165,7 @@ def _tree_provenance(folder: Path | None, lane_id: str) -> dict[str, Any]:
 
 
 def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, authority: dict[str, Any] | None, folder: Path | None,
-                   reviews: dict[str, Any] | None = None) -> dict[str, Any]:
+                   reviews: dict[str, Any] | None = None, reviews_problem: str | None = None) -> dict[str, Any]:
     product = section(manifest, "product")
     lanes: dict[str, Any] = {}
     lane_qualification: dict[str, Any] = {}
@@ -192,6 +192,9 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
     # a source that cannot bring a document (a manifest URL before publication) still shows its hash change.
     other = {key: value for key, value in manifest.items() if key not in MANIFEST_SHOWN and key != "components"}
     other.update({f"components.{key}": value for key, value in components.items() if key not in COMPONENTS_SHOWN})
+    review_facts = None if reviews is None and "reviews" not in manifest else {"binding": manifest.get("reviews"), "councils": (reviews or {}).get("reviews")}
+    if reviews_problem is not None:  # the tree's ledger cannot be read: compared as that problem, the rest of the tree as usual
+        review_facts = {**(review_facts or {}), "problem": reviews_problem}
     return _keyed({
         "product": {"name": product.get("name"), "title": product.get("title"), "release": manifest.get("release"), "channel": manifest.get("channel"),
                     "audience": manifest.get("audience"), "status": manifest.get("status"), "predecessor": manifest.get("predecessor")},
@@ -201,7 +204,7 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
         "compatibility": _without(authority, ("authority_id", "product_release", "artifact_type")),
         "acceptance": acceptance,
         # the binding (path, URL, SHA-256) and the councils' reviews, findings and dispositions
-        "reviews": None if reviews is None and "reviews" not in manifest else {"binding": manifest.get("reviews"), "councils": (reviews or {}).get("reviews")},
+        "reviews": review_facts,
         "other": other,
     })
 

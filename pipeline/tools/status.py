@@ -229,7 +229,7 @@ def release_status(root: Path, release: str, register: Register, lanes: dict[str
     acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
     if acceptance:
         status.acceptance = f"{acceptance.get('status')} (record {str(acceptance.get('sha256') or '')[:12]})"
-    status.reviews = reviews_line(manifest, tree.reviews)
+    status.reviews = reviews_line(manifest, tree.reviews) if tree.reviews_problem is None else f"the review ledger cannot be read: {tree.reviews_problem}"
     for route_id, route in sorted(((spec.acceptance or {}).get("routes") or {}).items()):
         receipts = tuple(f"{a.attrs.get('status')} {a.sha256[:12]}" for a in register.query("acceptance-receipt", route=route_id))
         status.routes.append(RouteStatus(route_id, route["host"], route["lane"], receipts))

@@ -1630,12 +1630,15 @@ def test_waiting_for_another_audits_download_earns_time_from_the_bytes_it_writes
 
 
 def _bind_ledger(tree: Tree, findings: str = "") -> bytes:
-    """A review ledger served at its pinned raw URL and bound by the manifest; it reviewed the accepted candidate."""
+    """A review ledger served at its pinned raw URL and bound by the manifest; it reviewed everything the release binds."""
+    from pipeline.formats.release.evidence import review_subjects
+
+    tree.manifest["qualification"]["acceptance"] = {"candidate_commit": COMMIT}  # the candidate, as the manifest binds it
+    reviewed = "".join(f'"{label}" = "{digest}"\n' for label, digest in sorted(review_subjects(tree.manifest).items()))
     ledger = (f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n\n[reviews.product-tooling]\nstate = "closed"\n'
-              f'disposition = "Closed without remediation."\n\n[reviews.product-tooling.reviewed]\npipeline-commit = "{COMMIT}"\n\n{findings}').encode()
+              f'disposition = "Closed without remediation."\n\n[reviews.product-tooling.reviewed]\n{reviewed}\n{findings}').encode()
     path = f"manifests/{RELEASE}/reviews.toml"
     tree.server.files[f"/alphastorm/omp-ninfer/raw/{RECORD_COMMIT}/{path}"] = ledger
-    tree.manifest["qualification"]["acceptance"] = {"candidate_commit": COMMIT}  # the candidate, as the manifest binds it
     tree.manifest["reviews"] = {"path": path, "sha256": hashlib.sha256(ledger).hexdigest(), "public_url": f"{tree.product}/raw/{RECORD_COMMIT}/{path}"}
     return ledger
 
@@ -1644,7 +1647,7 @@ def test_the_review_ledger_is_fetched_by_its_hash_and_held_to_its_gate(server, t
     tree = Tree(server, None, None)
     _bind_ledger(tree)
     _report, lines = run_audit(tree.publish(), tmp_path)
-    assert line_for(lines, "OK: review ledger gate") == "OK: review ledger gate (1 reviews closed; no in-scope P0/P1 open; 0 deferred, each tracked; every reviewed digest is bound)"
+    assert line_for(lines, "OK: review ledger gate") == "OK: review ledger gate (1 reviews closed; no in-scope P0/P1 open; 0 deferred, each tracked; every reviewed digest is bound; every bound artefact is reviewed)"
     assert line_for(lines, "OK: review ledger (")
     # One changed byte of the published ledger: its hash fails, and the gate cannot pass on those bytes.
     tree.tamper(f"/alphastorm/omp-ninfer/raw/{RECORD_COMMIT}/manifests/{RELEASE}/reviews.toml", offset=40)

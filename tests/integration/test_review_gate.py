@@ -11,6 +11,7 @@ from releasekit import LANE, RELEASE, commit, review_ledger, sample_release
 
 from pipeline.errors import IntegrityError, PipelineError, RefusedError
 from pipeline.formats.lanes import load_lanes
+from pipeline.formats.release.evidence import review_subjects
 from pipeline.formats.release.contract import verify_release
 from pipeline.stages.compose import promote_release, rebind
 
@@ -77,6 +78,48 @@ def test_each_refusal_names_the_review_the_finding_and_the_fix(release, tmp_path
     with pytest.raises(RefusedError) as caught:
         promote_release(root, RELEASE, "ready", lanes_dir=release.lanes_dir)
     assert words in caught.value.what
+
+
+def test_a_trivial_ledger_does_not_clear_the_gate_the_reviews_must_cover_what_the_release_binds(release, tmp_path):
+    root = release.clone(tmp_path / "p", "accepted")
+    trivial = (f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n\n[reviews.x]\nstate = "closed"\n'
+               f'disposition = "Looked."\n\n[reviews.x.reviewed]\nmanifest-candidate = "{release.commits["candidate"]}"\n')
+    blockers = reviewed_and_pinned(release, root, trivial)
+    subjects = sorted(label for label in review_subjects(manifest_of(root)) if label != "manifest-candidate")
+    assert subjects and [b.split(" ", 6)[5] for b in blockers] == subjects, blockers  # 'reviews: no closed review covers <label> ...'
+    assert all(b.startswith("reviews: no closed review covers ") and LEDGER in b for b in blockers)
+    with pytest.raises(RefusedError) as caught:
+        promote_release(root, RELEASE, "ready", lanes_dir=release.lanes_dir)
+    assert f"no closed review covers {subjects[0]}" in caught.value.what
+
+
+def test_release_toml_may_require_councils_and_a_missing_one_holds_the_release(release, tmp_path):
+    root = release.clone(tmp_path / "p", "accepted")
+    spec = root / "manifests" / RELEASE / "release.toml"
+    spec.write_text(spec.read_text() + '\n[reviews]\ncouncils = ["native-runtime", "product-tooling", "security"]\n')
+    blockers = reviewed_and_pinned(release, root, review_ledger(manifest_of(root), release.commits["candidate"]))
+    assert blockers == [f"reviews: the security council, which release.toml requires, recorded no review; record its review as [reviews.security] in {LEDGER}, "
+                        "or remove it from reviews.councils in release.toml if the release does not need it"]
+    spec.write_text(spec.read_text().replace(', "security"', ""))
+    commit(root, "security is not required")
+    assert reviewed_and_pinned(release, root, review_ledger(manifest_of(root), release.commits["candidate"])) == []
+
+
+def test_status_and_diff_show_a_malformed_ledger_as_a_problem_naming_the_field(release, tmp_path):
+    from pipeline.register import Register
+    from pipeline.tools.diff import compare
+    from pipeline.tools.diff_sources import load_source
+    from pipeline.tools.status import release_status
+
+    before = release.clone(tmp_path / "a", "ready")
+    root = release.clone(tmp_path / "p", "ready")
+    (root / LEDGER).write_text((root / LEDGER).read_text().replace('state = "closed"', 'state = "half"', 1))
+    status = release_status(root, RELEASE, Register(release.dist), load_lanes(release.lanes_dir))
+    assert status.reviews.startswith(f"the review ledger cannot be read: manifests/{RELEASE}/reviews.toml: reviews.native-runtime.state: ")
+    assert "found 'half'" in status.reviews and f"Fix: correct it (docs/review-ledger.md), then python -m pipeline compose rebind --release {RELEASE}." in status.reviews
+    changes = [c for c in compare(load_source(str(before / "manifests" / RELEASE)), load_source(str(root / "manifests" / RELEASE))) if c.section == "review ledger"]
+    (problem,) = [c for c in changes if c.path == "problem"]
+    assert problem.change == "added" and "reviews.native-runtime.state" in problem.new
 
 
 def test_verify_names_a_changed_ledger_byte(release, tmp_path):

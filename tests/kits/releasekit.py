@@ -132,11 +132,11 @@ blockers = [{blockers}]
 def review_ledger(manifest: dict[str, Any], candidate: str, *, state: str = "closed", findings: dict[str, dict[str, str]] | None = None,
                   reviewed: dict[str, str] | None = None, council: str = "native-runtime") -> str:
     """A review ledger (docs/review-ledger.md) whose councils reviewed exactly what `manifest` binds at `candidate`:
-    each row's set, the container's image, the candidate manifest and the pipeline commit.  `findings` are
+    each row's set, the container's image and the candidate manifest.  `findings` are
     {id: {severity, scope, state, disposition[, tracking_issue]}} of the first council; `reviewed` overrides its digests."""
     from pipeline.formats.release.evidence import review_subjects
 
-    subjects = {**review_subjects(manifest), "manifest-candidate": candidate, "pipeline-commit": candidate}
+    subjects = {**review_subjects(manifest), "manifest-candidate": candidate}
     lines = ['artifact_type = "omp_ninfer_review_ledger"', "schema_version = 1", f'release = "{manifest["release"]}"']
     for name, review_state in ((council, state), ("product-tooling", "closed")):
         named = {**subjects, **(reviewed or {})} if name == council else subjects

@@ -262,3 +262,15 @@ def test_every_value_from_data_is_one_whole_code_span_in_the_markdown():
     html = MarkdownIt("commonmark").render(markdown)
     outside = re.sub(r"<code>.*?</code>", "", html, flags=re.DOTALL)
     assert "www." not in outside and "<em>" not in html and "<strong>" not in html and "<a " not in html
+
+
+def test_a_tree_made_before_the_review_ledger_reads_no_reviews_toml(tmp_path, capsys):
+    """v0.13.x bind no ledger (names.py PRE_REVIEW_LEDGER_RELEASES): a reviews.toml beside them, even a broken one, is not read."""
+    from pipeline.formats.release.tree import read_tree
+
+    tree = tmp_path / "v0.13.1"
+    shutil.copytree(V1, tree)
+    (tree / "reviews.toml").write_bytes(b"release = [not toml\n")
+    documents = read_tree(tree)
+    assert (documents.reviews, documents.reviews_problem) == (None, None) and "reviews.toml" not in documents.sha256
+    assert main(["diff", V1, str(tree)]) == 0 and capsys.readouterr().out == "no differences between v0.13.1 and v0.13.1\n"

@@ -21,12 +21,12 @@ FILE = f"manifests/{RELEASE}/reviews.toml"
 SET = "a" * 64
 IMAGE = "sha256:" + "b" * 64
 CANDIDATE = "c" * 40
-BOUND = {"set:rtx4090-windows-native": SET, "image:rtx5090-container": IMAGE, "manifest-candidate": CANDIDATE, "pipeline-commit": CANDIDATE}
+BOUND = {"set:rtx4090-windows-native": SET, "image:rtx5090-container": IMAGE, "manifest-candidate": CANDIDATE}
 
 
 def ledger_text(*, state: str = "closed", findings: str = "", reviewed: str | None = None, top: str = "") -> str:
     reviewed = reviewed if reviewed is not None else (
-        f'"set:rtx4090-windows-native" = "{SET}"\n"image:rtx5090-container" = "{IMAGE}"\nmanifest-candidate = "{CANDIDATE}"\npipeline-commit = "{CANDIDATE}"\n'
+        f'"set:rtx4090-windows-native" = "{SET}"\n"image:rtx5090-container" = "{IMAGE}"\nmanifest-candidate = "{CANDIDATE}"\n'
     )
     return (
         f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n{top}\n'
@@ -70,8 +70,9 @@ def test_a_closed_ledger_that_binds_the_release_clears_it_and_is_a_frozen_model(
     ],
 )
 def test_each_way_the_ledger_holds_the_release_names_the_review_and_the_finding(text, council, finding_id, words):
-    (failure,) = gate_failures(parse(text), BOUND, release=RELEASE)
+    failure, *uncovered = gate_failures(parse(text), BOUND, release=RELEASE)
     assert (failure.council, failure.finding) == (council, finding_id)
+    assert all("no closed review covers" in f.what for f in uncovered)  # what this review does not cover at the bound digest
     assert words in failure.text() and FILE in failure.text()  # the fix names the file to edit
 
 
@@ -149,3 +150,77 @@ def test_the_bound_ledger_must_be_the_bytes_the_manifest_binds():
     assert bound_ledger({"release": "v0.13.1"}, None, release="v0.13.1", origin=FILE) == (None, [])  # made before the ledger
     _none, (missing,) = bound_ledger({**manifest, "reviews": None}, None, release=RELEASE, origin=FILE)
     assert "no review ledger is bound" in missing.what
+
+
+# -- the reviews together cover what the release binds (issue #30 §2, hostile review) -------------
+
+
+def test_a_trivial_ledger_does_not_clear_the_gate_every_bound_artefact_needs_a_closed_review():
+    trivial = parse(f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n\n'
+                    f'[reviews.x]\nstate = "closed"\ndisposition = "Looked."\n\n[reviews.x.reviewed]\nmanifest-candidate = "{CANDIDATE}"\n')
+    failures = gate_failures(trivial, BOUND, release=RELEASE)
+    assert [f.what for f in failures] == [
+        "no closed review covers image:rtx5090-container sha256:bbbbbbbbbbbb, which the release binds",
+        "no closed review covers set:rtx4090-windows-native aaaaaaaaaaaa, which the release binds",
+    ]
+    assert all(f.council is None and FILE in f.fix for f in failures)
+    # an open review covers nothing: its failure and one per subject
+    assert [f.what for f in gate_failures(parse(ledger_text(state="open")), BOUND, release=RELEASE)][1:] == [
+        f"no closed review covers {label} {digest[:19] if digest.startswith('sha256:') else digest[:12]}, which the release binds" for label, digest in sorted(BOUND.items())]
+
+
+def test_two_councils_may_share_the_subjects_and_release_toml_may_require_councils():
+    text = (f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n\n'
+            f'[reviews.native-runtime]\nstate = "closed"\ndisposition = "Closed."\n\n[reviews.native-runtime.reviewed]\n"set:rtx4090-windows-native" = "{SET}"\n\n'
+            f'[reviews.product-tooling]\nstate = "closed"\ndisposition = "Closed."\n\n[reviews.product-tooling.reviewed]\n'
+            f'"image:rtx5090-container" = "{IMAGE}"\nmanifest-candidate = "{CANDIDATE}"\n')
+    ledger = parse(text)
+    assert gate_failures(ledger, BOUND, release=RELEASE, councils=("native-runtime", "product-tooling")) == []
+    (missing,) = gate_failures(ledger, BOUND, release=RELEASE, councils=("native-runtime", "product-tooling", "security"))
+    assert missing.council == "security" and "requires, recorded no review" in missing.what and "[reviews.security]" in missing.fix
+
+
+@pytest.mark.parametrize("tracking", ["../..#1", "-/-#1", "_/.#999999999", "a-/b#1", "-a/b#1", "a--b/c#1", "o/.#1", "o/..#1", "#0", "#1000000000",
+                                      "o" * 40 + "/r#1", "o/" + "r" * 101 + "#1", "o/r#01", "o/r/x#1", "o/r"])
+def test_a_tracking_issue_follows_githubs_naming_rules(tracking):
+    with pytest.raises(InputError) as caught:
+        parse(ledger_text(findings=finding(state="deferred", tracking=tracking)))
+    assert caught.value.field == "reviews.native-runtime.findings.NR-1.tracking_issue" and "product repository" in str(caught.value.expected)
+
+
+@pytest.mark.parametrize("tracking", ["#1", "#999999999", "alphastorm/omp-ninfer#88", "a-b-c/d.e_f-g#2", "o" * 39 + "/" + "r" * 100 + "#3", "o/...#4", "o/.github#5"])
+def test_a_tracking_issue_by_githubs_rules_is_accepted(tracking):
+    (deferred,) = parse(ledger_text(findings=finding(state="deferred", tracking=tracking))).deferred()
+    assert deferred[1].tracking_issue == tracking
+
+
+def test_pipeline_commit_is_no_label_the_tree_records_no_pipeline_commit_to_check_it_against():
+    with pytest.raises(InputError) as caught:
+        parse(ledger_text(reviewed=f'pipeline-commit = "{"d" * 40}"\n'))
+    assert caught.value.field == "reviews.native-runtime.reviewed" and "unknown artefact label" in caught.value.what
+    assert "does not record which pipeline commit" in caught.value.why and "manifest-candidate" in str(caught.value.expected)
+
+
+def _release_toml(tmp_path, release: str, reviews: str):
+    """The seeded v0.13.1 input, as `release`, with a [reviews] table."""
+    from repokit import ROOT
+
+    from pipeline.formats.lanes import load_lanes
+    from pipeline.formats.release.spec import load_release_toml
+
+    text = (ROOT / "manifests" / "v0.13.1" / "release.toml").read_text().replace('release = "v0.13.1"', f'release = "{release}"')
+    (tmp_path / "manifests" / release).mkdir(parents=True)
+    (tmp_path / "manifests" / release / "release.toml").write_text(text + reviews)
+    return load_release_toml(tmp_path, release, load_lanes())
+
+
+def test_release_toml_declares_the_required_councils_strictly(tmp_path):
+    spec = _release_toml(tmp_path / "a", RELEASE, '\n[reviews]\ncouncils = ["product-tooling", "native-runtime"]\n')
+    assert spec.review_councils == ("native-runtime", "product-tooling")
+    for councils, field in (('["native-runtime", "native-runtime"]', "reviews.councils"), ("[]", "reviews.councils"), ('["Native"]', "reviews.councils[0]")):
+        with pytest.raises(InputError) as caught:
+            _release_toml(tmp_path / field / str(len(councils)), RELEASE, f"\n[reviews]\ncouncils = {councils}\n")
+        assert caught.value.field == field, caught.value.render()
+    with pytest.raises(InputError) as caught:  # a release made before the ledger requires none
+        _release_toml(tmp_path / "old", "v0.13.1", '\n[reviews]\ncouncils = ["native-runtime"]\n')
+    assert caught.value.field == "reviews" and "before the review ledger" in caught.value.what

@@ -132,7 +132,8 @@ def _derive_acceptance(root: Path, release: str, pins: dict[str, str], problems:
     }
 
 
-def _derive_reviews(root: Path, release: str, pins: dict[str, str], problems: Problems, files: dict[str, str], bound: dict[str, str]) -> DerivedReviews:
+def _derive_reviews(root: Path, release: str, pins: dict[str, str], problems: Problems, files: dict[str, str], bound: dict[str, str],
+                    councils: tuple[str, ...]) -> DerivedReviews:
     """The manifest's `reviews` entry and the `reviews: ...` blockers from the tree's review ledger.
 
     Trees of the releases before the ledger existed carry neither (their manifests never change); a
@@ -146,11 +147,11 @@ def _derive_reviews(root: Path, release: str, pins: dict[str, str], problems: Pr
     except PipelineError as error:
         problems.add_error("input", error)
         files[rel] = "input"
-        return DerivedReviews(True, None, None, [f"{REVIEWS_SUBJECT}: the review ledger {rel} cannot be read: {error.what}; correct it (docs/review-ledger.md)"])
+        return DerivedReviews(True, None, None, [f"{REVIEWS_SUBJECT}: the review ledger {rel} cannot be read: {error.field + ': ' if error.field else ''}{error.what}; correct it (docs/review-ledger.md)"])
     if ledger is not None:
         files[rel] = "input"
     entry = None if ledger is None else {"path": rel, "sha256": ledger.sha256, "public_url": _pin(pins, rel)}
-    blockers = [f"{REVIEWS_SUBJECT}: {failure.text()}" for failure in gate_failures(ledger, bound, release=release)]
+    blockers = [f"{REVIEWS_SUBJECT}: {failure.text()}" for failure in gate_failures(ledger, bound, release=release, councils=councils)]
     return DerivedReviews(True, entry, ledger, blockers)
 
 
@@ -234,7 +235,8 @@ def derive(
 
     acceptance = _derive_acceptance(root, release, pins, problems, files)
     accepted = bool(acceptance and acceptance["status"] == "passed")
-    reviews = _derive_reviews(root, release, pins, problems, files, review_subjects({"components": components, "qualification": {"acceptance": acceptance}}))
+    reviews = _derive_reviews(root, release, pins, problems, files, review_subjects({"components": components, "qualification": {"acceptance": acceptance}}),
+                              rt.review_councils)
 
     nulls = null_identities(components, lanes)
     derived_blockers = _blockers(rt, nulls, components, accepted) + reviews.blockers

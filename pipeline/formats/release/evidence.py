@@ -87,9 +87,8 @@ def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
 def review_subjects(manifest: dict[str, Any]) -> dict[str, str]:
     """label -> digest of every artefact a review may name that the manifest binds (docs/review-ledger.md):
     each row's set by the SHA-256 of its outer SHA256SUMS (`set:<lane>`), the container row's image by its
-    OCI manifest digest (`image:<lane>`), and the accepted candidate commit, which is both the manifest the
-    councils reviewed (`manifest-candidate`) and the commit of the pipeline that made it (`pipeline-commit`:
-    the tree and the pipeline live in one repository)."""
+    OCI manifest digest (`image:<lane>`), and the accepted candidate commit whose manifest the councils
+    reviewed (`manifest-candidate`).  The reviews together must cover each of them (review_ledger.gate_failures)."""
     out: dict[str, str] = {}
     for row in lane_rows(manifest):
         if not isinstance(row.get("id"), str):
@@ -100,7 +99,7 @@ def review_subjects(manifest: dict[str, Any]) -> dict[str, str]:
             out[f"image:{row['id']}"] = row["oci_manifest_digest"]
     acceptance = section(manifest, "qualification.acceptance")
     if isinstance(acceptance.get("candidate_commit"), str):
-        out["manifest-candidate"] = out["pipeline-commit"] = acceptance["candidate_commit"]
+        out["manifest-candidate"] = acceptance["candidate_commit"]
     return out
 
 

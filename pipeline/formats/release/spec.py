@@ -46,6 +46,7 @@ _TOP = {
     "unknown": Field(dict, required=False, default={}),
     "publication": Field(dict),
     "acceptance": Field(dict, required=False),
+    "reviews": Field(dict, required=False),
 }
 _CLIENT = {
     "upstream_repository": Field(str, check=matches(r"https://github\.com/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+"), expected="an https://github.com/<owner>/<repo> URL"),
@@ -97,6 +98,9 @@ _PUBLICATION = {
     "targets": Field(list, items=str),
     "blockers": Field(list, items=str, required=False, default=[]),
 }
+_REVIEWS = {
+    "councils": Field(list, items=str, expected="the councils whose review the ledger must record, e.g. [\"native-runtime\", \"product-tooling\"]"),
+}
 _ROUTE_DOCUMENT = r"(?:[A-Za-z0-9_.-]+/)*[A-Za-z0-9_-][A-Za-z0-9_.-]*\.md"
 _ACCEPTANCE = {
     "document": Field(str, required=False, default="docs/QUICKSTART.md", check=lambda v: bool(re.fullmatch(_ROUTE_DOCUMENT, v)) and ".." not in v.split("/"), expected="a repository-relative Markdown path such as docs/QUICKSTART.md"),
@@ -139,6 +143,8 @@ class ReleaseInput:
     blockers: list[str]
     # [acceptance]: the route document and the routes the release requires, each with its host kind
     acceptance: dict[str, Any] | None = None
+    # [reviews] councils: the councils whose review the ledger must record (docs/review-ledger.md)
+    review_councils: tuple[str, ...] = ()
 
 
 def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> ReleaseInput:
@@ -225,7 +231,24 @@ def load_release_toml(root: Path, release: str, lanes: dict[str, Lane]) -> Relea
         targets=list(publication["targets"]),
         blockers=list(publication["blockers"]),
         acceptance=acceptance,
+        review_councils=_read_review_councils(top["reviews"], file, release) if top["reviews"] is not None else (),
     )
+
+
+def _read_review_councils(table: Any, file: str, release: str) -> tuple[str, ...]:
+    """[reviews] councils = [...]: the councils the release's review ledger must hold (docs/review-ledger.md)."""
+    from pipeline.formats.release.names import review_ledger_required
+    from pipeline.formats.review_ledger import COUNCIL_RE, MAX_REVIEWS
+
+    if not review_ledger_required(release):
+        raise InputError("a release made before the review ledger requires no councils", file=file, field="reviews", fix="remove the [reviews] table")
+    councils = read_table(table, _REVIEWS, file=file, prefix="reviews")["councils"]
+    if not councils or len(councils) > MAX_REVIEWS or len(set(councils)) != len(councils):
+        raise InputError("must name each required council once", file=file, field="reviews.councils", found=councils, expected=f"1-{MAX_REVIEWS} distinct council names")
+    for index, council in enumerate(councils):
+        if not re.fullmatch(COUNCIL_RE, council):
+            raise InputError("is not a council name", file=file, field=f"reviews.councils[{index}]", found=council, expected=f"lower-case letters, digits and '-' ({COUNCIL_RE})")
+    return tuple(sorted(councils))
 
 
 def _read_acceptance(table: Any, file: str, lanes: dict[str, Lane], lane_inputs: dict[str, LaneInput]) -> dict[str, Any]:

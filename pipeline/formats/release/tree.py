@@ -2,7 +2,8 @@
 
 verify reads a tree to judge it and records every problem; these readers are for a tree
 that is only shown or compared, so the first unreadable document is an InputError naming
-the file.  Each document is hashed before it is parsed, read bounded and strictly (duplicate
+the file, except the review ledger: the councils' hand-written record, kept as data
+(`reviews_problem`) when it cannot be read, so status and diff still show the tree.  Each document is hashed before it is parsed, read bounded and strictly (duplicate
 keys, NaN and deep nesting refused) and must hold its own type string; a link is refused
 (nothing outside the folder is read because a name says so).
 """
@@ -42,6 +43,7 @@ class TreeDocuments:
     authority: dict[str, Any] | None  # compatibility.json
     sha256: dict[str, str]  # file name -> SHA-256 of the bytes parsed
     reviews: dict[str, Any] | None = None  # the review ledger's facts (formats/review_ledger.py: ledger_facts), when the tree holds one
+    reviews_problem: str | None = None  # why the tree's review ledger cannot be read (file, field, fix), shown as data
 
 
 def read_tree_document(path: Path, artifact_type: str, *, shown: str | None = None) -> tuple[dict[str, Any], str]:
@@ -76,17 +78,33 @@ def read_tree(folder: Path, *, shown: str | None = None) -> TreeDocuments:
             continue
         found[name], digests[name] = read_tree_document(path, artifact_type, shown=f"{shown.rstrip('/')}/{name}")
     manifest = found[MANIFEST] or {}
-    ledger_file = folder / REVIEWS
-    reviews = None
-    if ledger_file.exists() or ledger_file.is_symlink():
-        from pipeline.formats.review_ledger import MAX_LEDGER_BYTES, ledger_facts, parse_ledger
-
-        if ledger_file.is_symlink() or not ledger_file.is_file():
-            raise InputError("is not a plain file of the release tree", file=f"{shown.rstrip('/')}/{REVIEWS}", expected="the tree's review ledger")
-        data = read_bytes_bounded(ledger_file, MAX_LEDGER_BYTES, what="the review ledger")
-        reviews = ledger_facts(parse_ledger(data, release=str(manifest.get("release")), file=f"{shown.rstrip('/')}/{REVIEWS}"))
+    reviews, problem = _read_tree_ledger(folder, str(manifest.get("release")), shown=f"{shown.rstrip('/')}/{REVIEWS}")
+    if reviews is not None:
         digests[REVIEWS] = reviews["sha256"]
-    return TreeDocuments(shown, manifest, found[SUMMARY], found[AUTHORITY], digests, reviews)
+    return TreeDocuments(shown, manifest, found[SUMMARY], found[AUTHORITY], digests, reviews, problem)
+
+
+def _read_tree_ledger(folder: Path, release: str, *, shown: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(the ledger's facts, None), (None, why it cannot be read) or (None, None) when the tree holds none.
+
+    A defective ledger is the councils' work in progress, not a defect of the tree being shown: it is kept
+    as data (compose makes it a blocker; status and diff show it) so the rest of the tree can still be read.
+    A release made before the ledger (names.py: PRE_REVIEW_LEDGER_RELEASES) reads no ledger at all."""
+    from pipeline.errors import PipelineError
+    from pipeline.formats.release.names import review_ledger_required
+    from pipeline.formats.review_ledger import MAX_LEDGER_BYTES, ledger_facts, parse_ledger
+
+    ledger_file = folder / REVIEWS
+    if not review_ledger_required(release) or not (ledger_file.exists() or ledger_file.is_symlink()):
+        return None, None
+    try:
+        if ledger_file.is_symlink() or not ledger_file.is_file():
+            raise InputError("is not a plain file of the release tree", file=shown, expected="the tree's review ledger", fix="replace it by the file itself")
+        data = read_bytes_bounded(ledger_file, MAX_LEDGER_BYTES, what="the review ledger")
+        return ledger_facts(parse_ledger(data, release=release, file=shown)), None
+    except PipelineError as error:
+        fix = "" if error.fix else f" Fix: correct it (docs/review-ledger.md), then python -m pipeline compose rebind --release {release}."
+        return None, error.render() + fix
 
 
 _ROW_SUBJECT = re.compile(r"components\.ninfer_variants\[(?P<lane>[a-z0-9-]+)\]|components\.ninfer\b")
