@@ -34,7 +34,10 @@ from pipeline.util.schema import Field, matches, one_of, read_table
 
 DEFINITIONS_DIR = REPO_ROOT / "containers"
 _SNAPSHOT_URI = re.compile(r"https://snapshot\.debian\.org/archive/[a-z-]+/([0-9]{8}T[0-9]{6}Z)/?")
-_SUITE_SUFFIX = re.compile(r"-(security|updates|backports|proposed-updates)$")
+# Only these suites carry the release's own builds (security fixes, stable updates); -backports (newer upstream
+# versions) and -proposed-updates (a point release not yet accepted) are other sonames and builds for the drift check.
+# A codename has no '-' ('trixie-proposed-updates' is not trixie's '-updates').
+_SAME_RELEASE_SUITE = re.compile(r"([a-z0-9][a-z0-9.]*)-(security|updates)")
 MAX_LICENSE_TEXT = 1 << 20
 
 # Labels the stage computes; a definition may not set them.
@@ -221,12 +224,13 @@ class PackageBase:
         return {(item.package, item.script): item for item in self.scripts}
 
     def releases(self) -> set[tuple[str, str | None]]:
-        """(distribution release, snapshot timestamp or None) of each source: 'trixie-security' is release trixie,
-        and a snapshot.debian.org URI (…/archive/<archive>/<timestamp>) names its snapshot; any other archive moves."""
+        """(distribution release, snapshot timestamp or None) of each source: 'trixie-security' and 'trixie-updates' are release
+        trixie ('trixie-backports' and 'trixie-proposed-updates' are not), and a snapshot.debian.org URI (…/archive/<archive>/<timestamp>) names its snapshot; any other archive moves."""
         found = set()
         for source in self.sources:
             snapshot = _SNAPSHOT_URI.fullmatch(source.uri)
-            found.add((_SUITE_SUFFIX.sub("", source.suite), snapshot.group(1) if snapshot else None))
+            same_release = _SAME_RELEASE_SUITE.fullmatch(source.suite)
+            found.add((same_release.group(1) if same_release else source.suite, snapshot.group(1) if snapshot else None))
         return found
 
     def request(self, architecture: str) -> dict[str, object]:
