@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pipeline.errors import InputError, IntegrityError
-from pipeline.formats import apt_lock, lanes
+from pipeline.formats import apt_lock
 from pipeline.formats.components import is_licence_ref, licence_refs
 from pipeline.formats.image_reference import is_tag
 from pipeline.formats.lanes import REPO_ROOT, Lane
@@ -27,7 +27,7 @@ from pipeline.infra import oci
 from pipeline.infra.registry import Repository, parse_repository
 from pipeline.infra.rootfs import library_folders
 from pipeline.util.fs import read_bytes_bounded
-from pipeline.util.hashing import sha256_bytes
+from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import MAX_TOML_BYTES, loads_toml
 from pipeline.util.safepath import relpath_problem
 from pipeline.util.schema import Field, matches, one_of, read_table
@@ -535,11 +535,27 @@ def read_package_lock(definition: ImageDefinition) -> apt_lock.AptLock:
     return lock
 
 
+def lane_base_path(lane: Lane) -> Path:
+    """The file `package.base_image` names, in the repository the definitions (and their keyrings) are read from."""
+    assert lane.base_image is not None
+    return REPO_ROOT / lane.base_image
+
+
+def lane_base_inputs(lane: Lane) -> dict[str, str] | None:
+    """What the lane's derived base libraries are read from, by SHA-256 (a stage's fingerprint): the package-base
+    definition and its lock, so a relock or an edited definition makes such a stage out of date.  None on a registry base."""
+    definition = lane_base_definition(lane)
+    if definition is None:
+        return None
+    return {"definition": lane.base_image or "", "definition_sha256": definition.file_sha256,
+            "lock_sha256": sha256_file(apt_lock.lock_path(definition.file))}
+
+
 def lane_base_definition(lane: Lane) -> ImageDefinition | None:
     """The package-base definition the lane names in `package.base_image`, checked to be this lane's and of kind packages."""
     if lane.base_image is None:
         return None
-    definition = load_definition(lanes.REPO_ROOT / lane.base_image)  # the lane's repository, like its other paths
+    definition = load_definition(lane_base_path(lane))
     if definition.lane != lane.id or definition.package_base is None:
         raise InputError(
             "package.base_image must name a package-base image definition of this lane",
