@@ -945,8 +945,9 @@ class ImageVerifyStage(ImageStage):
 
     Into its own folder (`<dist>/<lane>/image-verify/`, the published image and its provenance untouched), and, on a
     package base, from a package cache of its own that starts empty: every .deb is fetched from the archive the lock
-    names and must hash to the lock's SHA-256 (a changed .deb is refused, naming the package), so nothing an earlier run
-    left in a cache takes part.  Nothing is registered."""
+    names and must hash to the lock's SHA-256 (a changed .deb is refused, naming the package), so no .deb an earlier run
+    left in a cache takes part.  The files of [[base.wheel_file]] (libcudart) come from the shared wheel cache, re-hashed
+    there against the toolchain lock's SHA-256 on every use.  Nothing is registered."""
 
     def __init__(self, ctx: Context, lane: Lane, *, expected: str, cache: Path, **options: Any) -> None:
         super().__init__(ctx, lane, **options)
@@ -987,12 +988,24 @@ def verify_image(lane_name: str, expected: str, *, dist: Path | str = "dist", de
         raise IntegrityError(
             "the image made again from its definition, lock and archive is not the published image",
             file=f"{ctx.dist / lane.id / 'image-verify'}", field="manifest_digest", found=rebuilt, expected=expected,
-            why="the same definition, lock and binary archive give the same bytes; another digest means other inputs (another archive, "
-            "definition or lock than the published image's, or another compressor build: the register's zlib_version says which)",
-            fix="compare the layers of the rebuilt layout (its index.json) with the published manifest's; check out the pipeline at the release's commit",
+            why="the same definition, lock and binary archive give the same bytes on the same tools; another digest means other inputs "
+            "(another archive, definition or lock than the published image's) or other tools the bytes depend on: the zlib build "
+            f"that compressed the layers (this run: zlib {layout.attrs['zlib_version']}) and, on a package base, the ldconfig that "
+            f"made /etc/ld.so.cache ({_ldconfig_said(layout.attrs.get('base_ldconfig'))}); the published image's register entry "
+            "records both (zlib_version, base_ldconfig)",
+            fix="compare the layers of the rebuilt layout (its index.json) with the published manifest's; check out the pipeline at the release's commit, "
+            "and where base_ldconfig names a host's ldconfig, rebuild on a host with that version (or lock libc-bin so the image's own ldconfig is used)",
         )
     ui.info(f"OK: image {rebuilt} made again from {layout.attrs['base_reference']} and {layout.attrs['binary_archive']} equals the published digest")
     return rebuilt
+
+
+def _ldconfig_said(used: str | None) -> str:
+    if used is None:
+        return "none here: a registry base brings its own"
+    if used == "image":
+        return "this run: the image's own, from libc-bin, the same on any host"
+    return f"this run: this host's, {used}"
 
 
 # -- front door ------------------------------------------------------------------

@@ -166,6 +166,11 @@ def test_an_outsider_makes_the_image_again_from_its_lock_and_a_changed_deb_is_re
     with pytest.raises(IntegrityError, match="is not the published image") as info:
         image.verify_image(LANE, other, dist=dist, definition=definition)
     assert info.value.found == published and info.value.expected == other
+    # what else the bytes depend on is named, with this run's: the zlib build and (no libc-bin in this lock) the host's ldconfig
+    from pipeline.infra import oci, package_layer
+
+    assert f"zlib {oci.zlib_version()}" in info.value.why and f"this host's, {package_layer.host_ldconfig()}" in info.value.why
+    assert "base_ldconfig" in info.value.why and "libc-bin" in info.value.fix
     # the archive serves a changed .deb (same name and size, other bytes): refused before anything is assembled
     served = repo.root / apt_lock.read_lock(apt_lock.lock_path(definition)).package("libc6").filename
     data = bytearray(served.read_bytes())
