@@ -499,6 +499,27 @@ def load_definition(path: Path) -> ImageDefinition:
 
 
 def definition_for_lane(lane: Lane, definition: Path | None = None) -> ImageDefinition:
+    """The image definition `image` (and `image lock`, `image --verify`) uses for the lane.
+
+    A lane that names its package base (`package.base_image`) has that one: its lock is what the lane's base
+    libraries are derived from and its [package.base_image_provider] what the SBOMs credit, so an image on any other
+    definition would be described by the wrong base; another --definition is refused, naming both.  Otherwise the
+    one containers/*.toml of the lane, or --definition."""
+    if lane.base_image is not None:
+        named = lane_base_path(lane)
+        if definition is not None and Path(definition).resolve() != named.resolve():
+            raise InputError(
+                "is not the image definition the lane names",
+                file=definition, field="--definition", found=str(definition),
+                expected=f"{lane.base_image} (the lane's package.base_image, {lane.file})",
+                why="the lane's base libraries are derived from that definition's lock and its package.base_image_provider names that "
+                "base's supplier: an image on another definition would ship a base the build, package and SBOMs do not describe",
+                fix=f"leave --definition (and PIPELINE_IMAGE_DEFINITION) out: {lane.base_image} is the default; or make the lane name this "
+                "definition (package.base_image, with its base_image_provider) and package again",
+            )
+        loaded = lane_base_definition(lane)
+        assert loaded is not None
+        return loaded
     if definition is not None:
         loaded = load_definition(definition)
         if loaded.lane != lane.id:
@@ -533,6 +554,16 @@ def read_package_lock(definition: ImageDefinition) -> apt_lock.AptLock:
             fix="run 'python -m pipeline image lock' (nox -s image-lock), review the lock's difference and commit it",
         )
     return lock
+
+
+def repository_name(path: Path) -> str:
+    """A definition's or lock's path as the repository names it ('containers/trixie/ninfer-runtime.toml'), for messages,
+    the register and provenance; a file outside the repository by its name alone (a path of this machine would make
+    the provenance of one image differ between clones)."""
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        return Path(path).name
 
 
 def lane_base_path(lane: Lane) -> Path:

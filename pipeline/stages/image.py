@@ -72,6 +72,7 @@ from pipeline.formats.image_definition import (
     archive_prefix,
     definition_for_lane,
     read_package_lock,
+    repository_name,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
 from pipeline.infra import apt, oci, package_layer
@@ -124,7 +125,7 @@ class BaseImage:
 
     @property
     def lock_name(self) -> str:
-        return f"containers/{self.lock.file.name}" if self.lock is not None else ""
+        return repository_name(self.lock.file) if self.lock is not None else ""
 
 
 # A package base has no image config of its own: the environment a Debian system starts processes with.
@@ -759,7 +760,7 @@ class ImageStage(Stage):
         if self.definition.base is not None:
             return self.definition.base.reference
         assert self.lock is not None
-        return f"packages: containers/{self.lock.file.name} sha256:{sha256_file(self.lock.file)}"
+        return f"packages: {repository_name(self.lock.file)} sha256:{sha256_file(self.lock.file)}"
 
     def inputs(self) -> dict[str, Any]:
         assert self.definition is not None and self.archive_artifact is not None
@@ -876,7 +877,7 @@ class ImageStage(Stage):
             "layers": layer_rows,
             "layer_compression": definition.compression,
             "zlib_version": oci.zlib_version(),
-            "definition": definition.file.name,
+            "definition": repository_name(definition.file),
             "definition_sha256": definition.file_sha256,
         }
         out = self.out_dir
@@ -930,7 +931,7 @@ class ImageStage(Stage):
             package_lock=(base.lock_name, base.manifest_digest.removeprefix("sha256:")) if base.spec is None else None,
             archive_name=archive.path.name,
             archive_sha256=archive.artifact.sha256,
-            definition_name=f"containers/{definition.file.name}",
+            definition_name=repository_name(definition.file),
             definition_sha256=definition.file_sha256,
             byproducts={sbom.name: sha256_file(sbom), "image-config": config_digest},
         )
@@ -1084,7 +1085,8 @@ def register_cli(sub) -> None:
         "--definition",
         type=Path,
         default=Path(os.environ["PIPELINE_IMAGE_DEFINITION"]) if os.environ.get("PIPELINE_IMAGE_DEFINITION") else None,
-        help="image definition file (default: $PIPELINE_IMAGE_DEFINITION, else the containers/*.toml of the lane)",
+        help="image definition file (default: $PIPELINE_IMAGE_DEFINITION, else the lane's package.base_image, else the containers/*.toml "
+        "of the lane; a lane naming package.base_image refuses any other)",
     )
     parser.add_argument(
         "--base-layout",

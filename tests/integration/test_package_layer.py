@@ -68,7 +68,8 @@ def _publish_and_lock(tmp_path, repo, key, debs: dict, *, wanted: list[str], dep
     repo.publish(stanzas, debs=debs)
     (tmp_path / "containers" / "keys").mkdir(parents=True, exist_ok=True)
     (tmp_path / "containers" / "keys" / "test.gpg").write_bytes(key.keyring)
-    definition = tmp_path / "containers" / "ninfer-runtime.toml"
+    definition = tmp_path / "containers" / "trixie" / "ninfer-runtime.toml"  # where the lane's package.base_image names it
+    definition.parent.mkdir(exist_ok=True)
     definition.write_text(definition_toml(repo.server.base, key, "containers/keys/test.gpg", wanted))
     if not read_debs:  # the lock of a hostile .deb, as an edited lock or a lock reader that did not open it would have it
         loaded = image_definition.load_definition(definition)
@@ -135,7 +136,7 @@ def test_a_member_named_with_dot_dot_is_refused(world):
     assert "bad 1.0-1" in info.value.file
     # `image lock` reads each .deb for its libraries through the same bounded reader: refused there already
     with pytest.raises(IntegrityError, match="leaves the archive's folder") as info:
-        image.lock_packages(LANE, definition=tmp_path / "containers" / "ninfer-runtime.toml")
+        image.lock_packages(LANE, definition=tmp_path / "containers" / "trixie" / "ninfer-runtime.toml")
     assert info.value.file.startswith("bad.deb")
 
 
@@ -231,7 +232,7 @@ def test_a_lock_whose_libraries_differ_from_what_the_package_ships_is_refused(wo
     tmp_path, repo = world
     lock = _publish_and_lock(tmp_path, repo, repo.key, {"zlib1g": _zlib_deb(tmp_path)}, wanted=["zlib1g"])
     assert lock.package("zlib1g").libraries == ("libz.so.1", "libz.so.1.3")
-    path = apt_lock.lock_path(tmp_path / "containers" / "ninfer-runtime.toml")
+    path = apt_lock.lock_path(tmp_path / "containers" / "trixie" / "ninfer-runtime.toml")
     document = json.loads(path.read_bytes())
     document["packages"][0]["libraries"] = sorted(edit(document["packages"][0]["libraries"]))
     edited = apt_lock.read_lock_bytes(apt_lock.write_lock(path, document), path)  # still the definition's request: read as valid
