@@ -16,7 +16,7 @@ Options come from environment variables, because nox hands the same
   PIPELINE_PREBUILT   folder of prebuilt binaries for the lane being built
   PIPELINE_PKG_CONFIG_PATH  extra pkg-config folders for `build` (os.pathsep-separated: ':' on Linux, ';' on Windows; never inherited as PKG_CONFIG_PATH)
   PIPELINE_REGISTRY   HOST[:PORT]/REPO for `push`
-  PIPELINE_IMAGE_DEFINITION  image definition for `image` (default: containers/<the lane's>.toml)
+  PIPELINE_IMAGE_DEFINITION  image definition for `image` (default: the lane's package.base_image, else containers/<the lane's>.toml)
   PIPELINE_BASE_LAYOUT       local OCI layout holding the pinned base image (default: pull it by digest)
   PIPELINE_REGISTRY_USERNAME, PIPELINE_REGISTRY_PASSWORD  push credentials (else the Docker config file)
   PIPELINE_RELEASE    product release for `compose`/`verify` (e.g. v0.13.1)

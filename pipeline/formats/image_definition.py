@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from pipeline.errors import InputError, IntegrityError
-from pipeline.formats import apt_lock, lanes
+from pipeline.formats import apt_lock
 from pipeline.formats.components import is_licence_ref, licence_refs
 from pipeline.formats.image_reference import is_tag
 from pipeline.formats.lanes import REPO_ROOT, Lane
@@ -27,14 +27,17 @@ from pipeline.infra import oci
 from pipeline.infra.registry import Repository, parse_repository
 from pipeline.infra.rootfs import library_folders
 from pipeline.util.fs import read_bytes_bounded
-from pipeline.util.hashing import sha256_bytes
+from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import MAX_TOML_BYTES, loads_toml
 from pipeline.util.safepath import relpath_problem
 from pipeline.util.schema import Field, matches, one_of, read_table
 
 DEFINITIONS_DIR = REPO_ROOT / "containers"
 _SNAPSHOT_URI = re.compile(r"https://snapshot\.debian\.org/archive/[a-z-]+/([0-9]{8}T[0-9]{6}Z)/?")
-_SUITE_SUFFIX = re.compile(r"-(security|updates|backports|proposed-updates)$")
+# Only these suites carry the release's own builds (security fixes, stable updates); -backports (newer upstream
+# versions) and -proposed-updates (a point release not yet accepted) are other sonames and builds for the drift check.
+# A codename has no '-' ('trixie-proposed-updates' is not trixie's '-updates').
+_SAME_RELEASE_SUITE = re.compile(r"([a-z0-9][a-z0-9.]*)-(security|updates)")
 MAX_LICENSE_TEXT = 1 << 20
 
 # Labels the stage computes; a definition may not set them.
@@ -221,12 +224,13 @@ class PackageBase:
         return {(item.package, item.script): item for item in self.scripts}
 
     def releases(self) -> set[tuple[str, str | None]]:
-        """(distribution release, snapshot timestamp or None) of each source: 'trixie-security' is release trixie,
-        and a snapshot.debian.org URI (…/archive/<archive>/<timestamp>) names its snapshot; any other archive moves."""
+        """(distribution release, snapshot timestamp or None) of each source: 'trixie-security' and 'trixie-updates' are release
+        trixie ('trixie-backports' and 'trixie-proposed-updates' are not), and a snapshot.debian.org URI (…/archive/<archive>/<timestamp>) names its snapshot; any other archive moves."""
         found = set()
         for source in self.sources:
             snapshot = _SNAPSHOT_URI.fullmatch(source.uri)
-            found.add((_SUITE_SUFFIX.sub("", source.suite), snapshot.group(1) if snapshot else None))
+            same_release = _SAME_RELEASE_SUITE.fullmatch(source.suite)
+            found.add((same_release.group(1) if same_release else source.suite, snapshot.group(1) if snapshot else None))
         return found
 
     def request(self, architecture: str) -> dict[str, object]:
@@ -495,6 +499,27 @@ def load_definition(path: Path) -> ImageDefinition:
 
 
 def definition_for_lane(lane: Lane, definition: Path | None = None) -> ImageDefinition:
+    """The image definition `image` (and `image lock`, `image --verify`) uses for the lane.
+
+    A lane that names its package base (`package.base_image`) has that one: its lock is what the lane's base
+    libraries are derived from and its [package.base_image_provider] what the SBOMs credit, so an image on any other
+    definition would be described by the wrong base; another --definition is refused, naming both.  Otherwise the
+    one containers/*.toml of the lane, or --definition."""
+    if lane.base_image is not None:
+        named = lane_base_path(lane)
+        if definition is not None and Path(definition).resolve() != named.resolve():
+            raise InputError(
+                "is not the image definition the lane names",
+                file=definition, field="--definition", found=str(definition),
+                expected=f"{lane.base_image} (the lane's package.base_image, {lane.file})",
+                why="the lane's base libraries are derived from that definition's lock and its package.base_image_provider names that "
+                "base's supplier: an image on another definition would ship a base the build, package and SBOMs do not describe",
+                fix=f"leave --definition (and PIPELINE_IMAGE_DEFINITION) out: {lane.base_image} is the default; or make the lane name this "
+                "definition (package.base_image, with its base_image_provider) and package again",
+            )
+        loaded = lane_base_definition(lane)
+        assert loaded is not None
+        return loaded
     if definition is not None:
         loaded = load_definition(definition)
         if loaded.lane != lane.id:
@@ -531,11 +556,37 @@ def read_package_lock(definition: ImageDefinition) -> apt_lock.AptLock:
     return lock
 
 
+def repository_name(path: Path) -> str:
+    """A definition's or lock's path as the repository names it ('containers/trixie/ninfer-runtime.toml'), for messages,
+    the register and provenance; a file outside the repository by its name alone (a path of this machine would make
+    the provenance of one image differ between clones)."""
+    try:
+        return Path(path).resolve().relative_to(REPO_ROOT.resolve()).as_posix()
+    except ValueError:
+        return Path(path).name
+
+
+def lane_base_path(lane: Lane) -> Path:
+    """The file `package.base_image` names, in the repository the definitions (and their keyrings) are read from."""
+    assert lane.base_image is not None
+    return REPO_ROOT / lane.base_image
+
+
+def lane_base_inputs(lane: Lane) -> dict[str, str] | None:
+    """What the lane's derived base libraries are read from, by SHA-256 (a stage's fingerprint): the package-base
+    definition and its lock, so a relock or an edited definition makes such a stage out of date.  None on a registry base."""
+    definition = lane_base_definition(lane)
+    if definition is None:
+        return None
+    return {"definition": lane.base_image or "", "definition_sha256": definition.file_sha256,
+            "lock_sha256": sha256_file(apt_lock.lock_path(definition.file))}
+
+
 def lane_base_definition(lane: Lane) -> ImageDefinition | None:
     """The package-base definition the lane names in `package.base_image`, checked to be this lane's and of kind packages."""
     if lane.base_image is None:
         return None
-    definition = load_definition(lanes.REPO_ROOT / lane.base_image)  # the lane's repository, like its other paths
+    definition = load_definition(lane_base_path(lane))
     if definition.lane != lane.id or definition.package_base is None:
         raise InputError(
             "package.base_image must name a package-base image definition of this lane",

@@ -21,8 +21,12 @@ package by package in name order (`PackageTree.place`, sequential, so the result
 - **package metadata for scanners**, the distroless convention Trivy and Syft read:
   `/var/lib/dpkg/status.d/<package>` (its control file) and `<package>.md5sums` (of the files as
   placed).
-- **`/etc/ld.so.cache` for the final file system**: the tree is unpacked into a scratch folder and
-  `ldconfig -X` runs on it: the image's own `/usr/sbin/ldconfig` (from `libc-bin`, statically
+- **the lock's `libraries` checked**: what each package's members place in the loader's folders must
+  be the list its lock entry carries (`check_lock_libraries`), since a lane derives its base
+  libraries from that field and no digest covers it.
+- **`/etc/ld.so.cache` for the final file system**: the tree is unpacked into a scratch folder (each
+  file a reflink or copy of its blob, never a hard link: what runs there cannot reach a recorded
+  blob) and `ldconfig -X` runs on it: the image's own `/usr/sbin/ldconfig` (from `libc-bin`, statically
   linked) chrooted into it when the lock has it, else this host's `ldconfig -r`; the host's
   version is then recorded (`LayerResult.ldconfig`), since its cache format is the host glibc's.
 
@@ -34,6 +38,7 @@ bytes from any package cache state.
 from __future__ import annotations
 
 import concurrent.futures
+import fcntl
 import gzip
 import hashlib
 import os
@@ -55,6 +60,7 @@ from pipeline.infra.safetar import TarLimits
 MAX_MEMBER_BYTES = 512 * 1024 * 1024
 READ_WORKERS = 4  # packages read at once (assemble), at most one per core
 DEB_LIMITS = TarLimits(max_members=100_000, max_total_bytes=8 * 1024**3, max_member_read=deb.MAX_CONTROL_FILE)
+_FICLONE = 0x40049409  # linux/fs.h: share the source's extents (a reflink)
 MERGED_USR = {"amd64": ("bin", "sbin", "lib", "lib64"), "arm64": ("bin", "sbin", "lib")}
 STATUS_DIR = "var/lib/dpkg/status.d"
 _TRIVIAL_SCRIPT_LINE = re.compile(r'set -e|ldconfig|exit 0|fi|if \[ "\$1" = "?configure"? \]; then')
@@ -79,6 +85,7 @@ class LayerResult:
     entries: dict[str, Entry]
     ldconfig: str  # 'image' or the host ldconfig's version line
     files_by_package: dict[str, list[str]] = field(default_factory=dict)
+    libraries_by_package: dict[str, list[str]] = field(default_factory=dict)  # what each package's members place in the loader's folders
 
 
 def _is_trivial_script(text: bytes) -> bool:
@@ -176,6 +183,8 @@ class PackageTree:
             self.entries[f"usr/{top}"] = Entry("dir", 0o755, "", epoch)
             self.entries[top] = Entry("symlink", 0o777, "", epoch, target=f"usr/{top}")
         self.files_by_package: dict[str, list[str]] = {}
+        self.library_folders = library_folders(architecture)
+        self.libraries_by_package: dict[str, list[str]] = {}
 
     # -- names
     def _placed(self, name: str) -> str:
@@ -233,6 +242,7 @@ class PackageTree:
         locked, label = read.locked, read.label
         self._check_scripts(locked, read.control, stand_ins, label=label)
         placed_files: dict[str, str] = {}  # original name -> placed path, for hard links
+        libraries: set[str] = set()  # as package_libraries reads them for the lock: file, link or hard link in a loader folder
         for member in read.members:
             name = "/".join(part for part in member.name.split("/") if part not in ("", "."))
             if not name:
@@ -264,6 +274,9 @@ class PackageTree:
             else:
                 raise self._refuse(label, "holds a device node, FIFO or other special file", member.name,
                                    expected="files, folders and links only", why="an image layer from packages never needs one; a device node grants access to hardware")
+            if member.kind != "dir" and (library := _library_name(placed, self.library_folders)) is not None:
+                libraries.add(library)
+        self.libraries_by_package[locked.name] = sorted(libraries)
         self._metadata(locked, read.control["control"])
 
     def _check_scripts(self, locked: LockedPackage, control: dict[str, bytes], stand_ins: dict[tuple[str, str], ScriptStandIn], *, label: str) -> None:
@@ -305,6 +318,9 @@ class PackageTree:
 
     # -- the loader cache
     def materialize(self, root: Path) -> None:
+        """The tree as files under `root`, for ldconfig: each file a copy of its blob (a reflink where the file system
+        can), never a hard link.  The image's own ldconfig runs there as root: through a hard link it could rewrite a
+        blob whose SHA-256 the layer and md5sums already record, and a chmod would change the shared inode."""
         root.mkdir(parents=True)
         for path in sorted(self.entries):
             entry, target = self.entries[path], root / path
@@ -314,11 +330,8 @@ class PackageTree:
                 os.symlink(entry.target, target)
             else:
                 assert entry.blob is not None
-                try:  # a hard link to the blob: ldconfig only reads, and a copy of 300 MB costs seconds
-                    os.link(entry.blob, target)
-                except OSError:
-                    shutil.copyfile(entry.blob, target)
-                os.chmod(target, entry.mode & 0o777)  # on the blob's inode too: the layer takes modes from the entries, not the blobs
+                _private_copy(entry.blob, target)
+                os.chmod(target, entry.mode & 0o777)
 
     def generate_ld_cache(self) -> str:
         root = self.staging / "root"
@@ -365,6 +378,37 @@ class PackageTree:
                     info.size = entry.blob.stat().st_size
                     with open(entry.blob, "rb") as handle:
                         tar.addfile(info, handle)
+
+
+def _private_copy(source: Path, target: Path) -> None:
+    """`target` with `source`'s bytes and an inode of its own: a reflink (FICLONE: no data copied on btrfs, XFS, …), else a copy."""
+    with open(source, "rb") as reading, open(target, "xb") as writing:
+        try:
+            fcntl.ioctl(writing.fileno(), _FICLONE, reading.fileno())
+            return
+        except OSError:
+            pass
+        shutil.copyfileobj(reading, writing, 1 << 20)
+
+
+def check_lock_libraries(lock: AptLock, shipped: dict[str, list[str]]) -> None:
+    """The lock's per-package `libraries` (what a lane derives its base libraries from) must be what the packages' bytes place.
+
+    The field is written by `image lock` from each .deb, but no digest covers it (request_sha256 binds the request,
+    the .deb's SHA-256 its bytes): a hand-edited list would change what build and package count as provided by the base."""
+    for index, locked in enumerate(lock.packages):
+        placed = shipped.get(locked.name, [])
+        if list(locked.libraries) != placed:
+            only_lock, only_package = sorted(set(locked.libraries) - set(placed)), sorted(set(placed) - set(locked.libraries))
+            raise IntegrityError(
+                f"the lock says {locked.name} ships other libraries than its .deb places in the loader's folders",
+                file=lock.file, field=f"packages[{index}].libraries ({locked.name})",
+                found=", ".join([*(f"{name} (in the lock, not in the package)" for name in only_lock),
+                                 *(f"{name} (in the package, not in the lock)" for name in only_package)]),
+                expected=", ".join(placed) or "no library",
+                why="the lane's base libraries are derived from this field, and no digest covers it: only the package's bytes say what it ships",
+                fix="run 'python -m pipeline image lock' (nox -s image-lock) to write the lock from the packages again, and review its difference",
+            )
 
 
 def host_ldconfig() -> str:
@@ -435,11 +479,12 @@ def assemble(lock: AptLock, stand_ins: dict[tuple[str, str], ScriptStandIn], sta
             for future in reads:
                 future.cancel()
             raise
+    check_lock_libraries(lock, tree.libraries_by_package)
     for target, source_file, owner in extra_files:
         tree.add_file(target, source_file, owner=owner, label=owner)
     used = tree.generate_ld_cache()
     layer = write_layer(tree, staging / f"{name}.layer", compression=compression, gzip_level=gzip_level, name=name)
-    return LayerResult(layer, tree.entries, used, tree.files_by_package)
+    return LayerResult(layer, tree.entries, used, tree.files_by_package, tree.libraries_by_package)
 
 
 def package_control(result: LayerResult, name: str) -> dict[str, str]:

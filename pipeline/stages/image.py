@@ -72,6 +72,7 @@ from pipeline.formats.image_definition import (
     archive_prefix,
     definition_for_lane,
     read_package_lock,
+    repository_name,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
 from pipeline.infra import apt, oci, package_layer
@@ -124,7 +125,7 @@ class BaseImage:
 
     @property
     def lock_name(self) -> str:
-        return f"containers/{self.lock.file.name}" if self.lock is not None else ""
+        return repository_name(self.lock.file) if self.lock is not None else ""
 
 
 # A package base has no image config of its own: the environment a Debian system starts processes with.
@@ -759,7 +760,7 @@ class ImageStage(Stage):
         if self.definition.base is not None:
             return self.definition.base.reference
         assert self.lock is not None
-        return f"packages: containers/{self.lock.file.name} sha256:{sha256_file(self.lock.file)}"
+        return f"packages: {repository_name(self.lock.file)} sha256:{sha256_file(self.lock.file)}"
 
     def inputs(self) -> dict[str, Any]:
         assert self.definition is not None and self.archive_artifact is not None
@@ -876,7 +877,7 @@ class ImageStage(Stage):
             "layers": layer_rows,
             "layer_compression": definition.compression,
             "zlib_version": oci.zlib_version(),
-            "definition": definition.file.name,
+            "definition": repository_name(definition.file),
             "definition_sha256": definition.file_sha256,
         }
         out = self.out_dir
@@ -930,7 +931,7 @@ class ImageStage(Stage):
             package_lock=(base.lock_name, base.manifest_digest.removeprefix("sha256:")) if base.spec is None else None,
             archive_name=archive.path.name,
             archive_sha256=archive.artifact.sha256,
-            definition_name=f"containers/{definition.file.name}",
+            definition_name=repository_name(definition.file),
             definition_sha256=definition.file_sha256,
             byproducts={sbom.name: sha256_file(sbom), "image-config": config_digest},
         )
@@ -945,8 +946,9 @@ class ImageVerifyStage(ImageStage):
 
     Into its own folder (`<dist>/<lane>/image-verify/`, the published image and its provenance untouched), and, on a
     package base, from a package cache of its own that starts empty: every .deb is fetched from the archive the lock
-    names and must hash to the lock's SHA-256 (a changed .deb is refused, naming the package), so nothing an earlier run
-    left in a cache takes part.  Nothing is registered."""
+    names and must hash to the lock's SHA-256 (a changed .deb is refused, naming the package), so no .deb an earlier run
+    left in a cache takes part.  The files of [[base.wheel_file]] (libcudart) come from the shared wheel cache, re-hashed
+    there against the toolchain lock's SHA-256 on every use.  Nothing is registered."""
 
     def __init__(self, ctx: Context, lane: Lane, *, expected: str, cache: Path, **options: Any) -> None:
         super().__init__(ctx, lane, **options)
@@ -987,12 +989,24 @@ def verify_image(lane_name: str, expected: str, *, dist: Path | str = "dist", de
         raise IntegrityError(
             "the image made again from its definition, lock and archive is not the published image",
             file=f"{ctx.dist / lane.id / 'image-verify'}", field="manifest_digest", found=rebuilt, expected=expected,
-            why="the same definition, lock and binary archive give the same bytes; another digest means other inputs (another archive, "
-            "definition or lock than the published image's, or another compressor build: the register's zlib_version says which)",
-            fix="compare the layers of the rebuilt layout (its index.json) with the published manifest's; check out the pipeline at the release's commit",
+            why="the same definition, lock and binary archive give the same bytes on the same tools; another digest means other inputs "
+            "(another archive, definition or lock than the published image's) or other tools the bytes depend on: the zlib build "
+            f"that compressed the layers (this run: zlib {layout.attrs['zlib_version']}) and, on a package base, the ldconfig that "
+            f"made /etc/ld.so.cache ({_ldconfig_said(layout.attrs.get('base_ldconfig'))}); the published image's register entry "
+            "records both (zlib_version, base_ldconfig)",
+            fix="compare the layers of the rebuilt layout (its index.json) with the published manifest's; check out the pipeline at the release's commit, "
+            "and where base_ldconfig names a host's ldconfig, rebuild on a host with that version (or lock libc-bin so the image's own ldconfig is used)",
         )
     ui.info(f"OK: image {rebuilt} made again from {layout.attrs['base_reference']} and {layout.attrs['binary_archive']} equals the published digest")
     return rebuilt
+
+
+def _ldconfig_said(used: str | None) -> str:
+    if used is None:
+        return "none here: a registry base brings its own"
+    if used == "image":
+        return "this run: the image's own, from libc-bin, the same on any host"
+    return f"this run: this host's, {used}"
 
 
 # -- front door ------------------------------------------------------------------
@@ -1071,7 +1085,8 @@ def register_cli(sub) -> None:
         "--definition",
         type=Path,
         default=Path(os.environ["PIPELINE_IMAGE_DEFINITION"]) if os.environ.get("PIPELINE_IMAGE_DEFINITION") else None,
-        help="image definition file (default: $PIPELINE_IMAGE_DEFINITION, else the containers/*.toml of the lane)",
+        help="image definition file (default: $PIPELINE_IMAGE_DEFINITION, else the lane's package.base_image, else the containers/*.toml "
+        "of the lane; a lane naming package.base_image refuses any other)",
     )
     parser.add_argument(
         "--base-layout",

@@ -37,6 +37,7 @@ from pipeline.codedigest import code_digest
 from pipeline.errors import InputError, IntegrityError, RefusedError, UsageError
 from pipeline.formats import assets, provenance, sbom
 from pipeline.formats import components as bom_model
+from pipeline.formats.image_definition import lane_base_inputs
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.formats.release.names import OIDC_ISSUER
 from pipeline.formats.toolchain_record import ToolchainRecord, read_record
@@ -381,6 +382,9 @@ class PackageStage(Stage):
             "code": _code_digest(),
             "zlib": zlib.ZLIB_RUNTIME_VERSION,
             "libraries": {name: metadata.version(name) for name in ("spdx-tools", "cyclonedx-python-lib", "pefile", "pyelftools")},
+            # The base libraries the resolution counts as provided are derived from the lane's package base: its definition
+            # and lock take part, so a relock makes the set out of date (None on a registry base: the lane file types them).
+            "base_image": lane_base_inputs(lane),
             # The provenance beside the set: who states it, and the lock its wheel URLs come from.
             "provenance": {"builder": provenance.builder(), "lock": sha256_file(REPO_ROOT / provenance.LOCK_NAME),
                            "pipeline_lock": sha256_file(REPO_ROOT / provenance.PIPELINE_LOCK_NAME)},

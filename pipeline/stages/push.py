@@ -398,7 +398,7 @@ REGISTRY_VARIABLE = "PIPELINE_REGISTRY"  # the push target when --registry is no
 
 def choose_registry(registry: str | None, layouts: list, environ: Mapping[str, str] | None = None) -> tuple[str, str]:
     """The push target and where it came from: `--registry`, else PIPELINE_REGISTRY, else the repository the image
-    was defined for (containers/<definition>.toml `repository`, recorded by the image stage as the layout's
+    was defined for (the image definition's `repository`, recorded by the image stage as the layout's
     `production_repository`; the SBOM's purl already names it).  The release workflow names none of them, so a
     release pushes where its definition says, and a rehearsal points the job at a loopback registry through
     PIPELINE_REGISTRY in the job's environment, with the workflow unchanged."""
@@ -409,8 +409,8 @@ def choose_registry(registry: str | None, layouts: list, environ: Mapping[str, s
         return environ[REGISTRY_VARIABLE], REGISTRY_VARIABLE
     defined = {str(layout.attrs.get("production_repository") or "") for layout in layouts}
     if len(layouts) == 1 and defined != {""}:
-        definition = layouts[0].attrs.get("definition", "the image definition")
-        return defined.pop(), f"the repository of containers/{definition}"
+        definition = layouts[0].attrs.get("definition")  # its path in the repository, as the image stage recorded it
+        return defined.pop(), f"the repository of the image definition {definition}" if definition else "the repository of the image definition"
     raise UsageError("no push target", field="--registry", found=sorted(defined) or None,
                      expected="--registry HOST[:PORT]/REPO, PIPELINE_REGISTRY, or one image whose definition names its repository",
                      fix="set `repository` in the image definition (containers/<name>.toml) and build the image again, "

@@ -35,6 +35,12 @@ def _private_cache(private_oci_cache):
     return private_oci_cache
 
 
+@pytest.fixture(autouse=True)
+def _registry_lane(registry_lane):
+    """These tests pin test bases by digest: the 5090 lane on a registry base (runtime/lanes names a package base)."""
+    return registry_lane
+
+
 @pytest.fixture
 def lane():
     return find_lane(LANE)
@@ -360,7 +366,7 @@ def test_a_library_the_base_does_not_provide_is_refused(tmp_path, lane):
         build_image(LANE, dist=dist, definition=local_definition(tmp_path, bare), base_layout=bare.layout)
     message = str(info.value)
     # the lane derives its base libraries from its package base: named, so the reader sees what the lane expected
-    assert "needs libc.so.6" in message and "/usr/lib/x86_64-linux-gnu" in message and "the package base containers/trixie/ninfer-runtime.toml" in message
+    assert "needs libc.so.6" in message and "/usr/lib/x86_64-linux-gnu" in message and "the lane expects the base to bring libcudart.so.13" in message
 
 
 def test_the_entrypoint_must_exist_in_the_image(tmp_path, lane, local_base):

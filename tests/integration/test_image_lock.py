@@ -62,7 +62,8 @@ def _definition(repo: MiniRepo, key: SigningKey, packages: list[str], *, keyring
     (root / "containers" / "keys").mkdir(parents=True, exist_ok=True)
     keyring = keyring if keyring is not None else key.keyring
     (root / "containers" / "keys" / "test.gpg").write_bytes(keyring)
-    path = root / "containers" / "ninfer-runtime.toml"
+    path = root / "containers" / "trixie" / "ninfer-runtime.toml"  # where the lane's package.base_image names it
+    path.parent.mkdir(exist_ok=True)
     path.write_text(definition_toml(repo.server.base, key, "containers/keys/test.gpg", packages, fingerprints=fingerprints, keyring=keyring))
     return path
 

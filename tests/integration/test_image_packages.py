@@ -70,7 +70,8 @@ def world(tmp_path, key, monkeypatch):
     repo.publish([package("libc6", "2.36-9", deb=libc, Maintainer="GNU Libc Maintainers <debian-glibc@lists.debian.org>", Source="glibc")], debs={"libc6": libc})
     (tmp_path / "containers" / "keys").mkdir(parents=True)
     (tmp_path / "containers" / "keys" / "test.gpg").write_bytes(key.keyring)
-    definition = tmp_path / "containers" / "ninfer-runtime.toml"
+    definition = tmp_path / "containers" / "trixie" / "ninfer-runtime.toml"  # where the lane's package.base_image names it
+    definition.parent.mkdir()
     definition.write_text(shipped_definition_on_packages(repo.server.base, key, "containers/keys/test.gpg", ["libc6"]))
     yield tmp_path, repo, definition
     repo.close()
@@ -116,7 +117,7 @@ def test_an_image_on_a_package_base_runs_is_inventoried_and_is_the_same_from_two
     clone = tmp_path / "clone"
     shutil.copytree(tmp_path / "containers", clone / "containers")
     monkeypatch.setattr(image_definition, "REPO_ROOT", clone)
-    third = build_image(LANE, dist=_packaged(clone, "dist-c"), definition=clone / "containers" / definition.name)
+    third = build_image(LANE, dist=_packaged(clone, "dist-c"), definition=clone / definition.relative_to(tmp_path))
     entry = next(a for a in first.outputs if a.kind == "oci-layout")
     digests = {next(a for a in result.outputs if a.kind == "oci-layout").attrs["manifest_digest"] for result in (first, second, third)}
     assert digests == {entry.attrs["manifest_digest"]}, digests
@@ -166,6 +167,11 @@ def test_an_outsider_makes_the_image_again_from_its_lock_and_a_changed_deb_is_re
     with pytest.raises(IntegrityError, match="is not the published image") as info:
         image.verify_image(LANE, other, dist=dist, definition=definition)
     assert info.value.found == published and info.value.expected == other
+    # what else the bytes depend on is named, with this run's: the zlib build and (no libc-bin in this lock) the host's ldconfig
+    from pipeline.infra import oci, package_layer
+
+    assert f"zlib {oci.zlib_version()}" in info.value.why and f"this host's, {package_layer.host_ldconfig()}" in info.value.why
+    assert "base_ldconfig" in info.value.why and "libc-bin" in info.value.fix
     # the archive serves a changed .deb (same name and size, other bytes): refused before anything is assembled
     served = repo.root / apt_lock.read_lock(apt_lock.lock_path(definition)).package("libc6").filename
     data = bytearray(served.read_bytes())
@@ -234,7 +240,7 @@ def test_a_library_no_package_ships_is_refused_naming_the_binary_and_the_library
     assert image.lock_packages(LANE, definition=definition) == 0
     with pytest.raises(InputError, match="needs libc.so.6, which the image does not provide") as info:
         build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
-    assert "the packages of containers/ninfer-runtime.lock.json" in info.value.expected
+    assert "the packages of containers/trixie/ninfer-runtime.lock.json" in info.value.expected  # the lock's path in the repository
 
 
 def test_a_wheel_file_from_a_wheel_the_toolchain_lock_does_not_pin_is_refused(world, key):
@@ -261,3 +267,34 @@ def test_a_packaged_library_whose_own_dependency_is_missing_is_refused_naming_bo
     assert image.lock_packages(LANE, definition=definition) == 0
     with pytest.raises(InputError, match=r"/usr/lib/x86_64-linux-gnu/libstdc\+\+\.so\.6 needs (libm\.so\.6|libgcc_s\.so\.1), which the image does not provide"):
         build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition)
+
+
+def test_the_lanes_package_base_is_the_default_definition_and_another_is_refused_naming_both(tmp_path, capsys):
+    """release.yml and `image --verify` run `image` without --definition: they must get the definition whose lock the lane's
+    base libraries come from and whose supplier its base_image_provider names (Debian), never the nvidia/cuda one."""
+    from pipeline.cli import main
+    from pipeline.errors import ExitCode
+    from pipeline.formats.lanes import REPO_ROOT
+
+    lane = find_lane(LANE)
+    default = image_definition.definition_for_lane(lane)
+    assert default.file == REPO_ROOT / lane.base_image and default.package_base is not None
+    assert lane.providers["base-image"].supplier == "Debian"  # what the SBOM credits: true of this base
+    assert image_definition.definition_for_lane(lane, REPO_ROOT / "containers" / "trixie" / "ninfer-runtime.toml").file == default.file
+    other = REPO_ROOT / "containers" / "ninfer-runtime.toml"  # the registry (nvidia/cuda Ubuntu) definition of the same lane
+    with pytest.raises(InputError, match="is not the image definition the lane names") as info:
+        image_definition.definition_for_lane(lane, other)
+    assert info.value.found == str(other) and info.value.expected.startswith("containers/trixie/ninfer-runtime.toml (the lane's package.base_image")
+    for command in (["image"], ["image", "lock"], ["image", "--verify", "sha256:" + "0" * 64]):
+        assert main([*command, "--lane", LANE, "--dist", str(tmp_path / "dist"), "--definition", str(other)]) == ExitCode.INPUT
+        assert "is not the image definition the lane names" in capsys.readouterr().err
+
+
+def test_the_register_and_push_name_the_definitions_path_in_the_repository(world):
+    tmp_path, _repo, definition = world
+    from pipeline.stages.push import choose_registry
+
+    assert image.lock_packages(LANE, definition=definition) == 0
+    entry = next(a for a in build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition).outputs if a.kind == "oci-layout")
+    assert entry.attrs["definition"] == "containers/trixie/ninfer-runtime.toml" and entry.attrs["base_reference"] == "containers/trixie/ninfer-runtime.lock.json"
+    assert choose_registry(None, [entry], {}) == (entry.attrs["production_repository"], "the repository of the image definition containers/trixie/ninfer-runtime.toml")

@@ -467,3 +467,32 @@ def test_package_refuses_a_lane_file_other_than_the_one_the_build_bound(native, 
         package_module.package_lane("4090", dist=dist, lanes_dir=lanes, force=True)
     assert caught.value.field == "lane_file_sha256" and caught.value.file == str(lane_file)
     assert caught.value.found == load_lane(lane_file).file_sha256 and "build-identity.json lane_file_sha256" in str(caught.value.expected)
+
+
+def test_a_relock_of_the_lanes_package_base_makes_the_container_set_out_of_date(tmp_path, monkeypatch):
+    """The 5090 lane's base libraries (what package counts as provided, never bundled) come from its package base's
+    definition and lock: both are inputs of the stage's fingerprint, so a relock or an edit re-runs package."""
+    from types import SimpleNamespace
+
+    from pipeline.formats import image_definition
+
+    shutil.copytree(REPO_ROOT / "containers", tmp_path / "containers")
+    shutil.copytree(REPO_ROOT / "packaging" / "licenses", tmp_path / "packaging" / "licenses")
+    monkeypatch.setattr(image_definition, "REPO_ROOT", tmp_path)
+    lane = find_lane("5090")
+    assert lane.base_image == "containers/trixie/ninfer-runtime.toml"
+    # the fingerprint's other inputs, held still: only the package base changes between the calls below
+    stage = SimpleNamespace(lane=lane, resolution=SimpleNamespace(bundled=lambda: []), cut=None, epoch=1, level=9, inputs_used={},
+                            patchelf=SimpleNamespace(provenance=lambda: {"patchelf": "pinned"}))
+    before = package_module.PackageStage.inputs(stage)
+    assert package_module.PackageStage.inputs(stage) == before
+    assert before["base_image"]["definition"] == lane.base_image
+    lock = tmp_path / "containers" / "trixie" / "ninfer-runtime.lock.json"
+    document = json.loads(lock.read_bytes())
+    document["packages"][0]["version"] += "+relocked"  # a relock that moved one package
+    lock.write_bytes(canonical_bytes(document))
+    relocked = package_module.PackageStage.inputs(stage)
+    assert relocked != before and relocked["base_image"]["lock_sha256"] != before["base_image"]["lock_sha256"]
+    definition = tmp_path / "containers" / "trixie" / "ninfer-runtime.toml"
+    definition.write_text(definition.read_text() + "\n# reviewed again\n")
+    assert package_module.PackageStage.inputs(stage)["base_image"]["definition_sha256"] != relocked["base_image"]["definition_sha256"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import re
 import shutil
 import subprocess
@@ -67,7 +68,8 @@ def _publish_and_lock(tmp_path, repo, key, debs: dict, *, wanted: list[str], dep
     repo.publish(stanzas, debs=debs)
     (tmp_path / "containers" / "keys").mkdir(parents=True, exist_ok=True)
     (tmp_path / "containers" / "keys" / "test.gpg").write_bytes(key.keyring)
-    definition = tmp_path / "containers" / "ninfer-runtime.toml"
+    definition = tmp_path / "containers" / "trixie" / "ninfer-runtime.toml"  # where the lane's package.base_image names it
+    definition.parent.mkdir(exist_ok=True)
     definition.write_text(definition_toml(repo.server.base, key, "containers/keys/test.gpg", wanted))
     if not read_debs:  # the lock of a hostile .deb, as an edited lock or a lock reader that did not open it would have it
         loaded = image_definition.load_definition(definition)
@@ -134,7 +136,7 @@ def test_a_member_named_with_dot_dot_is_refused(world):
     assert "bad 1.0-1" in info.value.file
     # `image lock` reads each .deb for its libraries through the same bounded reader: refused there already
     with pytest.raises(IntegrityError, match="leaves the archive's folder") as info:
-        image.lock_packages(LANE, definition=tmp_path / "containers" / "ninfer-runtime.toml")
+        image.lock_packages(LANE, definition=tmp_path / "containers" / "trixie" / "ninfer-runtime.toml")
     assert info.value.file.startswith("bad.deb")
 
 
@@ -218,3 +220,40 @@ def test_a_postinst_that_only_runs_ldconfig_needs_no_stand_in(world):
     tmp_path, lock = _hostile(world, [member("./usr/", kind=tarfile.DIRTYPE, mode=0o755)],
                               scripts={"postinst": b'#!/bin/sh\nset -e\n# Automatically added by dh_makeshlibs\nif [ "$1" = "configure" ]; then\n\tldconfig\nfi\n'})
     assert "var/lib/dpkg/status.d/bad" in _assemble(tmp_path, lock, "out").entries
+
+
+@pytest.mark.parametrize(("edit", "found"), [
+    (lambda libraries: [*libraries, "libcurl.so.4"], "libcurl.so.4 (in the lock, not in the package)"),  # a base library made up
+    (lambda libraries: [name for name in libraries if name != "libz.so.1"], "libz.so.1 (in the package, not in the lock)"),  # one hidden
+])
+def test_a_lock_whose_libraries_differ_from_what_the_package_ships_is_refused(world, edit, found):
+    """The lock's per-package `libraries` (the lane's base libraries are derived from them) are covered by no digest:
+    the layer refuses a list that is not what the package's bytes place, naming the package and the library."""
+    tmp_path, repo = world
+    lock = _publish_and_lock(tmp_path, repo, repo.key, {"zlib1g": _zlib_deb(tmp_path)}, wanted=["zlib1g"])
+    assert lock.package("zlib1g").libraries == ("libz.so.1", "libz.so.1.3")
+    path = apt_lock.lock_path(tmp_path / "containers" / "trixie" / "ninfer-runtime.toml")
+    document = json.loads(path.read_bytes())
+    document["packages"][0]["libraries"] = sorted(edit(document["packages"][0]["libraries"]))
+    edited = apt_lock.read_lock_bytes(apt_lock.write_lock(path, document), path)  # still the definition's request: read as valid
+    with pytest.raises(IntegrityError, match="the lock says zlib1g ships other libraries than its .deb places") as info:
+        _assemble(tmp_path, edited, "out")
+    assert info.value.field == "packages[0].libraries (zlib1g)" and info.value.found == found
+    assert info.value.expected == "libz.so.1, libz.so.1.3" and "image lock" in info.value.fix
+
+
+def test_ldconfig_works_on_private_copies_of_the_blobs(world):
+    """The image's own ldconfig runs as root in the scratch tree: a file there shares no inode with a recorded blob,
+    so whatever it writes (or a chmod) cannot change bytes whose SHA-256 the layer and md5sums record."""
+    tmp_path, repo = world
+    lock = _publish_and_lock(tmp_path, repo, repo.key, {"zlib1g": _zlib_deb(tmp_path)}, wanted=["zlib1g"])
+    tree = package_layer.PackageTree(lock.architecture, tmp_path / "tree", EPOCH)
+    tree.add_package(lock.packages[0], apt.package_cache() / "sha256" / lock.packages[0].sha256, {})
+    entry = tree.entries["usr/lib/x86_64-linux-gnu/libz.so.1.3"]
+    blob_mode = entry.blob.stat().st_mode
+    entry.mode = 0o600  # a mode unlike the blob's, as chmod in materialize would set it
+    tree.materialize(tmp_path / "root")
+    copy = tmp_path / "root" / "usr/lib/x86_64-linux-gnu/libz.so.1.3"
+    assert not copy.samefile(entry.blob) and copy.read_bytes() == entry.blob.read_bytes()
+    copy.write_bytes(b"rewritten by what ran in the chroot")
+    assert hashlib.sha256(entry.blob.read_bytes()).hexdigest() == entry.sha256 and entry.blob.stat().st_mode == blob_mode

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.registry
 
 
 @pytest.fixture(autouse=True)
-def _isolated_environment(private_oci_cache, monkeypatch, tmp_path):
+def _isolated_environment(private_oci_cache, registry_lane, monkeypatch, tmp_path):  # registry_lane: images on test bases pinned by digest
     from pipeline.util import ui
 
     monkeypatch.setattr(ui.current(), "quiet", False)  # another test's --quiet must not hide the retry lines
@@ -169,7 +169,7 @@ def test_without_registry_the_target_is_pipeline_registry_then_the_image_definit
     assert f"push target {registry_server.host}/{repo} (from PIPELINE_REGISTRY)" in capsys.readouterr().err
     assert registry_server.has_manifest(repo, digest)
     # Unset: the image's own definition is the target; --registry wins over both.
-    assert choose_registry(None, [layout], {}) == (defined, "the repository of containers/definition.toml")
+    assert choose_registry(None, [layout], {}) == (defined, "the repository of the image definition definition.toml")  # outside the repository: its name
     assert choose_registry("h:5000/x/y", [layout], {"PIPELINE_REGISTRY": "a/b"}) == ("h:5000/x/y", "--registry")
     # No definition repository recorded, or two images: named, not guessed.
     with pytest.raises(UsageError, match="no push target") as caught:

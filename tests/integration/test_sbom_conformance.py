@@ -253,8 +253,8 @@ def test_native_sets_made_from_mingw_binaries_conform_and_agree(tmp_path_factory
     assert lane.redistributables  # the lane the set was made from
 
 
-def test_the_image_sbom_conforms(tmp_path, local_base, private_oci_cache):
-    lane = find_lane("rtx5090-container")
+def test_the_image_sbom_conforms(tmp_path, local_base, private_oci_cache, registry_lane):
+    lane = find_lane("rtx5090-container")  # on a registry base (registry_lane): the shipped lane file names its package base
     dist = tmp_path / "dist"
     imagekit.write_package(dist, lane, binaries=imagekit.stand_in_binaries(tmp_path / "bin"))
     definition = tmp_path / "definition.toml"
@@ -276,7 +276,7 @@ def test_the_image_sbom_conforms(tmp_path, local_base, private_oci_cache):
     assert {r["referenceLocator"] for r in base["externalRefs"]} == {f"pkg:oci/cuda@{local_base.index_digest}?arch=amd64&repository_url=docker.io/nvidia/cuda&tag=13.1-runtime-test"}
     assert packages["SPDXRef-BinaryArchive"]["licenseConcluded"] == "Apache-2.0 AND MIT AND Zlib"
     assert {f["licenseConcluded"] for f in document["files"]} == {"Apache-2.0", "NOASSERTION"}
-    assert base["supplier"] == f"Organization: {lane.providers['base-image'].supplier}"
+    assert base["supplier"] == f"Organization: {lane.providers['base-image'].supplier}" == "Organization: NVIDIA Corporation"
     assert packages["SPDXRef-Image"]["supplier"] == packages["SPDXRef-BinaryArchive"]["supplier"] == "Organization: alphastorm"
     assert document["creationInfo"]["creators"][0] == "Tool: " + sbom.tool_creator()
 

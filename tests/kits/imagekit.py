@@ -363,6 +363,39 @@ def definition_text(base_repository: str, digest: str, *, tag: str | None = "13.
     return "\n".join(lines) + "\n" + extra_layer
 
 
+def registry_lane_text(text: str) -> str:
+    """The 5090 lane file's text on a registry base: its package.base_image (the trixie package base, which `image` then
+    always uses) replaced by the libraries a CUDA runtime image brings, typed, and that base's supplier.  The image
+    tests build on test bases pinned by digest (their own definitions), which only such a lane accepts."""
+    import re as _re
+
+    text, named = _re.subn(r'(?m)^base_image = "containers/[^"]+"$', 'base_image_libraries = ["libcudart.so.13"]', text)
+    text, provided = _re.subn(r'(?ms)^\[package\.base_image_provider\]\n.*?(?=^\[)',
+                              '[package.base_image_provider]\nsupplier = "NVIDIA Corporation"\nversion = "CUDA 13.1 runtime image"\n\n', text)
+    assert named == provided == 1, "the shipped 5090 lane names its package base and its supplier"
+    return text
+
+
+def registry_base_lanes(root: Path) -> Path:
+    """runtime/lanes (and cuts) with the 5090 lane on a registry base (registry_lane_text)."""
+    lanes = root / "runtime" / "lanes"
+    shutil.copytree(ROOT / "runtime" / "lanes", lanes)
+    shutil.copytree(ROOT / "runtime" / "cuts", root / "runtime" / "cuts")
+    path = lanes / "rtx5090-container.toml"
+    path.write_text(registry_lane_text(path.read_text()))
+    return lanes
+
+
+@pytest.fixture
+def registry_lane(tmp_path, monkeypatch) -> Path:
+    """The lane files the stages read by default are registry_base_lanes' (a test's own tmp folder)."""
+    from pipeline.formats import lanes
+
+    folder = registry_base_lanes(tmp_path / "registry-lanes")
+    monkeypatch.setattr(lanes, "DEFAULT_LANES_DIR", folder)
+    return folder
+
+
 # -- fixtures (this kit is a plugin of the suite: tests/conftest.py pytest_plugins) ----
 
 @pytest.fixture(scope="session")

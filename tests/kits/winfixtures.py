@@ -216,6 +216,10 @@ class NativeWorkspace:
                 shutil.copyfile(REPO_ROOT / f"packaging/windows/lanes/rtx{short}/server-config.json", self.contract / "server-config.json")
                 text = text.replace(f"packaging/windows/lanes/rtx{short}/server-config.json", str(self.contract / "server-config.json"))
                 text = text.replace(f"packaging/windows/lanes/rtx{short}/release-spec.json", str(self.contract / "release-spec.json"))
+            if path.stem == "rtx5090-container":
+                import imagekit  # the release tests build the container lane's image on a test base pinned by digest
+
+                text = imagekit.registry_lane_text(text)
             (self.lanes_dir / path.name).write_text(text)
         self.cuts_dir = root / "cuts"
         write_sample_ledgers(self.cuts_dir, self.lanes_dir, self.repo, self.commit, root / "cut-dist", short)
