@@ -11,8 +11,8 @@ from releasekit import LANE, RELEASE, commit, review_ledger, sample_release
 
 from pipeline.errors import IntegrityError, PipelineError, RefusedError
 from pipeline.formats.lanes import load_lanes
-from pipeline.formats.release.evidence import review_subjects
 from pipeline.formats.release.contract import verify_release
+from pipeline.formats.release.evidence import review_subjects
 from pipeline.stages.compose import promote_release, rebind
 
 LEDGER = f"manifests/{RELEASE}/reviews.toml"
