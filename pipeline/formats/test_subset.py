@@ -5,7 +5,8 @@ Why it exists: the release workflow's `tests` job runs the whole suite, and the 
 rehearsal (tests/integration/test_rehearse_release.py).  The rehearsal inside the suite must not run the whole suite
 inside itself again, so it sets `PIPELINE_TEST_SUBSET=<name>` for the jobs it runs; `nox -s tests` then runs exactly
 the subset's entries, and the receipt says so by the subset's name and the SHA-256 of its file.  `publish --release`
-refuses such a receipt anywhere but the rehearsal's stand-in world (docs/RELEASING.md, "Rehearse before you tag").
+refuses such a receipt anywhere but the rehearsal's stand-in world: this process tree's Sigstore test stand-in in force
+and a loopback GitHub API (pipeline/stages/publish.py `subset_allowance`; docs/RELEASING.md, "Rehearse before you tag").
 
 The file (UTF-8, LF, at most MAX_BYTES, hashed before it is parsed):
 
@@ -99,14 +100,14 @@ def require_declared_at(name: str, sha256: str, data: bytes | None, *, where: st
     declares it, when its SHA-256 is `sha256`: what a test-run receipt names must be what the commit declares."""
     relative = subset_path(name)
     if data is None:
-        raise InputError(f"names no test subset declared {where}", file=relative, field="selection.name", found=name,
+        raise InputError(f"is not declared {where}", file=relative, field="selection.name", found=name,
                          expected=f"a file {relative} {where}",
                          fix=f"unset {ENV_VAR} and run the whole suite, or commit the subset and run it again")
     if len(data) > MAX_BYTES:
         raise InputError("is too large for a test subset", file=relative, found=f"{len(data)} bytes", expected=f"at most {MAX_BYTES} bytes")
     digest = sha256_bytes(data)  # hashed before it is parsed
     if digest != sha256:
-        raise InputError(f"is not the subset file declared {where}", file=relative, field="selection.sha256", found=sha256,
+        raise InputError(f"has another SHA-256 than the subset file declared {where}", file=relative, field="selection.sha256", found=sha256,
                          expected=f"{digest} (the SHA-256 of {relative} {where})",
                          why="the tests ran another list of tests than the commit declares under that name",
                          fix=f"unset {ENV_VAR} and run the whole suite on a clean checkout of the commit")
