@@ -19,7 +19,14 @@ same bytes and the same SHA-256:
      "operations": [{"op": "create-draft", ...}, {"op": "upload-asset", "name", "size", "sha256", "content_type"}...,
                     {"op": "create-tag", ...}, {"op": "publish", ...}],
      "after": ["re-read-by-tag", "immutable-if-enabled", "audit-published-assets"],
-     "gates": [gate names, in the order they are checked]}
+     "gates": [gate names, in the order they are checked],
+     "test_selection": {"kind": "full"} | {"kind": "subset", "name", "sha256"}}   (product only)
+
+`test_selection` (a product plan's; absent from a component's) is the selection of the test-run receipt that gate
+`test-run` checks (pipeline/formats/test_receipt.py): the whole suite, or, only in the release workflow's rehearsal,
+a declared subset by name and SHA-256; null when the receipt could not be read (the gate then refuses).  The plan
+binds it, so the plan's hash changes with it, and the receipt copies it, so a published release says which tests
+its publication accepted.
 
 `ci` is what GitHub reported for the required checks at the planned commit (formats/ci_checks.py:
 every run of each required name, re-runs included, and the latest status of each required context), so a
@@ -56,7 +63,8 @@ field), `immutable_releases_enabled` (true, false, or null when the token may
 not read the setting) and, where the repository enables immutable releases
 but this release is not immutable (it was published before the setting was
 switched on) or the setting is unknown, `immutable_reason`; `ci`, the plan's observed CI block (the
-checks that gated it), where the plan recorded one; no token, no time.
+checks that gated it), where the plan recorded one; for a product publication, the plan's `test_selection`;
+no token, no time.
 """
 
 from __future__ import annotations
@@ -68,6 +76,7 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.formats.release.names import BUNDLE_SUFFIX
+from pipeline.formats.test_receipt import check_selection
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import canonical_bytes, compact_identity_bytes, parse_strict
 from pipeline.util.safepath import component_problem
@@ -75,7 +84,7 @@ from pipeline.util.safepath import component_problem
 PLAN_TYPE = "omp_ninfer_publication_plan"
 RECEIPT_TYPE = "omp_ninfer_release_publication_receipt"
 SCHEMA_VERSION = 1  # the receipt's
-PLAN_SCHEMA_VERSION = 3  # 2: the plan binds the GitHub state it was made against (`observed`); 3: and the CI at its commit (`observed.ci`)
+PLAN_SCHEMA_VERSION = 3  # 2: the plan binds the GitHub state it was made against (`observed`); 3: and the CI at its commit (`observed.ci`) and, for a product, its test selection (`test_selection`)
 KINDS = ("component", "product")
 MAX_ASSET_BYTES = 2 * 1024**3 - 1  # GitHub: each asset < 2 GiB
 MAX_ASSETS = 1000  # GitHub: at most 1,000 assets per release
@@ -116,6 +125,7 @@ def make_plan(
     assets: list[dict[str, Any]],
     gates: list[str],
     observed: dict[str, Any],
+    test_selection: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan document; `assets` are {name, size, sha256, source: {root, path}} (sorted here by name)."""
     assert kind in KINDS and is_commit_hex(commit)
@@ -148,6 +158,8 @@ def make_plan(
         "after": list(AFTER),
         "gates": list(gates),
     }
+    if kind == "product":
+        plan["test_selection"] = test_selection
     check_plan(plan, file="plan")
     return plan
 
@@ -164,7 +176,7 @@ def check_plan(plan: Any, *, file: str | os.PathLike[str]) -> dict[str, Any]:
     name = str(file)
     if not isinstance(plan, dict) or plan.get("artifact_type") != PLAN_TYPE or plan.get("schema_version") != PLAN_SCHEMA_VERSION:
         raise InputError(f"is not a publication plan of schema {PLAN_SCHEMA_VERSION}", file=name, field="artifact_type", expected=PLAN_TYPE,
-                         fix="run the publish command without --apply again: a plan of an earlier schema does not bind GitHub's state")
+                         fix="run the publish command without --apply again: a plan of an earlier schema does not bind GitHub's state or the test selection")
     if plan.get("kind") not in KINDS:
         raise InputError("has an unknown kind", file=name, field="kind", found=plan.get("kind"), expected=" | ".join(KINDS))
     if not is_commit_hex(plan.get("commit")):
@@ -191,7 +203,14 @@ def check_plan(plan: Any, *, file: str | os.PathLike[str]) -> dict[str, Any]:
         if source.get("root") not in ("dist", "repository") or not isinstance(path, str) or path.startswith("/") or ".." in Path(path).parts:
             raise InputError("names a source outside its root", file=name, field=f"{where}.source", found=source)
     check_observed(plan.get("observed"), file=name)
+    _check_test_selection(plan, file=name)
     return plan
+
+
+def _check_test_selection(document: dict[str, Any], *, file: str | os.PathLike[str]) -> None:
+    """`test_selection`, where present: null (plan only) or a test-run receipt's selection (test_receipt.py's rule)."""
+    if "test_selection" in document and document["test_selection"] is not None:
+        check_selection(document["test_selection"], file=file)
 
 
 def check_observed(observed: Any, *, file: str) -> None:
@@ -307,6 +326,8 @@ def make_receipt(plan: dict[str, Any], plan_sha: str, release: dict[str, Any], a
         receipt["immutable_reason"] = immutable_reason
     if plan["observed"].get("ci") is not None:
         receipt["ci"] = plan["observed"]["ci"]  # the checks that gated the publication, as the reviewed plan saw them
+    if "test_selection" in plan:
+        receipt["test_selection"] = plan["test_selection"]
     return receipt
 
 
@@ -353,4 +374,5 @@ def read_receipt(path: Path) -> dict[str, Any]:
         if name in names:
             raise InputError("names an asset twice", file=path, field=f"assets[{index}].name", found=name, expected="each asset once")
         names.add(name)
+    _check_test_selection(doc, file=path)
     return doc

@@ -87,7 +87,7 @@ class Selection:
     sha256: str | None = None
 
     def __post_init__(self) -> None:
-        _check_selection(self.to_json(), file=None)
+        check_selection(self.to_json(), file=None)
 
     @property
     def is_full(self) -> bool:
@@ -183,7 +183,7 @@ def _check_document(document: Any, *, file: str | os.PathLike[str] | None) -> No
     if "skipped_tests" in document:
         _check_skipped_tests(document["skipped_tests"], document.get("skipped"), file=file)
     if "selection" in document:
-        _check_selection(document["selection"], file=file)
+        check_selection(document["selection"], file=file)
     for name in fields:
         if name not in document:
             raise InputError("lacks a required key", file=file, field=name,
@@ -191,7 +191,7 @@ def _check_document(document: Any, *, file: str | os.PathLike[str] | None) -> No
                              fix="write the receipt again with 'nox -s tests'")
 
 
-def _check_selection(selection: Any, *, file: str | os.PathLike[str] | None) -> None:
+def check_selection(selection: Any, *, file: str | os.PathLike[str] | None) -> None:
     """{"kind": "full"}, or {"kind": "subset", "name": <subset name>, "sha256": <64 hex>}: nothing else."""
     expected = '{"kind": "full"} or {"kind": "subset", "name": NAME, "sha256": 64 hex}'
     if not isinstance(selection, dict) or selection.get("kind") not in (FULL, SUBSET):

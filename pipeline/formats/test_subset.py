@@ -5,7 +5,8 @@ Why it exists: the release workflow's `tests` job runs the whole suite, and the 
 rehearsal (tests/integration/test_rehearse_release.py).  The rehearsal inside the suite must not run the whole suite
 inside itself again, so it sets `PIPELINE_TEST_SUBSET=<name>` for the jobs it runs; `nox -s tests` then runs exactly
 the subset's entries, and the receipt says so by the subset's name and the SHA-256 of its file.  `publish --release`
-refuses such a receipt anywhere but the rehearsal's stand-in world (docs/RELEASING.md, "Rehearse before you tag").
+refuses such a receipt anywhere but the rehearsal's stand-in world: this process tree's Sigstore test stand-in in force
+and a loopback GitHub API (pipeline/stages/publish.py `subset_allowance`; docs/RELEASING.md, "Rehearse before you tag").
 
 The file (UTF-8, LF, at most MAX_BYTES, hashed before it is parsed):
 
@@ -14,7 +15,12 @@ The file (UTF-8, LF, at most MAX_BYTES, hashed before it is parsed):
     tests/unit/test_b.py::test_one
 
 Each entry is a test file under `tests/`, or a node id in one (`path::name`), relative to the repository root:
-no `..`, no absolute path, no whitespace, each once.  The file of every entry must exist.
+no `..`, no absolute path, no whitespace, each once (the path rule is pipeline/util/safepath.py's `safe_relpath`).
+Read from a checkout, the file of every entry must exist and resolve under the checkout's `tests/`, symbolic links
+followed (`within`): `tests/unit -> /tmp/outside` is refused.
+
+`publish --release` checks a subset receipt's name and SHA-256 against the subset file at the published commit
+(`require_declared_at`), so a receipt cannot name a subset the commit does not declare, or other bytes than it holds.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from pathlib import Path
 
 from pipeline.errors import InputError
 from pipeline.util.hashing import sha256_bytes
+from pipeline.util.safepath import relpath_problem, safe_relative, within
 
 ENV_VAR = "PIPELINE_TEST_SUBSET"  # names the declared subset a test run selects (unset: the whole suite)
 FOLDER = Path("tests") / "subsets"
@@ -71,7 +78,7 @@ def declared_subsets(root: str | os.PathLike[str]) -> list[str]:
 def read_subset(root: str | os.PathLike[str], name: str) -> TestSubset:
     """The declared subset `name` of the repository at `root`: read bounded, hashed, then parsed and checked."""
     relative = subset_path(name)
-    path = Path(root) / relative
+    path = safe_relative(relative.as_posix(), root, file=relative, field=ENV_VAR, what="the repository")
     try:
         with path.open("rb") as handle:
             data = handle.read(MAX_BYTES + 1)
@@ -88,6 +95,25 @@ def read_subset(root: str | os.PathLike[str], name: str) -> TestSubset:
     return TestSubset(name=name, sha256=digest, entries=parse_entries(data, file=relative, root=Path(root)))
 
 
+def require_declared_at(name: str, sha256: str, data: bytes | None, *, where: str) -> TestSubset:
+    """The subset `name` as the file `data` (tests/subsets/<name>.txt `where`, e.g. at a commit; None: absent there)
+    declares it, when its SHA-256 is `sha256`: what a test-run receipt names must be what the commit declares."""
+    relative = subset_path(name)
+    if data is None:
+        raise InputError(f"is not declared {where}", file=relative, field="selection.name", found=name,
+                         expected=f"a file {relative} {where}",
+                         fix=f"unset {ENV_VAR} and run the whole suite, or commit the subset and run it again")
+    if len(data) > MAX_BYTES:
+        raise InputError("is too large for a test subset", file=relative, found=f"{len(data)} bytes", expected=f"at most {MAX_BYTES} bytes")
+    digest = sha256_bytes(data)  # hashed before it is parsed
+    if digest != sha256:
+        raise InputError(f"has another SHA-256 than the subset file declared {where}", file=relative, field="selection.sha256", found=sha256,
+                         expected=f"{digest} (the SHA-256 of {relative} {where})",
+                         why="the tests ran another list of tests than the commit declares under that name",
+                         fix=f"unset {ENV_VAR} and run the whole suite on a clean checkout of the commit")
+    return TestSubset(name=name, sha256=digest, entries=parse_entries(data, file=f"{relative} {where}"))
+
+
 def parse_entries(data: bytes, *, file: str | os.PathLike[str], root: Path | None = None) -> tuple[str, ...]:
     """The entries of a subset file, in the file's order; `root` given: each entry's file must exist there."""
     try:
@@ -101,17 +127,31 @@ def parse_entries(data: bytes, *, file: str | os.PathLike[str], root: Path | Non
         entry = line.strip()
         if not entry or entry.startswith("#"):
             continue
-        if not ENTRY_RE.fullmatch(entry) or ".." in entry.split("::", 1)[0].split("/"):
-            raise InputError(f"line {number} is not a test file or node id under tests/", file=file, found=entry[:200],
-                             expected="tests/<folder>/test_<name>.py or tests/<folder>/test_<name>.py::<test>")
+        expected = "tests/<folder>/test_<name>.py or tests/<folder>/test_<name>.py::<test>"
+        test_file = entry.split("::", 1)[0]
+        problem = None if ENTRY_RE.fullmatch(entry) else "not of that form"
+        problem = problem or relpath_problem(test_file)  # the repository's one rule for a relative path from data
+        if problem is not None:
+            raise InputError(f"line {number} is not a test file or node id under tests/ ({problem})", file=file,
+                             found=entry[:200], expected=expected)
         if entry in entries:
             raise InputError(f"line {number} names an entry twice", file=file, found=entry, expected="each entry once")
-        if root is not None and not (root / entry.split("::", 1)[0]).is_file():
-            raise InputError(f"line {number} names a test file that does not exist", file=file, found=entry,
-                             fix="correct the path, or remove the line")
+        if root is not None:
+            _require_test_file(root, test_file, file=file, line=number)
         entries.append(entry)
     if not entries:
         raise InputError("declares no test", file=file, expected="at least one test file or node id")
     if len(entries) > MAX_ENTRIES:
         raise InputError("declares too many entries", file=file, found=len(entries), expected=f"at most {MAX_ENTRIES}")
     return tuple(entries)
+
+
+def _require_test_file(root: Path, test_file: str, *, file: str | os.PathLike[str], line: int) -> None:
+    """`test_file` is a file of the checkout at `root` that resolves under its `tests/`, symbolic links followed."""
+    path = root / test_file
+    if not within(path, root / "tests") or not within(root / "tests", root):
+        raise InputError(f"line {line} resolves outside tests/ through a symbolic link", file=file, found=test_file,
+                         expected="a file that resolves under the checkout's tests/", fix="name the test file itself, not a path through a link")
+    if not path.is_file():
+        raise InputError(f"line {line} names a test file that does not exist", file=file, found=test_file,
+                         fix="correct the path, or remove the line")

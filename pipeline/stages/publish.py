@@ -49,7 +49,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, RemoteError, UsageError
 from pipeline.formats import publication_plan as fmt
@@ -60,7 +60,7 @@ from pipeline.formats.release.manifest import lane_rows, section
 from pipeline.formats.release.names import BUNDLE_SUFFIX
 from pipeline.formats.release.signer import release_signer, signer_from_manifest
 from pipeline.infra import attestations
-from pipeline.infra.git import GIT
+from pipeline.infra.git import GIT, git_show
 from pipeline.infra.github import (
     Ambiguous,
     GitHub,
@@ -72,8 +72,10 @@ from pipeline.infra.github import (
     token_from_env,
 )
 from pipeline.infra.sigstore import (
+    TEST_STANDIN_ENV,
     Sha256Digest,
     effective_trust_config,
+    test_standin,
     verify_bundle,
     verify_dsse_bundle,
 )
@@ -83,6 +85,9 @@ from pipeline.util import ui
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import canonical_bytes, parse_strict
+
+if TYPE_CHECKING:
+    from pipeline.formats.test_receipt import Selection
 
 ATTEMPTS = 4  # per operation, after ambiguous failures
 # The pipeline's own wheel, sdist, the auditor's hash-locked requirements and their SHA256SUMS (verifier-dist):
@@ -112,6 +117,7 @@ class Target:
     ci_required: tuple[str, ...] = ()
     ci_declared_in: str = ""
     ci_problem: PipelineError | None = None
+    test_selection: dict[str, Any] | None = None  # product: the test-run receipt's selection, which the plan binds
 
     @property
     def slug(self) -> str:
@@ -820,6 +826,7 @@ def product_target(
         target.ci_required = read_required_checks(show(REQUIRED_CHECKS_FILE), source=target.ci_declared_in)
     except PipelineError as exc:
         target.ci_problem = exc
+    target.test_selection = planned_test_selection(test_receipt)
     remote = Remote(github_of(repository), target)
 
     def gate_verify() -> str:
@@ -848,8 +855,10 @@ def product_target(
     def gate_tests() -> str:
         receipt = read_test_receipt(test_receipt)
         api = remote.github.api if remote.github is not None else api_url()
-        # A declared subset's receipt (the release workflow's rehearsal) passes only against a GitHub on this machine.
-        stand_in = f"the GitHub API {api} is on this machine (the rehearsal's stand-in)" if is_loopback_url(api) else None
+        if receipt.selection.to_json() != target.test_selection:  # the plan binds the selection it was made with
+            raise _refuse("the test-run receipt's selection changed since the plan was made", file=test_receipt, field="selection",
+                          found=receipt.selection.to_json(), expected=target.test_selection, fix="run the publish command without --apply again and review the new plan")
+        stand_in = subset_allowance(receipt.selection, api=api, root=root, commit=commit, file=test_receipt)
         require_green_for(receipt, commit=commit, tree=tree_id, file=test_receipt, subset_allowed=stand_in)
         scope = "" if receipt.selection.is_full else f" of {receipt.selection.describe()}, allowed because {stand_in}"
         return f"test run{scope} on {commit[:12]}: {receipt.passed} passed, {receipt.skipped} skipped, 0 failed"
@@ -904,6 +913,57 @@ def _acceptance_gate(manifest: dict[str, Any], show: Callable[[str], bytes | Non
         return f"acceptance passed on candidate {str(acceptance.get('candidate_commit'))[:12]}"
 
     return gate
+
+
+def planned_test_selection(test_receipt: Path) -> dict[str, Any] | None:
+    """The test selection the product plan binds (the whole suite, or a declared subset by name and SHA-256), read
+    from the test-run receipt; None when the receipt cannot be read: gate test-run then refuses and says why."""
+    from pipeline.formats.test_receipt import read_test_receipt
+
+    try:
+        return read_test_receipt(test_receipt).selection.to_json()
+    except PipelineError:
+        return None
+
+
+def subset_allowance(selection: Selection, *, api: str, root: Path, commit: str, file: Path) -> str | None:
+    """Why a declared subset's test-run receipt may pass gate test-run, or None for the whole suite's.
+
+    A subset receipt is what the release workflow's rehearsal writes; it may carry a publish only in a stand-in
+    world, never to a real release.  A loopback GitHub API alone proves nothing (an Enterprise Server through a tunnel, a local proxy to
+    github.com with the real token), so the proof is two facts a real workflow run cannot produce together: the
+    Sigstore trust this publish verifies bundles with is the test stand-in, which infra/sigstore.py accepts only in
+    the process tree that made it (`_require_owner_lineage`), AND the GitHub API is on this machine.  The subset must
+    also be declared at the published commit, with the SHA-256 the receipt names (formats/test_subset.py)."""
+    from pipeline.formats.test_subset import require_declared_at, subset_path
+
+    if selection.is_full:
+        return None
+    loopback = is_loopback_url(api)
+    try:
+        standin, refused = test_standin(), None
+    except PipelineError as exc:  # named but refused (not this process tree's, or not a stand-in): not the stand-in world
+        standin, refused = None, exc.what
+    if standin is None or not loopback:
+        trust = (f"the test stand-in {standin.directory}" if standin is not None
+                 else f"{TEST_STANDIN_ENV} refused ({refused})" if refused else f"the release signer's pinned configuration ({TEST_STANDIN_ENV} unset)")
+        raise RefusedError(
+            f"the test-run receipt is of {selection.describe()}, not of the whole suite, and this publish is not in the rehearsal's stand-in world",
+            file=file, field="selection",
+            found=f"Sigstore trust: {trust}; GitHub API: {api} ({'loopback' if loopback else 'not loopback'})",
+            expected="the whole suite; a declared subset only with the Sigstore test stand-in of this process tree in force and a GitHub API on loopback",
+            why="a loopback GitHub API alone is no proof of the rehearsal (an Enterprise Server through a tunnel, a proxy to github.com); "
+                "a release is published only after the whole suite passed on its commit",
+            fix="unset PIPELINE_TEST_SUBSET and run the whole suite (.nox/nox/bin/nox -s tests) on a clean checkout of the commit being tagged, then publish again",
+        )
+    where = f"at the published commit {commit[:12]}"
+    try:
+        require_declared_at(selection.name, selection.sha256, git_show(root, commit, subset_path(selection.name).as_posix()), where=where)
+    except InputError as exc:
+        raise RefusedError(f"the test-run receipt's subset {selection.name!r} {exc.what}", file=file, field=exc.field, found=exc.found,
+                           expected=exc.expected, why=exc.why, fix=exc.fix) from None
+    return (f"the Sigstore trust in force is the test stand-in of this process tree ({standin.directory}) and the GitHub API {api} "
+            f"is on this machine: the rehearsal's stand-in world; the subset is declared {where}")
 
 
 def _review_gate(manifest: dict[str, Any], show: Callable[[str], bytes | None], release: str) -> Callable[[], str]:
@@ -1002,6 +1062,7 @@ def plan_of(target: Target, observed: dict[str, Any]) -> dict[str, Any]:
         assets=target.assets,
         gates=[name for name, _check in target.gates],
         observed=observed,
+        test_selection=target.test_selection,
     )
 
 

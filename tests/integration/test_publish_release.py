@@ -99,7 +99,8 @@ class Product:
         Files the sample product already has (its lanes, cuts, release trees) are kept; the commit is deterministic."""
         from acceptkit import product_files
 
-        for name in product_files():
+        subsets = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "tests" / "subsets").glob("*.txt"))
+        for name in [*product_files(), *subsets]:  # the declared test subsets too: publish reads them at the commit
             target = self.root / name
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -123,6 +124,15 @@ class Product:
 
     def client(self, token: str = TOKEN) -> GitHub:
         return GitHub(REPO, token, api=self.gh.url, uploads=self.gh.uploads, clock=FakeClock(), write_interval=0)
+
+    def subset_receipt(self, name: str, sha256: str) -> Selection:
+        """A green test-run receipt of HEAD that names the declared subset `name` with `sha256`."""
+        selection = Selection("subset", name, sha256)
+        tree = git(self.root, "rev-parse", "HEAD^{tree}")
+        write_test_receipt(self.dist / "test-run-receipt.json",
+                           make_test_receipt(commit=self.commit, tree=tree, passed=40, failed=0, errors=0,
+                                             skipped_tests=SKIPS_ALLOWED_FOR_PUBLICATION, selection=selection))
+        return selection
 
     def publish(self, **kwargs):
         return publish_release(RELEASE, root=self.root, dist=self.dist, lanes_dir=self.release.lanes_dir, github=kwargs.pop("github", None) or self.client(), **kwargs)
@@ -173,6 +183,7 @@ def test_a_ready_release_made_by_the_pipeline_publishes_through_its_gates(produc
     receipt = read_receipt(product.dist / "publish" / f"product-{RELEASE}" / "receipt.json")
     assert receipt["kind"] == "product" and receipt["plan_sha256"] == sha and receipt["make_latest"] == "true"
     assert receipt["ci"]["sha"] == product.commit and receipt["ci"]["required"] == [".ci/run", "unit tier on Windows"], "the CI that gated it"
+    assert plan["test_selection"] == receipt["test_selection"] == {"kind": "full"}, "the release records the whole suite"
     # Converged: a re-run writes nothing.
     writes = product.gh.writes
     product.publish(apply=True, plan_sha256=sha)
@@ -271,22 +282,64 @@ def test_the_test_run_gate_needs_a_green_run_of_this_commit(product):
 @pytest.mark.slow
 def test_a_declared_subsets_receipt_passes_only_against_the_rehearsals_stand_in_world(product, capsys):
     """The release workflow's rehearsal runs its `tests` job on the declared subset `rehearsal`: that receipt may
-    carry the rehearsal to its publish job against the loopback GitHub stand-in, and nowhere else."""
-    tree = git(product.root, "rev-parse", "HEAD^{tree}")
-    subset = read_subset(ROOT, "rehearsal")
-    write_test_receipt(product.dist / "test-run-receipt.json",
-                       make_test_receipt(commit=product.commit, tree=tree, passed=40, failed=0, errors=0,
-                                         skipped_tests=SKIPS_ALLOWED_FOR_PUBLICATION,
-                                         selection=Selection("subset", subset.name, subset.sha256)))
+    pass only where this process tree's Sigstore test stand-in is the trust in force AND the GitHub API is loopback."""
+    subset = product.subset_receipt("rehearsal", read_subset(ROOT, "rehearsal").sha256)
     product.publish()  # the dry run: every gate checked, nothing written
     err = capsys.readouterr().err
-    assert f"OK:   gate test-run: test run of the declared subset 'rehearsal' (sha256 {subset.sha256}), allowed because the GitHub API {product.gh.url} is on this machine" in err
+    assert (f"OK:   gate test-run: test run of the declared subset 'rehearsal' (sha256 {subset.sha256}), allowed because the Sigstore "
+            f"trust in force is the test stand-in of this process tree ({product.kit.directory.resolve()}) and the GitHub API {product.gh.url}") in err
+    plan = json.loads((product.dist / "publish" / f"product-{RELEASE}" / "plan.json").read_bytes())
+    assert plan["test_selection"] == {"kind": "subset", "name": "rehearsal", "sha256": subset.sha256}, "the plan says what was accepted"
     # Any other GitHub (github.com, an Enterprise Server): the test-run gate refuses the subset, first, and says why.
     elsewhere = GitHub(REPO, TOKEN, api="https://127.0.0.2:9", clock=FakeClock(), write_interval=0, max_attempts=1)
     with pytest.raises(RefusedError) as caught:
         product.publish(github=elsewhere)
     assert caught.value.what.startswith("gate test-run refused: the test-run receipt is of the declared subset 'rehearsal'")
     assert caught.value.field == "selection" and "unset PIPELINE_TEST_SUBSET" in caught.value.fix
+    assert "GitHub API: https://127.0.0.2:9 (not loopback)" in caught.value.found
+    assert product.gh.writes == 0
+
+
+@pytest.mark.slow
+def test_a_loopback_github_alone_does_not_pass_a_subsets_receipt(product, monkeypatch, capsys):
+    """An Enterprise Server through a tunnel (https://localhost:8443/api/v3) or a local proxy to github.com is
+    loopback too: without this process tree's Sigstore stand-in in force, the subset receipt is refused."""
+    product.subset_receipt("rehearsal", read_subset(ROOT, "rehearsal").sha256)
+    monkeypatch.delenv("PIPELINE_TEST_SIGSTORE")
+    with pytest.raises(RefusedError):
+        product.publish()
+    line = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("FAIL: gate test-run:"))
+    assert "not in the rehearsal's stand-in world" in line and "unset PIPELINE_TEST_SUBSET" in line
+    assert f"Sigstore trust: the release signer's pinned configuration (PIPELINE_TEST_SIGSTORE unset); GitHub API: {product.gh.url} (loopback)" in line
+    # A stand-in folder this process tree did not make (a workflow step's env: pointing at one) is no proof either.
+    foreign = product.dist.parent / "foreign-standin"
+    shutil.copytree(product.kit.directory, foreign)
+    description = json.loads((foreign / "standin.json").read_text())
+    description["owner"] = {**description["owner"], "start_ticks": description["owner"]["start_ticks"] + 1}  # a reused pid: another process
+    (foreign / "standin.json").write_text(json.dumps(description, sort_keys=True) + "\n")
+    monkeypatch.setenv("PIPELINE_TEST_SIGSTORE", str(foreign))
+    with pytest.raises(RefusedError):
+        product.publish()
+    line = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("FAIL: gate test-run:"))
+    assert "Sigstore trust: PIPELINE_TEST_SIGSTORE refused (PIPELINE_TEST_SIGSTORE names a Sigstore test stand-in that this process's own test run did not make)" in line
+    assert product.gh.writes == 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "sha256", "message"),
+    [
+        ("rehearsal", "0" * 64, "the test-run receipt's subset 'rehearsal' has another SHA-256 than the subset file declared at the published commit"),
+        ("quick", None, "the test-run receipt's subset 'quick' is not declared at the published commit"),
+    ],
+)
+def test_a_subsets_receipt_must_name_a_subset_the_commit_declares_with_its_sha256(product, capsys, name, sha256, message):
+    """In the stand-in world too: the receipt's subset is tests/subsets/<name>.txt at the published commit, byte for byte."""
+    product.subset_receipt(name, sha256 or read_subset(ROOT, "rehearsal").sha256)
+    with pytest.raises(RefusedError):
+        product.publish()
+    line = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("FAIL: gate test-run:"))
+    assert message in line and "unset PIPELINE_TEST_SUBSET" in line
     assert product.gh.writes == 0
 
 

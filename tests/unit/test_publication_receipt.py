@@ -51,6 +51,8 @@ def test_a_receipt_made_by_publish_reads_back(tmp_path):
         (lambda d: d.update(repository=["a/b"]), "repository"),
         (lambda d: d.update(assets=[copy.deepcopy(d["assets"][0]) for _ in range(1001)]), "assets"),
         (lambda d: d["assets"][0].update(digest="sha256:" + "d" * 64), "assets[0]"),
+        (lambda d: d.update(test_selection={"kind": "subset", "name": "rehearsal"}), "selection"),
+        (lambda d: d.update(test_selection={"kind": "some"}), "selection"),
     ],
 )
 def test_a_malformed_receipt_is_a_named_input_error(tmp_path, change, field):
@@ -61,3 +63,17 @@ def test_a_malformed_receipt_is_a_named_input_error(tmp_path, change, field):
     with pytest.raises(InputError) as caught:
         read_receipt(path)
     assert caught.value.field == field and caught.value.file == str(path)
+
+
+def test_a_product_receipt_copies_the_plans_test_selection(tmp_path):
+    """A published release records which tests its publication accepted: the whole suite, or a named subset."""
+    base = receipt()
+    plan = {"kind": "product", "subject": "v1.0.0", "repository": "alphastorm/omp-ninfer", "tag": "v1.0.0", "commit": "7" * 40,
+            "release": {"make_latest": True}, "observed": {"ci": None}, "assets": [{"name": "SHA256SUMS", "size": 10, "sha256": SHA, "content_type": "text/plain"}],
+            "test_selection": {"kind": "subset", "name": "rehearsal", "sha256": "e" * 64}}
+    remote = [{"id": 5, "name": "SHA256SUMS", "digest": f"sha256:{SHA}"}]
+    document = make_receipt(plan, "a" * 64, {"id": 9}, remote, immutable_enabled=None)
+    path = tmp_path / "r.json"
+    path.write_bytes(canonical_bytes(document))
+    assert read_receipt(path)["test_selection"] == {"kind": "subset", "name": "rehearsal", "sha256": "e" * 64}
+    assert "test_selection" not in base, "a component publication has no test-run gate, so no selection"

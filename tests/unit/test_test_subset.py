@@ -8,7 +8,13 @@ import pytest
 from repokit import ROOT
 
 from pipeline.errors import InputError
-from pipeline.formats.test_subset import declared_subsets, parse_entries, read_subset, subset_path
+from pipeline.formats.test_subset import (
+    declared_subsets,
+    parse_entries,
+    read_subset,
+    require_declared_at,
+    subset_path,
+)
 
 
 def test_every_declared_subset_reads_and_names_tests_of_this_suite():
@@ -53,7 +59,8 @@ def test_an_undeclared_name_lists_the_declared_ones(tmp_path):
     ("data", "message"),
     [
         (b"/etc/passwd\n", "is not a test file or node id under tests/"),
-        (b"tests/../pipeline/test_x.py\n", "is not a test file or node id under tests/"),
+        (b"tests/../pipeline/test_x.py\n", r"is not a test file or node id under tests/ \(.*'\.\.'"),
+        (b"tests/./unit/test_a.py\n", "is not a test file or node id under tests/"),
         (b"tests/unit/test_a.py -k x\n", "is not a test file or node id under tests/"),
         (b"src/test_a.py\n", "is not a test file or node id under tests/"),
         (b"tests/unit/test_a.py\ntests/unit/test_a.py\n", "names an entry twice"),
@@ -78,3 +85,53 @@ def test_a_file_over_the_bound_is_refused_before_it_is_parsed(tmp_path):
     (tmp_path / "tests" / "subsets" / "big.txt").write_bytes(b"#" * (64 * 1024 + 1))
     with pytest.raises(InputError, match="is too large for a test subset"):
         read_subset(tmp_path, "big")
+
+
+def _checkout_with_a_linked_folder(tmp_path, target):
+    """A checkout whose tests/unit is a symbolic link to `target`, which holds a test file and a subset naming it."""
+    root = tmp_path / "repo"
+    (root / "tests" / "subsets").mkdir(parents=True)
+    target.mkdir(parents=True, exist_ok=True)
+    (target / "test_a.py").write_text("def test_a():\n    pass\n")
+    (root / "tests" / "unit").symlink_to(target, target_is_directory=True)
+    (root / "tests" / "subsets" / "linked.txt").write_text("tests/unit/test_a.py\n")
+    return root
+
+
+def test_an_entry_that_leaves_tests_through_a_link_is_refused(tmp_path):
+    """`tests/unit -> /tmp/outside`: the entry reads as a path under tests/, but its file lies outside the checkout."""
+    root = _checkout_with_a_linked_folder(tmp_path, tmp_path / "outside")
+    assert (root / "tests" / "unit" / "test_a.py").is_file()  # the file exists: only the link rule refuses it
+    with pytest.raises(InputError, match="line 1 resolves outside tests/ through a symbolic link") as caught:
+        read_subset(root, "linked")
+    assert str(caught.value.file) == subset_path("linked").as_posix() and caught.value.found == "tests/unit/test_a.py"
+
+
+def test_an_entry_that_leaves_tests_for_elsewhere_in_the_checkout_is_refused(tmp_path):
+    """`tests/unit -> ../pipeline`: inside the checkout, yet not a test of tests/."""
+    root = _checkout_with_a_linked_folder(tmp_path, tmp_path / "repo" / "pipeline")
+    with pytest.raises(InputError, match="line 1 resolves outside tests/ through a symbolic link"):
+        read_subset(root, "linked")
+
+
+def test_a_subsets_folder_that_is_a_link_out_of_the_checkout_is_refused(tmp_path):
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "quick.txt").write_text("tests/unit/test_a.py\n")
+    (root / "tests" / "subsets").symlink_to(tmp_path / "elsewhere", target_is_directory=True)
+    with pytest.raises(InputError, match="resolves outside the repository through a symbolic link"):
+        read_subset(root, "quick")
+
+
+def test_a_declared_subset_at_a_commit_is_its_name_and_the_sha256_of_its_bytes():
+    data = (ROOT / subset_path("rehearsal")).read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    subset = require_declared_at("rehearsal", digest, data, where="at abc")
+    assert subset.sha256 == digest and subset.entries == read_subset(ROOT, "rehearsal").entries
+    with pytest.raises(InputError, match="has another SHA-256 than the subset file declared at abc") as caught:
+        require_declared_at("rehearsal", "0" * 64, data, where="at abc")
+    assert caught.value.field == "selection.sha256" and caught.value.found == "0" * 64 and digest in caught.value.expected
+    with pytest.raises(InputError, match="is not declared at abc") as caught:
+        require_declared_at("quick", digest, None, where="at abc")
+    assert caught.value.field == "selection.name" and "PIPELINE_TEST_SUBSET" in caught.value.fix
