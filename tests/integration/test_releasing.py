@@ -124,6 +124,9 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
         for route, parameters in routes.items():
             if route == "release":  # the councils reviewed the sets the lane routes made, by the digest of each outer SHA256SUMS
                 reviewed = {f"set:{lane}": hashlib.sha256((root / "dist" / lane / "assets" / "SHA256SUMS").read_bytes()).hexdigest() for lane in (NATIVE, "rtx5090-container")}
+                # and the image the container route pushed, by the digest its publication receipt records
+                (pushed,) = (root / "dist" / "rtx5090-container").glob("push/**/image-publication-receipt.json")
+                reviewed["image:rtx5090-container"] = json.loads(pushed.read_bytes())["image_digest"]
                 (tmp_path / "reviews.toml").write_text(
                     f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n\n[reviews.native-runtime]\nstate = "closed"\n'
                     'disposition = "Closed without remediation."\n\n[reviews.native-runtime.reviewed]\n' + "".join(f'"{k}" = "{v}"\n' for k, v in sorted(reviewed.items())))

@@ -166,7 +166,19 @@ def test_a_trivial_ledger_does_not_clear_the_gate_every_bound_artefact_needs_a_c
     assert all(f.council is None and FILE in f.fix for f in failures)
     # an open review covers nothing: its failure and one per subject
     assert [f.what for f in gate_failures(parse(ledger_text(state="open")), BOUND, release=RELEASE)][1:] == [
-        f"no closed review covers {label} {digest[:19] if digest.startswith('sha256:') else digest[:12]}, which the release binds" for label, digest in sorted(BOUND.items())]
+        f"no closed review covers {label} {digest[:19] if digest.startswith('sha256:') else digest[:12]}, which the release binds"
+        for label, digest in sorted(BOUND.items()) if label != "manifest-candidate"]
+
+
+def test_the_candidate_commit_need_not_be_named_but_when_named_must_be_the_accepted_one():
+    """What ships (sets, image) must be covered; the candidate commit may be missing from the ledger (written before
+    the candidate's commit exists), but a review naming another candidate is a review of other bytes."""
+    ships_only = parse(f'artifact_type = "omp_ninfer_review_ledger"\nschema_version = 1\nrelease = "{RELEASE}"\n\n'
+                       f'[reviews.x]\nstate = "closed"\ndisposition = "Looked."\n\n[reviews.x.reviewed]\n'
+                       f'"set:rtx4090-windows-native" = "{SET}"\n"image:rtx5090-container" = "{IMAGE}"\n')
+    assert gate_failures(ships_only, BOUND, release=RELEASE) == []
+    other = parse(ledger_text(reviewed=f'manifest-candidate = "{"e" * 40}"\n'))
+    assert any("review of other bytes does not count" in f.fix for f in gate_failures(other, BOUND, release=RELEASE))
 
 
 def test_two_councils_may_share_the_subjects_and_release_toml_may_require_councils():
