@@ -184,6 +184,11 @@ def test_ci_runs_the_ci_entry_point_on_push_and_pull_requests():
     runs = [step["run"].strip() for step in windows["steps"] if "run" in step]
     assert runs[-1] == "python -m pytest tests/unit"
     assert (ROOT / "tests" / "unit").is_dir()
+    # CI at the tagged commit gates publication: a later push to main must neither cancel a commit's run nor drop it
+    # while pending, so a push's group is its commit; only a pull request's superseded runs are cancelled.
+    concurrency = document["concurrency"]
+    assert "github.sha" in concurrency["group"] and "github.event_name == 'push'" in concurrency["group"]
+    assert concurrency["cancel-in-progress"] == "${{ github.event_name == 'pull_request' }}"
 
 
 def test_lane_source_helper_prints_the_current_cut_or_fails(tmp_path):
