@@ -125,7 +125,7 @@ class CiState:
 
 def check_names(value: Any, *, file: str, field: str) -> tuple[str, ...]:
     """A declaration's list of required check names: a non-empty list of distinct, printable names."""
-    fix = 'list the exact job (check run) names or status contexts, e.g. required_checks = ["build", "test"]'
+    fix = 'list the exact GitHub Actions job (check run) names, e.g. required_checks = ["build", "test"]'
     if not isinstance(value, list) or not value or len(value) > MAX_REQUIRED:
         raise InputError("is not a list of required check names", file=file, field=field, found=value if not isinstance(value, list) else f"{len(value)} names",
                          expected=f"1..{MAX_REQUIRED} names", why="a publication is gated on the CI these name at its exact commit", fix=fix)
