@@ -87,6 +87,7 @@ class CiState:
     sha: str
     check_runs: tuple[CheckRun, ...]
     statuses: tuple[CommitStatus, ...]
+    complete: bool = True  # False: a recorded block, which keeps only the required names' runs and statuses
 
     def latest(self, name: str) -> CheckRun | None:
         """The run of `name` that counts: the highest id (a re-run is a new, later run) among the runs the required
@@ -108,7 +109,7 @@ class CiState:
     def for_names(self, names: tuple[str, ...]) -> CiState:
         """Only what the required names are reported by: what a plan binds."""
         wanted = set(names)
-        return CiState(self.repository, self.sha, tuple(r for r in self.check_runs if r.name in wanted), tuple(s for s in self.statuses if s.context in wanted))
+        return CiState(self.repository, self.sha, tuple(r for r in self.check_runs if r.name in wanted), tuple(s for s in self.statuses if s.context in wanted), complete=False)
 
     def to_json(self, required: tuple[str, ...]) -> dict[str, Any]:
         mine = self.for_names(required)
@@ -285,6 +286,8 @@ def _missing(state: CiState, name: str, status: CommitStatus | None) -> str:
         return f"{MISSING}: no check run by {REQUIRED_APP} at this commit; run {latest.id} of that name is posted by {app}, not {REQUIRED_APP}"
     if status is not None:
         return f"{MISSING}: no check run by {REQUIRED_APP} at this commit, only a commit status of that context (a status alone does not count)"
+    if not state.complete:
+        return f"{MISSING}: no check run or status of that name is reported at this commit (the record keeps only the required names)"
     names = state.reported_names()
     shown = ", ".join(quoted(n, 80) for n in names[:MAX_REPORTED_SHOWN]) + (f" (and {len(names) - MAX_REPORTED_SHOWN} more)" if len(names) > MAX_REPORTED_SHOWN else "")
     return f"{MISSING}: no check run or status of that name is reported at this commit; " + (f"GitHub reported: {shown}" if names else "GitHub reported no checks at all")
@@ -320,7 +323,7 @@ def from_recorded(value: Any, *, file: str, field: str) -> tuple[CiState, tuple[
     endpoint = f"{file} {field}"
     runs = parse_check_runs([{"total_count": len(value["check_runs"]), "check_runs": value["check_runs"]}], endpoint=endpoint)
     statuses = parse_statuses([{"sha": value["sha"], "state": "pending", "total_count": len(value["statuses"]), "statuses": value["statuses"]}], endpoint=endpoint, sha=value["sha"])
-    return CiState(value["repository"], value["sha"], runs, statuses), tuple(value["required"])
+    return CiState(value["repository"], value["sha"], runs, statuses, complete=False), tuple(value["required"])
 
 
 def changes(reviewed: Any, now: Any) -> list[str]:

@@ -206,3 +206,17 @@ def test_the_product_declaration_is_required_and_strict():
         read_required_checks(b'required_checks = ["x"]\nextra = 1\n', source="f")
     with pytest.raises(InputError, match="is not a recorded CI state"):
         check_recorded({"repository": REPO, "sha": SHA, "required": ["x"], "check_runs": [{"id": 1}], "statuses": []}, file="plan", field="observed.ci")
+
+
+def test_a_recorded_block_keeps_only_the_required_names_and_says_so_when_one_is_missing(gh):
+    from pipeline.formats.ci_checks import from_recorded
+
+    gh.add_check_run(SHA, "build")
+    gh.add_check_run(SHA, "test (ubuntu-latest)")
+    state = client(gh).ci_state(SHA)
+    with pytest.raises(RefusedError, match="GitHub reported: 'build', 'test \\(ubuntu-latest\\)'"):
+        require_green(state, REQUIRED, declared_in="lane")
+    recorded, required = from_recorded(state.to_json(REQUIRED), file="plan", field="observed.ci")
+    with pytest.raises(RefusedError, match="the record keeps only the required names") as caught:
+        require_green(recorded, required, declared_in="lane")
+    assert "GitHub reported no checks at all" not in str(caught.value), "a filtered record does not claim GitHub reported nothing"
