@@ -17,14 +17,18 @@ Three documents, one owner:
   observed state and `github-unchanged` refuses.
 
 The gate (`refusals`, `require_green`): every required name must be reported at exactly the commit and
-concluded `success`.  A name is a check run's `name` or a commit status's `context` (GitHub's required
-status checks match either).  Of a check run name's runs the latest counts -- the highest id (GitHub numbers
-runs in creation order; a re-run is a new run) -- and it must be `completed` with conclusion `success`;
+concluded `success`.  A name needs a check run of that `name` posted by the app `REQUIRED_APP` (`github-actions`:
+anyone with `checks: write` can post a run of any name, so a run of another app never counts; where it is the only
+run of the name the refusal names it).  A commit status whose `context` is the name does not satisfy it alone, but
+where present it must be `success` too.  Of the name's runs by that app the latest counts -- the highest id (GitHub
+numbers runs in creation order; a re-run is a new run) -- and it must be `completed` with conclusion `success`;
 `neutral`, `skipped`, `stale`, `failure`, `cancelled`, `timed_out`, `action_required`, `startup_failure`, or
 any status other than `completed` (queued, in_progress, waiting, requested, pending) is refused.  A run of the name
 whose `head_sha` is not the commit, anywhere in the answer, is refused (a check of a parent or a branch says nothing
 about this commit, and an answer mixing commits is not this commit's CI).  A
-status context must be `success` (`pending`, `failure`, `error` refused).  A name reported by neither is missing.
+status context must be `success` (`pending`, `failure`, `error` refused).  A name without a run by the app is
+missing; the refusal lists the names GitHub did report at the commit.  Both answers' `total_count` must equal what
+their pages held.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.errors import InputError, RefusedError, RemoteError
+from pipeline.errors import InputError, RefusedError, RemoteError, quoted
 from pipeline.util.hashing import is_commit_hex
 from pipeline.util.jsonio import loads_toml
 
 REQUIRED_CHECKS_FILE = ".github/required-checks.toml"
+REQUIRED_APP = "github-actions"  # the app whose check runs a required name counts (anyone with checks: write can post a run of any name)
+MAX_REPORTED_SHOWN = 20  # the names reported at a commit that a "missing" refusal lists
 MAX_REQUIRED = 50
 MAX_NAME = 200
 MAX_URL = 2000
@@ -81,11 +87,21 @@ class CiState:
     sha: str
     check_runs: tuple[CheckRun, ...]
     statuses: tuple[CommitStatus, ...]
+    complete: bool = True  # False: a recorded block, which keeps only the required names' runs and statuses
 
     def latest(self, name: str) -> CheckRun | None:
-        """The run of `name` that counts: the highest id (a re-run is a new, later run)."""
-        runs = [r for r in self.check_runs if r.name == name]
+        """The run of `name` that counts: the highest id (a re-run is a new, later run) among the runs the required
+        app (`REQUIRED_APP`) posted; a run of the same name posted by another app never counts."""
+        runs = [r for r in self.check_runs if r.name == name and r.app == REQUIRED_APP]
         return max(runs, key=lambda r: r.id) if runs else None
+
+    def other_apps(self, name: str) -> list[CheckRun]:
+        """The runs of `name` posted by another app than `REQUIRED_APP` (ignored by the gate, named in its refusal)."""
+        return [r for r in self.check_runs if r.name == name and r.app != REQUIRED_APP]
+
+    def reported_names(self) -> list[str]:
+        """Every check run name and status context reported at the commit, sorted."""
+        return sorted({r.name for r in self.check_runs} | {s.context for s in self.statuses})
 
     def status(self, context: str) -> CommitStatus | None:
         return next((s for s in self.statuses if s.context == context), None)
@@ -93,7 +109,7 @@ class CiState:
     def for_names(self, names: tuple[str, ...]) -> CiState:
         """Only what the required names are reported by: what a plan binds."""
         wanted = set(names)
-        return CiState(self.repository, self.sha, tuple(r for r in self.check_runs if r.name in wanted), tuple(s for s in self.statuses if s.context in wanted))
+        return CiState(self.repository, self.sha, tuple(r for r in self.check_runs if r.name in wanted), tuple(s for s in self.statuses if s.context in wanted), complete=False)
 
     def to_json(self, required: tuple[str, ...]) -> dict[str, Any]:
         mine = self.for_names(required)
@@ -110,7 +126,7 @@ class CiState:
 
 def check_names(value: Any, *, file: str, field: str) -> tuple[str, ...]:
     """A declaration's list of required check names: a non-empty list of distinct, printable names."""
-    fix = 'list the exact job (check run) names or status contexts, e.g. required_checks = ["build", "test"]'
+    fix = 'list the exact GitHub Actions job (check run) names, e.g. required_checks = ["build", "test"]'
     if not isinstance(value, list) or not value or len(value) > MAX_REQUIRED:
         raise InputError("is not a list of required check names", file=file, field=field, found=value if not isinstance(value, list) else f"{len(value)} names",
                          expected=f"1..{MAX_REQUIRED} names", why="a publication is gated on the CI these name at its exact commit", fix=fix)
@@ -202,8 +218,10 @@ def parse_check_runs(pages: list[Any], *, endpoint: str) -> tuple[CheckRun, ...]
 
 
 def parse_statuses(pages: list[Any], *, endpoint: str, sha: str) -> tuple[CommitStatus, ...]:
-    """Every page of the combined-status answer -> the latest status of each context, at exactly `sha`."""
+    """Every page of the combined-status answer -> the latest status of each context, at exactly `sha`;
+    `total_count` must agree with what the pages held (as for check runs: a truncated or lying answer is refused)."""
     statuses: dict[str, CommitStatus] = {}
+    totals, read = set(), 0
     for number, page in enumerate(pages, 1):
         if not isinstance(page, dict) or not isinstance(page.get("statuses"), list):
             raise _shape_error(endpoint, f"page {number}", page, "an object with statuses[]")
@@ -212,6 +230,11 @@ def parse_statuses(pages: list[Any], *, endpoint: str, sha: str) -> tuple[Commit
                               why="only the statuses of exactly this commit count")
         if page.get("state") not in COMBINED_STATES:
             raise _shape_error(endpoint, "state", page.get("state"), " | ".join(COMBINED_STATES))
+        total = page.get("total_count")
+        if not isinstance(total, int) or isinstance(total, bool) or total < 0:
+            raise _shape_error(endpoint, f"page {number} total_count", total, "a count")
+        totals.add(total)
+        read += len(page["statuses"])
         for index, entry in enumerate(page["statuses"]):
             where = f"statuses[{index}]"
             if not isinstance(entry, dict):
@@ -222,30 +245,52 @@ def parse_statuses(pages: list[Any], *, endpoint: str, sha: str) -> tuple[Commit
             statuses.setdefault(context, CommitStatus(context, entry["state"], _url(entry.get("target_url"), endpoint, f"{where}.target_url")))  # newest first
         if len(statuses) > MAX_RUNS:
             raise RemoteError(f"{endpoint}: more than {MAX_RUNS} status contexts", why="far more than one commit's CI")
+    if len(totals) > 1 or (totals and read != totals.pop()):
+        raise RemoteError(f"{endpoint}: the pages held {read} statuses, but GitHub's total_count says otherwise", field="total_count",
+                          why="statuses were added while the pages were read, or a page was lost", fix="run again")
     return tuple(statuses.values())
 
 
 # -- the gate ------------------------------------------------------------------------------------
 
+MISSING = "missing"  # how a refusal of a name GitHub did not report (by the required app) begins
+
+
 def refusals(state: CiState, required: tuple[str, ...]) -> list[tuple[str, str, str | None]]:
-    """(name, what was found, URL) for every required name that is not `success` at exactly `state.sha`."""
+    """(name, what was found, URL) for every required name that is not `success` at exactly `state.sha`: a name
+    needs a check run posted by `REQUIRED_APP` whose latest run succeeded; a commit status of the same context,
+    where present, must succeed too (a status alone, or another app's run, does not satisfy the name)."""
     found: list[tuple[str, str, str | None]] = []
     for name in required:
         run, status = state.latest(name), state.status(name)
-        if run is None and status is None:
-            found.append((name, "missing: no check run or status of that name is reported at this commit", None))
-            continue
         foreign = next((r for r in state.check_runs if r.name == name and r.head_sha != state.sha), None)
         if foreign is not None:  # the endpoint lists one commit's runs: a run of another commit in it is not this commit's CI
             found.append((name, f"run {foreign.id} is of the commit {foreign.head_sha}, not this one", foreign.html_url))
-        elif run is not None:
-            if run.status != "completed":
-                found.append((name, f"run {run.id} is {run.status}", run.html_url))
-            elif run.conclusion != "success":
-                found.append((name, f"run {run.id} concluded {run.conclusion}", run.html_url))
+        elif run is None:
+            found.append((name, _missing(state, name, status), None))
+        elif run.status != "completed":
+            found.append((name, f"run {run.id} is {run.status}", run.html_url))
+        elif run.conclusion != "success":
+            found.append((name, f"run {run.id} concluded {run.conclusion}", run.html_url))
         if status is not None and status.state != "success":
             found.append((name, f"its commit status is {status.state}", status.target_url))
     return found
+
+
+def _missing(state: CiState, name: str, status: CommitStatus | None) -> str:
+    """Why `name` has no run that counts: another app's runs, a status only, or nothing of that name at all."""
+    others = state.other_apps(name)
+    if others:
+        latest = max(others, key=lambda r: r.id)
+        app = quoted(latest.app) if latest.app else "no app"
+        return f"{MISSING}: no check run by {REQUIRED_APP} at this commit; run {latest.id} of that name is posted by {app}, not {REQUIRED_APP}"
+    if status is not None:
+        return f"{MISSING}: no check run by {REQUIRED_APP} at this commit, only a commit status of that context (a status alone does not count)"
+    if not state.complete:
+        return f"{MISSING}: no check run or status of that name is reported at this commit (the record keeps only the required names)"
+    names = state.reported_names()
+    shown = ", ".join(quoted(n, 80) for n in names[:MAX_REPORTED_SHOWN]) + (f" (and {len(names) - MAX_REPORTED_SHOWN} more)" if len(names) > MAX_REPORTED_SHOWN else "")
+    return f"{MISSING}: no check run or status of that name is reported at this commit; " + (f"GitHub reported: {shown}" if names else "GitHub reported no checks at all")
 
 
 def require_green(state: CiState, required: tuple[str, ...], *, declared_in: str) -> str:
@@ -262,12 +307,13 @@ def require_green(state: CiState, required: tuple[str, ...], *, declared_in: str
             file=declared_in,
             field=name,
             found=what,
-            expected="a run completed with conclusion success at exactly this commit",
+            expected=f"a run by {REQUIRED_APP} completed with conclusion success at exactly this commit",
             why="only a commit whose every required check passed at exactly that commit is published (not a branch, not a parent)",
-            fix=f"fix the failure and re-run the check on {state.sha[:12]} (or cut a commit whose CI passed), then run the dry run again",
+            fix=(f"correct the declaration to the name the check run has (a typo, a matrix job's suffix such as 'test (ubuntu-latest)', a workflow "
+                 f"not triggered on push), or push the commit so its CI runs at {state.sha[:12]}, then run the dry run again") if what.startswith(MISSING) else
+                f"fix the failure and re-run the check on {state.sha[:12]} (or cut a commit whose CI passed), then run the dry run again",
         )
-    runs = [state.latest(n) for n in required]
-    ids = ", ".join(f"{n} #{r.id}" if r else f"{n} (status)" for n, r in zip(required, runs, strict=True))
+    ids = ", ".join(f"{n} #{run.id}" for n in required if (run := state.latest(n)) is not None)  # every name has its run here
     return f"{len(required)} required checks succeeded at {state.sha[:12]} ({ids})"
 
 
@@ -276,8 +322,8 @@ def from_recorded(value: Any, *, file: str, field: str) -> tuple[CiState, tuple[
     check_recorded(value, file=file, field=field)
     endpoint = f"{file} {field}"
     runs = parse_check_runs([{"total_count": len(value["check_runs"]), "check_runs": value["check_runs"]}], endpoint=endpoint)
-    statuses = parse_statuses([{"sha": value["sha"], "state": "pending", "statuses": value["statuses"]}], endpoint=endpoint, sha=value["sha"])
-    return CiState(value["repository"], value["sha"], runs, statuses), tuple(value["required"])
+    statuses = parse_statuses([{"sha": value["sha"], "state": "pending", "total_count": len(value["statuses"]), "statuses": value["statuses"]}], endpoint=endpoint, sha=value["sha"])
+    return CiState(value["repository"], value["sha"], runs, statuses, complete=False), tuple(value["required"])
 
 
 def changes(reviewed: Any, now: Any) -> list[str]:
@@ -321,6 +367,6 @@ def check_recorded(value: Any, *, file: str, field: str) -> None:
         parse_check_runs([{"total_count": len(value["check_runs"]) if isinstance(value["check_runs"], list) else -1, "check_runs": value["check_runs"]}], endpoint=f"{file} {field}")
         if not isinstance(value["statuses"], list):
             raise InputError("is not a list", file=file, field=f"{field}.statuses")
-        parse_statuses([{"sha": value["sha"], "state": "pending", "statuses": value["statuses"]}], endpoint=f"{file} {field}", sha=value["sha"])
+        parse_statuses([{"sha": value["sha"], "state": "pending", "total_count": len(value["statuses"]), "statuses": value["statuses"]}], endpoint=f"{file} {field}", sha=value["sha"])
     except RemoteError as exc:
         raise InputError(f"is not a recorded CI state: {exc.what}", file=file, field=exc.field or field) from None

@@ -388,7 +388,7 @@ class Lane:
     source_repository: str
     source_commit: str | None
     upstream_base: str | None
-    required_checks: tuple[str, ...]  # check run names / status contexts of the runtime repository's CI, at the cut's commit
+    required_checks: tuple[str, ...]  # GitHub Actions check run (job) names of the runtime repository's CI, at the cut's commit
     cmake_args: tuple[str, ...]
     targets: tuple[str, ...]
     binaries: tuple[str, ...]

@@ -146,6 +146,7 @@ class Remote:
         self.target = target
         self.token_ok = False
         self._observed: dict[str, Any] | None = None
+        self._ci_read: Any = None  # the CiState `observe` read (every name GitHub reported, for a refusal to list), or None
         self.reviewed: dict[str, Any] | None = None  # the reviewed plan's `observed`, set by --apply
         self.events: list[dict[str, Any]] = []  # this plan's journal so far (its own progress), set by --apply
 
@@ -158,7 +159,8 @@ class Remote:
                 try:
                     observed = self.github.tag_state(self.target.tag)
                     required = self.target.ci_required
-                    observed["ci"] = self.github.ci_state(self.target.commit).to_json(required) if required else None
+                    self._ci_read = self.github.ci_state(self.target.commit) if required else None
+                    observed["ci"] = self._ci_read.to_json(required) if self._ci_read is not None else None
                     self._observed = observed
                 except PipelineError as exc:
                     why = re.sub(r", request id \S+", "", exc.what)[:200]
@@ -351,6 +353,8 @@ class Remote:
             raise _refuse("no required checks are declared", file=t.ci_declared_in or None, why="a publication is gated on CI at its exact commit",
                           fix="declare them (a lane: [source] required_checks; the product: .github/required-checks.toml)")
         state, required = from_recorded(now["ci"], file="GitHub's answer", field="ci")
+        if self._ci_read is not None and self._ci_read.sha == state.sha:
+            state = self._ci_read  # the same read, unfiltered: a missing name's refusal lists what GitHub did report
         return require_green(state, required, declared_in=t.ci_declared_in)
 
     def unchanged(self) -> str:

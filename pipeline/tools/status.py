@@ -187,23 +187,29 @@ def lane_statuses(register: Register, lanes: dict[str, Lane]) -> list[LaneStatus
 
 
 def ci_recorded(lane: Lane, register: Register) -> str | None:
-    """The CI at the lane's cut commit where a record keeps it: the publication receipt, else the plan, else the cut
-    (formats/ci_checks.py renders it); None where none recorded it (a cut without a token, nothing planned yet)."""
+    """The CI at the lane's current cut commit where a record keeps it: the publication receipt, else the plan, else the cut
+    (formats/ci_checks.py renders it); None where none recorded it (a cut without a token, nothing planned yet) or the
+    lane has no current cut with a commit.  Only a record of exactly that commit counts: a plan or receipt of an earlier
+    cut says nothing about this one's CI."""
     from pipeline.formats import publication_plan as plans
     from pipeline.formats.ci_checks import summary
 
+    cut = _current_cut(lane)
+    commit = cut.source_commit if cut is not None else None
+    if commit is None:
+        return None
     for kind, reader, where in (("release-publication", plans.read_receipt, "receipt"), ("publication-plan", plans.read_plan, "plan")):
         for entry in register.query(kind, lane=lane.id):
             try:
                 document = reader(register.verified_path(entry))  # the bytes the register recorded, else skipped
                 block = document.get("ci") if where == "receipt" else document["observed"].get("ci")
-                if block is not None:
+                if isinstance(block, dict) and block.get("sha") == commit:
                     return f"{summary(block, file=entry.name, field='ci')} (publication {where})"
             except (PipelineError, OSError):
                 continue  # a missing or changed record: the publish cell says so
     for entry in register.query("cut", lane=lane.id):
         block = entry.attrs.get("ci")
-        if block is not None:
+        if isinstance(block, dict) and block.get("sha") == commit:
             try:
                 return f"{summary(block, file=entry.name, field='ci')} (cut)"
             except PipelineError:

@@ -219,6 +219,27 @@ def test_a_cut_whose_ci_is_not_green_at_its_commit_is_never_published(setup, cap
 
 
 @pytest.mark.slow
+def test_a_green_run_of_another_app_does_not_replace_a_failed_ci_run(setup):
+    failed = setup.gh.add_check_run(setup.workspace.commit, "test", conclusion="failure")
+    setup.gh.add_check_run(setup.workspace.commit, "test", app="other-app")  # later and green, but not GitHub Actions'
+    with pytest.raises(RefusedError, match=f"gate ci-at-commit refused: .*'test' run {failed['id']} concluded failure"):
+        setup.dry()
+    assert setup.gh.writes == 0
+
+
+@pytest.mark.slow
+def test_a_required_name_ci_never_reported_is_refused_listing_what_github_reported(setup):
+    commit = setup.workspace.commit
+    setup.gh.check_runs[commit] = [r for r in setup.gh.check_runs[commit] if r["name"] != "test"]
+    setup.gh.add_check_run(commit, "test (ubuntu-latest)")  # a matrix job's name, not the declared one
+    with pytest.raises(RefusedError) as caught:
+        setup.dry()
+    text = str(caught.value)
+    assert "gate ci-at-commit refused: " in text and "'test' missing" in text and "GitHub reported: 'build', 'test (ubuntu-latest)'" in text, text
+    assert "correct the declaration" in text and setup.gh.writes == 0
+
+
+@pytest.mark.slow
 def test_a_rerun_that_flips_between_the_dry_run_and_the_apply_is_caught(setup):
     setup.gh.faults["ci_rerun_after_read"] = ("test", "failure")  # re-run right after the dry run read the checks
     sha = setup.plan_sha()

@@ -80,11 +80,62 @@ def test_a_rerun_that_passes_after_a_failure_counts_as_the_latest(gh):
     assert gate(gh).startswith("2 required checks succeeded")
 
 
-def test_a_status_context_counts_as_a_required_check(gh):
+def test_a_status_alone_does_not_satisfy_a_required_name_but_one_beside_a_run_must_succeed(gh):
     gh.add_check_run(SHA, "build")
-    gh.add_status(SHA, "test", "failure")
-    gh.add_status(SHA, "test", "success")  # the latest status of the context counts
+    gh.add_status(SHA, "test", "success")  # anyone with statuses: write can post a green context of any name
+    with pytest.raises(RefusedError, match="'test' missing: no check run by github-actions at this commit, only a commit status") as caught:
+        gate(gh)
+    assert "correct the declaration" in str(caught.value)
+    gh.add_check_run(SHA, "test")
+    gh.add_status(SHA, "test", "failure")  # the latest status of the context counts, beside the run
+    with pytest.raises(RefusedError, match="its commit status is failure"):
+        gate(gh)
+    gh.add_status(SHA, "test", "success")
     assert gate(gh).startswith("2 required checks succeeded")
+
+
+def test_a_run_posted_by_another_app_never_replaces_the_required_apps_run(gh):
+    gh.add_check_run(SHA, "build")
+    failed = gh.add_check_run(SHA, "test", conclusion="failure")
+    gh.add_check_run(SHA, "test", app="evil-app")  # a later, green run of the same name by another app
+    with pytest.raises(RefusedError, match=f"'test' run {failed['id']} concluded failure"):
+        gate(gh)
+
+
+def test_a_name_only_another_app_posted_is_refused_naming_that_app(gh):
+    gh.add_check_run(SHA, "build")
+    other = gh.add_check_run(SHA, "test", app="evil-app")
+    with pytest.raises(RefusedError, match=f"run {other['id']} of that name is posted by 'evil-app', not github-actions"):
+        gate(gh)
+
+
+def test_a_missing_name_lists_what_github_reported_quoted_and_says_how_to_fix_the_declaration(gh):
+    gh.add_check_run(SHA, "build")
+    gh.add_check_run(SHA, "test (ubuntu-latest)")
+    gh.add_status(SHA, "ci/\u202eevil")
+    with pytest.raises(RefusedError) as caught:
+        gate(gh)
+    text = str(caught.value)
+    assert "GitHub reported: 'build', 'ci/\\u202eevil', 'test (ubuntu-latest)'" in text, text
+    assert "\u202e" not in text.replace("\\u202e", ""), "a reported name is quoted, never printed raw"
+    assert "correct the declaration" in text and "matrix" in text and "push" in text
+    for index in range(40):
+        gh.add_check_run(SHA, f"job-{index:02d}")
+    with pytest.raises(RefusedError, match=r"\(and 23 more\)"):
+        gate(gh)
+
+
+def test_a_combined_status_whose_total_count_disagrees_is_refused(gh):
+    gh.pass_checks(SHA, REQUIRED)
+    status = gh.add_status(SHA, "test", "failure")
+    body = {"state": "success", "sha": SHA, "total_count": 2, "statuses": []}  # hides the failing status it counts
+    gh.faults["malformed"] = {f"/repos/{REPO}/commits/{SHA}/status": body}
+    with pytest.raises(RemoteError, match="the pages held 0 statuses, but GitHub's total_count says otherwise"):
+        client(gh).ci_state(SHA)
+    body["total_count"] = 1
+    body["statuses"] = [status]
+    with pytest.raises(RefusedError, match="its commit status is failure"):
+        require_green(client(gh).ci_state(SHA), REQUIRED, declared_in="lane")
 
 
 def test_check_runs_are_read_over_every_page(gh):
@@ -155,3 +206,17 @@ def test_the_product_declaration_is_required_and_strict():
         read_required_checks(b'required_checks = ["x"]\nextra = 1\n', source="f")
     with pytest.raises(InputError, match="is not a recorded CI state"):
         check_recorded({"repository": REPO, "sha": SHA, "required": ["x"], "check_runs": [{"id": 1}], "statuses": []}, file="plan", field="observed.ci")
+
+
+def test_a_recorded_block_keeps_only_the_required_names_and_says_so_when_one_is_missing(gh):
+    from pipeline.formats.ci_checks import from_recorded
+
+    gh.add_check_run(SHA, "build")
+    gh.add_check_run(SHA, "test (ubuntu-latest)")
+    state = client(gh).ci_state(SHA)
+    with pytest.raises(RefusedError, match="GitHub reported: 'build', 'test \\(ubuntu-latest\\)'"):
+        require_green(state, REQUIRED, declared_in="lane")
+    recorded, required = from_recorded(state.to_json(REQUIRED), file="plan", field="observed.ci")
+    with pytest.raises(RefusedError, match="the record keeps only the required names") as caught:
+        require_green(recorded, required, declared_in="lane")
+    assert "GitHub reported no checks at all" not in str(caught.value), "a filtered record does not claim GitHub reported nothing"

@@ -321,3 +321,39 @@ def test_a_urls_password_reaches_neither_the_refusal_log_nor_the_register_nor_th
     execute(_Toy(ctx, "image", lane, "oci-layout", "x", manifest_digest="sha256:" + "1" * 64, source_url="https://u:PW-four@mirror.test/y"))
     register = (ctx.dist / "register.json").read_text()
     assert "PW-" not in register and "https://[REDACTED]@mirror.test/y" in register
+
+
+def _ci_block(sha):
+    run = {"id": 7, "name": "build", "head_sha": sha, "status": "completed", "conclusion": "success", "html_url": None, "app": "github-actions"}
+    return {"repository": "alphastorm/ninfer", "sha": sha, "required": ["build"], "check_runs": [run], "statuses": []}
+
+
+def _plan_entry(ctx, lane, commit, name):
+    from pipeline.formats import publication_plan as plans
+
+    observed = {"read": True, "tag": None, "immutable_releases": None, "releases": [], "ci": _ci_block(commit)}
+    plan = plans.make_plan(kind="component", subject=lane.id, repository="alphastorm/ninfer", tag=lane.tag(), commit=commit, name=lane.tag(), body="b",
+                           prerelease=True, make_latest=False, gates=[], observed=observed,
+                           assets=[{"name": "a.tar.zst", "size": 1, "sha256": "1" * 64, "source": {"root": "dist", "path": "a.tar.zst"}}])
+    path = ctx.dist / lane.id / "publish" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(plans.plan_bytes(plan))
+    return ctx.register.make("publication-plan", path, stage="publish", lane=lane.id, name=f"{lane.id}/{name}",
+                             plan_sha256=plans.plan_sha256(plan), repository="alphastorm/ninfer", tag=lane.tag())
+
+
+def test_the_ci_line_shows_only_a_record_of_the_current_cuts_commit(road, monkeypatch):
+    import dataclasses
+
+    from pipeline.tools import status
+
+    ctx, lane = road
+    now, earlier = "a" * 40, "e" * 40
+    cut = dataclasses.replace(lane.ledger().current(lane.version), source_commit=now)
+    monkeypatch.setattr(status, "_current_cut", lambda _lane: cut)  # the seeded ledger's current cut records no commit
+    ctx.register.record_stage("publish:old", "f" * 64, [_plan_entry(ctx, lane, earlier, "old-plan.json")])
+    assert status.ci_recorded(lane, ctx.register) is None, "a plan of an earlier cut's commit says nothing about this cut's CI"
+    ctx.register.record_stage("publish:new", "f" * 64, [_plan_entry(ctx, lane, now, "new-plan.json")])
+    assert status.ci_recorded(lane, ctx.register) == "green at aaaaaaaaaaaa: build #7 success (publication plan)"
+    monkeypatch.setattr(status, "_current_cut", lambda _lane: dataclasses.replace(cut, source_commit=None))
+    assert status.ci_recorded(lane, ctx.register) is None, "a cut without a commit has no CI to show"
