@@ -48,7 +48,7 @@ import json
 import os
 import platform
 import re
-import select
+import selectors
 import shutil
 import signal
 import subprocess
@@ -470,13 +470,19 @@ class _BashSession:
             code = self.proc.wait()
             return "failed", code, "the shell session had already ended"
         deadline = time.monotonic() + timeout
+        # poll/epoll (selectors), never select(): select() refuses a descriptor above 1023, and a runner inside a
+        # long-lived process (a test worker, a service) may well get its pipe at such a number.
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.read_fd, selectors.EVENT_READ)
+            return self._await_status(selector, deadline, timeout)
+
+    def _await_status(self, selector: selectors.BaseSelector, deadline: float, timeout: float) -> tuple[str, int | None, str | None]:
         while b"\n" not in self.buffer:
             left = deadline - time.monotonic()
             if left <= 0:
                 _kill_group(self.proc)
                 return "failed", None, f"timed out after {timeout:g} s (the session was stopped)"
-            ready, _, _ = select.select([self.read_fd], [], [], min(left, 1.0))
-            if not ready:
+            if not selector.select(min(left, 1.0)):
                 continue
             chunk = os.read(self.read_fd, 64)
             if not chunk:  # the shell exited: errexit, `exit`, or a crash

@@ -153,6 +153,28 @@ def test_a_route_runs_in_one_session_with_stdin_at_eof_and_a_clean_environment(r
     validate_receipt(receipt, file="receipt")
 
 
+def test_a_runner_in_a_process_with_over_a_thousand_open_files_still_runs_the_route(runbook, tmp_path):
+    """A long-lived process (a test worker, a service) may hold over 1,023 descriptors, so the session's status pipe
+    gets a number select() refuses ('filedescriptor out of range in select()', as CI once showed); the runner waits
+    with poll/epoll instead."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"this host allows only {hard} open files per process")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100) if hard == resource.RLIM_INFINITY else min(max(soft, 1100), hard), hard))
+    held = []
+    try:
+        while not held or held[-1] < 1030:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        receipt = run_bundle(bundle_of(runbook, "session"), "b.json", RunOptions(clone=runbook, work=tmp_path / "work"))
+        assert receipt["status"] == "passed", receipt["steps"]
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_a_secret_in_the_environment_never_reaches_the_receipt(runbook, tmp_path):
     """The runner's own environment holds the secret (as a CI job's would); the receipt has no trace of it,
     and the output hash shows the route never saw it."""
