@@ -377,8 +377,8 @@ def check_auditor_lock(lock: bytes, release_lock: bytes, wheel: Path, source: Ve
                                  fix="refresh both locks together with 'nox -s lock'")
         # The same files (a hash of other bytes is other bytes) for the same environments (a marker no platform
         # matches would leave a dependency out of the install while the entry looks present).
-        for field, found, expected in (("hashes", entry.sha256, pinned.sha256), ("marker", entry.marker, pinned.marker)):
-            if (sorted(found) if field == "hashes" else found) != (sorted(expected) if field == "hashes" else expected):
+        for field, found, expected in (("hashes", sorted(entry.sha256), sorted(pinned.sha256)), ("marker", entry.marker, pinned.marker)):
+            if found != expected:
                 raise IntegrityError(f"the auditor's lock gives {entry.name} other {field} than the release lock", file=where,
                                      field=f"{entry.name}.{field}", found=found, expected=expected,
                                      why="auditors must install the very files the release lock pins, where it installs them",
