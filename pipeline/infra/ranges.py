@@ -173,8 +173,9 @@ class Intervals:
 
 
 def _prepare(part: Path, size: int, sha256: str | None) -> tuple[Intervals, int]:
-    """What an earlier run left (checked), recorded before the .part is preallocated to `size`; and the
-    .part's descriptor (`open_part`: no link followed, one name only)."""
+    """What an earlier run left (checked), recorded before the .part is preallocated to `size` (`_reserve`,
+    once the server has answered for that size); and the .part's descriptor (`open_part`: no link followed,
+    one name only)."""
     state_file = state_path(part)
     try:
         state = read_state(state_file, size=size, sha256=sha256)
@@ -194,16 +195,21 @@ def _prepare(part: Path, size: int, sha256: str | None) -> tuple[Intervals, int]
     fd = open_part(part, os.O_RDWR | os.O_CREAT)  # checked before the state vouches for anything in it
     try:
         write_state(state_file, RangeState(size, sha256, received.spans()))
-        try:
-            os.posix_fallocate(fd, 0, size)  # room for the whole file now, not at 90%
-        except OSError as exc:
-            if exc.errno == 28:  # ENOSPC
-                raise EnvironmentProblem(f"no room for {size} bytes of {part.name}", file=part, fix="free disk space or pass --cache DIR on a larger disk") from None
-            os.ftruncate(fd, size)  # a file system without fallocate
     except BaseException:
         os.close(fd)
         raise
     return received, fd
+
+
+def _reserve(fd: int, part: Path, size: int) -> None:
+    """Room for the whole file now, not at 90%; only after the server's first answer confirmed it serves a
+    file of this size, so a manifest's claimed size reserves nothing on a server that has no such file."""
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as exc:
+        if exc.errno == 28:  # ENOSPC
+            raise EnvironmentProblem(f"no room for {size} bytes of {part.name}", file=part, fix="free disk space or pass --cache DIR on a larger disk") from None
+        os.ftruncate(fd, size)  # a file system without fallocate
 
 
 def fetch(item: net.DownloadItem, part: Path, *, size: int, sha256: str | None, connections: int, budget: threading.Semaphore | None,
@@ -248,6 +254,8 @@ class _Ranges:
         self.active = 0  # workers running
         self.holding = self.peak = 0  # connections held now, and the most at once
         self.probed = threading.Event()  # the first answer showed the server serves ranges
+        self.reserve_lock = threading.Lock()
+        self.reserved = False  # the .part preallocated to `size` (after the first answer)
         self.save_lock = threading.Lock()
         self.save_wanted = threading.Event()  # a piece landed since the last save
         self.stopping = threading.Event()  # the saver's end
@@ -493,6 +501,10 @@ class _Ranges:
                         raise RemoteError(f"the server kept answering HTTP {status} for {item.label}", file=item.url, fix="try again later")
                     continue
                 self._check_answer(response, position, end)
+                with self.reserve_lock:
+                    if not self.reserved:
+                        _reserve(self.fd, self.part, self.size)
+                        self.reserved = True
                 self.probed.set()
                 self._receive(response, slot, end)
             with self.cond:

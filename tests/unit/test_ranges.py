@@ -9,6 +9,7 @@ by range from its checked state file, and the bytes held for hashing stay under 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -431,3 +432,36 @@ def test_a_state_file_with_a_second_name_vouches_for_nothing(server, tmp_path):
     result = fetch(url, tmp_path / "cache" / "asset")
     assert result.sha256 == DIGEST and result.resumed_from == 0, "the linked state was not trusted"
     assert outside.read_bytes() == before
+
+
+def test_a_claimed_size_reserves_no_disk_before_the_server_confirms_it(server, tmp_path, monkeypatch):
+    # A manifest may claim a 20 GB file: while the server has none (404), nothing is preallocated.
+    reserved = []
+    monkeypatch.setattr(ranges.os, "posix_fallocate", lambda fd, offset, size: reserved.append(size))
+    with pytest.raises(RemoteError):
+        fetch(server.url("/no-such-file.bin"), tmp_path / "asset", expected_size=20 << 30, retries=0)
+    assert reserved == []
+    part = tmp_path / "asset.part"
+    assert not part.exists() or part.stat().st_size == 0
+
+
+def test_the_whole_file_is_reserved_once_the_first_answer_confirms_its_size(server, tmp_path, monkeypatch):
+    url = server.add("/reserved.bin", Route("ranged", BODY))
+    reserved = []
+    real = os.posix_fallocate
+    monkeypatch.setattr(ranges.os, "posix_fallocate", lambda fd, offset, size: (reserved.append((offset, size)), real(fd, offset, size)))
+    assert fetch(url, tmp_path / "asset").sha256 == DIGEST
+    assert reserved == [(0, len(BODY))]
+
+
+def test_no_room_for_the_whole_file_is_said_before_any_byte_is_written(server, tmp_path, monkeypatch):
+    url = server.add("/full-disk.bin", Route("ranged", BODY))
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ranges.os, "posix_fallocate", full)
+    with pytest.raises(EnvironmentProblem, match=f"no room for {len(BODY)} bytes of asset.part"):
+        fetch(url, tmp_path / "asset", retries=0)
+    part = tmp_path / "asset.part"
+    assert not part.exists() or part.stat().st_size == 0
