@@ -341,10 +341,15 @@ def test_the_image_selftest_script_starts_the_engine_in_the_image_and_binds_the_
     shutil.copyfile(imagekit.host_library("libc.so.6"), driver / "libcuda.so.999.1")  # an ELF; what it is does not matter here
     bound = subprocess.run(["dash", str(SELFTEST_SCRIPT), str(root)], capture_output=True, text=True, timeout=60, env={**env, "NVIDIA_DRIVER_LIB_DIR": str(driver)})
     assert f"driver library {driver}/libcuda.so.999.1 -> /usr/lib/x86_64-linux-gnu/libcuda.so.999.1 (read-only bind)" in bound.stderr, bound.stderr
-    assert bound.returncode == 1 and f"failed (exit 0) with the driver {driver}/libcuda.so.999.1 bound in" in bound.stderr, bound.stderr
+    assert bound.returncode == 1 and f"failed (exit 0) with the driver {driver}/libcuda.so.999.1 in place (chroot in a private mount namespace" in bound.stderr, bound.stderr
     mount_point = root / "usr" / "lib" / "x86_64-linux-gnu" / "libcuda.so.999.1"
     assert mount_point.stat().st_size == 0  # the bind lived in the script's mount namespace only
     assert not any(str(root) in line for line in Path("/proc/self/mounts").read_text().splitlines())
+    # loader mode (where no mount namespace can be made): the image's own loader and libraries, a copy of the driver, no chroot
+    loader = subprocess.run(["dash", str(SELFTEST_SCRIPT), str(root)], capture_output=True, text=True, timeout=60,
+                            env={**env, "NVIDIA_DRIVER_LIB_DIR": str(driver), "SELFTEST_IMAGE_ROOTFS_MODE": "loader"})
+    assert "running: the image's loader /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --inhibit-cache" in loader.stderr, loader.stderr
+    assert loader.returncode == 1 and "in place (loader mode: the image's loader and libraries, no chroot)" in loader.stderr, loader.stderr
     # not a root file system: a usage error (2) naming what is expected
     wrong = subprocess.run(["dash", str(SELFTEST_SCRIPT), str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
     assert wrong.returncode == 2 and "not a folder (expected an unpacked image root file system)" in wrong.stderr
