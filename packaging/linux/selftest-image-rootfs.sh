@@ -170,6 +170,11 @@ else
     say "no NVIDIA driver on this host: libcuda.so.* is neither in ldconfig's cache nor in ${NVIDIA_DRIVER_LIB_DIR:+$NVIDIA_DRIVER_LIB_DIR }$DRIVER_FOLDERS (set NVIDIA_DRIVER_LIB_DIR to its folder); the self-test below cannot pass"
 fi
 
+# The toolkit has nvidia-modprobe load nvidia-uvm and make its device nodes first: the driver makes
+# /dev/nvidia-uvm on first use only, and nothing inside the image can make it.
+if [ -n "$driver_found" ] && command -v nvidia-modprobe >/dev/null 2>&1; then
+    nvidia-modprobe -u -c=0 || say "note: nvidia-modprobe -u -c=0 failed; /dev/nvidia-uvm may be missing"
+fi
 mkdir -p "$root/dev" "$root/proc" "$root/sys" "$root/tmp"
 mount -t tmpfs -o mode=755,nosuid tmpfs "$root/dev" || fail 2 "could not mount a tmpfs on $root/dev"
 for device in $CONTAINER_DEVICES; do
