@@ -47,6 +47,19 @@ def test_the_committed_trixie_lock_is_the_one_its_definition_asks_for():
     assert [s.distro for s in lock.sources] == ["debian-13", "debian-13"]
 
 
+
+def test_the_committed_sample_base_is_the_product_base_cut_down_to_what_the_sample_links():
+    """containers/trixie/sample-runtime.toml (the GPU self-test's image base): its lock is current, and every package
+    in it is the product lock's, at the same version, from the same archives and keys."""
+    sample = load_definition(DEFINITION.with_name("sample-runtime.toml"))
+    product = load_definition(DEFINITION)
+    sample_lock, product_lock = image.read_package_lock(sample), image.read_package_lock(product)  # each refuses a stale lock
+    assert sample.lane == product.lane == LANE and sample.package_base.sources == product.package_base.sources
+    assert sample.package_base.wheel_files == product.package_base.wheel_files
+    versions = {p.name: p.version for p in product_lock.packages}
+    assert {p.name: p.version for p in sample_lock.packages} == {p.name: versions[p.name] for p in sample_lock.packages}
+    assert "libavcodec61" not in {p.name for p in sample_lock.packages} and "libstdc++6" in {p.name for p in sample_lock.packages}
+
 def _isolated(tmp_path, monkeypatch, packages: list[str] | None = None) -> Path:
     monkeypatch.setattr(image_definition, "REPO_ROOT", tmp_path)
     monkeypatch.setenv("OMP_NINFER_APT_CACHE", str(tmp_path / "apt-cache"))

@@ -298,3 +298,58 @@ def test_the_register_and_push_name_the_definitions_path_in_the_repository(world
     entry = next(a for a in build_image(LANE, dist=_packaged(tmp_path, "dist"), definition=definition).outputs if a.kind == "oci-layout")
     assert entry.attrs["definition"] == "containers/trixie/ninfer-runtime.toml" and entry.attrs["base_reference"] == "containers/trixie/ninfer-runtime.lock.json"
     assert choose_registry(None, [entry], {}) == (entry.attrs["production_repository"], "the repository of the image definition containers/trixie/ninfer-runtime.toml")
+
+
+SELFTEST_SCRIPT = Path(__file__).resolve().parents[2] / "packaging" / "linux" / "selftest-image-rootfs.sh"
+
+
+def _host_has_a_driver() -> bool:
+    listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True).stdout if shutil.which("ldconfig") else ""
+    return "libcuda.so.1 " in listing
+
+
+def _unpacked_layers(layout: Path, into: Path) -> Path:
+    """The image's layers extracted in manifest order with tar (what run.sh does on the GPU machine)."""
+    (manifest_row,) = json.loads((layout / "index.json").read_text())["manifests"]
+    manifest = json.loads((layout / "blobs" / "sha256" / manifest_row["digest"].split(":")[1]).read_text())
+    into.mkdir()
+    for layer in manifest["layers"]:
+        subprocess.run(["tar", "--numeric-owner", "-xzpf", str(layout / "blobs" / "sha256" / layer["digest"].split(":")[1]), "-C", str(into)], check=True)
+    return into
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("dash") is None, reason="the script runs under a POSIX sh (dash) in a private mount namespace (unshare)")
+def test_the_image_selftest_script_starts_the_engine_in_the_image_and_binds_the_driver_only_inside_its_namespace(world, tmp_path):
+    """packaging/linux/selftest-image-rootfs.sh without a GPU: --version runs in the image, --selftest fails, and says why."""
+    tmp, _repo, definition = world
+    assert image.lock_packages(LANE, definition=definition) == 0
+    dist = _packaged(tmp, "dist")
+    entry = next(a for a in build_image(LANE, dist=dist, definition=definition).outputs if a.kind == "oci-layout")
+    root = _unpacked_layers(dist / entry.attrs["layout"], tmp_path / "rootfs")
+    env = {k: v for k, v in os.environ.items() if k != "NVIDIA_DRIVER_LIB_DIR"}
+    plain = subprocess.run(["dash", str(SELFTEST_SCRIPT), str(root)], capture_output=True, text=True, timeout=60, env=env)
+    # the stand-in engine (/usr/bin/true) starts in the image; its --selftest prints no "selftest: ok": refused, exit 1
+    assert "running: chroot " + str(root) + " /opt/ninfer/bin/ninfer-serve --version" in plain.stderr, plain.stderr
+    assert plain.returncode == 1 and "error: /opt/ninfer/bin/ninfer-serve --selftest failed (exit 0)" in plain.stderr, plain.stderr
+    if not _host_has_a_driver():
+        assert "no NVIDIA driver on this host: libcuda.so.* is neither in ldconfig's cache nor in" in plain.stderr
+        assert "on a host without an NVIDIA driver" in plain.stderr
+    # a driver folder named by NVIDIA_DRIVER_LIB_DIR: its libcuda bound read-only onto a file in the image's library
+    # folder, the soname link made by ldconfig (the host's -r: this image has no libc-bin), all gone afterwards
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    shutil.copyfile(imagekit.host_library("libc.so.6"), driver / "libcuda.so.999.1")  # an ELF; what it is does not matter here
+    bound = subprocess.run(["dash", str(SELFTEST_SCRIPT), str(root)], capture_output=True, text=True, timeout=60, env={**env, "NVIDIA_DRIVER_LIB_DIR": str(driver)})
+    assert f"driver library {driver}/libcuda.so.999.1 -> /usr/lib/x86_64-linux-gnu/libcuda.so.999.1 (read-only bind)" in bound.stderr, bound.stderr
+    assert bound.returncode == 1 and f"failed (exit 0) with the driver {driver}/libcuda.so.999.1 in place (chroot in a private mount namespace" in bound.stderr, bound.stderr
+    mount_point = root / "usr" / "lib" / "x86_64-linux-gnu" / "libcuda.so.999.1"
+    assert mount_point.stat().st_size == 0  # the bind lived in the script's mount namespace only
+    assert not any(str(root) in line for line in Path("/proc/self/mounts").read_text().splitlines())
+    # loader mode (where no mount namespace can be made): the image's own loader and libraries, a copy of the driver, no chroot
+    loader = subprocess.run(["dash", str(SELFTEST_SCRIPT), str(root)], capture_output=True, text=True, timeout=60,
+                            env={**env, "NVIDIA_DRIVER_LIB_DIR": str(driver), "SELFTEST_IMAGE_ROOTFS_MODE": "loader"})
+    assert "running: the image's loader /usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 --inhibit-cache" in loader.stderr, loader.stderr
+    assert loader.returncode == 1 and "in place (loader mode: the image's loader and libraries, no chroot)" in loader.stderr, loader.stderr
+    # not a root file system: a usage error (2) naming what is expected
+    wrong = subprocess.run(["dash", str(SELFTEST_SCRIPT), str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=60)
+    assert wrong.returncode == 2 and "not a folder (expected an unpacked image root file system)" in wrong.stderr
