@@ -821,10 +821,43 @@ def cdx_bytes(bom) -> bytes:
 @functools.cache
 def _cdx_validator():
     """The CycloneDX 1.6 strict schema validator, loaded once per process (its schema and referenced schemas are read from disk)."""
+    _import_iri_syntax_lazily()
     from cyclonedx.schema import SchemaVersion
     from cyclonedx.validation.json import JsonStrictValidator
 
     return JsonStrictValidator(SchemaVersion.V1_6)
+
+
+def _import_iri_syntax_lazily() -> None:
+    """Import rfc3987_syntax (the validator's `iri-reference` format check) with each of its Lark parsers built
+    on first use.  At import it builds 39 Earley parsers, 2.3 s of every process that validates a CycloneDX
+    document, and jsonschema uses one of them: the same checks, made when a value needs one."""
+    import sys
+
+    if "rfc3987_syntax" in sys.modules:
+        return
+    try:
+        import lark
+    except ImportError:  # jsonschema then checks the format without it, as it would anyway
+        return
+    eager = lark.Lark
+
+    class LazyLark:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self._args, self._kwargs, self._parser = args, kwargs, None
+
+        def parse(self, *args: Any, **kwargs: Any) -> Any:
+            if self._parser is None:
+                self._parser = eager(*self._args, **self._kwargs)
+            return self._parser.parse(*args, **kwargs)
+
+    lark.Lark = LazyLark  # type: ignore[misc,assignment]
+    try:
+        import rfc3987_syntax  # noqa: F401 - imported now, while `from lark import Lark` finds the lazy one
+    except ImportError:
+        pass
+    finally:
+        lark.Lark = eager  # type: ignore[misc]
 
 
 def cdx_schema_errors(data: bytes) -> list[str]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 import uuid
 from importlib import metadata
 from pathlib import Path
@@ -15,6 +17,7 @@ from winfixtures import packaged_native_set
 from pipeline.cli import main
 from pipeline.errors import IntegrityError
 from pipeline.formats import sbom
+from pipeline.formats.lanes import REPO_ROOT
 from pipeline.infra.archive import read_tar_gz
 from pipeline.util.hashing import file_digests
 
@@ -122,6 +125,29 @@ def test_an_invalid_cyclonedx_document_fails_the_schema():
     errors = sbom.cdx_schema_errors(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1,
                                                  "components": [{"type": "library", "name": "x", "hashes": [{"alg": "SHA-256", "content": "xyz"}]}]}).encode())
     assert errors and any("xyz" in e for e in errors)
+
+
+def test_an_external_reference_that_is_no_iri_fails_the_schema_in_a_fresh_process():
+    # The validator's iri-reference check (rfc3987_syntax, its parsers built on first use) still refuses, in a
+    # process that imported nothing before; and lark is left as it was found.
+    script = """
+import json, sys, time
+sys.path.insert(0, ".")
+import lark
+from pipeline.formats import sbom
+from pipeline.formats.lanes import REPO_ROOT
+started = time.monotonic()
+def errors(url):
+    return sbom.cdx_schema_errors(json.dumps({"bomFormat": "CycloneDX", "specVersion": "1.6", "version": 1, "components": [
+        {"type": "library", "name": "x", "externalReferences": [{"type": "website", "url": url}]}]}).encode())
+print(json.dumps({"bad": errors("https://example.com/a b"), "good": errors("https://example.com/a%20b"),
+                  "lark_restored": lark.Lark.__module__.startswith("lark"), "seconds": time.monotonic() - started}))
+"""
+    answer = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+    assert answer.returncode == 0, answer.stderr
+    result = json.loads(answer.stdout)
+    assert result["good"] == [] and result["lark_restored"]
+    assert result["bad"] and any("https://example.com/a b" in error for error in result["bad"]), result["bad"]
 
 
 # -- the SBOMs of a real package -------------------------------------------------------
