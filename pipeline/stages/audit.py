@@ -77,7 +77,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import tempfile
 import threading
 import time
@@ -108,11 +107,12 @@ from pipeline.formats.release.manifest import (
 from pipeline.formats.release.names import BUNDLE_SUFFIX, EVIDENCE, ROW_RECORDS, review_ledger_required
 from pipeline.infra import attestations, net, ranges
 from pipeline.infra import progress as transfer_progress
+from pipeline.infra.download_cache import DownloadCache, link_or_copy
 from pipeline.infra.net import check_scheme
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, execute
 from pipeline.util import ui
-from pipeline.util.fs import exclusive_lock, read_bytes_bounded
+from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.jsonio import dig, expect_list, expect_object, loads_document
 from pipeline.util.safepath import component_problem, safe_component, safe_relpath
@@ -587,12 +587,10 @@ class Auditor:
         self.certificate_oidc_issuer = certificate_oidc_issuer
         self.expected_signer = None  # SignerIdentity, set once the manifest names its release
         self.jobs = max(1, jobs)
-        # One budget of connections for every download at once: a file above range_threshold
-        # fetches parallel ranges over the connections the other --jobs leave free.
-        self.connections = max(1, connections)
-        self.range_threshold = range_threshold
-        self.budget = threading.BoundedSemaphore(self.connections)
-        self._bars: Any = False  # the live progress display while the assets download
+        # Every download (assets, records, statements, bundles, API answers) goes through one cache
+        # policy: one budget of --connections for all of them at once, the run's overall deadline.
+        self.downloads = DownloadCache(session=self._http, timeout=timeout, retries=retries, connections=connections,
+                                       range_threshold=range_threshold, unsized_cap=MAX_UNSIZED_ASSET_BYTES)
         self.cache_root = cache
         self.allow_unsigned = allow_unsigned
         self.trust_config = trust_config
@@ -606,11 +604,19 @@ class Auditor:
         self.mirrors = list(mirrors or [])
         self.skip_larger_than = skip_larger_than
         self.report = AuditReport(manifest=self.shown_source)
-        self.deadline: net.Deadline | None = None  # the run's overall deadline, from the start of run()
         self._manifest: dict[str, Any] = {}
         self._rebound: dict[str, Any] = {}  # lane -> (first release, chain) or _Refused
 
     # -- plumbing
+    @property
+    def deadline(self) -> net.Deadline | None:
+        """The run's overall deadline, from the start of run(): the download cache enforces it on every request."""
+        return self.downloads.deadline
+
+    @deadline.setter
+    def deadline(self, value: net.Deadline | None) -> None:
+        self.downloads.deadline = value
+
     def _http(self):
         if self._session is not None:
             return self._session
@@ -651,79 +657,18 @@ class Auditor:
         return base / "omp-ninfer-audit" / release
 
     def _download(self, url: str, target: Path, *, sha256: str | None, size: int | None, label: str, on_bytes=None, cap: int | None = None, redirects: str = "same-origin") -> Fetched:
-        """Fetch into target (resuming), hashing while writing; reuse a complete cached copy.
+        """Fetch into target through the shared cache (`infra/download_cache.py`): resumed, hashed while writing,
+        a complete cached copy re-used only when pinned and re-hashed; a failure is the result's error.
 
         Bounded by the pinned `size`, else by `cap` (unpinned documents), else
         by MAX_UNSIZED_ASSET_BYTES (hash-pinned files without a recorded size).
         """
         binding = Binding(label=label, field="", url=url, sha256=sha256, size=size)
-        url = self.fetch_url(url)
         try:
-            # One writer per cache file: the .part and the finished file are claimed under an exclusive
-            # lock, so a second audit sharing --cache waits, then re-uses (re-hashes) what the first made.
-            # The lock is a hidden name (no cached file's name starts with '.') that is never removed.
-            with exclusive_lock(target.with_name(f".{target.name}.lock"), waiting=f"{label}: another audit is fetching it into this cache; waiting for it",
-                                on_wait=ui.info, give_up=self._still_waiting(url, target, sha256, size)):
-                return self._fetch_claimed(binding, url, target, label=label, on_bytes=on_bytes, cap=cap, redirects=redirects)
+            got = self.downloads.fetch(self.fetch_url(url), target, sha256=sha256, size=size, label=label, on_bytes=on_bytes, cap=cap, redirects=redirects)
         except PipelineError as error:
             return Fetched(binding, None, None, None, error=_short_remote(error), late=isinstance(error, net.DeadlinePassed))
-
-    def _still_waiting(self, url: str, target: Path, sha256: Any, size: Any) -> Callable[[], None]:
-        """While another audit holds a cache file: the bytes it writes into the file's .part earn this run's
-        deadline time, as bytes this run received would (at 256 KiB/s); raise its error once it has passed."""
-        part = target.with_name(target.name + ".part")
-        seen = [-1]
-
-        def check() -> None:
-            if self.deadline is None:
-                return
-            held = _held_bytes(part, sha256, size)
-            if seen[0] >= 0 and held > seen[0]:
-                self.deadline.earn(held - seen[0])
-            seen[0] = max(seen[0], held)
-            if self.deadline.passed():
-                raise self.deadline.error(net.BEFORE, url)
-        return check
-
-    def _fetch_claimed(self, binding: Binding, url: str, target: Path, *, label: str, on_bytes, cap: int | None, redirects: str) -> Fetched:
-        """`_download` while this run holds the cache file's lock."""
-        from pipeline.infra import transfer
-
-        sha256, size = binding.sha256, binding.size
-        if os.path.lexists(target):
-            # A complete file from an earlier run is re-used only when the manifest pins its hash and
-            # its bytes hash to it now (never through a link); anything unpinned (signed files,
-            # bundles) is fetched anew.
-            cached = _hash_cached(target, size) if sha256 is not None else None
-            if cached is not None and cached[0] == sha256:
-                return Fetched(binding, target, sha256, cached[1])
-            _remove_cached(target)
-        kwargs: dict[str, Any] = {}
-        if self.retries is not None:
-            kwargs["retries"] = self.retries
-        if size is None:
-            kwargs["max_size"] = cap if cap is not None else MAX_UNSIZED_ASSET_BYTES
-            if cap is None:
-                kwargs["deadline"] = net.deadline_for(self.timeout, MAX_UNSIZED_ASSET_BYTES)
-        result = transfer.download(
-            url,
-            target,
-            label=label,
-            session=self._http(),
-            expected_size=size,
-            expected_sha256=sha256,
-            timeout=self.timeout,
-            progress=self._bars,
-            on_bytes=on_bytes,
-            connections=self.connections,
-            range_threshold=self.range_threshold,
-            budget=self.budget,
-            redirects=redirects,
-            resume=sha256 is not None,  # unpinned bytes of an earlier run may be another version
-            overall=self.deadline,
-            **kwargs,
-        )
-        return Fetched(binding, result.path, result.sha256, result.size, resumed_at=tuple(getattr(result, "resumed_at", ())))
+        return Fetched(binding, got.path, got.sha256, got.size, resumed_at=got.resumed_at)
 
     # -- steps
     def load_manifest(self) -> tuple[dict[str, Any], bytes] | None:
@@ -860,7 +805,7 @@ class Auditor:
         overall = _Overall()
         started = time.monotonic()
         bars = transfer_progress.TransferProgress("audit: all assets", total) if transfer_progress.wanted(self.progress) else None
-        self._bars = bars or False
+        self.downloads.progress = bars or False
 
         def one(binding: Binding) -> Fetched:
             # Lane folders one level below the fixed kind folders, so no lane id can name one of those.
@@ -881,7 +826,7 @@ class Auditor:
                     fetched = dict(zip(order, pool.map(one, [bindings[i] for i in order]), strict=True))
                 results = [fetched[i] for i in range(len(bindings))]
         finally:
-            self._bars = False
+            self.downloads.progress = False
             if bars:
                 bars.close()
         self.report.bytes_downloaded += overall.count
@@ -1011,7 +956,7 @@ class Auditor:
                 folder = Path(staging) / lane
                 folder.mkdir()
                 for name, path in available.items():
-                    _link(path, folder / name)
+                    link_or_copy(path, folder / name)
                 report = check_assets(folder, lane=lane_obj, beta=beta, lanes_dir=self.lanes_dir)
         except PipelineError as error:
             self.add(Item(label, False, error.render(), "set"))
@@ -1534,49 +1479,6 @@ def _tag_api(repository: Any) -> tuple[str | None, str | None, str | None]:
     if net.is_loopback(parts.hostname):
         return f"{parts.scheme}://{parts.netloc}", slug, None
     return None, slug, f"the repository {repository} is not on GitHub: the audit reads component tags through GitHub's REST API only"
-
-
-def _hash_cached(path: Path, size: int | None) -> tuple[str, int] | None:
-    """The SHA-256 and size of a cache file read now, never through a link; None when it is no regular file of `size` bytes."""
-    try:
-        fd = os.open(path, os.O_RDONLY | ranges.NOFOLLOW)
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as handle:
-        info = os.fstat(handle.fileno())
-        if not stat.S_ISREG(info.st_mode) or (size is not None and info.st_size != size):
-            return None
-        return hashlib.file_digest(handle, "sha256").hexdigest(), info.st_size
-
-
-def _held_bytes(part: Path, sha256: Any, size: Any) -> int:
-    """How many bytes of a pinned file another audit's .part holds now: its range state's intervals (read as
-    hostile input, bound to the pin), else its length (a single stream's prefix); 0 when unknown."""
-    from pipeline.formats.range_state import read_state, state_path
-
-    try:
-        if isinstance(size, int) and os.path.lexists(state_path(part)):
-            state = read_state(state_path(part), size=size, sha256=sha256 if is_sha256_hex(sha256) else None)
-            return sum(end - start for start, end in state.received) if state is not None else 0
-        info = os.lstat(part)
-    except (OSError, PipelineError):
-        return 0
-    return info.st_size if stat.S_ISREG(info.st_mode) else 0
-
-
-def _remove_cached(path: Path) -> None:
-    try:
-        path.unlink(missing_ok=True)
-    except (IsADirectoryError, PermissionError):
-        raise EnvironmentProblem(f"{path.name} is a folder, where the audit keeps a downloaded file", file=path,
-                                 fix="remove that folder and run the audit again") from None
-
-
-def _link(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError:
-        shutil.copyfile(source, target)
 
 
 def _manifest_release_problem(source: str, release: str) -> str | None:

@@ -1613,7 +1613,7 @@ def test_waiting_for_another_audits_download_earns_time_from_the_bytes_it_writes
     for grows in (False, True):
         auditor = audit.Auditor("manifest.json", cache=tmp_path, progress=False)
         auditor.deadline = net.Deadline(0.3, what="the audit's overall deadline of 0.3 s", paced=True)
-        check = auditor._still_waiting("http://127.0.0.1:9/model.bin", target, None, size)
+        check = auditor.downloads.still_waiting("http://127.0.0.1:9/model.bin", target, None, size)
         holding(0)
         check()
         time.sleep(0.4)
