@@ -32,6 +32,7 @@ from repokit import SIGSTORE_VECTORS
 from pipeline import cli
 from pipeline.errors import ExitCode
 from pipeline.formats.audit_report import read_report
+from pipeline.formats.release.manifest import parse_manifest
 from pipeline.register import Register
 from pipeline.stages import audit
 
@@ -854,7 +855,8 @@ def test_a_manifest_field_of_the_wrong_type_fails_its_item_instead_of_a_tracebac
     report, lines = run_audit(tree.publish(), tmp_path)
     assert not report.passed and report.verdict().startswith("AUDIT FAILED")
     assert reason in line_for(fails(lines), prefix)
-    bindings = audit.collect_bindings(tree.manifest)  # the collection alone is total too
+    parsed = parse_manifest(json.dumps(tree.manifest).encode(), source="manifest.json", check_type=False)
+    bindings = audit.collect_bindings(parsed)  # the collection alone is total too
     assert all(isinstance(audit.binding_problem(binding), (str, type(None))) for binding in bindings)
 
 

@@ -83,7 +83,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import EnvironmentProblem, InputError
-from pipeline.formats.release.manifest import lane_rows_at, parse_manifest, published_set_rows
+from pipeline.formats.release.manifest import ReleaseManifest, parse_manifest
 from pipeline.infra import net, ranges
 from pipeline.infra.net import check_scheme
 from pipeline.register import Artifact
@@ -112,7 +112,6 @@ from pipeline.stages.audit.session import DEFAULT_JOBS, DEFAULT_TIMEOUT, AuditSe
 from pipeline.util import ui
 from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import is_sha256_hex, sha256_bytes
-from pipeline.util.jsonio import dig
 
 # What the CLI, the benchmark and the tests use: the audit's own names, wherever their job module keeps them.
 __all__ = [
@@ -124,7 +123,7 @@ __all__ = [
 class Auditor(AuditSession):
     """The audit of one manifest: reads it, gates its names and signer, fetches what it binds, runs each job."""
 
-    def load_manifest(self) -> tuple[dict[str, Any], bytes] | None:
+    def load_manifest(self) -> ReleaseManifest | None:
         if self.is_url:
             problem = check_scheme(self.source)
             if problem:
@@ -149,7 +148,7 @@ class Auditor(AuditSession):
         if not isinstance(manifest.release, str):
             self.add(Item(f"manifest {self.shown_source}", False, "is not a release manifest (no 'release')", "manifest"))
             return None
-        return dict(manifest.document), data
+        return manifest
 
     def run(self) -> AuditReport:
         started = time.monotonic()
@@ -165,10 +164,10 @@ class Auditor(AuditSession):
         if loaded is None:
             self.report.seconds = time.monotonic() - started
             return self.report
-        manifest, data = loaded
-        release = manifest["release"]
+        manifest = loaded
+        release = manifest.release
         self.report.release = release
-        self.report.status = manifest.get("status")
+        self.report.status = manifest.status
         label = f"manifest {Path(urlsplit(self.source).path).name if self.is_url else self.source}"
         try:
             check_manifest_names(manifest, file=self.source)
@@ -177,7 +176,7 @@ class Auditor(AuditSession):
             self.report.seconds = time.monotonic() - started
             return self.report
         where = _manifest_release_problem(self.source, release)
-        self.add(Item(label, where is None, where or f"release {word(release)}, status {word(manifest.get('status'))}, sha256 {sha256_bytes(data)}", "manifest"))
+        self.add(Item(label, where is None, where or f"release {word(release)}, status {word(manifest.status)}, sha256 {manifest.sha256}", "manifest"))
         if where is not None:  # a manifest outside its release tree binds nothing: fetch nothing it names
             self.report.seconds = time.monotonic() - started
             return self.report
@@ -189,7 +188,7 @@ class Auditor(AuditSession):
 
         # A candidate's records get their raw URLs only after acceptance (the pin dance), and only the
         # ready release is signed: at status candidate those are SKIP (never OK), every asset still counts.
-        candidate = manifest.get("status") == "candidate"
+        candidate = manifest.status == "candidate"
         if candidate:
             self.allow_unsigned = True
         runnable: list[Binding] = []
@@ -220,20 +219,20 @@ class Auditor(AuditSession):
             if result.binding.group:
                 by_group.setdefault(result.binding.group, []).append(result)
 
-        self.manifest_document = manifest
-        for row_where, row in published_set_rows(manifest):
+        self.manifest = manifest
+        for row_where, row in manifest.published_set_rows():
             lane = row.get("id") or row_where
             sets.audit_set(self, lane, row, by_group.get(lane, []), cache)
-        for row_where, row in lane_rows_at(manifest):
+        for row_where, row in manifest.lane_rows_at():
             tags.audit_tag(self, row_where, row, cache)
         for result in fetched:
             if result.binding.role in ("spdx", "cdx") and result.error is None and self.matches(result):
                 sets.validate_sbom(self, result)
-        signatures.audit_signatures(self, manifest, data)
+        signatures.audit_signatures(self, manifest)
         reviews.audit_reviews(self, manifest, fetched)
         github_attestations.audit_release_attestations(self, [r for r in fetched if r.error is None and r.path is not None and self.matches(r)], cache)
-        container = dig(manifest, "components.ninfer")
-        if isinstance(container, dict) and "oci_reference" in container:
+        container = manifest.section("components.ninfer")
+        if "oci_reference" in container:
             image.audit_image(self, container)
             provenance.audit_image_statement(self, container, cache)
         self.report.seconds = time.monotonic() - started

@@ -8,20 +8,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pipeline.errors import (
-    InputError,
-)
-from pipeline.formats.release.manifest import (
-    evidence_records,
-    lane_rows_at,
-    row_records,
-    section,
-)
+from pipeline.errors import InputError
+from pipeline.formats.release.manifest import ReleaseManifest, row_records
 from pipeline.formats.release.names import EVIDENCE, ROW_RECORDS
 from pipeline.infra.net import check_scheme
-from pipeline.stages.audit.model import BARE_NAME, REPO_PATH, Binding, text_of, url_file_name
+from pipeline.stages.audit.model import BARE_NAME, REPO_PATH, Binding, url_file_name
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
-from pipeline.util.jsonio import dig, expect_list, expect_object
+from pipeline.util.jsonio import expect_list, expect_object
 from pipeline.util.safepath import component_problem, safe_component, safe_relpath
 
 RAW_HOST = "raw.githubusercontent.com"
@@ -90,11 +83,11 @@ def check_raw_location(url: str, path: Any, product_repository: str, release: st
     return f"points outside its release: expected {_raw_prefixes(product_repository)[-1]}<40-hex commit>/manifests/{release}/…"
 
 
-def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
-    release = manifest.get("release")
-    product_repository = text_of(dig(manifest, "product.repository"))
+def collect_bindings(manifest: ReleaseManifest) -> list[Binding]:
+    release = manifest.release
+    product_repository = manifest.product_repository()
     bindings: list[Binding] = []
-    components = section(manifest, "components")
+    components = manifest.section("components")
 
     omp = components.get("omp") if isinstance(components.get("omp"), dict) else None
     if omp is not None:
@@ -134,7 +127,7 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
             binding.location_error = f"the model revision {revision!r} is not a 40-hex commit: a branch URL can change"
         bindings.append(binding)
 
-    for where, row in lane_rows_at(manifest):
+    for where, row in manifest.lane_rows_at():
         lane = row.get("id") or where
         prefix = f"{str(row.get('repository') or '').rstrip('/')}/releases/download/{row.get('release_tag')}/"
         for stem, role in SET_FIELDS:
@@ -164,17 +157,17 @@ def collect_bindings(manifest: dict[str, Any]) -> list[Binding]:
             if "public_url" in record.record:
                 bindings.append(_record(f"{lane} {record.name.replace('_', ' ')}", record.field, record.record, record.path_key, "sha256", product_repository, release))
 
-    qualification = section(manifest, "qualification")
+    qualification = manifest.section("qualification")
     if "public_url" in qualification:
         bindings.append(_record("qualification summary", "qualification", qualification, "summary", "summary_sha256", product_repository, release))
         acceptance = qualification.get("acceptance")
         if isinstance(acceptance, dict) and "public_url" in acceptance:
             bindings.append(_record("external-installation acceptance", "qualification.acceptance", acceptance, "path", "sha256", product_repository, release))
-    compatibility = section(manifest, "compatibility")
+    compatibility = manifest.section("compatibility")
     if "public_url" in compatibility:
         bindings.append(_record("compatibility authority", "compatibility", compatibility, "path", "sha256", product_repository, release))
-    reviews = manifest.get("reviews")
-    if isinstance(reviews, dict) and "public_url" in reviews:
+    reviews = manifest.section("reviews")
+    if "public_url" in reviews:
         bindings.append(_record("review ledger", "reviews", reviews, "path", "sha256", product_repository, release))
 
     for binding in bindings:
@@ -207,18 +200,18 @@ _OBJECT_FIELDS = ("components", "product", "qualification", "compatibility", "si
 _LIST_FIELDS = ("components.ninfer_variants", "components.omp.platforms", "signing.signed_files")
 
 
-def check_manifest_shapes(manifest: dict[str, Any], *, file: str) -> None:
+def check_manifest_shapes(manifest: ReleaseManifest, *, file: str) -> None:
     """Every binding-holding field that is present (and not null) has its contract's type; InputError naming it."""
     for where in _OBJECT_FIELDS:
-        value = dig(manifest, where)
+        value = manifest.value(where)
         if value is not None:
             expect_object(value, source=file, field=where)
     for where in _LIST_FIELDS:
-        value = dig(manifest, where)
+        value = manifest.value(where)
         if value is not None:
             expect_list(value, source=file, field=where)
-    signing = manifest.get("signing")
-    if isinstance(signing, dict) and "evidence" in signing and signing["evidence"] != EVIDENCE:
+    signing = manifest.section("signing")
+    if "evidence" in signing and signing["evidence"] != EVIDENCE:
         raise InputError(
             "is not the evidence promise this audit knows",
             file=file,
@@ -228,39 +221,38 @@ def check_manifest_shapes(manifest: dict[str, Any], *, file: str) -> None:
             why="the promise decides whether a missing provenance statement or DSSE bundle fails the audit",
             fix="audit with the pipeline of the release's own version",
         )
-    product = dig(manifest, "product.repository")
+    product = manifest.value("product.repository")
     if product is not None and not isinstance(product, str):
         raise InputError("must be a URL string", file=file, field="product.repository", found=product, expected="the product repository URL")
-    for index, platform in enumerate(dig(manifest, "components.omp.platforms") or []):
+    for index, platform in enumerate(manifest.value("components.omp.platforms") or []):
         expect_object(platform, source=file, field=f"components.omp.platforms[{index}]")
-    for index, row in enumerate(dig(manifest, "components.ninfer_variants") or []):
+    for index, row in enumerate(manifest.value("components.ninfer_variants") or []):
         expect_object(row, source=file, field=f"components.ninfer_variants[{index}]")
-    for where, row in lane_rows_at(manifest):
+    for where, row in manifest.lane_rows_at():
         for record in ("qualification", *ROW_RECORDS):
             if row.get(record) is not None:
                 expect_object(row[record], source=file, field=f"{where}.{record}")
 
 
-def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
+def check_manifest_names(manifest: ReleaseManifest, *, file: str) -> None:
     """Every manifest value that becomes part of a path under --cache, checked before anything is fetched.
 
     The release names the cache folder, lane ids the folders of their sets,
     asset names and record paths the files; a hostile manifest must not steer
     any of them outside --cache (an absolute id, '..', a device name).
     """
-    safe_component(manifest.get("release"), file=file, field="release", max_len=100, expected="a release name such as 'v0.13.1'")
+    safe_component(manifest.release, file=file, field="release", max_len=100, expected="a release name such as 'v0.13.1'")
     check_manifest_shapes(manifest, file=file)
-    components = section(manifest, "components")
-    omp = section(components, "omp")
+    omp = manifest.section("components.omp")
     platforms = omp.get("platforms")
     for index, platform in enumerate(platforms if isinstance(platforms, list) else []):
         if isinstance(platform, dict) and platform.get("artifact_name") is not None:
             safe_component(platform["artifact_name"], file=file, field=f"components.omp.platforms[{index}].artifact_name")
-    model = section(components, "model")
+    model = manifest.section("components.model")
     if model.get("artifact_name") is not None:
         safe_component(model["artifact_name"], file=file, field="components.model.artifact_name")
     seen: dict[str, str] = {}
-    for where, row in lane_rows_at(manifest):
+    for where, row in manifest.lane_rows_at():
         if row.get("id") is not None:
             lane = safe_component(row["id"], file=file, field=f"{where}.id", max_len=100, expected="a lane id such as 'rtx4090-windows-native'")
             if lane.casefold() in seen:
@@ -270,10 +262,10 @@ def check_manifest_names(manifest: dict[str, Any], *, file: str) -> None:
         for stem, _role in SET_FIELDS:
             if row.get(f"{stem}_name") is not None:
                 safe_component(row[f"{stem}_name"], file=file, field=f"{where}.{stem}_name")
-    for record in evidence_records(manifest):
+    for record in manifest.evidence_records():
         if record.path is not None:
             safe_relpath(record.path, file=file, field=f"{record.field}.{record.path_key}")
-    signing = section(manifest, "signing")
+    signing = manifest.section("signing")
     signed = signing.get("signed_files")
     for index, relative in enumerate(signed if isinstance(signed, list) else []):
         if isinstance(relative, str):

@@ -5,10 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from pipeline.errors import (
-    InputError,
-    PipelineError,
-)
+from pipeline.errors import InputError, PipelineError
 from pipeline.infra import net
 from pipeline.stages.audit.model import Item
 from pipeline.stages.audit.session import AuditSession

@@ -150,9 +150,6 @@ def word(value: Any) -> str:
     return value if isinstance(value, str) and BARE_NAME.fullmatch(value) else ui.quoted(value)
 
 
-def text_of(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
 
 class Refused(Exception):
     """Why an audit item cannot be decided from the data it needs (the message is the item's reason)."""

@@ -7,16 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import (
-    InputError,
-    IntegrityError,
-    PipelineError,
-)
-from pipeline.formats.release.manifest import (
-    lane_row,
-    section,
-)
-from pipeline.formats.release.names import BUNDLE_SUFFIX
+from pipeline.errors import InputError, IntegrityError, PipelineError
+from pipeline.formats.release.manifest import ReleaseManifest, parse_manifest, section
 from pipeline.stages.audit.model import (
     MAX_BUNDLE_BYTES,
     MAX_RECORD_BYTES,
@@ -27,7 +19,7 @@ from pipeline.stages.audit.model import (
 )
 from pipeline.stages.audit.session import AuditSession
 from pipeline.util.hashing import is_sha256_hex, sha256_bytes
-from pipeline.util.jsonio import dig, loads_document
+from pipeline.util.jsonio import loads_document
 
 MAX_REBIND_CHAIN = 32  # predecessor manifests read to find the release that first shipped a rebound set
 
@@ -69,12 +61,13 @@ def audit_image_statement(auditor: AuditSession, row: dict[str, Any], cache: Pat
 
 def _evidence_reason(auditor: AuditSession, row: dict[str, Any], key: str, url: str, *, product_release: bool) -> str | None:
     """Why a missing statement or bundle at `url` is SKIP, not FAIL; None when the manifest promises it (FAIL)."""
-    promise = dig(auditor.manifest_document, "signing.evidence")
+    manifest = auditor.release_manifest()
+    promise = manifest.value("signing.evidence")
     if promise is None:
         return f"made before signing.evidence (the release promises no published provenance evidence); nothing at {url}"
     if not isinstance(row.get(key), dict):
         return f"the row binds no {key} record, so signing.evidence promises no statement for it; nothing at {url}"
-    status = auditor.manifest_document.get("status")
+    status = manifest.status
     if product_release and status != "ready":
         return f"status {status}: the product release is published after ready; nothing at {url} yet"
     return None
@@ -115,8 +108,7 @@ def _audit_statement(auditor: AuditSession, lane: str, url: str, folder: Path, r
         auditor.add(Item(label, False, error.render(), "provenance", {"url": url}))
         return
     auditor.add(Item(label, True, f"{note(statement)}; source {statement.external['source_commit']}, builder {statement.builder_id}", "provenance", {"sha256": sha256_bytes(data), "url": url}))
-    signing = section(auditor.manifest_document, "signing")
-    bundle_url = url + (signing.get("bundle_suffix") or BUNDLE_SUFFIX)
+    bundle_url = url + auditor.release_manifest().bundle_suffix()
     bundle = auditor.download(bundle_url, folder / url_file_name(bundle_url), sha256=None, size=None, label=url_file_name(bundle_url), cap=MAX_BUNDLE_BYTES)
     bundle_label = f"signature {name}"
     if bundle.error or bundle.path is None:
@@ -178,7 +170,7 @@ def _rebound_signer(auditor: AuditSession, row: dict[str, Any]) -> tuple[Any, st
     release, chain = first
     expected = auditor.expected_signer
     assert expected is not None  # _check_signer ran first
-    suffix = f"@refs/tags/{auditor.manifest_document['release']}"
+    suffix = f"@refs/tags/{auditor.release_manifest().release}"
     if not expected.identity.endswith(suffix):
         raise Refused(f"the expected signer {expected.identity} does not end with {suffix}, so the signer of {release}, which first shipped the rebound set, cannot be derived from it")
     identity = expected.identity[: -len(suffix)] + f"@refs/tags/{release}"
@@ -190,7 +182,8 @@ def _rebound_signer(auditor: AuditSession, row: dict[str, Any]) -> tuple[Any, st
 def _first_shipped(auditor: AuditSession, row: dict[str, Any]) -> tuple[str, list[str]]:
     from pipeline.formats.release.names import RELEASE_RE, sort_release_key
 
-    manifest, release, current = auditor.manifest_document, str(auditor.manifest_document["release"]), row
+    manifest = auditor.release_manifest()
+    release, current = str(manifest.release), row
     lane = row.get("id")
     chain: list[str] = []
     for _ in range(MAX_REBIND_CHAIN):
@@ -202,14 +195,14 @@ def _first_shipped(auditor: AuditSession, row: dict[str, Any]) -> tuple[str, lis
             raise Refused(f"{where} is not a release name (found {rebound!r})")
         if sort_release_key(rebound) >= sort_release_key(release):
             raise Refused(f"{where} names {rebound}, which is not a release before {release}")
-        predecessor = section(manifest, "predecessor")
+        predecessor = manifest.section("predecessor")
         if predecessor.get("release") != rebound:
             raise Refused(f"{where} names {rebound}, but the manifest of {release} has the predecessor {predecessor.get('release')!r}: a rebound row is its predecessor's row")
         digest = predecessor.get("manifest_sha256")
         if not is_sha256_hex(digest):
             raise Refused(f"the manifest of {release} binds no predecessor.manifest_sha256 (found {digest!r}), so the manifest of {rebound} cannot be checked")
         older = _predecessor_manifest(auditor, rebound, digest)
-        old = lane_row(older, lane)
+        old = older.lane_row(lane)
         if old is None:
             raise Refused(f"the manifest of {rebound} ships no row {lane}, but {where} names it")
         for key in ("repository", "release_tag", "source_commit", "checksums_sha256"):
@@ -220,16 +213,17 @@ def _first_shipped(auditor: AuditSession, row: dict[str, Any]) -> tuple[str, lis
     raise Refused(f"the row {lane} is rebound through more than {MAX_REBIND_CHAIN} releases; the audit does not follow it further")
 
 
-def _predecessor_manifest(auditor: AuditSession, release: str, digest: str) -> dict[str, Any]:
+def _predecessor_manifest(auditor: AuditSession, release: str, digest: str) -> ReleaseManifest:
     """The manifest of an earlier release, `manifests/<release>/manifest.json` beside this one's tree, checked against its pin."""
-    own = f"manifests/{auditor.manifest_document['release']}/manifest.json"
+    current = str(auditor.release_manifest().release)
+    own = f"manifests/{current}/manifest.json"
     source = auditor.source if auditor.is_url else Path(auditor.source).resolve().as_posix()
     relative = f"manifests/{release}/manifest.json"
     if not source.endswith("/" + own):
         raise Refused(f"the manifest is not read from its release tree (…/{own}), so the manifest of {release} ({relative}) cannot be found beside it")
-    location, is_url = auditor.signed_source(str(auditor.manifest_document["release"]), relative)
+    location, is_url = auditor.signed_source(current, relative)
     try:
-        data = auditor.fetch_small(location, is_url, auditor.cache_dir(str(auditor.manifest_document["release"])) / "predecessors" / release / "manifest.json", cap=MAX_RELEASE_MANIFEST_BYTES)
+        data = auditor.fetch_small(location, is_url, auditor.cache_dir(current) / "predecessors" / release / "manifest.json", cap=MAX_RELEASE_MANIFEST_BYTES)
     except (PipelineError, OSError) as error:
         raise Refused(f"cannot fetch the manifest of {release} at {location}: {getattr(error, 'what', error)}") from None
     if sha256_bytes(data) != digest:
@@ -240,4 +234,4 @@ def _predecessor_manifest(auditor: AuditSession, release: str, digest: str) -> d
         raise Refused(f"the manifest of {release} at {location} is not JSON: {error.what}") from None
     if not isinstance(document, dict) or document.get("release") != release:
         raise Refused(f"the document at {location} is not the manifest of {release}")
-    return document
+    return parse_manifest(data, source=location, check_type=False, max_bytes=MAX_RELEASE_MANIFEST_BYTES)  # the checks above passed: it parses

@@ -11,12 +11,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pipeline.errors import (
-    InputError,
-    PipelineError,
-    RemoteError,
-    redact_url_credentials,
-)
+from pipeline.errors import InputError, PipelineError, RemoteError, redact_url_credentials
+from pipeline.formats.release.manifest import ReleaseManifest
 from pipeline.infra import net, ranges
 from pipeline.infra import progress as transfer_progress
 from pipeline.infra.download_cache import DownloadCache
@@ -28,12 +24,11 @@ from pipeline.stages.audit.model import (
     Binding,
     Fetched,
     Item,
-    text_of,
 )
 from pipeline.util import ui
 from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import sha256_bytes
-from pipeline.util.jsonio import dig, loads_document
+from pipeline.util.jsonio import loads_document
 
 DEFAULT_JOBS = 4
 DEFAULT_TIMEOUT = 60.0
@@ -105,7 +100,7 @@ class AuditSession:
         self.mirrors = list(mirrors or [])
         self.skip_larger_than = skip_larger_than
         self.report = AuditReport(manifest=self.shown_source)
-        self.manifest_document: dict[str, Any] = {}
+        self.manifest: ReleaseManifest | None = None  # the audited manifest, once its names and signer passed
         self.rebound: dict[str, Any] = {}  # lane -> (first release, chain) or Refused
 
     @property
@@ -276,8 +271,14 @@ class AuditSession:
         """`<product repository>/releases/download/<release>/<name>`: the product release's assets (bundles, image statement)."""
         from pipeline.formats.release.names import download_url
 
-        repository = text_of(dig(self.manifest_document, "product.repository"))
-        return download_url(repository, self.manifest_document["release"], name) if repository else None
+        manifest = self.release_manifest()
+        repository = manifest.product_repository()
+        return download_url(repository, manifest.release, name) if repository else None
+
+    def release_manifest(self) -> ReleaseManifest:
+        """The audited manifest: the jobs run only after run() read it."""
+        assert self.manifest is not None, "a job ran before the audit read its manifest"
+        return self.manifest
 
 
 def short_remote(error: PipelineError) -> str:

@@ -6,9 +6,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from pipeline.errors import (
-    PipelineError,
-)
+from pipeline.errors import PipelineError
 from pipeline.infra.download_cache import link_or_copy
 from pipeline.stages.audit import provenance
 from pipeline.stages.audit.model import Binding, Fetched, Item

@@ -4,24 +4,17 @@ bundle of every signed file."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
-from pipeline.errors import (
-    PipelineError,
-)
-from pipeline.formats.release.manifest import (
-    section,
-)
-from pipeline.formats.release.names import BUNDLE_SUFFIX
+from pipeline.errors import PipelineError
+from pipeline.formats.release.manifest import ReleaseManifest
 from pipeline.infra import net
-from pipeline.stages.audit.model import MAX_BUNDLE_BYTES, MAX_SIGNED_FILE_BYTES, Item, text_of
+from pipeline.stages.audit.model import MAX_BUNDLE_BYTES, MAX_SIGNED_FILE_BYTES, Item
 from pipeline.stages.audit.session import AuditSession
 from pipeline.util.hashing import sha256_bytes
-from pipeline.util.jsonio import dig
 
 
-def check_signer(auditor: AuditSession, manifest: dict[str, Any]) -> bool:
+def check_signer(auditor: AuditSession, manifest: ReleaseManifest) -> bool:
     """The expected signer, from the auditor (or this tool's default), checked against what the manifest declares.
 
     Default: `https://github.com/<repository>/.github/workflows/release.yml@refs/tags/<release>`
@@ -35,7 +28,7 @@ def check_signer(auditor: AuditSession, manifest: dict[str, Any]) -> bool:
     from pipeline.formats.release.signer import release_signer
     from pipeline.infra import sigstore
 
-    release = manifest["release"]
+    release = manifest.release
     trust = auditor.trust_config or "production"
     if auditor.certificate_identity:
         identity = auditor.certificate_identity
@@ -50,14 +43,14 @@ def check_signer(auditor: AuditSession, manifest: dict[str, Any]) -> bool:
     auditor.expected_signer = sigstore.SignerIdentity(identity, issuer, claimed_repository, ref, trust)
     label = "signer"
     problems: list[str] = []
-    signing = section(manifest, "signing")
+    signing = manifest.section("signing")
     declared = (signing.get("certificate_identity"), signing.get("certificate_oidc_issuer"))
     if signing and declared != (identity, issuer):
         problems.append(f"the manifest declares the signer {declared[0]!r} (issuer {declared[1]!r}), but this audit expects {identity!r} (issuer {issuer!r}, from {source}); pass --repository OWNER/NAME or --certificate-identity to audit a release of another repository")
     declared_trust = signing.get("trust_config", "production")
     if auditor.trust_config is None and declared_trust != "production":
         problems.append(f"the manifest asks for the {declared_trust!r} Sigstore instance; signatures are checked on production unless you pass --trust-config {declared_trust}")
-    product = text_of(dig(manifest, "product.repository"))
+    product = manifest.product_repository()
     parts = urlsplit(product) if product else None
     product_path = parts.path.strip("/").removesuffix(".git") if parts else ""
     # GitHub itself, or a loopback server (tests, a local copy): never another host, which would
@@ -74,16 +67,16 @@ def check_signer(auditor: AuditSession, manifest: dict[str, Any]) -> bool:
     return True
 
 
-def audit_signatures(auditor: AuditSession, manifest: dict[str, Any], manifest_bytes: bytes) -> None:
+def audit_signatures(auditor: AuditSession, manifest: ReleaseManifest) -> None:
     from pipeline.infra import sigstore
 
-    signing = manifest.get("signing")
-    release = manifest["release"]
-    if not isinstance(signing, dict):
+    signing = manifest.section("signing")
+    release = manifest.release
+    if not isinstance(manifest.value("signing"), dict):
         auditor.add(Item("signatures", None if auditor.allow_unsigned else False, "the manifest declares no signing block (expected signer and signed files)", "signature"))
         return
     files = signing.get("signed_files")
-    suffix = signing.get("bundle_suffix") or BUNDLE_SUFFIX
+    suffix = manifest.bundle_suffix()
     if not isinstance(files, list) or not files:
         auditor.add(Item("signatures", False, "signing block lists no signed_files", "signature"))
         return
@@ -103,7 +96,7 @@ def audit_signatures(auditor: AuditSession, manifest: dict[str, Any], manifest_b
         location, is_url = auditor.signed_source(release, relative)
         try:
             if relative == f"manifests/{release}/manifest.json":
-                data = manifest_bytes
+                data = manifest.data  # the bytes this audit hashed and parsed
             else:
                 data = auditor.fetch_small(location, is_url, cache / relative, cap=MAX_SIGNED_FILE_BYTES)
         except (PipelineError, OSError) as error:
