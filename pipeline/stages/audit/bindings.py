@@ -19,7 +19,7 @@ from pipeline.util.safepath import component_problem, safe_component, safe_relpa
 
 RAW_HOST = "raw.githubusercontent.com"
 
-
+# Lane-row field prefix -> the role of the file in the closed set (docs/release-tree.md).
 SET_FIELDS = (
     ("package", "package"),
     ("binary_archive", "package"),
@@ -193,10 +193,11 @@ def _record(label: str, where: str, record: dict[str, Any], path_key: str, sha_k
     return binding
 
 
+# Fields that hold bindings, by the type the release-tree contract gives them: a manifest that
+# holds another type there (a number for the list of lane rows) binds nothing the audit could
+# check, and would otherwise pass with those items silently missing.
 _OBJECT_FIELDS = ("components", "product", "qualification", "compatibility", "signing", "components.omp", "components.model",
                   "components.ninfer", "qualification.acceptance", "reviews")
-
-
 _LIST_FIELDS = ("components.ninfer_variants", "components.omp.platforms", "signing.signed_files")
 
 

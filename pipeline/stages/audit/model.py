@@ -11,27 +11,14 @@ from urllib.parse import urlsplit
 from pipeline.util import ui
 from pipeline.util.hashing import is_sha256_hex
 
+# Caps of what is fetched without a pinned size (a hostile server cannot fill memory or disk).
 MAX_RELEASE_MANIFEST_BYTES = 4 * 1024 * 1024  # the release manifest
-
-
 MAX_SIGNED_FILE_BYTES = 4 * 1024 * 1024  # a signed record of the release tree
-
-
 MAX_BUNDLE_BYTES = 1024 * 1024  # a Sigstore bundle (a few KiB in practice)
-
-
 MAX_RECORD_BYTES = 4 * 1024 * 1024  # a hash-pinned record without a recorded size
-
-
 MAX_UNSIZED_ASSET_BYTES = 64 * 1024**3  # a hash-pinned asset whose size the manifest does not record
-
-
 MAX_API_ANSWER_BYTES = 64 * 1024  # one answer of GitHub's REST API (a git ref or tag object: under 2 KiB)
-
-
 GITHUB_API = "https://api.github.com"
-
-
 REPO_PATH = re.compile(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
 BARE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]*")
 

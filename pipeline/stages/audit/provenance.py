@@ -34,8 +34,8 @@ def audit_set_statement(auditor: AuditSession, lane: str, package_root: str, pre
     from pipeline.formats.release.contract import check_set_statement
 
     url = prefix + provenance.set_statement_name(package_root)
-    _audit_statement(auditor,
-        lane, url, cache / "provenance" / lane, row, "provenance",
+    _audit_statement(
+        auditor, lane, url, cache / "provenance" / lane, row, "provenance",
         lambda statement: check_set_statement(statement, files, row, origin=url, what="the set's files"),
         lambda statement: f"{len(statement.subjects)} subjects are exactly the set's files",
     )
@@ -52,8 +52,8 @@ def audit_image_statement(auditor: AuditSession, row: dict[str, Any], cache: Pat
     url = auditor.product_release_url(image_provenance_asset(lane))
     if url is None:
         return  # no product repository: the signer item has failed already
-    _audit_statement(auditor,
-        lane, url, cache / "provenance" / lane, row, "image_provenance",
+    _audit_statement(
+        auditor, lane, url, cache / "provenance" / lane, row, "image_provenance",
         lambda statement: check_image_statement(statement, row, origin=url),
         lambda statement: f"its subject is the image manifest {row.get('oci_manifest_digest')}",
     )
@@ -122,7 +122,7 @@ def _audit_statement(auditor: AuditSession, lane: str, url: str, folder: Path, r
             auditor.add(Item(bundle_label, False, f"not signed: no DSSE bundle at {bundle_url}" if missing else bundle.error or "download failed", "signature", {"url": bundle_url}))
         return
     expected = auditor.expected_signer
-    assert expected is not None  # _check_signer ran first
+    assert expected is not None  # signatures.check_signer ran first
     rebound = ""
     if key == "provenance" and row.get("rebound_from") is not None:
         # The set's bundle was made by the release workflow of the release that first shipped it.
@@ -169,7 +169,7 @@ def _rebound_signer(auditor: AuditSession, row: dict[str, Any]) -> tuple[Any, st
         raise first
     release, chain = first
     expected = auditor.expected_signer
-    assert expected is not None  # _check_signer ran first
+    assert expected is not None  # signatures.check_signer ran first
     suffix = f"@refs/tags/{auditor.release_manifest().release}"
     if not expected.identity.endswith(suffix):
         raise Refused(f"the expected signer {expected.identity} does not end with {suffix}, so the signer of {release}, which first shipped the rebound set, cannot be derived from it")

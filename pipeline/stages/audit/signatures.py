@@ -85,7 +85,7 @@ def audit_signatures(auditor: AuditSession, manifest: ReleaseManifest) -> None:
         auditor.add(Item("signatures", False, f"signing.signed_files does not list manifests/{release}/manifest.json: the manifest itself must be signed", "signature"))
         return
     expected = auditor.expected_signer
-    assert expected is not None  # _check_signer ran first
+    assert expected is not None  # signatures.check_signer ran first
     identity, issuer, repository, ref, trust = expected.identity, expected.issuer, expected.repository, expected.ref, expected.trust_config
     cache = auditor.cache_dir(release) / "signatures"
     for relative in files:
