@@ -75,7 +75,7 @@ KINDS: dict[str, frozenset[str]] = {
     # verify: the report of one verification of a tree (pipeline/formats/release/contract.py)
     "verification-report": frozenset({"release", "valid"}),
     "signature-bundle": frozenset({"signed_name"}),
-    # what an audit of a published release found (pipeline/stages/audit.py, pipeline/formats/audit_report.py)
+    # what an audit of a published release found (pipeline/stages/audit/, pipeline/formats/audit_report.py)
     "audit-report": frozenset({"manifest", "release", "passed"}),
     "benchmark": frozenset(),
     "verifier-wheel": frozenset({"commit", "version"}),

@@ -426,27 +426,28 @@ def fuzz_identity(data: bytes, work: Path) -> None:
 # -- release manifests and the audit ----------------------------------------------------
 
 
-def _manifest(data: bytes) -> dict | None:
-    """What `audit` goes on with: a JSON object naming its release (Auditor.load_manifest)."""
+def _manifest(data: bytes) -> release_manifest.ReleaseManifest | None:
+    """What `audit` goes on with: a manifest naming its release (Auditor.load_manifest)."""
     manifest = release_manifest.parse_manifest(data, source="manifest.json", check_type=False, max_bytes=audit.MAX_RELEASE_MANIFEST_BYTES)
     if not isinstance(manifest.release, str):
         return None
-    return dict(manifest.document)
+    return manifest
 
 
 @target("manifest", max_len=65536, tokens=MANIFEST_TOKENS, structure="json")
 def fuzz_manifest(data: bytes, work: Path) -> None:
     """Release manifests: audit's name gate and binding collection, compose's pins and predecessor rows."""
-    manifest = _manifest(data)
-    if manifest is None:
+    parsed = _manifest(data)
+    if parsed is None:
         return
+    manifest = dict(parsed.document)
     # compose and verify read the current and the predecessor's manifest of a tree
     release_evidence.collect_pins(manifest)
     for lane_id in shipped_lane_ids():
         release_evidence.predecessor_row(manifest, lane_id)
     release_rules.acceptance_subject(manifest)
-    audit.check_manifest_names(manifest, file="manifest.json")
-    for binding in audit.collect_bindings(manifest):
+    audit.check_manifest_names(parsed, file="manifest.json")
+    for binding in audit.collect_bindings(parsed):
         audit.binding_problem(binding)
         assert isinstance(binding.label, str)
     for where, row in release_manifest.published_set_rows(manifest):

@@ -32,6 +32,7 @@ from repokit import SIGSTORE_VECTORS
 from pipeline import cli
 from pipeline.errors import ExitCode
 from pipeline.formats.audit_report import read_report
+from pipeline.formats.release.manifest import parse_manifest
 from pipeline.register import Register
 from pipeline.stages import audit
 
@@ -854,7 +855,8 @@ def test_a_manifest_field_of_the_wrong_type_fails_its_item_instead_of_a_tracebac
     report, lines = run_audit(tree.publish(), tmp_path)
     assert not report.passed and report.verdict().startswith("AUDIT FAILED")
     assert reason in line_for(fails(lines), prefix)
-    bindings = audit.collect_bindings(tree.manifest)  # the collection alone is total too
+    parsed = parse_manifest(json.dumps(tree.manifest).encode(), source="manifest.json", check_type=False)
+    bindings = audit.collect_bindings(parsed)  # the collection alone is total too
     assert all(isinstance(audit.binding_problem(binding), (str, type(None))) for binding in bindings)
 
 
@@ -1613,7 +1615,7 @@ def test_waiting_for_another_audits_download_earns_time_from_the_bytes_it_writes
     for grows in (False, True):
         auditor = audit.Auditor("manifest.json", cache=tmp_path, progress=False)
         auditor.deadline = net.Deadline(0.3, what="the audit's overall deadline of 0.3 s", paced=True)
-        check = auditor._still_waiting("http://127.0.0.1:9/model.bin", target, None, size)
+        check = auditor.downloads.still_waiting("http://127.0.0.1:9/model.bin", target, None, size)
         holding(0)
         check()
         time.sleep(0.4)

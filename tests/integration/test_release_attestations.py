@@ -291,6 +291,7 @@ def github_api(tmp_path):
 
 def _audit_lines(kit, release, github_api, monkeypatch, tmp_path) -> list[str]:
     from pipeline.stages import audit
+    from pipeline.stages.audit import github_attestations
 
     api, _bundle, assets, folder = release
     for key, value in api.env(tmp_path / "gh-home").items():
@@ -302,7 +303,7 @@ def _audit_lines(kit, release, github_api, monkeypatch, tmp_path) -> list[str]:
     fetched = [audit.Fetched(audit.Binding(name, f"assets.{name}", f"https://github.com/{REPOSITORY}/releases/download/{TAG}/{name}", digest),
                              folder / name, digest, (folder / name).stat().st_size) for name, digest in assets.items()]
     fetched.append(audit.Fetched(audit.Binding("model", "model.url", "https://huggingface.co/x/y/resolve/0/model.bin", "0" * 64), folder / "SHA256SUMS", "0" * 64, 1))
-    auditor._audit_github_attestations(fetched, tmp_path / "cache")
+    github_attestations.audit_release_attestations(auditor, fetched, tmp_path / "cache")
     return lines
 
 

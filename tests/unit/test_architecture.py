@@ -123,11 +123,18 @@ def _circles(graph: dict[str, set[str]]) -> list[str]:
     return circles
 
 
+def _stage_of(module: str) -> str | None:
+    """The stage a module belongs to: `pipeline.stages.X` for the stage module and, where a stage is a package
+    split by job (goreleaser's sub-pipes, `pipeline/stages/audit/`), for each of its job modules."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) if len(parts) >= 3 and parts[:2] == ["pipeline", "stages"] else None
+
+
 def _stage_edges(graph: dict[str, set[str]]) -> list[str]:
     """Stage -> stage imports: a stage that needs another's rule finds it below the stages, and one that runs
-    another finds it through the road (`Stage.inner_stage_class`)."""
-    stages = "pipeline.stages."
-    return sorted(f"{name} imports {target}" for name, targets in graph.items() if name.startswith(stages) for target in targets if target.startswith(stages))
+    another finds it through the road (`Stage.inner_stage_class`); the job modules of one stage import each other."""
+    return sorted(f"{name} imports {target}" for name, targets in graph.items() if _stage_of(name)
+                  for target in targets if _stage_of(target) and _stage_of(target) != _stage_of(name))
 
 
 def test_no_import_circle():
@@ -148,7 +155,7 @@ def test_every_stage_module_binds_its_stage_class():
 
     wrong = []
     for name, tree in _modules().items():
-        if name.startswith("pipeline.stages."):
+        if _stage_of(name) == name:  # a stage module (a job module of a stage package binds none)
             bound = [node.value for node in tree.body if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "STAGE" for t in node.targets)]
             if len(bound) != 1 or not isinstance(bound[0], ast.Name):
                 wrong.append(f"{name}: {[ast.unparse(v) for v in bound]}")
@@ -156,6 +163,23 @@ def test_every_stage_module_binds_its_stage_class():
     for item in PIPES:  # the name resolves to a Stage class, not a string or another value
         found = item.stage_class()
         assert issubclass(found, Stage), f"{item.module}.STAGE is {found!r}"
+
+
+def test_a_stage_split_by_job_fingerprints_every_job_module():
+    """A stage package's fingerprint (`stage.code_modules`, `codedigest`) covers each of its job modules and the
+    plumbing they use, so changing any job re-runs the stage; every stage package is a pipe of the road."""
+    from pipeline.codedigest import code_files
+    from pipeline.road import PIPES
+    from pipeline.stages.audit import AuditStage
+
+    packages = {path.parent.name for path in (PACKAGE / "stages").glob("*/__init__.py")}
+    assert "audit" in packages and packages <= {item.name for item in PIPES}
+    assert AuditStage.__module__ == "pipeline.stages.audit"
+    for name in sorted(packages):
+        covered = set(code_files(f"pipeline.stages.{name}"))
+        jobs = {path.relative_to(PACKAGE).as_posix() for path in (PACKAGE / "stages" / name).glob("*.py")}
+        assert jobs <= covered, f"pipeline.stages.{name}'s fingerprint misses {sorted(jobs - covered)}"
+    assert "infra/download_cache.py" in code_files("pipeline.stages.audit")
 
 
 def test_a_stage_runs_another_only_through_runs_pipes():
@@ -245,10 +269,15 @@ def test_the_rules_can_fail():
         "pipeline.formats.b": ast.parse("def f():\n    from pipeline.formats.a import X\n"),
         "pipeline.stages.one": ast.parse("class S:\n    def run(self):\n        from pipeline.stages import two\n"),
         "pipeline.stages.two": ast.parse("from pipeline.formats import a\n"),
+        # the jobs of one stage package import each other; a job that imports another stage is an edge
+        "pipeline.stages.three": ast.parse("from pipeline.stages.three import job\n"),
+        "pipeline.stages.three.job": ast.parse("from pipeline.stages.three import model\n"),
+        "pipeline.stages.three.model": ast.parse("def f():\n    from pipeline.stages.two import X\n"),
     }
     assert _circles(_import_graph(lazy_circle, top_level_only=False)) == ["pipeline.formats.a -> pipeline.formats.b -> pipeline.formats.a"]
     assert not _circles(_import_graph(lazy_circle, top_level_only=True))
-    assert _stage_edges(_import_graph(lazy_circle, top_level_only=False)) == ["pipeline.stages.one imports pipeline.stages.two"]
+    assert _stage_edges(_import_graph(lazy_circle, top_level_only=False)) == [
+        "pipeline.stages.one imports pipeline.stages.two", "pipeline.stages.three.model imports pipeline.stages.two"]
     # a type string declared in a dict under a TYPE name is found, and one the table does not name is reported
     declared = _type_strings(ast.parse('KINDS_TYPES = {"a": "omp_ninfer_new_thing"}\nOTHER = "omp_ninfer_not_a_type"\n'))
     assert declared == {"omp_ninfer_new_thing"}

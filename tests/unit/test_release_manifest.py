@@ -128,3 +128,18 @@ def test_evidence_records_name_every_record_bound_by_path_with_its_field():
     ]
     assert records[2].public_url == "https://raw/q.json" and records[3].public_url is None
     assert rm.evidence_records(["not", "a", "manifest"]) == []
+
+
+def test_the_questions_audit_asks_answer_from_the_model():
+    """product_repository, bundle_suffix, value and has: one answer each, for a manifest of any shape."""
+    from pipeline.formats.release.names import BUNDLE_SUFFIX
+
+    document = {"release": "v0.13.1", "product": {"repository": "https://github.com/o/r"}, "signing": {"bundle_suffix": ".b.json"},
+                "reviews": None, "components": {"ninfer": {"id": "a", "checksums_url": "u"}, "ninfer_variants": [{"id": "b"}]}}
+    model = rm.parse_manifest(_bytes(document), source="m.json", check_type=False)
+    assert model.product_repository() == "https://github.com/o/r" and model.bundle_suffix() == ".b.json"
+    assert model.value("components.ninfer.id") == "a" and model.value("components.x.y") is None
+    assert model.has("reviews") and not model.has("predecessor")  # a null field is there; a missing one is not
+    assert model.published_set_rows() == [("components.ninfer", {"id": "a", "checksums_url": "u"})]
+    odd = rm.parse_manifest(_bytes({"release": "v0.13.1", "product": {"repository": 5}, "signing": "x"}), source="m.json", check_type=False)
+    assert odd.product_repository() == "" and odd.bundle_suffix() == BUNDLE_SUFFIX and odd.value("product.repository") == 5

@@ -20,7 +20,9 @@ derived or checked) by the module functions below, so each rule is written once:
                          checksums URL and SHA-256), and `published_set_rows` the rows that bind one;
 - `evidence_records`     the evidence records it binds by path (`row_records` of one row,
                          `release_records` of the release), each with its field path;
-- `blockers`             the blockers a manifest lists.
+- `blockers`             the blockers a manifest lists;
+- `product_repository`   the product repository URL it names ("" when it names none as a string);
+- `bundle_suffix`        the suffix of its Sigstore bundles (`signing.bundle_suffix`, else the default).
 """
 
 from __future__ import annotations
@@ -32,10 +34,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import InputError, UsageError
-from pipeline.formats.release.names import MANIFEST_TYPE, ROW_RECORDS
+from pipeline.formats.release.names import BUNDLE_SUFFIX, MANIFEST_TYPE, ROW_RECORDS
 from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import sha256_bytes
-from pipeline.util.jsonio import loads_document
+from pipeline.util.jsonio import dig, loads_document
 
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024  # a manifest (and each document it binds by URL) is a few KiB
 FETCH_TIMEOUT = 60.0
@@ -144,6 +146,18 @@ def blockers(document: Any) -> list[str]:
     return [item for item in section(document, "publication").get("blockers") or [] if isinstance(item, str)]
 
 
+def product_repository(document: Any) -> str:
+    """The product repository URL (`product.repository`), or "" when it is absent or not a string (the shape
+    check reports the type)."""
+    value = section(document, "product").get("repository")
+    return value if isinstance(value, str) else ""
+
+
+def bundle_suffix(document: Any) -> str:
+    """The file-name suffix of the release's Sigstore bundles: `signing.bundle_suffix`, else the default."""
+    return section(document, "signing").get("bundle_suffix") or BUNDLE_SUFFIX
+
+
 @dataclass(frozen=True)
 class PublishedSet:
     """The part of a lane row that binds the lane's published asset set."""
@@ -208,6 +222,26 @@ class ReleaseManifest:
 
     def blockers(self) -> list[str]:
         return blockers(self.document)
+
+    def value(self, dotted: str) -> Any:
+        """The value at a dotted field path as written, of any type; None when a step is missing (for the shape checks)."""
+        return dig(self.document, dotted)
+
+    def has(self, key: str) -> bool:
+        """Whether the manifest holds the top-level `key` at all (null included): a release made before a field has none."""
+        return key in self.document
+
+    def published_set_rows(self) -> list[tuple[str, dict[str, Any]]]:
+        return published_set_rows(self.document)
+
+    def evidence_records(self) -> list[EvidenceRecord]:
+        return evidence_records(self.document)
+
+    def product_repository(self) -> str:
+        return product_repository(self.document)
+
+    def bundle_suffix(self) -> str:
+        return bundle_suffix(self.document)
 
 
 def parse_manifest(data: bytes, *, source: str, check_type: bool = True, max_bytes: int = MAX_MANIFEST_BYTES) -> ReleaseManifest:
