@@ -242,9 +242,9 @@ def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypat
     monkeypatch.setattr(verify_module, "verify_release", lambda root, release, **kw: type("R", (), {"valid": True})())
     # Unbinding the acceptance unbinds the candidate the councils reviewed, so the reviews gate refuses too
     # (tests/integration/test_review_gate.py); passed over here as verify is.
-    import pipeline.stages.publish as publish_module
+    import pipeline.stages.publish.product as publish_product  # where product_target looks the gate up
 
-    monkeypatch.setattr(publish_module, "_review_gate", lambda manifest, show, release: lambda: "passed over")
+    monkeypatch.setattr(publish_product, "_review_gate", lambda manifest, show, release: lambda: "passed over")
     product.refused("acceptance", "no passing external-installation acceptance record is bound")
 
 
