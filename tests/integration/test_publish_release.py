@@ -280,6 +280,20 @@ def test_the_test_run_gate_needs_a_green_run_of_this_commit(product):
 
 
 @pytest.mark.slow
+def test_the_test_run_receipt_is_read_once_for_the_plan_and_its_gate(product, monkeypatch, capsys):
+    """The plan's test_selection and gate test-run come from one read of the receipt: the gate judges the very
+    receipt whose selection the plan binds."""
+    import pipeline.formats.test_receipt as test_receipt_module
+
+    reads = []
+    real = test_receipt_module.read_test_receipt
+    monkeypatch.setattr(test_receipt_module, "read_test_receipt", lambda path: reads.append(path) or real(path))
+    product.publish()  # the dry run: the plan and every gate
+    assert "OK:   gate test-run: test run on" in capsys.readouterr().err
+    assert len(reads) == 1, reads
+
+
+@pytest.mark.slow
 def test_a_declared_subsets_receipt_passes_only_against_the_rehearsals_stand_in_world(product, capsys):
     """The release workflow's rehearsal runs its `tests` job on the declared subset `rehearsal`: that receipt may
     pass only where this process tree's Sigstore test stand-in is the trust in force AND the GitHub API is loopback."""

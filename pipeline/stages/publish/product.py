@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+import copy
 import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +29,7 @@ from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import parse_strict
 
 if TYPE_CHECKING:
-    from pipeline.formats.test_receipt import Selection
+    from pipeline.formats.test_receipt import Selection, TestRunReceipt
 
 
 def _git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -50,7 +52,7 @@ def product_target(
 ) -> tuple[Target, Remote]:
     from pipeline.formats.ci_checks import REQUIRED_CHECKS_FILE, read_required_checks
     from pipeline.formats.release.names import RELEASE_RE
-    from pipeline.formats.test_receipt import read_test_receipt, require_green_for
+    from pipeline.formats.test_receipt import require_green_for
     if not RELEASE_RE.fullmatch(release or ""):
         raise UsageError("--release is not a product release name", field="--release", found=release, expected="vX.Y.Z or vX.Y.Z-beta.N")
     rev = commit or "HEAD"
@@ -113,7 +115,8 @@ def product_target(
         target.ci_required = read_required_checks(show(REQUIRED_CHECKS_FILE), source=target.ci_declared_in)
     except PipelineError as exc:
         target.ci_problem = exc
-    target.test_selection = planned_test_selection(test_receipt)
+    tests_run = TestRunRead.of(test_receipt)  # read once: the plan binds its selection, gate test-run judges it
+    target.test_selection = tests_run.selection
     remote = Remote(github_of(repository), target)
 
     def gate_verify() -> str:
@@ -140,11 +143,10 @@ def product_target(
         return f"verify --require-ready --check-pins passes on a clean detached worktree of {commit[:12]}"
 
     def gate_tests() -> str:
-        receipt = read_test_receipt(test_receipt)
+        # the very receipt whose selection the plan binds (a receipt changed since the reviewed plan changes the
+        # plan's hash, which --apply refuses), so the gate cannot judge other bytes than the plan names
+        receipt = tests_run.receipt()
         api = remote.github.api if remote.github is not None else api_url()
-        if receipt.selection.to_json() != target.test_selection:  # the plan binds the selection it was made with
-            raise refuse("the test-run receipt's selection changed since the plan was made", file=test_receipt, field="selection",
-                          found=receipt.selection.to_json(), expected=target.test_selection, fix="run the publish command without --apply again and review the new plan")
         stand_in = subset_allowance(receipt.selection, api=api, root=root, commit=commit, file=test_receipt)
         require_green_for(receipt, commit=commit, tree=tree_id, file=test_receipt, subset_allowed=stand_in)
         scope = "" if receipt.selection.is_full else f" of {receipt.selection.describe()}, allowed because {stand_in}"
@@ -202,15 +204,33 @@ def _acceptance_gate(manifest: dict[str, Any], show: Callable[[str], bytes | Non
     return gate
 
 
-def planned_test_selection(test_receipt: Path) -> dict[str, Any] | None:
-    """The test selection the product plan binds (the whole suite, or a declared subset by name and SHA-256), read
-    from the test-run receipt; None when the receipt cannot be read: gate test-run then refuses and says why."""
-    from pipeline.formats.test_receipt import read_test_receipt
+@dataclass(frozen=True)
+class TestRunRead:
+    """The test-run receipt of a product plan, read once: the plan binds its selection (the whole suite, or a
+    declared subset by name and SHA-256) and gate test-run judges the same parsed receipt.  A receipt that cannot
+    be read leaves the selection None and the gate refuses with the reader's own error."""
 
-    try:
-        return read_test_receipt(test_receipt).selection.to_json()
-    except PipelineError:
-        return None
+    __test__ = False  # not a pytest class, whatever its name
+    parsed: TestRunReceipt | None
+    problem: PipelineError | None
+
+    @classmethod
+    def of(cls, path: Path) -> TestRunRead:
+        from pipeline.formats.test_receipt import read_test_receipt
+
+        try:
+            return cls(read_test_receipt(path), None)
+        except PipelineError as exc:
+            return cls(None, exc)
+
+    @property
+    def selection(self) -> dict[str, Any] | None:
+        return None if self.parsed is None else self.parsed.selection.to_json()
+
+    def receipt(self) -> TestRunReceipt:
+        if self.parsed is None:
+            raise copy.copy(self.problem)  # a fresh error on every call: run_gates prefixes the one it raises
+        return self.parsed
 
 
 def subset_allowance(selection: Selection, *, api: str, root: Path, commit: str, file: Path) -> str | None:
