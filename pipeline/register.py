@@ -87,7 +87,7 @@ KINDS: dict[str, frozenset[str]] = {
     # publish: the reviewed plan, and GitHub's release once published (pipeline/formats/publication_plan.py)
     "publication-plan": frozenset({"plan_sha256", "tag", "repository"}),
     "release-publication": frozenset({"plan_sha256", "tag", "repository", "release_id"}),
-    # documented-route acceptance (pipeline/stages/accept.py)
+    # documented-route acceptance (pipeline/stages/accept/)
     "acceptance-bundle": frozenset({"route", "bundle_kind", "release"}),
     "acceptance-receipt": frozenset({"route", "bundle_sha256", "status"}),
     "acceptance-record": frozenset({"release", "status"}),

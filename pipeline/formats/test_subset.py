@@ -6,7 +6,7 @@ rehearsal (tests/integration/test_rehearse_release.py).  The rehearsal inside th
 inside itself again, so it sets `PIPELINE_TEST_SUBSET=<name>` for the jobs it runs; `nox -s tests` then runs exactly
 the subset's entries, and the receipt says so by the subset's name and the SHA-256 of its file.  `publish --release`
 refuses such a receipt anywhere but the rehearsal's stand-in world: this process tree's Sigstore test stand-in in force
-and a loopback GitHub API (pipeline/stages/publish.py `subset_allowance`; docs/RELEASING.md, "Rehearse before you tag").
+and a loopback GitHub API (pipeline/stages/publish/product.py `subset_allowance`; docs/RELEASING.md, "Rehearse before you tag").
 
 The file (UTF-8, LF, at most MAX_BYTES, hashed before it is parsed):
 

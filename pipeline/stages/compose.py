@@ -334,7 +334,7 @@ def image_provenance(register: Register, lane: Lane, tag: str, image_digest: str
 
 
 def component_publication(register: Register, lane: Lane, tag: str, set_files: dict[str, str], source_commit: str | None) -> tuple[dict[str, Any], bytes] | None:
-    """The register's publication receipt of this lane's component (pipeline/stages/publish.py), checked
+    """The register's publication receipt of this lane's component (pipeline/stages/publish/), checked
     to bind exactly this closed set at this tag and commit; None when the component is not published
     by the pipeline.  Drift (a receipt of other bytes, tag, commit or repository) is refused."""
     from pipeline.formats.publication_plan import read_receipt

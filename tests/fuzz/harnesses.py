@@ -68,6 +68,7 @@ from pipeline.infra import registry as oci_registry
 from pipeline.infra import source as source_reader
 from pipeline.infra.archive import read_tar_gz
 from pipeline.stages import accept, audit, image, publish, qualify
+from pipeline.stages.accept import bundle as accept_bundle
 from pipeline.util import jsonio, ui
 
 from .sandbox import OutsideWrite, Sandbox
@@ -774,7 +775,7 @@ def fuzz_routes(data: bytes, work: Path) -> None:
         # and find to be the document's own text.
         findings, fields = _accepted(lambda route_id=route_id: accept.static_findings(document, route_id, manifest=None, release=None), "static_findings")  # type: ignore[misc]
         _accepted(lambda route_id=route_id: accept.static_findings(document, route_id, manifest=_release_manifest(), release="v0.13.1"), "static_findings")
-        bundle = accept._bundle_document("runbook", None, None, None, path, data, FUZZ_COMMIT, document, route_id, acceptance.DEFAULT_HOST_KIND[route.shell], None, False, fields)
+        bundle = accept_bundle._bundle_document("runbook", None, None, None, path, data, FUZZ_COMMIT, document, route_id, acceptance.DEFAULT_HOST_KIND[route.shell], None, False, fields)
         written = acceptance.canonical(bundle)
         read = _accepted(lambda written=written: acceptance.validate_bundle(acceptance.loads_strict(written, file="bundle.json"), file="bundle.json"), "validate_bundle")
         _accepted(lambda read=read: acceptance.check_against_document(read, document, file="bundle.json", where="the fuzz document"), "check_against_document")  # type: ignore[arg-type]

@@ -358,6 +358,7 @@ def _acceptance_pair(route_id: str, *, release: str | None, status: str = "passe
     """A bundle of the harness' route document (the pipeline's own writer) and the receipt of a run of it."""
     from pipeline.formats import acceptance
     from pipeline.stages import accept
+    from pipeline.stages.accept import bundle as accept_bundle
 
     document = harnesses.route_document()
     route = document.route(route_id)
@@ -365,7 +366,7 @@ def _acceptance_pair(route_id: str, *, release: str | None, status: str = "passe
     if release is not None:
         held = (ROOT / "manifests" / "v0.13.1" / "manifest.json").read_bytes()
         manifest = {"path": f"manifests/{release}/manifest.json", "sha256": hashlib.sha256(held).hexdigest(), "status": "candidate"}
-    bundle = accept._bundle_document("release-route" if release else "runbook", release, COMMIT if release else None, manifest, harnesses.ROUTE_DOCUMENT_PATH,
+    bundle = accept_bundle._bundle_document("release-route" if release else "runbook", release, COMMIT if release else None, manifest, harnesses.ROUTE_DOCUMENT_PATH,
                                      harnesses.ROUTE_DOCUMENT, COMMIT, document, route_id, acceptance.DEFAULT_HOST_KIND[route.shell], None, bool(release), [])
     bundle_bytes = acceptance.canonical(bundle)
     acceptance.validate_bundle(acceptance.loads_strict(bundle_bytes, file="seed"), file="seed")

@@ -242,9 +242,9 @@ def test_the_acceptance_gate_refuses_without_a_passing_record(product, monkeypat
     monkeypatch.setattr(verify_module, "verify_release", lambda root, release, **kw: type("R", (), {"valid": True})())
     # Unbinding the acceptance unbinds the candidate the councils reviewed, so the reviews gate refuses too
     # (tests/integration/test_review_gate.py); passed over here as verify is.
-    import pipeline.stages.publish as publish_module
+    import pipeline.stages.publish.product as publish_product  # where product_target looks the gate up
 
-    monkeypatch.setattr(publish_module, "_review_gate", lambda manifest, show, release: lambda: "passed over")
+    monkeypatch.setattr(publish_product, "_review_gate", lambda manifest, show, release: lambda: "passed over")
     product.refused("acceptance", "no passing external-installation acceptance record is bound")
 
 
@@ -277,6 +277,20 @@ def test_the_test_run_gate_needs_a_green_run_of_this_commit(product):
     product.refused("test-run", "skipped 1 tests that publication does not allow")
     dist_receipt.unlink()
     product.refused("test-run", "there is no test-run receipt")
+
+
+@pytest.mark.slow
+def test_the_test_run_receipt_is_read_once_for_the_plan_and_its_gate(product, monkeypatch, capsys):
+    """The plan's test_selection and gate test-run come from one read of the receipt: the gate judges the very
+    receipt whose selection the plan binds."""
+    import pipeline.formats.test_receipt as test_receipt_module
+
+    reads = []
+    real = test_receipt_module.read_test_receipt
+    monkeypatch.setattr(test_receipt_module, "read_test_receipt", lambda path: reads.append(path) or real(path))
+    product.publish()  # the dry run: the plan and every gate
+    assert "OK:   gate test-run: test run on" in capsys.readouterr().err
+    assert len(reads) == 1, reads
 
 
 @pytest.mark.slow

@@ -181,7 +181,7 @@ def test_diff_shows_a_changed_finding(release, tmp_path):
 
 
 def test_publish_gate_reviews_refuses_an_open_p0_and_a_changed_ledger(release, tmp_path):
-    from pipeline.stages.publish import _review_gate
+    from pipeline.stages.publish.product import _review_gate
 
     root = release.clone(tmp_path / "p", "ready")
     manifest = manifest_of(root)

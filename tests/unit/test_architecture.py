@@ -123,16 +123,19 @@ def _circles(graph: dict[str, set[str]]) -> list[str]:
     return circles
 
 
+STAGES = "pipeline.stages."
+
+
 def _stage_of(module: str) -> str | None:
-    """The stage a module belongs to: `pipeline.stages.X` for the stage module and, where a stage is a package
-    split by job (goreleaser's sub-pipes, `pipeline/stages/audit/`), for each of its job modules."""
-    parts = module.split(".")
-    return ".".join(parts[:3]) if len(parts) >= 3 and parts[:2] == ["pipeline", "stages"] else None
+    """The stage a module belongs to: `pipeline.stages.<name>` itself, or any job module of the package
+    `pipeline/stages/<name>/` (a stage with several jobs keeps one module per job, as goreleaser's sub-pipes)."""
+    return module.split(".")[2] if module.startswith(STAGES) else None
 
 
 def _stage_edges(graph: dict[str, set[str]]) -> list[str]:
     """Stage -> stage imports: a stage that needs another's rule finds it below the stages, and one that runs
-    another finds it through the road (`Stage.inner_stage_class`); the job modules of one stage import each other."""
+    another finds it through the road (`Stage.inner_stage_class`).  The job modules of one stage package may
+    import each other; none imports another stage's module."""
     return sorted(f"{name} imports {target}" for name, targets in graph.items() if _stage_of(name)
                   for target in targets if _stage_of(target) and _stage_of(target) != _stage_of(name))
 
@@ -148,6 +151,40 @@ def test_no_stage_imports_another_stage():
     assert not edges, edges
 
 
+def test_a_job_module_may_import_its_own_stage_but_no_other():
+    """The rule reads stage packages too: a job module importing a sibling is no edge, one importing another
+    stage (or another stage's job module) is."""
+    graph = {
+        "pipeline.stages.publish.apply": {"pipeline.stages.publish.target", "pipeline.formats.lanes"},
+        "pipeline.stages.publish.product": {"pipeline.stages.audit.report"},
+        "pipeline.stages.accept": {"pipeline.stages.accept.session"},
+        "pipeline.stages.cut": {"pipeline.stages.publish"},
+    }
+    assert _stage_edges(graph) == ["pipeline.stages.cut imports pipeline.stages.publish",
+                                   "pipeline.stages.publish.product imports pipeline.stages.audit.report"]
+
+
+def _stage_packages() -> list[str]:
+    return sorted(path.parent.name for path in (PACKAGE / "stages").glob("*/__init__.py"))
+
+
+def test_a_stage_fingerprint_covers_every_job_module_of_its_package():
+    """A stage's code fingerprint (`pipeline.codedigest`) is its module's import closure: a stage package's
+    `__init__` must import every job module, or changing that job would not re-run the stage."""
+    from pipeline.codedigest import code_closure
+    from pipeline.road import PIPES
+    from pipeline.stage import code_modules
+
+    by_module = {item.module: item for item in PIPES}
+    for name in _stage_packages():
+        module = f"pipeline.stages.{name}"
+        stage_class = by_module[module].stage_class()
+        covered = {path for modules in code_modules(stage_class.__new__(stage_class)) for _name, path in code_closure(modules)}
+        # `__main__` only calls the package's CLI (`python3 -m pipeline.stages.accept`); the stage never runs it
+        files = {path for path in (PACKAGE / "stages" / name).rglob("*.py") if path.name != "__main__.py"}
+        assert files <= covered, f"{module}: the fingerprint misses {sorted(p.name for p in files - covered)}"
+
+
 def test_every_stage_module_binds_its_stage_class():
     """`STAGE` is the stage's class in every stage module (the road's `stage_class()` returns it), never a name."""
     from pipeline.road import PIPES
@@ -155,9 +192,12 @@ def test_every_stage_module_binds_its_stage_class():
 
     wrong = []
     for name, tree in _modules().items():
-        if _stage_of(name) == name:  # a stage module (a job module of a stage package binds none)
+        if name.startswith(STAGES):
             bound = [node.value for node in tree.body if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "STAGE" for t in node.targets)]
-            if len(bound) != 1 or not isinstance(bound[0], ast.Name):
+            if name.count(".") > 2:  # a job module of a stage package: the package's __init__ binds STAGE
+                if bound:
+                    wrong.append(f"{name}: a job module binds STAGE {[ast.unparse(v) for v in bound]}")
+            elif len(bound) != 1 or not isinstance(bound[0], ast.Name):
                 wrong.append(f"{name}: {[ast.unparse(v) for v in bound]}")
     assert not wrong, wrong
     for item in PIPES:  # the name resolves to a Stage class, not a string or another value

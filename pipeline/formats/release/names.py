@@ -114,7 +114,7 @@ def provenance_name(lane_id: str) -> str:
 
 
 def component_publication_name(lane_id: str) -> str:
-    """The tree copy of the lane's component publication receipt (pipeline/stages/publish.py)."""
+    """The tree copy of the lane's component publication receipt (pipeline/stages/publish/)."""
     return f"{QUALIFICATION_DIR}/{lane_id}.component-publication.json"
 
 

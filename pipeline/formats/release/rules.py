@@ -153,7 +153,7 @@ def acceptance_problems(doc: dict[str, Any], manifest: dict[str, Any], release: 
 def documented_route_problems(doc: dict[str, Any], required_routes: list[str] | None) -> list[tuple[str, Any, Any, str]]:
     """The record's documented routes agree with themselves (and cover release.toml's required routes).
 
-    `accept compose` writes them (pipeline/stages/accept.py); the receipts themselves are not in the tree,
+    `accept compose` writes them (pipeline/stages/accept/record.py); the receipts themselves are not in the tree,
     so what can be re-checked here is the arithmetic and the names.
     """
     out: list[tuple[str, Any, Any, str]] = []
