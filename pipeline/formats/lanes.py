@@ -176,7 +176,7 @@ _HOST_DEPENDENCY = {
     # The host platforms the entry applies to (default: every platform).
     "hosts": Field(list, items=str, required=False, check=lambda v: bool(v) and all(h in PLATFORMS for h in v), expected="a non-empty list of " + ", ".join(PLATFORMS)),
     # Its licence as the declaration states it (SPDX expression): recorded with source `declared` where the
-    # library does not report its own (FFmpeg does: pipeline/infra/hostlibs.py).
+    # library does not report its own (FFmpeg does: pipeline/lanework/hostlibs.py).
     "license": Field(str, required=False, check=matches(_LICENSE_EXPRESSION), expected="an SPDX licence expression, e.g. 'curl' or 'LGPL-2.1-or-later'"),
 }
 _PACKAGE = {

@@ -1480,7 +1480,7 @@ class Auditor:
         if not isinstance(reference, str) or not reference:
             self.add(Item(f"image {row.get('id') or 'container'}", False, "not bound: components.ninfer.oci_reference is null", "image"))
             return
-        from pipeline.formats.image_reference import parse_digest_reference
+        from pipeline.infra.image_reference import parse_digest_reference
         from pipeline.infra.registry import fetch_manifest_by_digest
 
         try:
@@ -1552,7 +1552,7 @@ def _hash_cached(path: Path, size: int | None) -> tuple[str, int] | None:
 def _held_bytes(part: Path, sha256: Any, size: Any) -> int:
     """How many bytes of a pinned file another audit's .part holds now: its range state's intervals (read as
     hostile input, bound to the pin), else its length (a single stream's prefix); 0 when unknown."""
-    from pipeline.formats.range_state import read_state, state_path
+    from pipeline.infra.range_state import read_state, state_path
 
     try:
         if isinstance(size, int) and os.path.lexists(state_path(part)):

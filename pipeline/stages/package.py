@@ -10,7 +10,7 @@ Preflight refuses, before any work: a build of another cut than the lane's
 current one (pipeline/stages/cut.py; the beta number is the cut's), binaries whose
 bytes changed since the build, an invalid server configuration or release
 spec, a script that is not Windows PowerShell 5.1, and any imported library
-that is neither provided by the target nor bundleable (`pipeline.infra.binaries`).
+that is neither provided by the target nor bundleable (`pipeline.lanework.binaries`).
 
 Run: the whole set is made twice, in two separate staging folders, from the
 same inputs; every file must be byte-identical or the stage stops.  The set is
@@ -41,8 +41,9 @@ from pipeline.formats.image_definition import lane_base_inputs
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.formats.release.names import OIDC_ISSUER
 from pipeline.formats.toolchain_record import ToolchainRecord, read_record
-from pipeline.infra import archive, binaries
+from pipeline.infra import archive
 from pipeline.infra.safetar import SafeTar
+from pipeline.lanework import binaries
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
 from pipeline.util import ui

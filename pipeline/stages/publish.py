@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from pipeline.errors import InputError, IntegrityError, PipelineError, RefusedError, RemoteError, UsageError
 from pipeline.formats import publication_plan as fmt
 from pipeline.formats.assets import OUTER_SUMS
+from pipeline.formats.ci_checks import read_ci_state
 from pipeline.formats.cut_ledger import Publication, write_ledger
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.formats.release.manifest import lane_rows, section
@@ -159,7 +160,7 @@ class Remote:
                 try:
                     observed = self.github.tag_state(self.target.tag)
                     required = self.target.ci_required
-                    self._ci_read = self.github.ci_state(self.target.commit) if required else None
+                    self._ci_read = read_ci_state(self.github, self.target.commit) if required else None
                     observed["ci"] = self._ci_read.to_json(required) if self._ci_read is not None else None
                     self._observed = observed
                 except PipelineError as exc:

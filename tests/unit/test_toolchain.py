@@ -16,8 +16,8 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline.errors import InputError, IntegrityError, RefusedError, RemoteError
-from pipeline.infra import toolchain
-from pipeline.infra.toolchain import LOCK_FILE, Wheel, fetch_wheel, load_lock, toolchain_spec
+from pipeline.lanework import toolchain
+from pipeline.lanework.toolchain import LOCK_FILE, Wheel, fetch_wheel, load_lock, toolchain_spec
 
 
 def test_shipped_lock_pins_both_toolkits_for_both_platforms():
