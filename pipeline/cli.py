@@ -93,7 +93,8 @@ def run_toolchain_show(args: argparse.Namespace) -> int:
 def run_toolchain_provision(args: argparse.Namespace) -> int:
     """`toolchain provision --toolkit X.Y`: download and unpack it; prints its CUDA home."""
     from pipeline.formats.lanes import current_host_platform
-    from pipeline.lanework.toolchain import provision, toolchain_spec
+    from pipeline.formats.toolchain_lock import toolchain_spec
+    from pipeline.lanework.toolchain import provision
 
     print(provision(toolchain_spec(args.toolkit, current_host_platform())).cuda_home)
     return 0

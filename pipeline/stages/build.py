@@ -57,6 +57,7 @@ from pipeline.formats.identity import (
 )
 from pipeline.formats.image_definition import lane_base_libraries
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.formats.toolchain_lock import LOCK_FILE, toolchain_spec
 from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
 from pipeline.formats.toolchain_record import write_record
 from pipeline.infra import buildns
@@ -75,12 +76,10 @@ from pipeline.lanework.source import (
 )
 from pipeline.lanework.toolchain import (
     CANONICAL_ROOT,
-    LOCK_FILE,
     ON_WINDOWS,
     Toolchain,
     for_lane,
     toolchain_record,
-    toolchain_spec,
 )
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage

@@ -75,13 +75,14 @@ from pipeline.formats.image_definition import (
     repository_name,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
+from pipeline.formats.toolchain_lock import Wheel, toolchain_spec
 from pipeline.infra import oci
 from pipeline.infra.registry import RegistryClient, credentials_for
 from pipeline.infra.rootfs import RootFS
 from pipeline.infra.safetar import SafeTar
 from pipeline.lanework import apt, package_layer
 from pipeline.lanework.binaries import elf_imports, is_elf
-from pipeline.lanework.toolchain import Wheel, fetch_wheel, toolchain_spec
+from pipeline.lanework.toolchain import fetch_wheel
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, StageResult, execute
 from pipeline.util import ui
