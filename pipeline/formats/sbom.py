@@ -883,7 +883,7 @@ def verify_cdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *,
     return len(bom.components)
 
 
-# -- CLI ------------------------------------------------------------------------
+# -- one file, whatever its kind (`python -m pipeline sbom validate`, pipeline/cli.py) --------------------------
 
 def validate_file(path: Path) -> str:
     """Standalone validation of one SBOM file (schema/semantics only; no payload to compare)."""
