@@ -48,6 +48,19 @@ def add_common(parser: argparse.ArgumentParser, *, dist: bool = True, json_outpu
         parser.add_argument("--json", action="store_true", help=json_output if isinstance(json_output, str) else "print the report as JSON on stdout")
 
 
+def beta_argument(text: str) -> int:
+    """argparse type of every --beta option: the cut ledger's beta range rule (formats/cut_ledger.py: is_beta)."""
+    from pipeline.formats.cut_ledger import BETA_EXPECTED, MAX_BETA, MIN_BETA, is_beta
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a beta number: {text!r} ({BETA_EXPECTED})") from None
+    if not is_beta(value):
+        raise argparse.ArgumentTypeError(f"beta must be {MIN_BETA}..{MAX_BETA}, found {value} (beta 0 or below names no component cut)")
+    return value
+
+
 def run_lanes(args: argparse.Namespace) -> int:
     """`lanes`: the lanes of runtime/lanes/*.toml, as a table or (--json) as JSON."""
     from pipeline.formats.lanes import load_lanes

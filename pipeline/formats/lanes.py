@@ -90,18 +90,6 @@ def check_beta(value: Any, *, field: str = "--beta", file: str | Path | None = N
     return value
 
 
-def beta_argument(text: str) -> int:
-    """argparse type of every --beta option."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a beta number: {text!r} ({BETA_EXPECTED})") from None
-    if not is_beta(value):
-        raise argparse.ArgumentTypeError(f"beta must be {MIN_BETA}..{MAX_BETA}, found {value} (beta 0 or below names no component cut)")
-    return value
-
 _TOP = {
     "schema_version": Field(int, check=lambda v: v == 1, expected="1"),
     "id": Field(str, check=matches(r"rtx[0-9]{4}-(container|windows-native)"), expected="'rtx<NNNN>-container' or 'rtx<NNNN>-windows-native'"),

@@ -841,8 +841,7 @@ def _check_provenance(args, report: assets.AssetReport) -> list[str]:
 
 
 def register_cli(sub) -> None:
-    from pipeline.cli import add_common
-    from pipeline.formats.lanes import beta_argument
+    from pipeline.cli import add_common, beta_argument
 
     parser = sub.add_parser("package", help="make a lane's closed asset set (package, source, SBOMs, checksums, receipt) from its build")
     which = parser.add_mutually_exclusive_group(required=True)

@@ -110,6 +110,29 @@ def test_every_layer_folder_has_its_rule():
     assert folders - {"dev"} == set(FORBIDDEN), "add the folder to FORBIDDEN (and docs/architecture.md's layout)"
 
 
+# The layers that hold no command code: a command's parser and handler live beside the CLI (pipeline/cli.py) or in
+# its stage module, never in a document's owner or in plumbing.
+NO_COMMAND_CODE = ("util", "infra", "formats", "lanework")
+
+
+def _command_code(modules: dict[str, ast.Module]) -> list[str]:
+    """Modules of NO_COMMAND_CODE layers that import argparse or define a command (`register_cli`, `run_*(args)`)."""
+    found = []
+    for name, tree in modules.items():
+        if name.split(".")[1:2] and name.split(".")[1] in NO_COMMAND_CODE:
+            if any(imported.split(".")[0] == "argparse" for imported in _imports(name, tree, top_level_only=False)):
+                found.append(f"{name} imports argparse")
+            for node in ast.walk(tree):
+                if isinstance(node, ast.FunctionDef) and (node.name == "register_cli" or (node.name.startswith("run_") and [a.arg for a in node.args.args] == ["args"])):
+                    found.append(f"{name} defines {node.name}")
+    return found
+
+
+def test_no_command_code_in_formats_or_plumbing():
+    found = _command_code(_modules())
+    assert not found, found
+
+
 def _import_graph(modules: dict[str, ast.Module], *, top_level_only: bool) -> dict[str, set[str]]:
     """Module -> the pipeline modules it imports (a package's own __init__ importing its children is no edge back)."""
     graph = {name: {m for m in _imports(name, tree, top_level_only=top_level_only) if m in modules and m != name} for name, tree in modules.items()}
@@ -266,6 +289,12 @@ def test_the_rules_can_fail():
         "pipeline.infra.y imports pipeline.formats.ci_checks",
         "pipeline.infra.y imports pipeline.formats.ci_checks.CiState",
     ]
+    commands = {
+        "pipeline.formats.s": ast.parse("def run_s_validate(args):\n    import argparse\n"),
+        "pipeline.lanework.t": ast.parse("def register_cli(sub):\n    pass\n"),
+        "pipeline.stages.u": ast.parse("import argparse\ndef register_cli(sub):\n    pass\n"),
+    }
+    assert _command_code(commands) == ["pipeline.formats.s imports argparse", "pipeline.formats.s defines run_s_validate", "pipeline.lanework.t defines register_cli"]
     # a circle closed by a function-level import, and a stage that imports another inside a method
     lazy_circle = {
         "pipeline.formats.a": ast.parse("from pipeline.formats import b\n"),
