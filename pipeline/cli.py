@@ -48,6 +48,19 @@ def add_common(parser: argparse.ArgumentParser, *, dist: bool = True, json_outpu
         parser.add_argument("--json", action="store_true", help=json_output if isinstance(json_output, str) else "print the report as JSON on stdout")
 
 
+def beta_argument(text: str) -> int:
+    """argparse type of every --beta option: the cut ledger's beta range rule (formats/cut_ledger.py: is_beta)."""
+    from pipeline.formats.cut_ledger import BETA_EXPECTED, MAX_BETA, MIN_BETA, is_beta
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a beta number: {text!r} ({BETA_EXPECTED})") from None
+    if not is_beta(value):
+        raise argparse.ArgumentTypeError(f"beta must be {MIN_BETA}..{MAX_BETA}, found {value} (beta 0 or below names no component cut)")
+    return value
+
+
 def run_lanes(args: argparse.Namespace) -> int:
     """`lanes`: the lanes of runtime/lanes/*.toml, as a table or (--json) as JSON."""
     from pipeline.formats.lanes import load_lanes
@@ -82,10 +95,72 @@ def run_lanes(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_toolchain_show(args: argparse.Namespace) -> int:
+    """`toolchain show`: what the lock pins."""
+    from pipeline.lanework.toolchain import describe_lock
+
+    print("\n".join(describe_lock()))
+    return 0
+
+
+def run_toolchain_provision(args: argparse.Namespace) -> int:
+    """`toolchain provision --toolkit X.Y`: download and unpack it; prints its CUDA home."""
+    from pipeline.formats.lanes import current_host_platform
+    from pipeline.formats.toolchain_lock import toolchain_spec
+    from pipeline.lanework.toolchain import provision
+
+    print(provision(toolchain_spec(args.toolkit, current_host_platform())).cuda_home)
+    return 0
+
+
+def run_toolchain_lock(args: argparse.Namespace) -> int:
+    """`toolchain lock`: re-pin the wheels from PyPI, then show the new lock."""
+    from pipeline.lanework.toolchain import PINNED_TOOLS, PINNED_VERSIONS, write_lock
+
+    write_lock(PINNED_VERSIONS, PINNED_TOOLS)
+    return run_toolchain_show(args)
+
+
+def register_toolchain_cli(sub) -> None:
+    parser = sub.add_parser("toolchain", help="show, provision or re-pin the CUDA toolchains")
+    action = parser.add_subparsers(dest="toolchain_action", required=True)
+    show = action.add_parser("show", help="list what the lock pins")
+    show.set_defaults(func=run_toolchain_show)
+    prov = action.add_parser("provision", help="download and unpack a pinned toolchain")
+    prov.add_argument("--toolkit", required=True, help="CUDA toolkit line, e.g. 13.1")
+    prov.set_defaults(func=run_toolchain_provision)
+    lock = action.add_parser("lock", help="re-pin the wheels from PyPI (maintainers; writes runtime/toolchain.lock.json)")
+    lock.set_defaults(func=run_toolchain_lock)
+    for command in (show, prov, lock):
+        add_common(command, dist=False)
+
+
+def run_sbom_validate(args: argparse.Namespace) -> int:
+    """`sbom validate FILE...`: one line per document that validates (the first that does not raises)."""
+    from pipeline.formats.sbom import validate_file
+
+    for path in args.files:
+        print(validate_file(path))
+    return 0
+
+
+def register_sbom_cli(sub) -> None:
+    parser = sub.add_parser("sbom", help="validate SPDX 2.3 / CycloneDX 1.6 documents")
+    action = parser.add_subparsers(dest="sbom_action", required=True)
+    validate = action.add_parser("validate", help="validate *.spdx.json with spdx-tools and *.cdx.json against the CycloneDX 1.6 schema")
+    validate.add_argument("files", nargs="+", type=Path)
+    add_common(validate, dist=False)
+    validate.set_defaults(func=run_sbom_validate)
+
+
 def register_cli(sub) -> None:
+    """The tools whose command code lives here (road.TOOLS names pipeline.cli for them): lanes, toolchain, sbom.
+    Their handlers import their modules only when run; formats and plumbing carry no command code."""
     lanes = sub.add_parser("lanes", help=TOOLS["lanes"][1])
     add_common(lanes, dist=False, json_output="print the lanes as JSON")
     lanes.set_defaults(func=run_lanes)
+    register_toolchain_cli(sub)
+    register_sbom_cli(sub)
 
 
 def _selected(argv: list[str]) -> str | None:

@@ -60,9 +60,9 @@ PIPES: tuple[Pipe, ...] = (
 TOOLS: dict[str, tuple[str, str]] = {
     "lanes": ("pipeline.cli", "list the lanes (runtime/lanes/*.toml)"),
     "release": ("pipeline.release", "run the pipe list in order: run, up to date or skipped, per stage"),
-    "toolchain": ("pipeline.infra.toolchain", "show, provision or re-lock the pinned CUDA toolchains"),
+    "toolchain": ("pipeline.cli", "show, provision or re-lock the pinned CUDA toolchains"),
     "check-assets": ("pipeline.stages.package", "check a downloaded asset set: closed, hashes, receipt, package payload, SBOMs"),
-    "sbom": ("pipeline.formats.sbom", "validate SPDX / CycloneDX documents"),
+    "sbom": ("pipeline.cli", "validate SPDX / CycloneDX documents"),
     "verifier-dist": ("pipeline.stages.verifier_dist", "build this pipeline as a byte-reproducible wheel and sdist (the verifier shipped with a release)"),
     "status": ("pipeline.tools.status", "where each lane and a release stand: a lane x stage table, blockers and the commands that clear them (text, --json, --html)"),
     "diff": ("pipeline.tools.diff", "what changed between two releases (trees, manifest URLs or asset-set folders): text, --json or --markdown"),

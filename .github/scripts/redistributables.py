@@ -118,7 +118,7 @@ def installed_port(installed: Path, port: str) -> tuple[str, list[str]]:
 def check_vcpkg_dll(lane_file: Path, installed: Path, item: dict, dll: Path) -> str:
     """The DLL is the lane's port's (vcpkg's own file list says so) and states that port's installed version."""
     # The pipeline's one PE reader (the build step installed the pipeline before this one runs).
-    from pipeline.infra.binaries import pe_product_version
+    from pipeline.lanework.binaries import pe_product_version
 
     port, name = item.get("vcpkg_port"), item["name"]
     if not isinstance(port, str) or not re.fullmatch(r"[a-z0-9][a-z0-9-]*", port):

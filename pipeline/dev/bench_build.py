@@ -147,8 +147,8 @@ def change_one_of_each(repo: Path) -> str:
 
 def _build(dist: Path, repo: Path, commit: str, cache: Path | None) -> dict[str, Any]:
     from pipeline.formats.lanes import find_lane
-    from pipeline.infra.hostdeps import BUILD_PATH
-    from pipeline.infra.source import parse_source
+    from pipeline.lanework.hostdeps import BUILD_PATH
+    from pipeline.lanework.source import parse_source
     from pipeline.stage import Context, execute
     from pipeline.stages.build import BuildStage
 

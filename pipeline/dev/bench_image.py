@@ -1,6 +1,6 @@
 """`bench` measurement `image-from-packages` (issue 29): a package base assembled from a warm package cache.
 
-Ours: `infra/package_layer.py: assemble` on the committed Debian trixie lock
+Ours: `lanework/package_layer.py: assemble` on the committed Debian trixie lock
 (`containers/trixie/ninfer-runtime.lock.json`, 155 packages) from a package cache that already holds every
 `.deb` (each one still re-hashed against the lock, read through the bounded tar reader, placed merged-/usr,
 status.d written, `ld.so.cache` generated), written as one uncompressed layer tar; twice, and the two tars
@@ -36,7 +36,7 @@ EPOCH = 1795965149
 
 def _warm_cache(lock, cache: Path) -> dict[str, Path]:
     """Every .deb of the lock in the package cache (fetched by SHA-256 where missing): name -> cached file."""
-    from pipeline.infra import apt
+    from pipeline.lanework import apt
 
     return {p.name: apt.cached_fetch(apt.deb_url(lock.sources[p.source].uri, p.filename), cache, sha256=p.sha256, size=p.size,
                                      label=f"{p.name}.deb") for p in lock.packages}
@@ -57,7 +57,7 @@ def _flat_repository(lock, debs: dict[str, Path], folder: Path) -> str:
 
 
 def _ours(lock, stand_ins, cache: Path, staging: Path) -> tuple[float, Path, int]:
-    from pipeline.infra import package_layer
+    from pipeline.lanework import package_layer
 
     started = time.monotonic()
     result = package_layer.assemble(lock, stand_ins, staging, epoch=EPOCH, compression="none", gzip_level=9, cache=cache)
@@ -84,7 +84,7 @@ def _mmdebstrap(lock, source: str, output: Path, suite: str) -> tuple[float, int
 def measure_image_from_packages(work: Path, payload: Path, size: int, level: int) -> dict[str, Any]:
     from pipeline.formats.image_definition import load_definition, read_package_lock
     from pipeline.formats.lanes import REPO_ROOT
-    from pipeline.infra import apt
+    from pipeline.lanework import apt
     from pipeline.util import ui
     from pipeline.util.proc import require_tool
 

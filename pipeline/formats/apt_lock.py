@@ -21,7 +21,7 @@ is a change to the image.
     }
 
 `libraries` are the file names the package places in the loader's default folders (merged-/usr
-applied), read from the `.deb` itself when the lock is made (`infra/package_layer.py:
+applied), read from the `.deb` itself when the lock is made (`lanework/package_layer.py:
 package_libraries`): which package ships each soname, so a lane whose base is this lock derives its
 `base_image_libraries` from it (`formats/image_definition.py: lane_base_libraries`) instead of typing them.
 

@@ -256,6 +256,16 @@ def parse_statuses(pages: list[Any], *, endpoint: str, sha: str) -> tuple[Commit
 MISSING = "missing"  # how a refusal of a name GitHub did not report (by the required app) begins
 
 
+def read_ci_state(github: Any, sha: str) -> CiState:
+    """The check runs and the combined status of exactly `sha`, read through the GitHub client (infra/github.py:
+    `check_run_pages`, `status_pages`: GitHub's answers as sent) and parsed here, runs first."""
+    pages, endpoint = github.check_run_pages(sha)
+    runs = parse_check_runs(pages, endpoint=endpoint)
+    pages, endpoint = github.status_pages(sha)
+    statuses = parse_statuses(pages, endpoint=endpoint, sha=sha)
+    return CiState(github.repository, sha, runs, statuses)
+
+
 def refusals(state: CiState, required: tuple[str, ...]) -> list[tuple[str, str, str | None]]:
     """(name, what was found, URL) for every required name that is not `success` at exactly `state.sha`: a name
     needs a check run posted by `REQUIRED_APP` whose latest run succeeded; a commit status of the same context,

@@ -15,7 +15,7 @@ Components (each with a stable `ref`, the CycloneDX bom-ref):
 - the toolchain that built the binaries, and the build host's dependencies
   (`add_host_dependencies`, one call with the build identity's list).
 
-Edges come from the import analysis (`pipeline.infra.binaries`), never from a hand
+Edges come from the import analysis (`pipeline.lanework.binaries`), never from a hand
 list: `dynamic-link` (an ELF DT_NEEDED or PE import), `loads` (a library the
 lane declares loaded by name, `loaded_by`), `contains` (the archive holds the
 file), `vendored` (source compiled into the package's binaries), `build-tool`
@@ -358,7 +358,7 @@ def host_supplier(entry: Mapping[str, Any], distribution: str) -> str:
 
 
 def host_dependency_entries(identity: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The build identity's `host_dependencies` (what the build's preflight found, pipeline/infra/hostdeps.py)
+    """The build identity's `host_dependencies` (what the build's preflight found, pipeline/lanework/hostdeps.py)
     in the shape `ComponentModel.add_host_dependencies` takes: the supplier and purl are derived from where
     each one came from (a Debian package, a vcpkg port, a local build), never typed by hand; the licence is
     what the library reports or its declaration states (else none: NOASSERTION).  A supplier is the
@@ -376,7 +376,7 @@ def host_dependency_entries(identity: Mapping[str, Any]) -> list[dict[str, Any]]
             f"file-sha256:{entry.get('file')}": entry.get("file_sha256") if entry.get("origin") == "local" else None,
         }
         if entry.get("origin") == "local":
-            # A library by the SHA-256 of its link interface (infra/hostlibs.link_interface), the same under any prefix.
+            # A library by the SHA-256 of its link interface (lanework/hostlibs.link_interface), the same under any prefix.
             properties |= {f"link-sha256:{lib['file']}": lib["link_sha256"] for lib in entry.get("libraries") or []}
         entries.append({
             "name": entry.get("name"),

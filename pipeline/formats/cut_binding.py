@@ -25,7 +25,7 @@ from pipeline.util.hashing import is_commit_hex
 
 def lock_digest(lane: Lane) -> str:
     """The digest of the lane's toolchain lock entry (its toolkit, on its build host)."""
-    from pipeline.infra.toolchain import toolchain_spec
+    from pipeline.formats.toolchain_lock import toolchain_spec
 
     return toolchain_spec(lane.cuda_toolkit, lane.build_host).digest
 

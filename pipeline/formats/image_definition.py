@@ -21,9 +21,9 @@ from pathlib import Path, PurePosixPath
 from pipeline.errors import InputError, IntegrityError
 from pipeline.formats import apt_lock
 from pipeline.formats.components import is_licence_ref, licence_refs
-from pipeline.formats.image_reference import is_tag
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.infra import oci
+from pipeline.infra.image_reference import is_tag
 from pipeline.infra.registry import Repository, parse_repository
 from pipeline.infra.rootfs import library_folders
 from pipeline.util.fs import read_bytes_bounded

@@ -90,18 +90,6 @@ def check_beta(value: Any, *, field: str = "--beta", file: str | Path | None = N
     return value
 
 
-def beta_argument(text: str) -> int:
-    """argparse type of every --beta option."""
-    import argparse
-
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a beta number: {text!r} ({BETA_EXPECTED})") from None
-    if not is_beta(value):
-        raise argparse.ArgumentTypeError(f"beta must be {MIN_BETA}..{MAX_BETA}, found {value} (beta 0 or below names no component cut)")
-    return value
-
 _TOP = {
     "schema_version": Field(int, check=lambda v: v == 1, expected="1"),
     "id": Field(str, check=matches(r"rtx[0-9]{4}-(container|windows-native)"), expected="'rtx<NNNN>-container' or 'rtx<NNNN>-windows-native'"),
@@ -176,7 +164,7 @@ _HOST_DEPENDENCY = {
     # The host platforms the entry applies to (default: every platform).
     "hosts": Field(list, items=str, required=False, check=lambda v: bool(v) and all(h in PLATFORMS for h in v), expected="a non-empty list of " + ", ".join(PLATFORMS)),
     # Its licence as the declaration states it (SPDX expression): recorded with source `declared` where the
-    # library does not report its own (FFmpeg does: pipeline/infra/hostlibs.py).
+    # library does not report its own (FFmpeg does: pipeline/lanework/hostlibs.py).
     "license": Field(str, required=False, check=matches(_LICENSE_EXPRESSION), expected="an SPDX licence expression, e.g. 'curl' or 'LGPL-2.1-or-later'"),
 }
 _PACKAGE = {

@@ -34,8 +34,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipeline import __version__
 from pipeline.errors import InputError, IntegrityError
@@ -45,12 +44,8 @@ from pipeline.formats.release.names import PROVENANCE_SUFFIX
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
 from pipeline.util.jsonio import canonical_bytes, parse_strict
 
-if TYPE_CHECKING:
-    from pipeline.infra.source import SourceSpec
-
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
-PAYLOAD_TYPE = "application/vnd.in-toto+json"
 DOCS = "https://github.com/alphastorm/omp-ninfer/blob/main/docs/provenance.md"
 BUILD_TYPE_SET = f"{DOCS}#asset-set-v1"
 BUILD_TYPE_IMAGE = f"{DOCS}#oci-image-v1"
@@ -454,7 +449,7 @@ def source_repository(source: Mapping[str, Any], lane) -> str:
 
 def toolchain_descriptors(identity: Mapping[str, Any], lane) -> list[dict[str, Any]]:
     """Every wheel of the pinned toolchain the build used, with the URL and SHA-256 the lock pins."""
-    from pipeline.infra.toolchain import toolchain_spec
+    from pipeline.formats.toolchain_lock import toolchain_spec
 
     toolchain = identity.get("toolchain") or {}
     kind = toolchain.get("kind")
@@ -606,10 +601,25 @@ def make_image_statement(
     return statement_bytes(document)
 
 
-def archive_claim(statement_: Statement, *, origin: str, strict: bool = True):
-    """What a source archive must be to be this statement's source (for a build from the archive)."""
-    from pipeline.infra.source import ArchiveClaim
+@dataclass(frozen=True)
+class ArchiveClaim:
+    """What a source archive must be, from its provenance: the tar's SHA-256, the commit and its tree,
+    and the labels the original build recorded for it (kind, location, subdir)."""
 
+    tar_sha256: str
+    commit: str
+    tree: str
+    recorded: tuple[tuple[str, object], ...]  # the original build identity's `source` block
+    strict: bool = True  # refuse a mismatch (build); `rebuild --verify` records it and builds anyway
+
+    @property
+    def recorded_dict(self) -> dict[str, object]:
+        return dict(self.recorded)
+
+
+
+def archive_claim(statement_: Statement, *, origin: str, strict: bool = True) -> ArchiveClaim:
+    """What a source archive must be to be this statement's source (for a build from the archive)."""
     commit_item, tree_item, tar_item = (statement_.dependency(n) for n in ("source-commit", "source-tree", "source-tar"))
     for name, item, key in (("source-commit", commit_item, "gitCommit"), ("source-tree", tree_item, "gitTree"), ("source-tar", tar_item, "sha256")):
         if item is None or not isinstance(item.get("digest"), dict) or key not in item["digest"]:
@@ -681,18 +691,3 @@ def _check_install_words(entry: Mapping[str, Any], *, origin: str, name: str) ->
         if value is not None and not is_version_word(value):  # package names fit the same words
             raise InputError(f"records a build-host dependency {key} that is not a package or version word", file=origin,
                              field=f"predicate.buildDefinition.resolvedDependencies[{name}].annotations.{key}", found=str(value)[:200], expected=f"text matching {VERSION_WORD.pattern}")
-
-
-def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) -> SourceSpec:
-    """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement."""
-    from pipeline.infra.source import SourceSpec
-    from pipeline.util.fs import read_bytes_bounded
-
-    if not statement_path.is_file():
-        raise InputError("provenance statement does not exist", file=statement_path, field="--provenance")
-    data = read_bytes_bounded(statement_path, MAX_BYTES, what="provenance statement")  # the cap applies while reading
-    statement = read_statement(data, origin=str(statement_path))
-    claim = archive_claim(statement, origin=str(statement_path), strict=strict)
-    if not archive.is_file():
-        raise InputError("source archive does not exist", file=archive, field="--source-archive")
-    return SourceSpec("archive", str(archive.resolve()), claim.commit, claim=claim)

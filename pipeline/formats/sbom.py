@@ -35,7 +35,6 @@ declared hash that differs from the bytes stops the stage, naming the file.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import re
@@ -107,7 +106,7 @@ class SbomInput:
     source: dict[str, Any]
     files: list[PayloadFile]
     binaries: dict[str, str] = field(default_factory=dict)  # binary file name -> payload path
-    libraries: list[Any] = field(default_factory=list)  # pipeline.infra.binaries.Library
+    libraries: list[Any] = field(default_factory=list)  # pipeline.lanework.binaries.Library
     edges: dict[str, tuple[str, ...]] = field(default_factory=dict)
     fold_case: bool = False
     vendored: list[dict[str, Any]] = field(default_factory=list)
@@ -917,7 +916,7 @@ def verify_cdx(path: Path, digests: dict[str, tuple[str | None, str | None]], *,
     return len(bom.components)
 
 
-# -- CLI ------------------------------------------------------------------------
+# -- one file, whatever its kind (`python -m pipeline sbom validate`, pipeline/cli.py) --------------------------
 
 def validate_file(path: Path) -> str:
     """Standalone validation of one SBOM file (schema/semantics only; no payload to compare)."""
@@ -939,24 +938,6 @@ def validate_file(path: Path) -> str:
     from pipeline.errors import UsageError
 
     raise UsageError("unknown SBOM type", file=path, expected="a *.spdx.json or *.cdx.json file")
-
-
-def run_sbom_validate(args: argparse.Namespace) -> int:
-    """`sbom validate FILE...`: one line per document that validates (the first that does not raises)."""
-    for path in args.files:
-        print(validate_file(path))
-    return 0
-
-
-def register_cli(sub) -> None:
-    from pipeline.cli import add_common
-
-    parser = sub.add_parser("sbom", help="validate SPDX 2.3 / CycloneDX 1.6 documents")
-    action = parser.add_subparsers(dest="sbom_action", required=True)
-    validate = action.add_parser("validate", help="validate *.spdx.json with spdx-tools and *.cdx.json against the CycloneDX 1.6 schema")
-    validate.add_argument("files", nargs="+", type=Path)
-    add_common(validate, dist=False)
-    validate.set_defaults(func=run_sbom_validate)
 
 
 def cdx_components(path: Path) -> dict[str, dict[str, str | None]]:

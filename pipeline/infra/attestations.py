@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EnvironmentProblem, IntegrityError, PipelineError, RemoteError
+from pipeline.infra.sigstore import IN_TOTO_PAYLOAD_TYPE
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import sha256_bytes, sha256_file
 from pipeline.util.jsonio import canonical_bytes, loads_document
 
 RELEASE_PREDICATE_TYPES = ("https://in-toto.io/attestation/release/v0.1", "https://in-toto.io/attestation/release/v0.2")
-IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
 RELEASE_SIGNER = "https://dotcom.releases.github.com"  # GitHub's attester for github.com (trust domain "dotcom")
 MAX_BUNDLE_BYTES = 1024 * 1024  # a release attestation is a few kilobytes, plus one subject per asset

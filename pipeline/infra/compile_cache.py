@@ -198,8 +198,8 @@ def config_text(cache: CompileCache) -> str:
 
 
 def prepare(directory: Path, *, toolchain_description: dict, cuda_home: Path, path: tuple[str, ...], env: dict[str, str], launcher: Path) -> CompileCache:
-    """The cache at `directory`, made private when absent and refused when it is not (infra/toolchain)."""
-    from pipeline.infra.toolchain import ensure_private_dir
+    """The cache at `directory`, made private when absent and refused when it is not (infra/private_dir.py)."""
+    from pipeline.infra.private_dir import ensure_private_dir
 
     ensure_private_dir(
         directory,

@@ -143,7 +143,7 @@ def hash_cached(path: Path, size: int | None) -> tuple[str, int] | None:
 def held_bytes(part: Path, sha256: Any, size: Any) -> int:
     """How many bytes of a pinned file another run's .part holds now: its range state's intervals (read as
     hostile input, bound to the pin), else its length (a single stream's prefix); 0 when unknown."""
-    from pipeline.formats.range_state import read_state, state_path
+    from pipeline.infra.range_state import read_state, state_path
 
     try:
         if isinstance(size, int) and os.path.lexists(state_path(part)):

@@ -488,24 +488,29 @@ class GitHub:
                 return pages
         raise RemoteError(f"GET {path}: more than {MAX_PAGES} pages", why="far more entries than one commit's CI reports")
 
-    def ci_state(self, sha: str):
-        """The check runs (every run, re-runs included: `filter=all`) and the combined status of exactly `sha`, parsed
-        by their owner (formats/ci_checks.py).  Needs `checks: read` and `statuses: read` (an Actions job's
-        `permissions:`); GitHub's 403 names the missing one."""
-        from pipeline.formats.ci_checks import CiState, parse_check_runs, parse_statuses
+    def check_run_pages(self, sha: str) -> tuple[list[Any], str]:
+        """GitHub's check-runs answer for exactly `sha` (every run, re-runs included: `filter=all`), every page as
+        sent, with the endpoint that names it; parsed by its owner (formats/ci_checks.py: `read_ci_state`)."""
+        return self._ci_pages(sha, "check-runs", {"filter": "all"})
 
+    def status_pages(self, sha: str) -> tuple[list[Any], str]:
+        """GitHub's combined-status answer for exactly `sha`, every page as sent, with the endpoint that names it."""
+        return self._ci_pages(sha, "status", None)
+
+    def _ci_pages(self, sha: str, answer: str, params: dict[str, Any] | None) -> tuple[list[Any], str]:
+        """Needs `checks: read` (check runs) and `statuses: read` (an Actions job's `permissions:`); GitHub's 403
+        names the missing one."""
         if not re.fullmatch(r"[0-9a-f]{40}", sha or ""):
             raise UsageError("CI is read at a full commit only", found=sha, expected="40 hex")
-        runs_path, status_path = f"{self._repo}/commits/{sha}/check-runs", f"{self._repo}/commits/{sha}/status"
+        path = f"{self._repo}/commits/{sha}/{answer}"
         try:
-            runs = parse_check_runs(self.paginate_object(runs_path, {"filter": "all"}), endpoint=f"GET {runs_path}")
-            statuses = parse_statuses(self.paginate_object(status_path), endpoint=f"GET {status_path}", sha=sha)
+            pages = self.paginate_object(path, params)
         except GitHubError as exc:
             if exc.status == 403:
                 exc.fix = "give the job (or token) `checks: read` and `statuses: read` (.github/workflows/release.yml permissions)"
                 exc.args = (exc.render(),)
             raise
-        return CiState(self.repository, sha, runs, statuses)
+        return pages, f"GET {path}"
 
     # -- repository ------------------------------------------------------------------
     @property

@@ -21,7 +21,7 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
   not fit, and what an earlier run left, is read back from the `.part`
   (`Fetched.reread`), so memory stays bounded whatever the file's size;
 - the intervals on disk are recorded in `<file>.part.ranges`
-  (`pipeline.formats.range_state`, read as hostile input) once pieces have
+  (`pipeline.infra.range_state`, read as hostile input) once pieces have
   landed, at most every `SAVE_SECONDS`, by a thread of its own, each time
   after the `.part`'s data is flushed to the disk (one flush per state
   write, none per chunk, none on a receiving thread), so an interrupted
@@ -49,8 +49,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RemoteError
-from pipeline.formats.range_state import RangeState, read_state, state_path, write_state
 from pipeline.infra import net
+from pipeline.infra.range_state import RangeState, read_state, state_path, write_state
 from pipeline.util import ui
 
 THRESHOLD = 64 << 20  # larger pinned files are fetched as parallel ranges

@@ -44,8 +44,7 @@ from urllib.parse import urlsplit
 import requests
 
 from pipeline.errors import InputError, IntegrityError, RemoteError, UsageError, register_secret
-from pipeline.formats import image_reference
-from pipeline.infra import net
+from pipeline.infra import image_reference, net
 from pipeline.infra.net import authority_is_loopback
 from pipeline.infra.oci import ACCEPT_ANY_MANIFEST, CHUNK, Descriptor, is_digest
 from pipeline.util import ui
@@ -69,7 +68,7 @@ DOCKER_HUB_NAMES = ("docker.io", "index.docker.io", "registry-1.docker.io")
 DOCKER_HUB_API = "registry-1.docker.io"
 DOCKER_HUB_CONFIG_KEYS = ("https://index.docker.io/v1/", "index.docker.io", "docker.io", "registry-1.docker.io")
 
-# distribution's reference grammar lives in one place (pipeline/formats/image_reference.py).
+# distribution's reference grammar lives in one place (pipeline/infra/image_reference.py).
 REPOSITORY = image_reference.REPOSITORY
 TAG = image_reference.TAG
 _HOST = image_reference.HOST

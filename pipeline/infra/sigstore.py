@@ -36,10 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError
-from pipeline.formats.provenance import PAYLOAD_TYPE
-from pipeline.formats.release.names import BUNDLE_SUFFIX, OIDC_ISSUER
 from pipeline.runcontext import current
 from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file
+
+# Sigstore's own names, spelled once here: the release tree (formats/release/names.py), the provenance statements and
+# GitHub's attestations take them from this module.
+BUNDLE_SUFFIX = ".sigstore.json"  # a bundle lies beside what it signs, under the signed file's name plus this
+OIDC_ISSUER = "https://token.actions.githubusercontent.com"  # GitHub Actions' token issuer: the release workflow's identity
+IN_TOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"  # a DSSE envelope's payload type for an in-toto statement
 
 TRUST_CONFIG_DIR = Path(__file__).resolve().parents[1] / "data" / "sigstore"
 TRUST_CONFIGS = {
@@ -533,7 +537,6 @@ def bundle_path_for(path: Path) -> Path:
     return path.with_name(path.name + BUNDLE_SUFFIX)
 
 
-IN_TOTO_PAYLOAD_TYPE = PAYLOAD_TYPE  # the statements' payload type, spelled once in formats/provenance.py
 
 
 def verify_dsse_bundle(

@@ -4,7 +4,7 @@ Preflight refuses, before any work: a lane whose build host is not this host
 (Windows lanes build with MSVC on Windows), a dirty or unpinned source, a
 missing toolchain, and a missing or too old build-host dependency (the lane's
 `[[build.host_dependencies]]`, or the source's own `host-dependencies.toml`;
-pipeline/infra/hostdeps.py), naming the command that installs it.  A source
+pipeline/lanework/hostdeps.py), naming the command that installs it.  A source
 can also be a published `git archive` tarball bound to its provenance
 (`--source-archive`, `--provenance`).  Run: export the commit with `git archive` to the canonical
 source path, configure CMake + Ninja for the lane's single CUDA architecture
@@ -57,23 +57,29 @@ from pipeline.formats.identity import (
 )
 from pipeline.formats.image_definition import lane_base_libraries
 from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
-from pipeline.formats.provenance import archive_source
+from pipeline.formats.toolchain_lock import LOCK_FILE, toolchain_spec
 from pipeline.formats.toolchain_record import FILE_NAME as TOOLCHAIN_RECORD
 from pipeline.formats.toolchain_record import write_record
-from pipeline.infra import binaries, buildns, hostdeps
+from pipeline.infra import buildns
 from pipeline.infra import compile_cache as ccache
 from pipeline.infra.cubin import cubin_architectures
-from pipeline.infra.hostdeps import BUILD_PATH, host_probe_environment
-from pipeline.infra.source import SourceSpec, archive_tar, export_tree, resolve_source, source_file
-from pipeline.infra.toolchain import (
+from pipeline.infra.private_dir import ensure_private_dir
+from pipeline.lanework import binaries, hostdeps
+from pipeline.lanework.hostdeps import BUILD_PATH, host_probe_environment
+from pipeline.lanework.source import (
+    SourceSpec,
+    archive_source,
+    archive_tar,
+    export_tree,
+    resolve_source,
+    source_file,
+)
+from pipeline.lanework.toolchain import (
     CANONICAL_ROOT,
-    LOCK_FILE,
     ON_WINDOWS,
     Toolchain,
-    ensure_private_dir,
     for_lane,
     toolchain_record,
-    toolchain_spec,
 )
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
@@ -113,7 +119,7 @@ def canonical_source_dir(lane: Lane) -> Path:
 def private_build_root(lane: Lane) -> Path:
     """The canonical build root, made private (0700) when absent; refused when another user owns it or others can write to it."""
     root = build_root(lane)
-    # /var/tmp is shared by every user (infra/toolchain.check_private_dir).
+    # /var/tmp is shared by every user (infra/private_dir.py).
     return ensure_private_dir(
         root,
         what="the canonical build root",
@@ -639,7 +645,7 @@ class BuildStage(Stage):
         return identity, description
 
     def _refuse_host_paths(self, binary: Path, place: CompilePlace) -> None:
-        """A built binary is linked with RUNPATH=$ORIGIN and holds no path of this host in any section (infra/binaries)."""
+        """A built binary is linked with RUNPATH=$ORIGIN and holds no path of this host in any section (lanework/binaries)."""
         binaries.require_linked_origin_runpath(binary)
         binaries.refuse_host_paths(binary, self.host_paths(place))
 
@@ -880,7 +886,7 @@ def build_lane(
 ):
     """Build one lane; `cache` (else PIPELINE_BUILD_CACHE, unless `no_cache`) is the compile cache's folder."""
     from pipeline.formats.lanes import find_lane
-    from pipeline.infra.source import parse_source
+    from pipeline.lanework.source import parse_source
     from pipeline.stage import execute
 
     lane = find_lane(lane_name, lanes_dir)

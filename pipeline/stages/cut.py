@@ -80,7 +80,7 @@ def numbers_in(lane: Lane, tags: list[str], *, where: str) -> dict[int, str]:
 
 
 def checkout_tags(path: Path) -> list[str]:
-    from pipeline.infra.source import GIT
+    from pipeline.lanework.source import GIT
     from pipeline.util.proc import run_text
 
     text = run_text([*GIT, "-C", str(path), "tag", "--list"], what=f"list the tags of {path}")
@@ -130,7 +130,7 @@ class CutStage(Stage):
         return self.ctx.dist / self.lane.id / "cut.json"
 
     def preflight(self) -> None:
-        from pipeline.infra.source import parse_source, resolve_source
+        from pipeline.lanework.source import parse_source, resolve_source
 
         lane = self.lane
         if not self.source_text:
@@ -181,9 +181,9 @@ class CutStage(Stage):
     def check_ci(self) -> None:
         """The runtime repository's required checks (the lane's `[source] required_checks`) concluded `success` at
         exactly the commit being cut, or a refusal naming the check, its URL and its conclusion."""
-        from pipeline.formats.ci_checks import require_green
+        from pipeline.formats.ci_checks import read_ci_state, require_green
 
-        state = self.github.ci_state(self.commit)
+        state = read_ci_state(self.github, self.commit)
         ui.info(f"CI of {self.github.repository}: " + require_green(state, self.lane.required_checks, declared_in=str(self.lane.file)))
         self.ci = state.to_json(self.lane.required_checks)
 

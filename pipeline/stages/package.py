@@ -10,7 +10,7 @@ Preflight refuses, before any work: a build of another cut than the lane's
 current one (pipeline/stages/cut.py; the beta number is the cut's), binaries whose
 bytes changed since the build, an invalid server configuration or release
 spec, a script that is not Windows PowerShell 5.1, and any imported library
-that is neither provided by the target nor bundleable (`pipeline.infra.binaries`).
+that is neither provided by the target nor bundleable (`pipeline.lanework.binaries`).
 
 Run: the whole set is made twice, in two separate staging folders, from the
 same inputs; every file must be byte-identical or the stage stops.  The set is
@@ -41,8 +41,9 @@ from pipeline.formats.image_definition import lane_base_inputs
 from pipeline.formats.lanes import REPO_ROOT, Lane
 from pipeline.formats.release.names import OIDC_ISSUER
 from pipeline.formats.toolchain_record import ToolchainRecord, read_record
-from pipeline.infra import archive, binaries
+from pipeline.infra import archive
 from pipeline.infra.safetar import SafeTar
+from pipeline.lanework import binaries
 from pipeline.register import Artifact
 from pipeline.stage import Context, Stage
 from pipeline.util import ui
@@ -840,8 +841,7 @@ def _check_provenance(args, report: assets.AssetReport) -> list[str]:
 
 
 def register_cli(sub) -> None:
-    from pipeline.cli import add_common
-    from pipeline.formats.lanes import beta_argument
+    from pipeline.cli import add_common, beta_argument
 
     parser = sub.add_parser("package", help="make a lane's closed asset set (package, source, SBOMs, checksums, receipt) from its build")
     which = parser.add_mutually_exclusive_group(required=True)

@@ -38,10 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError, IntegrityError, RefusedError, RemoteError, UsageError, redact
-from pipeline.formats.image_reference import TAG_EXPECTED, is_tag
 from pipeline.formats.lanes import Lane, find_lane, load_lanes
 from pipeline.formats.receipts import IMAGE_PUBLICATION_SCHEMA, IMAGE_PUBLICATION_TYPE
 from pipeline.infra import oci
+from pipeline.infra.image_reference import TAG_EXPECTED, is_tag
 from pipeline.infra.registry import (
     Credentials,
     RegistryClient,

@@ -191,7 +191,7 @@ def _download_set(manifest_source: str, lane: Lane, into: Path) -> Path:
 
 def _set_cap(role: str) -> int:
     """The most bytes one file of a set may have where the manifest pins no size (the pinned size wins)."""
-    from pipeline.infra.source import MAX_ARCHIVE_BYTES
+    from pipeline.lanework.source import MAX_ARCHIVE_BYTES
     from pipeline.util.jsonio import MAX_DOCUMENT_BYTES
 
     if role == "package":
@@ -248,7 +248,7 @@ def _set_pins(lane: Lane, expected: assets.AssetSet, row: dict[str, Any], listed
 def _pkg_config_names(folders: tuple[str, ...]) -> dict[str, str]:
     """What a summary calls each --pkg-config-path folder and the private prefix it lies in (a compiler's message
     names the prefix's include folder): `<prefix>/lib/pkgconfig` -> <--pkg-config-path 1> and its prefix."""
-    from pipeline.infra.hostdeps import PUBLIC_ROOTS
+    from pipeline.lanework.hostdeps import PUBLIC_ROOTS
 
     names = {}
     for index, folder in enumerate(folders, 1):
@@ -362,7 +362,7 @@ class RebuildStage(Stage):
         self._check_host()
         self.published_hashes = {name: sha256_file(self.published / name) for name in self.expected.names() if (self.published / name).is_file()}
         self._check_published()
-        from pipeline.formats.provenance import archive_source
+        from pipeline.lanework.source import archive_source
 
         source_archive = self.published / self.expected.name_of("source")
         if not source_archive.is_file():
@@ -386,8 +386,8 @@ class RebuildStage(Stage):
         nvcc compiles host code with the host's g++ and the binaries link the host's libraries, so another host gives
         other bytes after minutes of compiling. Refused (exit 3) unless --allow-host-drift, which the summary records."""
         from pipeline.formats.lanes import HostDependency, current_host_platform
-        from pipeline.infra import hostdeps
-        from pipeline.infra.hostdeps import host_probe_environment
+        from pipeline.lanework import hostdeps
+        from pipeline.lanework.hostdeps import host_probe_environment
 
         host = current_host_platform()
         if self.prebuilt is not None or self.lane.build_host != host:
@@ -695,7 +695,7 @@ def rebuild_verify(
     allow_host_drift: bool = False,
 ) -> Outcome:
     from pipeline.infra import compile_cache
-    from pipeline.infra.hostdeps import parse_search_path
+    from pipeline.lanework.hostdeps import parse_search_path
 
     if os.environ.get(compile_cache.CACHE_VARIABLE):  # before any download: every object is compiled from the published source
         raise compile_cache.refusal("rebuild --verify")

@@ -51,7 +51,6 @@ from pipeline.formats import (
     ci_checks,
     cut_ledger,
     identity,
-    image_reference,
     lanes,
     provenance,
     receipts,
@@ -63,10 +62,10 @@ from pipeline.formats.release import manifest as release_manifest
 from pipeline.formats.release import problems as release_problems
 from pipeline.formats.release import rules as release_rules
 from pipeline.formats.release import spec as release_spec
-from pipeline.infra import attestations, github, oci, safetar
+from pipeline.infra import attestations, github, image_reference, oci, safetar
 from pipeline.infra import registry as oci_registry
-from pipeline.infra import source as source_reader
 from pipeline.infra.archive import read_tar_gz
+from pipeline.lanework import source as source_reader
 from pipeline.stages import accept, audit, image, publish, qualify
 from pipeline.stages.accept import bundle as accept_bundle
 from pipeline.util import jsonio, ui
@@ -896,7 +895,7 @@ def fuzz_provenance(data: bytes, work: Path) -> None:
 @target("source_archive", max_len=65536, tokens=TAR_TOKENS + (b"comment=", b"52 comment=" + FUZZ_COMMIT.encode() + b"\n", b"pax_global_header", b"host-dependencies.toml",
                                                                  b"13 mtime=nan\n", b"13 mtime=inf\n", b"16 mtime=1e+300\n", b"12 mtime=-5\n"))
 def fuzz_source_archive(data: bytes, work: Path) -> None:
-    """Source archives (infra/source.py): hash first, then the bounded reader, as build --source-archive and rebuild --verify read one."""
+    """Source archives (lanework/source.py): hash first, then the bounded reader, as build --source-archive and rebuild --verify read one."""
     path = work / "cwd" / ("source.tar.gz" if data[:2] == b"\x1f\x8b" else "source.tar")
     path.write_bytes(data)
     digest, size = source_reader.hash_archive(path)  # before a single header is parsed
@@ -1081,7 +1080,7 @@ CI_REQUIRED = ("build", "test")
 
 @target("ci_checks", max_len=32768, tokens=CI_TOKENS, structure="json")
 def fuzz_ci_checks(data: bytes, work: Path) -> None:
-    """CI at a commit (formats/ci_checks.py through GitHub.ci_state): check-runs and combined-status answers, the gate, the recorded block."""
+    """CI at a commit (formats/ci_checks.py through ci_checks.read_ci_state): check-runs and combined-status answers, the gate, the recorded block."""
     runs_body, status_body, link = split(data, 3)
 
     def answer(request):
@@ -1094,7 +1093,7 @@ def fuzz_ci_checks(data: bytes, work: Path) -> None:
     client = github.GitHub("alphastorm/ninfer", "fuzz-token-0123456789", api="https://api.github.com", uploads="https://uploads.github.com",
                            clock=_FuzzClock(), max_attempts=2, max_wait=30.0, write_interval=0.0)
     client._session.mount("https://", _Scripted(answer, limit=github.MAX_PAGES * 2 + 8))
-    state = _refused(lambda: client.ci_state(FUZZ_COMMIT))
+    state = _refused(lambda: ci_checks.read_ci_state(client, FUZZ_COMMIT))
     if state is None:
         return
     line = _refused(lambda: ci_checks.require_green(state, CI_REQUIRED, declared_in="fuzz"))
@@ -1117,7 +1116,7 @@ APT_TOKENS = (b"Package: ", b"Version: ", b"Architecture: ", b"Depends: ", b"Pre
 def fuzz_apt_index(data: bytes, work: Path) -> None:
     """Debian repository documents (formats/apt_repository.py): a Release text, a Packages index resolved, a DEP-5 copyright."""
     from pipeline.formats import apt_repository
-    from pipeline.infra.apt_resolve import Universe, resolve
+    from pipeline.lanework.apt_resolve import Universe, resolve
 
     release = _refused(lambda: apt_repository.parse_release(data, source="Release"))
     if release is not None:
@@ -1145,9 +1144,9 @@ def fuzz_apt_lock(data: bytes, work: Path) -> None:
 
 @target("deb", max_len=65536, tokens=TAR_TOKENS + (b"!<arch>\n", b"debian-binary   ", b"control.tar.xz  ", b"data.tar.xz     ", b"data.tar.zst    ", b"2.0\n"))
 def fuzz_deb(data: bytes, work: Path) -> None:
-    """A .deb (infra/deb.py) placed into a package layer (infra/package_layer.py): ar, control and data tars, every refusal."""
+    """A .deb (infra/deb.py) placed into a package layer (lanework/package_layer.py): ar, control and data tars, every refusal."""
     from pipeline.formats.apt_lock import LockedPackage
-    from pipeline.infra import package_layer
+    from pipeline.lanework import package_layer
 
     path = work / "package.deb"
     path.write_bytes(data)

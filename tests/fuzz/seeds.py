@@ -438,7 +438,7 @@ def provenance_seeds() -> dict[str, bytes]:
 
 def _git_archive_tar() -> bytes:
     """A tar as `git archive` writes it: a pax global header naming the commit, then the files, all at the commit time."""
-    from pipeline.infra.source import set_tar_mtimes
+    from pipeline.lanework.source import set_tar_mtimes
 
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT, pax_headers={"comment": COMMIT}) as archive:

@@ -1597,8 +1597,7 @@ def test_a_urls_password_reaches_neither_the_output_nor_the_report_nor_the_regis
 def test_waiting_for_another_audits_download_earns_time_from_the_bytes_it_writes(tmp_path, ranged):
     """A run that waits for a cache file another audit is fetching is not cut by its own --timeout while that
     download progresses: the bytes arriving in the .part earn it time, as its own would (256 KiB/s)."""
-    from pipeline.formats import range_state
-    from pipeline.infra import net
+    from pipeline.infra import net, range_state
 
     size = 64 << 20
     target = tmp_path / "model.bin"

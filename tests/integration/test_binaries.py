@@ -13,7 +13,7 @@ from winfixtures import native_workspace
 
 from pipeline.errors import BuildFailure, InputError
 from pipeline.formats.lanes import find_lane
-from pipeline.infra.binaries import (
+from pipeline.lanework.binaries import (
     inspect_binary,
     resolve_libraries,
     set_origin_runpath,
@@ -115,7 +115,7 @@ def test_a_bundled_dlls_version_is_read_from_its_version_resource_never_typed(tm
 
     from winfixtures import VERSIONS
 
-    from pipeline.infra.binaries import pe_product_version, pe_version_strings
+    from pipeline.lanework.binaries import pe_product_version, pe_version_strings
 
     workspace = native_workspace(tmp_path_factory)
     exes = {p.name: p for p in workspace.prebuilt.glob("*.exe")}
@@ -160,7 +160,7 @@ def test_binaries_of_the_wrong_platform_and_non_binaries_are_refused(tmp_path_fa
 def test_elf_imports_reads_elf_files_and_passes_over_everything_else(elf_pair, tmp_path):
     """The image stage's check of its layers goes through the same reader as package's resolution."""
     from pipeline.errors import IntegrityError
-    from pipeline.infra.binaries import elf_imports, is_elf
+    from pipeline.lanework.binaries import elf_imports, is_elf
 
     info = elf_imports(elf_pair / "app")
     assert info is not None and info == inspect_binary(elf_pair / "app")

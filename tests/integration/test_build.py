@@ -15,7 +15,7 @@ from repokit import ROOT, git, have_nvcc
 
 from pipeline.errors import EnvironmentProblem, IntegrityError
 from pipeline.formats.lanes import find_lane
-from pipeline.infra.source import parse_source
+from pipeline.lanework.source import parse_source
 from pipeline.stage import Context, execute
 from pipeline.stages.build import BuildStage
 

@@ -23,7 +23,7 @@ from repokit import GIT_ENV, ROOT, git
 
 from pipeline.formats.lanes import find_lane
 from pipeline.infra import buildns
-from pipeline.infra.source import parse_source
+from pipeline.lanework.source import parse_source
 from pipeline.stage import Context, execute
 from pipeline.stages.build import CANONICAL_ROOT, BuildStage
 
@@ -63,7 +63,7 @@ class Timed:
 def test_a_cached_object_follows_source_date_epoch_where_the_source_uses_date(tmp_path):
     """__DATE__ comes from SOURCE_DATE_EPOCH (the commit's time): another commit's cached object must not be returned."""
     from pipeline.infra import compile_cache
-    from pipeline.infra.hostdeps import BUILD_PATH
+    from pipeline.lanework.hostdeps import BUILD_PATH
     from pipeline.stages.build import LAUNCHER
 
     env = {"PATH": os.pathsep.join(BUILD_PATH), "LC_ALL": "C.UTF-8", "HOME": str(tmp_path)}
@@ -93,7 +93,7 @@ def test_one_cu_exported_from_commits_made_an_hour_apart_compiles_to_the_same_ob
     import io
     import tarfile
 
-    from pipeline.infra import source
+    from pipeline.lanework import source
     from pipeline.stages.build import LAUNCHER
 
     repo = tmp_path / "repo"

@@ -760,7 +760,7 @@ def test_a_two_lane_release_with_the_pushed_image_reaches_ready(release, tmp_pat
 
     from pipeline.cli import main
     from pipeline.formats.lanes import load_lane
-    from pipeline.infra.toolchain import for_lane
+    from pipeline.lanework.toolchain import for_lane
     from pipeline.util import ui
 
     lane_id = "rtx5090-container"

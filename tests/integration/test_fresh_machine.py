@@ -61,7 +61,7 @@ def test_tools_are_looked_up_in_the_pipeline_environment_before_path(tmp_path, m
 RUNPATH_JOB = r"""
 import sys
 from pathlib import Path
-from pipeline.infra.binaries import inspect_binary, patchelf_record, set_origin_runpath
+from pipeline.lanework.binaries import inspect_binary, patchelf_record, set_origin_runpath
 target = Path(sys.argv[1])
 assert set_origin_runpath(target) is True
 info = inspect_binary(target)

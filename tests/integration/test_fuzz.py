@@ -135,7 +135,8 @@ def test_the_crashes_the_issue_18_harnesses_found_are_refusals_naming_the_field(
 
     from pipeline.errors import RemoteError
     from pipeline.formats import routes
-    from pipeline.infra import github, source
+    from pipeline.infra import github
+    from pipeline.lanework import source
 
     answers = {
         "/rate_limit": (200, {}, b'{"resources": {"core": ["a list"]}}'),

@@ -20,9 +20,9 @@ from repokit import SAMPLE, edited_lane, make_repo
 from pipeline.errors import EnvironmentProblem, InputError, UsageError
 from pipeline.formats import host_dependencies as declaration
 from pipeline.formats.lanes import DEFAULT_LANES_DIR, HostDependency, find_lane, load_lane
-from pipeline.infra import hostdeps, hostlibs
-from pipeline.infra.hostdeps import BUILD_PATH
-from pipeline.infra.source import parse_source
+from pipeline.lanework import hostdeps, hostlibs
+from pipeline.lanework.hostdeps import BUILD_PATH
+from pipeline.lanework.source import parse_source
 from pipeline.stage import Context, execute
 from pipeline.stages.build import BuildStage
 from pipeline.util.hashing import sha256_file
@@ -255,7 +255,7 @@ def test_binaries_linked_with_the_pipelines_rpath_settings_are_the_same_under_an
     same bytes against the same library under prefixes of different lengths; without them, CMake's build RUNPATH
     carries the prefix, which the package would refuse (naming the file and section), never rewrite."""
     from pipeline.errors import BuildFailure
-    from pipeline.infra import binaries
+    from pipeline.lanework import binaries
     from pipeline.stages.build import RPATH_CMAKE_ARGS
 
     if shutil.which("cmake", path=":".join(BUILD_PATH)) is None or shutil.which("ninja", path=":".join(BUILD_PATH)) is None:

@@ -22,7 +22,7 @@ from repokit import ROOT
 from pipeline.formats import apt_lock, image_definition
 from pipeline.formats.image_definition import load_definition
 from pipeline.formats.lanes import find_lane
-from pipeline.infra import package_layer
+from pipeline.lanework import package_layer
 from pipeline.stages import image
 from tests.kits.aptkit import syft_debs
 
@@ -131,7 +131,7 @@ def test_the_sample_image_on_trixie_runs_and_is_the_same_from_a_cold_and_a_warm_
     """build (real nvcc) -> package -> image on the committed trixie lock, libcudart from the pinned wheel; then a process in it."""
     from repokit import have_nvcc
 
-    from pipeline.infra.source import parse_source
+    from pipeline.lanework.source import parse_source
     from pipeline.stage import Context, execute
     from pipeline.stages.build import BuildStage
     from pipeline.stages.package import package_lane

@@ -168,7 +168,8 @@ def test_an_outsider_makes_the_image_again_from_its_lock_and_a_changed_deb_is_re
         image.verify_image(LANE, other, dist=dist, definition=definition)
     assert info.value.found == published and info.value.expected == other
     # what else the bytes depend on is named, with this run's: the zlib build and (no libc-bin in this lock) the host's ldconfig
-    from pipeline.infra import oci, package_layer
+    from pipeline.infra import oci
+    from pipeline.lanework import package_layer
 
     assert f"zlib {oci.zlib_version()}" in info.value.why and f"this host's, {package_layer.host_ldconfig()}" in info.value.why
     assert "base_ldconfig" in info.value.why and "libc-bin" in info.value.fix

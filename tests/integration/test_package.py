@@ -25,7 +25,7 @@ from pipeline.cli import main
 from pipeline.errors import BuildFailure, InputError, IntegrityError, RefusedError
 from pipeline.formats.assets import asset_set, check_assets
 from pipeline.formats.lanes import REPO_ROOT, find_lane, load_lane
-from pipeline.infra.binaries import inspect_binary
+from pipeline.lanework.binaries import inspect_binary
 from pipeline.register import Register
 from pipeline.stages import package as package_module
 from pipeline.stages.build import build_lane

@@ -18,8 +18,8 @@ import pytest
 
 from pipeline.errors import InputError, IntegrityError
 from pipeline.formats import apt_lock, image_definition
-from pipeline.infra import apt, package_layer
-from pipeline.infra.package_layer import ScriptStandIn
+from pipeline.lanework import apt, package_layer
+from pipeline.lanework.package_layer import ScriptStandIn
 from pipeline.stages import image
 from tests.kits.aptkit import EPOCH, MiniRepo, SigningKey, build_deb, definition_toml, member, package
 

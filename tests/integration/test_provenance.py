@@ -122,7 +122,7 @@ def test_builder_refuses_a_github_environment_it_cannot_state():
 
 def test_toolchain_wheels_are_named_by_url_and_sha256_from_the_lock():
     from pipeline.formats.lanes import find_lane
-    from pipeline.infra.toolchain import toolchain_spec
+    from pipeline.formats.toolchain_lock import toolchain_spec
 
     lane = find_lane("5090")
     spec = toolchain_spec(lane.cuda_toolkit, lane.build_host)

@@ -328,7 +328,7 @@ def test_secrets_never_reach_the_receipt_even_if_they_match_a_value(image_dist, 
 @pytest.mark.cuda
 def test_build_package_image_push_and_run_the_unpacked_server(tmp_path, sample_repo, registry_server):
     """`nox -s build-5090 package image push` through the same CLI, twice; then run the image's binary."""
-    from pipeline.infra.toolchain import for_lane
+    from pipeline.lanework.toolchain import for_lane
 
     repo_path, commit = sample_repo
     lane = find_lane(LANE)

@@ -655,7 +655,7 @@ def test_container_chain_on_the_compiled_sample(tmp_path, sample_repo):
 
     from repokit import have_nvcc
 
-    from pipeline.infra.source import parse_source
+    from pipeline.lanework.source import parse_source
     from pipeline.stages.build import BuildStage
     from pipeline.stages.package import package_lane
 
@@ -718,7 +718,7 @@ def test_gpu_smoke_gate_runs_the_packaged_selftest_on_a_real_gpu(tmp_path):
             pytest.skip(f"the sample has no CUDA architecture for compute capability {facts['compute_capability']}")
         from repokit import SAMPLE, have_nvcc, make_repo
 
-        from pipeline.infra.source import parse_source
+        from pipeline.lanework.source import parse_source
         from pipeline.stages.build import BuildStage
         from pipeline.stages.package import package_lane
 

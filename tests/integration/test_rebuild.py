@@ -193,7 +193,7 @@ def test_build_from_a_source_archive_refuses_one_that_is_not_the_provenances(pub
     code = main(["build", "--lane", "5090", "--source-archive", str(tampered / expected.name_of("source")), "--provenance", str(statement), "--rehearsal", "--dist", str(tmp_path / "dist")])
     assert code == 5
     assert not (tmp_path / "dist" / LANE / "build").exists()
-    from pipeline.formats.provenance import archive_source
+    from pipeline.lanework.source import archive_source
     from pipeline.stage import Context
     from pipeline.stages.build import BuildStage
 

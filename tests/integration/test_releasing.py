@@ -59,7 +59,7 @@ def test_the_runbook_runs_end_to_end_on_the_embedded_sample(tmp_path, tmp_path_f
 
     from pipeline.formats.lanes import load_lanes
     from pipeline.formats.release.contract import verify_release
-    from pipeline.infra.toolchain import for_lane
+    from pipeline.lanework.toolchain import for_lane
     from pipeline.stages.cut import cut_lane
 
     native = sample_release(tmp_path_factory)  # the owner's receipt of the 4090 lane and the client

@@ -26,8 +26,9 @@ import pytest
 from repokit import ROOT
 
 from pipeline.errors import InputError, IntegrityError, PipelineError
-from pipeline.infra import archive, oci, source
+from pipeline.infra import archive, oci
 from pipeline.infra.safetar import MAX_EXTENSION_CHAIN, SafeTar, TarLimits, inflate_chunks
+from pipeline.lanework import source
 from pipeline.stages import package, qualify
 
 MIB = 1024 * 1024

@@ -241,7 +241,7 @@ def test_native_sets_made_from_mingw_binaries_conform_and_agree(tmp_path_factory
     ids = {p["SPDXID"]: p["name"] for p in document["packages"]}
     relations = {(ids.get(r["spdxElementId"]), r["relationshipType"], ids.get(r["relatedSpdxElement"])) for r in document["relationships"]}
     from pipeline.formats.lanes import load_lane
-    from pipeline.infra.binaries import inspect_binary
+    from pipeline.lanework.binaries import inspect_binary
 
     lane = load_lane(workspace.lanes_dir / f"{workspace.lane.id}.toml")
     exe = workspace.prebuilt / "ninfer-serve.exe"

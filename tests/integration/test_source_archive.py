@@ -14,7 +14,7 @@ from repokit import git, make_repo
 
 from pipeline.errors import IntegrityError, RefusedError
 from pipeline.formats.lanes import find_lane
-from pipeline.infra.source import ArchiveClaim, SourceSpec, archive_tree, resolve_archive
+from pipeline.lanework.source import ArchiveClaim, SourceSpec, archive_tree, resolve_archive
 from pipeline.util.hashing import sha256_bytes
 
 
@@ -103,7 +103,7 @@ def test_the_lane_pin_applies_to_an_archive_too(repo, tmp_path):
 def test_a_sample_subtree_export_has_no_header_commit_and_still_binds_its_tree(tmp_path):
     from repokit import SAMPLE
 
-    from pipeline.infra.source import archive_facts
+    from pipeline.lanework.source import archive_facts
 
     repo = tmp_path / "sample"
     commit = make_repo(repo, SAMPLE)
@@ -226,7 +226,7 @@ from pathlib import Path
 from pipeline.errors import PipelineError
 from pipeline.formats import provenance as slsa
 from pipeline.formats.lanes import find_lane
-from pipeline.infra.source import SourceSpec, resolve_archive
+from pipeline.lanework.source import SourceSpec, resolve_archive
 statement = slsa.read_statement(Path(sys.argv[2]).read_bytes(), origin=sys.argv[2])
 claim = slsa.archive_claim(statement, origin=sys.argv[2], strict=False)  # rebuild --verify: a mismatch is recorded, the archive read on
 try:
@@ -284,7 +284,7 @@ def test_a_header_declaring_more_than_its_limit_is_refused_before_it_is_read(tmp
 def test_an_archive_of_more_members_than_the_limit_is_refused_as_it_streams(tmp_path):
     import sys
 
-    from pipeline.infra.source import MAX_ARCHIVE_MEMBERS
+    from pipeline.lanework.source import MAX_ARCHIVE_MEMBERS
 
     archive = _many_members_tar(tmp_path / "many.tar", MAX_ARCHIVE_MEMBERS + 1)
     rebuild = run_measured(sys.executable, "-c", _REBUILD_CHILD, str(archive), str(_statement(tmp_path)))
@@ -294,7 +294,7 @@ def test_an_archive_of_more_members_than_the_limit_is_refused_as_it_streams(tmp_
 def test_a_sparse_archive_larger_than_a_source_is_refused_unread(tmp_path):
     import sys
 
-    from pipeline.infra.source import MAX_ARCHIVE_BYTES
+    from pipeline.lanework.source import MAX_ARCHIVE_BYTES
 
     archive = tmp_path / "sparse.tar"
     with open(archive, "wb") as out:
@@ -306,7 +306,7 @@ def test_a_sparse_archive_larger_than_a_source_is_refused_unread(tmp_path):
 
 def test_a_matching_archive_is_hashed_before_it_is_parsed(repo, tmp_path, monkeypatch):
     """The order: the SHA-256 comparison refuses a strict mismatch before the bounded reader opens the archive."""
-    from pipeline.infra import source as source_module
+    from pipeline.lanework import source as source_module
 
     repo_path, commit = repo
     data = _archive(repo_path, commit)

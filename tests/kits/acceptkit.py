@@ -289,7 +289,7 @@ def build_container_lane(dist: Path, work: Path, registry_host: str, *, reposito
 
     from pipeline.cli import main
     from pipeline.formats.lanes import find_lane
-    from pipeline.infra.toolchain import for_lane
+    from pipeline.lanework.toolchain import for_lane
     from pipeline.stages.cut import cut_lane
 
     repo = work / "ninfer"

@@ -18,7 +18,7 @@ from pipeline.formats.apt_repository import (
     parse_release,
     parse_stanzas,
 )
-from pipeline.infra.apt_resolve import Universe, resolve
+from pipeline.lanework.apt_resolve import Universe, resolve
 from tests.kits.aptkit import package
 
 VERSIONS = ["1.0", "1.0-1", "1.0~rc1", "1.0~rc1-1", "1:0.9", "2.41-12", "2.41-12+deb13u1", "2.41-12~bpo1", "1.0a", "1.0+", "1.0.1",

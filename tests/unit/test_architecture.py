@@ -15,13 +15,16 @@ from repokit import ROOT
 PACKAGE = ROOT / "pipeline"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 MAX_FUNCTION_LINES = 150
-# Which top-level folders of the package each layer may import (module-level or inside a function).
+# Which top-level folders of the package each layer may not import (module-level or inside a function).
 # The top-level modules (stage, register, errors, ...) sit beside these layers; the rules here are the arrows
-# the map forbids: nothing below a stage imports one, formats and infra never reach up into tools or dev.
+# the map forbids: nothing below a stage imports one, nothing below the tools reaches up into tools or dev.
+# From the bottom: util, then infra (plumbing: knows no document of the pipeline's own), then formats (the owners,
+# which may use plumbing), then lanework (lane- and format-aware work), then the stages and tools.
 FORBIDDEN = {
-    "util": {"formats", "infra", "stages", "tools", "dev", "harness"},
-    "formats": {"stages", "tools", "dev", "harness"},
-    "infra": {"stages", "tools", "dev", "harness"},
+    "util": {"infra", "formats", "lanework", "stages", "tools", "dev", "harness"},
+    "infra": {"formats", "lanework", "stages", "tools", "dev", "harness"},
+    "formats": {"lanework", "stages", "tools", "dev", "harness"},
+    "lanework": {"stages", "tools", "dev", "harness"},
     "harness": {"stages", "tools", "dev"},
     "tools": {"stages", "dev"},
     "stages": {"tools", "dev"},
@@ -82,17 +85,52 @@ def test_util_needs_only_the_standard_library():
     assert not outside, outside
 
 
-def test_no_arrow_from_a_lower_layer_up():
-    arrows = []
-    for name, tree in _modules().items():
+def _upward_arrows(modules: dict[str, ast.Module]) -> list[str]:
+    """Every import (module-level or inside a function) of a layer that FORBIDDEN keeps it from."""
+    arrows = set()
+    for name, tree in modules.items():
         parts = name.split(".")
         layer = parts[1] if len(parts) > 2 or (len(parts) == 2 and (PACKAGE / parts[1]).is_dir()) else None
         forbidden = FORBIDDEN.get(layer or "", set())
         for imported in _imports(name, tree, top_level_only=False):
             target = imported.split(".")
             if target[0] == "pipeline" and len(target) > 1 and target[1] in forbidden:
-                arrows.append(f"{name} imports {imported}")
-    assert not arrows, sorted(set(arrows))
+                arrows.add(f"{name} imports {imported}")
+    return sorted(arrows)
+
+
+def test_no_arrow_from_a_lower_layer_up():
+    arrows = _upward_arrows(_modules())
+    assert not arrows, arrows
+
+
+def test_every_layer_folder_has_its_rule():
+    """A new folder of code under pipeline/ is placed in the layer table, so no layer escapes the arrows above."""
+    folders = {path.parent.name for path in PACKAGE.glob("*/__init__.py")}
+    assert folders - {"dev"} == set(FORBIDDEN), "add the folder to FORBIDDEN (and docs/architecture.md's layout)"
+
+
+# The layers that hold no command code: a command's parser and handler live beside the CLI (pipeline/cli.py) or in
+# its stage module, never in a document's owner or in plumbing.
+NO_COMMAND_CODE = ("util", "infra", "formats", "lanework")
+
+
+def _command_code(modules: dict[str, ast.Module]) -> list[str]:
+    """Modules of NO_COMMAND_CODE layers that import argparse or define a command (`register_cli`, `run_*(args)`)."""
+    found = []
+    for name, tree in modules.items():
+        if name.split(".")[1:2] and name.split(".")[1] in NO_COMMAND_CODE:
+            if any(imported.split(".")[0] == "argparse" for imported in _imports(name, tree, top_level_only=False)):
+                found.append(f"{name} imports argparse")
+            for node in ast.walk(tree):
+                if isinstance(node, ast.FunctionDef) and (node.name == "register_cli" or (node.name.startswith("run_") and [a.arg for a in node.args.args] == ["args"])):
+                    found.append(f"{name} defines {node.name}")
+    return found
+
+
+def test_no_command_code_in_formats_or_plumbing():
+    found = _command_code(_modules())
+    assert not found, found
 
 
 def _import_graph(modules: dict[str, ast.Module], *, top_level_only: bool) -> dict[str, set[str]]:
@@ -299,6 +337,24 @@ def test_the_rules_can_fail():
     lazy = ast.parse("def g():\n    from pipeline.tools import status\n")
     assert "pipeline.tools.status" in _imports("pipeline.infra.y", lazy, top_level_only=False)
     assert "pipeline.tools.status" not in _imports("pipeline.infra.y", lazy, top_level_only=True)
+    # plumbing that reads a document of the pipeline's own, or an owner that reaches up into the lane-aware work
+    layered = {
+        "pipeline.infra.y": ast.parse("def h():\n    from pipeline.formats.ci_checks import CiState\n"),
+        "pipeline.formats.z": ast.parse("from pipeline.lanework import toolchain\n"),
+        "pipeline.lanework.w": ast.parse("from pipeline.formats import lanes\nfrom pipeline.infra import net\n"),
+    }
+    assert _upward_arrows(layered) == [
+        "pipeline.formats.z imports pipeline.lanework",
+        "pipeline.formats.z imports pipeline.lanework.toolchain",
+        "pipeline.infra.y imports pipeline.formats.ci_checks",
+        "pipeline.infra.y imports pipeline.formats.ci_checks.CiState",
+    ]
+    commands = {
+        "pipeline.formats.s": ast.parse("def run_s_validate(args):\n    import argparse\n"),
+        "pipeline.lanework.t": ast.parse("def register_cli(sub):\n    pass\n"),
+        "pipeline.stages.u": ast.parse("import argparse\ndef register_cli(sub):\n    pass\n"),
+    }
+    assert _command_code(commands) == ["pipeline.formats.s imports argparse", "pipeline.formats.s defines run_s_validate", "pipeline.lanework.t defines register_cli"]
     # a circle closed by a function-level import, and a stage that imports another inside a method
     lazy_circle = {
         "pipeline.formats.a": ast.parse("from pipeline.formats import b\n"),

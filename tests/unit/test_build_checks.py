@@ -34,7 +34,7 @@ def test_the_host_paths_a_binary_may_not_carry_are_the_private_ones(tmp_path):
 
     from pipeline.formats.lanes import find_lane
     from pipeline.infra.buildns import Isolation
-    from pipeline.infra.source import parse_source
+    from pipeline.lanework.source import parse_source
     from pipeline.stage import Context
     from pipeline.stages.build import BuildStage, CompilePlace
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.infra.toolchain import CANONICAL_ROOT
+from pipeline.lanework.toolchain import CANONICAL_ROOT
 from pipeline.stages.build import shipped_toolchain_description
 
 

@@ -99,7 +99,7 @@ def test_a_build_claims_a_new_or_empty_folder_and_empties_only_its_own(tmp_path)
 def test_the_build_stage_refuses_a_foreign_work_folder_before_any_work(tmp_path):
     """BuildStage is also what rebuild --verify drives: a --work it did not make is refused when the stage is made."""
     from pipeline.formats.lanes import find_lane
-    from pipeline.infra.source import parse_source
+    from pipeline.lanework.source import parse_source
     from pipeline.stage import Context
     from pipeline.stages.build import BuildStage
 

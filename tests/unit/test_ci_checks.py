@@ -8,7 +8,13 @@ import pytest
 from github_standin import CHECK_RUNS_DOCS, StandIn, Token
 
 from pipeline.errors import InputError, RefusedError, RemoteError
-from pipeline.formats.ci_checks import CiState, check_recorded, read_required_checks, require_green
+from pipeline.formats.ci_checks import (
+    CiState,
+    check_recorded,
+    read_ci_state,
+    read_required_checks,
+    require_green,
+)
 from pipeline.formats.lanes import DEFAULT_LANES_DIR, load_lane
 from pipeline.infra.github import GitHub, GitHubError
 
@@ -32,13 +38,13 @@ def client(gh: StandIn, token: str = TOKEN) -> GitHub:
 
 
 def gate(gh: StandIn) -> str:
-    return require_green(client(gh).ci_state(SHA), REQUIRED, declared_in="lane")
+    return require_green(read_ci_state(client(gh), SHA), REQUIRED, declared_in="lane")
 
 
 def test_every_required_check_green_at_the_commit_passes_and_names_the_runs(gh):
     gh.pass_checks(SHA, REQUIRED)
     gh.add_check_run(SHA, "lint", conclusion="failure")  # not required: does not count
-    state = client(gh).ci_state(SHA)
+    state = read_ci_state(client(gh), SHA)
     line = require_green(state, REQUIRED, declared_in="lane")
     assert line.startswith("2 required checks succeeded at cccccccccccc") and f"build #{state.latest('build').id}" in line
     recorded = state.to_json(REQUIRED)
@@ -131,11 +137,11 @@ def test_a_combined_status_whose_total_count_disagrees_is_refused(gh):
     body = {"state": "success", "sha": SHA, "total_count": 2, "statuses": []}  # hides the failing status it counts
     gh.faults["malformed"] = {f"/repos/{REPO}/commits/{SHA}/status": body}
     with pytest.raises(RemoteError, match="the pages held 0 statuses, but GitHub's total_count says otherwise"):
-        client(gh).ci_state(SHA)
+        read_ci_state(client(gh), SHA)
     body["total_count"] = 1
     body["statuses"] = [status]
     with pytest.raises(RefusedError, match="its commit status is failure"):
-        require_green(client(gh).ci_state(SHA), REQUIRED, declared_in="lane")
+        require_green(read_ci_state(client(gh), SHA), REQUIRED, declared_in="lane")
 
 
 def test_check_runs_are_read_over_every_page(gh):
@@ -143,7 +149,7 @@ def test_check_runs_are_read_over_every_page(gh):
         gh.add_check_run(SHA, f"matrix-{index}")
     gh.pass_checks(SHA, REQUIRED)  # the newest: on the first page
     gh.add_check_run(SHA, "test", conclusion="failure")  # a re-run
-    state = client(gh).ci_state(SHA)
+    state = read_ci_state(client(gh), SHA)
     assert len(state.check_runs) == 133
     assert [p for m, p, _s in gh.log if p.endswith("/check-runs")] == [f"/repos/{REPO}/commits/{SHA}/check-runs"] * 2
     with pytest.raises(RefusedError, match="concluded failure"):
@@ -169,21 +175,21 @@ def test_a_run_of_another_commit_in_the_answer_is_refused(gh):
 def test_an_answer_in_another_shape_is_a_clear_remote_error(gh, body, field):
     gh.faults["malformed"] = {f"/repos/{REPO}/commits/{SHA}/check-runs": body}
     with pytest.raises(RemoteError) as caught:
-        client(gh).ci_state(SHA)
+        read_ci_state(client(gh), SHA)
     assert field in str(caught.value) and "Traceback" not in str(caught.value)
 
 
 def test_a_token_without_checks_read_gets_githubs_403_and_the_fix(gh):
     gh.tokens["ghs_contentsOnly0123456789abcdefghijkl"] = Token(permissions={"contents": "write"})
     with pytest.raises(GitHubError) as caught:
-        client(gh, "ghs_contentsOnly0123456789abcdefghijkl").ci_state(SHA)
+        read_ci_state(client(gh, "ghs_contentsOnly0123456789abcdefghijkl"), SHA)
     assert caught.value.status == 403 and "Resource not accessible by integration" in str(caught.value) and CHECK_RUNS_DOCS in str(caught.value)
     assert "checks: read" in str(caught.value)
     gh.tokens["ghs_checksOnly0123456789abcdefghijklmn"] = Token(permissions={"contents": "read", "checks": "read"})
     with pytest.raises(GitHubError, match="statuses: read"):
-        client(gh, "ghs_checksOnly0123456789abcdefghijklmn").ci_state(SHA)
+        read_ci_state(client(gh, "ghs_checksOnly0123456789abcdefghijklmn"), SHA)
     gh.tokens["ghs_both0123456789abcdefghijklmnopqrs"] = Token(permissions={"checks": "read", "statuses": "read"})
-    assert isinstance(client(gh, "ghs_both0123456789abcdefghijklmnopqrs").ci_state(SHA), CiState)
+    assert isinstance(read_ci_state(client(gh, "ghs_both0123456789abcdefghijklmnopqrs"), SHA), CiState)
 
 
 def test_the_lane_files_declare_their_required_checks_and_a_bad_list_is_refused(tmp_path):
@@ -213,7 +219,7 @@ def test_a_recorded_block_keeps_only_the_required_names_and_says_so_when_one_is_
 
     gh.add_check_run(SHA, "build")
     gh.add_check_run(SHA, "test (ubuntu-latest)")
-    state = client(gh).ci_state(SHA)
+    state = read_ci_state(client(gh), SHA)
     with pytest.raises(RefusedError, match="GitHub reported: 'build', 'test \\(ubuntu-latest\\)'"):
         require_green(state, REQUIRED, declared_in="lane")
     recorded, required = from_recorded(state.to_json(REQUIRED), file="plan", field="observed.ci")

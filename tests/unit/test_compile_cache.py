@@ -17,7 +17,7 @@ from pipeline.cli import main
 from pipeline.errors import RefusedError, UsageError
 from pipeline.infra import buildns
 from pipeline.infra import compile_cache as cc
-from pipeline.infra.hostdeps import BUILD_PATH
+from pipeline.lanework.hostdeps import BUILD_PATH
 from pipeline.stages import build
 
 RELEASE_ENV = {"GITHUB_ACTIONS": "true", "GITHUB_WORKFLOW_REF": "omp/ninfer-release/.github/workflows/release.yml@refs/tags/v0.7.0"}
@@ -51,7 +51,7 @@ def test_rebuild_verify_refuses_pipeline_build_cache_before_any_work(tmp_path, m
 
 def test_a_cache_with_prebuilt_binaries_is_a_usage_error(tmp_path):
     from pipeline.formats.lanes import find_lane
-    from pipeline.infra.source import parse_source
+    from pipeline.lanework.source import parse_source
     from pipeline.stage import Context
 
     stage = build.BuildStage(Context.open(tmp_path / "dist"), find_lane("5090"), source=parse_source(None), prebuilt=tmp_path, cache_dir=tmp_path / "c")
@@ -96,7 +96,7 @@ def test_the_callers_ccache_variables_never_reach_the_compile(tmp_path, monkeypa
     from pathlib import Path
 
     from pipeline.formats.lanes import find_lane
-    from pipeline.infra.source import parse_source
+    from pipeline.lanework.source import parse_source
     from pipeline.stage import Context
 
     # CCACHE_* variables override every configuration file: a CCACHE_PREFIX would run its program before every compiler.

@@ -25,7 +25,7 @@ from pipeline.formats.cut_ledger import (
 )
 from pipeline.formats.lanes import DEFAULT_LANES_DIR, REPO_ROOT, find_lane, load_lane
 from pipeline.infra.github import Clock, GitHub
-from pipeline.infra.source import parse_source
+from pipeline.lanework.source import parse_source
 from pipeline.stage import Context
 from pipeline.stages.build import BuildStage
 from pipeline.stages.cut import cut_lane

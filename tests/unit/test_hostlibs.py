@@ -8,7 +8,7 @@ from pipeline.errors import EnvironmentProblem
 from pipeline.formats import build_environment
 from pipeline.formats.components import host_purl, host_supplier
 from pipeline.formats.provenance import environment_descriptors
-from pipeline.infra import hostlibs
+from pipeline.lanework import hostlibs
 
 STATUS = """Package: ffmpeg
 Version: 7.1.2

@@ -1,11 +1,11 @@
-"""The one image-reference grammar (pipeline/formats/image_reference.py), distribution's, digest-pinned."""
+"""The one image-reference grammar (pipeline/infra/image_reference.py), distribution's, digest-pinned."""
 
 from __future__ import annotations
 
 import pytest
 
 from pipeline.errors import InputError
-from pipeline.formats.image_reference import (
+from pipeline.infra.image_reference import (
     DigestReference,
     is_digest_reference,
     is_host,

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import IntegrityError
-from pipeline.infra import binaries
+from pipeline.lanework import binaries
 
 
 @pytest.mark.parametrize(

@@ -21,8 +21,7 @@ import pytest
 from hostile_http import Route, hostile_server
 
 from pipeline.errors import EnvironmentProblem, IntegrityError, RemoteError
-from pipeline.formats import range_state
-from pipeline.infra import ranges, transfer
+from pipeline.infra import range_state, ranges, transfer
 
 BODY = random.Random(19).randbytes(3 << 20)
 DIGEST = hashlib.sha256(BODY).hexdigest()

@@ -22,7 +22,7 @@ class _Statement:
 
 def test_a_host_drift_fix_names_the_field_never_the_statements_text(monkeypatch, tmp_path):
     from pipeline.formats import lanes as lanes_module
-    from pipeline.infra import hostdeps
+    from pipeline.lanework import hostdeps
     from pipeline.stages import rebuild
 
     lane = find_lane("5090")

@@ -11,7 +11,7 @@ import pytest
 from pipeline.errors import EnvironmentProblem, InputError
 from pipeline.formats import provenance as slsa
 from pipeline.formats.lanes import HostDependency, find_lane
-from pipeline.infra import hostdeps, hostlibs
+from pipeline.lanework import hostdeps, hostlibs
 from pipeline.stage import Context
 from pipeline.stages.rebuild import RebuildStage
 

@@ -5,7 +5,7 @@ from repokit import git, make_repo
 
 from pipeline.errors import RefusedError, UsageError
 from pipeline.formats.lanes import find_lane
-from pipeline.infra.source import archive_tar, parse_source, resolve_source
+from pipeline.lanework.source import archive_tar, parse_source, resolve_source
 
 COMMIT = "7a25cd72f490183e4113f1e84e68e36d653ddd28"
 
@@ -97,7 +97,7 @@ def test_subtree_export_carries_the_commit_time_not_the_clock(tmp_path):
     import io
     import tarfile
 
-    from pipeline.infra.source import SourceSpec
+    from pipeline.lanework.source import SourceSpec
 
     repo = tmp_path / "src"
     (repo / "runtime" / "sample").mkdir(parents=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pipeline.formats.lanes import find_lane
-from pipeline.infra import toolchain
+from pipeline.lanework import toolchain
 
 
 def test_a_system_nvcc_under_a_private_folder_is_recorded_by_name(tmp_path, monkeypatch):

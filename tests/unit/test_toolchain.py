@@ -16,8 +16,10 @@ from types import SimpleNamespace
 import pytest
 
 from pipeline.errors import InputError, IntegrityError, RefusedError, RemoteError
-from pipeline.infra import toolchain
-from pipeline.infra.toolchain import LOCK_FILE, Wheel, fetch_wheel, load_lock, toolchain_spec
+from pipeline.formats import toolchain_lock
+from pipeline.formats.toolchain_lock import LOCK_FILE, Wheel, load_lock, toolchain_spec
+from pipeline.lanework import toolchain
+from pipeline.lanework.toolchain import fetch_wheel
 
 
 def test_shipped_lock_pins_both_toolkits_for_both_platforms():
@@ -28,7 +30,7 @@ def test_shipped_lock_pins_both_toolkits_for_both_platforms():
             names = {w.distribution for w in spec.wheels}
             assert names == {*toolchain.CUDA_DISTRIBUTIONS, *toolchain.TOOL_DISTRIBUTIONS}
             assert spec.cuda_version == nvcc
-            assert all(w.url.startswith(toolchain.PYPI_FILES) and len(w.sha256) == 64 for w in spec.wheels)
+            assert all(w.url.startswith(toolchain_lock.PYPI_FILES) and len(w.sha256) == 64 for w in spec.wheels)
     assert lock["schema_version"] == 1
 
 
@@ -129,7 +131,7 @@ def _fake_wheel(cache: Path, distribution: str, version: str, files: dict[str, b
     target.parent.mkdir(parents=True)
     target.write_bytes(payload)
     return {"distribution": distribution, "version": version, "filename": filename,
-            "url": f"{toolchain.PYPI_FILES}fake/{filename}", "sha256": sha, "size": len(payload)}
+            "url": f"{toolchain_lock.PYPI_FILES}fake/{filename}", "sha256": sha, "size": len(payload)}
 
 
 @pytest.fixture
@@ -145,7 +147,7 @@ def fake(tmp_path, monkeypatch):
         _fake_wheel(cache, "cmake", "3.31.10", {"cmake/data/bin/cmake": CMAKE}),
         _fake_wheel(cache, "ninja", "1.13.0", {"ninja-1.13.0.data/scripts/ninja": NINJA}),
     ]
-    lock = {"artifact_type": toolchain.LOCK_TYPE, "schema_version": 1, "toolkits": {"13.1": {"platforms": {"linux-x86_64": {
+    lock = {"artifact_type": toolchain_lock.LOCK_TYPE, "schema_version": 1, "toolkits": {"13.1": {"platforms": {"linux-x86_64": {
         "cuda_version": "13.1.115", "cuda_home": "nvidia/cu13", "cmake": "cmake/data/bin/cmake",
         "ninja": "ninja-1.13.0.data/scripts/ninja", "wheels": wheels}}}}}
     lock_path = tmp_path / "toolchain.lock.json"

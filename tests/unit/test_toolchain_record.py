@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from pipeline.errors import InputError, IntegrityError
+from pipeline.formats.toolchain_lock import Wheel
 from pipeline.formats.toolchain_record import ToolchainRecord, read_record, write_record
-from pipeline.infra.binaries import check_recorded, recorded_libraries
-from pipeline.infra.toolchain import Toolchain, Wheel, toolchain_record
+from pipeline.lanework.binaries import check_recorded, recorded_libraries
+from pipeline.lanework.toolchain import Toolchain, toolchain_record
 
 CUDART = b"\x7fELF stand-in for libcudart.so.13\n"
 

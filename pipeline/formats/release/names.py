@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from pipeline.infra.sigstore import BUNDLE_SUFFIX, OIDC_ISSUER  # noqa: F401  (Sigstore's names, spelled once there)
+
 MANIFESTS_DIR = "manifests"
 RELEASE_TOML = "release.toml"
 MANIFEST = "manifest.json"
@@ -27,7 +29,6 @@ QUALIFICATION_DIR = "qualification"
 PUBLICATION_RECEIPT = "qualification/runtime-publication.json"
 ACCEPTANCE = "acceptance/external-installation.json"
 REVIEWS = "reviews.toml"  # the review ledger (formats/review_ledger.py), the tree's second hand-written input
-BUNDLE_SUFFIX = ".sigstore.json"
 PROVENANCE_SUFFIX = ".provenance.intoto.json"  # a provenance statement (formats/provenance.py), beside a set and in a tree
 # A lane row's {path, sha256, public_url} records of byte copies in the tree. All but the image
 # publication receipt are optional keys: absent (not null) in trees made before the pipeline wrote
@@ -44,7 +45,6 @@ PRODUCT_REPO_SLUG = "alphastorm/omp-ninfer"
 RAW_PREFIX = f"https://raw.githubusercontent.com/{PRODUCT_REPO_SLUG}/"
 NINFER_REPOSITORY = "https://github.com/alphastorm/ninfer"
 RELEASE_WORKFLOW = ".github/workflows/release.yml"
-OIDC_ISSUER = "https://token.actions.githubusercontent.com"
 # `signing.evidence` (docs/release-tree.md): the release promises that every provenance statement its
 # rows bind is published (a set's beside the set on its component release, the image's on the product
 # release) with its DSSE bundle beside it, so `audit` FAILs a missing one instead of SKIPping it.

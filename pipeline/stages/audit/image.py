@@ -17,7 +17,7 @@ def audit_image(auditor: AuditSession, row: dict[str, Any]) -> None:
     if not isinstance(reference, str) or not reference:
         auditor.add(Item(f"image {row.get('id') or 'container'}", False, "not bound: components.ninfer.oci_reference is null", "image"))
         return
-    from pipeline.formats.image_reference import parse_digest_reference
+    from pipeline.infra.image_reference import parse_digest_reference
     from pipeline.infra.registry import fetch_manifest_by_digest
 
     try:

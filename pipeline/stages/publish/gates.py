@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from pipeline.errors import PipelineError, RefusedError, RemoteError
+from pipeline.formats.ci_checks import read_ci_state
 from pipeline.infra.github import GitHub, GitHubError
 from pipeline.stages.publish.journal import (
     own_strays,
@@ -44,7 +45,7 @@ class Remote:
                 try:
                     observed = self.github.tag_state(self.target.tag)
                     required = self.target.ci_required
-                    self._ci_read = self.github.ci_state(self.target.commit) if required else None
+                    self._ci_read = read_ci_state(self.github, self.target.commit) if required else None
                     observed["ci"] = self._ci_read.to_json(required) if self._ci_read is not None else None
                     self._observed = observed
                 except PipelineError as exc:

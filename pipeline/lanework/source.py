@@ -23,28 +23,14 @@ from pathlib import Path
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, UsageError
 from pipeline.formats.lanes import REPO_ROOT, Lane
+from pipeline.formats.provenance import MAX_BYTES, ArchiveClaim, archive_claim, read_statement
 from pipeline.infra.git import GIT
 from pipeline.infra.safetar import SafeTar, TarLimits, inflate_chunks
+from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import is_commit_hex, sha256_bytes
 from pipeline.util.proc import run, run_text
 
 EMBEDDED_SUBDIR = "runtime/sample"
-
-
-@dataclass(frozen=True)
-class ArchiveClaim:
-    """What a source archive must be, from its provenance: the tar's SHA-256, the commit and its tree,
-    and the labels the original build recorded for it (kind, location, subdir)."""
-
-    tar_sha256: str
-    commit: str
-    tree: str
-    recorded: tuple[tuple[str, object], ...]  # the original build identity's `source` block
-    strict: bool = True  # refuse a mismatch (build); `rebuild --verify` records it and builds anyway
-
-    @property
-    def recorded_dict(self) -> dict[str, object]:
-        return dict(self.recorded)
 
 
 @dataclass(frozen=True)
@@ -493,3 +479,16 @@ def _refuse_mismatch(path: Path, what: str, field_name: str, found: object, expe
         + (" (a .gitattributes export-ignore/export-subst rule also changes an archive's tree)" if field_name == "git tree" else ""),
         fix="download the source archive of the set again; never build a release from bytes that do not match",
     )
+
+
+def archive_source(archive: Path, statement_path: Path, *, strict: bool = True) -> SourceSpec:
+    """A source archive (`git archive` tar or tar.gz, no history) as a build source, bound to a provenance statement
+    (read by its owner, pipeline/formats/provenance.py: the claim it makes on the archive)."""
+    if not statement_path.is_file():
+        raise InputError("provenance statement does not exist", file=statement_path, field="--provenance")
+    data = read_bytes_bounded(statement_path, MAX_BYTES, what="provenance statement")  # the cap applies while reading
+    statement = read_statement(data, origin=str(statement_path))
+    claim = archive_claim(statement, origin=str(statement_path), strict=strict)
+    if not archive.is_file():
+        raise InputError("source archive does not exist", file=archive, field="--source-archive")
+    return SourceSpec("archive", str(archive.resolve()), claim.commit, claim=claim)

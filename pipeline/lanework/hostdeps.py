@@ -9,7 +9,7 @@ dotted number of `<tool> --version`) and where it really came from: the
 Debian package that owns its `.pc` file or executable (`dpkg-query -S`,
 `dpkg-query -W -f='${Version}'`), on a Windows host the vcpkg port whose
 installed status lists it, else a local build (`origin: local`), with the
-files' SHA-256, the upstream release and the licence pipeline/infra/hostlibs.py
+files' SHA-256, the upstream release and the licence pipeline/lanework/hostlibs.py
 finds.  No host folder outside the system's own is recorded: a module found
 through `--pkg-config-path` is named by its `.pc` file's name.  Every
 dependency that is missing or below its floor is reported in one error, with
@@ -30,7 +30,7 @@ from typing import Any
 from pipeline.errors import EnvironmentProblem, UsageError
 from pipeline.formats.components import is_version_word
 from pipeline.formats.lanes import HostDependency
-from pipeline.infra import hostlibs
+from pipeline.lanework import hostlibs
 
 # The system part of the compile's PATH (after the toolchain's folders): host compilers and tools are found here only.
 BUILD_PATH = ("/usr/local/bin", "/usr/bin", "/bin")

@@ -183,7 +183,7 @@ def distro_name(release: Release) -> str:
 def make_lock(definition_file: Path, package_base: Any, architecture: str, *, cache: Path | None = None) -> dict[str, Any]:
     """The lock document of a package base: every source fetched and verified, the closure resolved."""
     from pipeline.formats import apt_lock
-    from pipeline.infra.apt_resolve import Universe, resolve
+    from pipeline.lanework.apt_resolve import Universe, resolve
 
     cache = cache or package_cache()
     fetched = [fetch_source(source, origin, architecture, keyring=source.keyring_bytes, cache=cache) for origin, source in enumerate(package_base.sources)]

@@ -1,7 +1,7 @@
 """One deterministic image layer made from the packages of a lock, with nothing run from them.
 
 `assemble` takes the lock alone (`formats/apt_lock.py`): each `.deb` comes from the package cache or
-its archive by the SHA-256 and size the lock pins (`infra/apt.py: cached_fetch`, through
+its archive by the SHA-256 and size the lock pins (`lanework/apt.py: cached_fetch`, through
 `infra/transfer.py`), is read as `ar` + `control.tar` + `data.tar` (`infra/deb.py`, the bounded tar
 reader; several packages are read at once on threads, `read_package`), and its files go into one tree,
 package by package in name order (`PackageTree.place`, sequential, so the result is that of a one-by-one run):
@@ -53,9 +53,10 @@ from pathlib import Path
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError
 from pipeline.formats.apt_lock import AptLock, LockedPackage
 from pipeline.formats.image_definition import ScriptStandIn
-from pipeline.infra import apt, deb, oci
+from pipeline.infra import deb, oci
 from pipeline.infra.rootfs import library_folders
 from pipeline.infra.safetar import TarLimits
+from pipeline.lanework import apt
 
 MAX_MEMBER_BYTES = 512 * 1024 * 1024
 READ_WORKERS = 4  # packages read at once (assemble), at most one per core

@@ -14,8 +14,8 @@ write to it or a folder above it, and it holds exactly the files the lock's
 wheels pin, each re-hashed (a verification kept in a sealed state file, so a
 warm start re-hashes only what changed): /var/tmp is shared, and another user
 could have made the folder first.  `OMP_NINFER_TOOLCHAIN_ROOT` moves the root to
-a private folder.  `check_private_dir` / `ensure_private_dir` apply the same
-rule to the canonical build root.
+a private folder.  The rule is pipeline/infra/private_dir.py's, which the
+canonical build root and the compile cache apply too.
 
 `--toolchain system` uses the nvcc on PATH (or CUDA_HOME) instead; the build
 identity then records it as a system toolchain with its version.
@@ -23,7 +23,6 @@ identity then records it as a system toolchain with its version.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import contextlib
 import csv
@@ -48,23 +47,36 @@ from pipeline.errors import (
     RefusedError,
     RemoteError,
 )
-from pipeline.formats.lanes import REPO_ROOT, Lane, current_host_platform
+from pipeline.formats.lanes import Lane, current_host_platform
+from pipeline.formats.toolchain_lock import (
+    LOCK_FILE,
+    LOCK_TYPE,
+    PYPI_FILES,
+    ToolchainSpec,
+    Wheel,
+    load_lock,
+    toolchain_spec,
+)
 from pipeline.formats.toolchain_record import RecordedLibrary, ToolchainRecord
 from pipeline.infra import net
+from pipeline.infra.private_dir import (
+    check_private_dir,
+    ensure_private_dir,
+    expected_owner,
+    is_trusted_owner,
+    owner_and_mode,
+)
 from pipeline.util import ui
 from pipeline.util.fs import atomic_output_dir, atomic_write_bytes, read_bytes_bounded
-from pipeline.util.hashing import is_sha256_hex, sha256_bytes, sha256_file, sha256_files
+from pipeline.util.hashing import is_sha256_hex, sha256_file, sha256_files
 from pipeline.util.jsonio import canonical_bytes, expect_object, loads_object, read_json_object, write_json
 from pipeline.util.proc import run_text
-from pipeline.util.safepath import safe_component, safe_relpath
+from pipeline.util.safepath import safe_relpath
 
-LOCK_FILE = REPO_ROOT / "runtime" / "toolchain.lock.json"
-LOCK_TYPE = "omp_ninfer_toolchain_lock"
 ON_WINDOWS = os.name == "nt"
 # Short and fixed on both hosts: the path is embedded in binaries and MSVC dislikes long paths.
 CANONICAL_ROOT = Path("C:/omp-ninfer") if ON_WINDOWS else Path("/var/tmp/omp-ninfer")
 EXE = ".exe" if ON_WINDOWS else ""
-PYPI_FILES = "https://files.pythonhosted.org/packages/"
 MAX_PYPI_ANSWER_BYTES = 32 * 1024 * 1024  # PyPI's JSON for a project with every release's files
 
 # Wheels a CUDA toolkit line consists of (the design's list) plus the build tools.
@@ -85,46 +97,8 @@ def wheel_cache() -> Path:
     return Path(base) / "omp-ninfer" / "wheels"
 
 
-@dataclass(frozen=True)
-class Wheel:
-    distribution: str
-    version: str
-    filename: str
-    url: str
-    sha256: str
-    size: int
-
-    @property
-    def dist_info(self) -> str:
-        """The folder the unpacked wheel keeps its metadata in: `<distribution>-<version>.dist-info` (PEP 427)."""
-        distribution, version = self.filename.split("-")[:2]
-        return f"{distribution}-{version}.dist-info"
-
-
-@dataclass(frozen=True)
-class ToolchainSpec:
-    toolkit: str
-    platform: str
-    cuda_version: str
-    wheels: tuple[Wheel, ...]
-    cuda_home: str  # relative to the unpacked site folder
-    cmake: str
-    ninja: str
-
-    @property
-    def digest(self) -> str:
-        return sha256_bytes(canonical_bytes(self.to_json()))
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "toolkit": self.toolkit,
-            "platform": self.platform,
-            "cuda_version": self.cuda_version,
-            "cuda_home": self.cuda_home,
-            "cmake": self.cmake,
-            "ninja": self.ninja,
-            "wheels": [w.__dict__ for w in self.wheels],
-        }
+# The lock (`runtime/toolchain.lock.json`: Wheel, ToolchainSpec, toolchain_spec) is read by its owner,
+# pipeline/formats/toolchain_lock.py; provisioning, verification and `toolchain lock` live here.
 
 
 @dataclass
@@ -150,50 +124,6 @@ class Toolchain:
                 return candidate
         return self.cuda_home / "lib"
 
-
-# -- the lock -------------------------------------------------------------
-
-def load_lock(path: Path = LOCK_FILE) -> dict[str, Any]:
-    lock = read_json_object(path)
-    if lock.get("artifact_type") != LOCK_TYPE or lock.get("schema_version") != 1:
-        raise InputError("is not a toolchain lock of schema 1", file=path, field="artifact_type", found=lock.get("artifact_type"), expected=LOCK_TYPE)
-    return lock
-
-
-def toolchain_spec(toolkit: str, platform: str, *, lock_path: Path = LOCK_FILE) -> ToolchainSpec:
-    lock = load_lock(lock_path)
-    entry = lock.get("toolkits", {}).get(toolkit, {}).get("platforms", {}).get(platform)
-    if entry is None:
-        raise InputError(
-            f"the toolchain lock has no CUDA {toolkit} toolchain for {platform}",
-            file=lock_path,
-            field=f"toolkits.{toolkit}.platforms.{platform}",
-            fix="run 'python -m pipeline toolchain lock' to pin it (see README, Toolchains)",
-        )
-    wheels = []
-    for index, item in enumerate(entry["wheels"]):
-        where = f"toolkits.{toolkit}.platforms.{platform}.wheels[{index}]"
-        if not is_sha256_hex(item.get("sha256")):
-            raise InputError("wheel hash is not 64 lowercase hex digits", file=lock_path, field=f"{where}.sha256", found=item.get("sha256"))
-        if not str(item.get("url", "")).startswith(PYPI_FILES):
-            raise InputError("wheel URL is not a PyPI file URL", file=lock_path, field=f"{where}.url", found=item.get("url"), expected=f"{PYPI_FILES}...")
-        # The file name becomes a cache path, the three tool paths paths under the unpacked site.
-        safe_component(item.get("filename"), file=lock_path, field=f"{where}.filename", expected="a wheel file name")
-        wheels.append(Wheel(**item))
-    for key in ("cuda_home", "cmake", "ninja"):
-        safe_relpath(entry.get(key), file=lock_path, field=f"toolkits.{toolkit}.platforms.{platform}.{key}", hidden=True, portable=False)
-    return ToolchainSpec(
-        toolkit=toolkit,
-        platform=platform,
-        cuda_version=entry["cuda_version"],
-        wheels=tuple(wheels),
-        cuda_home=entry["cuda_home"],
-        cmake=entry["cmake"],
-        ninja=entry["ninja"],
-    )
-
-
-# -- downloading ------------------------------------------------------------
 
 def fetch_wheel(wheel: Wheel, *, session=None) -> Path:
     """The wheel's bytes in the content-addressed cache, downloaded if needed and always verified."""
@@ -243,95 +173,7 @@ def _fix_cuda_layout(cuda_home: Path) -> None:
 
 
 
-# -- folders on a shared host ---------------------------------------------------
-#
-# The canonical folders sit in /var/tmp, which every user may write to: whoever
-# creates /var/tmp/omp-ninfer first owns it.  A folder is used only when nobody
-# but this user (or root) could have made or changed it: it and every folder
-# above it up to / are owned by this user or root, and none is writable by group
-# or others, except a sticky folder above it (/var/tmp, /tmp: others may add
-# names there, but cannot rename or remove ours).
-
-def _trusted_owner(uid: int) -> bool:
-    return uid in (os.geteuid(), 0)
-
-
-def _who(uid: int) -> str:
-    try:
-        import pwd
-
-        return f"uid {uid} ({pwd.getpwuid(uid).pw_name})"
-    except (ImportError, KeyError):
-        return f"uid {uid}"
-
-
-def _found(st: os.stat_result) -> str:
-    return f"owner {_who(st.st_uid)}, mode {stat.S_IMODE(st.st_mode):04o}"
-
-
-def _expected_owner() -> str:
-    you = "root (you)" if os.geteuid() == 0 else f"{_who(os.geteuid())} (you) or root"
-    return f"owned by {you}, not writable by group or others"
-
-
-def _check_chain(path: Path, *, what: str, fix: str) -> None:
-    current, below = path, None
-    while True:
-        try:
-            st = os.lstat(current)
-        except OSError as exc:
-            raise EnvironmentProblem(f"cannot inspect {what} ({exc.strerror})", file=current, fix=fix) from None
-        folder = "it" if below is None else "a folder above it"
-        why = (f"{what} is {path}; anyone who owns or can write to {folder} could have planted or could change "
-               "what the pipeline runs or builds from there (/var/tmp is shared by every user of the host)")
-        if not _trusted_owner(st.st_uid):
-            raise RefusedError(f"{what} is not yours: {current} is owned by another user", file=current,
-                               found=_found(st), expected=_expected_owner(), why=why, fix=fix)
-        if not stat.S_ISLNK(st.st_mode):
-            if below is None and not stat.S_ISDIR(st.st_mode):
-                raise RefusedError(f"{what} is not a folder", file=current, found=_found(st), expected="a folder", fix=fix)
-            if st.st_mode & 0o022 and (below is None or not st.st_mode & stat.S_ISVTX):
-                raise RefusedError(f"{what} is not private: {current} is writable by group or others", file=current,
-                                   found=_found(st), expected=_expected_owner() + (" (a sticky folder such as /var/tmp is fine above it)" if below is not None else ""),
-                                   why=why, fix=fix)
-        if current.parent == current:
-            return
-        below, current = current, current.parent
-
-
-def check_private_dir(path: str | os.PathLike[str], *, what: str, fix: str) -> None:
-    """Refuse (RefusedError, exit 7) a folder that another user made or could change (see above).
-
-    Both the path as given (its symlinks must be ours or root's) and the path it
-    resolves to are checked.  Not on Windows, whose ACLs this does not model.
-    """
-    if ON_WINDOWS:
-        return
-    given = Path(os.path.abspath(path))
-    _check_chain(given, what=what, fix=fix)
-    real = Path(os.path.realpath(given))
-    if real != given:
-        _check_chain(real, what=what, fix=fix)
-
-
-def ensure_private_dir(path: str | os.PathLike[str], *, what: str, fix: str) -> Path:
-    """The folder `path`, made (0700, with any missing parents) when absent, then checked by check_private_dir."""
-    target = Path(os.path.abspath(path))
-    missing = []
-    probe = target
-    while not os.path.lexists(probe) and probe.parent != probe:
-        missing.append(probe)
-        probe = probe.parent
-    for folder in reversed(missing):
-        try:
-            os.mkdir(folder, 0o700)
-        except FileExistsError:
-            pass  # made meanwhile: its owner and mode are checked below
-        except OSError as exc:
-            raise EnvironmentProblem(f"cannot make {what} ({exc.strerror})", file=folder, fix=fix) from None
-    check_private_dir(target, what=what, fix=fix)
-    return target
-
+# The folders the toolchains live in are private (pipeline/infra/private_dir.py: check_private_dir, ensure_private_dir).
 
 def _toolchain_fix(root: Path) -> str:
     return (f"remove {root} (the next build provisions it again), or set {ROOT_VARIABLE} to a private folder of yours "
@@ -380,7 +222,7 @@ def _state_key(base: Path) -> bytes | None:
     try:
         st = os.lstat(path)
         if not stat.S_ISREG(st.st_mode) or (not ON_WINDOWS and (st.st_uid != os.geteuid() or st.st_mode & 0o077)) or st.st_size != KEY_BYTES:
-            ui.warn(f"the toolchain state key {path} is not a private {KEY_BYTES}-byte file of yours ({_found(st)}): "
+            ui.warn(f"the toolchain state key {path} is not a private {KEY_BYTES}-byte file of yours ({owner_and_mode(st)}): "
                     "not using it, every toolchain check re-hashes every file; remove it to get a new one")
             return None
         return path.read_bytes()
@@ -414,19 +256,19 @@ def _scan(root: Path, fix: str) -> _Tree:
         for entry in entries:
             st = entry.stat(follow_symlinks=False)
             rel = entry.path[base:].replace(os.sep, "/")
-            if not ON_WINDOWS and not _trusted_owner(st.st_uid):
-                raise RefusedError("the pinned toolchain holds a file that is not yours", file=entry.path, found=_found(st), expected=_expected_owner(), fix=fix)
+            if not ON_WINDOWS and not is_trusted_owner(st.st_uid):
+                raise RefusedError("the pinned toolchain holds a file that is not yours", file=entry.path, found=owner_and_mode(st), expected=expected_owner(), fix=fix)
             if stat.S_ISLNK(st.st_mode):
                 links[rel] = os.readlink(entry.path)
                 continue
             if not ON_WINDOWS and st.st_mode & 0o022:
-                raise RefusedError("the pinned toolchain holds a file writable by group or others", file=entry.path, found=_found(st), expected=_expected_owner(), fix=fix)
+                raise RefusedError("the pinned toolchain holds a file writable by group or others", file=entry.path, found=owner_and_mode(st), expected=expected_owner(), fix=fix)
             if stat.S_ISDIR(st.st_mode):
                 pending.append(Path(entry.path))
             elif stat.S_ISREG(st.st_mode):
                 files[rel] = st
             else:
-                raise IntegrityError("the pinned toolchain holds something that is neither a file, a folder nor a link", file=entry.path, found=_found(st), fix=fix)
+                raise IntegrityError("the pinned toolchain holds something that is neither a file, a folder nor a link", file=entry.path, found=owner_and_mode(st), fix=fix)
     return _Tree(files, links)
 
 
@@ -496,8 +338,8 @@ def _read_state(root: Path, spec: ToolchainSpec, key: bytes | None) -> dict[str,
         return None
     try:
         st = os.lstat(path)
-        if not stat.S_ISREG(st.st_mode) or (not ON_WINDOWS and (not _trusted_owner(st.st_uid) or st.st_mode & 0o022)):
-            ui.warn(f"ignoring the toolchain state file {path}: not a private file of yours ({_found(st)})")
+        if not stat.S_ISREG(st.st_mode) or (not ON_WINDOWS and (not is_trusted_owner(st.st_uid) or st.st_mode & 0o022)):
+            ui.warn(f"ignoring the toolchain state file {path}: not a private file of yours ({owner_and_mode(st)})")
             return None
         data = read_bytes_bounded(path, MAX_STATE_BYTES, what="the toolchain state file")
     except FileNotFoundError:
@@ -539,8 +381,8 @@ def verify_toolchain_dir(root: Path, spec: ToolchainSpec) -> None:
             st = os.lstat(marker)
         except OSError as exc:
             raise IntegrityError(f"the pinned toolchain has no readable marker ({exc.strerror})", file=marker, fix=fix) from None
-        if not stat.S_ISREG(st.st_mode) or not _trusted_owner(st.st_uid) or st.st_mode & 0o022:
-            raise RefusedError("the pinned toolchain's marker is not a private file of yours", file=marker, found=_found(st), expected=_expected_owner(), fix=fix)
+        if not stat.S_ISREG(st.st_mode) or not is_trusted_owner(st.st_uid) or st.st_mode & 0o022:
+            raise RefusedError("the pinned toolchain's marker is not a private file of yours", file=marker, found=owner_and_mode(st), expected=expected_owner(), fix=fix)
     tree = _scan(root, fix)
     key = _state_key(root.parent)
     state = _read_state(root, spec, key)
@@ -676,7 +518,7 @@ def system_toolchain(lane: Lane) -> Toolchain:
             f"system nvcc is CUDA {toolchain.cuda_version}, the lane pins CUDA {lane.cuda_toolkit}: "
             "the build is recorded as a system-toolchain build and is not the pinned release toolchain"
         )
-    from pipeline.infra.hostdeps import public_name
+    from pipeline.lanework.hostdeps import public_name
 
     # The identity and the provenance ship this: a toolkit under a home or an opt folder is named, not placed.
     toolchain.description = {"kind": "system", "cuda_version": toolchain.cuda_version, "nvcc": public_name(str(toolchain.nvcc))}
@@ -726,7 +568,7 @@ def toolchain_record(toolchain: Toolchain | None, *, cuda_version: str | None = 
     if toolchain.kind != "pinned":
         return ToolchainRecord(toolchain.kind, toolchain.cuda_version, None, str(toolchain.library_dir))
     from pipeline.formats.components import wheel_authors
-    from pipeline.infra.binaries import toolchain_libraries
+    from pipeline.lanework.binaries import toolchain_libraries
 
     root = Path(toolchain.description["root"])
     site = root / "site"
@@ -853,37 +695,3 @@ PINNED_VERSIONS = {
     "13.3": {"nvidia-cuda-nvcc": "13.3.73", "nvidia-cuda-crt": "13.3.73", "nvidia-nvvm": "13.3.73", "nvidia-cuda-runtime": "13.3.29", "nvidia-cuda-cccl": "13.3.3.4.1", "nvidia-nvtx": "13.3.29"},
 }
 PINNED_TOOLS = {"cmake": "3.31.10", "ninja": "1.13.0"}
-
-
-def run_toolchain_show(args: argparse.Namespace) -> int:
-    """`toolchain show`: what the lock pins."""
-    print("\n".join(describe_lock()))
-    return 0
-
-
-def run_toolchain_provision(args: argparse.Namespace) -> int:
-    """`toolchain provision --toolkit X.Y`: download and unpack it; prints its CUDA home."""
-    print(provision(toolchain_spec(args.toolkit, current_host_platform())).cuda_home)
-    return 0
-
-
-def run_toolchain_lock(args: argparse.Namespace) -> int:
-    """`toolchain lock`: re-pin the wheels from PyPI, then show the new lock."""
-    write_lock(PINNED_VERSIONS, PINNED_TOOLS)
-    return run_toolchain_show(args)
-
-
-def register_cli(sub) -> None:
-    from pipeline.cli import add_common
-
-    parser = sub.add_parser("toolchain", help="show, provision or re-pin the CUDA toolchains")
-    action = parser.add_subparsers(dest="toolchain_action", required=True)
-    show = action.add_parser("show", help="list what the lock pins")
-    show.set_defaults(func=run_toolchain_show)
-    prov = action.add_parser("provision", help="download and unpack a pinned toolchain")
-    prov.add_argument("--toolkit", required=True, help="CUDA toolkit line, e.g. 13.1")
-    prov.set_defaults(func=run_toolchain_provision)
-    lock = action.add_parser("lock", help="re-pin the wheels from PyPI (maintainers; writes runtime/toolchain.lock.json)")
-    lock.set_defaults(func=run_toolchain_lock)
-    for command in (show, prov, lock):
-        add_common(command, dist=False)

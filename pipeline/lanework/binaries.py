@@ -214,7 +214,7 @@ def toolchain_libraries(root: Path | None, *, dist_infos: Iterable[str] | None =
     wheel's `<distribution>-<version>.dist-info/RECORD` lists its files, so
     every library maps to its distribution, version and licence text.
     `dist_infos` names the wheels' dist-info folders (from the lock's wheel
-    file names, `pipeline.infra.toolchain`); each must be there.  Without it
+    file names, `pipeline.lanework.toolchain`); each must be there.  Without it
     every dist-info folder of the site is read.
     """
     found: dict[str, ToolchainLibrary] = {}
