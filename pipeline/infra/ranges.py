@@ -40,6 +40,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import os
+import shutil
 import stat
 import threading
 from collections import deque
@@ -173,9 +174,9 @@ class Intervals:
 
 
 def _prepare(part: Path, size: int, sha256: str | None) -> tuple[Intervals, int]:
-    """What an earlier run left (checked), recorded before the .part is preallocated to `size` (`_reserve`,
-    once the server has answered for that size); and the .part's descriptor (`open_part`: no link followed,
-    one name only)."""
+    """What an earlier run left (checked), and the .part's descriptor (`open_part`: no link followed, one name
+    only).  A state file exists only beside a full-size .part (`_Ranges.reserve` writes the first one when the
+    server's first answer confirmed the size); a shorter .part without one is a single stream's prefix."""
     state_file = state_path(part)
     try:
         state = read_state(state_file, size=size, sha256=sha256)
@@ -192,24 +193,7 @@ def _prepare(part: Path, size: int, sha256: str | None) -> tuple[Intervals, int]
     else:
         discard(part)
         received = Intervals()
-    fd = open_part(part, os.O_RDWR | os.O_CREAT)  # checked before the state vouches for anything in it
-    try:
-        write_state(state_file, RangeState(size, sha256, received.spans()))
-    except BaseException:
-        os.close(fd)
-        raise
-    return received, fd
-
-
-def _reserve(fd: int, part: Path, size: int) -> None:
-    """Room for the whole file now, not at 90%; only after the server's first answer confirmed it serves a
-    file of this size, so a manifest's claimed size reserves nothing on a server that has no such file."""
-    try:
-        os.posix_fallocate(fd, 0, size)
-    except OSError as exc:
-        if exc.errno == 28:  # ENOSPC
-            raise EnvironmentProblem(f"no room for {size} bytes of {part.name}", file=part, fix="free disk space or pass --cache DIR on a larger disk") from None
-        os.ftruncate(fd, size)  # a file system without fallocate
+    return received, open_part(part, os.O_RDWR | os.O_CREAT)  # checked before a state vouches for anything in it
 
 
 def fetch(item: net.DownloadItem, part: Path, *, size: int, sha256: str | None, connections: int, budget: threading.Semaphore | None,
@@ -220,6 +204,7 @@ def fetch(item: net.DownloadItem, part: Path, *, size: int, sha256: str | None, 
     try:
         job = _Ranges(item, fd, part, size=size, sha256=sha256, received=received, connections=connections, budget=budget,
                       piece=piece or piece_size(size, connections), memory=memory, on_bytes=on_bytes)
+        job.reserved = os.fstat(fd).st_size == size  # a resumed .part is whole, its state beside it
         job.bar = bar(received.total()) if bar else None
         try:
             return job.run()
@@ -330,6 +315,26 @@ class _Ranges:
                 self.buffered += len(data)
             self.cond.notify_all()
 
+    def reserve(self) -> None:
+        """Once the server's first answer confirmed a file of the pinned size (never for a size only a manifest
+        claims): check there is room for the rest now, not at 90%, then record the state and make the .part
+        whole (sparse: no byte written, so no file system is slow here while the answer waits)."""
+        with self.reserve_lock:
+            if self.reserved:
+                return
+            held = os.fstat(self.fd).st_size
+            free = shutil.disk_usage(self.part.parent).free
+            if free < self.size - held:
+                raise EnvironmentProblem(f"no room for {self.size} bytes of {self.part.name}", file=self.part, found=f"{free} bytes free",
+                                         fix="free disk space or pass --cache DIR on a larger disk")
+            with self.cond:
+                spans = self.received.spans()
+            if spans:
+                _flush(self.fd)  # an earlier stream's prefix, before the first state vouches for it
+            write_state(state_path(self.part), RangeState(self.size, self.sha256, spans))
+            os.ftruncate(self.fd, self.size)
+            self.reserved = True
+
     def save(self) -> None:
         """Record the intervals on disk: the .part's data is flushed first, then the state that vouches for it is
         replaced, so after a crash the state never names intervals whose data was still in the page cache."""
@@ -372,8 +377,8 @@ class _Ranges:
             error = self.error or RemoteError(f"download of {self.item.label} ended incomplete", file=self.item.url)
             if isinstance(error, IntegrityError | RangesRefused):
                 discard(self.part)  # not the pinned file's bytes, or to be fetched as one stream
-            else:
-                self.save()  # resumed range by range next time
+            elif self.reserved:
+                self.save()  # resumed range by range next time (a .part never made whole stays a plain prefix)
             raise error
         state_path(self.part).unlink(missing_ok=True)
         return Fetched(digest.hexdigest(), self.resumed_from, self.reread, self.peak)
@@ -501,10 +506,7 @@ class _Ranges:
                         raise RemoteError(f"the server kept answering HTTP {status} for {item.label}", file=item.url, fix="try again later")
                     continue
                 self._check_answer(response, position, end)
-                with self.reserve_lock:
-                    if not self.reserved:
-                        _reserve(self.fd, self.part, self.size)
-                        self.reserved = True
+                self.reserve()
                 self.probed.set()
                 self._receive(response, slot, end)
             with self.cond:

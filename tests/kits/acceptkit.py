@@ -1,4 +1,4 @@
-"""Test material for documented-route acceptance (pipeline/stages/accept.py).
+"""Test material for documented-route acceptance (pipeline/stages/accept/).
 
 `container_candidate` makes, once per session and through the pipeline's own stages, a
 release candidate of a sample *product repository*: a git repository holding this

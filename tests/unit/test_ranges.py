@@ -14,13 +14,15 @@ import hashlib
 import json
 import os
 import random
+import shutil
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 from hostile_http import Route, hostile_server
 
-from pipeline.errors import EnvironmentProblem, IntegrityError, RemoteError
+from pipeline.errors import EnvironmentProblem, IntegrityError, PipelineError, RemoteError
 from pipeline.infra import range_state, ranges, transfer
 
 BODY = random.Random(19).randbytes(3 << 20)
@@ -329,7 +331,6 @@ def test_a_folder_at_the_part_or_state_path_is_named_not_a_traceback(server, tmp
 
 
 def test_a_failing_disk_is_named_not_retried_as_a_broken_connection(server, tmp_path, monkeypatch):
-    import errno
     import os
 
     url = server.add("/disk.bin", Route("ranged", BODY))
@@ -412,8 +413,8 @@ def test_the_part_is_flushed_before_each_state_that_vouches_for_it(server, tmp_p
     monkeypatch.setattr(ranges, "SAVE_SECONDS", 0.01)
     assert fetch(url, tmp_path / "asset").sha256 == DIGEST
     saves = [index for index, event in enumerate(events) if event != "flush"]
-    assert events[saves[0]] == ("state", ()) and len(saves) > 2, events  # the empty state before preallocation, then saves as pieces land
-    assert all(events[index - 1] == "flush" for index in saves[1:]), events
+    assert events[saves[0]] == ("state", ()) and len(saves) > 2, events  # the empty state when the .part is made whole, then saves as pieces land
+    assert all(events[index - 1] == "flush" for index in saves[1:]), events  # the first vouches for nothing
     assert events.count("flush") == len(saves) - 1, "one flush per state write, none per chunk"
     assert flushing_threads == {"range-state"}, "no receiving connection waits for the disk"
 
@@ -434,33 +435,48 @@ def test_a_state_file_with_a_second_name_vouches_for_nothing(server, tmp_path):
 
 
 def test_a_claimed_size_reserves_no_disk_before_the_server_confirms_it(server, tmp_path, monkeypatch):
-    # A manifest may claim a 20 GB file: while the server has none (404), nothing is preallocated.
-    reserved = []
-    monkeypatch.setattr(ranges.os, "posix_fallocate", lambda fd, offset, size: reserved.append(size))
+    # A manifest may claim a 20 GB file: while the server has none (404), no room is asked for, nothing is made
+    # whole and no state vouches for anything.
+    asked = []
+    monkeypatch.setattr(ranges.shutil, "disk_usage", lambda path, real=shutil.disk_usage: asked.append(path) or real(path))
     with pytest.raises(RemoteError):
         fetch(server.url("/no-such-file.bin"), tmp_path / "asset", expected_size=20 << 30, retries=0)
-    assert reserved == []
+    assert asked == []
     part = tmp_path / "asset.part"
     assert not part.exists() or part.stat().st_size == 0
+    assert not range_state.state_path(part).exists()
 
 
-def test_the_whole_file_is_reserved_once_the_first_answer_confirms_its_size(server, tmp_path, monkeypatch):
+def test_the_whole_file_is_made_once_the_first_answer_confirms_its_size(server, tmp_path, monkeypatch):
     url = server.add("/reserved.bin", Route("ranged", BODY))
-    reserved = []
-    real = os.posix_fallocate
-    monkeypatch.setattr(ranges.os, "posix_fallocate", lambda fd, offset, size: (reserved.append((offset, size)), real(fd, offset, size)))
+    asked = []
+    monkeypatch.setattr(ranges.shutil, "disk_usage", lambda path, real=shutil.disk_usage: asked.append(path) or real(path))
     assert fetch(url, tmp_path / "asset").sha256 == DIGEST
-    assert reserved == [(0, len(BODY))]
+    assert asked == [tmp_path]
 
 
-def test_no_room_for_the_whole_file_is_said_before_any_byte_is_written(server, tmp_path, monkeypatch):
+def test_no_room_for_the_rest_is_said_before_any_byte_is_written_and_a_prefix_survives(server, tmp_path, monkeypatch):
     url = server.add("/full-disk.bin", Route("ranged", BODY))
-
-    def full(*_args):
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-
-    monkeypatch.setattr(ranges.os, "posix_fallocate", full)
+    part = tmp_path / "asset.part"
+    part.write_bytes(BODY[: 1 << 20])  # what a single stream left
+    monkeypatch.setattr(ranges.shutil, "disk_usage", lambda path: SimpleNamespace(total=1 << 40, used=1 << 40, free=len(BODY) - (1 << 20) - 1))
     with pytest.raises(EnvironmentProblem, match=f"no room for {len(BODY)} bytes of asset.part"):
         fetch(url, tmp_path / "asset", retries=0)
-    part = tmp_path / "asset.part"
-    assert not part.exists() or part.stat().st_size == 0
+    assert part.read_bytes() == BODY[: 1 << 20] and not range_state.state_path(part).exists()
+    monkeypatch.undo()
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 1 << 20
+
+
+@pytest.mark.parametrize("status", [503, 404])
+def test_a_single_streams_prefix_survives_a_first_ranged_answer_that_fails(tmp_path, status):
+    with hostile_server() as own:
+        part = tmp_path / "asset.part"
+        part.write_bytes(BODY[: 1 << 20])  # what a single stream left
+        url = own.add("/f.bin", Route("body", b"x", status=status))
+        with pytest.raises(PipelineError):
+            fetch(url, tmp_path / "asset", retries=0)
+        assert part.read_bytes() == BODY[: 1 << 20] and not range_state.state_path(part).exists()
+        own.add("/f.bin", Route("ranged", BODY))
+        result = fetch(url, tmp_path / "asset")
+        assert result.sha256 == DIGEST and result.resumed_from == 1 << 20
