@@ -8,13 +8,16 @@ inputs plus the code of the stage's module and every pipeline module it
 imports, `pipeline.codedigest`, and of the stages it runs, `Stage.runs_pipes`), skip when the register says the same
 fingerprint already produced intact outputs, else run and record.  A stage
 that observes the world rather than making bytes from files (verify, audit,
-qualify against a live endpoint) sets `always_runs`.  A stage that does not
+qualify against a live endpoint) sets `always_runs`: it is never skipped, so its
+code digest is worked out in a thread beside its run, for the record.  A stage that does not
 apply raises `Skip(reason)`, as goreleaser's pipes do.  The ordered pipe list
 is `pipeline/road.py: PIPES`.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -171,6 +174,30 @@ def run_facts(stage: Stage, inputs: dict, read: dict[str, str]) -> dict:
     }
 
 
+def _beside(work: Callable[[], str]) -> Callable[[], str]:
+    """`work` started in a thread of its own; the function returned waits for its result (or raises its error).
+    A stage that always runs (audit) needs its fingerprint only for the record after the run: its code digest
+    (every module of its closure parsed, 0.5 s and more on a loaded machine) is then worked out beside the run,
+    not before it, where the user would wait for it."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as error:  # noqa: BLE001 - raised by the caller that waits for it
+            box["error"] = error
+
+    thread = threading.Thread(target=target, name="code-digest", daemon=True)
+    thread.start()
+
+    def result() -> str:
+        thread.join()
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+    return result
+
+
 def _execute_locked(stage: Stage, *, force: bool) -> StageResult:
     register = stage.ctx.register
     # A stage may run another on the same register (rebuild runs build and package, accept binds through
@@ -186,12 +213,19 @@ def _run_or_skip(stage: Stage, register: Register, *, force: bool) -> StageResul
     ui.step(stage.name, f"{stage.describe()}: preflight")
     stage.preflight()
     inputs = stage.inputs()
-    digest = fingerprint({"inputs": inputs, "code": code_digest(code_modules(stage))})
-    if not force and not stage.always_runs and register.stage_is_current(stage.key, digest):
-        outputs = register.outputs_of(stage.key)
-        ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")
-        return StageResult(stage.key, True, outputs)
+    modules = code_modules(stage)
+    if stage.always_runs:
+        code_of_run = _beside(lambda: code_digest(modules))
+    else:
+        code = code_digest(modules)
+        digest = fingerprint({"inputs": inputs, "code": code})
+        if not force and register.stage_is_current(stage.key, digest):
+            outputs = register.outputs_of(stage.key)
+            ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")
+            return StageResult(stage.key, True, outputs)
+        code_of_run = lambda: code  # noqa: E731 - the digest worked out above
     outputs = stage.run()
+    digest = fingerprint({"inputs": inputs, "code": code_of_run()})
     # An entry the run replaced is its own earlier output, not an input: kept, it would make the record stale at once.
     read = {name: sha for name, sha in register.read_log.items() if name not in {a.name for a in outputs}}
     register.record_stage(stage.key, digest, outputs, facts=run_facts(stage, inputs, read))

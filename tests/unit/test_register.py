@@ -319,3 +319,41 @@ def test_a_repository_entry_that_leaves_the_repository_is_refused(tmp_path):
     assert caught.value.field == "manifests/v1.0.0/NOTES.md.path"
     with pytest.raises(InputError, match="resolves outside the repository"):
         register.stage_is_current("tree", register.stages["tree"]["fingerprint"])
+
+
+class AlwaysStage(CountingStage):
+    always_runs = True
+
+    def __init__(self, ctx, value: str):
+        super().__init__(ctx, value)
+        import threading
+
+        self.started = threading.Event()
+
+    def run(self):
+        self.started.set()
+        return super().run()
+
+
+def test_a_stage_that_always_runs_works_out_its_code_digest_beside_the_run_and_records_it(dist, monkeypatch):
+    """Audit never skips: its code digest (every module of its closure parsed) is not waited for before the run."""
+    import pipeline.stage as stage_module
+    from pipeline.register import fingerprint
+
+    stage = AlwaysStage(Context.open(dist), "a")
+    seen_running = []
+
+    def digest_while_running(modules):
+        seen_running.append(stage.started.wait(5))
+        return "digest-of-the-code"
+
+    monkeypatch.setattr(stage_module, "code_digest", digest_while_running)
+    assert execute(stage).skipped is False and seen_running == [True]
+    assert stage.ctx.register.stage_is_current(stage.key, fingerprint({"inputs": {"value": "a"}, "code": "digest-of-the-code"}))
+
+    def broken(modules):
+        raise OSError("a module of its closure cannot be read")
+
+    monkeypatch.setattr(stage_module, "code_digest", broken)
+    with pytest.raises(OSError, match="cannot be read"):
+        execute(AlwaysStage(Context.open(dist), "b"))
