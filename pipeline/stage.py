@@ -78,6 +78,10 @@ class Stage:
     name: ClassVar[str]
     # An observation (a live endpoint, a release tree, public URLs): never "up to date".
     always_runs: ClassVar[bool] = False
+    # A stage that always runs and only observes (audit: no write outside its own report and download cache) may
+    # work out its code digest beside its run instead of before it.  One that changes things (sign, promote)
+    # keeps the digest first: a code digest that fails must stop it before its first write.
+    digest_beside_run: ClassVar[bool] = False
     # The pipes whose stages this one runs inside its own run, looked up through the road (rebuild runs build and
     # package): their code is part of this stage's code, so a change to them makes its record stale.
     runs_pipes: ClassVar[tuple[str, ...]] = ()
@@ -214,7 +218,7 @@ def _run_or_skip(stage: Stage, register: Register, *, force: bool) -> StageResul
     stage.preflight()
     inputs = stage.inputs()
     modules = code_modules(stage)
-    if stage.always_runs:
+    if stage.always_runs and stage.digest_beside_run:
         code_of_run = _beside(lambda: code_digest(modules))
     else:
         code = code_digest(modules)

@@ -38,6 +38,7 @@ several ranges at once are what `aria2c -x16` or `hf_transfer` open.  Used by
 from __future__ import annotations
 
 import bisect
+import contextlib
 import hashlib
 import os
 import shutil
@@ -53,6 +54,10 @@ from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, Remo
 from pipeline.infra import net
 from pipeline.infra.range_state import RangeState, read_state, state_path, write_state
 from pipeline.util import ui
+
+# The downloads of this process writing into each file system (by st_dev), for the room check.
+_ROOM_LOCK = threading.Lock()
+_WRITING: dict[int | None, set[Any]] = {}
 
 THRESHOLD = 64 << 20  # larger pinned files are fetched as parallel ranges
 DEFAULT_CONNECTIONS = 8
@@ -186,6 +191,9 @@ def _prepare(part: Path, size: int, sha256: str | None) -> tuple[Intervals, int]
         state = None
     if state is not None and part.is_file() and not part.is_symlink() and part.stat().st_size == size:
         received = Intervals(state.received)
+    elif state is not None and part.is_file() and not part.is_symlink() and all(end <= part.stat().st_size for _start, end in state.received):
+        # Stopped after its first state, before the .part was made whole: every span it vouches for is there.
+        received = Intervals(state.received)
     elif state is None and part.is_file() and not part.is_symlink() and 0 < part.stat().st_size < size:
         # The prefix of a single stream.  A full-size .part without its state may be a preallocated
         # one whose state was lost: its holes would pass for bytes, so it starts over.
@@ -204,7 +212,7 @@ def fetch(item: net.DownloadItem, part: Path, *, size: int, sha256: str | None, 
     try:
         job = _Ranges(item, fd, part, size=size, sha256=sha256, received=received, connections=connections, budget=budget,
                       piece=piece or piece_size(size, connections), memory=memory, on_bytes=on_bytes)
-        job.reserved = os.fstat(fd).st_size == size  # a resumed .part is whole, its state beside it
+        job.whole = os.fstat(fd).st_size == size  # a resumed .part is whole, its state beside it
         job.bar = bar(received.total()) if bar else None
         try:
             return job.run()
@@ -243,7 +251,9 @@ class _Ranges:
         self.holding = self.peak = 0  # connections held now, and the most at once
         self.probed = threading.Event()  # the first answer showed the server serves ranges
         self.reserve_lock = threading.Lock()
-        self.reserved = False  # the .part preallocated to `size` (after the first answer)
+        self.whole = False  # the .part is `size` bytes long (sparse where nothing arrived), its state beside it
+        self.checked = False  # the room for the rest was checked (at the first answer)
+        self.device: int | None = None
         self.save_lock = threading.Lock()
         self.save_wanted = threading.Event()  # a piece landed since the last save
         self.stopping = threading.Event()  # the saver's end
@@ -320,23 +330,43 @@ class _Ranges:
 
     def reserve(self) -> None:
         """Once the server's first answer confirmed a file of the pinned size (never for a size only a manifest
-        claims): check there is room for the rest now, not at 90%, then record the state and make the .part
-        whole (sparse: no byte written, so no file system is slow here while the answer waits)."""
+        claims): check there is room for the rest now, not at 90% (counting what the other downloads of this
+        process into the same file system still have to write), then record the state and make the .part whole
+        (sparse: no byte written, so no file system is slow here while the answer waits)."""
         with self.reserve_lock:
-            if self.reserved:
+            if self.checked:
                 return
-            held = os.fstat(self.fd).st_size
-            free = shutil.disk_usage(self.part.parent).free
-            if free < self.size - held:
-                raise EnvironmentProblem(f"no room for {self.size} bytes of {self.part.name}", file=self.part, found=f"{free} bytes free",
-                                         fix="free disk space or pass --cache DIR on a larger disk")
-            with self.cond:
-                spans = self.received.spans()
-            if spans:
-                _flush(self.fd)  # an earlier stream's prefix, before the first state vouches for it
-            write_state(state_path(self.part), RangeState(self.size, self.sha256, spans))
-            os.ftruncate(self.fd, self.size)
-            self.reserved = True
+            try:
+                device = os.fstat(self.fd).st_dev
+                with _ROOM_LOCK:
+                    others = sum(job.remaining() for job in _WRITING.get(device, set()))
+                    free = shutil.disk_usage(self.part.parent).free
+                    if free < others + self.remaining():
+                        raise EnvironmentProblem(f"no room for {self.size} bytes of {self.part.name}", file=self.part,
+                                                 found=f"{free} bytes free, of which other downloads here still have {others} to write",
+                                                 fix="free disk space or pass --cache DIR on a larger disk")
+                    _WRITING.setdefault(device, set()).add(self)
+                    self.device = device
+                if not self.whole:
+                    with self.cond:
+                        spans = self.received.spans()
+                    if spans:
+                        _flush(self.fd)  # an earlier stream's prefix, before the first state vouches for it
+                    write_state(state_path(self.part), RangeState(self.size, self.sha256, spans))
+                    os.ftruncate(self.fd, self.size)
+                    self.whole = True
+            except OSError as error:
+                raise write_failed(self.part, error) from None
+            self.checked = True
+
+    def remaining(self) -> int:
+        """Bytes this download still has to write."""
+        with self.cond:
+            return self.size - self.received.total()
+
+    def _done_writing(self) -> None:
+        with _ROOM_LOCK:
+            _WRITING.get(self.device, set()).discard(self)
 
     def save(self) -> None:
         """Record the intervals on disk: the .part's data is flushed first, then the state that vouches for it is
@@ -376,12 +406,14 @@ class _Ranges:
                 thread.join()
             self.stopping.set()
             saver.join()
+            self._done_writing()
         if digest is None or self.error is not None:
             error = self.error or RemoteError(f"download of {self.item.label} ended incomplete", file=self.item.url)
             if isinstance(error, IntegrityError | RangesRefused):
                 discard(self.part)  # not the pinned file's bytes, or to be fetched as one stream
-            elif self.reserved:
-                self.save()  # resumed range by range next time (a .part never made whole stays a plain prefix)
+            elif self.whole:
+                with contextlib.suppress(OSError):  # best effort: the error that stopped the download is the one to tell
+                    self.save()  # resumed range by range next time (a .part never made whole stays a plain prefix)
             raise error
         state_path(self.part).unlink(missing_ok=True)
         return Fetched(digest.hexdigest(), self.resumed_from, self.reread, self.peak)

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from pipeline.errors import EnvironmentProblem, IntegrityError, PipelineError, RemoteError
 from pipeline.infra import net, ranges
+from pipeline.infra.range_state import state_path
 from pipeline.util import ui
 
 CHUNK = 1024 * 1024
@@ -103,6 +104,11 @@ class _Stream:
         size no longer matches what was hashed) is read back."""
         if os.path.islink(self.part) or (os.path.lexists(self.part) and not self.part.is_file()):
             ranges.discard(self.part)  # never read or written through (a folder there is named: EnvironmentProblem)
+            self.have = -1
+        elif os.path.lexists(state_path(self.part)) and (not self.part.exists() or self.part.stat().st_nlink == 1):
+            # A ranged download's .part (whole-size, its gaps holes): never a stream's prefix.  (A .part with a
+            # second name is left for the reader below to refuse, naming it.)
+            ranges.discard(self.part)
             self.have = -1
         if not self.resume:
             self.restart()

@@ -503,3 +503,82 @@ def test_a_large_file_costs_few_requests_and_a_round_of_pieces_ahead_of_the_pref
     job.received.add(following[1], following[1] + job.lag_limit)  # far more than a round ahead: the lowest holds the prefix back
     taken = job.take()
     assert flying[0][1] < lowest[1] and taken == [flying[0][1], lowest[1]], "the second half of the lowest piece"
+
+
+def _interrupted(server, tmp_path, name):
+    """A ranged download broken off: its .part whole (sparse), its state beside it; the server then heals."""
+    url = server.add(f"/{name}", Route("ranged", BODY, fault="break", breaks=10**6))
+    with pytest.raises(RemoteError):
+        fetch(url, tmp_path / "asset", retries=0)
+    part = tmp_path / "asset.part"
+    assert part.stat().st_size == len(BODY) and range_state.state_path(part).exists()
+    server.add(f"/{name}", Route("ranged", BODY))
+    return url, part
+
+
+def test_a_one_stream_rerun_never_takes_a_ranged_part_for_its_prefix(server, tmp_path):
+    url, _part = _interrupted(server, tmp_path, "one-stream-after-ranges.bin")
+    result = fetch(url, tmp_path / "asset", connections=1)
+    assert result.sha256 == DIGEST and result.resumed_from == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["asset"]
+
+
+def test_a_resumed_whole_part_still_checks_the_room_for_its_gaps(server, tmp_path, monkeypatch):
+    url, _part = _interrupted(server, tmp_path, "resumed-room.bin")
+    monkeypatch.setattr(ranges.shutil, "disk_usage", lambda path: SimpleNamespace(total=1, used=1, free=0))
+    with pytest.raises(EnvironmentProblem, match="no room for"):
+        fetch(url, tmp_path / "asset")
+
+
+def test_two_downloads_into_one_file_system_count_each_others_room(server, tmp_path, monkeypatch):
+    url = server.add("/room-for-one.bin", Route("ranged", BODY, interval=0.01))
+    monkeypatch.setattr(ranges.shutil, "disk_usage", lambda path: SimpleNamespace(total=1, used=1, free=len(BODY) + 10))
+    outcome = {}
+
+    def one(index):
+        try:
+            outcome[index] = fetch(url, tmp_path / f"asset{index}").sha256 == DIGEST
+        except EnvironmentProblem as problem:
+            outcome[index] = problem.what
+
+    threads = [threading.Thread(target=one, args=(index,)) for index in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(map(str, outcome.values())) == ["True", f"no room for {len(BODY)} bytes of asset{1 - [k for k, v in outcome.items() if v is True][0]}.part"]
+
+
+def test_a_failure_making_the_part_whole_is_named_and_keeps_the_prefix(server, tmp_path, monkeypatch):
+    url = server.add("/efbig.bin", Route("ranged", BODY))
+    part = tmp_path / "asset.part"
+    part.write_bytes(BODY[: 1 << 20])
+
+    def too_large(fd, size):
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG))
+
+    monkeypatch.setattr(ranges.os, "ftruncate", too_large)
+    with pytest.raises(EnvironmentProblem, match="cannot write asset.part: File too large"):
+        fetch(url, tmp_path / "asset", retries=0)
+    monkeypatch.undo()
+    result = fetch(url, tmp_path / "asset")
+    assert result.sha256 == DIGEST and result.resumed_from == 1 << 20
+
+
+def test_a_state_save_that_fails_after_a_write_failure_does_not_hide_it(server, tmp_path, monkeypatch):
+    url = server.add("/two-failures.bin", Route("ranged", BODY))
+    real_write_state, calls = ranges.write_state, []
+
+    def state_then_full(*args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write_state(*args, **kwargs)
+
+    def full(*_args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(ranges, "write_state", state_then_full)
+    monkeypatch.setattr(ranges.os, "pwrite", full)
+    with pytest.raises(EnvironmentProblem, match="cannot write asset.part: No space left on device"):
+        fetch(url, tmp_path / "asset", retries=0)

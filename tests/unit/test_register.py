@@ -323,6 +323,7 @@ def test_a_repository_entry_that_leaves_the_repository_is_refused(tmp_path):
 
 class AlwaysStage(CountingStage):
     always_runs = True
+    digest_beside_run = True
 
     def __init__(self, ctx, value: str):
         super().__init__(ctx, value)
@@ -357,3 +358,21 @@ def test_a_stage_that_always_runs_works_out_its_code_digest_beside_the_run_and_r
     monkeypatch.setattr(stage_module, "code_digest", broken)
     with pytest.raises(OSError, match="cannot be read"):
         execute(AlwaysStage(Context.open(dist), "b"))
+
+
+class ChangingStage(CountingStage):
+    always_runs = True  # never skipped, and it changes things (as sign and promote do)
+
+
+def test_a_stage_that_changes_things_works_out_its_code_digest_before_its_run(dist, monkeypatch):
+    import pipeline.stage as stage_module
+
+    stage = ChangingStage(Context.open(dist), "c")
+
+    def broken(modules):
+        raise OSError("a module of its closure cannot be read")
+
+    monkeypatch.setattr(stage_module, "code_digest", broken)
+    with pytest.raises(OSError, match="cannot be read"):
+        execute(stage)
+    assert stage.runs == 0, "a failing code digest stops it before its first write"

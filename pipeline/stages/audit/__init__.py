@@ -282,6 +282,7 @@ class AuditStage(Stage):
 
     name = "audit"
     always_runs = True  # what a URL serves can change at any time: an audit is never "up to date"
+    digest_beside_run = True  # an observation: its code digest is worked out while it downloads
 
     def __init__(self, ctx: Context, auditor: Auditor) -> None:
         super().__init__(ctx)
