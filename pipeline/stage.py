@@ -223,7 +223,7 @@ def _run_or_skip(stage: Stage, register: Register, *, force: bool) -> StageResul
     else:
         code = code_digest(modules)
         digest = fingerprint({"inputs": inputs, "code": code})
-        if not force and register.stage_is_current(stage.key, digest):
+        if not force and not stage.always_runs and register.stage_is_current(stage.key, digest):
             outputs = register.outputs_of(stage.key)
             ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")
             return StageResult(stage.key, True, outputs)

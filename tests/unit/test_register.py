@@ -376,3 +376,5 @@ def test_a_stage_that_changes_things_works_out_its_code_digest_before_its_run(di
     with pytest.raises(OSError, match="cannot be read"):
         execute(stage)
     assert stage.runs == 0, "a failing code digest stops it before its first write"
+    monkeypatch.undo()
+    assert [execute(ChangingStage(Context.open(dist), "c")).skipped for _ in range(2)] == [False, False], "never up to date"
