@@ -134,7 +134,7 @@ def review_ledger(manifest: dict[str, Any], candidate: str, *, state: str = "clo
     """A review ledger (docs/review-ledger.md) whose councils reviewed exactly what `manifest` binds at `candidate`:
     each row's set, the container's image and the candidate manifest.  `findings` are
     {id: {severity, scope, state, disposition[, tracking_issue]}} of the first council; `reviewed` overrides its digests."""
-    from pipeline.formats.release.evidence import review_subjects
+    from pipeline.formats.release.manifest import review_subjects
 
     subjects = {**review_subjects(manifest), "manifest-candidate": candidate}
     lines = ['artifact_type = "omp_ninfer_review_ledger"', "schema_version = 1", f'release = "{manifest["release"]}"']

@@ -20,6 +20,8 @@ derived or checked) by the module functions below, so each rule is written once:
                          checksums URL and SHA-256), and `published_set_rows` the rows that bind one;
 - `evidence_records`     the evidence records it binds by path (`row_records` of one row,
                          `release_records` of the release), each with its field path;
+- `review_subjects`      label -> digest of every artefact a review may name that it binds (the review
+                         ledger's gate, formats/review_ledger.py);
 - `blockers`             the blockers a manifest lists;
 - `product_repository`   the product repository URL it names ("" when it names none as a string);
 - `bundle_suffix`        the suffix of its Sigstore bundles (`signing.bundle_suffix`, else the default).
@@ -141,6 +143,25 @@ def evidence_records(document: Any) -> list[EvidenceRecord]:
     return [record for where, row in lane_rows_at(document) for record in row_records(where, row)] + release_records(document)
 
 
+def review_subjects(document: Any) -> dict[str, str]:
+    """label -> digest of every artefact a review may name that the manifest binds (docs/review-ledger.md):
+    each row's set by the SHA-256 of its outer SHA256SUMS (`set:<lane>`), the container row's image by its
+    OCI manifest digest (`image:<lane>`), and the accepted candidate commit whose manifest the councils
+    reviewed (`manifest-candidate`).  The reviews together must cover each of them (review_ledger.gate_failures)."""
+    out: dict[str, str] = {}
+    for row in lane_rows(document):
+        if not isinstance(row.get("id"), str):
+            continue
+        if isinstance(row.get("checksums_sha256"), str):
+            out[f"set:{row['id']}"] = row["checksums_sha256"]
+        if isinstance(row.get("oci_manifest_digest"), str):
+            out[f"image:{row['id']}"] = row["oci_manifest_digest"]
+    acceptance = section(document, "qualification.acceptance")
+    if isinstance(acceptance.get("candidate_commit"), str):
+        out["manifest-candidate"] = acceptance["candidate_commit"]
+    return out
+
+
 def blockers(document: Any) -> list[str]:
     """The blockers a manifest lists (publication.blockers), strings only."""
     return [item for item in section(document, "publication").get("blockers") or [] if isinstance(item, str)]
@@ -223,6 +244,9 @@ class ReleaseManifest:
     def blockers(self) -> list[str]:
         return blockers(self.document)
 
+    def review_subjects(self) -> dict[str, str]:
+        return review_subjects(self.document)
+
     def value(self, dotted: str) -> Any:
         """The value at a dotted field path as written, of any type; None when a step is missing (for the shape checks)."""
         return dig(self.document, dotted)
@@ -244,15 +268,17 @@ class ReleaseManifest:
         return bundle_suffix(self.document)
 
 
-def parse_manifest(data: bytes, *, source: str, check_type: bool = True, max_bytes: int = MAX_MANIFEST_BYTES) -> ReleaseManifest:
+def parse_manifest(data: bytes, *, source: str, check_type: bool = True, max_bytes: int = MAX_MANIFEST_BYTES, strict_bytes: bool = False) -> ReleaseManifest:
     """The manifest held in `data` (hashed first, then parsed strictly); InputError naming `source`.
 
     `check_type` requires the manifest's own type string; audit and rebuild read manifests of
-    releases made before it and rely on the fields they use instead."""
+    releases made before it and rely on the fields they use instead.  `strict_bytes` also refuses a
+    byte-order mark or a carriage return (publish and accept read a committed manifest, whose bytes the
+    pipeline wrote; verify reports those itself, and audit reads what was published)."""
     if len(data) > max_bytes:
         raise InputError("is larger than a release manifest can be", file=source, found=f"{len(data)} bytes", expected=f"at most {max_bytes} bytes")
     digest = sha256_bytes(data)
-    document = loads_document(data, source=source, max_bytes=max_bytes)
+    document = loads_document(data, source=source, max_bytes=max_bytes, strict_bytes=strict_bytes)
     if not isinstance(document, dict):
         raise InputError("must hold a JSON object", file=source, found=type(document).__name__, expected="a release manifest object")
     if check_type and document.get("artifact_type") != MANIFEST_TYPE:
