@@ -23,6 +23,7 @@ derived or checked) by the module functions below, so each rule is written once:
 - `review_subjects`      label -> digest of every artefact a review may name that it binds (the review
                          ledger's gate, formats/review_ledger.py);
 - `blockers`             the blockers a manifest lists;
+- `fields`               every top-level field as written (diff compares those no other question covers);
 - `product_repository`   the product repository URL it names ("" when it names none as a string);
 - `bundle_suffix`        the suffix of its Sigstore bundles (`signing.bundle_suffix`, else the default).
 """
@@ -250,6 +251,10 @@ class ReleaseManifest:
     def value(self, dotted: str) -> Any:
         """The value at a dotted field path as written, of any type; None when a step is missing (for the shape checks)."""
         return dig(self.document, dotted)
+
+    def fields(self) -> list[tuple[str, Any]]:
+        """Every top-level field as written, in document order (diff compares the fields no named question covers)."""
+        return list(self.document.items())
 
     def has(self, key: str) -> bool:
         """Whether the manifest holds the top-level `key` at all (null included): a release made before a field has none."""
