@@ -174,7 +174,7 @@ def commit(repo: Path, message: str) -> str:
 
 
 def acceptance_record(manifest: dict[str, Any], candidate: str, *, status: str = "passed", lane: str = LANE) -> dict[str, Any]:
-    from pipeline.formats.release.rules import acceptance_subject
+    from pipeline.formats.release.manifest import acceptance_subject
 
     return {
         "artifact_type": "omp_ninfer_external_installation_acceptance",

@@ -22,6 +22,8 @@ derived or checked) by the module functions below, so each rule is written once:
                          `release_records` of the release), each with its field path;
 - `review_subjects`      label -> digest of every artefact a review may name that it binds (the review
                          ledger's gate, formats/review_ledger.py);
+- `acceptance_subject`   the install-relevant identities an acceptance run binds (compose, verify and
+                         accept compare them between a candidate and the current tree);
 - `blockers`             the blockers a manifest lists;
 - `fields`               every top-level field as written (diff compares those no other question covers);
 - `product_repository`   the product repository URL it names ("" when it names none as a string);
@@ -163,6 +165,39 @@ def review_subjects(document: Any) -> dict[str, str]:
     return out
 
 
+def acceptance_subject(document: Any) -> dict[str, Any]:
+    """The install-relevant identities an acceptance run binds."""
+    omp = section(document, "components.omp")
+    model = section(document, "components.model")
+    lanes_out: dict[Any, Any] = {}
+    container, *variants = lane_rows_as_written(document)
+    for index, row in enumerate(([container] if container else []) + variants):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, type(None))):
+            # Kept as written, so that a malformed row never compares equal to a well-formed subject.
+            lanes_out[f"(row {index})"] = row
+            continue
+        pkg = "binary_archive" if "binary_archive_sha256" in row else "package"
+        lanes_out[row.get("id")] = {
+            "release_tag": row.get("release_tag"),
+            "package_sha256": row.get(f"{pkg}_sha256"),
+            "server_binary_sha256": row.get("server_binary_sha256"),
+            "configuration_sha256": row.get("configuration_sha256"),
+            "oci_reference": row.get("oci_reference"),
+        }
+    platforms = omp.get("platforms") if isinstance(omp.get("platforms"), list) else []
+    client = {}
+    for index, p in enumerate(platforms):
+        if isinstance(p, dict) and isinstance(p.get("platform"), (str, type(None))):
+            client[p.get("platform")] = p.get("artifact_sha256")
+        else:
+            client[f"(platform {index})"] = p
+    return {
+        "client": client,
+        "model_sha256": model.get("artifact_sha256"),
+        "lanes": lanes_out,
+    }
+
+
 def blockers(document: Any) -> list[str]:
     """The blockers a manifest lists (publication.blockers), strings only."""
     return [item for item in section(document, "publication").get("blockers") or [] if isinstance(item, str)]
@@ -247,6 +282,9 @@ class ReleaseManifest:
 
     def review_subjects(self) -> dict[str, str]:
         return review_subjects(self.document)
+
+    def acceptance_subject(self) -> dict[str, Any]:
+        return acceptance_subject(self.document)
 
     def value(self, dotted: str) -> Any:
         """The value at a dotted field path as written, of any type; None when a step is missing (for the shape checks)."""
