@@ -25,13 +25,16 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InputError
 from pipeline.formats.release.names import RELEASE_RE, REVIEWS, repo_path
 from pipeline.formats.routes import hidden_character
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex, sha256_bytes
 from pipeline.util.schema import Field, matches, one_of, read_table
+
+if TYPE_CHECKING:
+    from pipeline.formats.release.manifest import ReleaseManifest
 
 LEDGER_TYPE = "omp_ninfer_review_ledger"
 SCHEMA_VERSION = 1
@@ -240,7 +243,7 @@ OPTIONAL_COVERAGE = frozenset({"manifest-candidate"})
 def gate_failures(ledger: Ledger | None, bound: Mapping[str, str], *, release: str, councils: Sequence[str] = ()) -> list[GateFailure]:
     """Every way `ledger` keeps `release` from ready, in ledger order; [] when the reviews clear it.
 
-    `bound` maps each artefact label to the digest the release binds (`formats/release/evidence.py:
+    `bound` maps each artefact label to the digest the release binds (`formats/release/manifest.py:
     review_subjects`): a review of other bytes does not count, and every one of them must be covered by
     a closed review.  `councils` are those release.toml requires (`[reviews] councils`): each must have
     recorded a review.
@@ -308,7 +311,7 @@ def ledger_facts(ledger: Ledger) -> dict[str, Any]:
     }
 
 
-def bound_ledger(manifest: dict[str, Any], data: bytes | None, *, release: str, origin: str) -> tuple[Ledger | None, list[GateFailure]]:
+def bound_ledger(manifest: ReleaseManifest, data: bytes | None, *, release: str, origin: str) -> tuple[Ledger | None, list[GateFailure]]:
     """The ledger a manifest binds, from the bytes found for it (at a commit, at its URL), and the gate over it.
 
     (None, []) for a release made before the ledger (its manifest has no `reviews`); a manifest of a later
@@ -317,13 +320,12 @@ def bound_ledger(manifest: dict[str, Any], data: bytes | None, *, release: str, 
     InputError.  `publish --release` and `audit` call this; compose derives the same gate from the tree.
     """
     from pipeline.errors import IntegrityError
-    from pipeline.formats.release.evidence import review_subjects
     from pipeline.formats.release.names import review_ledger_required
 
-    if not review_ledger_required(release) and "reviews" not in manifest:
+    if not review_ledger_required(release) and not manifest.has("reviews"):
         return None, []
-    entry = manifest.get("reviews")
-    bound = review_subjects(manifest)
+    entry = manifest.value("reviews")
+    bound = manifest.review_subjects()
     if not isinstance(entry, dict):
         return None, gate_failures(None, bound, release=release)
     if entry.get("path") != ledger_path(release):

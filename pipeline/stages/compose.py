@@ -66,7 +66,7 @@ from pipeline.formats.release.derive import (
     unknown_keys_unused,
 )
 from pipeline.formats.release.evidence import collect_pins, expected_names, file_sha256, predecessor_row
-from pipeline.formats.release.manifest import blockers, lane_rows
+from pipeline.formats.release.manifest import acceptance_subject, blockers, lane_rows
 from pipeline.formats.release.names import (
     ACCEPTANCE,
     AUTHORITY,
@@ -92,7 +92,7 @@ from pipeline.formats.release.names import (
     sums_name,
 )
 from pipeline.formats.release.problems import Problem, Problems
-from pipeline.formats.release.rules import acceptance_problems, acceptance_subject, diff, state_problems
+from pipeline.formats.release.rules import acceptance_problems, diff, state_problems
 from pipeline.formats.release.spec import SHIPPED, dump_toml, load_release_toml
 from pipeline.infra.git import GitObjects, GitUnavailable, git_has_commit, git_show, rev_parse_commit
 from pipeline.register import REGISTER_FILE, REPOSITORY, Artifact, Register

@@ -57,7 +57,7 @@ from typing import Any
 
 from pipeline.errors import EnvironmentProblem, InputError, IntegrityError, RefusedError, register_secret
 from pipeline.formats.provenance import FOLDER
-from pipeline.formats.release.manifest import parse_manifest, section
+from pipeline.formats.release.manifest import CONTAINER_ROW, ReleaseManifest, parse_manifest
 from pipeline.formats.release.names import BUNDLE_SUFFIX, OIDC_ISSUER, RELEASE_RE, sort_release_key
 from pipeline.formats.release.signer import signer_from_manifest
 from pipeline.infra.sigstore import (
@@ -173,10 +173,9 @@ def find_release_dir(manifests: Path, release: str | None, register: Register | 
     return _real_tree(max(candidates, key=lambda path: sort_release_key(path.name)), manifests)
 
 
-def signed_files(manifest: dict[str, Any], release_dir: Path, *, file: Path) -> list[Path]:
+def signed_files(manifest: ReleaseManifest, release_dir: Path, *, file: Path) -> list[Path]:
     """The files `signing.signed_files` names (repository-relative), each inside the release tree."""
-    block = section(manifest, "signing")
-    listed = block.get("signed_files")
+    listed = manifest.section("signing").get("signed_files")
     if listed is None:
         raise InputError(
             "declares no signed files",
@@ -269,7 +268,7 @@ def plan_signing(manifests: Path, release: str | None, register: Register | None
     entries = tree_entries(register, release_dir.name) if register is not None else {}
     known = entries or None
     manifest_file = release_dir / MANIFEST_NAME
-    manifest = dict(parse_manifest(_tree_bytes(manifest_file.resolve(), release_dir, known, register), source=str(manifest_file), check_type=False).document)
+    manifest = parse_manifest(_tree_bytes(manifest_file.resolve(), release_dir, known, register), source=str(manifest_file), check_type=False)
     signer = signer_from_manifest(manifest, file=manifest_file)
     if trust_config:
         signer = SignerIdentity(signer.identity, signer.issuer, signer.repository, signer.ref, trust_config)
@@ -301,9 +300,9 @@ def plan_signing(manifests: Path, release: str | None, register: Register | None
     return SignPlan(release_dir, manifest_file, signer, list(targets.values()), bool(entries))
 
 
-def dig_manifest_digest(manifest: dict[str, Any]) -> str | None:
+def dig_manifest_digest(manifest: ReleaseManifest) -> str | None:
     """The container lane's image manifest digest a release binds (components.ninfer.oci_manifest_digest)."""
-    row = section(manifest, "components.ninfer")
+    row = manifest.section(CONTAINER_ROW)
     digest = row.get("oci_manifest_digest")
     return digest.removeprefix("sha256:") if isinstance(digest, str) else None
 

@@ -29,13 +29,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from pipeline.errors import InputError, UsageError
-from pipeline.formats.release.manifest import (
-    ReleaseManifest,
-    fetch_published,
-    lane_rows,
-    read_manifest,
-    section,
-)
+from pipeline.formats.release.manifest import ReleaseManifest, fetch_published, read_manifest
 from pipeline.formats.release.names import (
     CONTAINER_PACKAGE,
     MANIFEST,
@@ -79,7 +73,7 @@ def manifest_facts(manifest: ReleaseManifest) -> dict[str, Any]:
     compatibility = manifest.section("compatibility")
     summary = _bound_document(qualification.get("public_url"), qualification.get("summary_sha256"), SUMMARY_TYPE, "qualification.public_url")
     authority = _bound_document(compatibility.get("public_url"), compatibility.get("sha256"), AUTHORITY_TYPE, "compatibility.public_url")
-    return _from_manifest(manifest.document, summary=summary, authority=authority, folder=None, reviews=_bound_ledger(manifest))
+    return _from_manifest(manifest, summary=summary, authority=authority, folder=None, reviews=_bound_ledger(manifest))
 
 
 def _bound_ledger(manifest: ReleaseManifest) -> dict[str, Any] | None:
@@ -164,13 +158,13 @@ def _tree_provenance(folder: Path | None, lane_id: str) -> dict[str, Any]:
     return _provenance_facts(read_bytes_bounded(path, MAX_BYTES, what="provenance statement"), str(path))
 
 
-def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, authority: dict[str, Any] | None, folder: Path | None,
+def _from_manifest(manifest: ReleaseManifest, *, summary: dict[str, Any] | None, authority: dict[str, Any] | None, folder: Path | None,
                    reviews: dict[str, Any] | None = None, reviews_problem: str | None = None) -> dict[str, Any]:
-    product = section(manifest, "product")
+    product = manifest.section("product")
     lanes: dict[str, Any] = {}
     lane_qualification: dict[str, Any] = {}
     shown_row = {"id", "qualification", *ROW_COMPONENT, *ROW_SOURCE, *ROW_IDENTITIES, *_ROW_ASSET_FIELDS}
-    for index, row in enumerate(lane_rows(manifest)):
+    for index, row in enumerate(manifest.lane_rows()):
         lane_id = _row_lane(row, index)
         lanes[lane_id] = {
             "component": {key: row.get(key) for key in ROW_COMPONENT},
@@ -185,19 +179,19 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
             "other": {key: value for key, value in row.items() if key not in shown_row},
         }
         lane_qualification[lane_id] = {"row": row.get("qualification"), "receipt": _tree_receipt(folder, lane_id)}
-    components = section(manifest, "components")
-    qualification = dict(section(manifest, "qualification"))
+    components = manifest.section("components")
+    qualification = dict(manifest.section("qualification"))
     acceptance = qualification.pop("acceptance", None)
     # The summary's and the authority's bindings (path, URL, SHA-256) are compared as well as their documents:
     # a source that cannot bring a document (a manifest URL before publication) still shows its hash change.
-    other = {key: value for key, value in manifest.items() if key not in MANIFEST_SHOWN and key != "components"}
+    other = {key: value for key, value in manifest.fields() if key not in MANIFEST_SHOWN and key != "components"}
     other.update({f"components.{key}": value for key, value in components.items() if key not in COMPONENTS_SHOWN})
-    review_facts = None if reviews is None and "reviews" not in manifest else {"binding": manifest.get("reviews"), "councils": (reviews or {}).get("reviews")}
+    review_facts = None if reviews is None and not manifest.has("reviews") else {"binding": manifest.value("reviews"), "councils": (reviews or {}).get("reviews")}
     if reviews_problem is not None:  # the tree's ledger cannot be read: compared as that problem, the rest of the tree as usual
         review_facts = {**(review_facts or {}), "problem": reviews_problem}
     return _keyed({
-        "product": {"name": product.get("name"), "title": product.get("title"), "release": manifest.get("release"), "channel": manifest.get("channel"),
-                    "audience": manifest.get("audience"), "status": manifest.get("status"), "predecessor": manifest.get("predecessor")},
+        "product": {"name": product.get("name"), "title": product.get("title"), "release": manifest.release, "channel": manifest.value("channel"),
+                    "audience": manifest.value("audience"), "status": manifest.status, "predecessor": manifest.value("predecessor")},
         "lanes": lanes,
         "model": components.get("model"),
         "qualification": {"manifest": qualification, "lanes": lane_qualification, "summary": _summary_facts(summary, manifest)},
@@ -209,12 +203,12 @@ def _from_manifest(manifest: dict[str, Any], *, summary: dict[str, Any] | None, 
     })
 
 
-def _summary_facts(summary: dict[str, Any] | None, manifest: dict[str, Any]) -> dict[str, Any] | None:
+def _summary_facts(summary: dict[str, Any] | None, manifest: ReleaseManifest) -> dict[str, Any] | None:
     """The qualification summary less its own release, and its `remaining_release_gates` less the manifest's
     publication blockers it copies (derived from them): each blocker change is listed once, under
     publication.blockers.  A gate the blockers do not hold is kept, so that a disagreement is a difference too."""
     shown = _without(summary, ("release", "artifact_type"))
-    publication = section(manifest, "publication")
+    publication = manifest.section("publication")
     blockers = publication.get("blockers") if isinstance(publication.get("blockers"), list) else []
     gates = shown.get("remaining_release_gates") if shown is not None else None
     if shown is not None and isinstance(gates, list):

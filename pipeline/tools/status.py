@@ -20,7 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import PipelineError, UsageError, printable, redact
 from pipeline.formats.lanes import REPO_ROOT, Lane, load_lanes
@@ -28,6 +28,9 @@ from pipeline.register import Artifact, Register, fingerprint
 from pipeline.road import TOOLS
 from pipeline.tools.status_model import COLUMNS, Blocker, Cell, LaneStatus, ReleaseStatus, RouteStatus, Status
 from pipeline.util.hashing import sha256_file
+
+if TYPE_CHECKING:
+    from pipeline.formats.release.manifest import ReleaseManifest
 
 IMAGE_STAGES = ("image", "push")
 NATIVE_SKIP = "a native lane ships no image"  # the image stage's own skip reason
@@ -220,7 +223,6 @@ def ci_recorded(lane: Lane, register: Register) -> str | None:
 # -- the release ---------------------------------------------------------------------------------
 
 def release_status(root: Path, release: str, register: Register, lanes: dict[str, Lane]) -> ReleaseStatus:
-    from pipeline.formats.release.manifest import blockers, section
     from pipeline.formats.release.names import release_dir
     from pipeline.formats.release.spec import load_release_toml
     from pipeline.formats.release.tree import blocker_fix, read_tree
@@ -229,9 +231,9 @@ def release_status(root: Path, release: str, register: Register, lanes: dict[str
     manifest = tree.manifest
     spec = load_release_toml(root, release, lanes)
     container = next((lane.id for lane in lanes.values() if lane.kind == "container"), None)
-    status = ReleaseStatus(release, str(manifest.get("status")))
-    status.blockers = [Blocker(b, blocker_fix(b, release, manual=b in spec.blockers, container_lane=container)) for b in blockers(manifest)]
-    qualification = section(manifest, "qualification")
+    status = ReleaseStatus(release, str(manifest.status))
+    status.blockers = [Blocker(b, blocker_fix(b, release, manual=b in spec.blockers, container_lane=container)) for b in manifest.blockers()]
+    qualification = manifest.section("qualification")
     acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
     if acceptance:
         status.acceptance = f"{acceptance.get('status')} (record {str(acceptance.get('sha256') or '')[:12]})"
@@ -243,11 +245,11 @@ def release_status(root: Path, release: str, register: Register, lanes: dict[str
     return status
 
 
-def reviews_line(manifest: dict[str, Any], reviews: dict[str, Any] | None) -> str:
+def reviews_line(manifest: ReleaseManifest, reviews: dict[str, Any] | None) -> str:
     """The review ledger in one line: each council's state and the findings that hold the release, and whether
     the ledger in the tree is the one the manifest binds (an edit shows until `compose rebind` binds it)."""
-    entry = manifest.get("reviews")
-    if "reviews" not in manifest:
+    entry = manifest.value("reviews")
+    if not manifest.has("reviews"):
         return "not required (made before the review ledger)"
     if reviews is None:
         return "no review ledger in the tree" + (" (but the manifest binds one)" if isinstance(entry, dict) else "")

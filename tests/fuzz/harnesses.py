@@ -60,7 +60,6 @@ from pipeline.formats import (
 from pipeline.formats.release import evidence as release_evidence
 from pipeline.formats.release import manifest as release_manifest
 from pipeline.formats.release import problems as release_problems
-from pipeline.formats.release import rules as release_rules
 from pipeline.formats.release import spec as release_spec
 from pipeline.infra import attestations, github, image_reference, oci, safetar
 from pipeline.infra import registry as oci_registry
@@ -445,7 +444,7 @@ def fuzz_manifest(data: bytes, work: Path) -> None:
     release_evidence.collect_pins(manifest)
     for lane_id in shipped_lane_ids():
         release_evidence.predecessor_row(manifest, lane_id)
-    release_rules.acceptance_subject(manifest)
+    release_manifest.acceptance_subject(manifest)
     audit.check_manifest_names(parsed, file="manifest.json")
     for binding in audit.collect_bindings(parsed):
         audit.binding_problem(binding)

@@ -1632,7 +1632,7 @@ def test_waiting_for_another_audits_download_earns_time_from_the_bytes_it_writes
 
 def _bind_ledger(tree: Tree, findings: str = "") -> bytes:
     """A review ledger served at its pinned raw URL and bound by the manifest; it reviewed everything the release binds."""
-    from pipeline.formats.release.evidence import review_subjects
+    from pipeline.formats.release.manifest import review_subjects
 
     tree.manifest["qualification"]["acceptance"] = {"candidate_commit": COMMIT}  # the candidate, as the manifest binds it
     reviewed = "".join(f'"{label}" = "{digest}"\n' for label, digest in sorted(review_subjects(tree.manifest).items()))

@@ -12,7 +12,7 @@ from releasekit import LANE, RELEASE, commit, review_ledger, sample_release
 from pipeline.errors import IntegrityError, PipelineError, RefusedError
 from pipeline.formats.lanes import load_lanes
 from pipeline.formats.release.contract import verify_release
-from pipeline.formats.release.evidence import review_subjects
+from pipeline.formats.release.manifest import review_subjects
 from pipeline.stages.compose import promote_release, rebind
 
 LEDGER = f"manifests/{RELEASE}/reviews.toml"
@@ -181,14 +181,18 @@ def test_diff_shows_a_changed_finding(release, tmp_path):
 
 
 def test_publish_gate_reviews_refuses_an_open_p0_and_a_changed_ledger(release, tmp_path):
+    from pipeline.formats.release.manifest import parse_manifest
     from pipeline.stages.publish.product import _review_gate
+
+    def model(document: dict):
+        return parse_manifest(json.dumps(document).encode(), source="manifest.json")
 
     root = release.clone(tmp_path / "p", "ready")
     manifest = manifest_of(root)
     data = (root / LEDGER).read_bytes()
-    assert "2 reviews closed (native-runtime, product-tooling)" in _review_gate(manifest, lambda rel: data if rel == LEDGER else None, RELEASE)()
+    assert "2 reviews closed (native-runtime, product-tooling)" in _review_gate(model(manifest), lambda rel: data if rel == LEDGER else None, RELEASE)()
     with pytest.raises(IntegrityError) as caught:
-        _review_gate(manifest, lambda rel: data.replace(b"closed", b"open", 1), RELEASE)()
+        _review_gate(model(manifest), lambda rel: data.replace(b"closed", b"open", 1), RELEASE)()
     assert caught.value.field == "reviews.sha256"
     # A manifest that binds a ledger holding an open in-scope P0 (only a hand-made ready tree could): refused by name.
     from pipeline.util.hashing import sha256_bytes
@@ -196,7 +200,7 @@ def test_publish_gate_reviews_refuses_an_open_p0_and_a_changed_ledger(release, t
     held = review_ledger(manifest, release.commits["candidate"], findings=OPEN_P0).encode()
     forged = {**manifest, "reviews": {**manifest["reviews"], "sha256": sha256_bytes(held)}}
     with pytest.raises(RefusedError) as refused:
-        _review_gate(forged, lambda rel: held, RELEASE)()
+        _review_gate(model(forged), lambda rel: held, RELEASE)()
     assert refused.value.field == "reviews.native-runtime.findings.NR-1" and "NR-1 (P0, in scope) is confirmed" in refused.value.what
     assert isinstance(refused.value, PipelineError) and "compose rebind" in refused.value.fix
     shutil.rmtree(root)

@@ -519,7 +519,7 @@ def test_a_file_in_the_tree_that_links_outside_it_is_refused_before_anything_is_
 )
 def test_the_manifest_readers_of_compose_and_verify_take_any_shape(edit):
     from pipeline.formats.release.evidence import collect_pins, predecessor_row
-    from pipeline.formats.release.rules import acceptance_subject
+    from pipeline.formats.release.manifest import acceptance_subject
 
     good = json.loads((ROOT / "manifests" / "v0.13.1" / "manifest.json").read_bytes())
     bad = json.loads(json.dumps(good))

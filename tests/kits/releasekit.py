@@ -134,7 +134,7 @@ def review_ledger(manifest: dict[str, Any], candidate: str, *, state: str = "clo
     """A review ledger (docs/review-ledger.md) whose councils reviewed exactly what `manifest` binds at `candidate`:
     each row's set, the container's image and the candidate manifest.  `findings` are
     {id: {severity, scope, state, disposition[, tracking_issue]}} of the first council; `reviewed` overrides its digests."""
-    from pipeline.formats.release.evidence import review_subjects
+    from pipeline.formats.release.manifest import review_subjects
 
     subjects = {**review_subjects(manifest), "manifest-candidate": candidate}
     lines = ['artifact_type = "omp_ninfer_review_ledger"', "schema_version = 1", f'release = "{manifest["release"]}"']
@@ -174,7 +174,7 @@ def commit(repo: Path, message: str) -> str:
 
 
 def acceptance_record(manifest: dict[str, Any], candidate: str, *, status: str = "passed", lane: str = LANE) -> dict[str, Any]:
-    from pipeline.formats.release.rules import acceptance_subject
+    from pipeline.formats.release.manifest import acceptance_subject
 
     return {
         "artifact_type": "omp_ninfer_external_installation_acceptance",

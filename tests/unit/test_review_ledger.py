@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
 
 from pipeline.errors import InputError, IntegrityError
+from pipeline.formats.release.manifest import ReleaseManifest, parse_manifest
 from pipeline.formats.review_ledger import (
     MAX_LEDGER_BYTES,
     bound_ledger,
@@ -134,11 +136,16 @@ def test_a_linked_ledger_is_refused_and_a_missing_one_is_none(tmp_path):
     assert caught.value.file == FILE and "regular file" in caught.value.what
 
 
+def manifest_of(document: dict) -> ReleaseManifest:
+    return parse_manifest(json.dumps(document).encode(), source="manifest.json", check_type=False)
+
+
 def test_the_bound_ledger_must_be_the_bytes_the_manifest_binds():
     data = ledger_text(findings=finding()).encode()
-    manifest = {"release": RELEASE, "reviews": {"path": FILE, "sha256": sha256_bytes(data), "public_url": None},
-                "components": {"ninfer": None, "ninfer_variants": [{"id": "rtx4090-windows-native", "checksums_sha256": SET}]},
-                "qualification": {"acceptance": {"candidate_commit": CANDIDATE}}}
+    written = {"release": RELEASE, "reviews": {"path": FILE, "sha256": sha256_bytes(data), "public_url": None},
+               "components": {"ninfer": None, "ninfer_variants": [{"id": "rtx4090-windows-native", "checksums_sha256": SET}]},
+               "qualification": {"acceptance": {"candidate_commit": CANDIDATE}}}
+    manifest = manifest_of(written)
     ledger, failures = bound_ledger(manifest, data, release=RELEASE, origin=FILE)
     assert ledger is not None and [(f.council, f.finding) for f in failures] == [("native-runtime", "NR-1"), ("native-runtime", None)]  # and the image it names is not bound
     changed = data.replace(b"Seen by", b"seen by")
@@ -147,8 +154,8 @@ def test_the_bound_ledger_must_be_the_bytes_the_manifest_binds():
     assert caught.value.field == "reviews.sha256" and caught.value.expected == sha256_bytes(data)
     with pytest.raises(IntegrityError):
         bound_ledger(manifest, None, release=RELEASE, origin=FILE)
-    assert bound_ledger({"release": "v0.13.1"}, None, release="v0.13.1", origin=FILE) == (None, [])  # made before the ledger
-    _none, (missing,) = bound_ledger({**manifest, "reviews": None}, None, release=RELEASE, origin=FILE)
+    assert bound_ledger(manifest_of({"release": "v0.13.1"}), None, release="v0.13.1", origin=FILE) == (None, [])  # made before the ledger
+    _none, (missing,) = bound_ledger(manifest_of({**written, "reviews": None}), None, release=RELEASE, origin=FILE)
     assert "no review ledger is bound" in missing.what
 
 

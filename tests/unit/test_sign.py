@@ -21,6 +21,7 @@ from repokit import SIGSTORE_VECTORS
 
 from pipeline import cli
 from pipeline.errors import ExitCode, InputError, RefusedError
+from pipeline.formats.release.manifest import parse_manifest
 from pipeline.formats.release.signer import release_signer, signer_from_manifest
 from pipeline.infra import sigstore as sg
 from pipeline.stages import sign as sig
@@ -219,18 +220,22 @@ def test_an_unknown_trust_config_is_an_input_error(vectors, tmp_path):
 # -- the expected signer in a release tree ---------------------------------------
 
 
+def manifest_of(document: dict):
+    return parse_manifest(json.dumps(document).encode(), source="manifest.json", check_type=False)
+
+
 def test_signer_from_manifest_reads_the_signing_block_or_derives_it():
     block = {"certificate_identity": GH_SAN, "certificate_oidc_issuer": GH_ISSUER, "bundle_suffix": ".sigstore.json", "signed_files": []}
-    signer = signer_from_manifest({"release": "v0.1.2", "signing": block})
+    signer = signer_from_manifest(manifest_of({"release": "v0.1.2", "signing": block}))
     assert signer == sg.SignerIdentity(GH_SAN, GH_ISSUER, "trailofbits/rfc8785.py", "refs/tags/v0.1.2", "production")
-    derived = signer_from_manifest({"release": "v0.1.2", "product": {"repository": "https://github.com/trailofbits/rfc8785.py"}})
+    derived = signer_from_manifest(manifest_of({"release": "v0.1.2", "product": {"repository": "https://github.com/trailofbits/rfc8785.py"}}))
     assert derived == signer
     with pytest.raises(InputError, match="declares no expected signer"):
-        signer_from_manifest({"release": "v0.1.2"})
+        signer_from_manifest(manifest_of({"release": "v0.1.2"}))
     with pytest.raises(InputError, match="unknown Sigstore instance"):
-        signer_from_manifest({"signing": {**block, "trust_config": "elsewhere"}})
+        signer_from_manifest(manifest_of({"signing": {**block, "trust_config": "elsewhere"}}))
     with pytest.raises(InputError, match="the expected signer lacks a value"):
-        signer_from_manifest({"signing": {**block, "certificate_oidc_issuer": None}})
+        signer_from_manifest(manifest_of({"signing": {**block, "certificate_oidc_issuer": None}}))
 
 
 # -- sign: refusals and the plan -------------------------------------------------

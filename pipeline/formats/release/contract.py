@@ -58,7 +58,13 @@ from pipeline.formats.release.derive import (
     null_identities,
     unknown_keys_unused,
 )
-from pipeline.formats.release.manifest import MAX_MANIFEST_BYTES, lane_rows, parse_manifest, section
+from pipeline.formats.release.manifest import (
+    MAX_MANIFEST_BYTES,
+    acceptance_subject,
+    lane_rows,
+    parse_manifest,
+    section,
+)
 from pipeline.formats.release.names import (
     AUTHORITY_MD,
     BUNDLE_SUFFIX,
@@ -88,7 +94,6 @@ from pipeline.formats.release.problems import Problem, Problems
 from pipeline.formats.release.rules import (
     abbreviate,
     acceptance_problems,
-    acceptance_subject,
     diff,
     row_field,
     row_kind,
@@ -299,7 +304,10 @@ class Verifier:
             return None
         try:
             data = read_bytes_bounded(path, MAX_MANIFEST_BYTES, what="release manifest")
-            document = dict(parse_manifest(data, source=self.manifest_rel, check_type=False).document)  # check_schema names a wrong type
+            # verify needs the whole document, not the model's questions: it checks the shape the questions
+            # assume (check_schema), the bytes' canonical form, and every field against the derived manifest.
+            # check_type off: check_schema names a wrong type among the other problems.
+            document = dict(parse_manifest(data, source=self.manifest_rel, check_type=False).document)
         except InputError as exc:
             self.error("schema", exc.what, file=self.manifest_rel, found=exc.found, fix="restore the file from git; never edit it by hand (compose writes it)")
             return None

@@ -32,9 +32,8 @@ from pipeline.formats.release.evidence import (
     file_sha256,
     predecessor_row,
     read_evidence_json,
-    review_subjects,
 )
-from pipeline.formats.release.manifest import component_lane_rows
+from pipeline.formats.release.manifest import component_lane_rows, review_subjects
 from pipeline.formats.release.names import (
     ACCEPTANCE,
     AUTHORITY,

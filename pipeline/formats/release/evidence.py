@@ -14,7 +14,7 @@ from typing import Any
 
 from pipeline.errors import InputError
 from pipeline.formats.lanes import Lane
-from pipeline.formats.release.manifest import evidence_records, lane_row, lane_rows, section
+from pipeline.formats.release.manifest import evidence_records, lane_row
 from pipeline.formats.release.names import SCRIPT_FIELDS
 from pipeline.formats.release.problems import Problems
 from pipeline.util.hashing import sha256_bytes
@@ -82,25 +82,6 @@ def expected_names(lane: Lane, tag: str | None) -> dict[str, str] | None:
 def collect_pins(manifest: dict[str, Any] | None) -> dict[str, str]:
     """Every record path -> its pinned raw URL, as the current manifest records them."""
     return {record.path: record.public_url for record in evidence_records(manifest) if isinstance(record.path, str) and isinstance(record.public_url, str)}
-
-
-def review_subjects(manifest: dict[str, Any]) -> dict[str, str]:
-    """label -> digest of every artefact a review may name that the manifest binds (docs/review-ledger.md):
-    each row's set by the SHA-256 of its outer SHA256SUMS (`set:<lane>`), the container row's image by its
-    OCI manifest digest (`image:<lane>`), and the accepted candidate commit whose manifest the councils
-    reviewed (`manifest-candidate`).  The reviews together must cover each of them (review_ledger.gate_failures)."""
-    out: dict[str, str] = {}
-    for row in lane_rows(manifest):
-        if not isinstance(row.get("id"), str):
-            continue
-        if isinstance(row.get("checksums_sha256"), str):
-            out[f"set:{row['id']}"] = row["checksums_sha256"]
-        if isinstance(row.get("oci_manifest_digest"), str):
-            out[f"image:{row['id']}"] = row["oci_manifest_digest"]
-    acceptance = section(manifest, "qualification.acceptance")
-    if isinstance(acceptance.get("candidate_commit"), str):
-        out["manifest-candidate"] = acceptance["candidate_commit"]
-    return out
 
 
 def predecessor_row(pred_manifest: dict[str, Any] | None, lane_id: str) -> dict[str, Any] | None:

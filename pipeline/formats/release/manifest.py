@@ -20,7 +20,12 @@ derived or checked) by the module functions below, so each rule is written once:
                          checksums URL and SHA-256), and `published_set_rows` the rows that bind one;
 - `evidence_records`     the evidence records it binds by path (`row_records` of one row,
                          `release_records` of the release), each with its field path;
+- `review_subjects`      label -> digest of every artefact a review may name that it binds (the review
+                         ledger's gate, formats/review_ledger.py);
+- `acceptance_subject`   the install-relevant identities an acceptance run binds (compose, verify and
+                         accept compare them between a candidate and the current tree);
 - `blockers`             the blockers a manifest lists;
+- `fields`               every top-level field as written (diff compares those no other question covers);
 - `product_repository`   the product repository URL it names ("" when it names none as a string);
 - `bundle_suffix`        the suffix of its Sigstore bundles (`signing.bundle_suffix`, else the default).
 """
@@ -141,6 +146,58 @@ def evidence_records(document: Any) -> list[EvidenceRecord]:
     return [record for where, row in lane_rows_at(document) for record in row_records(where, row)] + release_records(document)
 
 
+def review_subjects(document: Any) -> dict[str, str]:
+    """label -> digest of every artefact a review may name that the manifest binds (docs/review-ledger.md):
+    each row's set by the SHA-256 of its outer SHA256SUMS (`set:<lane>`), the container row's image by its
+    OCI manifest digest (`image:<lane>`), and the accepted candidate commit whose manifest the councils
+    reviewed (`manifest-candidate`).  The reviews together must cover each of them (review_ledger.gate_failures)."""
+    out: dict[str, str] = {}
+    for row in lane_rows(document):
+        if not isinstance(row.get("id"), str):
+            continue
+        if isinstance(row.get("checksums_sha256"), str):
+            out[f"set:{row['id']}"] = row["checksums_sha256"]
+        if isinstance(row.get("oci_manifest_digest"), str):
+            out[f"image:{row['id']}"] = row["oci_manifest_digest"]
+    acceptance = section(document, "qualification.acceptance")
+    if isinstance(acceptance.get("candidate_commit"), str):
+        out["manifest-candidate"] = acceptance["candidate_commit"]
+    return out
+
+
+def acceptance_subject(document: Any) -> dict[str, Any]:
+    """The install-relevant identities an acceptance run binds."""
+    omp = section(document, "components.omp")
+    model = section(document, "components.model")
+    lanes_out: dict[Any, Any] = {}
+    container, *variants = lane_rows_as_written(document)
+    for index, row in enumerate(([container] if container else []) + variants):
+        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, type(None))):
+            # Kept as written, so that a malformed row never compares equal to a well-formed subject.
+            lanes_out[f"(row {index})"] = row
+            continue
+        pkg = "binary_archive" if "binary_archive_sha256" in row else "package"
+        lanes_out[row.get("id")] = {
+            "release_tag": row.get("release_tag"),
+            "package_sha256": row.get(f"{pkg}_sha256"),
+            "server_binary_sha256": row.get("server_binary_sha256"),
+            "configuration_sha256": row.get("configuration_sha256"),
+            "oci_reference": row.get("oci_reference"),
+        }
+    platforms = omp.get("platforms") if isinstance(omp.get("platforms"), list) else []
+    client = {}
+    for index, p in enumerate(platforms):
+        if isinstance(p, dict) and isinstance(p.get("platform"), (str, type(None))):
+            client[p.get("platform")] = p.get("artifact_sha256")
+        else:
+            client[f"(platform {index})"] = p
+    return {
+        "client": client,
+        "model_sha256": model.get("artifact_sha256"),
+        "lanes": lanes_out,
+    }
+
+
 def blockers(document: Any) -> list[str]:
     """The blockers a manifest lists (publication.blockers), strings only."""
     return [item for item in section(document, "publication").get("blockers") or [] if isinstance(item, str)]
@@ -223,9 +280,19 @@ class ReleaseManifest:
     def blockers(self) -> list[str]:
         return blockers(self.document)
 
+    def review_subjects(self) -> dict[str, str]:
+        return review_subjects(self.document)
+
+    def acceptance_subject(self) -> dict[str, Any]:
+        return acceptance_subject(self.document)
+
     def value(self, dotted: str) -> Any:
         """The value at a dotted field path as written, of any type; None when a step is missing (for the shape checks)."""
         return dig(self.document, dotted)
+
+    def fields(self) -> list[tuple[str, Any]]:
+        """Every top-level field as written, in document order (diff compares the fields no named question covers)."""
+        return list(self.document.items())
 
     def has(self, key: str) -> bool:
         """Whether the manifest holds the top-level `key` at all (null included): a release made before a field has none."""
@@ -244,15 +311,17 @@ class ReleaseManifest:
         return bundle_suffix(self.document)
 
 
-def parse_manifest(data: bytes, *, source: str, check_type: bool = True, max_bytes: int = MAX_MANIFEST_BYTES) -> ReleaseManifest:
+def parse_manifest(data: bytes, *, source: str, check_type: bool = True, max_bytes: int = MAX_MANIFEST_BYTES, strict_bytes: bool = False) -> ReleaseManifest:
     """The manifest held in `data` (hashed first, then parsed strictly); InputError naming `source`.
 
     `check_type` requires the manifest's own type string; audit and rebuild read manifests of
-    releases made before it and rely on the fields they use instead."""
+    releases made before it and rely on the fields they use instead.  `strict_bytes` also refuses a
+    byte-order mark or a carriage return (publish and accept read a committed manifest, whose bytes the
+    pipeline wrote; verify reports those itself, and audit reads what was published)."""
     if len(data) > max_bytes:
         raise InputError("is larger than a release manifest can be", file=source, found=f"{len(data)} bytes", expected=f"at most {max_bytes} bytes")
     digest = sha256_bytes(data)
-    document = loads_document(data, source=source, max_bytes=max_bytes)
+    document = loads_document(data, source=source, max_bytes=max_bytes, strict_bytes=strict_bytes)
     if not isinstance(document, dict):
         raise InputError("must hold a JSON object", file=source, found=type(document).__name__, expected="a release manifest object")
     if check_type and document.get("artifact_type") != MANIFEST_TYPE:

@@ -2,9 +2,9 @@
 
 - `state_problems`: the rules of a status (docs/release-tree.md, States): what
   may stay null, which blockers a draft, a candidate and a ready tree may hold;
-- `acceptance_subject` and `acceptance_problems` / `documented_route_problems`:
-  what an external-installation acceptance record must bind to count for a
-  release, and the arithmetic of its documented routes;
+- `acceptance_problems` / `documented_route_problems`: what an external-installation
+  acceptance record must bind to count for a release (its subject is the manifest's
+  `acceptance_subject`), and the arithmetic of its documented routes;
 - `diff`: every leaf difference between two JSON values (rows matched by id),
   how verify names a hand edit and compose names what a frozen tree would change;
 - `row_field` / `row_kind`: where each lane row lives (the rows themselves are
@@ -24,8 +24,13 @@ from typing import Any
 from pipeline.formats.acceptance import RECORD_TYPE as ACCEPTANCE_TYPE
 from pipeline.formats.lanes import Lane
 from pipeline.formats.release.derive import Derived
+from pipeline.formats.release.manifest import (
+    acceptance_subject,
+    lane_row,
+    lane_rows,
+    section,
+)
 from pipeline.formats.release.manifest import blockers as manifest_blockers
-from pipeline.formats.release.manifest import lane_row, lane_rows, lane_rows_as_written, section
 from pipeline.formats.release.names import EXTERNAL_INSTALL, PINS, REVIEWS_SUBJECT, blocker_subject, row_path
 from pipeline.formats.release.problems import _MISSING
 from pipeline.util.hashing import is_commit_hex, is_sha256_hex
@@ -86,39 +91,6 @@ def abbreviate(value: Any) -> Any:
         text = json.dumps(value, sort_keys=True)
         return text if len(text) <= 200 else text[:197] + "..."
     return value
-
-
-def acceptance_subject(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The install-relevant identities an acceptance run binds."""
-    omp = section(manifest, "components.omp")
-    model = section(manifest, "components.model")
-    lanes_out: dict[Any, Any] = {}
-    container, *variants = lane_rows_as_written(manifest)
-    for index, row in enumerate(([container] if container else []) + variants):
-        if not isinstance(row, dict) or not isinstance(row.get("id"), (str, type(None))):
-            # Kept as written, so that a malformed row never compares equal to a well-formed subject.
-            lanes_out[f"(row {index})"] = row
-            continue
-        pkg = "binary_archive" if "binary_archive_sha256" in row else "package"
-        lanes_out[row.get("id")] = {
-            "release_tag": row.get("release_tag"),
-            "package_sha256": row.get(f"{pkg}_sha256"),
-            "server_binary_sha256": row.get("server_binary_sha256"),
-            "configuration_sha256": row.get("configuration_sha256"),
-            "oci_reference": row.get("oci_reference"),
-        }
-    platforms = omp.get("platforms") if isinstance(omp.get("platforms"), list) else []
-    client = {}
-    for index, p in enumerate(platforms):
-        if isinstance(p, dict) and isinstance(p.get("platform"), (str, type(None))):
-            client[p.get("platform")] = p.get("artifact_sha256")
-        else:
-            client[f"(platform {index})"] = p
-    return {
-        "client": client,
-        "model_sha256": model.get("artifact_sha256"),
-        "lanes": lanes_out,
-    }
 
 
 def acceptance_problems(doc: dict[str, Any], manifest: dict[str, Any], release: str, required_routes: list[str] | None = None) -> list[tuple[str, Any, Any, str]]:

@@ -11,10 +11,9 @@ once and handed to the verifier whole.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 from pipeline.errors import InputError
-from pipeline.formats.release.manifest import section
 from pipeline.formats.release.names import OIDC_ISSUER, RELEASE_WORKFLOW
 from pipeline.infra.sigstore import (
     TRUST_CONFIGS,
@@ -22,6 +21,9 @@ from pipeline.infra.sigstore import (
     github_claims,
     normalize_repository,
 )
+
+if TYPE_CHECKING:
+    from pipeline.formats.release.manifest import ReleaseManifest
 
 
 def release_signer(repository: str, tag: str, *, trust_config: str = "production") -> SignerIdentity:
@@ -37,7 +39,7 @@ def release_signer(repository: str, tag: str, *, trust_config: str = "production
     )
 
 
-def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[str] | None = None) -> SignerIdentity:
+def signer_from_manifest(manifest: ReleaseManifest, *, file: str | os.PathLike[str] | None = None) -> SignerIdentity:
     """The expected signer a release tree declares, per docs/release-tree.md.
 
     `signing` {`certificate_identity`, `certificate_oidc_issuer`, optional
@@ -46,8 +48,8 @@ def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[st
     `signing` block gets the release workflow of `product.repository` at the
     `release` tag.
     """
-    block = manifest.get("signing")
-    release = manifest.get("release")
+    block = manifest.value("signing")
+    release = manifest.release
     if isinstance(block, dict):
         for name in ("certificate_identity", "certificate_oidc_issuer"):
             if not isinstance(block.get(name), str) or not block.get(name):
@@ -64,8 +66,7 @@ def signer_from_manifest(manifest: dict[str, Any], *, file: str | os.PathLike[st
         identity = block["certificate_identity"]
         repository, ref = github_claims(identity)
         return SignerIdentity(identity=identity, issuer=block["certificate_oidc_issuer"], repository=repository, ref=ref, trust_config=trust)
-    product = section(manifest, "product")
-    repository = product.get("repository")
+    repository = manifest.section("product").get("repository")
     if not isinstance(repository, str) or not isinstance(release, str):
         raise InputError(
             "declares no expected signer",

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from pipeline.errors import InputError
+from pipeline.formats.release.manifest import ReleaseManifest, parse_manifest
 from pipeline.formats.release.names import (
     AUTHORITY,
     AUTHORITY_TYPE,
     EXTERNAL_INSTALL,
     MANIFEST,
-    MANIFEST_TYPE,
     PINS,
     REVIEWS,
     REVIEWS_SUBJECT,
@@ -32,13 +32,14 @@ from pipeline.util.fs import read_bytes_bounded
 from pipeline.util.hashing import sha256_bytes
 from pipeline.util.jsonio import MAX_DOCUMENT_BYTES, loads_document
 
-TREE_DOCUMENTS = ((MANIFEST, MANIFEST_TYPE), (SUMMARY, SUMMARY_TYPE), (AUTHORITY, AUTHORITY_TYPE))
+# The documents a tree may hold beside its manifest (which its owner reads: formats/release/manifest.py).
+BOUND_DOCUMENTS = ((SUMMARY, SUMMARY_TYPE), (AUTHORITY, AUTHORITY_TYPE))
 
 
 @dataclass(frozen=True)
 class TreeDocuments:
     folder: str  # as given, for messages
-    manifest: dict[str, Any]
+    manifest: ReleaseManifest
     summary: dict[str, Any] | None  # qualification.json (None: not in the tree)
     authority: dict[str, Any] | None  # compatibility.json
     sha256: dict[str, str]  # file name -> SHA-256 of the bytes parsed
@@ -49,11 +50,15 @@ class TreeDocuments:
 def read_tree_document(path: Path, artifact_type: str, *, shown: str | None = None) -> tuple[dict[str, Any], str]:
     """(document, SHA-256 of its bytes) of one JSON document of a tree; InputError naming the file."""
     shown = shown or str(path)
-    if path.is_symlink() or not path.is_file():
-        raise InputError("is not a plain file of the release tree", file=shown, expected=f"the tree's {path.name} (compose writes it)")
-    data = read_bytes_bounded(path, MAX_DOCUMENT_BYTES, what="release tree document")
+    data = _tree_file_bytes(path, shown)
     digest = sha256_bytes(data)
     return parse_tree_document(data, artifact_type, shown=shown), digest
+
+
+def _tree_file_bytes(path: Path, shown: str) -> bytes:
+    if path.is_symlink() or not path.is_file():
+        raise InputError("is not a plain file of the release tree", file=shown, expected=f"the tree's {path.name} (compose writes it)")
+    return read_bytes_bounded(path, MAX_DOCUMENT_BYTES, what="release tree document")
 
 
 def parse_tree_document(data: bytes, artifact_type: str, *, shown: str) -> dict[str, Any]:
@@ -69,16 +74,17 @@ def read_tree(folder: Path, *, shown: str | None = None) -> TreeDocuments:
     shown = shown or str(folder)
     if folder.is_symlink() or not folder.is_dir():
         raise InputError("is not a release tree folder", file=shown, expected=f"a folder holding {MANIFEST} (manifests/vX.Y.Z)")
+    manifest_shown = f"{shown.rstrip('/')}/{MANIFEST}"
+    manifest = parse_manifest(_tree_file_bytes(folder / MANIFEST, manifest_shown), source=manifest_shown, max_bytes=MAX_DOCUMENT_BYTES)
     found: dict[str, dict[str, Any] | None] = {}
-    digests: dict[str, str] = {}
-    for name, artifact_type in TREE_DOCUMENTS:
+    digests = {MANIFEST: manifest.sha256}
+    for name, artifact_type in BOUND_DOCUMENTS:
         path = folder / name
-        if name != MANIFEST and not path.exists() and not path.is_symlink():
+        if not path.exists() and not path.is_symlink():
             found[name] = None
             continue
         found[name], digests[name] = read_tree_document(path, artifact_type, shown=f"{shown.rstrip('/')}/{name}")
-    manifest = found[MANIFEST] or {}
-    reviews, problem = _read_tree_ledger(folder, str(manifest.get("release")), shown=f"{shown.rstrip('/')}/{REVIEWS}")
+    reviews, problem = _read_tree_ledger(folder, str(manifest.release), shown=f"{shown.rstrip('/')}/{REVIEWS}")
     if reviews is not None:
         digests[REVIEWS] = reviews["sha256"]
     return TreeDocuments(shown, manifest, found[SUMMARY], found[AUTHORITY], digests, reviews, problem)

@@ -103,8 +103,8 @@ def make_bundle(
         return _bundle_document("runbook", None, None, None, document, data, at, doc, route_id, fmt.DEFAULT_HOST_KIND[route.shell], None, False, fields)
 
     from pipeline.formats.lanes import load_lanes
+    from pipeline.formats.release.manifest import parse_manifest
     from pipeline.formats.release.names import MANIFEST, repo_path
-    from pipeline.formats.release.rules import acceptance_subject
     from pipeline.formats.release.spec import load_release_toml
 
     lanes = load_lanes(lanes_dir)
@@ -116,13 +116,14 @@ def make_bundle(
     held = git_show(root, commit, manifest_rel)
     if held is None:
         raise RefusedError("the candidate commit does not hold the release's manifest", file=manifest_rel, field="--candidate", found=commit)
-    manifest = fmt.loads_strict(held, file=f"{commit[:12]}:{manifest_rel}")
-    if manifest.get("status") != "candidate":
-        raise RefusedError("routes are bundled on a candidate commit", file=manifest_rel, field="status", found=manifest.get("status"), expected="candidate", why="acceptance is evidence for the exact candidate bytes", fix=f"python -m pipeline compose promote --release {release} --to candidate, commit, and bundle on that commit")
+    # check_type off: accept refuses what is not a candidate by its status, as before the manifest had an owner
+    manifest = parse_manifest(held, source=f"{commit[:12]}:{manifest_rel}", check_type=False, strict_bytes=True)
+    if manifest.status != "candidate":
+        raise RefusedError("routes are bundled on a candidate commit", file=manifest_rel, field="status", found=manifest.status, expected="candidate", why="acceptance is evidence for the exact candidate bytes", fix=f"python -m pipeline compose promote --release {release} --to candidate, commit, and bundle on that commit")
     current_path = root / manifest_rel
     if current_path.is_file():
-        current = fmt.loads_strict(current_path.read_bytes(), file=manifest_rel)
-        if acceptance_subject(current) != acceptance_subject(manifest):
+        current = parse_manifest(current_path.read_bytes(), source=manifest_rel, check_type=False, strict_bytes=True)
+        if current.acceptance_subject() != manifest.acceptance_subject():
             raise RefusedError("the working tree's manifest binds other identities than the candidate", file=manifest_rel, field="components", fix="stage a new release for new bytes")
     at = commit if document_at is None else resolve_commit(root, document_at, "--document-at")
     if at != commit and not is_ancestor(root, commit, at):
@@ -140,7 +141,8 @@ def make_bundle(
     lane = declared.get("lane")
     if fmt.HOST_KINDS[host].os == "windows" and route.shell != "powershell" or fmt.HOST_KINDS[host].os != "windows" and route.shell != "sh":
         raise InputError("the route's shell does not run on its host kind", file=rt.path, field=f"acceptance.routes.{route_id}.host", found=host, expected="a windows-* host for powershell routes, linux-* for sh routes")
-    findings, fields = static_findings(doc, route_id, manifest=manifest, release=release)
+    # the whole document: a block may name any field path of it, and no literal may spell out any of its values
+    findings, fields = static_findings(doc, route_id, manifest=dict(manifest.document), release=release)
     _refuse_findings(document, findings, f"route {route_id} cannot be bundled")
     bundle = _bundle_document("release-route", release, commit, {"path": manifest_rel, "sha256": sha256_bytes(held), "status": "candidate"}, document, data, at, doc, route_id, host, lane, bool(declared), fields)
     return bundle

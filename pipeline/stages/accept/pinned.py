@@ -7,7 +7,7 @@ from pathlib import Path
 
 from pipeline.errors import InputError, RefusedError, UsageError
 from pipeline.formats import acceptance as fmt
-from pipeline.stages.accept.document import read_json_file
+from pipeline.util.fs import read_bytes_bounded
 
 
 def pinned_value(field_path: str, *, release: str | None, root: Path, mirrored: bool = False, environ: dict[str, str] | None = None) -> str:
@@ -15,6 +15,7 @@ def pinned_value(field_path: str, *, release: str | None, root: Path, mirrored: 
     release = release or environ.get("OMP_NINFER_RELEASE")
     if not release:
         raise UsageError("no release named", field="--release", expected="--release vX.Y.Z or OMP_NINFER_RELEASE set", fix="export OMP_NINFER_RELEASE=vX.Y.Z (the release you install)")
+    from pipeline.formats.release.manifest import parse_manifest
     from pipeline.formats.release.names import RELEASE_RE
 
     if not RELEASE_RE.fullmatch(release):
@@ -22,8 +23,10 @@ def pinned_value(field_path: str, *, release: str | None, root: Path, mirrored: 
     path = root / "manifests" / release / "manifest.json"
     if not path.is_file():
         raise InputError("the release has no manifest here", file=path, fix="run from the top folder of a clone of the release (cd omp-ninfer)")
-    _data, manifest = read_json_file(path, "the manifest")
-    value = fmt.resolve_field(manifest, field_path)
+    data = read_bytes_bounded(path, fmt.MAX_JSON_BYTES, what="manifest")
+    manifest = parse_manifest(data, source=str(path), check_type=False, strict_bytes=True)
+    # the whole document: a route may read any field path of it ("components.ninfer_variants[<lane>].package_url")
+    value = fmt.resolve_field(manifest.document, field_path)
     if fmt.is_missing(value):
         raise InputError("the manifest has no such field", file=path, field=field_path, expected="a field path such as components.ninfer.oci_reference or components.ninfer_variants[<lane>].package_url")
     if value is None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InputError, RefusedError, UsageError
 from pipeline.formats import acceptance as fmt
@@ -24,6 +24,9 @@ from pipeline.stages.accept.document import (
 )
 from pipeline.util.fs import atomic_write_bytes, read_bytes_bounded
 from pipeline.util.hashing import sha256_bytes
+
+if TYPE_CHECKING:
+    from pipeline.formats.release.manifest import ReleaseManifest
 
 
 @dataclass
@@ -232,9 +235,9 @@ class _RouteContext:
     change_out: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _candidate_of(root: Path, manifest_rel: str, current: dict[str, Any], loaded: list[Loaded], config: Any) -> tuple[str, bytes, dict[str, Any]]:
+def _candidate_of(root: Path, manifest_rel: str, current: ReleaseManifest, loaded: list[Loaded], config: Any) -> tuple[str, bytes, ReleaseManifest]:
     """The one candidate commit every receipt ran on, its manifest bytes and document: checked against the current tree."""
-    from pipeline.formats.release.rules import acceptance_subject
+    from pipeline.formats.release.manifest import parse_manifest
 
     candidates = sorted({item.bundle["candidate_commit"] for item in loaded})
     if len(candidates) != 1:
@@ -243,10 +246,10 @@ def _candidate_of(root: Path, manifest_rel: str, current: dict[str, Any], loaded
     held = git_show(root, candidate, manifest_rel)
     if held is None:
         raise _refused("the candidate commit is not in this repository or does not hold the release", field="candidate_commit", found=candidate, fix="fetch it (git fetch) or run the routes on a candidate of this repository")
-    cand_manifest = fmt.loads_strict(held, file=f"{candidate[:12]}:{manifest_rel}")
-    if cand_manifest.get("status") != "candidate":
+    cand_manifest = parse_manifest(held, source=f"{candidate[:12]}:{manifest_rel}", check_type=False, strict_bytes=True)
+    if cand_manifest.status != "candidate":
         raise _refused("the receipts' commit is not a candidate of this release", field="candidate_commit", found=candidate, expected=f"a commit whose {manifest_rel} has status candidate")
-    if acceptance_subject(cand_manifest) != acceptance_subject(current):
+    if cand_manifest.acceptance_subject() != current.acceptance_subject():
         raise _refused("the candidate bound other identities than the current manifest", file=manifest_rel, field="components", found=candidate)
     for item in loaded:
         if item.receipt["clone"]["commit"] != candidate:
@@ -336,8 +339,8 @@ def _route_row(root: Path, item: Loaded, route_id: str, declared: dict[str, Any]
 def compose_record(root: Path, release: str, receipt_paths: list[Path], *, register: Register, changes: list[str], bundles: list[Path], lanes_dir: Path | None) -> dict[str, Any]:
     """The acceptance record, after every check (docs/release-tree.md, Acceptance record)."""
     from pipeline.formats.lanes import load_lanes
+    from pipeline.formats.release.manifest import parse_manifest
     from pipeline.formats.release.names import MANIFEST, repo_path
-    from pipeline.formats.release.rules import acceptance_subject
     from pipeline.formats.release.spec import load_release_toml
 
     lanes = load_lanes(lanes_dir)
@@ -349,9 +352,9 @@ def compose_record(root: Path, release: str, receipt_paths: list[Path], *, regis
     current_path = root / manifest_rel
     if not current_path.is_file():
         raise InputError("the release has no manifest", file=manifest_rel)
-    current = fmt.loads_strict(current_path.read_bytes(), file=manifest_rel)
-    if current.get("status") != "candidate":
-        raise _refused("acceptance is composed for a candidate", file=manifest_rel, field="status", found=current.get("status"), expected="candidate")
+    current = parse_manifest(current_path.read_bytes(), source=manifest_rel, check_type=False, strict_bytes=True)
+    if current.status != "candidate":
+        raise _refused("acceptance is composed for a candidate", file=manifest_rel, field="status", found=current.status, expected="candidate")
     if not receipt_paths:
         raise UsageError("no receipts given", field="RECEIPT", expected="one receipt per required route: " + ", ".join(config.routes))
     loaded = _load_receipts(receipt_paths, register, bundles)
@@ -412,7 +415,7 @@ def compose_record(root: Path, release: str, receipt_paths: list[Path], *, regis
         "status": "passed",
         "as_of": as_of,
         "candidate_commit": candidate,
-        "subject": acceptance_subject(cand_manifest),
+        "subject": cand_manifest.acceptance_subject(),
         "routes": {route_id: row["status"] for route_id, row in sorted(routes_out.items())},
         "documented_routes": {
             "document": {"path": document, "sha256_at_candidate": sha256_bytes(at_candidate), "sha256_current": sha256_bytes(now)},

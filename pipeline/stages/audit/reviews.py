@@ -28,7 +28,7 @@ def audit_reviews(auditor: AuditSession, manifest: ReleaseManifest, fetched: lis
         return
     try:
         data = result.path.read_bytes() if result is not None and result.path is not None else None
-        ledger, failures = bound_ledger(manifest.document, data, release=release, origin=str(entry.get("public_url")) if isinstance(entry, dict) else "manifest.json")
+        ledger, failures = bound_ledger(manifest, data, release=release, origin=str(entry.get("public_url")) if isinstance(entry, dict) else "manifest.json")
     except PipelineError as error:
         auditor.add(Item(label, False, error.render(), "record"))
         return

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeline.errors import InputError, PipelineError, RefusedError, UsageError
-from pipeline.formats.release.manifest import lane_rows, section
+from pipeline.formats.release.manifest import ReleaseManifest, parse_manifest
 from pipeline.formats.release.names import BUNDLE_SUFFIX
 from pipeline.formats.release.signer import signer_from_manifest
 from pipeline.infra.git import GIT, git_show
@@ -26,7 +26,6 @@ from pipeline.stages.publish.gates import Remote, remote_gates
 from pipeline.stages.publish.target import VERIFIER_KINDS, Target, asset_entry, refuse
 from pipeline.util.fs import atomic_write_bytes
 from pipeline.util.hashing import sha256_bytes
-from pipeline.util.jsonio import parse_strict
 
 if TYPE_CHECKING:
     from pipeline.formats.test_receipt import Selection, TestRunReceipt
@@ -70,14 +69,15 @@ def product_target(
     manifest_bytes = show(f"{base}/manifest.json")
     if manifest_bytes is None:
         raise InputError(f"the commit holds no {base}/manifest.json", file=root, field="--commit", found=commit, fix="publish the commit that holds the ready release tree")
-    manifest = parse_strict(manifest_bytes, file=f"{commit}:{base}/manifest.json")
+    # check_type off: a manifest of the wrong type is verify's refusal (gate verify-ready), with its message
+    manifest = parse_manifest(manifest_bytes, source=f"{commit}:{base}/manifest.json", check_type=False, strict_bytes=True)
     notes = (show(f"{base}/NOTES.md") or b"").decode("utf-8", "replace")
     title = next((line[2:].strip() for line in notes.splitlines() if line.startswith("# ")), release)
-    signing = section(manifest, "signing")
+    signing = manifest.section("signing")
     signed = [p for p in signing.get("signed_files") or [] if isinstance(p, str)]
-    product = section(manifest, "product")
+    product = manifest.section("product")
     repository = repository_of(str(product.get("repository", "")))
-    channel = manifest.get("channel")
+    channel = manifest.value("channel")
     prerelease = channel != "public" or "-beta." in release
     files_dir = ctx.dist / "publish" / f"product-{release}" / "files"
     if files_dir.exists():
@@ -180,12 +180,12 @@ def product_target(
     return target, remote
 
 
-def _acceptance_gate(manifest: dict[str, Any], show: Callable[[str], bytes | None], base: str, release: str) -> Callable[[], str]:
+def _acceptance_gate(manifest: ReleaseManifest, show: Callable[[str], bytes | None], base: str, release: str) -> Callable[[], str]:
     """Gate `acceptance` of a product publication: a passing external-installation record is bound in the tree, and
     the commit holds it with its recorded hash."""
 
     def gate() -> str:
-        qualification = section(manifest, "qualification")
+        qualification = manifest.section("qualification")
         acceptance = qualification.get("acceptance") if isinstance(qualification.get("acceptance"), dict) else None
         if acceptance is None or acceptance.get("status") != "passed" or qualification.get("external_installation_passed") is not True:
             raise refuse(
@@ -273,7 +273,7 @@ def subset_allowance(selection: Selection, *, api: str, root: Path, commit: str,
             f"is on this machine: the rehearsal's stand-in world; the subset is declared {where}")
 
 
-def _review_gate(manifest: dict[str, Any], show: Callable[[str], bytes | None], release: str) -> Callable[[], str]:
+def _review_gate(manifest: ReleaseManifest, show: Callable[[str], bytes | None], release: str) -> Callable[[], str]:
     """Gate `reviews` of a product publication: the review ledger at the commit is the one the manifest binds, and it
     clears the release (formats/review_ledger.py: every review closed, no in-scope P0/P1 confirmed or unresolved,
     every deferred finding tracked, every reviewed digest one the release binds, every bound artefact covered by a closed
@@ -326,13 +326,13 @@ def _verifier_gate(ctx: Context, verifier: dict[str, list[Artifact]], root: Path
     return gate
 
 
-def _image_statements(ctx: Context, manifest: dict[str, Any], show: Callable[[str], bytes | None], files_dir: Path, files: dict[str, Path],
+def _image_statements(ctx: Context, manifest: ReleaseManifest, show: Callable[[str], bytes | None], files_dir: Path, files: dict[str, Path],
                       bundles: Path | None, release: str) -> list[tuple[Path, Path | None]]:
     """The image provenance statements the tree binds (container rows' `image_provenance`), copied from the commit
     into the publication's files under their asset names, each with its DSSE bundle (the register's, else --bundles)."""
     from pipeline.formats.release.names import image_provenance_asset
 
-    rows = lane_rows(manifest)
+    rows = manifest.lane_rows()
     found = []
     for row in rows:
         record = row.get("image_provenance") if isinstance(row, dict) else None
