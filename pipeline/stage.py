@@ -8,8 +8,9 @@ inputs plus the code of the stage's module and every pipeline module it
 imports, `pipeline.codedigest`, and of the stages it runs, `Stage.runs_pipes`), skip when the register says the same
 fingerprint already produced intact outputs, else run and record.  A stage
 that observes the world rather than making bytes from files (verify, audit,
-qualify against a live endpoint) sets `always_runs`: it is never skipped, so its
-code digest is worked out in a thread beside its run, for the record.  A stage that does not
+qualify against a live endpoint) sets `always_runs`: it is never skipped; one that only observes
+(audit) also sets `digest_beside_run`, and its code digest is worked out in a thread beside its run,
+for the record.  A stage that does not
 apply raises `Skip(reason)`, as goreleaser's pipes do.  The ordered pipe list
 is `pipeline/road.py: PIPES`.
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -178,28 +180,11 @@ def run_facts(stage: Stage, inputs: dict, read: dict[str, str]) -> dict:
     }
 
 
-def _beside(work: Callable[[], str]) -> Callable[[], str]:
-    """`work` started in a thread of its own; the function returned waits for its result (or raises its error).
-    A stage that always runs (audit) needs its fingerprint only for the record after the run: its code digest
-    (every module of its closure parsed, 0.5 s and more on a loaded machine) is then worked out beside the run,
-    not before it, where the user would wait for it."""
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = work()
-        except BaseException as error:  # noqa: BLE001 - raised by the caller that waits for it
-            box["error"] = error
-
-    thread = threading.Thread(target=target, name="code-digest", daemon=True)
-    thread.start()
-
-    def result() -> str:
-        thread.join()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-    return result
+def _settle(future: Future[str], work: Callable[[], str]) -> None:
+    try:
+        future.set_result(work())
+    except BaseException as error:  # noqa: BLE001 - raised by whoever waits on the future
+        future.set_exception(error)
 
 
 def _execute_locked(stage: Stage, *, force: bool) -> StageResult:
@@ -218,18 +203,21 @@ def _run_or_skip(stage: Stage, register: Register, *, force: bool) -> StageResul
     stage.preflight()
     inputs = stage.inputs()
     modules = code_modules(stage)
-    if stage.always_runs and stage.digest_beside_run:
-        code_of_run = _beside(lambda: code_digest(modules))
+    beside = stage.always_runs and stage.digest_beside_run
+    if beside:
+        # Needed only for the record after the run: its closure is parsed (0.5 s and more under load) beside
+        # the run, not before it, where the user would wait; an error is raised when the record needs it.
+        code: Future[str] = Future()
+        threading.Thread(target=_settle, args=(code, lambda: code_digest(modules)), name="code-digest", daemon=True).start()
     else:
-        code = code_digest(modules)
-        digest = fingerprint({"inputs": inputs, "code": code})
+        digest = fingerprint({"inputs": inputs, "code": code_digest(modules)})
         if not force and not stage.always_runs and register.stage_is_current(stage.key, digest):
             outputs = register.outputs_of(stage.key)
             ui.step(stage.name, f"{stage.describe()}: up to date, nothing to do (inputs unchanged, {len(outputs)} outputs intact)")
             return StageResult(stage.key, True, outputs)
-        code_of_run = lambda: code  # noqa: E731 - the digest worked out above
     outputs = stage.run()
-    digest = fingerprint({"inputs": inputs, "code": code_of_run()})
+    if beside:
+        digest = fingerprint({"inputs": inputs, "code": code.result()})
     # An entry the run replaced is its own earlier output, not an input: kept, it would make the record stale at once.
     read = {name: sha for name, sha in register.read_log.items() if name not in {a.name for a in outputs}}
     register.record_stage(stage.key, digest, outputs, facts=run_facts(stage, inputs, read))
