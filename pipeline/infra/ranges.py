@@ -57,7 +57,7 @@ from pipeline.util import ui
 
 # The downloads of this process writing into each file system (by st_dev), for the room check.
 _ROOM_LOCK = threading.Lock()
-_WRITING: dict[int | None, set[Any]] = {}
+_WRITING: dict[int, set[Any]] = {}
 
 THRESHOLD = 64 << 20  # larger pinned files are fetched as parallel ranges
 DEFAULT_CONNECTIONS = 8
@@ -211,8 +211,7 @@ def fetch(item: net.DownloadItem, part: Path, *, size: int, sha256: str | None, 
     received, fd = _prepare(part, size, sha256)
     try:
         job = _Ranges(item, fd, part, size=size, sha256=sha256, received=received, connections=connections, budget=budget,
-                      piece=piece or piece_size(size, connections), memory=memory, on_bytes=on_bytes)
-        job.whole = os.fstat(fd).st_size == size  # a resumed .part is whole, its state beside it
+                      piece=piece or piece_size(size, connections), memory=memory, on_bytes=on_bytes, whole=os.fstat(fd).st_size == size)
         job.bar = bar(received.total()) if bar else None
         try:
             return job.run()
@@ -227,7 +226,7 @@ class _Ranges:
     """One file's pieces, workers and in-order hasher; `cond` guards the shared fields."""
 
     def __init__(self, item: net.DownloadItem, fd: int, part: Path, *, size: int, sha256: str | None, received: Intervals, connections: int,
-                 budget: threading.Semaphore | None, piece: int, memory: int, on_bytes) -> None:
+                 budget: threading.Semaphore | None, piece: int, memory: int, on_bytes, whole: bool = False) -> None:
         self.item, self.fd, self.part, self.size, self.sha256 = item, fd, part, size, sha256
         self.received, self.budget, self.memory, self.on_bytes = received, budget, memory, on_bytes
         self.resumed_from = received.total()
@@ -251,7 +250,7 @@ class _Ranges:
         self.holding = self.peak = 0  # connections held now, and the most at once
         self.probed = threading.Event()  # the first answer showed the server serves ranges
         self.reserve_lock = threading.Lock()
-        self.whole = False  # the .part is `size` bytes long (sparse where nothing arrived), its state beside it
+        self.whole = whole  # `size` bytes long (sparse where nothing arrived), its state beside it: resumed, or made whole by `reserve`
         self.checked = False  # the room for the rest was checked (at the first answer)
         self.device: int | None = None
         self.save_lock = threading.Lock()
@@ -365,8 +364,9 @@ class _Ranges:
             return self.size - self.received.total()
 
     def _done_writing(self) -> None:
-        with _ROOM_LOCK:
-            _WRITING.get(self.device, set()).discard(self)
+        if self.device is not None:
+            with _ROOM_LOCK:
+                _WRITING[self.device].discard(self)
 
     def save(self) -> None:
         """Record the intervals on disk: the .part's data is flushed first, then the state that vouches for it is
