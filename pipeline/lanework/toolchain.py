@@ -60,6 +60,7 @@ from pipeline.formats.toolchain_lock import (
 from pipeline.formats.toolchain_record import RecordedLibrary, ToolchainRecord
 from pipeline.infra import net
 from pipeline.infra.private_dir import (
+    ON_WINDOWS,
     check_private_dir,
     ensure_private_dir,
     expected_owner,
@@ -73,7 +74,6 @@ from pipeline.util.jsonio import canonical_bytes, expect_object, loads_object, r
 from pipeline.util.proc import run_text
 from pipeline.util.safepath import safe_relpath
 
-ON_WINDOWS = os.name == "nt"
 # Short and fixed on both hosts: the path is embedded in binaries and MSVC dislikes long paths.
 CANONICAL_ROOT = Path("C:/omp-ninfer") if ON_WINDOWS else Path("/var/tmp/omp-ninfer")
 EXE = ".exe" if ON_WINDOWS else ""
